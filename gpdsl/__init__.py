@@ -1,0 +1,17 @@
+"""gpdsl: sparse Gaussian-process models declared from four parts and compiled to Numba kernels.
+
+>>> import gpdsl as gd
+>>> model = gd.Model(kernel=gd.kernels.SquaredExponential(1.0, 1.0),
+...                  likelihood=gd.likelihoods.Gaussian(0.01),
+...                  inducing=gd.inducing.KMeans(16, seed=0), inference=gd.inference.VFE())
+"""
+from . import datasets, inducing, inference, kernels, likelihoods, priors
+from ._version import __version__
+from .linalg import NotPositiveDefiniteError
+from .model import ConvergenceWarning, Model
+from .parameters import Fixed
+from .posterior import Posterior, from_xarray, load
+
+__all__ = ["Model", "Posterior", "Fixed", "load", "from_xarray", "ConvergenceWarning",
+           "NotPositiveDefiniteError", "kernels", "likelihoods", "inducing", "inference", "priors",
+           "datasets", "__version__"]

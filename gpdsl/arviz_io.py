@@ -1,0 +1,49 @@
+"""Everything that touches ArviZ lives here.
+
+``to_inference_data`` draws the latent function at the given inputs from the Gaussian
+approximate posterior (jointly, with the full predictive covariance), adds observation noise
+for ``posterior_predictive``, and records the pointwise Gaussian log-likelihood of the given
+targets for ``az.loo`` / ``az.waic`` / ``az.compare``.
+"""
+from __future__ import annotations
+
+import arviz as az
+import numpy as np
+from scipy import stats
+
+from .linalg import cholesky
+from .model import validate_inputs, validate_targets
+
+
+def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=1):
+    X_new = validate_inputs(X_new, "X_new", posterior.n_features)
+    y_new = validate_targets(y_new, X_new.shape[0], "y_new")
+    for name, v in (("draws", draws), ("chains", chains)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"to_inference_data: {name} must be a positive integer, got {v!r}")
+    noise = posterior.noise_variance(X_new)
+    if noise is None:
+        raise ValueError("to_inference_data: the noise variance at X_new is unknown for known-variance "
+                         "heteroscedastic likelihoods; use posterior.predict(noise_variance=...)")
+    mean, cov = _joint_predictive(posterior, X_new)
+    L, jitter = cholesky(cov, None, what="predictive covariance of f")
+    rng = np.random.default_rng(seed)
+    f = mean + rng.standard_normal((chains, draws, mean.size)) @ L.T
+    y_rep = f + np.sqrt(noise) * rng.standard_normal(f.shape)
+    log_lik = stats.norm.logpdf(y_new, loc=f, scale=np.sqrt(noise))
+    hyper = {name.replace(".", "_"): v for name, v in posterior.values.items()}
+    attrs = {"inference": type(posterior.model.inference).__name__,
+             "log_evidence": posterior.log_evidence, "sampling_jitter": jitter}
+    return az.from_dict(
+        posterior={"f": f}, posterior_predictive={"y": y_rep}, log_likelihood={"y": log_lik},
+        observed_data={"y": y_new}, constant_data={"X": X_new, **hyper},
+        coords={"obs": np.arange(X_new.shape[0]), "feature": np.arange(X_new.shape[1])},
+        dims={"f": ["obs"], "y": ["obs"], "X": ["obs", "feature"]}, attrs=attrs)
+
+
+def _joint_predictive(posterior, X_new):
+    """Mean (n,) and full covariance (n, n) of f at X_new."""
+    kernel, state, values = posterior.model.kernel, posterior.state, posterior.values
+    Ksz = kernel.gram(values, "kernel", X_new, state.Z)
+    cov = kernel.gram(values, "kernel", X_new, X_new) - Ksz @ state.correction @ Ksz.T
+    return Ksz @ state.weights, 0.5 * (cov + cov.T)

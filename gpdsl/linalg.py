@@ -1,0 +1,69 @@
+"""Cholesky factorisation with the dynamic jitter ladder of thesis 5.1.3.
+
+``jitter=None`` tries no jitter first, then ``JITTER_LADDER`` multiples of the mean diagonal
+(the thesis author's code uses 1e-9 ... 1e0 absolute with unit signal variance; scaling by the
+mean diagonal makes the ladder independent of the kernel variance), and raises past the last
+rung.  A number fixes the jitter at that multiple of the mean diagonal (GPML's ``apxSparse``
+uses 1e-6).  The jitter actually used is returned so that results can record it.
+"""
+import numpy as np
+from scipy import linalg
+
+JITTER_LADDER = (0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
+
+
+class NotPositiveDefiniteError(np.linalg.LinAlgError, ValueError):
+    """A matrix stayed non positive definite after the whole jitter ladder."""
+
+
+def check_jitter(owner, jitter):
+    if jitter is not None and not (np.isscalar(jitter) and np.isfinite(jitter) and jitter >= 0):
+        raise ValueError(f"{owner}: jitter must be None (dynamic ladder) or a non-negative number, "
+                         f"got {jitter!r}")
+
+
+def add_jitter(K, jitter):
+    """K + jitter * mean(diag K) * I (a new array)."""
+    out = np.array(K, dtype=float)
+    out[np.diag_indices_from(out)] += jitter * np.mean(np.diag(K))
+    return out
+
+
+def jitter_adjoint(G, jitter):
+    """Adjoint of K from the adjoint G of K + jitter * mean(diag K) * I (the jitter moves with K)."""
+    if jitter == 0.0:
+        return G
+    out = np.array(G, dtype=float)
+    out[np.diag_indices_from(out)] += jitter * np.trace(G) / G.shape[0]
+    return out
+
+
+def cholesky(K, jitter=None, what="matrix"):
+    """Lower Cholesky factor of K + jitter * mean(diag K) * I; returns ``(L, jitter_used)``."""
+    rungs = JITTER_LADDER if jitter is None else (float(jitter),)
+    for rung in rungs:
+        try:
+            L = linalg.cholesky(add_jitter(K, rung) if rung else K, lower=True, check_finite=False)
+        except linalg.LinAlgError:
+            continue
+        if np.all(np.isfinite(L)) and np.all(np.diag(L) > 0):
+            return L, rung
+    raise NotPositiveDefiniteError(
+        f"Cholesky of {what} failed with jitter up to {rungs[-1]:g} x mean diagonal; "
+        "the hyperparameters or inputs make it numerically singular (duplicate inducing inputs, "
+        "a very long length-scale?)")
+
+
+def solve_lower(L, B):
+    return linalg.solve_triangular(L, B, lower=True, check_finite=False)
+
+
+def solve_upper_t(L, B):
+    """Solve L^T X = B for lower-triangular L."""
+    return linalg.solve_triangular(L, B, lower=True, trans="T", check_finite=False)
+
+
+def inverse_from_cholesky(L):
+    """(L L^T)^{-1} as a symmetric array."""
+    Li = solve_lower(L, np.eye(L.shape[0]))
+    return Li.T @ Li

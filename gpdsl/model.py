@@ -1,0 +1,246 @@
+"""The declarative :class:`Model` and its compilation to a fitted :class:`~gpdsl.posterior.Posterior`.
+
+A Model is an immutable declaration of four parts.  ``fit`` lowers it through the explicit
+:data:`METHODS` table to the numerical method for its (likelihood, inference) pair, builds the
+flat log-space parameter vector, optimises evidence (+ log prior) with L-BFGS-B on the
+analytic gradient, and evaluates the optimal posterior once more at the optimum.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+from scipy import optimize as sp_optimize
+
+from . import inference as inf
+from . import likelihoods as lik
+from .inducing import InducingSpec
+from .kernels import Kernel
+from .methods import collapsed, exact
+from .parameters import Entry, ParameterTable
+
+
+class ConvergenceWarning(UserWarning):
+    """An optimiser or an iterative inference method stopped before converging."""
+
+
+# (likelihood class, inference class) -> numerical method.  Add a row to support a pair.
+METHODS = {
+    (lik.Gaussian, inf.Exact): exact.evaluate,
+    (lik.HeteroscedasticGaussian, inf.Exact): exact.evaluate,
+    (lik.Gaussian, inf.VFE): partial(collapsed.evaluate, fitc=False),
+    (lik.HeteroscedasticGaussian, inf.VFE): partial(collapsed.evaluate, fitc=False),
+    (lik.Gaussian, inf.FITC): partial(collapsed.evaluate, fitc=True),
+}
+
+
+def supported_pairs():
+    return sorted(f"{l.__name__} + {i.__name__}" for l, i in METHODS)
+
+
+def validate_inputs(X, name="X", n_features=None):
+    """X as a finite float64 C-contiguous (N, D) array, or a ValueError/TypeError naming ``name``."""
+    try:
+        X = np.asarray(X, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be a numeric array, got {type(X).__name__}") from err
+    if X.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n_points, n_features), got {X.ndim}-D with shape {X.shape}")
+    if X.shape[0] == 0:
+        raise ValueError(f"{name} must contain at least one row")
+    if not np.all(np.isfinite(X)):
+        raise ValueError(f"{name} must be finite (contains NaN or inf)")
+    if n_features is not None and X.shape[1] != n_features:
+        raise ValueError(f"{name} has {X.shape[1]} features but the model was fitted on {n_features}")
+    return np.ascontiguousarray(X)
+
+
+def validate_targets(y, n, name="y"):
+    try:
+        y = np.asarray(y, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be a numeric array, got {type(y).__name__}") from err
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise ValueError(f"{name} must be 1-D with one target per row of X, got shape {y.shape}")
+    if y.shape[0] != n:
+        raise ValueError(f"len({name}) = {y.shape[0]} does not match len(X) = {n}")
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"{name} must be finite (contains NaN or inf)")
+    return np.ascontiguousarray(y)
+
+
+@dataclass(frozen=True)
+class Model:
+    """A GP model declared from its four parts; ``fit(X, y)`` returns a Posterior."""
+
+    kernel: Kernel
+    likelihood: object
+    inducing: InducingSpec | None = None
+    inference: object = field(default_factory=inf.Exact)
+
+    def __post_init__(self):
+        if not isinstance(self.kernel, Kernel):
+            raise TypeError(f"Model: kernel must be a gd.kernels kernel, got {self.kernel!r}")
+        if type(self.likelihood) not in lik.LIKELIHOODS.values():
+            raise TypeError(f"Model: likelihood must be one of gd.likelihoods.{list(lik.LIKELIHOODS)}, "
+                            f"got {self.likelihood!r}")
+        if type(self.inference) not in inf.INFERENCE.values():
+            raise TypeError(f"Model: inference must be one of gd.inference.{list(inf.INFERENCE)}, "
+                            f"got {self.inference!r}")
+        if (type(self.likelihood), type(self.inference)) not in METHODS:
+            raise ValueError(f"Model: {type(self.likelihood).__name__} with {type(self.inference).__name__} "
+                             f"is not supported; supported pairs: {', '.join(supported_pairs())}")
+        if self.inference.sparse and not isinstance(self.inducing, InducingSpec):
+            raise TypeError(f"Model: {type(self.inference).__name__} needs an inducing spec from "
+                            f"gd.inducing, got {self.inducing!r}")
+        if not self.inference.sparse and self.inducing is not None:
+            raise ValueError("Model: Exact inference uses no inducing points; pass inducing=None")
+
+    # -- construction from files --------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, spec):
+        from .spec import model_from_dict
+        return model_from_dict(spec)
+
+    @classmethod
+    def from_toml(cls, path):
+        from .spec import model_from_toml
+        return model_from_toml(path)[0]
+
+    def to_dict(self):
+        from .spec import model_to_dict
+        return model_to_dict(self)
+
+    # -- compilation ----------------------------------------------------------------------------
+    @property
+    def method(self):
+        """The numerical method chosen by the (likelihood, inference) table."""
+        return METHODS[(type(self.likelihood), type(self.inference))]
+
+    def parameter_table(self, X, Z=None, fixed=()):
+        entries = (self.kernel.entries("kernel", X.shape[1], fixed)
+                   + self.likelihood.entries("likelihood", X, fixed))
+        if Z is not None and self.inducing.optimize:
+            entries.append(Entry("inducing.Z", np.array(Z), positive=False,
+                                 fixed="inducing.Z" in fixed))
+        known = {e.name for e in entries}
+        unknown = [name for name in fixed if name not in known]
+        if unknown:
+            raise ValueError(f"fit: fixed names {unknown} are not hyperparameters of this model; "
+                             f"known: {sorted(known)}")
+        return ParameterTable(entries)
+
+    def evaluate(self, values, X, y, Z, need_grad=True, need_state=False):
+        """Run the compiled method at natural hyperparameter ``values``."""
+        spec = self.inference
+        return self.method(self.kernel, self.likelihood, values, X, y, Z,
+                           jitter=spec.jitter, chunk_size=getattr(spec, "chunk_size", None),
+                           need_grad=need_grad, need_state=need_state)
+
+    def fit(self, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=1000,
+            progress=False, callback=None):
+        """Fit hyperparameters (and Z for ``gd.inducing.Optimized``) by maximising the evidence.
+
+        ``fixed``: names such as ``"likelihood.variance"`` held at their declared value.
+        ``restarts``: extra L-BFGS-B runs from random starts (log-hyperparameters perturbed by
+        N(0, 1); optimised Z re-drawn from the training inputs), the best by objective kept.
+        ``progress=True`` prints iteration, objective and gradient norm; ``callback`` receives
+        the same as a dict per iteration.
+        """
+        from .posterior import Posterior
+
+        X = validate_inputs(X)
+        y = validate_targets(y, X.shape[0])
+        self.likelihood.validate_targets(y)
+        if isinstance(fixed, str):
+            fixed = (fixed,)
+        if not isinstance(restarts, (int, np.integer)) or restarts < 0:
+            raise ValueError(f"fit: restarts must be a non-negative integer, got {restarts!r}")
+        Z0 = self.inducing.initial_Z(X, y) if self.inference.sparse else None
+        table = self.parameter_table(X, Z0, tuple(fixed))
+        run = _Objective(self, table, X, y, Z0)
+        u0 = table.pack(table.values())
+        result = None
+        if optimize and table.size > 0:
+            rng = np.random.default_rng(seed)
+            starts = [u0] + [_random_start(table, u0, X, rng) for _ in range(restarts)]
+            for start in starts:
+                res = run.minimise(start, max_iter, progress, callback)
+                if result is None or res.fun < result.fun:
+                    result = res
+            u_best, converged, n_iter = result.x, bool(result.success), int(result.nit)
+            if not converged:
+                warnings.warn(f"L-BFGS-B did not converge: {result.message}", ConvergenceWarning,
+                              stacklevel=2)
+        else:
+            u_best, converged, n_iter = u0, True, 0
+        values = table.unpack(u_best)
+        Z = values.pop("inducing.Z", Z0)
+        evaluation = self.evaluate(values, X, y, Z, need_grad=False, need_state=True)
+        log_prior, _ = table.log_prior({**values, "inducing.Z": Z})
+        return Posterior(model=self, values=values, state=evaluation.state,
+                         log_evidence=evaluation.log_evidence, log_prior=log_prior,
+                         converged=converged, n_iterations=n_iter, jitter=evaluation.jitter,
+                         priors=table.prior_descriptions(), fixed=[e.name for e in table.entries if e.fixed])
+
+
+def _random_start(table, u0, X, rng):
+    values = table.unpack(u0)
+    for e in table.free:
+        if e.name == "inducing.Z":
+            values[e.name] = X[rng.choice(X.shape[0], size=e.value.shape[0], replace=False)]
+        elif e.positive:
+            values[e.name] = values[e.name] * np.exp(rng.standard_normal(e.value.shape))
+        else:
+            values[e.name] = values[e.name] + rng.standard_normal(e.value.shape)
+    return table.pack(values)
+
+
+class _Objective:
+    """Negative (evidence + log prior) and its gradient on the free log-space vector."""
+
+    def __init__(self, model, table, X, y, Z0):
+        self.model, self.table, self.X, self.y, self.Z0 = model, table, X, y, Z0
+        self.last = None
+
+    def __call__(self, u):
+        values = self.table.unpack(u)
+        Z = values.get("inducing.Z", self.Z0)
+        try:
+            ev = self.model.evaluate(values, self.X, self.y, Z)
+        except (np.linalg.LinAlgError, FloatingPointError):
+            # Numerically impossible point: tell the line search to step back.
+            return np.inf, np.zeros_like(u)
+        log_prior, prior_grads = self.table.log_prior(values)
+        grads = dict(ev.grads)
+        for name, g in prior_grads.items():
+            grads[name] = grads.get(name, 0.0) + g
+        if ev.dZ is not None:
+            grads["inducing.Z"] = ev.dZ
+        f = -(ev.log_evidence + log_prior)
+        g = -self.table.chain(values, grads)
+        self.last = (u.copy(), f, g)
+        return f, g
+
+    def minimise(self, u0, max_iter, progress, callback):
+        iteration = [0]
+
+        def report(intermediate_result):
+            iteration[0] += 1
+            u_last, _, g = self.last
+            # The accepted iterate is normally the last point evaluated by the line search.
+            grad_norm = np.linalg.norm(g) if np.array_equal(u_last, intermediate_result.x) else np.nan
+            step = {"iteration": iteration[0], "objective": float(intermediate_result.fun),
+                    "grad_norm": float(grad_norm)}
+            if progress:
+                print(f"iter {step['iteration']:5d}  objective {step['objective']: .10g}  "
+                      f"|grad| {step['grad_norm']:.3e}", flush=True)
+            if callback is not None:
+                callback(step)
+
+        return sp_optimize.minimize(self, u0, jac=True, method="L-BFGS-B", callback=report,
+                                    options={"maxiter": max_iter})

@@ -1,0 +1,146 @@
+"""Hyperparameter declarations and the flat vector the optimiser sees.
+
+A component field may hold a number or array (a free starting value), ``Fixed(value)`` (held
+constant), or a prior from :mod:`gpdsl.priors` (MAP; starts at the prior's initial value).
+Positive hyperparameters are optimised as their logarithm (scikit-learn / GPflow practice), so
+the optimiser never leaves the valid region and length-scales of different magnitude are
+treated alike.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .priors import as_prior, describe
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """Hold a hyperparameter at ``value`` during fitting: ``SquaredExponential(variance=Fixed(1.0))``."""
+
+    value: object
+
+    def __post_init__(self):
+        if as_prior(self.value) is not None or isinstance(self.value, Fixed):
+            raise TypeError("Fixed: value must be a number or an array, not a prior or Fixed")
+
+
+def declared_value(spec):
+    """The starting value (float ndarray) of a field: the number, the Fixed value or the prior's initial value."""
+    if isinstance(spec, Fixed):
+        spec = spec.value
+    prior = as_prior(spec)
+    if prior is not None:
+        spec = prior.initial_value()
+    return np.asarray(spec, dtype=float)
+
+
+def check_hyperparameter(owner, name, spec, positive=True, ndim_max=1):
+    """Validate a declared hyperparameter on construction; raise naming the class and field."""
+    if spec is None:
+        raise TypeError(f"{owner}: {name} must be given")
+    try:
+        value = declared_value(spec)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{owner}: {name} must be a number, an array, Fixed(...) or a prior, "
+                        f"got {spec!r}") from err
+    if value.ndim > ndim_max:
+        raise ValueError(f"{owner}: {name} must have at most {ndim_max} dimension(s), got shape {value.shape}")
+    if value.size == 0:
+        raise ValueError(f"{owner}: {name} must not be empty")
+    if not np.all(np.isfinite(value)):
+        raise ValueError(f"{owner}: {name} must be finite, got {value!r}")
+    if positive and not np.all(value > 0):
+        raise ValueError(f"{owner}: {name} must be positive, got {value!r}")
+
+
+@dataclass
+class Entry:
+    """One named hyperparameter of a compiled model."""
+
+    name: str
+    value: np.ndarray          # natural-scale starting value
+    positive: bool
+    fixed: bool
+    prior: object = None       # a gpdsl.priors.Prior or None
+
+    @property
+    def size(self):
+        return self.value.size
+
+
+def entry(name, spec, positive=True, shape=None, fixed_names=()):
+    """Build an :class:`Entry` from a declared field, broadcasting the value to ``shape`` if given."""
+    value = declared_value(spec)
+    if shape is not None:
+        value = np.broadcast_to(value, shape).astype(float)
+    return Entry(name=name, value=np.array(value, dtype=float), positive=positive,
+                 fixed=isinstance(spec, Fixed) or name in fixed_names, prior=as_prior(spec))
+
+
+class ParameterTable:
+    """Maps between named natural-scale values and the free unconstrained vector.
+
+    ``unpack(u)`` returns a dict name -> ndarray of natural values (fixed entries keep theirs);
+    ``chain(grads)`` turns a dict of d objective / d natural value into d objective / d u.
+    """
+
+    def __init__(self, entries):
+        names = [e.name for e in entries]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate hyperparameter names: {names}")
+        self.entries = list(entries)
+        self.free = [e for e in self.entries if not e.fixed]
+        self.size = int(sum(e.size for e in self.free))
+
+    def names(self):
+        return [e.name for e in self.entries]
+
+    def values(self):
+        return {e.name: e.value.copy() for e in self.entries}
+
+    def pack(self, values):
+        parts = []
+        for e in self.free:
+            v = np.asarray(values[e.name], dtype=float).ravel()
+            parts.append(np.log(v) if e.positive else v)
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def unpack(self, u):
+        values = self.values()
+        offset = 0
+        for e in self.free:
+            chunk = u[offset:offset + e.size].reshape(e.value.shape)
+            values[e.name] = np.exp(chunk) if e.positive else chunk.copy()
+            offset += e.size
+        return values
+
+    def chain(self, values, grads):
+        """d/du from d/d(natural value); missing gradients count as zero."""
+        parts = []
+        for e in self.free:
+            g = np.asarray(grads.get(e.name, np.zeros(e.value.shape)), dtype=float).ravel()
+            if e.positive:
+                g = g * np.asarray(values[e.name]).ravel()
+            parts.append(g)
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def log_prior(self, values):
+        """Sum of log prior densities and their natural-scale gradients (dict)."""
+        total = 0.0
+        grads = {}
+        for e in self.entries:
+            if e.prior is None:
+                continue
+            v = values[e.name]
+            total += float(np.sum(e.prior.log_density(v)))
+            if not e.fixed:
+                grads[e.name] = np.asarray(e.prior.grad_log_density(v), dtype=float)
+        return total, grads
+
+    def prior_descriptions(self):
+        return {e.name: describe(e.prior) for e in self.entries if e.prior is not None}
+
+
+__all__ = ["Fixed"]

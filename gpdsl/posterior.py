@@ -1,0 +1,151 @@
+"""The fitted posterior: predictions, xarray export and netCDF round trip."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import xarray as xr
+
+from ._version import __version__
+from .chunks import default_chunk_size, map_reduce
+from .methods.common import PredictiveState
+from .model import validate_inputs
+
+
+class Posterior:
+    """A fitted model.  ``log_evidence`` is the exact LML (Exact), the collapsed bound (VFE) or
+    FITC's approximate LML; ``values`` holds the fitted natural hyperparameters by name."""
+
+    def __init__(self, model, values, state, log_evidence, log_prior=0.0, converged=True,
+                 n_iterations=0, jitter=0.0, priors=None, fixed=()):
+        self.model = model
+        self.values = {k: np.asarray(v, dtype=float) for k, v in values.items()}
+        self.state = state
+        self.log_evidence = float(log_evidence)
+        self.log_prior = float(log_prior)
+        self.converged = bool(converged)
+        self.n_iterations = int(n_iterations)
+        self.jitter = float(jitter)
+        self.priors = dict(priors or {})
+        self.fixed = list(fixed)
+
+    def __repr__(self):
+        return (f"Posterior({type(self.model.inference).__name__}, log_evidence={self.log_evidence:.6g}, "
+                f"M={self.state.Z.shape[0]}, converged={self.converged})")
+
+    @property
+    def n_features(self):
+        return self.state.Z.shape[1]
+
+    # -- prediction ------------------------------------------------------------------------------
+    def predict_f(self, X_new):
+        """Latent predictive mean and variance at X_new (n, D) -> two (n,) arrays."""
+        X_new = validate_inputs(X_new, "X_new", self.n_features)
+        kernel, state = self.model.kernel, self.state
+
+        def chunk(slc):
+            Ksz = kernel.gram(self.values, "kernel", X_new[slc], state.Z)
+            mean = Ksz @ state.weights
+            var = kernel.diag(self.values, "kernel", X_new[slc]) - np.einsum(
+                "ij,ij->i", Ksz @ state.correction, Ksz)
+            return (), (mean, np.maximum(var, 0.0))
+
+        _, (mean, var) = map_reduce(chunk, X_new.shape[0], default_chunk_size(X_new.shape[0], state.Z.shape[0]))
+        return mean, var
+
+    def noise_variance(self, X_new, noise_variance=None):
+        """Observation-noise variances at X_new, or None when they cannot be known."""
+        if noise_variance is not None:
+            nv = np.broadcast_to(np.asarray(noise_variance, dtype=float), (X_new.shape[0],))
+            if not np.all(np.isfinite(nv)) or np.any(nv < 0):
+                raise ValueError("predict: noise_variance must be finite and non-negative")
+            return nv
+        if getattr(self.model.likelihood, "known", False):
+            return None   # known training variances say nothing about new inputs
+        return self.model.likelihood.noise(self.values, "likelihood", X_new)
+
+    def predict(self, X_new, noise_variance=None):
+        """xarray.Dataset over dim ``obs``: f_mean, f_var, y_mean, y_var.
+
+        For ``HeteroscedasticGaussian(variance=...)`` (known training variances) y_var needs
+        ``noise_variance=`` at the new inputs and is left out otherwise.
+        """
+        X_new = validate_inputs(X_new, "X_new", self.n_features)
+        mean, var = self.predict_f(X_new)
+        data = {"f_mean": ("obs", mean), "f_var": ("obs", var), "y_mean": ("obs", mean)}
+        noise = self.noise_variance(X_new, noise_variance)
+        if noise is not None:
+            data["y_var"] = ("obs", var + noise)
+        return xr.Dataset(data, coords={"obs": np.arange(X_new.shape[0])},
+                          attrs={"inference": type(self.model.inference).__name__})
+
+    def to_inference_data(self, X_new, y_new, draws=1000, seed=0, chains=1):
+        """arviz.InferenceData at X_new, y_new (see :mod:`gpdsl.arviz_io`)."""
+        from .arviz_io import to_inference_data
+        return to_inference_data(self, X_new, y_new, draws=draws, seed=seed, chains=chains)
+
+    # -- xarray / netCDF ---------------------------------------------------------------------------
+    def to_xarray(self):
+        """xarray.Dataset: Z, q(u), the predictive cache, every hyperparameter, attrs."""
+        state = self.state
+        m, d = state.Z.shape
+        data = {
+            "Z": (("inducing", "feature"), state.Z),
+            "q_mean": ("inducing", state.q_mean),
+            "q_cov": (("inducing", "inducing_bis"), state.q_cov),
+            # Kept so that a loaded posterior predicts with the very same arithmetic.
+            "predictive_weights": ("inducing", state.weights),
+            "predictive_correction": (("inducing", "inducing_bis"), state.correction),
+        }
+        for name, value in self.values.items():
+            data[name] = (_hyper_dims(name, value, d), value)
+        from .spec import model_to_dict
+        attrs = {
+            "inference": type(self.model.inference).__name__,
+            "likelihood": self.model.likelihood.describe(),
+            "kernel": self.model.kernel.describe(),
+            "log_evidence": self.log_evidence,
+            "log_prior": self.log_prior,
+            "converged": int(self.converged),
+            "n_iterations": self.n_iterations,
+            "jitter": self.jitter,
+            "gpdsl_version": __version__,
+            "priors": json.dumps(self.priors),
+            "fixed": json.dumps(self.fixed),
+            "model_spec": json.dumps(model_to_dict(self.model)),
+        }
+        coords = {"inducing": np.arange(m), "inducing_bis": np.arange(m), "feature": np.arange(d)}
+        return xr.Dataset(data, coords=coords, attrs=attrs)
+
+    def save(self, path):
+        """Write the posterior to netCDF (xarray's writer, scipy backend: no extra dependency)."""
+        self.to_xarray().to_netcdf(path, engine="scipy")
+
+
+def _hyper_dims(name, value, n_features):
+    if value.ndim == 0:
+        return ()
+    if name.endswith("lengthscale") and value.shape == (n_features,):
+        return ("feature",)
+    return (name.rsplit(".", 1)[-1] + "_index",)
+
+
+def from_xarray(ds):
+    """Rebuild a working :class:`Posterior` from :meth:`Posterior.to_xarray` output."""
+    from .spec import model_from_dict
+    model = model_from_dict(json.loads(ds.attrs["model_spec"]))
+    state = PredictiveState(Z=ds["Z"].values, weights=ds["predictive_weights"].values,
+                            correction=ds["predictive_correction"].values,
+                            q_mean=ds["q_mean"].values, q_cov=ds["q_cov"].values)
+    skip = {"Z", "q_mean", "q_cov", "predictive_weights", "predictive_correction"}
+    values = {name: ds[name].values for name in ds.data_vars if name not in skip}
+    return Posterior(model=model, values=values, state=state, log_evidence=ds.attrs["log_evidence"],
+                     log_prior=ds.attrs["log_prior"], converged=bool(ds.attrs["converged"]),
+                     n_iterations=ds.attrs["n_iterations"], jitter=ds.attrs["jitter"],
+                     priors=json.loads(ds.attrs["priors"]), fixed=json.loads(ds.attrs["fixed"]))
+
+
+def load(path):
+    """Load a posterior written by :meth:`Posterior.save`."""
+    with xr.open_dataset(path, engine="scipy") as ds:
+        return from_xarray(ds.load())
