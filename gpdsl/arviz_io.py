@@ -15,7 +15,7 @@ from .linalg import cholesky
 from .model import validate_inputs, validate_targets
 
 
-def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=1):
+def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
     X_new = validate_inputs(X_new, "X_new", posterior.n_features)
     y_new = validate_targets(y_new, X_new.shape[0], "y_new")
     for name, v in (("draws", draws), ("chains", chains)):

@@ -79,8 +79,8 @@ class Posterior:
         return xr.Dataset(data, coords={"obs": np.arange(X_new.shape[0])},
                           attrs={"inference": type(self.model.inference).__name__})
 
-    def to_inference_data(self, X_new, y_new, draws=1000, seed=0, chains=1):
-        """arviz.InferenceData at X_new, y_new (see :mod:`gpdsl.arviz_io`)."""
+    def to_inference_data(self, X_new, y_new, draws=1000, seed=0, chains=4):
+        """arviz.InferenceData at X_new, y_new: ``chains`` x ``draws`` independent draws (see :mod:`gpdsl.arviz_io`)."""
         from .arviz_io import to_inference_data
         return to_inference_data(self, X_new, y_new, draws=draws, seed=seed, chains=chains)
 
