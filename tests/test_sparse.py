@@ -1,0 +1,111 @@
+"""VFE and FITC against dense O(N^3) formulas, the exact GP (Z = X) and GPML's apxSparse."""
+import numpy as np
+import pytest
+
+import gpdsl as gd
+import naive
+
+SE = gd.kernels.SquaredExponential
+
+
+def _model(inference, Z, kernel=None, likelihood=None, optimize_Z=False):
+    spec = gd.inducing.Optimized(Z) if optimize_Z else gd.inducing.Fixed(Z)
+    return gd.Model(kernel=kernel or SE(np.array([0.9, 1.5]), 1.2),
+                    likelihood=likelihood or gd.likelihoods.Gaussian(0.05),
+                    inducing=spec, inference=inference)
+
+
+@pytest.mark.parametrize("jitter", [0.0, 1e-4])
+@pytest.mark.parametrize("fitc", [False, True])
+def test_objective_and_posterior_match_dense(toy_regression, jitter, fitc):
+    X, y = toy_regression
+    Z = X[::4] + 0.05
+    inference = gd.inference.FITC(jitter=jitter) if fitc else gd.inference.VFE(jitter=jitter, chunk_size=7)
+    post = _model(inference, Z).fit(X, y, optimize=False)
+    ls, var, noise = np.array([0.9, 1.5]), 1.2, np.full(len(y), 0.05)
+    Kuu, Kuf = naive.kernel(Z, Z, ls, var, "se"), naive.kernel(Z, X, ls, var, "se")
+    kff = np.full(len(y), var)
+    dense = (naive.fitc_lml if fitc else naive.vfe_bound)(kff, Kuu, Kuf, noise, y, jitter)
+    assert post.log_evidence == pytest.approx(dense, rel=1e-10)
+    assert post.jitter == jitter
+    if fitc:
+        noise = kff - np.diag(naive.nystrom(Kuu, Kuf, jitter)[0]) + noise
+    mu, A, Kj = naive.titsias_qu(Kuu, Kuf, noise, y, jitter)
+    np.testing.assert_allclose(post.state.q_mean, mu, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(post.state.q_cov, A, rtol=1e-7, atol=1e-10)
+    Xs = np.random.default_rng(3).uniform(-3, 3, size=(6, 2))
+    mean, fvar = naive.sparse_predict(naive.kernel(Xs, Z, ls, var, "se"), np.full(6, var), Kj, mu, A)
+    pred = post.predict(Xs)
+    np.testing.assert_allclose(pred.f_mean, mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(pred.f_var, fvar, rtol=1e-7, atol=1e-10)
+
+
+def test_chunking_does_not_change_results(toy_regression):
+    X, y = toy_regression
+    Z = X[:8]
+    values = None
+    results = []
+    for chunk in (None, 1, 7, 13):
+        model = _model(gd.inference.VFE(chunk_size=chunk), Z, optimize_Z=True)
+        table = model.parameter_table(X, Z)
+        values = table.values()
+        Zv = values.pop("inducing.Z")
+        results.append(model.evaluate(values, X, y, Zv))
+    for r in results[1:]:
+        assert r.log_evidence == pytest.approx(results[0].log_evidence, rel=1e-12)
+        np.testing.assert_allclose(r.dZ, results[0].dZ, rtol=1e-9, atol=1e-12)
+
+
+def test_vfe_is_a_lower_bound(toy_regression):
+    X, y = toy_regression
+    exact = gd.Model(kernel=SE(np.array([0.9, 1.5]), 1.2), likelihood=gd.likelihoods.Gaussian(0.05)).fit(
+        X, y, optimize=False).log_evidence
+    rng = np.random.default_rng(7)
+    for m in (1, 3, 10, 25):
+        Z = rng.uniform(-3, 3, size=(m, 2))
+        bound = _model(gd.inference.VFE(), Z).fit(X, y, optimize=False).log_evidence
+        assert bound <= exact
+
+
+def test_vfe_with_Z_equal_X_equals_exact(toy_regression):
+    X, y = toy_regression
+    exact = gd.Model(kernel=SE(np.array([0.9, 1.5]), 1.2), likelihood=gd.likelihoods.Gaussian(0.05)).fit(
+        X, y, optimize=False)
+    vfe = _model(gd.inference.VFE(), X).fit(X, y, optimize=False)
+    assert vfe.log_evidence == pytest.approx(exact.log_evidence, rel=1e-6)
+    Xs = np.linspace(-3, 3, 5)[:, None].repeat(2, 1)
+    np.testing.assert_allclose(vfe.predict(Xs).f_mean, exact.predict(Xs).f_mean, rtol=1e-5, atol=1e-7)
+
+
+def test_method_equivalence_after_optimisation(toy_regression):
+    """GPflow's test_method_equivalence: VFE with Z = X optimises to the exact GP's hyperparameters."""
+    X, y = toy_regression
+    kernel, likelihood = SE(np.array([1.0, 1.0]), 1.0), gd.likelihoods.Gaussian(0.1)
+    exact = gd.Model(kernel=kernel, likelihood=likelihood).fit(X, y)
+    vfe = gd.Model(kernel=kernel, likelihood=likelihood, inducing=gd.inducing.Fixed(X),
+                   inference=gd.inference.VFE()).fit(X, y)
+    assert vfe.log_evidence == pytest.approx(exact.log_evidence, rel=1e-6)
+    for name, value in exact.values.items():
+        np.testing.assert_allclose(vfe.values[name], value, rtol=1e-3, err_msg=name)
+
+
+def test_gpml_sine_fitc(gpml):
+    ref = gpml("sine_infGaussLik_FITC_xu7.json")
+    res = ref["results"]
+    X, y = gd.datasets.sine(50, 0.1, 0)
+    Z = np.array(ref["sparse"]["xu"])[:, None]
+    model = _model(gd.inference.FITC(jitter=1e-6), Z, kernel=SE(1.0, 1.0),
+                   likelihood=gd.likelihoods.Gaussian(0.01), optimize_Z=True)
+    post = model.fit(X, y, optimize=False)
+    assert -post.log_evidence == pytest.approx(res["nlZ"], rel=1e-8)
+    pred = post.predict(np.array(ref["xs"])[:, None])
+    np.testing.assert_allclose(pred.f_mean, res["pred"]["fmu"], rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(pred.f_var, res["pred"]["fs2"], rtol=1e-8)
+    np.testing.assert_allclose(pred.y_var, res["pred"]["ys2"], rtol=1e-8)
+    table = model.parameter_table(X, Z)
+    values = table.values()
+    ev = model.evaluate(values, X, y, values.pop("inducing.Z"))
+    np.testing.assert_allclose(-ev.dZ[:, 0], res["dnlZ_xu"], rtol=1e-8)
+    assert -ev.grads["kernel.lengthscale"] == pytest.approx(res["dnlZ_cov"][0], rel=1e-8)
+    assert -2 * ev.grads["kernel.variance"] == pytest.approx(res["dnlZ_cov"][1], rel=1e-8)
+    assert -2 * 0.01 * ev.grads["likelihood.variance"] == pytest.approx(res["dnlZ_lik"], rel=1e-8)
