@@ -208,9 +208,12 @@ class _Objective:
         self.last = None
 
     def __call__(self, u):
-        values = self.table.unpack(u)
+        with np.errstate(over="ignore"):
+            values = self.table.unpack(u)
         Z = values.get("inducing.Z", self.Z0)
         try:
+            if not all(np.all(np.isfinite(v)) for v in values.values()):
+                raise FloatingPointError("a hyperparameter overflowed")
             ev = self.model.evaluate(values, self.X, self.y, Z)
         except (np.linalg.LinAlgError, FloatingPointError):
             # Numerically impossible point: tell the line search to step back.

@@ -1,0 +1,119 @@
+"""Model.fit: optimisation, fixed parameters, priors, restarts, progress and callbacks."""
+import warnings
+
+import numpy as np
+import pytest
+
+import gpdsl as gd
+
+SE = gd.kernels.SquaredExponential
+
+
+def _vfe(kernel=None, likelihood=None, inducing=None):
+    return gd.Model(kernel=kernel or SE(1.0, 1.0), likelihood=likelihood or gd.likelihoods.Gaussian(0.1),
+                    inducing=inducing or gd.inducing.KMeans(10, seed=0), inference=gd.inference.VFE())
+
+
+def test_fit_increases_evidence_and_reaches_stationary_point(toy_regression):
+    X, y = toy_regression
+    model = _vfe()
+    start = model.fit(X, y, optimize=False)
+    post = model.fit(X, y)
+    assert post.converged
+    assert post.log_evidence > start.log_evidence + 1.0
+    # At the optimum the log-space gradient vanishes (L-BFGS-B's pgtol is 1e-5).
+    table = model.parameter_table(X, start.state.Z)
+    ev = model.evaluate(post.values, X, y, post.state.Z)
+    assert np.max(np.abs(table.chain(post.values, ev.grads))) < 1e-3
+
+
+def test_fixed_by_name_and_by_wrapper(toy_regression):
+    X, y = toy_regression
+    post = _vfe().fit(X, y, fixed=("likelihood.variance",))
+    assert post.values["likelihood.variance"] == 0.1
+    assert "likelihood.variance" in post.fixed
+    post2 = _vfe(kernel=SE(1.0, gd.Fixed(2.0))).fit(X, y)
+    assert post2.values["kernel.variance"] == 2.0
+    assert post2.values["kernel.lengthscale"] != 1.0
+    with pytest.raises(ValueError, match=r"fixed names \['kernel.nope'\] are not hyperparameters"):
+        _vfe().fit(X, y, fixed=("kernel.nope",))
+
+
+def test_optimized_inducing_inputs_move_and_improve_bound(toy_regression):
+    X, y = toy_regression
+    fixed = _vfe(inducing=gd.inducing.Subsample(5, seed=1)).fit(X, y)
+    moved = _vfe(inducing=gd.inducing.Optimized(gd.inducing.Subsample(5, seed=1))).fit(X, y)
+    assert moved.log_evidence > fixed.log_evidence
+    assert not np.allclose(moved.state.Z, fixed.state.Z)
+
+
+def test_restarts_keep_the_best(toy_regression):
+    X, y = toy_regression
+    single = _vfe().fit(X, y)
+    multi = _vfe().fit(X, y, restarts=3, seed=1)
+    assert multi.log_evidence >= single.log_evidence - 1e-8
+
+
+def test_map_with_prior_differs_from_ml_and_is_recorded(toy_regression):
+    X, y = toy_regression
+    ml = _vfe().fit(X, y)
+    strong = gd.priors.LogNormal(np.log(5.0), 0.05)
+    post = _vfe(kernel=SE(lengthscale=strong, variance=1.0)).fit(X, y)
+    assert abs(post.values["kernel.lengthscale"] - 5.0) < abs(ml.values["kernel.lengthscale"] - 5.0)
+    assert "kernel.lengthscale" in post.priors
+    assert post.log_prior == pytest.approx(float(strong.log_density(post.values["kernel.lengthscale"])))
+    ds = post.to_xarray()
+    assert "LogNormal" in ds.attrs["priors"]
+    from scipy import stats
+    post_scipy = _vfe(kernel=SE(lengthscale=stats.lognorm(0.05, scale=5.0), variance=1.0)).fit(X, y)
+    np.testing.assert_allclose(post_scipy.values["kernel.lengthscale"], post.values["kernel.lengthscale"],
+                               rtol=1e-4)
+
+
+def test_progress_and_callback(toy_regression, capsys):
+    X, y = toy_regression
+    steps = []
+    post = _vfe().fit(X, y, progress=True, callback=steps.append)
+    out = capsys.readouterr().out
+    assert len(steps) == post.n_iterations > 0
+    assert [s["iteration"] for s in steps] == list(range(1, len(steps) + 1))
+    assert "objective" in out and "|grad|" in out
+    objectives = [s["objective"] for s in steps]
+    assert objectives[-1] == pytest.approx(-post.log_evidence, rel=1e-10)
+    assert all(b <= a + 1e-9 for a, b in zip(objectives, objectives[1:]))
+
+
+def test_non_convergence_warns_and_is_flagged(toy_regression):
+    X, y = toy_regression
+    with pytest.warns(gd.ConvergenceWarning, match="did not converge"):
+        post = _vfe().fit(X, y, max_iter=1)
+    assert not post.converged
+    assert post.to_xarray().attrs["converged"] == 0
+
+
+def test_heteroscedastic_polynomial_noise_recovers_growth():
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-3, 3, size=(300, 1))
+    true_var = 0.01 + 0.05 * X[:, 0] ** 2
+    y = np.sin(X[:, 0]) + np.sqrt(true_var) * rng.standard_normal(300)
+    hetero = gd.Model(kernel=SE(1.0, 1.0), likelihood=gd.likelihoods.HeteroscedasticGaussian(degree=2),
+                      inducing=gd.inducing.KMeans(15, seed=0), inference=gd.inference.VFE()).fit(X, y)
+    homo = _vfe(inducing=gd.inducing.KMeans(15, seed=0)).fit(X, y)
+    assert hetero.log_evidence > homo.log_evidence + 10
+    pred = hetero.predict(np.array([[0.0], [2.5]]))
+    noise = pred.y_var.values - pred.f_var.values
+    assert noise[1] > 5 * noise[0]
+
+
+def test_known_heteroscedastic_noise_needs_noise_variance_for_y(toy_regression):
+    X, y = toy_regression
+    lik = gd.likelihoods.HeteroscedasticGaussian(variance=np.full(len(y), 0.05))
+    post = gd.Model(kernel=SE(1.0, 1.0), likelihood=lik, inducing=gd.inducing.KMeans(8, seed=0),
+                    inference=gd.inference.VFE()).fit(X, y)
+    homo = _vfe(likelihood=gd.likelihoods.Gaussian(gd.Fixed(0.05)),
+                inducing=gd.inducing.KMeans(8, seed=0)).fit(X, y)
+    assert post.log_evidence == pytest.approx(homo.log_evidence, rel=1e-6)
+    pred = post.predict(X[:3])
+    assert "y_var" not in pred
+    pred = post.predict(X[:3], noise_variance=0.05)
+    np.testing.assert_allclose(pred.y_var - pred.f_var, 0.05)
