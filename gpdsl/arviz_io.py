@@ -25,7 +25,7 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
     if noise is None:
         raise ValueError("to_inference_data: the noise variance at X_new is unknown for known-variance "
                          "heteroscedastic likelihoods; use posterior.predict(noise_variance=...)")
-    mean, cov = _joint_predictive(posterior, X_new)
+    mean, cov = posterior.predict_f_full_cov(X_new)
     L, jitter = cholesky(cov, None, what="predictive covariance of f")
     rng = np.random.default_rng(seed)
     f = mean + rng.standard_normal((chains, draws, mean.size)) @ L.T
@@ -41,9 +41,6 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
         dims={"f": ["obs"], "y": ["obs"], "X": ["obs", "feature"]}, attrs=attrs)
 
 
-def _joint_predictive(posterior, X_new):
-    """Mean (n,) and full covariance (n, n) of f at X_new."""
-    kernel, state, values = posterior.model.kernel, posterior.state, posterior.values
-    Ksz = kernel.gram(values, "kernel", X_new, state.Z)
-    cov = kernel.gram(values, "kernel", X_new, X_new) - Ksz @ state.correction @ Ksz.T
-    return Ksz @ state.weights, 0.5 * (cov + cov.T)
+def summary(idata, **kwargs):
+    """``az.summary``: kept here so that no other module imports ArviZ."""
+    return az.summary(idata, **kwargs)

@@ -53,6 +53,14 @@ class Posterior:
         _, (mean, var) = map_reduce(chunk, X_new.shape[0], default_chunk_size(X_new.shape[0], state.Z.shape[0]))
         return mean, var
 
+    def predict_f_full_cov(self, X_new):
+        """Latent predictive mean (n,) and full covariance (n, n) at X_new (joint, for sampling and KL)."""
+        X_new = validate_inputs(X_new, "X_new", self.n_features)
+        kernel, state = self.model.kernel, self.state
+        Ksz = kernel.gram(self.values, "kernel", X_new, state.Z)
+        cov = kernel.gram(self.values, "kernel", X_new, X_new) - Ksz @ state.correction @ Ksz.T
+        return Ksz @ state.weights, 0.5 * (cov + cov.T)
+
     def noise_variance(self, X_new, noise_variance=None):
         """Observation-noise variances at X_new, or None when they cannot be known."""
         if noise_variance is not None:

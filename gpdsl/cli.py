@@ -1,0 +1,354 @@
+"""The ``gpdsl`` command line.
+
+``gpdsl run [MODEL.toml] [--out DIR]`` fits a model, prints its declaration, evidence, fitted
+hyperparameters, held-out metrics and an ArviZ summary, and writes the posterior (netCDF) and a
+plot (PNG) to DIR.  Without MODEL.toml it fits the built-in default model to embedded data
+(:func:`gpdsl.datasets.snelson_like`), so it needs no download.
+
+Bad input (a missing file, invalid TOML, an unknown component, a missing column, ...) prints one
+line ``gpdsl: error: <message>`` on stderr and exits with status 2; a numerical failure while
+fitting or a failure to write the outputs exits with status 1.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_OUT = "gpdsl_run"
+DEFAULT_POSTERIOR = "posterior.nc"
+DEFAULT_PLOT = "fit.png"
+DEFAULT_TEST_FRACTION = 0.2
+SPLIT_SEED = 0
+SUMMARY_POINTS = 10
+SUMMARY_DRAWS = 500
+_DATA_KEYS = {"path", "target", "features", "test_fraction", "seed"}
+_OUTPUT_KEYS = {"posterior", "plot"}
+
+
+class UsageError(Exception):
+    """Bad user input: reported as one line and exit status 2."""
+
+
+class RunError(Exception):
+    """A failure while running (numerical, writing files): one line and exit status 1."""
+
+
+# -- data ---------------------------------------------------------------------------------------
+def split(X, y, n_test, seed=SPLIT_SEED):
+    """Seeded random train / held-out split with ``n_test`` held-out rows."""
+    perm = np.random.default_rng(seed).permutation(X.shape[0])
+    test, train = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+    return X[train], y[train], X[test], y[test]
+
+
+def default_problem():
+    """The built-in model and the embedded data: 150 training and 50 held-out points."""
+    import gpdsl as gd
+
+    model = gd.Model(kernel=gd.kernels.SquaredExponential(1.0, 1.0),
+                     likelihood=gd.likelihoods.Gaussian(variance=0.1),
+                     inducing=gd.inducing.KMeans(15, seed=0),
+                     inference=gd.inference.VFE())
+    X, y = gd.datasets.snelson_like(n=200, seed=0)
+    return model, split(X, y, n_test=50), "gd.datasets.snelson_like(n=200, seed=0)"
+
+
+def load_table(data):
+    """(X, y, feature names, description) from the ``[data]`` table of a model file."""
+    from .datasets import _read_table
+
+    if not isinstance(data, dict) or not data:
+        raise UsageError("the model file has no [data] section (it needs path and target)")
+    unknown = sorted(set(data) - _DATA_KEYS)
+    if unknown:
+        raise UsageError(f"[data]: unknown keys {unknown}; known: {sorted(_DATA_KEYS)}")
+    for key in ("path", "target"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise UsageError(f"[data]: '{key}' must be given as a string")
+    path = Path(data["path"])
+    if not path.is_file():
+        raise UsageError(f"data file not found: {path}")
+    try:
+        header, table = _read_table(path)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UsageError(str(err) if str(path) in str(err) else f"{path}: {err}") from err
+    target = data["target"]
+    if target not in header:
+        raise UsageError(f"[data]: target column {target!r} not in {path}; columns: {', '.join(header)}")
+    features = data.get("features")
+    if features is None:
+        features = [h for h in header if h != target]
+    elif not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+        raise UsageError(f"[data]: features must be a list of column names, got {features!r}")
+    missing = [f for f in features if f not in header]
+    if missing:
+        raise UsageError(f"[data]: feature columns {missing} not in {path}; columns: {', '.join(header)}")
+    if target in features:
+        raise UsageError(f"[data]: the target column {target!r} is also listed in features")
+    if not features:
+        raise UsageError(f"[data]: {path} has no feature columns besides the target {target!r}")
+    if table.shape[0] == 0:
+        raise UsageError(f"{path}: no data rows")
+    X = table[:, [header.index(f) for f in features]]
+    y = table[:, header.index(target)]
+    return X, y, features, f"{path} (target {target!r}; features {', '.join(features)})"
+
+
+def held_out_size(data, n):
+    fraction = data.get("test_fraction", DEFAULT_TEST_FRACTION)
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
+        raise UsageError(f"[data]: test_fraction must be a number in [0, 1), got {fraction!r}")
+    n_test = int(round(fraction * n))
+    if n - n_test < 1:
+        raise UsageError(f"[data]: test_fraction {fraction} leaves no training rows out of {n}")
+    return n_test
+
+
+def fit_options(fit):
+    """Keyword arguments for Model.fit from the ``[fit]`` table (checked against its signature)."""
+    from .model import Model
+
+    if not isinstance(fit, dict):
+        raise UsageError(f"[fit] must be a table, got {fit!r}")
+    params = inspect.signature(Model.fit).parameters
+    allowed = sorted(name for name, p in params.items()
+                     if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "callback")
+    unknown = sorted(set(fit) - set(allowed))
+    if unknown:
+        raise UsageError(f"[fit]: unknown keys {unknown}; known: {allowed}")
+    options = dict(fit)
+    if isinstance(options.get("fixed"), list):
+        options["fixed"] = tuple(options["fixed"])
+    return options
+
+
+def output_names(output):
+    if not isinstance(output, dict):
+        raise UsageError(f"[output] must be a table, got {output!r}")
+    unknown = sorted(set(output) - _OUTPUT_KEYS)
+    if unknown:
+        raise UsageError(f"[output]: unknown keys {unknown}; known: {sorted(_OUTPUT_KEYS)}")
+    names = {"posterior": DEFAULT_POSTERIOR, "plot": DEFAULT_PLOT}
+    for key in _OUTPUT_KEYS & set(output):
+        if not isinstance(output[key], str) or not output[key]:
+            raise UsageError(f"[output]: {key} must be a file name, got {output[key]!r}")
+        names[key] = output[key]
+    return names
+
+
+def problem_from_toml(path):
+    """(model, (X, y, X_test, y_test), data description, fit options, output names)."""
+    from .spec import model_from_toml
+
+    try:
+        model, config = model_from_toml(path)
+    except FileNotFoundError as err:
+        raise UsageError(str(err)) from err
+    except (ValueError, TypeError) as err:
+        message = str(err)
+        raise UsageError(message if str(path) in message else f"{path}: {message}") from err
+    try:
+        data = config["data"]
+        X, y, _, description = load_table(data)
+        n_test = held_out_size(data, X.shape[0])
+        seed = data.get("seed", SPLIT_SEED)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise UsageError(f"[data]: seed must be an integer, got {seed!r}")
+        return (model, split(X, y, n_test, seed), description, fit_options(config["fit"]),
+                output_names(config["output"]))
+    except UsageError as err:
+        raise UsageError(f"{path}: {err}") from err
+
+
+# -- report ---------------------------------------------------------------------------------------
+def held_out_metrics(posterior, X_test, y_test):
+    """RMSE of y_mean and the mean negative log predictive density N(y | y_mean, y_var)."""
+    pred = posterior.predict(X_test)
+    mean = pred["y_mean"].values
+    metrics = {"RMSE": float(np.sqrt(np.mean((y_test - mean) ** 2)))}
+    if "y_var" in pred:
+        var = pred["y_var"].values
+        metrics["MNLPD"] = float(np.mean(0.5 * np.log(2.0 * np.pi * var) + 0.5 * (y_test - mean) ** 2 / var))
+    return metrics
+
+
+_EVIDENCE_KIND = {"Exact": "exact log marginal likelihood", "VFE": "collapsed variational bound",
+                  "FITC": "FITC approximate log marginal likelihood"}
+
+
+def _format_value(value):
+    value = np.asarray(value)
+    if value.ndim == 0:
+        return f"{float(value):.6g}"
+    return "[" + ", ".join(f"{v:.6g}" for v in value.ravel()) + "]"
+
+
+def report(posterior, X, X_test, y_test, data_description, wall_time):
+    model = posterior.model
+    inference = type(model.inference).__name__
+    print(f"data         {data_description}")
+    print(f"             {X.shape[0]} training / {X_test.shape[0]} held-out points, {X.shape[1]} feature(s)")
+    print("\nmodel")
+    for part in ("kernel", "likelihood", "inducing", "inference"):
+        print(f"  {part:<11} {getattr(model, part)!r}")
+
+    print("\nfit")
+    kind = _EVIDENCE_KIND.get(inference, "log evidence")
+    print(f"  log evidence     {posterior.log_evidence:.6g}  ({kind})")
+    if posterior.priors:
+        print(f"  log prior        {posterior.log_prior:.6g}")
+    state = "converged" if posterior.converged else "NOT converged"
+    print(f"  optimiser        {state} after {posterior.n_iterations} iteration(s)")
+    if model.inference.sparse:
+        print(f"  inducing points  {posterior.state.Z.shape[0]}")
+    else:
+        print(f"  inducing points  none ({inference} uses all {X.shape[0]} training points)")
+    print(f"  wall time        {wall_time:.3g} s")
+
+    print("\nhyperparameters")
+    width = max(len(name) for name in posterior.values) if posterior.values else 0
+    for name, value in posterior.values.items():
+        notes = []
+        if name in posterior.fixed:
+            notes.append("fixed")
+        if name in posterior.priors:
+            notes.append(f"prior {posterior.priors[name]}")
+        note = f"  ({'; '.join(notes)})" if notes else ""
+        print(f"  {name:<{width}}  {_format_value(value)}{note}")
+
+    if X_test.shape[0] == 0:
+        print("\nheld-out: none (test_fraction = 0)")
+        return
+    print(f"\nheld-out ({X_test.shape[0]} points)")
+    metrics = held_out_metrics(posterior, X_test, y_test)
+    print(f"  RMSE   {metrics['RMSE']:.6g}")
+    if "MNLPD" in metrics:
+        print(f"  MNLPD  {metrics['MNLPD']:.6g}  (mean negative log predictive density)")
+    else:
+        print("  MNLPD  not available (the noise variance at new inputs is unknown)")
+
+    k = min(SUMMARY_POINTS, X_test.shape[0])
+    try:
+        idata = posterior.to_inference_data(X_test[:k], y_test[:k], draws=SUMMARY_DRAWS, seed=0)
+    except ValueError as err:
+        print(f"\nArviZ summary skipped: {err}")
+        return
+    from .arviz_io import summary
+
+    chains = idata.posterior.sizes["chain"]
+    print(f"\nArviZ summary of f at the first {k} held-out points ({chains} chains x {SUMMARY_DRAWS} draws)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = summary(idata, var_names=["f"])
+    print(table.to_string())
+
+
+# -- commands -------------------------------------------------------------------------------------
+def run(args):
+    import gpdsl as gd
+
+    if args.model is None:
+        model, (X, y, X_test, y_test), description = default_problem()
+        options, names = {}, {"posterior": DEFAULT_POSTERIOR, "plot": DEFAULT_PLOT}
+        description += " (embedded)"
+    else:
+        model, (X, y, X_test, y_test), description, options, names = problem_from_toml(args.model)
+
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", gd.ConvergenceWarning)
+        try:
+            posterior = model.fit(X, y, **options)
+        except gd.NotPositiveDefiniteError as err:
+            raise RunError(f"fit failed: {err}") from err
+        except (ValueError, TypeError) as err:
+            raise UsageError(str(err) if args.model is None else f"{args.model}: {err}") from err
+    wall_time = time.perf_counter() - start
+    for w in caught:
+        if issubclass(w.category, gd.ConvergenceWarning):
+            print(f"gpdsl: warning: {w.message}", file=sys.stderr)
+
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunError(f"cannot create the output directory {out}: {err}") from err
+    report(posterior, X, X_test, y_test, description, wall_time)
+
+    print()
+    posterior_path = out / names["posterior"]
+    try:
+        posterior.save(posterior_path)
+    except OSError as err:
+        raise RunError(f"cannot write {posterior_path}: {err}") from err
+    print(f"wrote {posterior_path}")
+
+    from .plotting import plot_fit
+
+    plot_path = out / names["plot"]
+    try:
+        plot_fit(posterior, X, y, plot_path, X_test=X_test, y_test=y_test)
+    except ImportError as err:
+        print(f"gpdsl: note: plot skipped: {_one_line(err)}", file=sys.stderr)
+    except OSError as err:
+        raise RunError(f"cannot write {plot_path}: {err}") from err
+    else:
+        print(f"wrote {plot_path}")
+    return 0
+
+
+def build_parser():
+    from ._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="gpdsl", description="Fit sparse Gaussian-process models declared in TOML files.")
+    parser.add_argument("--version", action="version", version=f"gpdsl {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    run_parser = commands.add_parser(
+        "run", help="fit a model file (or the built-in default model) and write its posterior",
+        description="Fit MODEL.toml (without it: the built-in default model on embedded data), "
+                    "print a report and write the posterior (netCDF) and a plot (PNG) to --out.")
+    run_parser.add_argument("model", nargs="?", metavar="MODEL.toml",
+                            help="model file; omit to fit the default model on embedded data")
+    run_parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+                            help=f"output directory (default: ./{DEFAULT_OUT})")
+    run_parser.set_defaults(handler=run)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:      # --help, --version, or argparse's own usage error
+        return exit_.code if isinstance(exit_.code, int) else 2
+    try:
+        return args.handler(args)
+    except UsageError as err:
+        print(f"gpdsl: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except RunError as err:
+        print(f"gpdsl: error: {_one_line(err)}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (``gpdsl run | head``): stop quietly, as other command-line tools do.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
+
+
+def _one_line(err):
+    return " ".join(str(err).split())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

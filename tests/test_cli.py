@@ -1,0 +1,257 @@
+"""Tests for the ``gpdsl`` command line (gpdsl.cli) and gpdsl.plotting."""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpdsl as gd
+from gpdsl import cli
+from gpdsl.plotting import plot_fit
+
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+needs_matplotlib = pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib not installed")
+
+MODEL_TOML = """\
+[kernel]
+type = "SquaredExponential"
+lengthscale = 1.0
+variance = 1.0
+
+[likelihood]
+type = "Gaussian"
+variance = 0.1
+
+[inducing]
+type = "Subsample"
+m = 10
+seed = 0
+
+[inference]
+type = "VFE"
+
+[data]
+path = "sine.csv"
+target = "y"
+test_fraction = 0.25
+
+[fit]
+max_iter = 200
+restarts = 1
+seed = 3
+
+[output]
+posterior = "sine_posterior.nc"
+plot = "sine.png"
+"""
+
+
+def write_sine_csv(path, n=60, extra_column=False):
+    x = np.linspace(-3.0, 3.0, n)
+    y = np.sin(3.0 * x) + 0.1 * np.random.default_rng(0).standard_normal(n)
+    with open(path, "w") as fh:
+        fh.write("x,noise,y\n" if extra_column else "x,y\n")
+        for i, (xi, yi) in enumerate(zip(x, y)):
+            fh.write(f"{xi:.17g},{i % 7},{yi:.17g}\n" if extra_column else f"{xi:.17g},{yi:.17g}\n")
+    return x, y
+
+
+def write_model(tmp_path, text=MODEL_TOML, name="model.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def assert_one_line_error(capsys, *fragments):
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("gpdsl: error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert "Traceback" not in captured.err + captured.out
+
+
+# -- the default job -----------------------------------------------------------------------------
+def test_default_run(tmp_path, capsys):
+    assert cli.main(["run", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for text in ("SquaredExponential", "KMeans", "VFE", "log evidence", "kernel.lengthscale",
+                 "likelihood.variance", "RMSE", "MNLPD", "inducing points  15",
+                 "150 training / 50 held-out", "wall time", "r_hat", "f[9]"):
+        assert text in out, text
+    assert "f[10]" not in out
+    assert (tmp_path / "posterior.nc").is_file()
+    assert (tmp_path / "fit.png").is_file() == HAS_MATPLOTLIB
+
+    # The saved posterior predicts exactly as the same fit done in-process.
+    loaded = gd.load(tmp_path / "posterior.nc")
+    model, (X, y, X_test, y_test), _ = cli.default_problem()
+    assert X.shape == (150, 1) and X_test.shape == (50, 1)
+    pred = loaded.predict(X_test)
+    for name in ("f_mean", "f_var", "y_mean", "y_var"):
+        assert np.all(np.isfinite(pred[name].values))
+    expected = model.fit(X, y).predict(X_test)
+    np.testing.assert_allclose(pred["y_mean"].values, expected["y_mean"].values, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(pred["y_var"].values, expected["y_var"].values, rtol=1e-10, atol=1e-12)
+
+
+def test_default_split_is_fixed_and_disjoint():
+    _, (X1, y1, T1, t1), _ = cli.default_problem()
+    _, (X2, y2, T2, t2), _ = cli.default_problem()
+    np.testing.assert_array_equal(X1, X2)
+    np.testing.assert_array_equal(t1, t2)
+    X, _ = gd.datasets.snelson_like(n=200, seed=0)
+    assert sorted(np.concatenate([X1[:, 0], T1[:, 0]])) == sorted(X[:, 0])
+
+
+def test_missing_matplotlib_skips_plot(tmp_path, capsys, monkeypatch):
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)    # makes `import` raise ImportError
+    assert cli.main(["run", "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "pip install gpdsl[plot]" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+    assert (tmp_path / "posterior.nc").is_file()
+    assert not (tmp_path / "fit.png").exists()
+
+
+def test_plot_fit_needs_matplotlib(tmp_path, monkeypatch):
+    X, y = gd.datasets.sine(n=20)
+    post = gd.Model(gd.kernels.SquaredExponential(), gd.likelihoods.Gaussian(0.1)).fit(X, y, optimize=False)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(ImportError, match=r"pip install gpdsl\[plot\]"):
+        plot_fit(post, X, y, tmp_path / "x.png")
+
+
+def test_python_dash_m(tmp_path):
+    # Run the package that this test imported, installed or not.
+    root = str(Path(gd.__file__).resolve().parents[1])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "gpdsl", "run", "--out", str(out)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "log evidence" in proc.stdout
+    assert (out / "posterior.nc").is_file()
+    assert proc.stderr == ""
+
+
+# -- model files ---------------------------------------------------------------------------------
+def test_toml_run(tmp_path, capsys):
+    write_sine_csv(tmp_path / "sine.csv")
+    model_path = write_model(tmp_path)
+    out = tmp_path / "out"
+    assert cli.main(["run", str(model_path), "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert "45 training / 15 held-out" in stdout
+    assert "Subsample" in stdout and "inducing points  10" in stdout
+    assert (out / "sine_posterior.nc").is_file()
+    assert (out / "sine.png").is_file() == HAS_MATPLOTLIB
+    post = gd.load(out / "sine_posterior.nc")
+    assert np.all(np.isfinite(post.predict(np.linspace(-3, 3, 7)[:, None])["y_mean"].values))
+
+
+def test_toml_features_fixed_exact_no_test(tmp_path, capsys):
+    write_sine_csv(tmp_path / "data.csv", extra_column=True)
+    text = """\
+[kernel]
+type = "Matern52"
+[likelihood]
+type = "Gaussian"
+variance = 0.05
+[data]
+path = "data.csv"
+target = "y"
+features = ["x"]
+test_fraction = 0
+[fit]
+fixed = ["likelihood.variance"]
+"""
+    assert cli.main(["run", str(write_model(tmp_path, text)), "--out", str(tmp_path / "o")]) == 0
+    stdout = capsys.readouterr().out
+    assert "60 training / 0 held-out points, 1 feature(s)" in stdout
+    assert "likelihood.variance  0.05  (fixed)" in stdout
+    assert "none (Exact uses all 60 training points)" in stdout
+    assert gd.load(tmp_path / "o" / "posterior.nc").values["likelihood.variance"] == pytest.approx(0.05)
+
+
+@needs_matplotlib
+def test_plot_several_features(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (40, 2))
+    y = np.sin(X[:, 0]) + X[:, 1] + 0.1 * rng.standard_normal(40)
+    model = gd.Model(gd.kernels.SquaredExponential([1.0, 1.0]), gd.likelihoods.Gaussian(0.1),
+                     gd.inducing.KMeans(8), gd.inference.FITC())
+    post = model.fit(X[:30], y[:30])
+    for kwargs in ({}, {"X_test": X[30:], "y_test": y[30:]}):
+        path = tmp_path / f"p{len(kwargs)}.png"
+        assert plot_fit(post, X[:30], y[:30], path, **kwargs) == path
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- bad input -----------------------------------------------------------------------------------
+def test_missing_model_file(tmp_path, capsys):
+    assert cli.main(["run", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, "model file not found", "nope.toml")
+    assert not (tmp_path / "o").exists()
+
+
+def test_unknown_kernel_type(tmp_path, capsys):
+    write_sine_csv(tmp_path / "sine.csv")
+    path = write_model(tmp_path, MODEL_TOML.replace('"SquaredExponential"', '"Gaussianish"'))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, "kernel: unknown type 'Gaussianish'", "SquaredExponential")
+
+
+def test_missing_target_column(tmp_path, capsys):
+    write_sine_csv(tmp_path / "sine.csv")
+    path = write_model(tmp_path, MODEL_TOML.replace('target = "y"', 'target = "z"'))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, "target column 'z'", "columns: x, y")
+
+
+def test_missing_feature_column(tmp_path, capsys):
+    write_sine_csv(tmp_path / "sine.csv")
+    path = write_model(tmp_path, MODEL_TOML.replace('target = "y"', 'target = "y"\nfeatures = ["x", "w"]'))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, "feature columns ['w']")
+
+
+def test_bad_toml(tmp_path, capsys):
+    path = write_model(tmp_path, "[kernel\ntype = 'SquaredExponential'\n")
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, "not valid TOML")
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (('path = "sine.csv"', 'path = "missing.csv"'), "data file not found"),
+    (("[fit]", "[fit]\nbogus = 1"), "[fit]: unknown keys ['bogus']"),
+    (("test_fraction = 0.25", "test_fraction = 1.5"), "test_fraction must be a number in [0, 1)"),
+    (("m = 10", "m = 100"), "larger than the N = 45 training points"),
+    (("[output]", "[output]\nformat = 'x'"), "[output]: unknown keys ['format']"),
+])
+def test_bad_config(tmp_path, capsys, edit, fragment):
+    write_sine_csv(tmp_path / "sine.csv")
+    path = write_model(tmp_path, MODEL_TOML.replace(*edit))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, fragment)
+
+
+def test_no_data_section(tmp_path, capsys):
+    path = write_model(tmp_path, MODEL_TOML.split("[data]")[0])
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, "no [data] section")
+
+
+def test_usage_errors(capsys):
+    assert cli.main([]) == 2
+    assert "usage: gpdsl" in capsys.readouterr().err
+    assert cli.main(["run", "--bogus"]) == 2
+    assert "unrecognized arguments" in capsys.readouterr().err
+    assert cli.main(["--version"]) == 0
+    assert gd.__version__ in capsys.readouterr().out
