@@ -62,7 +62,7 @@ def default_problem():
 
 def load_table(data):
     """(X, y, feature names, description) from the ``[data]`` table of a model file."""
-    from .datasets import _read_table
+    from .datasets import read_table
 
     if not isinstance(data, dict) or not data:
         raise UsageError("the model file has no [data] section (it needs path and target)")
@@ -76,7 +76,7 @@ def load_table(data):
     if not path.is_file():
         raise UsageError(f"data file not found: {path}")
     try:
-        header, table = _read_table(path)
+        header, table = read_table(path)
     except (ValueError, UnicodeDecodeError) as err:
         raise UsageError(str(err) if str(path) in str(err) else f"{path}: {err}") from err
     target = data["target"]

@@ -26,6 +26,7 @@ __all__ = [
     "platform",
     "sine",
     "data_home",
+    "read_table",
     "load_csv",
     "load_split",
 ]
@@ -333,7 +334,7 @@ def _dataset_dir(func, name, data_home_):
     return folder
 
 
-def _read_table(path):
+def read_table(path):
     """Header names and a float64 array of the rows of a numeric CSV file."""
     # utf-8-sig drops a byte-order mark that would otherwise stick to the first name.
     with open(path, newline="", encoding="utf-8-sig") as fh:
@@ -391,7 +392,7 @@ def load_csv(name, data_home=None, target="y"):
             raise FileNotFoundError(f"load_csv: no such file {str(path)!r}")
     else:
         path = _dataset_dir("load_csv", name, data_home) / f"{name}.csv"
-    header, data = _read_table(path)
+    header, data = read_table(path)
     if target not in header:
         raise ValueError(
             f"load_csv: target column {target!r} not in {str(path)!r}; columns: {', '.join(header)}"
