@@ -1,8 +1,9 @@
 """Prior covariance functions (``gd.kernels``).
 
-Kernels are frozen dataclasses validated on construction.  Numerical work is delegated to the
-jitted layer :mod:`gpdsl._jit.covariance`; this module only resolves the current hyperparameter
-values (a dict ``name -> ndarray`` keyed ``"<prefix>.<field>"``) and handles composition.
+Kernels are frozen dataclasses validated on construction.  Distances go through a BLAS cross
+term, profile values through NumPy's vectorised exp, and the fused elementwise sweep of the
+gradient through the jitted :func:`gpdsl._jit.covariance.slope_adjoint`.  Hyperparameter values
+come in as a dict ``name -> ndarray`` keyed ``"<prefix>.<field>"``.
 
 A scalar ``lengthscale`` is isotropic (one hyperparameter); an array of length D is ARD (one
 per input feature).  ``variance`` is the signal variance sf^2.
@@ -25,8 +26,8 @@ class Kernel:
     * ``entries(prefix, dim, fixed_names)`` -> list of :class:`gpdsl.parameters.Entry`
     * ``gram(values, prefix, X1, X2)`` -> (n1, n2) covariance
     * ``diag(values, prefix, X)`` -> (n,) prior variances
-    * ``vjp(values, prefix, X1, X2, G)`` -> (dict of d/d natural values, d/dX1 (n1, D)),
-      the contraction sum_ij G_ij dK_ij/d(.)
+    * ``vjp(values, prefix, X1, X2, G, K=None)`` -> (dict of d/d natural values, d/dX1 (n1, D)),
+      the contraction sum_ij G_ij dK_ij/d(.); ``K`` optionally passes gram(X1, X2)
     * ``diag_vjp(values, prefix, X, g)`` -> dict, the contraction sum_i g_i d diag_i/d(.)
     """
 
@@ -68,16 +69,55 @@ class Stationary(Kernel):
         ls = np.asarray(values[f"{prefix}.lengthscale"], dtype=float)
         return np.broadcast_to(ls, (dim,)).astype(float), float(values[f"{prefix}.variance"])
 
+    def _scaled_sqdist(self, X1, X2, ls):
+        """r2 (n1, n2) by the BLAS cross term |a|^2 - 2 a.b + |b|^2 on inputs centred at the
+        mean of X1 (centring keeps the cancellation error at eps * spread, not eps * |x|^2)."""
+        centre = X1.mean(axis=0)
+        A = (X1 - centre) / ls
+        B = (X2 - centre) / ls
+        r2 = A @ B.T
+        r2 *= -2.0
+        r2 += np.einsum("ij,ij->i", A, A)[:, None]
+        r2 += np.einsum("ij,ij->i", B, B)[None, :]
+        return np.maximum(r2, 0.0, out=r2)
+
+    def _profile(self, r2):
+        """Unit-variance profile p(r2) with NumPy's vectorised exp (a new array)."""
+        if self.profile == _cov.SQUARED_EXPONENTIAL:
+            p = np.multiply(r2, -0.5)
+            return np.exp(p, out=p)
+        root = np.sqrt(3.0) if self.profile == _cov.MATERN32 else np.sqrt(5.0)
+        r = np.sqrt(r2) * root                      # sqrt(3) r or sqrt(5) r
+        p = np.exp(-r)
+        poly = 1.0 + r if self.profile == _cov.MATERN32 else 1.0 + r + r * r / 3.0
+        return np.multiply(poly, p, out=p)
+
     def gram(self, values, prefix, X1, X2):
         ls, var = self._unpack(values, prefix, X1.shape[1])
-        return _cov.cross_covariance(X1, X2, ls, var, self.profile)
+        K = self._profile(self._scaled_sqdist(X1, X2, ls))
+        K *= var
+        return K
 
     def diag(self, values, prefix, X):
         return np.full(X.shape[0], float(values[f"{prefix}.variance"]))
 
-    def vjp(self, values, prefix, X1, X2, G):
+    def vjp(self, values, prefix, X1, X2, G, K=None):
+        """``K`` may pass gram(X1, X2) when the caller already has it (saves the exp)."""
         ls, var = self._unpack(values, prefix, X1.shape[1])
-        d_ls, d_var, d_X1 = _cov.covariance_vjp(X1, X2, np.ascontiguousarray(G), ls, var, self.profile)
+        r2 = self._scaled_sqdist(X1, X2, ls)
+        if K is None:
+            K = self._profile(r2)
+            K *= var
+        S, d_var = _cov.slope_adjoint(r2, K, np.ascontiguousarray(G), var, self.profile)
+        # dr2_ij/dx1_id = 2 (x1_id - x2_jd) / ls_d^2 and dr2_ij/dls_d = -2 (x1_id - x2_jd)^2 / ls_d^3:
+        # contract S with them through row/column sums and one thin product S @ X2.
+        centre = X1.mean(axis=0)
+        A1, A2 = X1 - centre, X2 - centre
+        row, col = S.sum(axis=1), S.sum(axis=0)
+        SA2 = S @ A2
+        inv_ls2 = 1.0 / (ls * ls)
+        d_X1 = 2.0 * (A1 * row[:, None] - SA2) * inv_ls2
+        d_ls = -2.0 * inv_ls2 / ls * (row @ (A1 * A1) - 2.0 * np.einsum("ij,ij->j", A1, SA2) + col @ (A2 * A2))
         if not self.ard:
             d_ls = np.array(d_ls.sum())
         return {f"{prefix}.lengthscale": d_ls, f"{prefix}.variance": np.array(d_var)}, d_X1
@@ -139,7 +179,7 @@ class Sum(_Composite):
     def diag(self, values, prefix, X):
         return sum(k.diag(values, p, X) for k, p in self._parts(prefix))
 
-    def vjp(self, values, prefix, X1, X2, G):
+    def vjp(self, values, prefix, X1, X2, G, K=None):
         grads, d_X1 = {}, np.zeros(X1.shape)
         for k, p in self._parts(prefix):
             g, dx = k.vjp(values, p, X1, X2, G)
@@ -164,7 +204,7 @@ class Product(_Composite):
     def diag(self, values, prefix, X):
         return np.prod([k.diag(values, p, X) for k, p in self._parts(prefix)], axis=0)
 
-    def vjp(self, values, prefix, X1, X2, G):
+    def vjp(self, values, prefix, X1, X2, G, K=None):
         parts = self._parts(prefix)
         mats = [k.gram(values, p, X1, X2) for k, p in parts]
         grads, d_X1 = {}, np.zeros(X1.shape)
