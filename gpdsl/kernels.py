@@ -104,10 +104,13 @@ class Stationary(Kernel):
     def vjp(self, values, prefix, X1, X2, G, K=None):
         """``K`` may pass gram(X1, X2) when the caller already has it (saves the exp)."""
         ls, var = self._unpack(values, prefix, X1.shape[1])
-        r2 = self._scaled_sqdist(X1, X2, ls)
-        if K is None:
-            K = self._profile(r2)
-            K *= var
+        if K is not None and self.profile == _cov.SQUARED_EXPONENTIAL:
+            r2 = K      # the SE slope is -K/2: slope_adjoint never reads r2, skip the cross term
+        else:
+            r2 = self._scaled_sqdist(X1, X2, ls)
+            if K is None:
+                K = self._profile(r2)
+                K *= var
         S, d_var = _cov.slope_adjoint(r2, K, np.ascontiguousarray(G), var, self.profile)
         # dr2_ij/dx1_id = 2 (x1_id - x2_jd) / ls_d^2 and dr2_ij/dls_d = -2 (x1_id - x2_jd)^2 / ls_d^3:
         # contract S with them through row/column sums and one thin product S @ X2.
