@@ -2,8 +2,8 @@
 
 ``to_inference_data`` draws the latent function at the given inputs from the Gaussian
 approximate posterior (jointly, with the full predictive covariance), adds observation noise
-for ``posterior_predictive``, and records the pointwise Gaussian log-likelihood of the given
-targets for ``az.loo`` / ``az.waic`` / ``az.compare``.
+for ``posterior_predictive``, and records the pointwise log-likelihood of the given
+targets for ``az.loo`` / ``az.waic`` / ``az.compare`` (Gaussian, Bernoulli or Poisson).
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import arviz as az
 import numpy as np
 from scipy import stats
 
+from .likelihoods import Bernoulli
 from .linalg import cholesky
 from .model import validate_inputs, validate_targets
 
@@ -21,16 +22,23 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
     for name, v in (("draws", draws), ("chains", chains)):
         if not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"to_inference_data: {name} must be a positive integer, got {v!r}")
-    noise = posterior.noise_variance(X_new)
-    if noise is None:
-        raise ValueError("to_inference_data: the noise variance at X_new is unknown for known-variance "
-                         "heteroscedastic likelihoods; use posterior.predict(noise_variance=...)")
+    likelihood = posterior.model.likelihood
+    y_new = likelihood.prepare_targets(y_new)
+    if posterior.gaussian:
+        noise = posterior.noise_variance(X_new)
+        if noise is None:
+            raise ValueError("to_inference_data: the noise variance at X_new is unknown for known-variance "
+                             "heteroscedastic likelihoods; use posterior.predict(noise_variance=...)")
     mean, cov = posterior.predict_f_full_cov(X_new)
     L, jitter = cholesky(cov, None, what="predictive covariance of f")
     rng = np.random.default_rng(seed)
     f = mean + rng.standard_normal((chains, draws, mean.size)) @ L.T
-    y_rep = f + np.sqrt(noise) * rng.standard_normal(f.shape)
-    log_lik = stats.norm.logpdf(y_new, loc=f, scale=np.sqrt(noise))
+    if posterior.gaussian:
+        y_rep = f + np.sqrt(noise) * rng.standard_normal(f.shape)
+        log_lik = stats.norm.logpdf(y_new, loc=f, scale=np.sqrt(noise))
+    else:
+        y_rep = _sample_observations(likelihood, posterior.values, f, rng)
+        log_lik = likelihood.log_density(posterior.values, "likelihood", y_new, f)
     hyper = {name.replace(".", "_"): v for name, v in posterior.values.items()}
     attrs = {"inference": type(posterior.model.inference).__name__,
              "log_evidence": posterior.log_evidence, "sampling_jitter": jitter}
@@ -39,6 +47,14 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
         observed_data={"y": y_new}, constant_data={"X": X_new, **hyper},
         coords={"obs": np.arange(X_new.shape[0]), "feature": np.arange(X_new.shape[1])},
         dims={"f": ["obs"], "y": ["obs"], "X": ["obs", "feature"]}, attrs=attrs)
+
+
+def _sample_observations(likelihood, values, f, rng):
+    """Draws of y given draws of f: +-1 labels for Bernoulli, counts for Poisson (rate f^2)."""
+    if isinstance(likelihood, Bernoulli):
+        p = np.exp(likelihood.log_density(values, "likelihood", np.ones_like(f), f))
+        return np.where(rng.uniform(size=f.shape) < p, 1.0, -1.0)
+    return rng.poisson(f * f).astype(float)
 
 
 def summary(idata, **kwargs):

@@ -206,7 +206,7 @@ def report(posterior, X, X_test, y_test, data_description, wall_time):
         print(f"  log prior        {posterior.log_prior:.6g}")
     state = "converged" if posterior.converged else "NOT converged"
     print(f"  optimiser        {state} after {posterior.n_iterations} iteration(s)")
-    if model.inference.sparse:
+    if model.sparse:
         print(f"  inducing points  {posterior.state.Z.shape[0]}")
     else:
         print(f"  inducing points  none ({inference} uses all {X.shape[0]} training points)")

@@ -21,7 +21,10 @@ class Exact:
     (the noise variance usually makes it unnecessary)."""
 
     jitter: float | None = None
-    sparse = False
+    inducing_rule = "forbidden"
+
+    def method_options(self):
+        return {"jitter": self.jitter}
 
     def __post_init__(self):
         check_jitter("Exact", self.jitter)
@@ -37,7 +40,10 @@ class VFE:
 
     jitter: float | None = None
     chunk_size: int | None = None
-    sparse = True
+    inducing_rule = "required"
+
+    def method_options(self):
+        return {"jitter": self.jitter, "chunk_size": self.chunk_size}
 
     def __post_init__(self):
         check_jitter("VFE", self.jitter)
@@ -50,13 +56,71 @@ class FITC:
 
     jitter: float | None = None
     chunk_size: int | None = None
-    sparse = True
+    inducing_rule = "required"
+
+    def method_options(self):
+        return {"jitter": self.jitter, "chunk_size": self.chunk_size}
 
     def __post_init__(self):
         check_jitter("FITC", self.jitter)
         _check_chunk("FITC", self.chunk_size)
 
 
-INFERENCE = {cls.__name__: cls for cls in (Exact, VFE, FITC)}
+SCHEDULES = ("sequential", "parallel")
 
-__all__ = ["Exact", "VFE", "FITC", "INFERENCE"]
+
+@dataclass(frozen=True)
+class _SiteInference:
+    """Options shared by EP and QP (they differ only in the site projection).
+
+    ``damping``: weight kept on the old site parameters in each update (0 = undamped); it is
+    raised automatically when the site changes oscillate.  ``max_sweeps``: sweeps per EP run.
+    ``tol``: convergence when the largest change of a site parameter in a sweep is below it.
+    ``schedule``: ``"sequential"`` (one site at a time, rank-1 updates, as Naish-Guzman &
+    Holden section 3) or ``"parallel"`` (all sites from the current marginals, then one
+    refresh).  Without an inducing spec the dense O(N^3) EP runs; with one, FITC-EP.
+    """
+
+    damping: float = 0.0
+    max_sweeps: int = 200
+    tol: float = 1e-8
+    schedule: str = "sequential"
+    jitter: float | None = None
+    chunk_size: int | None = None
+    inducing_rule = "optional"
+
+    def method_options(self):
+        return {"spec": self}
+
+    def __post_init__(self):
+        name = type(self).__name__
+        if not (isinstance(self.damping, (int, float)) and 0.0 <= self.damping < 1.0):
+            raise ValueError(f"{name}: damping must be in [0, 1), got {self.damping!r}")
+        if isinstance(self.max_sweeps, bool) or not isinstance(self.max_sweeps, int) or self.max_sweeps < 1:
+            raise ValueError(f"{name}: max_sweeps must be a positive integer, got {self.max_sweeps!r}")
+        if not (isinstance(self.tol, (int, float)) and self.tol > 0):
+            raise ValueError(f"{name}: tol must be a positive number, got {self.tol!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"{name}: schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        check_jitter(name, self.jitter)
+        _check_chunk(name, self.chunk_size)
+
+
+@dataclass(frozen=True)
+class EP(_SiteInference):
+    """Expectation propagation: sites by moment matching (KL projection)."""
+
+    quantile = False
+
+
+@dataclass(frozen=True)
+class QP(_SiteInference):
+    """Quantile propagation (Zhang et al. 2020): the EP mean and the L2-Wasserstein standard
+    deviation sigma* = int phi(Phi^-1(F(f))) df of the tilted distribution (eq. 7)."""
+
+    quantile = True
+
+
+INFERENCE = {cls.__name__: cls for cls in (Exact, VFE, FITC, EP, QP)}
+
+__all__ = ["Exact", "VFE", "FITC", "EP", "QP", "INFERENCE"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
 
 from .parameters import check_hyperparameter, declared_value, entry
 
@@ -16,6 +17,7 @@ from .parameters import check_hyperparameter, declared_value, entry
 def _check_real_targets(owner, y):
     if not np.all(np.isfinite(y)):
         raise ValueError(f"{owner}: y must be finite (no NaN or inf)")
+    return y
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,9 @@ class Gaussian:
     def entries(self, prefix, X, fixed_names=()):
         return [entry(f"{prefix}.variance", self.variance, fixed_names=fixed_names)]
 
-    def validate_targets(self, y):
-        _check_real_targets("Gaussian", y)
+    def prepare_targets(self, y):
+        """Validated targets (unchanged)."""
+        return _check_real_targets("Gaussian", y)
 
     def noise(self, values, prefix, X):
         return np.full(X.shape[0], float(values[f"{prefix}.variance"]))
@@ -103,8 +106,8 @@ class HeteroscedasticGaussian:
                              f"for degree {self.degree} and {dim} features, got {coef.shape}")
         return [entry(f"{prefix}.coefficients", self.coefficients, positive=False, fixed_names=fixed_names)]
 
-    def validate_targets(self, y):
-        _check_real_targets("HeteroscedasticGaussian", y)
+    def prepare_targets(self, y):
+        return _check_real_targets("HeteroscedasticGaussian", y)
 
     def noise(self, values, prefix, X):
         if self.known:
@@ -121,6 +124,108 @@ class HeteroscedasticGaussian:
         return "HeteroscedasticGaussian(known)" if self.known else f"HeteroscedasticGaussian(degree={self.degree})"
 
 
-LIKELIHOODS = {cls.__name__: cls for cls in (Gaussian, HeteroscedasticGaussian)}
+# Codes of the site projections compiled into the EP/QP sweep (gpdsl._jit.projections).
+PROBIT, POISSON_SQUARE = 0, 1
 
-__all__ = ["Gaussian", "HeteroscedasticGaussian", "LIKELIHOODS"]
+
+@dataclass(frozen=True)
+class Bernoulli:
+    """Binary labels through a link: p(y | f) = Phi(y (f + bias)) for ``link="probit"``
+    (Naish-Guzman & Holden eq. 4; the bias beta is a learnable, unconstrained hyperparameter)
+    or sigma(y f) for ``link="logit"``.  Labels may be {0, 1}, {-1, +1} or bool."""
+
+    link: str = "probit"
+    bias: object = 0.0
+
+    def __post_init__(self):
+        if self.link not in ("probit", "logit"):
+            raise ValueError(f"Bernoulli: link must be 'probit' or 'logit', got {self.link!r}")
+        check_hyperparameter("Bernoulli", "bias", self.bias, positive=False, ndim_max=0)
+
+    projection = PROBIT
+
+    def entries(self, prefix, X, fixed_names=()):
+        return [entry(f"{prefix}.bias", self.bias, positive=False, fixed_names=fixed_names)]
+
+    def prepare_targets(self, y):
+        """Labels as float +-1; raises unless y holds exactly two classes coded 0/1, -1/+1 or bool."""
+        values = set(np.unique(y).tolist())
+        if not values <= {-1.0, 1.0} and not values <= {0.0, 1.0}:
+            raise ValueError(f"Bernoulli: y must be binary, coded {{0, 1}}, {{-1, +1}} or bool; "
+                             f"got values {sorted(values)[:6]}")
+        return np.where(y > 0, 1.0, -1.0)
+
+    def bias_value(self, values, prefix):
+        return float(values[f"{prefix}.bias"])
+
+    def predictive(self, values, prefix, f_mean, f_var):
+        """p(y* = +1) = E[p(+1 | f*)] under N(f_mean, f_var): closed form for the probit
+        (Naish-Guzman & Holden 3.1), 40-point Gauss-Hermite quadrature for the logit."""
+        if self.link == "probit":
+            return {"p": special.ndtr((f_mean + self.bias_value(values, prefix)) / np.sqrt(1.0 + f_var))}
+        nodes, weights = np.polynomial.hermite_e.hermegauss(40)
+        f = f_mean[:, None] + np.sqrt(f_var)[:, None] * nodes[None, :]
+        return {"p": special.expit(f) @ weights / np.sqrt(2.0 * np.pi)}
+
+    def log_density(self, values, prefix, y, f):
+        """log p(y | f) for labels y in {-1, +1}, elementwise."""
+        if self.link == "probit":
+            return special.log_ndtr(y * (f + self.bias_value(values, prefix)))
+        return -np.logaddexp(0.0, -y * f)
+
+    def describe(self):
+        return f"Bernoulli({self.link})"
+
+
+@dataclass(frozen=True)
+class Poisson:
+    """Counts with rate f^2 (``link="square"``, QP paper Appendix C.2): p(y | f) = f^(2y) e^(-f^2) / y!."""
+
+    link: str = "square"
+
+    def __post_init__(self):
+        if self.link != "square":
+            raise ValueError(f"Poisson: link must be 'square', got {self.link!r}")
+
+    projection = POISSON_SQUARE
+
+    def entries(self, prefix, X, fixed_names=()):
+        return []
+
+    def prepare_targets(self, y):
+        if np.any(y < 0) or np.any(y != np.round(y)):
+            raise ValueError("Poisson: y must hold non-negative integer counts")
+        return y
+
+    def bias_value(self, values, prefix):
+        return 0.0
+
+    @staticmethod
+    def negative_binomial(f_mean, f_var):
+        """Shape k and scale c of the Gamma law matched to g = f^2 (QP paper Appendix H, eq. 119)."""
+        m2 = f_mean * f_mean
+        spread = 2.0 * f_var * (2.0 * m2 + f_var)
+        return (m2 + f_var) ** 2 / spread, spread / (m2 + f_var)
+
+    def predictive(self, values, prefix, f_mean, f_var):
+        """Mean and variance of the count under the negative-binomial predictive NB(k, c/(1+c)) (eq. 122)."""
+        k, c = self.negative_binomial(f_mean, f_var)
+        return {"y_mean": k * c, "y_var": k * c * (1.0 + c)}
+
+    def log_predictive(self, f_mean, f_var, y):
+        """log NB(y | k, c / (1 + c)) of eq. (122), elementwise."""
+        k, c = self.negative_binomial(f_mean, f_var)
+        return (special.gammaln(k + y) - special.gammaln(k) - special.gammaln(y + 1.0)
+                + y * np.log(c) - (k + y) * np.log1p(c))
+
+    def log_density(self, values, prefix, y, f):
+        """log Poisson(y | f^2), elementwise."""
+        return special.xlogy(2.0 * y, np.abs(f)) - f * f - special.gammaln(y + 1.0)
+
+    def describe(self):
+        return f"Poisson({self.link})"
+
+
+LIKELIHOODS = {cls.__name__: cls for cls in (Gaussian, HeteroscedasticGaussian, Bernoulli, Poisson)}
+
+__all__ = ["Gaussian", "HeteroscedasticGaussian", "Bernoulli", "Poisson", "LIKELIHOODS"]

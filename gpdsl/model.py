@@ -18,7 +18,7 @@ from . import inference as inf
 from . import likelihoods as lik
 from .inducing import InducingSpec
 from .kernels import Kernel
-from .methods import collapsed, exact
+from .methods import collapsed, exact, expectation_propagation
 from .parameters import Entry, ParameterTable
 
 
@@ -33,6 +33,10 @@ METHODS = {
     (lik.Gaussian, inf.VFE): partial(collapsed.evaluate, fitc=False),
     (lik.HeteroscedasticGaussian, inf.VFE): partial(collapsed.evaluate, fitc=False),
     (lik.Gaussian, inf.FITC): partial(collapsed.evaluate, fitc=True),
+    (lik.Bernoulli, inf.EP): expectation_propagation.evaluate,
+    (lik.Bernoulli, inf.QP): expectation_propagation.evaluate,
+    (lik.Poisson, inf.EP): expectation_propagation.evaluate,
+    (lik.Poisson, inf.QP): expectation_propagation.evaluate,
 }
 
 
@@ -94,11 +98,20 @@ class Model:
         if (type(self.likelihood), type(self.inference)) not in METHODS:
             raise ValueError(f"Model: {type(self.likelihood).__name__} with {type(self.inference).__name__} "
                              f"is not supported; supported pairs: {', '.join(supported_pairs())}")
-        if self.inference.sparse and not isinstance(self.inducing, InducingSpec):
+        rule = self.inference.inducing_rule
+        if self.inducing is not None and not isinstance(self.inducing, InducingSpec):
+            raise TypeError(f"Model: inducing must be None or a spec from gd.inducing, got {self.inducing!r}")
+        if rule == "required" and self.inducing is None:
             raise TypeError(f"Model: {type(self.inference).__name__} needs an inducing spec from "
                             f"gd.inducing, got {self.inducing!r}")
-        if not self.inference.sparse and self.inducing is not None:
-            raise ValueError("Model: Exact inference uses no inducing points; pass inducing=None")
+        if rule == "forbidden" and self.inducing is not None:
+            raise ValueError(f"Model: {type(self.inference).__name__} inference uses no inducing points; "
+                             "pass inducing=None")
+
+    @property
+    def sparse(self):
+        """True when the model has inducing inputs (VFE, FITC, FITC-EP/QP)."""
+        return self.inducing is not None
 
     # -- construction from files --------------------------------------------------------------
     @classmethod
@@ -134,12 +147,13 @@ class Model:
                              f"known: {sorted(known)}")
         return ParameterTable(entries)
 
-    def evaluate(self, values, X, y, Z, need_grad=True, need_state=False):
-        """Run the compiled method at natural hyperparameter ``values``."""
-        spec = self.inference
+    def evaluate(self, values, X, y, Z, need_grad=True, need_state=False, warm=None):
+        """Run the compiled method at natural hyperparameter ``values``; ``warm``: EP/QP sites."""
+        options = self.inference.method_options()
+        if "spec" in options:
+            options["warm"] = warm
         return self.method(self.kernel, self.likelihood, values, X, y, Z,
-                           jitter=spec.jitter, chunk_size=getattr(spec, "chunk_size", None),
-                           need_grad=need_grad, need_state=need_state)
+                           need_grad=need_grad, need_state=need_state, **options)
 
     def fit(self, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=1000,
             progress=False, callback=None):
@@ -154,13 +168,12 @@ class Model:
         from .posterior import Posterior
 
         X = validate_inputs(X)
-        y = validate_targets(y, X.shape[0])
-        self.likelihood.validate_targets(y)
+        y = self.likelihood.prepare_targets(validate_targets(y, X.shape[0]))
         if isinstance(fixed, str):
             fixed = (fixed,)
         if not isinstance(restarts, (int, np.integer)) or restarts < 0:
             raise ValueError(f"fit: restarts must be a non-negative integer, got {restarts!r}")
-        Z0 = self.inducing.initial_Z(X, y) if self.inference.sparse else None
+        Z0 = self.inducing.initial_Z(X, y) if self.sparse else None
         table = self.parameter_table(X, Z0, tuple(fixed))
         run = _Objective(self, table, X, y, Z0)
         u0 = table.pack(table.values())
@@ -180,12 +193,21 @@ class Model:
             u_best, converged, n_iter = u0, True, 0
         values = table.unpack(u_best)
         Z = values.pop("inducing.Z", Z0)
-        evaluation = self.evaluate(values, X, y, Z, need_grad=False, need_state=True)
+        evaluation = self.evaluate(values, X, y, Z, need_grad=False, need_state=True, warm=run.warm)
+        sites = evaluation.warm
+        if sites is not None:
+            run.total_sweeps += sites.sweeps
+            if not sites.converged:
+                converged = False
+                warnings.warn(f"{type(self.inference).__name__} did not converge in {sites.sweeps} sweeps "
+                              f"(tol {self.inference.tol:g}); the result is flagged converged=False",
+                              ConvergenceWarning, stacklevel=2)
         log_prior, _ = table.log_prior({**values, "inducing.Z": Z})
         return Posterior(model=self, values=values, state=evaluation.state,
                          log_evidence=evaluation.log_evidence, log_prior=log_prior,
                          converged=converged, n_iterations=n_iter, jitter=evaluation.jitter,
-                         priors=table.prior_descriptions(), fixed=[e.name for e in table.entries if e.fixed])
+                         priors=table.prior_descriptions(), fixed=[e.name for e in table.entries if e.fixed],
+                         sites=sites, total_sweeps=run.total_sweeps)
 
 
 def _random_start(table, u0, X, rng):
@@ -206,6 +228,8 @@ class _Objective:
     def __init__(self, model, table, X, y, Z0):
         self.model, self.table, self.X, self.y, self.Z0 = model, table, X, y, Z0
         self.last = None
+        self.warm = None          # EP/QP sites persist between evaluations (as in GPML and GPy)
+        self.total_sweeps = 0
 
     def __call__(self, u):
         with np.errstate(over="ignore"):
@@ -214,10 +238,13 @@ class _Objective:
         try:
             if not all(np.all(np.isfinite(v)) for v in values.values()):
                 raise FloatingPointError("a hyperparameter overflowed")
-            ev = self.model.evaluate(values, self.X, self.y, Z)
+            ev = self.model.evaluate(values, self.X, self.y, Z, warm=self.warm)
         except (np.linalg.LinAlgError, FloatingPointError):
             # Numerically impossible point: tell the line search to step back.
             return np.inf, np.zeros_like(u)
+        if ev.warm is not None:
+            self.warm = ev.warm
+            self.total_sweeps += ev.warm.sweeps
         log_prior, prior_grads = self.table.log_prior(values)
         grads = dict(ev.grads)
         for name, g in prior_grads.items():

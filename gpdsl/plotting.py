@@ -72,7 +72,7 @@ def _plot_1d(ax, posterior, X, y, X_test, y_test):
     ax.plot(X[:, 0], y, "o", color="k", ms=3, alpha=0.6, label=f"training ({X.shape[0]})")
     if X_test is not None:
         ax.plot(X_test[:, 0], y_test, "x", color="C3", ms=5, label=f"held-out ({X_test.shape[0]})")
-    if posterior.model.inference.sparse:
+    if posterior.model.sparse:
         Z = posterior.state.Z[:, 0]
         # Marks just above the bottom edge of the axes, whatever the y range.
         ax.plot(Z, np.full_like(Z, 0.03), "^", color="C1", ms=7,

@@ -8,6 +8,7 @@ import xarray as xr
 
 from ._version import __version__
 from .chunks import default_chunk_size, map_reduce
+from .likelihoods import Bernoulli, Gaussian, HeteroscedasticGaussian
 from .methods.common import PredictiveState
 from .model import validate_inputs
 
@@ -17,7 +18,7 @@ class Posterior:
     FITC's approximate LML; ``values`` holds the fitted natural hyperparameters by name."""
 
     def __init__(self, model, values, state, log_evidence, log_prior=0.0, converged=True,
-                 n_iterations=0, jitter=0.0, priors=None, fixed=()):
+                 n_iterations=0, jitter=0.0, priors=None, fixed=(), sites=None, total_sweeps=0):
         self.model = model
         self.values = {k: np.asarray(v, dtype=float) for k, v in values.items()}
         self.state = state
@@ -28,6 +29,8 @@ class Posterior:
         self.jitter = float(jitter)
         self.priors = dict(priors or {})
         self.fixed = list(fixed)
+        self.sites = sites                  # EP/QP: final SiteState (tau, nu, sweeps, ...)
+        self.total_sweeps = int(total_sweeps)
 
     def __repr__(self):
         return (f"Posterior({type(self.model.inference).__name__}, log_evidence={self.log_evidence:.6g}, "
@@ -73,19 +76,53 @@ class Posterior:
         return self.model.likelihood.noise(self.values, "likelihood", X_new)
 
     def predict(self, X_new, noise_variance=None):
-        """xarray.Dataset over dim ``obs``: f_mean, f_var, y_mean, y_var.
+        """xarray.Dataset over dim ``obs``: f_mean, f_var and the observation predictive --
+        y_mean, y_var for Gaussian and Poisson likelihoods, p = p(y* = +1) for Bernoulli.
 
         For ``HeteroscedasticGaussian(variance=...)`` (known training variances) y_var needs
         ``noise_variance=`` at the new inputs and is left out otherwise.
         """
         X_new = validate_inputs(X_new, "X_new", self.n_features)
         mean, var = self.predict_f(X_new)
-        data = {"f_mean": ("obs", mean), "f_var": ("obs", var), "y_mean": ("obs", mean)}
-        noise = self.noise_variance(X_new, noise_variance)
-        if noise is not None:
-            data["y_var"] = ("obs", var + noise)
+        data = {"f_mean": ("obs", mean), "f_var": ("obs", var)}
+        if self.gaussian:
+            data["y_mean"] = ("obs", mean)
+            noise = self.noise_variance(X_new, noise_variance)
+            if noise is not None:
+                data["y_var"] = ("obs", var + noise)
+        else:
+            for name, value in self.model.likelihood.predictive(self.values, "likelihood", mean, var).items():
+                data[name] = ("obs", value)
         return xr.Dataset(data, coords={"obs": np.arange(X_new.shape[0])},
                           attrs={"inference": type(self.model.inference).__name__})
+
+    @property
+    def gaussian(self):
+        """True for the Gaussian-noise likelihoods (their predictive adds noise variances)."""
+        return isinstance(self.model.likelihood, (Gaussian, HeteroscedasticGaussian))
+
+    def log_predictive(self, X_new, y_new):
+        """Pointwise log predictive probability of targets y_new at X_new (n,).
+
+        Gaussian: log N(y | f_mean, f_var + noise); Bernoulli: log p(y | x) for y in {0, 1},
+        {-1, +1} or bool; Poisson: the negative-binomial predictive of the QP paper (eq. 122).
+        """
+        from .model import validate_targets
+        X_new = validate_inputs(X_new, "X_new", self.n_features)
+        y_new = self.model.likelihood.prepare_targets(validate_targets(y_new, X_new.shape[0], "y_new"))
+        mean, var = self.predict_f(X_new)
+        likelihood = self.model.likelihood
+        if self.gaussian:
+            noise = self.noise_variance(X_new)
+            if noise is None:
+                raise ValueError("log_predictive: the noise variance at X_new is unknown for known-variance "
+                                 "heteroscedastic likelihoods")
+            total = var + noise
+            return -0.5 * (np.log(2.0 * np.pi * total) + (y_new - mean) ** 2 / total)
+        if isinstance(likelihood, Bernoulli):
+            p = likelihood.predictive(self.values, "likelihood", mean, var)["p"]
+            return np.log(np.where(y_new > 0, p, 1.0 - p))
+        return likelihood.log_predictive(mean, var, y_new)
 
     def to_inference_data(self, X_new, y_new, draws=1000, seed=0, chains=4):
         """arviz.InferenceData at X_new, y_new: ``chains`` x ``draws`` independent draws (see :mod:`gpdsl.arviz_io`)."""
@@ -107,6 +144,9 @@ class Posterior:
         }
         for name, value in self.values.items():
             data[name] = (_hyper_dims(name, value, d), value)
+        if self.sites is not None:
+            data["site_precision"] = ("obs", self.sites.tau)
+            data["site_location"] = ("obs", self.sites.nu)
         from .spec import model_to_dict
         attrs = {
             "inference": type(self.model.inference).__name__,
@@ -122,6 +162,9 @@ class Posterior:
             "fixed": json.dumps(self.fixed),
             "model_spec": json.dumps(model_to_dict(self.model)),
         }
+        if self.sites is not None:
+            attrs.update(ep_sweeps_final=self.sites.sweeps, ep_converged=int(self.sites.converged),
+                         ep_damping=self.sites.damping, ep_total_sweeps=self.total_sweeps)
         coords = {"inducing": np.arange(m), "inducing_bis": np.arange(m), "feature": np.arange(d)}
         return xr.Dataset(data, coords=coords, attrs=attrs)
 
@@ -145,12 +188,23 @@ def from_xarray(ds):
     state = PredictiveState(Z=ds["Z"].values, weights=ds["predictive_weights"].values,
                             correction=ds["predictive_correction"].values,
                             q_mean=ds["q_mean"].values, q_cov=ds["q_cov"].values)
-    skip = {"Z", "q_mean", "q_cov", "predictive_weights", "predictive_correction"}
+    skip = {"Z", "q_mean", "q_cov", "predictive_weights", "predictive_correction", "site_precision",
+            "site_location"}
     values = {name: ds[name].values for name in ds.data_vars if name not in skip}
     return Posterior(model=model, values=values, state=state, log_evidence=ds.attrs["log_evidence"],
                      log_prior=ds.attrs["log_prior"], converged=bool(ds.attrs["converged"]),
                      n_iterations=ds.attrs["n_iterations"], jitter=ds.attrs["jitter"],
-                     priors=json.loads(ds.attrs["priors"]), fixed=json.loads(ds.attrs["fixed"]))
+                     priors=json.loads(ds.attrs["priors"]), fixed=json.loads(ds.attrs["fixed"]),
+                     sites=_sites_from(ds), total_sweeps=ds.attrs.get("ep_total_sweeps", 0))
+
+
+def _sites_from(ds):
+    if "site_precision" not in ds:
+        return None
+    from .methods.expectation_propagation import SiteState
+    return SiteState(tau=ds["site_precision"].values, nu=ds["site_location"].values,
+                     sweeps=int(ds.attrs["ep_sweeps_final"]), converged=bool(ds.attrs["ep_converged"]),
+                     damping=float(ds.attrs["ep_damping"]))
 
 
 def load(path):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..chunks import add_partial, default_chunk_size, map_reduce
-from ..linalg import cholesky, jitter_adjoint, solve_lower, solve_upper_t
+from ..linalg import JITTER_LADDER, cholesky, jitter_adjoint, solve_lower, solve_upper_t
 from .common import Evaluation, PredictiveState
 
 _LOG_2PI = np.log(2.0 * np.pi)
@@ -38,8 +38,20 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, fitc, jitter=None, chunk_si
     """Objective (VFE bound or FITC log evidence), its gradients and, if asked, the posterior.
 
     X (N, D), y (N,), Z (M, D).  Gradients are with respect to the natural hyperparameter
-    values (keys as in ``values``) and Z (``"inducing.Z"``).
+    values (keys as in ``values``) and Z (``"inducing.Z"``).  With ``jitter=None`` the
+    ladder moves to the next rung when K_uu, B or (FITC) the diagonal lambda fails: K_uu can
+    factorise while still too ill-conditioned for B = I + L^-1 P L^-T.
     """
+    rungs = JITTER_LADDER if jitter is None else (float(jitter),)
+    for attempt, rung in enumerate(rungs):
+        try:
+            return _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, rung, chunk_size, need_grad, need_state)
+        except (np.linalg.LinAlgError, FloatingPointError):
+            if attempt == len(rungs) - 1:
+                raise
+
+
+def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, need_grad, need_state):
     n, m = X.shape[0], Z.shape[0]
     chunk = chunk_size or default_chunk_size(n, m)
     Kuu = kernel.gram(values, "kernel", Z, Z)
@@ -64,7 +76,10 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, fitc, jitter=None, chunk_si
         if not fitc:
             return Kuf, kff, noise[slc], None
         A = solve_lower(L, Kuf)
-        lam = kff - np.einsum("ij,ij->j", A, A) + noise[slc]
+        q_diag = np.einsum("ij,ij->j", A, A)
+        if np.any(q_diag > kff * (1.0 + 1e-8)):
+            raise FloatingPointError("K_uu too ill-conditioned: Q_nn > K_nn")   # as for VFE below
+        lam = kff - q_diag + noise[slc]
         return Kuf, kff, lam, A
 
     def statistics_pass(slc):
@@ -88,7 +103,13 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, fitc, jitter=None, chunk_si
     log_det_B = 2.0 * np.sum(np.log(np.diag(LB)))
     F = -0.5 * n * _LOG_2PI - 0.5 * log_det_B - 0.5 * sum_log_lam - 0.5 * sum_wyy + 0.5 * c @ c
     if not fitc:
-        F += -0.5 * sum_wkff + 0.5 * np.trace(B_minus_I)
+        # tr(Lambda^-1 Q_ff) = tr(B - I) cannot exceed tr(Lambda^-1 K_ff): when it does, K_uu
+        # factorised but is too ill-conditioned for L^-1 P L^-T to mean anything -- treat it as
+        # a failed factorisation so that the jitter ladder moves to its next rung.
+        trace_Q = np.trace(B_minus_I)
+        if trace_Q > sum_wkff * (1.0 + 1e-8):
+            raise FloatingPointError("K_uu too ill-conditioned: tr(Q_ff) > tr(K_ff)")
+        F += -0.5 * sum_wkff + 0.5 * trace_Q
 
     # Sigma^-1 = L^-T B^-1 L^-1, K_uu^-1 = L^-T L^-1, beta = Sigma^-1 K_uf Lambda^-1 y.
     Li = solve_lower(L, np.eye(m))

@@ -33,3 +33,4 @@ class Evaluation:
     dZ: np.ndarray | None       # d log_evidence / d Z (None when not computed)
     jitter: float               # multiple of mean(diag) actually added (ladder or fixed)
     state: PredictiveState | None
+    warm: object = None         # EP/QP: the converged sites, to warm-start the next evaluation

@@ -1,0 +1,213 @@
+"""Expectation and quantile propagation under the dense GP prior and the FITC prior.
+
+* Dense EP (Rasmussen & Williams section 3.6, GPML's ``infEP``): the reference, O(N^3).
+* FITC-EP (Naish-Guzman & Holden 2007, section 3): the prior is Q_ff + diag(K_ff - Q_ff); the
+  posterior is kept as A = D + P M P^T, h = nu + P gamma with O(M^2) site updates and a full
+  O(N M^2) refresh after every sweep.
+* QP (Zhang et al. 2020) swaps the site projection only; the sweeps are shared.
+
+After convergence the EP posterior equals a Gaussian-regression posterior with pseudo-targets
+nu_i / tau_i and noise 1 / tau_i.  At an EP fixed point the gradient of the EP log evidence with
+respect to prior hyperparameters and inducing inputs is that of log N(mu~ | 0, K + S~^-1) at
+fixed sites (Seeger 2005; GPML ``infEP``; FITC paper section 4), so the gradients and the
+predictive state come from the exact / FITC Gaussian engines run on the pseudo-data.  The bias
+beta enters only the likelihood: d log Z / d beta = sum_i d log Z_i / d mu_cav,i at fixed cavities.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._jit import ep_sweeps
+from .._jit.projections import project
+from ..chunks import default_chunk_size, map_reduce
+from ..likelihoods import HeteroscedasticGaussian
+from ..linalg import cholesky, solve_lower, solve_upper_t
+from . import collapsed, exact
+from .common import Evaluation
+
+# Site precisions below this are treated as this when the pseudo-data noise 1/tau is formed.
+_TAU_FLOOR = 1e-12
+
+
+@dataclass
+class SiteState:
+    """Site parameters carried between evaluations (warm start) and reported in the result."""
+
+    tau: np.ndarray
+    nu: np.ndarray
+    sweeps: int = 0
+    converged: bool = False
+    damping: float = 0.0
+    skipped: int = 0
+
+
+class DensePrior:
+    """Posterior Sigma = (K^-1 + T)^-1 through B = I + T^1/2 K T^1/2 (GPML's stable form)."""
+
+    # B is positive definite for any PSD K and tau >= 0, so the dense prior needs no jitter.
+    jitter = 0.0
+
+    def __init__(self, kernel, values, X):
+        self.K = kernel.gram(values, "kernel", X, X)
+
+    def refresh(self, tau, nu):
+        sw = np.sqrt(tau)
+        B = np.eye(len(tau)) + sw[:, None] * self.K * sw[None, :]
+        LB, _ = cholesky(B, 0.0, what="I + T^1/2 K T^1/2")
+        V = solve_lower(LB, sw[:, None] * self.K)
+        self.Sigma = self.K - V.T @ V
+        self.mu = self.Sigma @ nu
+        self.log_det_B = 2.0 * np.sum(np.log(np.diag(LB)))
+
+    def marginals(self):
+        return np.diag(self.Sigma).copy(), self.mu.copy()
+
+    def sequential_sweep(self, tau, nu, y, bias, kind, quantile, damping):
+        return ep_sweeps.dense_sequential_sweep(self.Sigma, self.mu, tau, nu, y, bias, kind, quantile, damping)
+
+
+class FITCPrior:
+    """FITC prior D0 + P0 K_uu^-1 P0^T with D0 = diag(K_ff - Q_ff), P0 = K_fu (Naish-Guzman & Holden)."""
+
+    def __init__(self, kernel, values, X, Z, jitter, chunk_size):
+        Kuu = kernel.gram(values, "kernel", Z, Z)
+        self.Lu, self.jitter = cholesky(Kuu, jitter, what="K_uu")
+        self.Kuu = self.Lu @ self.Lu.T
+        self.P0 = np.ascontiguousarray(kernel.gram(values, "kernel", Z, X).T)
+        V = solve_lower(self.Lu, self.P0.T)
+        self.d0 = np.maximum(kernel.diag(values, "kernel", X) - np.einsum("ij,ij->j", V, V), 0.0)
+        self.chunk = chunk_size or default_chunk_size(X.shape[0], Z.shape[0])
+
+    def refresh(self, tau, nu):
+        """The O(N M^2) refresh of section 3: D, P, L (chol of Sigma_u), nu, gamma from the sites."""
+        scale = 1.0 + self.d0 * tau
+        w = tau / scale
+
+        def chunk_fn(slc):
+            Ps = self.P0[slc] * np.sqrt(w[slc])[:, None]
+            return (Ps.T @ Ps,), ()
+
+        (Sigma_u_data,), _ = map_reduce(chunk_fn, len(tau), self.chunk)
+        self.L, _ = cholesky(self.Kuu + Sigma_u_data, 0.0, what="Sigma_u")
+        self.d = self.d0 / scale
+        self.P = np.ascontiguousarray(self.P0 / scale[:, None])
+        self.nu_vec = self.d * nu
+        self.gamma = solve_upper_t(self.L, solve_lower(self.L, self.P.T @ nu))
+        self.log_det_B = (np.sum(np.log(scale)) + 2.0 * np.sum(np.log(np.diag(self.L)))
+                          - 2.0 * np.sum(np.log(np.diag(self.Lu))))
+
+    def marginals(self):
+        V = solve_lower(self.L, self.P.T)
+        return self.d + np.einsum("ij,ij->j", V, V), self.nu_vec + self.P @ self.gamma
+
+    def sequential_sweep(self, tau, nu, y, bias, kind, quantile, damping):
+        max_change, skipped, start = 0.0, 0, 0
+        while True:
+            change, skip, stop = ep_sweeps.fitc_sequential_sweep(
+                self.d, self.P, self.L, self.nu_vec, self.gamma, tau, nu, y, bias, kind, quantile, damping, start)
+            max_change, skipped = max(max_change, change), skipped + skip
+            if stop < 0:
+                return max_change, skipped
+            # A downdate lost definiteness: rebuild from the sites and skip that site this sweep.
+            self.refresh(tau, nu)
+            start, skipped = stop + 1, skipped + 1
+
+
+def run_sites(prior, y, bias, kind, spec, warm, quantile):
+    """Sweep until the largest site change is below ``spec.tol`` or ``spec.max_sweeps``;
+    ``quantile`` selects the QP projection instead of EP's moment matching."""
+    n = len(y)
+    if warm is not None and len(warm.tau) == n:
+        tau, nu = warm.tau.copy(), warm.nu.copy()
+    else:
+        tau, nu = np.zeros(n), np.zeros(n)
+    damping, previous, rising = spec.damping, np.inf, 0
+    prior.refresh(tau, nu)
+    state = SiteState(tau, nu, damping=damping)
+    for sweep in range(1, spec.max_sweeps + 1):
+        if spec.schedule == "sequential":
+            change, skipped = prior.sequential_sweep(tau, nu, y, bias, kind, quantile, damping)
+        else:
+            var, mean = prior.marginals()
+            change, skipped = ep_sweeps.parallel_site_updates(var, mean, tau, nu, y, bias, kind,
+                                                              quantile, damping)
+        prior.refresh(tau, nu)
+        state.sweeps, state.skipped = sweep, skipped
+        if change < spec.tol:
+            state.converged = True
+            break
+        # Oscillation guard: two sweeps in a row without progress raise the damping.
+        rising = rising + 1 if change >= previous else 0
+        if rising >= 2:
+            damping, rising = 0.5 + 0.5 * damping, 0
+        previous = change
+    state.damping = damping
+    return state
+
+
+def cavity_terms(prior, state, y, bias, kind, quantile):
+    """log Z_i, cavity natural parameters and d log Z_i / d mu_cav at the final marginals."""
+    var, mean = prior.marginals()
+    tau_cav = 1.0 / var - state.tau
+    nu_cav = mean / var - state.nu
+    n = len(y)
+    log_z, dlogz = np.empty(n), np.empty(n)
+    for i in range(n):
+        mu_c, var_c = nu_cav[i] / tau_cav[i], 1.0 / tau_cav[i]
+        log_z[i], m, _ = project(kind, y[i], mu_c, var_c, bias, quantile)
+        dlogz[i] = (m - mu_c) / var_c        # d log Z / d mu_cav = (tilted mean - mu_cav) / var_cav
+    return log_z, dlogz, tau_cav, nu_cav, mean
+
+
+def log_evidence(prior, state, log_z, tau_cav, nu_cav, mean):
+    """EP log evidence (Rasmussen & Williams eq. 3.65; GPML infEP's stable form, zero prior mean)."""
+    tt, tn = state.tau, state.nu
+    return float(-0.5 * prior.log_det_B + np.sum(log_z) + 0.5 * tn @ mean
+                 + 0.5 * nu_cav @ ((tt / tau_cav * nu_cav - 2.0 * tn) / (tt + tau_cav))
+                 - 0.5 * np.sum(tn ** 2 / (tau_cav + tt)) + 0.5 * np.sum(np.log1p(tt / tau_cav)))
+
+
+def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_grad=True, need_state=False):
+    """EP / QP log evidence, gradients (kernel, Z, bias) and posterior; dense without Z, FITC with Z.
+
+    ``spec`` is the gd.inference.EP / QP declaration; ``warm`` a :class:`SiteState` to start from.
+    ``spec.jitter`` applies to K_uu of FITC-EP (the dense form needs none).
+    """
+    kind = likelihood.projection
+    bias = likelihood.bias_value(values, "likelihood")
+    if Z is None:
+        prior = DensePrior(kernel, values, X)
+    else:
+        prior = FITCPrior(kernel, values, X, Z, spec.jitter, spec.chunk_size)
+    # The evidence and its gradients are EP's for QP too (Zhang et al. fit hyperparameters with
+    # EP's evidence): the gradient identity needs the moment-matching fixed point.
+    state = run_sites(prior, y, bias, kind, spec, warm, quantile=False)
+    log_z, dlogz, tau_cav, nu_cav, mean = cavity_terms(prior, state, y, bias, kind, False)
+    F = log_evidence(prior, state, log_z, tau_cav, nu_cav, mean)
+    grads, dZ = {}, None
+    if need_grad:
+        ev = _pseudo_regression(kernel, values, X, Z, state, prior.jitter, spec, need_grad=True, need_state=False)
+        grads, dZ = dict(ev.grads), ev.dZ
+        if "likelihood.bias" in values:
+            grads["likelihood.bias"] = np.array(np.sum(dlogz))
+    post_state, sites = None, state
+    if need_state:
+        if spec.quantile:
+            sites = run_sites(prior, y, bias, kind, spec, state, quantile=True)
+        post_state = _pseudo_regression(kernel, values, X, Z, sites, prior.jitter, spec,
+                                        need_grad=False, need_state=True).state
+    return Evaluation(log_evidence=F, grads=grads, dZ=dZ, jitter=prior.jitter, state=post_state, warm=sites)
+
+
+def _pseudo_regression(kernel, values, X, Z, sites, jitter, spec, need_grad, need_state):
+    """The Gaussian regression whose posterior equals the EP posterior: targets nu/tau, noise 1/tau."""
+    tau = np.maximum(sites.tau, _TAU_FLOOR)
+    pseudo = HeteroscedasticGaussian(variance=1.0 / tau)
+    kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
+    if Z is None:
+        return exact.evaluate(kernel, pseudo, kernel_values, X, sites.nu / tau, jitter=None,
+                              need_grad=need_grad, need_state=need_state)
+    return collapsed.evaluate(kernel, pseudo, kernel_values, X, sites.nu / tau, Z, fitc=True, jitter=jitter,
+                              chunk_size=spec.chunk_size, need_grad=need_grad, need_state=need_state)

@@ -1,0 +1,333 @@
+"""EP / QP site projections (gpdsl._jit.projections) and the normal special functions behind them.
+
+Oracles: the QP projection table in ../shared/oracles (brute-force quadrature, independent of
+this code), scipy.special, scipy.integrate.quad of the tilted densities, and a dense composite
+Gauss-Legendre integral of eq. (7) over the closed-form CDFs.
+"""
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate, special, stats
+
+from conftest import shared_path
+from gpdsl._jit import projections as P
+from gpdsl._jit import special as S
+
+PROBIT, POISSON = P.PROBIT, P.POISSON_SQUARE
+
+
+def _probit_density(y, mu, sd, bias):
+    return lambda f: special.ndtr(y * (f + bias)) * stats.norm.pdf(f, mu, sd)
+
+
+def _poisson_density(y, mu, sd):
+    return lambda f: f ** (2 * y) * np.exp(-f * f - special.gammaln(y + 1)) * stats.norm.pdf(f, mu, sd)
+
+
+def _quad(fn, lo, hi, pieces=8):
+    edges = np.linspace(lo, hi, pieces + 1)
+    return sum(integrate.quad(fn, a, b, epsabs=0.0, epsrel=1e-13, limit=200)[0]
+               for a, b in zip(edges[:-1], edges[1:]))
+
+
+def _sigma_star_reference(cdf, lo, hi, panels=160):
+    """Eq. (7) on [lo, hi] by 30-point Gauss-Legendre panels over a closed-form CDF."""
+    x, w = np.polynomial.legendre.leggauss(30)
+    edges = np.linspace(lo, hi, panels + 1)
+    total = 0.0
+    for a, b in zip(edges[:-1], edges[1:]):
+        nodes = 0.5 * (b - a) * (x + 1.0) + a
+        F = np.array([cdf(t) for t in nodes])
+        tail = np.minimum(F, 1.0 - F)
+        vals = np.where(tail > 0.0, stats.norm.pdf(special.ndtri(np.where(tail > 0.0, tail, 0.5))), 0.0)
+        total += 0.5 * (b - a) * np.sum(w * vals)
+    return total
+
+
+# --------------------------------------------------------------------------- oracle table
+
+
+def _table_rows():
+    import csv
+    with open(shared_path("oracles", "qp_projection_table.csv"), newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_table_every_row():
+    rows = _table_rows()
+    assert len(rows) == 48
+    for row in rows:
+        kind = PROBIT if row["likelihood"] == "probit" else POISSON
+        y, mu, sd = float(row["y"]), float(row["cavity_mu"]), float(row["cavity_sigma"])
+        ep = P.project(kind, y, mu, sd * sd, 0.0, False)
+        qp = P.project(kind, y, mu, sd * sd, 0.0, True)
+        want = [float(row[c]) for c in ("logZ", "tilted_mean", "var_EP", "sd_QP")]
+        got = [ep[0], ep[1], ep[2], math.sqrt(qp[2])]
+        np.testing.assert_allclose(got, want, rtol=1e-9, err_msg=str(row))
+        np.testing.assert_allclose(qp[2], float(row["var_QP"]), rtol=1e-9)
+        assert qp[0] == ep[0] and qp[1] == ep[1]                # QP changes the variance only
+        if kind == PROBIT:
+            assert P.probit_qp_sd(y, mu, sd, 0.0) == pytest.approx(math.sqrt(qp[2]), rel=1e-15)
+        else:
+            assert P.poisson_square_qp_sd(y, mu, sd) == pytest.approx(math.sqrt(qp[2]), rel=1e-15)
+
+
+# --------------------------------------------------------------------------- moments
+
+
+@pytest.mark.parametrize("y,mu,sd,bias", [(1.0, -2.0, 0.7, 0.5), (-1.0, 0.3, 2.5, -1.2), (1.0, 1.5, 0.2, -3.0),
+                                          (-1.0, -4.0, 1.0, 0.0)])
+def test_probit_moments_with_bias_match_quadrature(y, mu, sd, bias):
+    dens = _probit_density(y, mu, sd, bias)
+    lo, hi = mu - 15 * sd, mu + 15 * sd
+    Z = _quad(dens, lo, hi)
+    m = _quad(lambda f: f * dens(f), lo, hi) / Z
+    v = _quad(lambda f: (f - m) ** 2 * dens(f), lo, hi) / Z
+    np.testing.assert_allclose(P.probit_tilted_moments(y, mu, sd * sd, bias), [math.log(Z), m, v], rtol=1e-10)
+
+
+@pytest.mark.parametrize("y,mu,sd", [(2, -0.7, 1.3), (5, 0.0, 0.8), (8, 2.5, 0.6), (1, -3.0, 2.0), (12, -1.0, 0.4)])
+def test_poisson_moments_match_quadrature(y, mu, sd):
+    dens = _poisson_density(y, mu, sd)
+    lo, hi = -abs(mu) - 12 * sd - 6, abs(mu) + 12 * sd + 6
+    Z = _quad(dens, lo, hi, pieces=32)
+    m = _quad(lambda f: f * dens(f), lo, hi, pieces=32) / Z
+    v = _quad(lambda f: (f - m) ** 2 * dens(f), lo, hi, pieces=32) / Z
+    np.testing.assert_allclose(P.poisson_square_tilted_moments(float(y), mu, sd * sd), [math.log(Z), m, v],
+                               rtol=1e-10, atol=1e-13)
+
+
+def test_probit_moments_stay_accurate_far_in_the_tail():
+    # z = -40: Phi(z) underflows and r (z + r) -> 1; the continued fraction keeps all three
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 50
+    for z in (-40.0, -7.5, -5.5):
+        mu = z * math.sqrt(2.0)                            # sd = 1
+        r = mp.npdf(z) / mp.ncdf(z)
+        want = [mp.log(mp.ncdf(z)), mu + r / mp.sqrt(2), (1 + (1 - r * (z + r))) / 2]
+        np.testing.assert_allclose(P.probit_tilted_moments(1.0, mu, 1.0, 0.0), [float(w) for w in want],
+                                   rtol=1e-14)
+
+
+# --------------------------------------------------------------------------- CDFs
+
+
+@pytest.mark.parametrize("y", [-1.0, 1.0])
+@pytest.mark.parametrize("mu,sd,bias", [(-2.0, 0.5, 0.0), (0.0, 1.0, 0.0), (0.5, 3.0, 0.4), (1.5, 0.3, -1.5),
+                                        (-0.8, 1.7, 0.8)])
+def test_probit_cdf_matches_quadrature(y, mu, sd, bias):
+    dens = _probit_density(y, mu, sd, bias)
+    log_z, m, v = P.probit_tilted_moments(y, mu, sd * sd, bias)
+    s = math.sqrt(v)
+    lo = min(m, mu) - 14 * max(s, sd)
+    for t in [m - 4 * s, m - s, mu, m, m + 0.3 * s, m + 2 * s, m + 5 * s, -bias]:
+        want = _quad(dens, lo, t) / math.exp(log_z)
+        assert P.probit_tilted_cdf(t, y, mu, sd, bias) == pytest.approx(want, abs=1e-9, rel=1e-9)
+
+
+def test_probit_cdf_special_cases():
+    # paper eqs. 47-49: t = mu, mu + bias = 0 and both; the corner is 1/2 - y arctan(sd) / pi
+    for y in (-1.0, 1.0):
+        for sd in (0.3, 1.0, 4.0):
+            assert P.probit_tilted_cdf(0.0, y, 0.0, sd, 0.0) == pytest.approx(0.5 - y * math.atan(sd) / math.pi,
+                                                                               abs=1e-15)
+            assert P.probit_tilted_cdf(0.7, y, 0.7, sd, -0.7) == pytest.approx(0.5 - y * math.atan(sd) / math.pi,
+                                                                                abs=1e-15)
+            for mu, bias, t in [(0.8, 0.0, 0.8), (-0.5, 0.5, 1.1), (-0.5, 0.5, -2.0)]:
+                here = P.probit_tilted_cdf(t, y, mu, sd, bias)
+                assert here == pytest.approx(P.probit_tilted_cdf(t + 1e-9, y, mu, sd, bias), abs=1e-8)
+                assert here == pytest.approx(P.probit_tilted_cdf(t - 1e-9, y, mu, sd, bias), abs=1e-8)
+
+
+@pytest.mark.parametrize("y", [1, 2, 3, 6])
+@pytest.mark.parametrize("mu,sd", [(-1.0, 0.5), (0.0, 1.0), (0.5, 0.4), (2.0, 1.0), (-2.5, 2.0)])
+def test_poisson_cdf_matches_quadrature(y, mu, sd):
+    dens = _poisson_density(y, mu, sd)
+    log_z, m, v = P.poisson_square_tilted_moments(float(y), mu, sd * sd)
+    s = math.sqrt(v)
+    lo = -abs(m) - 15 * max(s, sd)
+    for t in [m - 4 * s, m - s, -0.4, 0.0, 0.3, mu, m, m + 0.5 * s, m + 3 * s]:
+        want = _quad(dens, lo, t, pieces=16) / math.exp(log_z)
+        assert P.poisson_square_tilted_cdf(t, float(y), mu, sd) == pytest.approx(want, abs=1e-9, rel=1e-9)
+
+
+def test_poisson_cdf_y0_is_gaussian():
+    b, v = 0.7 / 3.0, 1.0 / 3.0
+    for t in (-1.0, 0.0, 0.5, 2.0):
+        assert P.poisson_square_tilted_cdf(t, 0.0, 0.7, 1.0) == pytest.approx(stats.norm.cdf(t, b, math.sqrt(v)),
+                                                                                rel=1e-14)
+
+
+# --------------------------------------------------------------------------- sigma*
+
+
+@pytest.mark.parametrize("y,mu,sd,bias", [(1.0, -2.5, 0.8, 0.3), (-1.0, 1.0, 2.0, -0.5), (1.0, 0.0, 5.0, 0.0),
+                                          (-1.0, -3.0, 0.1, 0.0)])
+def test_probit_sigma_star_matches_dense_rule_over_closed_form_cdf(y, mu, sd, bias):
+    _, m, v = P.probit_tilted_moments(y, mu, sd * sd, bias)
+    lo = min(m - 14 * math.sqrt(v), mu - 12 * sd)
+    hi = max(m + 14 * math.sqrt(v), mu + 12 * sd)
+    want = _sigma_star_reference(lambda t: P.probit_tilted_cdf(t, y, mu, sd, bias), lo, hi)
+    assert P.probit_qp_sd(y, mu, sd, bias) == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("y,mu,sd", [(1, -0.3, 1.5), (4, 0.2, 0.9), (10, 0.5, 0.5), (2, 3.0, 0.3)])
+def test_poisson_sigma_star_matches_dense_rule_over_closed_form_cdf(y, mu, sd):
+    # (10, 0.5, 0.5) is bimodal with 6e-4 of the mass in the left mode
+    b, v = mu / (1 + 2 * sd * sd), sd * sd / (1 + 2 * sd * sd)
+    reach = 0.5 * (abs(b) + math.sqrt(b * b + 8 * y * v)) + 12 * math.sqrt(v)
+    want = _sigma_star_reference(lambda t: P.poisson_square_tilted_cdf(t, float(y), mu, sd), -reach, reach)
+    assert P.poisson_square_qp_sd(float(y), mu, sd) == pytest.approx(want, rel=1e-9)
+
+
+def test_qp_never_exceeds_ep():
+    for y in (-1.0, 1.0):
+        for mu in (-5.0, -2.0, -0.5, 0.0, 0.7, 3.0):
+            for sd in (0.05, 0.3, 1.0, 3.0, 10.0):
+                _, _, v_ep = P.project(PROBIT, y, mu, sd * sd, 0.25, False)
+                _, _, v_qp = P.project(PROBIT, y, mu, sd * sd, 0.25, True)
+                assert v_qp <= v_ep * (1 + 1e-12)
+    for y in (1.0, 2.0, 5.0, 20.0):
+        for mu in (-3.0, -0.5, 0.0, 1.0, 4.0):
+            for sd in (0.1, 0.5, 1.0, 3.0):
+                _, _, v_ep = P.project(POISSON, y, mu, sd * sd, 0.0, False)
+                _, _, v_qp = P.project(POISSON, y, mu, sd * sd, 0.0, True)
+                assert v_qp <= v_ep * (1 + 1e-12)
+
+
+def test_probit_mirror_symmetry():
+    for y in (-1.0, 1.0):
+        for mu, var, bias in [(0.4, 0.8, 0.0), (-2.0, 3.0, 0.7), (1.3, 0.05, -2.0)]:
+            for qp in (False, True):
+                a = P.project(PROBIT, y, mu, var, bias, qp)
+                b = P.project(PROBIT, -y, -mu, var, -bias, qp)
+                np.testing.assert_allclose([b[0], -b[1], b[2]], a, rtol=1e-13)
+            t = mu + 0.3
+            assert P.probit_tilted_cdf(t, y, mu, math.sqrt(var), bias) == pytest.approx(
+                1.0 - P.probit_tilted_cdf(-t, -y, -mu, math.sqrt(var), -bias), abs=1e-14)
+
+
+def test_poisson_y0_qp_equals_ep():
+    for mu in (-2.0, 0.0, 1.5):
+        for var in (0.04, 1.0, 9.0):
+            assert P.project(POISSON, 0.0, mu, var, 0.0, True) == P.project(POISSON, 0.0, mu, var, 0.0, False)
+
+
+@pytest.mark.parametrize("mu", [-30.0, 0.0, 30.0])
+@pytest.mark.parametrize("sd", [0.01, 50.0])
+def test_extreme_cavities_are_finite(mu, sd):
+    cases = [(PROBIT, y, b) for y in (-1.0, 1.0) for b in (0.0, 2.0)]
+    cases += [(POISSON, y, 0.0) for y in (0.0, 1.0, 3.0, 30.0)]
+    for kind, y, bias in cases:
+        ep = P.project(kind, y, mu, sd * sd, bias, False)
+        qp = P.project(kind, y, mu, sd * sd, bias, True)
+        assert np.all(np.isfinite(ep)) and np.all(np.isfinite(qp)), (kind, y, bias, ep, qp)
+        assert 0.0 < qp[2] <= ep[2] * (1 + 1e-12)
+
+
+def test_far_tail_sigma_star_is_accurate():
+    # z = -25: Z ~ 1e-138, beyond any closed-form CDF; the rule works on log densities.  The
+    # tilted distribution tends to N(mu/(1+s2), s2/(1+s2)) (up to a 1/|g| factor), so QP ~ EP.
+    mu, sd = -25.0 * math.sqrt(2.0), 1.0
+    _, _, v_ep = P.project(PROBIT, 1.0, mu, sd * sd, 0.0, False)
+    s_qp = P.probit_qp_sd(1.0, mu, sd, 0.0)
+    assert v_ep == pytest.approx(0.5, rel=2e-3)
+    assert 0.9999 * math.sqrt(v_ep) < s_qp <= math.sqrt(v_ep)
+
+
+# --------------------------------------------------------------------------- lookup tables
+
+
+def test_lookup_table_interpolates_and_falls_back():
+    mu_grid = np.linspace(-3.0, 3.0, 25)
+    log_sd = np.linspace(-0.5, 0.5, 11)
+    table = P.probit_qp_ratio_table(mu_grid, log_sd)
+    args = (table, -3.0, 0.25, -0.5, 0.1)
+    # exact at the nodes (y, bias folded in), interpolated between, direct outside
+    sd = 10.0 ** log_sd[4]
+    assert P.probit_qp_sd_lookup(*args, -1.0, 1.0, sd, -0.5) == pytest.approx(P.probit_qp_sd(1.0, -0.5, sd, 0.0),
+                                                                              rel=1e-14)
+    for y, mu, sd, bias in [(1.0, 0.3, 1.1, 0.0), (-1.0, 1.9, 0.6, -0.2), (1.0, -2.2, 2.5, 0.4)]:
+        assert P.probit_qp_sd_lookup(*args, y, mu, sd, bias) == pytest.approx(P.probit_qp_sd(y, mu, sd, bias),
+                                                                              rel=3e-4)
+    assert P.probit_qp_sd_lookup(*args, 1.0, 8.0, 1.0, 0.0) == P.probit_qp_sd(1.0, 8.0, 1.0, 0.0)
+    assert P.probit_qp_sd_lookup(*args, 1.0, 0.0, 10.0, 0.0) == P.probit_qp_sd(1.0, 0.0, 10.0, 0.0)
+
+
+# --------------------------------------------------------------------------- special functions
+
+
+def test_owens_t_matches_scipy():
+    hs = np.array([0.0, 1e-12, 0.1, 0.5, 1.0, 2.0, 3.5, 6.0, 9.0, 12.0, 20.0, 38.0, 39.0, 100.0])
+    hs = np.concatenate([hs, -hs[1:]])
+    as_ = np.array([0.0, 1e-12, 1e-3, 0.2, 0.5, 0.99, 1.0, 1.01, 2.0, 10.0, 1e3, 1e8, np.inf])
+    as_ = np.concatenate([as_, -as_[1:]])
+    got = np.array([[S.owens_t(h, a) for a in as_] for h in hs])
+    want = special.owens_t(hs[:, None], as_[None, :])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-16)
+    rng = np.random.default_rng(3)
+    h = rng.normal(scale=3.0, size=400)
+    a = rng.standard_cauchy(size=400)
+    np.testing.assert_allclose([S.owens_t(u, v) for u, v in zip(h, a)], special.owens_t(h, a),
+                               rtol=1e-12, atol=1e-16)
+
+
+def test_owens_t_relative_accuracy_against_mpmath():
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 40
+
+    def exact(h, a):
+        cuts = [0] + [k / (4 * max(h, 1)) for k in range(1, 80) if k / (4 * max(h, 1)) < a] + [a]
+        f = lambda x: mp.exp(-mp.mpf(h) ** 2 * (1 + x * x) / 2) / (1 + x * x)
+        return float(mp.quad(f, cuts) / (2 * mp.pi))
+
+    # scipy's owens_t is off by 1e-5 relative at (10, 1e-12); T ~ a exp(-h^2/2) / (2 pi) there
+    for h, a in [(10.0, 1e-12), (0.3, 0.7), (3.0, 0.5), (7.0, 1.0), (15.0, 0.2), (25.0, 0.9), (2.0, 5.0)]:
+        assert S.owens_t(h, a) == pytest.approx(exact(h, a), rel=1e-12)
+
+
+def test_norm_ppf_matches_ndtri():
+    p = np.concatenate([10.0 ** -np.arange(1.0, 300.5, 0.25), np.linspace(1e-6, 1 - 1e-6, 1001),
+                        1.0 - 10.0 ** -np.arange(1.0, 16.0, 0.25), [0.02425, 0.97575, 0.5, 1e-310, 5e-324]])
+    got = np.array([S.norm_ppf(q) for q in p])
+    want = special.ndtri(p)
+    np.testing.assert_allclose(got, want, rtol=2e-14, atol=2e-16)
+    assert S.norm_ppf(0.0) == -np.inf and S.norm_ppf(1.0) == np.inf and np.isnan(S.norm_ppf(1.5))
+    lo = 10.0 ** -np.arange(1.0, 300.0, 7.0)
+    # the round trip is conditioned like x^2: Phi(x) moves by x^2 eps for a last-bit change of x
+    np.testing.assert_allclose([S.norm_cdf(S.norm_ppf(q)) for q in lo], lo, rtol=1e-12)
+
+
+def test_norm_cdf_and_logcdf_match_scipy():
+    x = np.concatenate([np.linspace(-60.0, 12.0, 721), [-1e5, -1e3, -38.5, -20.0, -19.999, 0.0, 1e-300, 40.0]])
+    np.testing.assert_allclose([S.norm_logcdf(u) for u in x], special.log_ndtr(x), rtol=1e-13, atol=0)
+    # Phi itself carries ~x^2 eps/2 from rounding x / sqrt 2 (a last-bit change of x moves Phi
+    # by x^2 eps); scipy's ndtr splits x^2 and is exact to the last bits, so compare within that
+    near = x[x >= -37.0]
+    got = np.array([S.norm_cdf(u) for u in near])
+    assert np.all(np.abs(got / special.ndtr(near) - 1.0) <= 4e-16 * np.maximum(1.0, near * near))
+    assert S.norm_logcdf(-np.inf) == -np.inf and S.norm_logcdf(np.inf) == 0.0
+
+
+def test_bivariate_normal_cdf():
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        h, k = rng.normal(scale=1.5, size=2)
+        rho = rng.uniform(-0.95, 0.95)
+        want = stats.multivariate_normal(cov=[[1.0, rho], [rho, 1.0]]).cdf([h, k])
+        assert S.bvn_cdf(h, k, rho) == pytest.approx(want, abs=1e-10)
+    assert S.bvn_cdf(0.0, 0.0, 0.3) == pytest.approx(0.25 + math.asin(0.3) / (2 * math.pi), abs=1e-16)
+
+
+def test_gauss_legendre_constants():
+    x, w = np.polynomial.legendre.leggauss(20)
+    np.testing.assert_allclose(S.GL_NODES, x, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(S.GL_WEIGHTS, w, rtol=1e-13)     # numpy's end weights are 7e-14 off
+    x = S.GL_NODES
+    for k in range(40):                                         # exact to degree 39
+        assert S.GL_WEIGHTS @ x ** k == pytest.approx((1 + (-1) ** k) / (k + 1), abs=2e-16)
+    # the cumulative matrix integrates every polynomial of degree <= 19 exactly from -1
+    for k in range(20):
+        want = (x ** (k + 1) - (-1.0) ** (k + 1)) / (k + 1)
+        np.testing.assert_allclose(P._GL_CUMULATIVE @ x ** k, want, rtol=0, atol=1e-14)
