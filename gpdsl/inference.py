@@ -111,14 +111,26 @@ class EP(_SiteInference):
     """Expectation propagation: sites by moment matching (KL projection)."""
 
     quantile = False
+    lookup = False
 
 
 @dataclass(frozen=True)
 class QP(_SiteInference):
     """Quantile propagation (Zhang et al. 2020): the EP mean and the L2-Wasserstein standard
-    deviation sigma* = int phi(Phi^-1(F(f))) df of the tilted distribution (eq. 7)."""
+    deviation sigma* = int phi(Phi^-1(F(f))) df of the tilted distribution (eq. 7).
 
+    Hyperparameters are fitted on EP's evidence (as in the paper), so ``log_evidence`` is EP's;
+    the posterior and predictions are QP's.  ``lookup=True`` reads the probit sigma* from the
+    Appendix J table (bilinear, ~1e-5 relative; outside the grid it is computed directly).
+    """
+
+    lookup: bool = False
     quantile = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.lookup, bool):
+            raise TypeError(f"QP: lookup must be True or False, got {self.lookup!r}")
 
 
 INFERENCE = {cls.__name__: cls for cls in (Exact, VFE, FITC, EP, QP)}

@@ -165,3 +165,82 @@ def test_non_convergence_is_flagged(synth):
         post = _classifier(gd.inference.EP(max_sweeps=1)).fit(X, y, optimize=False)
     assert not post.converged
     assert post.to_xarray().attrs["ep_converged"] == 0
+
+
+def test_qp_lookup_table_matches_direct_qp(synth):
+    X, y, Xs, _ = synth
+    direct = _classifier(gd.inference.QP(tol=1e-10)).fit(X, y, optimize=False)
+    table = _classifier(gd.inference.QP(tol=1e-10, lookup=True)).fit(X, y, optimize=False)
+    np.testing.assert_allclose(table.sites.tau, direct.sites.tau, rtol=1e-3)
+    np.testing.assert_allclose(table.predict(Xs).f_var, direct.predict(Xs).f_var, rtol=1e-4)
+    np.testing.assert_allclose(table.predict(Xs).p, direct.predict(Xs).p, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def counts():
+    rng = np.random.default_rng(3)
+    X = np.sort(rng.uniform(0, 5, size=(60, 1)), axis=0)
+    rate = (1.0 + np.sin(1.5 * X[:, 0])) ** 2 + 0.2
+    return X, rng.poisson(rate).astype(float)
+
+
+def _poisson(inference, inducing=None):
+    return gd.Model(kernel=SE(1.0, 1.5), likelihood=gd.likelihoods.Poisson("square"), inducing=inducing,
+                    inference=inference)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_poisson_evidence_gradients(counts, sparse):
+    X, y = counts
+    Z0 = X[::10] + 0.05 if sparse else None
+    model = _poisson(gd.inference.EP(tol=1e-13, jitter=1e-6), gd.inducing.Optimized(Z0) if sparse else None)
+    table = model.parameter_table(X, Z0)
+    values = table.values()
+    Z = values.pop("inducing.Z", None)
+    ev = model.evaluate(values, X, y, Z)
+    assert ev.warm.converged
+
+    def evidence(vals, Zz):
+        return model.evaluate(vals, X, y, Zz, need_grad=False, warm=ev.warm).log_evidence
+
+    for name, value in values.items():
+        fd = central_difference(lambda v: evidence({**values, name: v}, Z), value, step=1e-5)
+        np.testing.assert_allclose(ev.grads[name], fd, rtol=1e-4, atol=1e-6, err_msg=name)
+    if sparse:
+        np.testing.assert_allclose(ev.dZ, central_difference(lambda Zz: evidence(values, Zz), Z, step=1e-5),
+                                   rtol=1e-4, atol=1e-6)
+
+
+def test_poisson_qp_and_negative_binomial_predictive(counts):
+    X, y = counts
+    ep = _poisson(gd.inference.EP(tol=1e-10)).fit(X, y, optimize=False)
+    qp = _poisson(gd.inference.QP(tol=1e-10)).fit(X, y, optimize=False)
+    Xs = np.linspace(0, 5, 25)[:, None]
+    pe, pq = ep.predict(Xs), qp.predict(Xs)
+    assert np.all(pq.f_var.values <= pe.f_var.values + 1e-12)
+    # The NB predictive has the mean and variance of y when f ~ N(m, v) and y | f ~ Poisson(f^2).
+    m, v = pe.f_mean.values, pe.f_var.values
+    np.testing.assert_allclose(pe.y_mean, m ** 2 + v, rtol=1e-12)
+    np.testing.assert_allclose(pe.y_var, m ** 2 + v + 2 * v ** 2 + 4 * m ** 2 * v, rtol=1e-12)
+    # and it is a distribution over counts: the pointwise probabilities sum to one.
+    grid = np.arange(0, 400.0)
+    total = [np.exp(ep.log_predictive(np.full((400, 1), x), grid)).sum() for x in (0.5, 2.5, 4.5)]
+    np.testing.assert_allclose(total, 1.0, rtol=1e-9)
+    assert qp.log_evidence == pytest.approx(ep.log_evidence, rel=1e-9)   # QP reports EP's evidence
+
+
+def test_classifier_posterior_round_trip_and_arviz(synth, tmp_path):
+    import arviz as az
+    X, y, Xs, ys = synth
+    post = _classifier(gd.inference.QP(), gd.inducing.KMeans(8, seed=0), bias=0.0).fit(X, y, max_iter=30)
+    post.save(tmp_path / "clf.nc")
+    loaded = gd.load(tmp_path / "clf.nc")
+    np.testing.assert_array_equal(loaded.predict(Xs).p.values, post.predict(Xs).p.values)
+    np.testing.assert_array_equal(loaded.sites.tau, post.sites.tau)
+    ds = post.to_xarray()
+    assert ds["site_precision"].dims == ("obs",) and ds.attrs["ep_total_sweeps"] >= ds.attrs["ep_sweeps_final"]
+    idata = post.to_inference_data(Xs[:50], ys[:50], draws=200)
+    assert set(np.unique(idata.posterior_predictive["y"].values)) <= {-1.0, 1.0}
+    assert np.isfinite(az.loo(idata).elpd_loo)
+    error = np.mean(np.where(post.predict(Xs).p > 0.5, 1, -1) != ys)
+    assert error < 0.12

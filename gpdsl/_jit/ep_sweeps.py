@@ -12,26 +12,32 @@ non-positive precision (the update would be meaningless; the site keeps its valu
 import numpy as np
 from numba import njit
 
-from .projections import project
+from .projections import project_tabulated
 
 
 @njit(cache=True)
-def _site_update(i, marginal_var, marginal_mean, tau, nu, y, bias, kind, quantile, damping):
-    """New (tau_i, nu_i) from the marginal N(marginal_mean, marginal_var); ok=False if the cavity is improper."""
+def _site_update(i, marginal_var, marginal_mean, tau, nu, y, bias, kind, quantile, damping, table, grid):
+    """New (tau_i, nu_i) from the marginal N(marginal_mean, marginal_var); ok=False if the cavity is improper.
+
+    ``table``/``grid``: the optional QP lookup table (empty to compute sigma* directly).
+    """
     tau_cav = 1.0 / marginal_var - tau[i]
     nu_cav = marginal_mean / marginal_var - nu[i]
     if tau_cav <= 0.0:
         return tau[i], nu[i], False
-    _, mean, var = project(kind, y[i], nu_cav / tau_cav, 1.0 / tau_cav, bias, quantile)
-    tau_new = 1.0 / var - tau_cav
-    nu_new = mean / var - nu_cav
+    _, mean, var = project_tabulated(kind, y[i], nu_cav / tau_cav, 1.0 / tau_cav, bias, quantile, table, grid)
+    # Site precisions are kept non-negative (GPML's infEP does the same): a negative one, possible
+    # for likelihoods that are not log-concave (Poisson with the square link), can make the
+    # posterior improper; the marginal mean is still matched.
+    tau_new = max(1.0 / var - tau_cav, 0.0)
+    nu_new = mean * (tau_cav + tau_new) - nu_cav      # keeps the marginal mean at the tilted mean
     tau_new = (1.0 - damping) * tau_new + damping * tau[i]
     nu_new = (1.0 - damping) * nu_new + damping * nu[i]
     return tau_new, nu_new, True
 
 
 @njit(cache=True)
-def dense_sequential_sweep(Sigma, mu, tau, nu, y, bias, kind, quantile, damping):
+def dense_sequential_sweep(Sigma, mu, tau, nu, y, bias, kind, quantile, damping, table, grid):
     """One sequential sweep over a dense posterior (Rasmussen & Williams Algorithm 3.5).
 
     Sigma (N, N) and mu (N,) are the posterior covariance and mean, updated in place by rank-1
@@ -40,7 +46,8 @@ def dense_sequential_sweep(Sigma, mu, tau, nu, y, bias, kind, quantile, damping)
     n = y.shape[0]
     max_change, skipped = 0.0, 0
     for i in range(n):
-        tau_new, nu_new, ok = _site_update(i, Sigma[i, i], mu[i], tau, nu, y, bias, kind, quantile, damping)
+        tau_new, nu_new, ok = _site_update(i, Sigma[i, i], mu[i], tau, nu, y, bias, kind, quantile, damping,
+                                           table, grid)
         if not ok:
             skipped += 1
             continue
@@ -63,7 +70,7 @@ def dense_sequential_sweep(Sigma, mu, tau, nu, y, bias, kind, quantile, damping)
 
 
 @njit(cache=True)
-def parallel_site_updates(marginal_var, marginal_mean, tau, nu, y, bias, kind, quantile, damping):
+def parallel_site_updates(marginal_var, marginal_mean, tau, nu, y, bias, kind, quantile, damping, table, grid):
     """Update every site from the same marginals (the caller refreshes the posterior after)."""
     n = y.shape[0]
     max_change, skipped = 0.0, 0
@@ -71,7 +78,7 @@ def parallel_site_updates(marginal_var, marginal_mean, tau, nu, y, bias, kind, q
     nu_old = nu.copy()
     for i in range(n):
         tau_new, nu_new, ok = _site_update(i, marginal_var[i], marginal_mean[i], tau_old, nu_old, y, bias,
-                                           kind, quantile, damping)
+                                           kind, quantile, damping, table, grid)
         if not ok:
             skipped += 1
             continue
@@ -131,7 +138,7 @@ def cholesky_rank1(L, x, sign):
 
 
 @njit(cache=True)
-def fitc_sequential_sweep(d, P, L, nu_vec, gamma, tau, nu, y, bias, kind, quantile, damping, start):
+def fitc_sequential_sweep(d, P, L, nu_vec, gamma, tau, nu, y, bias, kind, quantile, damping, table, grid, start):
     """One sequential FITC-EP sweep from site ``start`` (Naish-Guzman & Holden, section 3).
 
     The posterior is A = D + P M P^T, h = nu_vec + P gamma with D = diag(d) (N,), P (N, M) and
@@ -154,7 +161,7 @@ def fitc_sequential_sweep(d, P, L, nu_vec, gamma, tau, nu, y, bias, kind, quanti
         v = _forward(L, p)
         a_ii = d[i] + v @ v
         h_i = nu_vec[i] + p @ gamma
-        tau_new, nu_new, ok = _site_update(i, a_ii, h_i, tau, nu, y, bias, kind, quantile, damping)
+        tau_new, nu_new, ok = _site_update(i, a_ii, h_i, tau, nu, y, bias, kind, quantile, damping, table, grid)
         pi = tau_new - tau[i]
         b = nu_new - nu[i]
         denom = 1.0 + pi * d[i]

@@ -549,3 +549,14 @@ def probit_qp_sd_lookup(table, mu_first, mu_step, log10_sd_first, log10_sd_step,
     ratio = ((1.0 - du) * ((1.0 - dw) * table[i, j] + dw * table[i, j + 1])
              + du * ((1.0 - dw) * table[i + 1, j] + dw * table[i + 1, j + 1]))
     return ratio * math.sqrt(var_t)
+
+
+@njit(cache=True)
+def project_tabulated(kind, y, mu, var, bias, qp, table, grid):
+    """:func:`project`, with the probit QP sigma* read from a lookup table when ``table`` is not
+    empty; ``grid`` = (mu_first, mu_step, log10_sd_first, log10_sd_step) of that table."""
+    if qp and kind == PROBIT and table.shape[0] > 0:
+        log_z, mean, _ = probit_tilted_moments(y, mu, var, bias)
+        sd = probit_qp_sd_lookup(table, grid[0], grid[1], grid[2], grid[3], y, mu, math.sqrt(var), bias)
+        return log_z, mean, sd * sd
+    return project(kind, y, mu, var, bias, qp)

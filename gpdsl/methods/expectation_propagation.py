@@ -16,13 +16,14 @@ beta enters only the likelihood: d log Z / d beta = sum_i d log Z_i / d mu_cav,i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from .._jit import ep_sweeps
-from .._jit.projections import project
+from .._jit import projections
 from ..chunks import default_chunk_size, map_reduce
-from ..likelihoods import HeteroscedasticGaussian
+from ..likelihoods import POISSON_SQUARE, HeteroscedasticGaussian
 from ..linalg import cholesky, solve_lower, solve_upper_t
 from . import collapsed, exact
 from .common import Evaluation
@@ -64,8 +65,9 @@ class DensePrior:
     def marginals(self):
         return np.diag(self.Sigma).copy(), self.mu.copy()
 
-    def sequential_sweep(self, tau, nu, y, bias, kind, quantile, damping):
-        return ep_sweeps.dense_sequential_sweep(self.Sigma, self.mu, tau, nu, y, bias, kind, quantile, damping)
+    def sequential_sweep(self, tau, nu, y, bias, kind, quantile, damping, table, grid):
+        return ep_sweeps.dense_sequential_sweep(self.Sigma, self.mu, tau, nu, y, bias, kind, quantile, damping,
+                                                table, grid)
 
 
 class FITCPrior:
@@ -102,11 +104,12 @@ class FITCPrior:
         V = solve_lower(self.L, self.P.T)
         return self.d + np.einsum("ij,ij->j", V, V), self.nu_vec + self.P @ self.gamma
 
-    def sequential_sweep(self, tau, nu, y, bias, kind, quantile, damping):
+    def sequential_sweep(self, tau, nu, y, bias, kind, quantile, damping, table, grid):
         max_change, skipped, start = 0.0, 0, 0
         while True:
             change, skip, stop = ep_sweeps.fitc_sequential_sweep(
-                self.d, self.P, self.L, self.nu_vec, self.gamma, tau, nu, y, bias, kind, quantile, damping, start)
+                self.d, self.P, self.L, self.nu_vec, self.gamma, tau, nu, y, bias, kind, quantile, damping,
+                table, grid, start)
             max_change, skipped = max(max_change, change), skipped + skip
             if stop < 0:
                 return max_change, skipped
@@ -115,12 +118,32 @@ class FITCPrior:
             start, skipped = stop + 1, skipped + 1
 
 
+_NO_TABLE = (np.zeros((0, 0)), np.zeros(4))
+
+
+@lru_cache(maxsize=1)
+def qp_lookup_table():
+    """The probit QP table of sigma*/sigma_EP (QP paper Appendix J), built once per process:
+    cavity mean y (mu + bias) in [-10, 10] step 0.05, log10 cavity sd in [-1, 1.5] step 0.02
+    (about a second); cavities outside it are computed directly."""
+    grid = np.array([-10.0, 0.05, -1.0, 0.02])
+    table = projections.probit_qp_ratio_table(grid[0] + grid[1] * np.arange(401),
+                                              grid[2] + grid[3] * np.arange(126))
+    return table, grid
+
+
 def run_sites(prior, y, bias, kind, spec, warm, quantile):
     """Sweep until the largest site change is below ``spec.tol`` or ``spec.max_sweeps``;
     ``quantile`` selects the QP projection instead of EP's moment matching."""
+    table, grid = qp_lookup_table() if quantile and spec.lookup else _NO_TABLE
     n = len(y)
     if warm is not None and len(warm.tau) == n:
         tau, nu = warm.tau.copy(), warm.nu.copy()
+    elif kind == POISSON_SQUARE:
+        # p(y | f) depends on f^2 only, so with a zero-mean prior f -> -f is a symmetry and sites
+        # started at zero stay at a zero mean (a bimodal tilted law, clamped precisions).  Start
+        # on the positive branch f ~ sqrt(y) instead: the rate f^2 is the same on both.
+        tau, nu = np.ones(n), np.sqrt(y + 0.5)
     else:
         tau, nu = np.zeros(n), np.zeros(n)
     damping, previous, rising = spec.damping, np.inf, 0
@@ -128,11 +151,11 @@ def run_sites(prior, y, bias, kind, spec, warm, quantile):
     state = SiteState(tau, nu, damping=damping)
     for sweep in range(1, spec.max_sweeps + 1):
         if spec.schedule == "sequential":
-            change, skipped = prior.sequential_sweep(tau, nu, y, bias, kind, quantile, damping)
+            change, skipped = prior.sequential_sweep(tau, nu, y, bias, kind, quantile, damping, table, grid)
         else:
             var, mean = prior.marginals()
             change, skipped = ep_sweeps.parallel_site_updates(var, mean, tau, nu, y, bias, kind,
-                                                              quantile, damping)
+                                                              quantile, damping, table, grid)
         prior.refresh(tau, nu)
         state.sweeps, state.skipped = sweep, skipped
         if change < spec.tol:
@@ -156,7 +179,7 @@ def cavity_terms(prior, state, y, bias, kind, quantile):
     log_z, dlogz = np.empty(n), np.empty(n)
     for i in range(n):
         mu_c, var_c = nu_cav[i] / tau_cav[i], 1.0 / tau_cav[i]
-        log_z[i], m, _ = project(kind, y[i], mu_c, var_c, bias, quantile)
+        log_z[i], m, _ = projections.project(kind, y[i], mu_c, var_c, bias, quantile)
         dlogz[i] = (m - mu_c) / var_c        # d log Z / d mu_cav = (tilted mean - mu_cav) / var_cav
     return log_z, dlogz, tau_cav, nu_cav, mean
 
