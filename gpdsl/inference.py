@@ -31,8 +31,8 @@ class Exact:
 
 
 @dataclass(frozen=True)
-class VFE:
-    """Titsias' collapsed variational bound (2009, eq. 16) with the optimal q(u) (eq. 17).
+class _CollapsedGaussian:
+    """Options shared by VFE and FITC.
 
     ``jitter``: None for the dynamic ladder (thesis 5.1.3), or a fixed multiple of
     mean(diag K_uu) (GPML's apxSparse uses 1e-6).  ``chunk_size``: rows per O(N M^2) chunk.
@@ -46,24 +46,18 @@ class VFE:
         return {"jitter": self.jitter, "chunk_size": self.chunk_size}
 
     def __post_init__(self):
-        check_jitter("VFE", self.jitter)
-        _check_chunk("VFE", self.chunk_size)
+        check_jitter(type(self).__name__, self.jitter)
+        _check_chunk(type(self).__name__, self.chunk_size)
 
 
 @dataclass(frozen=True)
-class FITC:
+class VFE(_CollapsedGaussian):
+    """Titsias' collapsed variational bound (2009, eq. 16) with the optimal q(u) (eq. 17)."""
+
+
+@dataclass(frozen=True)
+class FITC(_CollapsedGaussian):
     """The FITC / SPGP approximate marginal likelihood (Snelson & Ghahramani 2006)."""
-
-    jitter: float | None = None
-    chunk_size: int | None = None
-    inducing_rule = "required"
-
-    def method_options(self):
-        return {"jitter": self.jitter, "chunk_size": self.chunk_size}
-
-    def __post_init__(self):
-        check_jitter("FITC", self.jitter)
-        _check_chunk("FITC", self.chunk_size)
 
 
 SCHEDULES = ("sequential", "parallel")
