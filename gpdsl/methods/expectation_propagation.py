@@ -24,7 +24,7 @@ from .._jit import ep_sweeps
 from .._jit import projections
 from ..chunks import default_chunk_size, map_reduce
 from ..likelihoods import POISSON_SQUARE, HeteroscedasticGaussian
-from ..linalg import cholesky, solve_lower, solve_upper_t
+from ..linalg import cholesky, inverse_from_cholesky, solve_lower, solve_upper_t
 from . import collapsed, exact
 from .common import Evaluation
 
@@ -83,7 +83,7 @@ class FITCPrior:
         self.chunk = chunk_size or default_chunk_size(X.shape[0], Z.shape[0])
 
     def refresh(self, tau, nu):
-        """The O(N M^2) refresh of section 3: D, P, L (chol of Sigma_u), nu, gamma from the sites."""
+        """The O(N M^2) refresh of section 3: D, P, Sigma_u^-1 (via its Cholesky factor L), nu, gamma."""
         scale = 1.0 + self.d0 * tau
         w = tau / scale
 
@@ -93,6 +93,7 @@ class FITCPrior:
 
         (Sigma_u_data,), _ = map_reduce(chunk_fn, len(tau), self.chunk)
         self.L, _ = cholesky(self.Kuu + Sigma_u_data, 0.0, what="Sigma_u")
+        self.Minv = inverse_from_cholesky(self.L)        # M = Sigma_u^-1, updated in the sweeps
         self.d = self.d0 / scale
         self.P = np.ascontiguousarray(self.P0 / scale[:, None])
         self.nu_vec = self.d * nu
@@ -101,19 +102,18 @@ class FITCPrior:
                           - 2.0 * np.sum(np.log(np.diag(self.Lu))))
 
     def marginals(self):
-        V = solve_lower(self.L, self.P.T)
-        return self.d + np.einsum("ij,ij->j", V, V), self.nu_vec + self.P @ self.gamma
+        return self.d + np.einsum("ij,ij->i", self.P @ self.Minv, self.P), self.nu_vec + self.P @ self.gamma
 
     def sequential_sweep(self, tau, nu, y, bias, kind, quantile, damping, table, grid):
         max_change, skipped, start = 0.0, 0, 0
         while True:
             change, skip, stop = ep_sweeps.fitc_sequential_sweep(
-                self.d, self.P, self.L, self.nu_vec, self.gamma, tau, nu, y, bias, kind, quantile, damping,
+                self.d, self.P, self.Minv, self.nu_vec, self.gamma, tau, nu, y, bias, kind, quantile, damping,
                 table, grid, start)
             max_change, skipped = max(max_change, change), skipped + skip
             if stop < 0:
                 return max_change, skipped
-            # A downdate lost definiteness: rebuild from the sites and skip that site this sweep.
+            # An update would lose definiteness: rebuild from the sites and skip that site this sweep.
             self.refresh(tau, nu)
             start, skipped = stop + 1, skipped + 1
 
