@@ -1,0 +1,439 @@
+"""Speed target for FITC-EP: seconds per sweep on twonorm at N = 100,000, M = 100.
+
+The issue's item: sequential and parallel sweeps against N M^2 flops at the machine's measured
+matmul rate, and against GPy's sparse EP classifier (``GPy.models.SparseGPClassification``) in
+the same session; the goal is a sequential sweep within 3x of that bound and faster than GPy.
+
+gpdsl's sequential sweep (``ep_sweeps.fitc_sequential_sweep``) keeps M = Sigma_u^-1
+(``prior.Minv``) explicitly: per site one gemv w = M p_i (2 M^2 flops) and one rank-1 update
+M -= c w w^T (2 M^2), about 4 N M^2 flops a sweep.  Every timed sweep starts from the same warm
+sites (``--warmup`` sweeps from zero, restored by an untimed ``prior.refresh``).  Printed, median
+of ``--repeats`` (minimum in brackets): (a) the sequential sweep and the O(N M^2) refresh run
+after every sweep; (b) a parallel sweep; (c) a QP sweep (sigma* direct and from the lookup
+table); the flop ratios; (d) full ``model.fit(X, y, optimize=False)`` runs; (e) the per-site
+pieces replayed N times; (f) a blocked (delayed-update) sweep that is *not* gpdsl, checked
+against gpdsl's sweep; then GPy at the small ``--gpy-n`` (its sequential sweep is O(N^2 M^2)).
+benchmarks/README.md describes each row.
+
+    python benchmarks/bench_fitc_ep.py --threads 1        # N=100000 M=100 D=20, GPy at N=1000,2000
+    python benchmarks/bench_fitc_ep.py --n 20000 --gpy-n 1000 --repeats 2
+"""
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numba  # noqa: E402
+from numba import njit  # noqa: E402
+
+import gpdsl as gd  # noqa: E402
+from gpdsl._jit import ep_sweeps  # noqa: E402
+from gpdsl._jit.projections import project_tabulated  # noqa: E402
+from gpdsl.methods import expectation_propagation as epm  # noqa: E402
+
+NO_TABLE = epm._NO_TABLE
+
+
+def timed(fn, repeats, setup=None):
+    """Seconds of ``fn()`` over ``repeats`` calls, each after an untimed ``setup()``."""
+    times = []
+    for _ in range(repeats):
+        if setup is not None:
+            setup()
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+med = statistics.median
+
+
+def fmt(times):
+    return f"{med(times):9.4f} s  ({min(times):.4f})"
+
+
+def load():
+    return "%.2f %.2f %.2f" % os.getloadavg()
+
+
+def make_model(d, Z, schedule="sequential"):
+    return gd.Model(kernel=gd.kernels.SquaredExponential(math.sqrt(d), 1.0),
+                    likelihood=gd.likelihoods.Bernoulli("probit"),
+                    inducing=gd.inducing.Fixed(Z), inference=gd.inference.EP(schedule=schedule))
+
+
+class Problem:
+    """twonorm data, the FITC prior and warm sites; ``restore()`` puts the warm state back."""
+
+    def __init__(self, n, m, d, warmup):
+        self.X, self.y = gd.datasets.twonorm(n, dim=d, seed=0)
+        self.Z = gd.inducing.Subsample(m, seed=0).initial_Z(self.X, self.y)
+        self.d = d
+        model = make_model(d, self.Z)
+        values = model.parameter_table(self.X, self.Z).values()
+        self.kind = model.likelihood.projection
+        self.bias = model.likelihood.bias_value(values, "likelihood")
+        kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
+        self.prior = epm.FITCPrior(model.kernel, kernel_values, self.X, self.Z, 1e-6, None)
+        self.tau, self.nu = np.zeros(n), np.zeros(n)
+        self.prior.refresh(self.tau, self.nu)
+        self.warm_changes = []
+        for _ in range(warmup):
+            self.warm_changes.append(self.sequential()[0])
+            self.prior.refresh(self.tau, self.nu)
+        self.tau0, self.nu0 = self.tau.copy(), self.nu.copy()
+
+    def restore(self):
+        self.tau[:], self.nu[:] = self.tau0, self.nu0
+        self.prior.refresh(self.tau, self.nu)
+
+    def sequential(self, quantile=False, table=NO_TABLE):
+        return self.prior.sequential_sweep(self.tau, self.nu, self.y, self.bias, self.kind, quantile, 0.0, *table)
+
+    def parallel(self):
+        var, mean = self.prior.marginals()
+        ep_sweeps.parallel_site_updates(var, mean, self.tau, self.nu, self.y, self.bias, self.kind, False, 0.0,
+                                        *NO_TABLE)
+        self.prior.refresh(self.tau, self.nu)
+
+    def time_sweeps(self, repeats):
+        """Seconds of a sequential sweep, the refresh after it, and a parallel sweep (+ refresh)."""
+        seq = timed(self.sequential, repeats, self.restore)
+        ref = timed(lambda: self.prior.refresh(self.tau, self.nu), repeats)
+        return seq, ref, timed(self.parallel, repeats, self.restore)
+
+    def fit(self, schedule):
+        """Full EP fit at fixed hyperparameters: (seconds, sweeps, converged, log evidence)."""
+        model = make_model(self.d, self.Z, schedule)
+        t = time.perf_counter()
+        post = model.fit(self.X, self.y, optimize=False)
+        dt = time.perf_counter() - t
+        return dt, post.total_sweeps, post.sites.converged, post.log_evidence
+
+
+def matmul_rate(n, m, repeats):
+    """GFLOP/s of NumPy's (M, N) @ (N, M) and (N, M) @ (M, M) products (2 N M^2 flops each)."""
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((n, m)), rng.standard_normal((m, m))
+    out = {}
+    for name, fn in (("(M,N)@(N,M)", lambda: A.T @ A), ("(N,M)@(M,M)", lambda: A @ B)):
+        fn()
+        times = timed(fn, max(repeats, 3))
+        out[name] = (2.0 * n * m * m / med(times) / 1e9, times)
+    return out
+
+
+# (e) gpdsl's per-site pieces, written as in fitc_sequential_sweep and replayed over all rows of P
+@njit(fastmath=True)
+def _loop_gemv(Minv, P):
+    n, m = P.shape
+    w = np.empty(m)
+    acc = 0.0
+    for i in range(n):
+        for a in range(m):
+            t = 0.0
+            for k in range(m):
+                t += Minv[a, k] * P[i, k]
+            w[a] = t
+        acc += w[0]
+    return acc
+
+
+@njit(fastmath=True)
+def _loop_rank1(Minv, P, c):
+    n, m = P.shape
+    for i in range(n):
+        for a in range(m):
+            ca = c * P[i, a]
+            for k in range(m):
+                Minv[a, k] -= ca * P[i, k]
+    return Minv[0, 0]
+
+
+@njit(fastmath=True)
+def _loop_project(kind, y, mu, var, bias, qp, table, grid):
+    acc = 0.0
+    for i in range(y.shape[0]):
+        _, mean, v = project_tabulated(kind, y[i], mu[i], var[i], bias, qp, table, grid)
+        acc += mean + v
+    return acc
+
+
+def breakdown(pb, sweep_s):
+    prior = pb.prior
+    pb.restore()
+    n, m = prior.P.shape
+    P, Minv = prior.P.copy(), prior.Minv.copy()
+    var, mean = prior.marginals()
+    n_qp = max(n // 20, 1)
+    table = epm.qp_lookup_table()
+    y, kind, bias = pb.y, pb.kind, pb.bias
+    rows = [("gemv  w = M p", 2 * m * m, n, lambda: _loop_gemv(Minv, P)),
+            ("rank-1  M -= c w w^T", 2 * m * m, n, lambda: _loop_rank1(Minv.copy(), P, 1e-12)),
+            ("project, EP (probit moments)", 0, n,
+             lambda: _loop_project(kind, y, mean, var, bias, False, *NO_TABLE)),
+            ("project, QP (sigma* direct)", 0, n_qp,
+             lambda: _loop_project(kind, y[:n_qp], mean[:n_qp], var[:n_qp], bias, True, *NO_TABLE)),
+            ("project, QP (lookup table)", 0, n_qp,
+             lambda: _loop_project(kind, y[:n_qp], mean[:n_qp], var[:n_qp], bias, True, *table))]
+    print(f"\n(e) per-site work of the sequential sweep, each piece replayed over the N = {n} rows of P in a "
+          f"Numba loop (the QP projections over {n_qp} rows):")
+    print(f"    {'piece':<32s} {'s per N sites':>13s} {'us/site':>8s} {'GFLOP/s':>8s}")
+    us = {}
+    for name, flops, count, fn in rows:
+        fn()                                           # compile
+        dt = timed(fn, 1)[0]
+        us[name] = dt / count * 1e6
+        rate = f"{flops / (us[name] * 1e3):8.2f}" if flops else ""
+        print(f"    {name:<32s} {dt * n / count:13.4f} {us[name]:8.3f} {rate}")
+    est = us["gemv  w = M p"] + us["rank-1  M -= c w w^T"] + us["project, EP (probit moments)"]
+    print(f"    gemv + rank-1 + EP projection = {est:.2f} us/site = {est * n * 1e-6:.3f} s per sweep "
+          f"(measured sweep {sweep_s:.3f} s)")
+
+
+# (f) "what next", not gpdsl: the same sweep with delayed (blocked) updates of M
+@njit(fastmath=True)
+def _ref_block(i0, G, hv, d, P, nu_vec, tau, nu, y, bias, kind, table, grid, C, Gs, alpha, beta):
+    """Sites i0 .. i0+b-1 in order, exactly as sequential EP, on G = P_b M P_b^T (b x b, updated by
+    the in-block rank-1 changes) and h = nu_vec + P_b gamma.  Column k of C holds the coefficients
+    of u_k = M_k p_k in the basis w_l = M_0 p_l."""
+    b = G.shape[0]
+    for k in range(b):
+        i = i0 + k
+        alpha[k], beta[k] = 0.0, 0.0
+        s, h = G[k, k], hv[k]
+        tau_new, nu_new, ok = ep_sweeps._site_update(i, d[i] + s, h, tau, nu, y, bias, kind, False, 0.0,
+                                                     table, grid)       # gpdsl's undamped EP update
+        pi, bb = tau_new - tau[i], nu_new - nu[i]
+        denom = 1.0 + pi * d[i]
+        den2 = 1.0 + pi / denom * s if denom > 0.0 else 0.0
+        if not ok or not den2 > 0.0:                   # improper cavity, or M would lose definiteness
+            continue
+        a = pi / denom / den2
+        be = (bb - pi * h) / (denom * den2)
+        alpha[k], beta[k] = a, be
+        for r in range(b):
+            C[r, k] = 0.0
+        C[k, k] = 1.0
+        for l in range(k):                   # u_k = w_k - sum_l alpha_l (p_k . u_l) u_l
+            f = alpha[l] * Gs[k, l]
+            if f != 0.0:
+                for r in range(l + 1):
+                    C[r, k] -= f * C[r, l]
+        for j in range(k + 1, b):
+            Gs[j, k] = G[j, k]               # p_j . u_k
+        for j in range(k + 1, b):
+            gj = a * Gs[j, k]
+            hv[j] += be * Gs[j, k]
+            for jj in range(k + 1, b):
+                G[j, jj] -= gj * Gs[jj, k]
+        nu_vec[i] += d[i] * (bb - pi * nu_vec[i]) / denom
+        d[i] /= denom
+        for c in range(P.shape[1]):
+            P[i, c] /= denom
+        tau[i], nu[i] = tau_new, nu_new
+
+
+@njit
+def ref_sweep_blocked(d, P, Minv, nu_vec, gamma, tau, nu, y, bias, kind, table, grid, B):
+    """Per block of B sites: W = P_b M and G = W P_b^T (BLAS-3), the B sites in order on G
+    (O(B^2) each), then M -= U^T diag(alpha) U, gamma += U^T beta with U = C^T W (BLAS-3).
+    About 4 N M^2 + 4 N B M flops per sweep, nearly all in gemm."""
+    n = P.shape[0]
+    C, Gs = np.zeros((B, B)), np.zeros((B, B))
+    alpha, beta = np.zeros(B), np.zeros(B)
+    for i0 in range(0, n, B):
+        b = min(B, n - i0)
+        S = P[i0:i0 + b]
+        W = np.dot(S, Minv)
+        G = np.dot(W, S.T)
+        hv = np.dot(S, gamma) + nu_vec[i0:i0 + b]
+        Cb = C[:b, :b]
+        _ref_block(i0, G, hv, d, P, nu_vec, tau, nu, y, bias, kind, table, grid, Cb, Gs[:b, :b], alpha, beta)
+        U = np.dot(np.ascontiguousarray(Cb.T), W)
+        Minv -= np.dot(np.ascontiguousarray(U.T), U * alpha[:b].reshape(b, 1))
+        gamma += np.dot(beta[:b], U)
+
+
+def blocked_reference(pb, blocks, repeats, sweep_s, bound):
+    pb.restore()
+    pb.sequential()                                   # gpdsl's sweep: the sites to agree with
+    gp_tau, gp_nu = pb.tau.copy(), pb.nu.copy()
+    pb.restore()
+    p = pb.prior
+    state = (p.d, p.P, p.Minv, p.nu_vec, p.gamma)
+    print(f"\n(f) what next (not gpdsl): the sweep with delayed updates, B sites per BLAS-3 block, from the "
+          f"same warm state; max |difference| of its new sites from gpdsl's sweep:")
+    for B in blocks:
+        times = []
+        for r in range(repeats + 1):                  # the first call compiles
+            args = [a.copy() for a in state]
+            tau, nu = pb.tau0.copy(), pb.nu0.copy()
+            t = time.perf_counter()
+            ref_sweep_blocked(*args, tau, nu, pb.y, pb.bias, pb.kind, *NO_TABLE, B)
+            if r:
+                times.append(time.perf_counter() - t)
+        err = max(np.max(np.abs(tau - gp_tau)), np.max(np.abs(nu - gp_nu)))
+        print(f"    blocked, B = {B:<3d} {fmt(times)}   {med(times) / bound:5.1f} x N M^2 bound   "
+              f"{sweep_s / med(times):4.2f} x faster than gpdsl   max|d site| {err:.1e}"
+              + ("" if err < 1e-10 else "   DISAGREES (> 1e-10)"))
+
+
+# GPy
+def gpy_section(n, m, d, repeats):
+    print(f"\n--- GPy.models.SparseGPClassification (EPDTC) vs gpdsl at N = {n}, M = {m} ---")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import GPy
+            from GPy.inference.latent_function_inference import EPDTC
+            from GPy.inference.latent_function_inference.expectation_propagation import posteriorParamsDTC
+            from paramz import ObsAr
+    except Exception as exc:                        # not installed, or broken on this numpy
+        print(f"GPy not available: {type(exc).__name__}: {exc}")
+        return
+    print(f"GPy {GPy.__version__}")
+    pb = Problem(n, m, d, warmup=2)
+    y01 = (pb.y > 0).astype(float)[:, None]
+    kern = GPy.kern.RBF(d, lengthscale=math.sqrt(d), variance=1.0)
+    Kmm, Kmn = kern.K(pb.Z), kern.K(pb.Z, pb.X)
+
+    def timed_site_loops(ep):
+        """Wrap ep._local_updates (GPy's site loop, one call per sweep); returns its list of seconds."""
+        loops, local = [], ep._local_updates
+
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            out = local(*a, **k)
+            loops.append(time.perf_counter() - t)
+            return out
+        ep._local_updates = wrapper
+        return loops
+
+    per_sweep = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for label, par in (("sequential (default)", False), ("parallel_updates=True", True)):
+            # One run of repeats + 1 sweeps (first dropped), each sweep's site loop plus one
+            # _recompute, the refresh GPy runs after every sweep.
+            np.random.seed(0)
+            ep = EPDTC(max_iters=repeats + 1, epsilon=0.0, parallel_updates=par)
+            loops = timed_site_loops(ep)
+            _, ga, _ = ep.expectation_propagation(Kmm, Kmn, ObsAr(y01), GPy.likelihoods.Bernoulli(), None)
+            rec = timed(lambda: posteriorParamsDTC._recompute(Kmm, Kmn, ga), repeats)
+            per_sweep[label] = [s + med(rec) for s in loops[1:]]
+            print(f"GPy EPDTC one sweep, {label:<22s} {fmt(per_sweep[label])}   (of which _recompute {fmt(rec)})")
+        np.random.seed(0)
+        ep = EPDTC()
+        loops = timed_site_loops(ep)
+        t = time.perf_counter()
+        gm = GPy.models.SparseGPClassification(pb.X, y01, Z=pb.Z, kernel=kern.copy(), inference_method=ep)
+        gpy_full = time.perf_counter() - t
+    print(f"GPy full EP run (model construction, EPDTC defaults): {gpy_full:.3f} s, {len(loops)} sweeps, "
+          f"{gpy_full / max(len(loops), 1):.3f} s/sweep, log likelihood {float(gm.log_likelihood()):.3f}")
+    seq, ref, par = pb.time_sweeps(repeats)
+    print(f"gpdsl one sequential sweep            {fmt(seq)}   + refresh {fmt(ref)}")
+    print(f"gpdsl one parallel sweep (+ refresh)  {fmt(par)}")
+    dt, sweeps, conv, F = pb.fit("sequential")
+    print(f"gpdsl full fit(optimize=False), EP sequential: {dt:.3f} s, {sweeps} sweeps (converged={conv}), "
+          f"{dt / max(sweeps, 1):.3f} s/sweep, log evidence {F:.3f}")
+    ratio = med(per_sweep["sequential (default)"]) / (med(seq) + med(ref))
+    print(f"sequential sweep (+ refresh): GPy / gpdsl = {ratio:.0f}x;  full run: GPy / gpdsl = {gpy_full / dt:.1f}x")
+
+
+# --------------------------------------------------------------------------------------------
+def run(args):
+    n, m, d, R = args.n, args.m, args.d, args.repeats
+    print(f"gpdsl {gd.__version__}, numba {numba.__version__}, numpy {np.__version__}, "
+          f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    try:
+        from threadpoolctl import threadpool_info
+        print("BLAS: " + "; ".join(f"{p['internal_api']} {p['version']}: {p['num_threads']} threads"
+                                   for p in threadpool_info()) + f"; Numba threads: {numba.get_num_threads()}")
+    except ImportError:
+        print("BLAS: (threadpoolctl not installed)")
+    print(f"load average (1, 5, 15 min): {load()}  (near or above the CPU count: contended timings)")
+
+    rates = matmul_rate(n, m, R)
+    rate_name = max(rates, key=lambda k: rates[k][0])
+    rate = rates[rate_name][0]
+    bound = n * m * m / (rate * 1e9)
+    print(f"\nmatmul rate (NumPy, N={n}, M={m}; 2 N M^2 flops per product, median):")
+    for k, (r, times) in rates.items():
+        print(f"    {k:<14s} {r:7.1f} GFLOP/s   {fmt(times)}")
+    print(f"  -> rate = {rate:.1f} GFLOP/s ({rate_name}); bound N M^2 / rate = {bound:.4f} s")
+
+    pb = Problem(n, m, d, args.warmup)
+    print(f"\nproblem: twonorm N={n}, D={d}, M={m} (subsampled Z), SE lengthscale {math.sqrt(d):.3f}, variance 1, "
+          f"probit; FITCPrior jitter 1e-6; {args.warmup} warm-up sweeps (max site "
+          f"change {', '.join(f'{c:.2e}' for c in pb.warm_changes)}); median of {R} (min in brackets)")
+    seq, ref, par = pb.time_sweeps(R)
+    marg = timed(pb.prior.marginals, R)
+    qp_direct = timed(lambda: pb.sequential(quantile=True), R, pb.restore)
+    t = time.perf_counter()
+    table = epm.qp_lookup_table()
+    t_table = time.perf_counter() - t
+    qp_lookup = timed(lambda: pb.sequential(quantile=True, table=table), R, pb.restore)
+    s = med(seq)
+    print(f"(a) sequential sweep (fitc_sequential_sweep)   {fmt(seq)}   {s / n * 1e6:.2f} us/site")
+    print(f"    refresh (O(N M^2), after every sweep)      {fmt(ref)}")
+    print(f"(b) parallel sweep (+ refresh)                 {fmt(par)}   (of which marginals {fmt(marg)})")
+    print(f"(c) QP sequential sweep, sigma* direct         {fmt(qp_direct)}")
+    print(f"    QP sequential sweep, lookup table          {fmt(qp_lookup)}   (table built once: {t_table:.3f} s)")
+
+    print(f"\nflop ratios (bound = N M^2 / {rate:.1f} GFLOP/s = {bound:.4f} s; goal: sequential <= 3):")
+    print(f"    sequential sweep / bound                   {s / bound:7.1f}")
+    print(f"    sequential sweep + refresh / bound         {(s + med(ref)) / bound:7.1f}")
+    print(f"    parallel sweep / bound                     {med(par) / bound:7.1f}")
+    print(f"    sequential sweep / (4 N M^2 / rate)        {s / (4 * bound):7.1f}   "
+          "(4 N M^2: the gemv + rank-1 per site that the sweep does)")
+    print(f"    sequential sweep achieves {4 * n * m * m / s / 1e9:.2f} GFLOP/s on 4 N M^2")
+
+    print("\n(d) full model.fit(X, y, optimize=False) with gd.inference.EP():")
+    for schedule in ("sequential", "parallel"):
+        dt, sweeps, conv, F = pb.fit(schedule)
+        print(f"    {schedule:<10s} {dt:8.3f} s, {sweeps:3d} sweeps (converged={conv}), {dt / max(sweeps, 1):.3f} "
+              f"s/sweep incl. cavities + pseudo-regression; log evidence {F:.3f}")
+
+    breakdown(pb, s)
+    blocked_reference(pb, [int(b) for b in args.blocks.split(",")], R, s, bound)
+    print(f"load average after the N = {n} part: {load()}")
+
+    for n_gpy in (int(v) for v in args.gpy_n.split(",")):
+        if n_gpy > 0:
+            gpy_section(n_gpy, m, d, R)
+    print(f"\nload average at the end: {load()}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=100_000)
+    p.add_argument("--m", type=int, default=100)
+    p.add_argument("--d", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=2, help="sequential sweeps before timing")
+    p.add_argument("--blocks", default="16,32", help="block sizes of the blocked reference sweep")
+    p.add_argument("--gpy-n", default="1000,2000", help="N list for the GPy comparison; 0 skips it")
+    p.add_argument("--threads", type=int, default=None, help="limit BLAS and Numba threads (needs threadpoolctl)")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    if args.threads:
+        from threadpoolctl import threadpool_limits
+        numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+        with threadpool_limits(limits=args.threads):
+            run(args)
+    else:
+        run(args)
+    print(f"total script time {time.perf_counter() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
