@@ -118,9 +118,10 @@ class Stationary(Kernel):
         A1, A2 = X1 - centre, X2 - centre
         row, col = S.sum(axis=1), S.sum(axis=0)
         SA2 = S @ A2
-        inv_ls2 = 1.0 / (ls * ls)
+        inv_ls = 1.0 / ls          # (1/ls)^2 underflows quietly where ls * ls would overflow
+        inv_ls2 = inv_ls * inv_ls
         d_X1 = 2.0 * (A1 * row[:, None] - SA2) * inv_ls2
-        d_ls = -2.0 * inv_ls2 / ls * (row @ (A1 * A1) - 2.0 * np.einsum("ij,ij->j", A1, SA2) + col @ (A2 * A2))
+        d_ls = -2.0 * inv_ls2 * inv_ls * (row @ (A1 * A1) - 2.0 * np.einsum("ij,ij->j", A1, SA2) + col @ (A2 * A2))
         if not self.ard:
             d_ls = np.array(d_ls.sum())
         return {f"{prefix}.lengthscale": d_ls, f"{prefix}.variance": np.array(d_var)}, d_X1

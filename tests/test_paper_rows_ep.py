@@ -16,9 +16,23 @@ import pytest
 import gpdsl as gd
 from conftest import shared_path
 
+try:                                 # one BLAS thread: the dense EP sweeps are many small updates and
+    from threadpoolctl import threadpool_limits   # OpenBLAS's threads made them ~2x slower here
+except ImportError:                  # pragma: no cover
+    threadpool_limits = None
+
 SE = gd.kernels.SquaredExponential
 PIMA_FEATURES = ["pregnant", "glucose", "diastolic_bp", "triceps", "bmi", "pedigree", "age"]
 PIMA_MISSING = ["glucose", "diastolic_bp", "triceps", "bmi"]     # 0 encodes a missing value there
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    if threadpool_limits is None:
+        yield
+    else:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
 
 
 def _split(n, s):
