@@ -4,7 +4,9 @@
 * FITC-EP (Naish-Guzman & Holden 2007, section 3): the prior is Q_ff + diag(K_ff - Q_ff); the
   posterior is kept as A = D + P M P^T, h = nu + P gamma with O(M^2) site updates and a full
   O(N M^2) refresh after every sweep.
-* QP (Zhang et al. 2020) swaps the site projection only; the sweeps are shared.
+* QP (Zhang et al. 2020) swaps the site projection only; the sweeps are shared.  Its
+  hyperparameters are fitted on EP's evidence (as in the paper), then QP sweeps, warm-started
+  from EP's sites, give the posterior.
 
 After convergence the EP posterior equals a Gaussian-regression posterior with pseudo-targets
 nu_i / tau_i and noise 1 / tau_i.  At an EP fixed point the gradient of the EP log evidence with
@@ -20,8 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .._jit import ep_sweeps
-from .._jit import projections
+from .._jit import ep_sweeps, projections
 from ..chunks import default_chunk_size, map_reduce
 from ..likelihoods import POISSON_SQUARE, HeteroscedasticGaussian
 from ..linalg import cholesky, inverse_from_cholesky, solve_lower, solve_upper_t
@@ -170,8 +171,8 @@ def run_sites(prior, y, bias, kind, spec, warm, quantile):
     return state
 
 
-def cavity_terms(prior, state, y, bias, kind, quantile):
-    """log Z_i, cavity natural parameters and d log Z_i / d mu_cav at the final marginals."""
+def cavity_terms(prior, state, y, bias, kind):
+    """log Z_i, cavity natural parameters and d log Z_i / d mu_cav at the final (EP) marginals."""
     var, mean = prior.marginals()
     tau_cav = 1.0 / var - state.tau
     nu_cav = mean / var - state.nu
@@ -179,7 +180,7 @@ def cavity_terms(prior, state, y, bias, kind, quantile):
     log_z, dlogz = np.empty(n), np.empty(n)
     for i in range(n):
         mu_c, var_c = nu_cav[i] / tau_cav[i], 1.0 / tau_cav[i]
-        log_z[i], m, _ = projections.project(kind, y[i], mu_c, var_c, bias, quantile)
+        log_z[i], m, _ = projections.project(kind, y[i], mu_c, var_c, bias, False)
         dlogz[i] = (m - mu_c) / var_c        # d log Z / d mu_cav = (tilted mean - mu_cav) / var_cav
     return log_z, dlogz, tau_cav, nu_cav, mean
 
@@ -207,7 +208,7 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
     # The evidence and its gradients are EP's for QP too (Zhang et al. fit hyperparameters with
     # EP's evidence): the gradient identity needs the moment-matching fixed point.
     state = run_sites(prior, y, bias, kind, spec, warm, quantile=False)
-    log_z, dlogz, tau_cav, nu_cav, mean = cavity_terms(prior, state, y, bias, kind, False)
+    log_z, dlogz, tau_cav, nu_cav, mean = cavity_terms(prior, state, y, bias, kind)
     F = log_evidence(prior, state, log_z, tau_cav, nu_cav, mean)
     grads, dZ = {}, None
     if need_grad:
