@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
+from ._jit.projections import POISSON_SQUARE, PROBIT
 from .parameters import check_hyperparameter, declared_value, entry
 
 
@@ -124,8 +125,6 @@ class HeteroscedasticGaussian:
         return "HeteroscedasticGaussian(known)" if self.known else f"HeteroscedasticGaussian(degree={self.degree})"
 
 
-# Codes of the site projections compiled into the EP/QP sweep (gpdsl._jit.projections).
-PROBIT, POISSON_SQUARE = 0, 1
 
 
 @dataclass(frozen=True)

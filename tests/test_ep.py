@@ -115,30 +115,23 @@ def _check_evidence_gradients(model, X, y, Z0):
 
 
 def test_gaussian_projection_reproduces_exact_regression_in_one_sweep():
-    """EP with a Gaussian site projection is exact: one sweep gives the exact GP posterior."""
+    """With a Gaussian likelihood the tilted law is Gaussian, so one EP sweep (the jitted
+    sequential sweep with rank-1 updates) gives the exact GP posterior and the next changes nothing."""
+    from gpdsl._jit.projections import GAUSSIAN
     from gpdsl.methods import expectation_propagation as epm
     rng = np.random.default_rng(0)
     X = rng.uniform(-2, 2, size=(25, 1))
     y = np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(25)
     values = {"kernel.lengthscale": np.array(0.7), "kernel.variance": np.array(1.0)}
-    prior = epm.DensePrior(SE(0.7, 1.0), values, X)
-    tau, nu = np.zeros(25), np.zeros(25)
-    prior.refresh(tau, nu)
-    from gpdsl._jit import ep_sweeps
-    # Gaussian likelihood N(y | f, 0.01): the tilted distribution is Gaussian; project it exactly.
-    for i in range(25):
-        var, mean = np.diag(prior.Sigma)[i], prior.mu[i]
-        tau_cav, nu_cav = 1 / var - tau[i], mean / var - nu[i]
-        d_tau, d_nu = 100.0 - tau[i], 100.0 * y[i] - nu[i]
-        c = d_tau / (1 + d_tau * prior.Sigma[i, i])
-        s = prior.Sigma[:, i].copy()
-        prior.mu += s * (d_nu * (1 - c * prior.Sigma[i, i]) - c * prior.mu[i])
-        prior.Sigma -= c * np.outer(s, s)
-        tau[i], nu[i] = 100.0, 100.0 * y[i]
-        assert tau_cav > 0 and np.isfinite(nu_cav)
     exact = gd.Model(kernel=SE(0.7, 1.0), likelihood=gd.likelihoods.Gaussian(0.01)).fit(X, y, optimize=False)
-    np.testing.assert_allclose(prior.mu, exact.predict(X).f_mean, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(np.diag(prior.Sigma), exact.predict(X).f_var, rtol=1e-8)
+    for schedule in ("sequential", "parallel"):
+        prior = epm.DensePrior(SE(0.7, 1.0), values, X)
+        one = epm.run_sites(prior, y, 0.01, GAUSSIAN, gd.inference.EP(max_sweeps=1, schedule=schedule), None, False)
+        np.testing.assert_allclose(prior.mu, exact.predict(X).f_mean, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(np.diag(prior.Sigma), exact.predict(X).f_var, rtol=1e-8)
+        np.testing.assert_allclose(one.tau, 100.0, rtol=1e-9)          # site precision = 1 / noise
+        again = epm.run_sites(prior, y, 0.01, GAUSSIAN, gd.inference.EP(tol=1e-8, schedule=schedule), one, False)
+        assert again.converged and again.sweeps == 1
 
 
 def test_qp_variances_not_larger_than_ep(synth):

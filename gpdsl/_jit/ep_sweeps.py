@@ -16,16 +16,17 @@ from .projections import project_tabulated
 
 
 @njit(cache=True)
-def _site_update(i, marginal_var, marginal_mean, tau, nu, y, bias, kind, quantile, damping, table, grid):
+def _site_update(i, marginal_var, marginal_mean, tau, nu, y, param, kind, quantile, damping, table, grid):
     """New (tau_i, nu_i) from the marginal N(marginal_mean, marginal_var); ok=False if the cavity is improper.
 
+    ``param`` is the likelihood's scalar parameter (probit bias, Gaussian noise variance);
     ``table``/``grid``: the optional QP lookup table (empty to compute sigma* directly).
     """
     tau_cav = 1.0 / marginal_var - tau[i]
     nu_cav = marginal_mean / marginal_var - nu[i]
     if tau_cav <= 0.0:
         return tau[i], nu[i], False
-    _, mean, var = project_tabulated(kind, y[i], nu_cav / tau_cav, 1.0 / tau_cav, bias, quantile, table, grid)
+    _, mean, var = project_tabulated(kind, y[i], nu_cav / tau_cav, 1.0 / tau_cav, param, quantile, table, grid)
     # Site precisions are kept non-negative (GPML's infEP does the same): a negative one, possible
     # for likelihoods that are not log-concave (Poisson with the square link), can make the
     # posterior improper; the marginal mean is still matched.
@@ -37,7 +38,7 @@ def _site_update(i, marginal_var, marginal_mean, tau, nu, y, bias, kind, quantil
 
 
 @njit(cache=True)
-def dense_sequential_sweep(Sigma, mu, tau, nu, y, bias, kind, quantile, damping, table, grid):
+def dense_sequential_sweep(Sigma, mu, tau, nu, y, param, kind, quantile, damping, table, grid):
     """One sequential sweep over a dense posterior (Rasmussen & Williams Algorithm 3.5).
 
     Sigma (N, N) and mu (N,) are the posterior covariance and mean, updated in place by rank-1
@@ -46,7 +47,7 @@ def dense_sequential_sweep(Sigma, mu, tau, nu, y, bias, kind, quantile, damping,
     n = y.shape[0]
     max_change, skipped = 0.0, 0
     for i in range(n):
-        tau_new, nu_new, ok = _site_update(i, Sigma[i, i], mu[i], tau, nu, y, bias, kind, quantile, damping,
+        tau_new, nu_new, ok = _site_update(i, Sigma[i, i], mu[i], tau, nu, y, param, kind, quantile, damping,
                                            table, grid)
         if not ok:
             skipped += 1
@@ -70,14 +71,14 @@ def dense_sequential_sweep(Sigma, mu, tau, nu, y, bias, kind, quantile, damping,
 
 
 @njit(cache=True)
-def parallel_site_updates(marginal_var, marginal_mean, tau, nu, y, bias, kind, quantile, damping, table, grid):
+def parallel_site_updates(marginal_var, marginal_mean, tau, nu, y, param, kind, quantile, damping, table, grid):
     """Update every site from the same marginals (the caller refreshes the posterior after)."""
     n = y.shape[0]
     max_change, skipped = 0.0, 0
     tau_old = tau.copy()
     nu_old = nu.copy()
     for i in range(n):
-        tau_new, nu_new, ok = _site_update(i, marginal_var[i], marginal_mean[i], tau_old, nu_old, y, bias,
+        tau_new, nu_new, ok = _site_update(i, marginal_var[i], marginal_mean[i], tau_old, nu_old, y, param,
                                            kind, quantile, damping, table, grid)
         if not ok:
             skipped += 1
@@ -89,7 +90,7 @@ def parallel_site_updates(marginal_var, marginal_mean, tau, nu, y, bias, kind, q
 
 
 @njit(cache=True, fastmath=True)
-def fitc_sequential_sweep(d, P, Minv, nu_vec, gamma, tau, nu, y, bias, kind, quantile, damping, table, grid,
+def fitc_sequential_sweep(d, P, Minv, nu_vec, gamma, tau, nu, y, param, kind, quantile, damping, table, grid,
                           start):
     """One sequential FITC-EP sweep from site ``start`` (Naish-Guzman & Holden, section 3).
 
@@ -126,7 +127,7 @@ def fitc_sequential_sweep(d, P, Minv, nu_vec, gamma, tau, nu, y, bias, kind, qua
             pg += P[i, a] * gamma[a]
         a_ii = d[i] + pw
         h_i = nu_vec[i] + pg
-        tau_new, nu_new, ok = _site_update(i, a_ii, h_i, tau, nu, y, bias, kind, quantile, damping, table, grid)
+        tau_new, nu_new, ok = _site_update(i, a_ii, h_i, tau, nu, y, param, kind, quantile, damping, table, grid)
         pi = tau_new - tau[i]
         b = nu_new - nu[i]
         denom = 1.0 + pi * d[i]

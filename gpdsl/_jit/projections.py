@@ -45,6 +45,7 @@ from .special import (GL_NODES, GL_WEIGHTS, MILLS_CF_MIN, bvn_cdf, mills_cf, nor
 
 PROBIT = 0
 POISSON_SQUARE = 1
+GAUSSIAN = 2
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _WINDOW = 10.0              # window half-width in (local) standard deviations
@@ -486,19 +487,25 @@ def poisson_square_qp_sd(y, mu, sd):
 
 
 @njit(cache=True)
-def project(kind, y, mu, var, bias, qp):
+def project(kind, y, mu, var, param, qp):
     """Project the tilted distribution of one site onto a Gaussian.
 
-    kind: PROBIT (y = +-1, ``bias`` added to f) or POISSON_SQUARE (y a count, ``bias`` unused);
-    mu, var: cavity mean and variance.  Returns (log Z, mean, variance): the EP moments, or with
-    ``qp`` the same log Z and mean and the QP variance sigma*^2.
+    kind: PROBIT (y = +-1, ``param`` is the bias added to f), POISSON_SQUARE (y a count,
+    ``param`` unused) or GAUSSIAN (``param`` is the noise variance; the tilted law is Gaussian,
+    so EP is exact and QP equals EP); mu, var: cavity mean and variance.  Returns
+    (log Z, mean, variance): the EP moments, or with ``qp`` the same log Z and mean and the QP
+    variance sigma*^2.
     """
     if kind == PROBIT:
-        log_z, mean, var_t = probit_tilted_moments(y, mu, var, bias)
+        log_z, mean, var_t = probit_tilted_moments(y, mu, var, param)
         if qp:
-            sd = _probit_qp_sd(y, mu, math.sqrt(var), bias, log_z, mean, var_t)
+            sd = _probit_qp_sd(y, mu, math.sqrt(var), param, log_z, mean, var_t)
             var_t = sd * sd
         return log_z, mean, var_t
+    if kind == GAUSSIAN:
+        total = var + param
+        r = y - mu
+        return -0.5 * (math.log(2.0 * math.pi * total) + r * r / total), mu + var * r / total, var * param / total
     log_z, mean, var_t = poisson_square_tilted_moments(y, mu, var)
     ny = int(y + 0.5)
     if qp and ny > 0:                         # y = 0: the tilted distribution is Gaussian
@@ -552,11 +559,11 @@ def probit_qp_sd_lookup(table, mu_first, mu_step, log10_sd_first, log10_sd_step,
 
 
 @njit(cache=True)
-def project_tabulated(kind, y, mu, var, bias, qp, table, grid):
+def project_tabulated(kind, y, mu, var, param, qp, table, grid):
     """:func:`project`, with the probit QP sigma* read from a lookup table when ``table`` is not
     empty; ``grid`` = (mu_first, mu_step, log10_sd_first, log10_sd_step) of that table."""
     if qp and kind == PROBIT and table.shape[0] > 0:
-        log_z, mean, _ = probit_tilted_moments(y, mu, var, bias)
-        sd = probit_qp_sd_lookup(table, grid[0], grid[1], grid[2], grid[3], y, mu, math.sqrt(var), bias)
+        log_z, mean, _ = probit_tilted_moments(y, mu, var, param)
+        sd = probit_qp_sd_lookup(table, grid[0], grid[1], grid[2], grid[3], y, mu, math.sqrt(var), param)
         return log_z, mean, sd * sd
-    return project(kind, y, mu, var, bias, qp)
+    return project(kind, y, mu, var, param, qp)

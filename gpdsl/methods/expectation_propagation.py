@@ -23,8 +23,9 @@ from functools import lru_cache
 import numpy as np
 
 from .._jit import ep_sweeps, projections
+from .._jit.projections import POISSON_SQUARE
 from ..chunks import default_chunk_size, map_reduce
-from ..likelihoods import POISSON_SQUARE, HeteroscedasticGaussian
+from ..likelihoods import HeteroscedasticGaussian
 from ..linalg import cholesky, inverse_from_cholesky, solve_lower, solve_upper_t
 from . import collapsed, exact
 from .common import Evaluation
