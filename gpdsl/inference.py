@@ -77,7 +77,7 @@ class _SiteInference:
 
     damping: float = 0.0
     max_sweeps: int = 200
-    tol: float = 1e-8
+    tol: float = 1e-6
     schedule: str = "sequential"
     jitter: float | None = None
     chunk_size: int | None = None
