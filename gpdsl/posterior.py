@@ -14,8 +14,9 @@ from .model import validate_inputs
 
 
 class Posterior:
-    """A fitted model.  ``log_evidence`` is the exact LML (Exact), the collapsed bound (VFE) or
-    FITC's approximate LML; ``values`` holds the fitted natural hyperparameters by name."""
+    """A fitted model.  ``log_evidence`` is the exact LML (Exact), the collapsed bound (VFE),
+    FITC's approximate LML, or EP's approximation (EP, and QP, which is fitted on EP's evidence);
+    ``values`` holds the fitted natural hyperparameters by name, ``sites`` the EP/QP sites."""
 
     def __init__(self, model, values, state, log_evidence, log_prior=0.0, converged=True,
                  n_iterations=0, jitter=0.0, priors=None, fixed=(), sites=None, total_sweeps=0):
