@@ -1,0 +1,28 @@
+"""Inducing-point specs against independent computations."""
+import numpy as np
+
+import gpdsl as gd
+
+
+def test_kmeans_is_a_lloyd_fixed_point_and_finds_separated_blobs():
+    rng = np.random.default_rng(0)
+    centres = np.array([[-5.0, 0.0], [0.0, 5.0], [5.0, 0.0]])
+    X = np.vstack([c + 0.3 * rng.standard_normal((100, 2)) for c in centres])
+    Z = gd.inducing.KMeans(3, seed=1).initial_Z(X, None)
+    # Each returned centre is the mean of the points nearest to it (Lloyd's fixed point) ...
+    labels = np.argmin(((X[:, None, :] - Z[None, :, :]) ** 2).sum(-1), axis=1)
+    for k in range(3):
+        np.testing.assert_allclose(Z[k], X[labels == k].mean(0), rtol=0, atol=1e-12)
+    # ... and with well separated blobs the centres are the blob means.
+    order = np.argsort(Z[:, 0] + 0.1 * Z[:, 1])
+    truth = np.array([X[i * 100:(i + 1) * 100].mean(0) for i in range(3)])
+    np.testing.assert_allclose(Z[order], truth[np.argsort(truth[:, 0] + 0.1 * truth[:, 1])], atol=1e-12)
+
+
+def test_subsample_draws_distinct_training_rows_reproducibly():
+    X = np.arange(40.0).reshape(20, 2)
+    Z = gd.inducing.Subsample(7, seed=3).initial_Z(X, None)
+    assert len({tuple(z) for z in Z}) == 7
+    assert all(any(np.array_equal(z, x) for x in X) for z in Z)
+    np.testing.assert_array_equal(Z, gd.inducing.Subsample(7, seed=3).initial_Z(X, None))
+    assert not np.array_equal(Z, gd.inducing.Subsample(7, seed=4).initial_Z(X, None))
