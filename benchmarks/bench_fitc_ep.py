@@ -270,8 +270,8 @@ def blocked_reference(pb, blocks, repeats, sweep_s, bound):
     pb.restore()
     p = pb.prior
     state = (p.d, p.P, p.Minv, p.nu_vec, p.gamma)
-    print(f"\n(f) what next (not gpdsl): the sweep with delayed updates, B sites per BLAS-3 block, from the "
-          f"same warm state; max |difference| of its new sites from gpdsl's sweep:")
+    print("\n(f) what next (not gpdsl): the sweep with delayed updates, B sites per BLAS-3 block, from the "
+          "same warm state; max |difference| of its new sites from gpdsl's sweep:")
     for B in blocks:
         times = []
         for r in range(repeats + 1):                  # the first call compiles

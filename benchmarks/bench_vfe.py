@@ -432,7 +432,6 @@ def _main(args):
     t_aat, t_aat_min = median_time(lambda: A @ A.T, args.repeats)
     G_P = np.random.default_rng(0).standard_normal((m, m))
     t_gemm, t_gemm_min = median_time(lambda: G_P @ A, args.repeats)
-    del A
 
     t_kuf = min(t_kuf_np, t_kuf_g)
     kuf_src = "numpy se_ard" if t_kuf_np <= t_kuf_g else "gpdsl kernel.gram"

@@ -326,7 +326,7 @@ def main(argv=None):
     # ---- markdown
     argv_text = " ".join(argv) if argv is not None else " ".join(sys.argv[1:])
     command = "python tables/ep_qp_paper_rows.py" + (f" {argv_text}" if argv_text else "")
-    md = [f"# EP / QP paper rows: Naish-Guzman & Holden (2007) synth, Zhang et al. (2020) Pima and Crabs", "",
+    md = ["# EP / QP paper rows: Naish-Guzman & Holden (2007) synth, Zhang et al. (2020) Pima and Crabs", "",
           f"Produced by `{command}` (run from the repository root) on {datetime.date.today().isoformat()} "
           f"({platform.machine()}, {platform.processor() or 'cpu'}, {os.cpu_count()} CPU cores, "
           f"Python {platform.python_version()}, numpy {np.__version__}, gpdsl {gd.__version__}; BLAS single-threaded; "

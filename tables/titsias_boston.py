@@ -298,7 +298,7 @@ What this run shows:
 
 ## KL(p(f*|y) || q(f*)) on the {Xs.shape[0]} test inputs (Figure 2(a)/(b); lower is better, 0 = exact)
 
-""" + "\n".join(kl_rows) + f"""
+""" + "\n".join(kl_rows) + """
 
 ## Objective at the optimum vs the exact log marginal likelihood (Figure 2(c))
 

@@ -1,5 +1,4 @@
 """EP and QP: dense and FITC-EP against the GPML toolbox, each other, and finite differences."""
-import warnings
 
 import numpy as np
 import pytest

@@ -1,5 +1,4 @@
 """Model.fit: optimisation, fixed parameters, priors, restarts, progress and callbacks."""
-import warnings
 
 import numpy as np
 import pytest
