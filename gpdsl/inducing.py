@@ -1,17 +1,31 @@
 """Inducing-point specifications (``gd.inducing``).
 
 A spec turns the training inputs into the initial inducing inputs Z (M, D) through
-``initial_Z(X, y)``; ``optimize`` says whether Z then joins the gradient optimisation.
-The greedy selection rules of the later issue plug in here as further specs with the same
-``initial_Z`` hook.
+``initial_Z(X, y, context=None)``, or into a :class:`Selection` (Z plus, for the greedy rules,
+the picked row indices, the criterion after each pick and why selection stopped) through
+``select(X, y, context=None)``; ``optimize`` says whether Z then joins the gradient
+optimisation, and ``reinit`` whether the model re-selects Z between hyperparameter fits
+(the greedy-variance reinitialisation loop, thesis 2.7.2 / 4.3.2).
+
+* :class:`Fixed`, :class:`Subsample`, :class:`KMeans`, :class:`Optimized` use X only.
+* :class:`GreedyVariance` (GV; with ``weighted=True`` heteroscedastic GV, thesis 3.3.2) and
+  :class:`GreedyBound` (Titsias 2009 section 3.2) pick training points and need a
+  :class:`SelectionContext` (the kernel and its hyperparameter values, plus per-point weights
+  and pseudo-targets) from the model.  Their rank-1 steps are the jitted kernels of
+  :mod:`gpdsl._jit.greedy`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from ._jit import greedy as _greedy
 from .chunks import row_slices
+
+# Added to diag(K_ff) and at each pivot, as in the thesis code (its ``greedy_variance``).
+_JITTER = 1e-12
 
 
 def _check_m(owner, m):
@@ -24,11 +38,74 @@ def _check_m_le_n(owner, m, n):
         raise ValueError(f"{owner}: m = {m} inducing points is larger than the N = {n} training points")
 
 
+def _check_bool(owner, name, value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{owner}: {name} must be True or False, got {value!r}")
+
+
+def _check_positive_int(owner, name, value):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
+
+
+def _check_positive_float(owner, name, value):
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating))
+            or not math.isfinite(value) or value <= 0):
+        raise ValueError(f"{owner}: {name} must be a positive finite number, got {value!r}")
+
+
+def _check_reinit(owner, spec):
+    _check_bool(owner, "reinit", spec.reinit)
+    _check_positive_float(owner, "reinit_tol", spec.reinit_tol)
+    _check_positive_int(owner, "max_reinit", spec.max_reinit)
+
+
+@dataclass(frozen=True)
+class SelectionContext:
+    """What data-dependent selection rules need from the model at the current hyperparameters.
+
+    * ``kernel``: a :mod:`gpdsl.kernels` Kernel;
+    * ``values``: natural hyperparameter values, keys like ``"kernel.lengthscale"`` (prefix ``"kernel"``);
+    * ``weights``: (N,) HGV weights w_n >= 0, i.e. 1/noise_n (Theta for Polya-Gamma, Lambda^-1
+      for heteroscedastic regression, site precisions for EP/QP); None = uniform;
+    * ``targets``: (N,) weighted pseudo-targets r_n = w_n * ytilde_n (for GreedyBound);
+      None = not available.
+    """
+
+    kernel: object
+    values: dict
+    weights: np.ndarray | None = None
+    targets: np.ndarray | None = None
+
+
+@dataclass
+class Selection:
+    """Result of :meth:`InducingSpec.select`.
+
+    * ``Z`` (M, D): the inducing inputs;
+    * ``indices`` (M,): row indices into X in pick order (None for non-greedy specs);
+    * ``criterion`` (M,): the rule's criterion after each pick (GV/HGV: the (weighted) trace
+      Tr(W (K_ff - Q_ff)); GreedyBound: the VFE bound value); None for non-greedy specs;
+    * ``stopped``: why selection ended, ``"m"``, ``"tol"``, ``"max_m"`` or ``"exhausted"`` (no
+      candidate left with positive residual variance); None for non-greedy specs.
+    """
+
+    Z: np.ndarray
+    indices: np.ndarray | None
+    criterion: np.ndarray | None
+    stopped: str | None
+
+
 class InducingSpec:
     optimize = False
+    reinit = False
 
-    def initial_Z(self, X, y):
+    def initial_Z(self, X, y, context=None):
         raise NotImplementedError
+
+    def select(self, X, y, context=None):
+        """:class:`Selection` with Z = ``initial_Z`` and no indices, criterion or stop reason."""
+        return Selection(Z=self.initial_Z(X, y, context), indices=None, criterion=None, stopped=None)
 
 
 @dataclass(frozen=True)
@@ -45,7 +122,7 @@ class Fixed(InducingSpec):
             raise ValueError("Fixed: Z must be finite (no NaN or inf)")
         object.__setattr__(self, "Z", Z)
 
-    def initial_Z(self, X, y):
+    def initial_Z(self, X, y, context=None):
         if self.Z.shape[1] != X.shape[1]:
             raise ValueError(f"Fixed: Z has {self.Z.shape[1]} columns but X has {X.shape[1]} features")
         return self.Z.copy()
@@ -61,7 +138,7 @@ class Subsample(InducingSpec):
     def __post_init__(self):
         _check_m("Subsample", self.m)
 
-    def initial_Z(self, X, y):
+    def initial_Z(self, X, y, context=None):
         _check_m_le_n("Subsample", self.m, X.shape[0])
         idx = np.random.default_rng(self.seed).choice(X.shape[0], size=self.m, replace=False)
         return X[np.sort(idx)].copy()
@@ -85,7 +162,7 @@ class KMeans(InducingSpec):
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
             raise ValueError(f"KMeans: max_iter must be a positive integer, got {self.max_iter!r}")
 
-    def initial_Z(self, X, y):
+    def initial_Z(self, X, y, context=None):
         n = X.shape[0]
         _check_m_le_n("KMeans", self.m, n)
         rng = np.random.default_rng(self.seed)
@@ -129,10 +206,232 @@ class Optimized(InducingSpec):
             raise TypeError("Optimized: init must not itself be Optimized")
         object.__setattr__(self, "init", init)
 
-    def initial_Z(self, X, y):
-        return self.init.initial_Z(X, y)
+    def initial_Z(self, X, y, context=None):
+        return self.init.initial_Z(X, y, context)
+
+    def select(self, X, y, context=None):
+        return self.init.select(X, y, context)
 
 
-INDUCING = {cls.__name__: cls for cls in (Fixed, Subsample, KMeans, Optimized)}
+def _require_context(owner, context):
+    if not isinstance(context, SelectionContext):
+        raise TypeError(f"{owner}: selection needs a SelectionContext with the kernel and its hyperparameter "
+                        f"values (Model.fit provides it), got context={context!r}")
+    return context
 
-__all__ = ["InducingSpec", "Fixed", "Subsample", "KMeans", "Optimized", "INDUCING"]
+
+def _per_point(owner, name, value, n, nonnegative):
+    """context.weights / context.targets as a finite (N,) float array (>= 0 for weights)."""
+    a = np.asarray(value, dtype=float)
+    if a.shape != (n,) or not np.all(np.isfinite(a)) or (nonnegative and np.any(a < 0)):
+        rule = "finite and >= 0" if nonnegative else "finite"
+        raise ValueError(f"{owner}: context.{name} must be an ({n},) array, {rule}; got shape {a.shape}"
+                         + (f", min {float(np.min(a))!r}" if a.size else ""))
+    return a
+
+
+def _inputs(owner, X):
+    X = np.asarray(X, dtype=float)
+    if X.ndim != 2 or X.shape[0] < 1:
+        raise ValueError(f"{owner}: X must be a 2-D array (N, D) with N >= 1, got shape {X.shape}")
+    return X
+
+
+def _residual_start(context, X):
+    """d = diag(K_ff) + eps (thesis code) and the floor a residual must exceed to count as positive.
+
+    A point that duplicates a selected one keeps the residual 2 eps - eps^2 / d_j (the jitter at
+    its own diagonal and at the pivot), up to rounding of a few eps_mach * K_nn; adding it would
+    make K_uu singular, so such points count as exhausted.
+    """
+    kdiag = np.asarray(context.kernel.diag(context.values, "kernel", X), dtype=float)
+    d = kdiag + _JITTER
+    floor = 2.0 * _JITTER + 64.0 * np.finfo(float).eps * np.abs(kdiag)
+    return d, floor
+
+
+def _kernel_column(context, X, j):
+    """K(X, x_j) (N,), computed as the row K(x_j, X): the kernels centre the inputs at the mean of
+    their first argument, here x_j itself, so the squared distances are plain sums of squares
+    (no cancellation, k_jj exact) and one (N, D) pass is saved."""
+    return context.kernel.gram(context.values, "kernel", X[j:j + 1], X)[0]
+
+
+@dataclass(frozen=True)
+class GreedyVariance(InducingSpec):
+    """Greedy variance (GV; Burt et al. 2020, thesis 2.7.2) and, with ``weighted=True``,
+    heteroscedastic greedy variance (HGV; thesis 3.3.2 / 4.3.2) selection from the training inputs.
+
+    Each step adds the training point with the largest ``diag[W (K_ff - Q_ff)]`` (W = I for GV,
+    ``diag(context.weights)`` for HGV; weights None means uniform), by one rank-1 step of a
+    pivoted Cholesky factorisation of K_ff + 1e-12 I: O(N M) per point, O(N M^2) in all, an
+    (M, N) factor in memory.  The numerics are the thesis code's: d = diag(K_ff) + 1e-12,
+    +1e-12 at the pivot, d <- max(d - e^2, 0).  Ties go to the first maximum (the thesis code
+    permutes the data at random first; this spec does not, so the result is deterministic).
+
+    Selection stops at the first of: ``m`` points ("m"); the weighted trace
+    ``sum_n w_n d_n`` below ``tol`` ("tol" -- the point that took it below is kept, so M is the
+    number selected at that moment; at least one point is always selected); ``max_m`` points
+    ("max_m"); no point left whose residual exceeds the duplicate floor of 2e-12 (plus
+    rounding) with a positive weighted residual ("exhausted", e.g. m larger than the number of
+    distinct inputs).  ``criterion[i]`` is the weighted trace ``Tr(W (K_ff - Q_ff))`` (of the
+    jittered K) after pick i.
+
+    ``reinit``, ``reinit_tol``, ``max_reinit`` configure the model's reinitialisation loop:
+    re-select Z after each hyperparameter fit until the objective changes by at most
+    ``reinit_tol``, at most ``max_reinit`` times.
+    """
+
+    m: int | None = None
+    tol: float | None = None
+    max_m: int = 500
+    weighted: bool = False
+    reinit: bool = False
+    reinit_tol: float = 1e-3
+    max_reinit: int = 10
+
+    def __post_init__(self):
+        owner = "GreedyVariance"
+        if self.m is None and self.tol is None:
+            raise ValueError(f"{owner}: give m (the number of points), tol (a trace threshold) or both, "
+                             f"got m={self.m!r}, tol={self.tol!r}")
+        if self.m is not None:
+            _check_m(owner, self.m)
+        if self.tol is not None:
+            _check_positive_float(owner, "tol", self.tol)
+        _check_positive_int(owner, "max_m", self.max_m)
+        if self.m is not None and self.m > self.max_m:
+            raise ValueError(f"{owner}: m = {self.m!r} is larger than max_m = {self.max_m!r}")
+        _check_bool(owner, "weighted", self.weighted)
+        _check_reinit(owner, self)
+
+    def initial_Z(self, X, y, context=None):
+        return self.select(X, y, context).Z
+
+    def select(self, X, y, context=None):
+        """Greedy (weighted) variance selection: X (N, D) -> :class:`Selection` with M <= m rows."""
+        X = _inputs("GreedyVariance", X)
+        n = X.shape[0]
+        if self.m is not None:
+            _check_m_le_n("GreedyVariance", self.m, n)
+        context = _require_context("GreedyVariance", context)
+        w = (_per_point("GreedyVariance", "weights", context.weights, n, nonnegative=True)
+             if self.weighted and context.weights is not None else np.ones(n))
+        d, floor = _residual_start(context, X)
+        j, _, _ = _greedy.weighted_argmax(d, w, floor)
+        if j < 0:
+            raise ValueError("GreedyVariance: no training point has a positive (weighted) prior variance "
+                             "to select")
+        # np.empty only reserves address space: rows are committed as they are written.
+        C = np.empty((min(self.m or self.max_m, n), n))
+        indices, traces, stopped = [], [], None
+        while stopped is None:
+            nxt, _, trace = _greedy.pivoted_cholesky_step(C, len(indices), j, _kernel_column(context, X, j),
+                                                          d, w, floor, _JITTER)
+            indices.append(j)
+            traces.append(trace)
+            stopped = self._stop(len(indices), trace, nxt < 0 or len(indices) == n)
+            j = nxt
+        indices = np.array(indices)
+        return Selection(Z=X[indices].copy(), indices=indices, criterion=np.array(traces), stopped=stopped)
+
+    def _stop(self, count, trace, exhausted):
+        if self.m is not None and count == self.m:
+            return "m"
+        if self.tol is not None and trace < self.tol:
+            return "tol"
+        if count == self.max_m:
+            return "max_m"
+        return "exhausted" if exhausted else None
+
+
+@dataclass(frozen=True)
+class GreedyBound(InducingSpec):
+    """Greedy selection that maximises the collapsed variational bound (Titsias 2009 section 3.2).
+
+    Starting from the empty set, each step draws a working set J of ``working_set`` candidates
+    (``np.random.default_rng(seed)``, without replacement) from the points not yet selected
+    whose residual variance exceeds the duplicate floor (all of them, in index order and without
+    a draw, when at most ``working_set`` remain) and adds the candidate that increases the most
+
+        F = -1/2 log|B| + 1/2 c^T c - 1/2 sum_n w_n K_nn + 1/2 tr(B - I) + const,
+
+    the collapsed bound (thesis eq. 3.1 / B.1) with per-point noise 1/w_n and targets r_n / w_n
+    (``context.weights``, ``context.targets``), where K_uu = L L^T, A = L^-1 K_uf W^1/2,
+    B = I + A A^T = L_B L_B^T and c = L_B^-1 L^-1 K_uf r.  K is K_ff + 1e-12 I throughout (the
+    factor is the pivoted Cholesky factor of :class:`GreedyVariance`), so F is the bound of the
+    prior with that jitter.  Each candidate is scored in O(N M) by bordering L_B (a rank-1
+    Schur complement), a step costs O(|J| N M).  By Titsias' Proposition 1 F never decreases.
+
+    ``criterion[i]`` is F after pick i without the Z-independent constant
+    ``const = -N/2 log 2 pi + 1/2 sum_n log w_n - 1/2 sum_n r_n^2 / w_n``; before any pick it is
+    ``-1/2 sum_n w_n (K_nn + 1e-12)``.  Selection stops at ``m`` points ("m") or when no
+    candidate is left ("exhausted").  ``reinit*`` as for :class:`GreedyVariance`.
+    """
+
+    m: int
+    working_set: int = 100
+    seed: int = 0
+    reinit: bool = False
+    reinit_tol: float = 1e-3
+    max_reinit: int = 10
+
+    def __post_init__(self):
+        owner = "GreedyBound"
+        _check_m(owner, self.m)
+        _check_positive_int(owner, "working_set", self.working_set)
+        if isinstance(self.seed, (bool, np.bool_)) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ValueError(f"{owner}: seed must be a non-negative integer, got {self.seed!r}")
+        _check_reinit(owner, self)
+
+    def initial_Z(self, X, y, context=None):
+        return self.select(X, y, context).Z
+
+    def select(self, X, y, context=None):
+        """Greedy bound maximisation: X (N, D) -> :class:`Selection` with M <= m rows."""
+        owner = "GreedyBound"
+        X = _inputs(owner, X)
+        n = X.shape[0]
+        _check_m_le_n(owner, self.m, n)
+        context = _require_context(owner, context)
+        for name in ("weights", "targets"):
+            if getattr(context, name) is None:
+                raise TypeError(f"{owner}: context.{name} is None; the bound needs context.weights (noise "
+                                "precisions w_n) and context.targets (r_n = w_n ytilde_n)")
+        w = _per_point(owner, "weights", context.weights, n, nonnegative=True)
+        r = _per_point(owner, "targets", context.targets, n, nonnegative=False)
+        d, floor = _residual_start(context, X)
+        C, LB, c = np.empty((self.m, n)), np.zeros((self.m, self.m)), np.zeros(self.m)
+        available = np.ones(n, dtype=bool)
+        rng = np.random.default_rng(self.seed)
+        log_det_B, cc = 0.0, 0.0
+        indices, bounds, stopped = [], [], "m"
+        for count in range(self.m):
+            pool = np.flatnonzero(available & (d > floor))
+            if pool.size == 0:
+                stopped = "exhausted"
+                break
+            J = pool if pool.size <= self.working_set else rng.choice(pool, size=self.working_set, replace=False)
+            K_J = np.ascontiguousarray(context.kernel.gram(context.values, "kernel", X, X[J]).T)
+            gains, gammas, c_new, G = _greedy.bound_scores(C, count, J, K_J, d, w, r, LB, c, _JITTER)
+            t = int(np.argmax(gains))
+            j = int(J[t])
+            LB[count, :count] = G[t]
+            LB[count, count] = gammas[t]
+            c[count] = c_new[t]
+            _, _, trace = _greedy.pivoted_cholesky_step(C, count, j, K_J[t], d, w, floor, _JITTER)
+            log_det_B += 2.0 * np.log(gammas[t])
+            cc += c_new[t] ** 2
+            bounds.append(-0.5 * log_det_B + 0.5 * cc - 0.5 * trace)
+            available[j] = False
+            indices.append(j)
+        if not indices:
+            raise ValueError(f"{owner}: no training point has a positive prior variance to select")
+        indices = np.array(indices)
+        return Selection(Z=X[indices].copy(), indices=indices, criterion=np.array(bounds), stopped=stopped)
+
+
+INDUCING = {cls.__name__: cls for cls in (Fixed, Subsample, KMeans, Optimized, GreedyVariance, GreedyBound)}
+
+__all__ = ["InducingSpec", "SelectionContext", "Selection", "Fixed", "Subsample", "KMeans", "Optimized",
+           "GreedyVariance", "GreedyBound", "INDUCING"]

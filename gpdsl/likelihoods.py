@@ -21,8 +21,16 @@ def _check_real_targets(owner, y):
     return y
 
 
+class _GaussianNoise:
+    def surrogate(self, values, prefix, X, y):
+        """Weights 1/lambda_n and weighted targets y_n/lambda_n: the regression itself, which is
+        what greedy inducing selection scores before the first fit."""
+        w = 1.0 / self.noise(values, prefix, X)
+        return w, w * y
+
+
 @dataclass(frozen=True)
-class Gaussian:
+class Gaussian(_GaussianNoise):
     """Homoscedastic noise: y_n = f(x_n) + eps_n, eps_n ~ N(0, variance)."""
 
     variance: object = 1.0
@@ -48,7 +56,7 @@ class Gaussian:
 
 
 @dataclass(frozen=True)
-class HeteroscedasticGaussian:
+class HeteroscedasticGaussian(_GaussianNoise):
     """Per-point noise: y_n = f(x_n) + eps_n, eps_n ~ N(0, lambda_n)  (thesis ch. 3, eq. 3.1).
 
     Give exactly one of
@@ -131,7 +139,7 @@ class HeteroscedasticGaussian:
 class Bernoulli:
     """Binary labels through a link: p(y | f) = Phi(y (f + bias)) for ``link="probit"``
     (Naish-Guzman & Holden eq. 4; the bias beta is a learnable, unconstrained hyperparameter)
-    or sigma(y f) for ``link="logit"``.  Labels may be {0, 1}, {-1, +1} or bool."""
+    or sigma(y (f + bias)) for ``link="logit"``.  Labels may be {0, 1}, {-1, +1} or bool."""
 
     link: str = "probit"
     bias: object = 0.0
@@ -164,14 +172,20 @@ class Bernoulli:
         if self.link == "probit":
             return {"p": special.ndtr((f_mean + self.bias_value(values, prefix)) / np.sqrt(1.0 + f_var))}
         nodes, weights = np.polynomial.hermite_e.hermegauss(100)
-        f = f_mean[:, None] + np.sqrt(f_var)[:, None] * nodes[None, :]
+        f = (f_mean + self.bias_value(values, prefix))[:, None] + np.sqrt(f_var)[:, None] * nodes[None, :]
         return {"p": special.expit(f) @ weights / np.sqrt(2.0 * np.pi)}
 
     def log_density(self, values, prefix, y, f):
         """log p(y | f) for labels y in {-1, +1}, elementwise."""
         if self.link == "probit":
             return special.log_ndtr(y * (f + self.bias_value(values, prefix)))
-        return -np.logaddexp(0.0, -y * f)
+        return -np.logaddexp(0.0, -y * (f + self.bias_value(values, prefix)))
+
+    def surrogate(self, values, prefix, X, y):
+        """The Pólya-Gamma pseudo-regression at c = 0 (theta = 1/4, weighted targets
+        y/2 - bias/4): what greedy inducing selection scores before the first fit."""
+        w = np.full(X.shape[0], 0.25)
+        return w, 0.5 * y - w * self.bias_value(values, prefix)
 
     def describe(self):
         return f"Bernoulli({self.link})"
@@ -199,6 +213,11 @@ class Poisson:
 
     def bias_value(self, values, prefix):
         return 0.0
+
+    def surrogate(self, values, prefix, X, y):
+        """Unit weights and targets sqrt(y + 1/2), the positive branch f ~ sqrt(y) that EP's
+        sites start from: what greedy inducing selection scores before the first fit."""
+        return np.ones(X.shape[0]), np.sqrt(y + 0.5)
 
     @staticmethod
     def negative_binomial(f_mean, f_var):

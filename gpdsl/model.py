@@ -18,7 +18,7 @@ from . import inference as inf
 from . import likelihoods as lik
 from .inducing import InducingSpec
 from .kernels import Kernel
-from .methods import collapsed, exact, expectation_propagation
+from .methods import collapsed, exact, expectation_propagation, polya_gamma
 from .parameters import Entry, ParameterTable
 
 
@@ -37,6 +37,15 @@ METHODS = {
     (lik.Bernoulli, inf.QP): expectation_propagation.evaluate,
     (lik.Poisson, inf.EP): expectation_propagation.evaluate,
     (lik.Poisson, inf.QP): expectation_propagation.evaluate,
+    (lik.Bernoulli, inf.PolyaGamma): polya_gamma.evaluate,
+}
+
+# Pairs whose method assumes one link of the likelihood: EP/QP compile the probit projection,
+# the Pólya-Gamma augmentation exists for the logistic link only.
+REQUIRED_LINK = {
+    (lik.Bernoulli, inf.EP): "probit",
+    (lik.Bernoulli, inf.QP): "probit",
+    (lik.Bernoulli, inf.PolyaGamma): "logit",
 }
 
 
@@ -98,6 +107,10 @@ class Model:
         if (type(self.likelihood), type(self.inference)) not in METHODS:
             raise ValueError(f"Model: {type(self.likelihood).__name__} with {type(self.inference).__name__} "
                              f"is not supported; supported pairs: {', '.join(supported_pairs())}")
+        link = REQUIRED_LINK.get((type(self.likelihood), type(self.inference)))
+        if link is not None and self.likelihood.link != link:
+            raise ValueError(f"Model: {type(self.inference).__name__} needs {type(self.likelihood).__name__}"
+                             f"(link={link!r}), got link={self.likelihood.link!r}")
         rule = self.inference.inducing_rule
         if self.inducing is not None and not isinstance(self.inducing, InducingSpec):
             raise TypeError(f"Model: inducing must be None or a spec from gd.inducing, got {self.inducing!r}")
@@ -164,50 +177,101 @@ class Model:
         N(0, 1); optimised Z re-drawn from the training inputs), the best by objective kept.
         ``progress=True`` prints iteration, objective and gradient norm; ``callback`` receives
         the same as a dict per iteration.
+
+        Inducing specs that select from the data (``gd.inducing.GreedyVariance``,
+        ``GreedyBound``) select with the declared hyperparameters; with ``reinit=True`` the
+        fit then alternates re-selection (at the fitted hyperparameters, weighted by the
+        method's pseudo-data) and re-fitting until the objective changes by less than
+        ``reinit_tol`` or ``max_reinit`` rounds have run, and keeps the best round (thesis
+        4.3.2; Burt et al.'s greedy-variance reinitialisation).
         """
+        from .inducing import SelectionContext
         from .posterior import Posterior
 
         X = validate_inputs(X)
         y = self.likelihood.prepare_targets(validate_targets(y, X.shape[0]))
         if isinstance(fixed, str):
             fixed = (fixed,)
+        fixed = tuple(fixed)
         if not isinstance(restarts, (int, np.integer)) or restarts < 0:
             raise ValueError(f"fit: restarts must be a non-negative integer, got {restarts!r}")
-        Z0 = self.inducing.initial_Z(X, y) if self.sparse else None
-        table = self.parameter_table(X, Z0, tuple(fixed))
+        # Declared kernel and likelihood values (Z is not chosen yet, so it cannot be named).
+        declared = self.parameter_table(X, None, tuple(f for f in fixed if f != "inducing.Z")).values()
+        selection = None
+        if self.sparse:
+            weights, targets = self.likelihood.surrogate(declared, "likelihood", X, y)
+            context = SelectionContext(self.kernel, declared, weights=weights, targets=targets)
+            selection = self.inducing.select(X, y, context)
+        fit = self._fit_at(X, y, selection, fixed, optimize, restarts, seed, max_iter, progress, callback,
+                           start=None, warm=None)
+        rounds = [(selection, fit)]
+        if self.sparse and self.inducing.reinit:
+            for _ in range(self.inducing.max_reinit):
+                values, evaluation = fit["values"], fit["evaluation"]
+                weights, targets = evaluation.pseudo_data
+                context = SelectionContext(self.kernel, values, weights=weights, targets=targets)
+                selection = self.inducing.select(X, y, context)
+                previous = fit["objective"]
+                fit = self._fit_at(X, y, selection, fixed, optimize, restarts, seed, max_iter, progress,
+                                   callback, start=values, warm=evaluation.warm)
+                rounds.append((selection, fit))
+                if abs(fit["objective"] - previous) <= self.inducing.reinit_tol:
+                    break
+        # The thesis author's reinitialisation loop returns the best round, not the last.
+        selection, fit = max(rounds, key=lambda r: r[1]["objective"])
+        evaluation, converged = fit["evaluation"], fit["converged"]
+        local = evaluation.warm
+        if local is not None and not local.converged:
+            converged = False
+            warnings.warn(f"{type(self.inference).__name__} did not converge in {local.sweeps} sweeps "
+                          f"(tol {self.inference.tol:g}); the result is flagged converged=False",
+                          ConvergenceWarning, stacklevel=2)
+        history = None
+        if len(rounds) > 1:
+            history = [{"M": int(f["Z"].shape[0]), "objective": float(f["objective"])} for _, f in rounds]
+        return Posterior(model=self, values=fit["values"], state=evaluation.state,
+                         log_evidence=evaluation.log_evidence, log_prior=fit["log_prior"],
+                         converged=converged, n_iterations=fit["n_iterations"], jitter=evaluation.jitter,
+                         priors=fit["table"].prior_descriptions(),
+                         fixed=[e.name for e in fit["table"].entries if e.fixed],
+                         sites=local, total_sweeps=sum(f["total_sweeps"] for _, f in rounds),
+                         selection=selection, reinit_history=history)
+
+    def _fit_at(self, X, y, selection, fixed, optimize, restarts, seed, max_iter, progress, callback, start,
+                warm):
+        """One L-BFGS-B fit (with restarts) at the selected inducing inputs, from the declared
+        hyperparameters or ``start`` (a values dict); returns a dict describing the optimum."""
+        Z0 = selection.Z if selection is not None else None
+        table = self.parameter_table(X, Z0, fixed)
         run = _Objective(self, table, X, y, Z0)
-        u0 = table.pack(table.values())
+        run.warm = warm
+        values0 = table.values()
+        if start is not None:      # a re-selection round continues from the previous optimum
+            values0.update({k: v for k, v in start.items() if k in values0})
+        u0 = table.pack(values0)
         result = None
         if optimize and table.size > 0:
             rng = np.random.default_rng(seed)
             starts = [u0] + [_random_start(table, u0, X, rng) for _ in range(restarts)]
-            for start in starts:
-                res = run.minimise(start, max_iter, progress, callback)
+            for u_start in starts:
+                res = run.minimise(u_start, max_iter, progress, callback)
                 if result is None or res.fun < result.fun:
                     result = res
             u_best, converged, n_iter = result.x, bool(result.success), int(result.nit)
             if not converged:
                 warnings.warn(f"L-BFGS-B did not converge: {result.message}", ConvergenceWarning,
-                              stacklevel=2)
+                              stacklevel=3)
         else:
             u_best, converged, n_iter = u0, True, 0
         values = table.unpack(u_best)
         Z = values.pop("inducing.Z", Z0)
         evaluation = self.evaluate(values, X, y, Z, need_grad=False, need_state=True, warm=run.warm)
-        sites = evaluation.warm
-        if sites is not None:
-            run.total_sweeps += sites.sweeps
-            if not sites.converged:
-                converged = False
-                warnings.warn(f"{type(self.inference).__name__} did not converge in {sites.sweeps} sweeps "
-                              f"(tol {self.inference.tol:g}); the result is flagged converged=False",
-                              ConvergenceWarning, stacklevel=2)
+        if evaluation.warm is not None:
+            run.total_sweeps += evaluation.warm.sweeps
         log_prior, _ = table.log_prior({**values, "inducing.Z": Z})
-        return Posterior(model=self, values=values, state=evaluation.state,
-                         log_evidence=evaluation.log_evidence, log_prior=log_prior,
-                         converged=converged, n_iterations=n_iter, jitter=evaluation.jitter,
-                         priors=table.prior_descriptions(), fixed=[e.name for e in table.entries if e.fixed],
-                         sites=sites, total_sweeps=run.total_sweeps)
+        return {"values": values, "Z": Z, "evaluation": evaluation, "table": table, "converged": converged,
+                "n_iterations": n_iter, "log_prior": log_prior, "total_sweeps": run.total_sweeps,
+                "objective": evaluation.log_evidence + log_prior}
 
 
 def _random_start(table, u0, X, rng):

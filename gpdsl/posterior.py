@@ -10,16 +10,22 @@ from ._version import __version__
 from .chunks import default_chunk_size, map_reduce
 from .likelihoods import Bernoulli, Gaussian, HeteroscedasticGaussian
 from .methods.common import PredictiveState
+from .methods.expectation_propagation import SiteState
+from .methods.polya_gamma import PolyaGammaState
 from .model import validate_inputs
 
 
 class Posterior:
     """A fitted model.  ``log_evidence`` is the exact LML (Exact), the collapsed bound (VFE),
-    FITC's approximate LML, or EP's approximation (EP, and QP, which is fitted on EP's evidence);
-    ``values`` holds the fitted natural hyperparameters by name, ``sites`` the EP/QP sites."""
+    FITC's approximate LML, EP's approximation (EP, and QP, which is fitted on EP's evidence) or
+    the collapsed Pólya-Gamma bound (PolyaGamma); ``values`` holds the fitted natural
+    hyperparameters by name, ``sites`` the method's local state (EP/QP sites, Pólya-Gamma c),
+    ``selection`` the greedy inducing selection (indices, criterion) and ``reinit_history`` the
+    objective and M of each re-selection round."""
 
     def __init__(self, model, values, state, log_evidence, log_prior=0.0, converged=True,
-                 n_iterations=0, jitter=0.0, priors=None, fixed=(), sites=None, total_sweeps=0):
+                 n_iterations=0, jitter=0.0, priors=None, fixed=(), sites=None, total_sweeps=0,
+                 selection=None, reinit_history=None):
         self.model = model
         self.values = {k: np.asarray(v, dtype=float) for k, v in values.items()}
         self.state = state
@@ -30,8 +36,10 @@ class Posterior:
         self.jitter = float(jitter)
         self.priors = dict(priors or {})
         self.fixed = list(fixed)
-        self.sites = sites                  # EP/QP: final SiteState (tau, nu, sweeps, ...)
+        self.sites = sites                  # EP/QP SiteState, PolyaGammaState, or None
         self.total_sweeps = int(total_sweeps)
+        self.selection = selection
+        self.reinit_history = reinit_history
 
     def __repr__(self):
         return (f"Posterior({type(self.model.inference).__name__}, log_evidence={self.log_evidence:.6g}, "
@@ -145,9 +153,19 @@ class Posterior:
         }
         for name, value in self.values.items():
             data[name] = (_hyper_dims(name, value, d), value)
+        local_attrs = {}
         if self.sites is not None:
-            data["site_precision"] = ("obs", self.sites.tau)
-            data["site_location"] = ("obs", self.sites.nu)
+            name, export, _ = _LOCAL_STATES[type(self.sites)]
+            local_vars, local_attrs = export(self.sites, self.total_sweeps)
+            data.update(local_vars)
+            local_attrs["local_state"] = name
+        selection_attrs = {}
+        if self.selection is not None and self.selection.indices is not None:
+            data["selected_index"] = ("inducing", self.selection.indices)
+            data["selection_criterion"] = ("inducing", self.selection.criterion)
+            selection_attrs["selection_stopped"] = str(self.selection.stopped)
+        if self.reinit_history is not None:
+            selection_attrs["reinit_history"] = json.dumps(self.reinit_history)
         from .spec import model_to_dict
         attrs = {
             "inference": type(self.model.inference).__name__,
@@ -162,10 +180,10 @@ class Posterior:
             "priors": json.dumps(self.priors),
             "fixed": json.dumps(self.fixed),
             "model_spec": json.dumps(model_to_dict(self.model)),
+            "M": m,
+            **local_attrs,
+            **selection_attrs,
         }
-        if self.sites is not None:
-            attrs.update(ep_sweeps_final=self.sites.sweeps, ep_converged=int(self.sites.converged),
-                         ep_damping=self.sites.damping, ep_total_sweeps=self.total_sweeps)
         coords = {"inducing": np.arange(m), "inducing_bis": np.arange(m), "feature": np.arange(d)}
         return xr.Dataset(data, coords=coords, attrs=attrs)
 
@@ -189,23 +207,63 @@ def from_xarray(ds):
     state = PredictiveState(Z=ds["Z"].values, weights=ds["predictive_weights"].values,
                             correction=ds["predictive_correction"].values,
                             q_mean=ds["q_mean"].values, q_cov=ds["q_cov"].values)
-    skip = {"Z", "q_mean", "q_cov", "predictive_weights", "predictive_correction", "site_precision",
-            "site_location"}
+    skip = {"Z", "q_mean", "q_cov", "predictive_weights", "predictive_correction", "selected_index",
+            "selection_criterion"} | _LOCAL_VARIABLES
     values = {name: ds[name].values for name in ds.data_vars if name not in skip}
+    sites, total_sweeps = _local_state_from(ds)
+    selection = None
+    if "selected_index" in ds:
+        from .inducing import Selection
+        selection = Selection(Z=state.Z, indices=ds["selected_index"].values,
+                              criterion=ds["selection_criterion"].values, stopped=ds.attrs["selection_stopped"])
+    history = json.loads(ds.attrs["reinit_history"]) if "reinit_history" in ds.attrs else None
     return Posterior(model=model, values=values, state=state, log_evidence=ds.attrs["log_evidence"],
                      log_prior=ds.attrs["log_prior"], converged=bool(ds.attrs["converged"]),
                      n_iterations=ds.attrs["n_iterations"], jitter=ds.attrs["jitter"],
                      priors=json.loads(ds.attrs["priors"]), fixed=json.loads(ds.attrs["fixed"]),
-                     sites=_sites_from(ds), total_sweeps=ds.attrs.get("ep_total_sweeps", 0))
+                     sites=sites, total_sweeps=total_sweeps, selection=selection, reinit_history=history)
 
 
-def _sites_from(ds):
-    if "site_precision" not in ds:
-        return None
-    from .methods.expectation_propagation import SiteState
-    return SiteState(tau=ds["site_precision"].values, nu=ds["site_location"].values,
-                     sweeps=int(ds.attrs["ep_sweeps_final"]), converged=bool(ds.attrs["ep_converged"]),
-                     damping=float(ds.attrs["ep_damping"]))
+def _export_sites(sites, total_sweeps):
+    return ({"site_precision": ("obs", sites.tau), "site_location": ("obs", sites.nu)},
+            {"ep_sweeps_final": sites.sweeps, "ep_converged": int(sites.converged), "ep_damping": sites.damping,
+             "ep_total_sweeps": total_sweeps})
+
+
+def _import_sites(ds):
+    sites = SiteState(tau=ds["site_precision"].values, nu=ds["site_location"].values,
+                      sweeps=int(ds.attrs["ep_sweeps_final"]), converged=bool(ds.attrs["ep_converged"]),
+                      damping=float(ds.attrs["ep_damping"]))
+    return sites, int(ds.attrs["ep_total_sweeps"])
+
+
+def _export_polya_gamma(local, total_updates):
+    return ({"c": ("obs", local.c), "theta": ("obs", local.theta), "c_next": ("obs", local.c_next),
+             "bound_history": ("c_update", np.asarray(local.bound_history))},
+            {"pg_c_updates_final": local.sweeps, "pg_converged": int(local.converged),
+             "pg_total_c_updates": total_updates})
+
+
+def _import_polya_gamma(ds):
+    local = PolyaGammaState(c=ds["c"].values, c_next=ds["c_next"].values, sweeps=int(ds.attrs["pg_c_updates_final"]),
+                            converged=bool(ds.attrs["pg_converged"]), bound_history=list(ds["bound_history"].values))
+    return local, int(ds.attrs["pg_total_c_updates"])
+
+
+# The local state of each method that has one: (name in the netCDF attrs, export, import).
+_LOCAL_STATES = {
+    SiteState: ("ep_sites", _export_sites, _import_sites),
+    PolyaGammaState: ("polya_gamma", _export_polya_gamma, _import_polya_gamma),
+}
+_LOCAL_VARIABLES = {"site_precision", "site_location", "c", "theta", "c_next", "bound_history"}
+
+
+def _local_state_from(ds):
+    """(local state, total sweeps) from a dataset written by :meth:`Posterior.to_xarray`."""
+    name = ds.attrs.get("local_state")
+    if name is None:
+        return None, 0
+    return next(load for key, _, load in _LOCAL_STATES.values() if key == name)(ds)
 
 
 def load(path):

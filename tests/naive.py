@@ -70,3 +70,51 @@ def central_difference(f, x, step=1e-6):
         xm.flat[i] -= h
         g.flat[i] = (f(xp) - f(xm)) / (2 * h)
     return g
+
+
+def polya_gamma_elbo(Kuu, Kuf, kff, y, bias, m, S, c):
+    """The uncollapsed Pólya-Gamma ELBO (thesis eq. 2.23, with a bias inside the logistic) at
+    q(u) = N(m, S), q(omega_n) = PG(1, c_n), from its definition:
+    sum_n E[log p(y_n | omega_n, f_n)] - KL[q(u) || p(u)] - sum_n KL[PG(1, c_n) || PG(1, 0)],
+    with p(y | omega, f) = 1/2 exp(y z / 2 - omega z^2 / 2), z = f + bias."""
+    theta = np.where(c > 0, np.tanh(c / 2) / (2 * np.where(c > 0, c, 1.0)), 0.25)
+    Kinv = np.linalg.inv(Kuu)
+    W = Kinv @ Kuf
+    mu = W.T @ m
+    var = kff - np.einsum("ij,ij->j", Kuf, W) + np.einsum("ij,ik,kj->j", W, S, W)
+    z_mean = mu + bias
+    expected = np.sum(-np.log(2.0) + 0.5 * y * z_mean - 0.5 * theta * (z_mean ** 2 + var))
+    kl_u = 0.5 * (np.trace(Kinv @ S) + m @ Kinv @ m - len(m) + np.linalg.slogdet(Kuu)[1] - np.linalg.slogdet(S)[1])
+    kl_pg = np.sum(np.logaddexp(c / 2, -c / 2) - np.log(2.0) - 0.5 * c * c * theta)
+    return expected - kl_u - kl_pg
+
+
+def greedy_variance(K, weights=None, m=None, tol=None):
+    """Dense GV / HGV: each step recomputes diag(W (K - K[:, S] K[S, S]^-1 K[S, :])) from
+    scratch and adds its first argmax to S; stops at m points or once the weighted trace after a
+    pick is below tol.  K (N, N) should carry the jitter of the fast path (K_ff + 1e-12 I).
+    Returns (indices, weighted trace after each pick)."""
+    n = K.shape[0]
+    w = np.ones(n) if weights is None else np.asarray(weights, float)
+    S, traces = [], []
+    residual = np.diag(K).copy()
+    while len(S) < n:
+        S.append(int(np.argmax(w * residual)))
+        K_S = K[S]
+        residual = np.diag(K) - np.einsum("ij,ij->j", K_S, np.linalg.solve(K[np.ix_(S, S)], K_S))
+        traces.append(float(np.sum(w * residual)))
+        if (m is not None and len(S) == m) or (tol is not None and traces[-1] < tol):
+            break
+    return np.array(S), np.array(traces)
+
+
+def vfe_bound_weighted(K, S, weights, targets):
+    """Collapsed bound with per-point noise 1/w_n and targets r_n / w_n, inducing points = the
+    training points S (thesis eq. 3.1), by the dense N x N Gaussian density:
+    log N(ytilde | 0, Q + W^-1) - 1/2 sum_n w_n (K_nn - Q_nn) with Q = K[:, S] K[S, S]^-1 K[S, :]
+    (Q = 0 for empty S).  K (N, N) as in :func:`greedy_variance`; weights > 0."""
+    S = list(S)
+    w = np.asarray(weights, float)
+    Q = K[:, S] @ np.linalg.solve(K[np.ix_(S, S)], K[S]) if S else np.zeros_like(K)
+    dense = stats.multivariate_normal(mean=np.zeros(len(w)), cov=Q + np.diag(1.0 / w)).logpdf(targets / w)
+    return dense - 0.5 * np.sum(w * (np.diag(K) - np.diag(Q)))

@@ -127,7 +127,8 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
         Kuu_j = L @ L.T
         state = PredictiveState(Z=Z, weights=beta, correction=Kuu_inv - Sigma_inv,
                                 q_mean=Kuu_j @ beta, q_cov=L @ np.linalg.solve(B, L.T))
-    return Evaluation(log_evidence=float(F), grads=grads, dZ=dZ, jitter=jit, state=state)
+    return Evaluation(log_evidence=float(F), grads=grads, dZ=dZ, jitter=jit, state=state,
+                      pseudo_data=(1.0 / noise, y / noise))
 
 
 def _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, jit,

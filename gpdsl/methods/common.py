@@ -33,4 +33,8 @@ class Evaluation:
     dZ: np.ndarray | None       # d log_evidence / d Z (None when not computed)
     jitter: float               # multiple of mean(diag) actually added (ladder or fixed)
     state: PredictiveState | None
-    warm: object = None         # EP/QP: the converged sites, to warm-start the next evaluation
+    warm: object = None         # EP/QP sites, Polya-Gamma c: the local state that warm-starts the next evaluation
+    # (weights w (N,), weighted targets r (N,)) of the Gaussian pseudo-regression the method
+    # amounts to at these hyperparameters -- noise 1/w, targets r/w.  Greedy inducing selection
+    # reads them (HGV weights, GreedyBound's bound); None where the method does not provide them.
+    pseudo_data: tuple | None = None

@@ -35,4 +35,5 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, jitter=None, chunk_siz
     if need_state:
         state = PredictiveState(Z=X, weights=alpha, correction=K_inv, q_mean=Kff @ alpha,
                                 q_cov=Kff - Kff @ K_inv @ Kff)
-    return Evaluation(log_evidence=float(F), grads=grads, dZ=None, jitter=jit, state=state)
+    return Evaluation(log_evidence=float(F), grads=grads, dZ=None, jitter=jit, state=state,
+                      pseudo_data=(1.0 / noise, y / noise))

@@ -223,7 +223,8 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
             sites = run_sites(prior, y, bias, kind, spec, state, quantile=True)
         post_state = _pseudo_regression(kernel, values, X, Z, sites, prior.jitter, spec,
                                         need_grad=False, need_state=True).state
-    return Evaluation(log_evidence=F, grads=grads, dZ=dZ, jitter=prior.jitter, state=post_state, warm=sites)
+    return Evaluation(log_evidence=F, grads=grads, dZ=dZ, jitter=prior.jitter, state=post_state, warm=sites,
+                      pseudo_data=(sites.tau, sites.nu))
 
 
 def _pseudo_regression(kernel, values, X, Z, sites, jitter, spec, need_grad, need_state):
