@@ -228,3 +228,214 @@ def test_classifier_posterior_round_trip_and_arviz(synth, tmp_path):
     assert np.isfinite(az.loo(idata).elpd_loo)
     error = np.mean(np.where(post.predict(Xs).p > 0.5, 1, -1) != ys)
     assert error < 0.12
+
+
+# --- the blocked FITC-EP sweep against one-site-at-a-time sequential EP ------------------------------
+
+def _fitc_problem(name, synth, counts):
+    """(prior, y, bias, kind) on 80 synth points (probit, 7 inducing) or the 60 counts (Poisson, 6)."""
+    from gpdsl._jit.projections import POISSON_SQUARE, PROBIT
+    from gpdsl.methods import expectation_propagation as epm
+    if name == "probit":
+        X, y = synth[0][:80], synth[1][:80]
+        Z, kernel, bias, kind = X[:7] + 0.05, SE(0.8, 1.3), 0.3, PROBIT
+    else:
+        X, y = counts
+        Z, kernel, bias, kind = X[::10] + 0.05, SE(1.0, 1.5), 0.0, POISSON_SQUARE
+    values = {"kernel.lengthscale": np.array(kernel.lengthscale), "kernel.variance": np.array(kernel.variance)}
+    return epm.FITCPrior(kernel, values, X, Z, 1e-6, None), y, bias, kind
+
+
+def _fitc_state(prior):
+    return [a.copy() for a in (prior.d, prior.P, prior.Minv, prior.nu_vec, prior.gamma)]
+
+
+class _Rank1FITCPrior:
+    """Mixin: a FITC prior whose sequential sweep is the one-site-at-a-time kernel (the reference),
+    with the same abort-refresh-continue driver as FITCPrior.sequential_sweep."""
+
+    refreshes = 0
+
+    def refresh(self, tau, nu):
+        self.refreshes += 1
+        super().refresh(tau, nu)
+
+    def sequential_sweep(self, tau, nu, y, bias, kind, quantile, damping, table, grid):
+        from gpdsl._jit import ep_sweeps
+        max_change, skipped, start = 0.0, 0, 0
+        while True:
+            change, skip, stop = ep_sweeps.fitc_sequential_sweep_rank1(
+                self.d, self.P, self.Minv, self.nu_vec, self.gamma, tau, nu, y, bias, kind, quantile, damping,
+                table, grid, start)
+            max_change, skipped = max(max_change, change), skipped + skip
+            if stop < 0:
+                return max_change, skipped
+            self.refresh(tau, nu)
+            start, skipped = stop + 1, skipped + 1
+
+
+def _with_rank1_sweep(prior):
+    from gpdsl.methods import expectation_propagation as epm
+    prior.__class__ = type("Rank1FITCPrior", (_Rank1FITCPrior, epm.FITCPrior), {})
+    return prior
+
+
+def _assert_sites_close(a, b, what):
+    # 1e-10 relative to max(1, |site|): the blocked sweep only reorders the rounding of the updates.
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10, err_msg=what)
+
+
+@pytest.mark.parametrize("block", [1, 7, 13, 500])
+@pytest.mark.parametrize("damping", [0.0, 0.3])
+@pytest.mark.parametrize("quantile", [False, True])
+@pytest.mark.parametrize("likelihood", ["probit", "poisson"])
+def test_blocked_fitc_sweep_equals_one_site_at_a_time(synth, counts, likelihood, quantile, damping, block):
+    """One blocked sweep (blocks of 7 or 13 sites do not divide N = 80 or 60; 500 > N is one block)
+    gives the sites and the posterior state (d, P, M, nu, gamma) of fitc_sequential_sweep_rank1,
+    from the warm state after two sweeps, to 1e-10."""
+    from gpdsl._jit import ep_sweeps
+    from gpdsl.methods import expectation_propagation as epm
+    prior, y, bias, kind = _fitc_problem(likelihood, synth, counts)
+    warm = epm.run_sites(prior, y, bias, kind, gd.inference.EP(max_sweeps=2), None, quantile)
+    for start in (0, 5):
+        results = []
+        for kernel in ("blocked", "rank1"):
+            tau, nu = warm.tau.copy(), warm.nu.copy()
+            prior.refresh(tau, nu)
+            args = (*(prior.d, prior.P, prior.Minv, prior.nu_vec, prior.gamma), tau, nu, y, bias, kind, quantile,
+                    damping, *epm._NO_TABLE, start)
+            if kernel == "blocked":
+                out = ep_sweeps.fitc_sequential_sweep(*args, block)
+            else:
+                out = ep_sweeps.fitc_sequential_sweep_rank1(*args)
+            results.append((out, tau, nu, _fitc_state(prior)))
+        (out_b, tau_b, nu_b, state_b), (out_r, tau_r, nu_r, state_r) = results
+        assert out_b[1:] == out_r[1:] == (0, -1)
+        assert out_b[0] == pytest.approx(out_r[0], rel=1e-10) and out_b[0] > 1e-3   # the sites did move
+        np.testing.assert_array_equal(tau_b[:start], warm.tau[:start])               # sites before start kept
+        _assert_sites_close(tau_b, tau_r, "tau")
+        _assert_sites_close(nu_b, nu_r, "nu")
+        for name, a, b in zip(("d", "P", "M", "nu_vec", "gamma"), state_b, state_r):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.max(np.abs(b)), err_msg=name)
+
+
+@pytest.mark.parametrize("quantile", [False, True])
+@pytest.mark.parametrize("likelihood", ["probit", "poisson"])
+def test_blocked_fitc_ep_converges_to_the_one_site_at_a_time_fixed_point(synth, counts, likelihood, quantile,
+                                                                        monkeypatch):
+    """run_sites to tol 1e-10 with the library's blocked sweep (blocks of 7 sites, damping 0.2) and with
+    the one-site-at-a-time kernel: the same sites to 1e-10.  (The largest site change of the two runs
+    agrees to ~1e-11 absolute, so the last sweep may fall on either side of tol: sweeps may differ by 1.)"""
+    from gpdsl._jit import ep_sweeps
+    from gpdsl.methods import expectation_propagation as epm
+    monkeypatch.setattr(ep_sweeps, "FITC_BLOCK", 7)
+    spec = (gd.inference.QP if quantile else gd.inference.EP)(tol=1e-10, damping=0.2, max_sweeps=200)
+    prior, y, bias, kind = _fitc_problem(likelihood, synth, counts)
+    blocked = epm.run_sites(prior, y, bias, kind, spec, None, quantile)
+    reference = _with_rank1_sweep(_fitc_problem(likelihood, synth, counts)[0])
+    rank1 = epm.run_sites(reference, y, bias, kind, spec, None, quantile)
+    assert blocked.converged and rank1.converged
+    assert abs(blocked.sweeps - rank1.sweeps) <= 1 and blocked.damping == rank1.damping == 0.2
+    _assert_sites_close(blocked.tau, rank1.tau, "tau")
+    _assert_sites_close(blocked.nu, rank1.nu, "nu")
+
+
+def test_blocked_fitc_sweep_equals_dense_sweep_on_the_fitc_prior(synth):
+    """An independent reference: one sequential sweep of dense EP (Sigma updated by rank-1 steps) on the
+    explicit FITC covariance, from the same warm sites, gives the blocked sweep's sites (1e-8)."""
+    from gpdsl._jit import ep_sweeps
+    from gpdsl.methods import expectation_propagation as epm
+    prior, y, bias, kind = _fitc_problem("probit", synth, None)
+    warm = epm.run_sites(prior, y, bias, kind, gd.inference.EP(max_sweeps=1), None, False)
+    dense = epm.DensePrior(SE(0.8, 1.3), {"kernel.lengthscale": np.array(0.8), "kernel.variance": np.array(1.3)},
+                           synth[0][:80])
+    dense.K = prior.P0 @ np.linalg.solve(prior.Kuu, prior.P0.T) + np.diag(prior.d0)
+    tau_d, nu_d = warm.tau.copy(), warm.nu.copy()
+    dense.refresh(tau_d, nu_d)
+    dense.sequential_sweep(tau_d, nu_d, y, bias, kind, False, 0.0, *epm._NO_TABLE)
+    tau_f, nu_f = warm.tau.copy(), warm.nu.copy()
+    prior.refresh(tau_f, nu_f)
+    ep_sweeps.fitc_sequential_sweep(prior.d, prior.P, prior.Minv, prior.nu_vec, prior.gamma, tau_f, nu_f, y, bias,
+                                    kind, False, 0.0, *epm._NO_TABLE, 0, 7)
+    assert np.max(np.abs(tau_f - warm.tau)) > 1e-2
+    np.testing.assert_allclose(tau_f, tau_d, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(nu_f, nu_d, rtol=1e-8, atol=1e-10)
+    var, mean = prior.marginals()
+    np.testing.assert_allclose(var, np.diag(dense.Sigma), rtol=1e-8)
+    np.testing.assert_allclose(mean, dense.mu, rtol=1e-8, atol=1e-10)
+
+
+def _abort_problem(n=23, m=9, site=12):
+    """A FITC prior whose sweep must stop at ``site`` (footnote 3 of the FITC-EP paper): M = I, d_site = 0,
+    p_site = e_0 and column 0 of P zero elsewhere, so the marginal variance there is exactly 1 and a
+    Gaussian site of precision 1e17 makes 1 - c p^T M p round to 0; the other sites have d = 0.5."""
+    from gpdsl.methods import expectation_propagation as epm
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-1, 1, size=(n, 1))
+    values = {"kernel.lengthscale": np.array(0.5), "kernel.variance": np.array(1.0)}
+    prior = epm.FITCPrior(SE(0.5, 1.0), values, X, X[:m], 0.0, None)
+    prior.P0 = np.ascontiguousarray(0.3 * rng.standard_normal((n, m)))
+    prior.P0[:, 0] = 0.0
+    prior.P0[site] = 0.0
+    prior.P0[site, 0] = 1.0
+    prior.Kuu, prior.Lu = np.eye(m), np.eye(m)
+    prior.d0 = np.full(n, 0.5)
+    prior.d0[site] = 0.0
+    y = np.sin(3 * X[:, 0])
+    return prior, y
+
+
+@pytest.mark.parametrize("block", [1, 5, 64])
+def test_blocked_fitc_sweep_stops_where_definiteness_would_be_lost(block):
+    """Both kernels stop at the same site with the same state: the sites before it updated, it and
+    those after untouched."""
+    from gpdsl._jit import ep_sweeps
+    from gpdsl._jit.projections import GAUSSIAN
+    from gpdsl.methods import expectation_propagation as epm
+    prior, y = _abort_problem()
+    results = []
+    for kernel in ("blocked", "rank1"):
+        tau, nu = np.zeros(len(y)), np.zeros(len(y))
+        prior.refresh(tau, nu)
+        np.testing.assert_array_equal(prior.Minv, np.eye(prior.Minv.shape[0]))
+        args = (prior.d, prior.P, prior.Minv, prior.nu_vec, prior.gamma, tau, nu, y, 1e-17, GAUSSIAN, False, 0.0,
+                *epm._NO_TABLE, 0)
+        out = (ep_sweeps.fitc_sequential_sweep(*args, block) if kernel == "blocked"
+               else ep_sweeps.fitc_sequential_sweep_rank1(*args))
+        results.append((out, tau, nu, _fitc_state(prior)))
+    (out_b, tau_b, nu_b, state_b), (out_r, tau_r, nu_r, state_r) = results
+    assert out_b[2] == out_r[2] == 12 and out_b[1] == out_r[1] == 0
+    assert np.all(tau_b[:12] > 1e16) and np.all(tau_b[12:] == 0.0)
+    _assert_sites_close(tau_b / 1e17, tau_r / 1e17, "tau / 1e17")
+    _assert_sites_close(nu_b / 1e17, nu_r / 1e17, "nu / 1e17")
+    for name, a, b in zip(("d", "P", "M", "nu_vec", "gamma"), state_b, state_r):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.max(np.abs(b)), err_msg=name)
+
+
+def test_fitc_sweep_refreshes_and_continues_after_a_stop(monkeypatch):
+    """FITCPrior.sequential_sweep: at the stop it refreshes, counts the site as skipped and goes on from
+    the next one; the sites equal the one-site-at-a-time driver's (1e-10 relative)."""
+    from gpdsl._jit import ep_sweeps
+    from gpdsl._jit.projections import GAUSSIAN
+    from gpdsl.methods import expectation_propagation as epm
+    monkeypatch.setattr(ep_sweeps, "FITC_BLOCK", 5)
+    sweeps = {}
+    for kernel in ("blocked", "rank1"):
+        prior, y = _abort_problem()
+        if kernel == "rank1":
+            prior = _with_rank1_sweep(prior)
+        else:
+            calls = []
+            refresh = prior.refresh
+            prior.refresh = lambda tau, nu: (calls.append(1), refresh(tau, nu))
+        tau, nu = np.zeros(len(y)), np.zeros(len(y))
+        prior.refresh(tau, nu)
+        change, skipped = prior.sequential_sweep(tau, nu, y, 1e-17, GAUSSIAN, False, 0.0, *epm._NO_TABLE)
+        sweeps[kernel] = (change, skipped, tau, nu)
+    assert len(calls) == 2 and prior.refreshes == 2          # the initial refresh and the one at the stop
+    (c_b, s_b, tau_b, nu_b), (c_r, s_r, tau_r, nu_r) = sweeps["blocked"], sweeps["rank1"]
+    assert s_b == s_r == 1
+    assert tau_b[12] == 0.0 and np.all(np.delete(tau_b, 12) > 1e16)
+    assert c_b == pytest.approx(c_r, rel=1e-10)
+    _assert_sites_close(tau_b / 1e17, tau_r / 1e17, "tau / 1e17")
+    _assert_sites_close(nu_b / 1e17, nu_r / 1e17, "nu / 1e17")

@@ -109,9 +109,11 @@ class FITCPrior:
     def sequential_sweep(self, tau, nu, y, bias, kind, quantile, damping, table, grid):
         max_change, skipped, start = 0.0, 0, 0
         while True:
+            # Blocked delayed updates (ep_sweeps.FITC_BLOCK sites per level-3 BLAS block), the same
+            # sites as one-at-a-time sequential EP.
             change, skip, stop = ep_sweeps.fitc_sequential_sweep(
                 self.d, self.P, self.Minv, self.nu_vec, self.gamma, tau, nu, y, bias, kind, quantile, damping,
-                table, grid, start)
+                table, grid, start, ep_sweeps.FITC_BLOCK)
             max_change, skipped = max(max_change, change), skipped + skip
             if stop < 0:
                 return max_change, skipped

@@ -71,15 +71,23 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, spec, warm=None, need_grad=
     ill-conditioned for Q_nn <= K_nn to hold.
     """
     rungs = JITTER_LADDER if spec.jitter is None else (float(spec.jitter),)
+    progress = {"warm": warm, "passes": 0}
     for attempt, rung in enumerate(rungs):
         try:
-            return _evaluate_at(kernel, likelihood, values, X, y, Z, spec, rung, warm, need_grad, need_state)
+            ev = _evaluate_at(kernel, likelihood, values, X, y, Z, spec, rung, progress, need_grad, need_state)
+            ev.warm.sweeps = progress["passes"]
+            return ev
         except (np.linalg.LinAlgError, FloatingPointError):
             if attempt == len(rungs) - 1:
                 raise
 
 
-def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, warm, need_grad, need_state):
+def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, need_grad, need_state):
+    """One evaluation at one jitter rung.  ``progress["warm"]`` is the state to start c from;
+    the c loop leaves its converged state there and adds its passes to ``progress["passes"]``,
+    so that when the gradient step fails at this rung the next rung starts from c that is
+    already (nearly) converged, and the passes of every rung are counted."""
+    warm = progress["warm"]
     n, m = X.shape[0], Z.shape[0]
     bias = likelihood.bias_value(values, "likelihood")
     chunk = spec.chunk_size or default_chunk_size(n, m)
@@ -101,22 +109,23 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, warm, need_g
             cache[slc.start] = (A, kff)
         return A, kff
 
-    def sweep(c, factor):
-        """One pass over the rows.  Without a factor it accumulates the sums P = A A^T, r and
-        tr(Theta K_ff) of c; with ``factor = (L_B, g)`` of c it returns the marginal means of
-        q*(f) and the update target of eq. 4.11, and accumulates the sums of that target."""
+    def sweep(c, factor=None, accumulate=True):
+        """One pass over the rows.  Without a factor: the sums P = A A^T, r and tr(Theta K_ff)
+        of c.  With ``factor = (L_B, g)`` of c: the marginal means of q*(f) and the update
+        target of eq. 4.11 (rows), and, if ``accumulate``, the sums of that target."""
 
         def chunk_fn(slc):
             A, kff = whitened(slc)
-            if factor is None:
-                rows, c_new = (), c[slc]
-            else:
+            rows, c_sums = (), c[slc]
+            if factor is not None:
                 V = solve_lower(factor[0], A)
                 mean = V.T @ factor[1]
                 var = kff - np.einsum("ij,ij->j", A, A) + np.einsum("ij,ij->j", V, V)
-                c_new = pg_c_update(mean, var, bias)
-                rows = (c_new, mean)
-            theta = pg_theta(c_new)
+                c_sums = pg_c_update(mean, var, bias)
+                rows = (c_sums, mean)
+                if not accumulate:
+                    return (), rows
+            theta = pg_theta(c_sums)
             As = A * np.sqrt(theta)
             return (As @ As.T, A @ (half_y[slc] - theta * bias), theta @ kff), rows
 
@@ -124,16 +133,19 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, warm, need_g
 
     # The plain update (eq. 4.11) converges linearly and slowly when the kernel variance is
     # large: 543 updates at variance 86 on the banana data.  Anderson acceleration (Walker & Ni
-    # 2011) over the last _ANDERSON_MEMORY updates cut that to about 60 (103 passes, as each
-    # proposal needs one more pass for its bound); a proposal is kept only if it raises the
-    # bound, otherwise the plain update is taken, so the accepted bounds never decrease.
+    # 2011) over the last _ANDERSON_MEMORY updates cut that to about 60; a proposal is kept only
+    # if it raises the bound, otherwise the plain update is taken, so the accepted bounds never
+    # decrease.  Every step costs two O(N M^2) products (a triangular solve for the marginals,
+    # a rank-N update for the next point's B); the sums of the plain target are formed only
+    # when the plain step is taken.
     c = np.array(warm.c_next if warm is not None and warm.c_next.shape == (n,) else np.full(n, C_INIT))
-    sums, _ = sweep(c, None)
+    sums, _ = sweep(c)
     factor, bound = _bound(sums, c, y, bias)
     history, converged, sweeps = [bound], False, 1
     points, targets = [], []
     while True:
-        sums_target, (target, mean) = sweep(c, factor)
+        extrapolate = spec.acceleration and len(points) > 0
+        sums_target, (target, mean) = sweep(c, factor, accumulate=not extrapolate)
         sweeps += 1
         if np.max(np.abs(target - c)) < spec.tol:
             converged = True
@@ -141,23 +153,31 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, warm, need_g
         if sweeps >= spec.max_iter:
             break
         points, targets = points[-_ANDERSON_MEMORY:] + [c], targets[-_ANDERSON_MEMORY:] + [target]
-        if spec.acceleration and len(points) > 1:
+        if extrapolate:
             proposal = _anderson(points, targets)
-            sums_proposal, _ = sweep(proposal, None)
+            sums_proposal, _ = sweep(proposal)
             sweeps += 1
             factor_proposal, bound_proposal = _bound(sums_proposal, proposal, y, bias)
             if bound_proposal >= bound:
-                c, factor, bound = proposal, factor_proposal, bound_proposal
+                c, sums, factor, bound = proposal, sums_proposal, factor_proposal, bound_proposal
                 history.append(bound)
                 continue
             points, targets = points[-1:], targets[-1:]
-        c = target
-        factor, bound = _bound(sums_target, c, y, bias)
+            sums_target, _ = sweep(target)
+            sweeps += 1
+        c, sums = target, sums_target
+        factor, bound = _bound(sums, c, y, bias)
         history.append(bound)
 
+    progress["warm"] = PolyaGammaState(c=c, c_next=target)
+    progress["passes"] += sweeps
     theta = pg_theta(c)
     grads, dZ, state = {}, None, None
     if need_grad or need_state:
+        # At fixed c the bound is the VFE bound of the pseudo-regression (targets y/(2 theta) -
+        # bias, noise 1/theta) plus terms in c only: its gradients and q*(u) come from the
+        # collapsed engine, at the same jitter.  The engine checks K_uu's conditioning for its
+        # explicit inverses; when it fails, the caller moves to the next jitter rung.
         pseudo = HeteroscedasticGaussian(variance=1.0 / theta)
         kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
         ev = collapsed.evaluate(kernel, pseudo, kernel_values, X, half_y / theta - bias, Z, fitc=False,
