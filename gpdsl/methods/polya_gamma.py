@@ -138,7 +138,23 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
     # decrease.  Every step costs two O(N M^2) products (a triangular solve for the marginals,
     # a rank-N update for the next point's B); the sums of the plain target are formed only
     # when the plain step is taken.
+    def pseudo_regression(c, need_grad, need_state):
+        """At fixed c the bound is the VFE bound of the pseudo-regression (targets y/(2 theta) -
+        bias, noise 1/theta) plus terms in c only: its gradients and q*(u) come from the
+        collapsed engine, at the same jitter.  The engine's explicit inverses need K_uu better
+        conditioned than the whitened rows here do; it raises where they would be inaccurate,
+        and the caller moves to the next jitter rung."""
+        theta = pg_theta(c)
+        kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
+        return collapsed.evaluate(kernel, HeteroscedasticGaussian(variance=1.0 / theta), kernel_values, X,
+                                  half_y / theta - bias, Z, fitc=False, jitter=jit, chunk_size=spec.chunk_size,
+                                  need_grad=need_grad, need_state=need_state)
+
     c = np.array(warm.c_next if warm is not None and warm.c_next.shape == (n,) else np.full(n, C_INIT))
+    if need_grad or need_state:
+        # Check this rung with the engine before the c loop: one pass, where a failure after the
+        # loop would waste all of it (usually the engine accepts the converged c as well).
+        pseudo_regression(c, False, False)
     sums, _ = sweep(c)
     factor, bound = _bound(sums, c, y, bias)
     history, converged, sweeps = [bound], False, 1
@@ -174,15 +190,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
     theta = pg_theta(c)
     grads, dZ, state = {}, None, None
     if need_grad or need_state:
-        # At fixed c the bound is the VFE bound of the pseudo-regression (targets y/(2 theta) -
-        # bias, noise 1/theta) plus terms in c only: its gradients and q*(u) come from the
-        # collapsed engine, at the same jitter.  The engine checks K_uu's conditioning for its
-        # explicit inverses; when it fails, the caller moves to the next jitter rung.
-        pseudo = HeteroscedasticGaussian(variance=1.0 / theta)
-        kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
-        ev = collapsed.evaluate(kernel, pseudo, kernel_values, X, half_y / theta - bias, Z, fitc=False,
-                                jitter=jit, chunk_size=spec.chunk_size, need_grad=need_grad,
-                                need_state=need_state)
+        ev = pseudo_regression(c, need_grad, need_state)
         grads, dZ, state = dict(ev.grads), ev.dZ, ev.state
         if need_grad and "likelihood.bias" in values:
             # d/d bias of the pseudo-regression at fixed c: sum_n theta_n (ytilde_n - mu_n).
