@@ -106,3 +106,20 @@ def test_readme_pgpr_example_runs():
     assert ds["selection_criterion"].values[-1] < 1e-3
     accuracy = np.mean((post.predict(X)["p"].values > 0.5) == (y > 0))
     assert accuracy > 0.85
+
+
+def test_hgv_for_heteroscedastic_regression_weights_by_the_known_precisions():
+    """Thesis 3.3.2: with Lambda known, the first HGV selection already uses W = Lambda^-1."""
+    X, y = gd.datasets.snelson_like(120, seed=3)
+    lam = 0.01 + 0.5 * (X[:, 0] / X[:, 0].max()) ** 2           # noise growing along x
+    kernel = gd.kernels.SquaredExponential(1.0, 1.0)
+    model = gd.Model(kernel, gd.likelihoods.HeteroscedasticGaussian(variance=lam),
+                     gd.inducing.GreedyVariance(m=10, weighted=True), gd.inference.VFE())
+    post = model.fit(X, y, optimize=False)
+    values = {"kernel.lengthscale": np.array(1.0), "kernel.variance": np.array(1.0)}
+    expected = gd.inducing.GreedyVariance(m=10, weighted=True).select(
+        X, y, SelectionContext(kernel, values, weights=1.0 / lam))
+    np.testing.assert_array_equal(post.selection.indices, expected.indices)
+    # Low-noise inputs are preferred: the picks sit at smaller x than plain GV's.
+    plain = gd.inducing.GreedyVariance(m=10).select(X, y, SelectionContext(kernel, values))
+    assert np.mean(X[expected.indices, 0]) < np.mean(X[plain.indices, 0])
