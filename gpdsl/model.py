@@ -182,8 +182,8 @@ class Model:
         ``GreedyBound``) select with the declared hyperparameters; with ``reinit=True`` the
         fit then alternates re-selection (at the fitted hyperparameters, weighted by the
         method's pseudo-data) and re-fitting until the objective changes by less than
-        ``reinit_tol`` or ``max_reinit`` rounds have run, and keeps the best round (thesis
-        4.3.2; Burt et al.'s greedy-variance reinitialisation).
+        ``reinit_tol``, a selection repeats an earlier one, or ``max_reinit`` rounds have run,
+        and keeps the best round (thesis 4.3.2; Burt et al.'s greedy-variance reinitialisation).
         """
         from .inducing import SelectionContext
         from .posterior import Posterior
@@ -206,11 +206,18 @@ class Model:
                            start=None, warm=None)
         rounds = [(selection, fit)]
         if self.sparse and self.inducing.reinit:
+            seen = {frozenset(selection.indices.tolist())}
             for _ in range(self.inducing.max_reinit):
                 values, evaluation = fit["values"], fit["evaluation"]
                 weights, targets = evaluation.pseudo_data
                 context = SelectionContext(self.kernel, values, weights=weights, targets=targets)
                 selection = self.inducing.select(X, y, context)
+                chosen = frozenset(selection.indices.tolist())
+                if chosen in seen:
+                    # A set selected before: the rounds would cycle (HGV alternates between two
+                    # sets on some data), so stop as if converged.
+                    break
+                seen.add(chosen)
                 previous = fit["objective"]
                 fit = self._fit_at(X, y, selection, fixed, optimize, restarts, seed, max_iter, progress,
                                    callback, start=values, warm=evaluation.warm)

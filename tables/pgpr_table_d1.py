@@ -74,7 +74,10 @@ DATASETS = ("crabs", "crabs-species", "breast", "pima", "banana")
 METHODS = ("hgv", "kmeans", "gv")
 LABEL = {"hgv": "PGPR HGV", "kmeans": "PGPR K-means", "gv": "PGPR GV"}
 M_OF = {"crabs": 10, "crabs-species": 10, "breast": 50, "pima": 60, "banana": 40}
-TOL = 0.02          # |ours - thesis| for the median accuracy and the median plug-in NLL (HGV)
+# The issue: HGV "reaches the thesis' median accuracy and median test NLL within 0.02", i.e. our
+# median accuracy >= thesis - 0.02 and our median plug-in NLL <= thesis + 0.02 (doing better than
+# the thesis is not a miss; the signed differences are reported as well).
+TOL = 0.02
 WIN_CRITERION = 8   # HGV's bound >= K-means' on at least 8 of 10 splits
 
 # Thesis Table D.1 (appendix D.3.1): (max, min, median, mean, std) per metric.
@@ -280,8 +283,8 @@ def findings(verdicts, trends, extra, results, args):
             continue
         t = THESIS[name]["hgv"]
         line = (f"* **{name}**: median accuracy {v['acc']:.4f} vs {t['Acc'][2]:.4f} "
-                f"({'within' if v['ok_acc'] else 'OUTSIDE'} {TOL}); median plug-in NLL {v['nll']:.4f} vs "
-                f"{t['NLL'][2]:.4f} ({'within' if v['ok_nll'] else 'OUTSIDE'} {TOL})")
+                f"({'reached' if v['ok_acc'] else 'MISSED'} within {TOL}); median plug-in NLL {v['nll']:.4f} vs "
+                f"{t['NLL'][2]:.4f} ({'reached' if v['ok_nll'] else 'MISSED'} within {TOL})")
         if "wins" in v:
             line += (f"; HGV's bound ≥ K-means' on {v['wins']}/{v['total']} splits "
                      f"({'meets' if v['ok_wins'] else 'FAILS'} the ≥ {WIN_CRITERION}/10 criterion)")
@@ -443,7 +446,7 @@ def main(argv=None):
             d_acc = summ["hgv"]["Acc"][2] - thesis["hgv"]["Acc"][2]
             d_nll = summ["hgv"]["NLL"][2] - thesis["hgv"]["NLL"][2]
             v.update(acc=summ["hgv"]["Acc"][2], nll=summ["hgv"]["NLL"][2], d_acc=d_acc, d_nll=d_nll,
-                     ok_acc=abs(d_acc) <= TOL + 1e-12, ok_nll=abs(d_nll) <= TOL + 1e-12,
+                     ok_acc=d_acc >= -TOL - 1e-12, ok_nll=d_nll <= TOL + 1e-12,
                      elbo=summ["hgv"]["ELBO"][2], d_elbo=summ["hgv"]["ELBO"][2] - thesis["hgv"]["ELBO"][2],
                      rounds=summ["hgv"]["rounds"], best_round=summ["hgv"]["best_round"])
         if "hgv" in summ and "kmeans" in summ:
@@ -474,7 +477,8 @@ def main(argv=None):
 
     if verdicts:
         md += ["## Summary against the thesis' PGPR HGV medians and the HGV ≥ K-means criterion", "",
-               f"Criteria: |ours − thesis| ≤ {TOL} for the median accuracy and the median plug-in NLL of PGPR HGV; "
+               f"Criteria: median accuracy ≥ thesis − {TOL} and median plug-in NLL ≤ thesis + {TOL} for PGPR HGV "
+               "(the issue: reach the thesis' medians within 0.02); "
                f"HGV's bound ≥ K-means' bound on ≥ {WIN_CRITERION} of 10 splits (same split, same data).", "",
                "| data | median Acc ours / thesis | ok | median NLL ours / thesis | ok | median ELBO ours / thesis | "
                "HGV ≥ K-means (ELBO) | ok | GV ≥ K-means | HGV ≥ GV | HGV s / fit |",
@@ -499,7 +503,7 @@ def main(argv=None):
                f"Our splits are not the author's (his `np.random.permutation` is unseeded), so a 10-split median "
                f"carries sampling noise.  Block b holds splits {args.splits}·b … {args.splits}·b + {args.splits - 1} "
                f"(block 0 = the table above); PGPR HGV and PGPR K-means only.  Per block: the median accuracy "
-               f"and median plug-in NLL of HGV (criterion: within {TOL} of the thesis), the median bound, and the "
+               f"and median plug-in NLL of HGV (criterion: no worse than the thesis by more than {TOL}), the median bound, and the "
                f"splits where HGV's bound ≥ K-means'.", "",
                "| data | block | median Acc | median NLL | median ELBO | HGV ≥ K-means | Acc ok | NLL ok |",
                "|---|---:|---:|---:|---:|---:|---|---|"]
@@ -516,8 +520,8 @@ def main(argv=None):
                 nlls.append(nl)
                 k, total = wins(block)
                 md.append(f"| {name} | {b} | {a:.4f} | {nl:.4f} | {el:.2f} | {k}/{total} | "
-                          f"{'yes' if abs(a - t['Acc'][2]) <= TOL + 1e-12 else 'no'} | "
-                          f"{'yes' if abs(nl - t['NLL'][2]) <= TOL + 1e-12 else 'no'} |")
+                          f"{'yes' if a - t['Acc'][2] >= -TOL - 1e-12 else 'no'} | "
+                          f"{'yes' if nl - t['NLL'][2] <= TOL + 1e-12 else 'no'} |")
             h = [r for r in allrows if r["method"] == "hgv"]
             k, total = wins(allrows)
             md.append(f"| {name} | all {len(h)} splits | {np.median([r['acc'] for r in h]):.4f} | "
