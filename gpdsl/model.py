@@ -234,7 +234,7 @@ class Model:
                           f"(tol {self.inference.tol:g}); the result is flagged converged=False",
                           ConvergenceWarning, stacklevel=2)
         history = None
-        if len(rounds) > 1:
+        if self.sparse and self.inducing.reinit:
             history = [{"M": int(f["Z"].shape[0]), "objective": float(f["objective"])} for _, f in rounds]
         return Posterior(model=self, values=fit["values"], state=evaluation.state,
                          log_evidence=evaluation.log_evidence, log_prior=fit["log_prior"],

@@ -123,3 +123,19 @@ def test_hgv_for_heteroscedastic_regression_weights_by_the_known_precisions():
     # Low-noise inputs are preferred: the picks sit at smaller x than plain GV's.
     plain = gd.inducing.GreedyVariance(m=10).select(X, y, SelectionContext(kernel, values))
     assert np.mean(X[expected.indices, 0]) < np.mean(X[plain.indices, 0])
+
+
+def test_reinit_stops_when_a_selection_repeats():
+    """EP + HGV on these moons alternates between two inducing sets (each round re-selects the
+    set of two rounds before); the loop stops at the first repeat instead of running
+    max_reinit rounds, and still returns its best round."""
+    X, y = gd.datasets.banana(400, noise=0.3, seed=0)
+    model = gd.Model(gd.kernels.SquaredExponential(1.0, 1.0), gd.likelihoods.Bernoulli(link="probit"),
+                     gd.inducing.GreedyVariance(m=20, weighted=True, reinit=True, max_reinit=10),
+                     gd.inference.EP())
+    post = model.fit(X[:300], y[:300])
+    history = post.reinit_history
+    assert 2 <= len(history) < 11
+    objectives = [r["objective"] for r in history]
+    assert abs(objectives[-1] - objectives[-2]) > model.inducing.reinit_tol     # not stopped by the tolerance
+    assert post.log_evidence + post.log_prior == pytest.approx(max(objectives), abs=1e-9)
