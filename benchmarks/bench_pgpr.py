@@ -138,8 +138,8 @@ def run_gpdsl(label, inducing, X, y, Xte, yte):
     err, _, _ = metrics(p, yte)
     nll = float(np.mean(point))
     history = post.reinit_history or [{"M": int(post.state.Z.shape[0]), "objective": post.log_evidence}]
-    rounds = " -> ".join(f"{h['M']}" for h in history)
-    notes = [f"rounds M: {rounds} (kept M={post.state.Z.shape[0]}, best bound)" if post.reinit_history else
+    rounds = " -> ".join(f"{h['M']} ({h['objective']:.1f})" for h in history)
+    notes = [f"rounds M (bound): {rounds} (kept M={post.state.Z.shape[0]}, best bound)" if post.reinit_history else
              "fixed Z"]
     if post.reinit_history and steps:
         ends = {}
