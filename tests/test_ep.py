@@ -439,3 +439,34 @@ def test_fitc_sweep_refreshes_and_continues_after_a_stop(monkeypatch):
     assert c_b == pytest.approx(c_r, rel=1e-10)
     _assert_sites_close(tau_b / 1e17, tau_r / 1e17, "tau / 1e17")
     _assert_sites_close(nu_b / 1e17, nu_r / 1e17, "nu / 1e17")
+
+
+def test_broken_posterior_is_a_numerical_failure_not_a_crash():
+    """A marginal variance that rounding has made 0 or NaN (seen at a kernel variance of 3e27 inside
+    an L-BFGS-B line search on crabs): the jitted sweep skips the site instead of dividing by zero
+    (Numba raises ZeroDivisionError there), and the evidence evaluation raises FloatingPointError,
+    which the optimiser answers by stepping back."""
+    from gpdsl._jit import ep_sweeps
+    from gpdsl._jit.projections import PROBIT
+    from gpdsl.methods import expectation_propagation as epm
+    n = 6
+    y = np.array([1.0, -1.0, 1.0, 1.0, -1.0, 1.0])
+    Sigma = np.eye(n)
+    Sigma[2, 2] = 0.0
+    Sigma[4, 4] = np.nan
+    mu = np.zeros(n)
+    tau, nu = np.full(n, 0.1), np.zeros(n)
+    change, skipped = ep_sweeps.dense_sequential_sweep(Sigma, mu, tau, nu, y, 0.0, PROBIT, False, 0.0,
+                                                       *epm._NO_TABLE)
+    assert skipped >= 2 and tau[2] == 0.1 and tau[4] == 0.1
+    for var in (0.0, -1e-300, np.nan):
+        assert ep_sweeps._site_update(0, var, 0.0, tau, nu, y, 0.0, PROBIT, False, 0.0,
+                                      *epm._NO_TABLE) == (tau[0], nu[0], False)
+
+    class Broken:
+        def marginals(self):
+            return np.array([1.0, 0.0, 1.0]), np.zeros(3)
+
+    state = epm.SiteState(np.zeros(3), np.zeros(3))
+    with pytest.raises(FloatingPointError, match="positive definiteness"):
+        epm.cavity_terms(Broken(), state, y[:3], 0.0, PROBIT)

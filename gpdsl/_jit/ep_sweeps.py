@@ -24,11 +24,19 @@ def _site_update(i, marginal_var, marginal_mean, tau, nu, y, param, kind, quanti
     ``param`` is the likelihood's scalar parameter (probit bias, Gaussian noise variance);
     ``table``/``grid``: the optional QP lookup table (empty to compute sigma* directly).
     """
+    # A marginal variance that is not positive (or NaN) only arises when rounding has broken the
+    # posterior (e.g. a kernel variance of 1e27 during a line search): the site keeps its value
+    # and the caller's checks on the refreshed posterior report the failure.  Numba raises
+    # ZeroDivisionError on a float division by zero, so these tests come before the divisions.
+    if not marginal_var > 0.0:
+        return tau[i], nu[i], False
     tau_cav = 1.0 / marginal_var - tau[i]
     nu_cav = marginal_mean / marginal_var - nu[i]
-    if tau_cav <= 0.0:
+    if not tau_cav > 0.0:
         return tau[i], nu[i], False
     _, mean, var = project_tabulated(kind, y[i], nu_cav / tau_cav, 1.0 / tau_cav, param, quantile, table, grid)
+    if not var > 0.0:
+        return tau[i], nu[i], False
     # Site precisions are kept non-negative (GPML's infEP does the same): a negative one, possible
     # for likelihoods that are not log-concave (Poisson with the square link), can make the
     # posterior improper; the marginal mean is still matched.

@@ -177,8 +177,15 @@ def run_sites(prior, y, bias, kind, spec, warm, quantile):
 def cavity_terms(prior, state, y, bias, kind):
     """log Z_i, cavity natural parameters and d log Z_i / d mu_cav at the final (EP) marginals."""
     var, mean = prior.marginals()
-    tau_cav = 1.0 / var - state.tau
-    nu_cav = mean / var - state.nu
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tau_cav = 1.0 / var - state.tau
+        nu_cav = mean / var - state.nu
+    # Exactly, var_i < 1 / tau_i (the cavity keeps the prior's precision); otherwise rounding has
+    # broken the posterior at these hyperparameters: a numerical failure, which the optimiser
+    # answers by stepping back, never a log evidence.
+    if not (np.all(var > 0.0) and np.all(tau_cav > 0.0) and np.all(np.isfinite(nu_cav))):
+        raise FloatingPointError("EP/QP posterior lost positive definiteness (marginal variance not below 1 / site "
+                                 "precision): the hyperparameters are numerically extreme")
     n = len(y)
     log_z, dlogz = np.empty(n), np.empty(n)
     for i in range(n):
