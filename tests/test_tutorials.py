@@ -13,11 +13,6 @@ from pathlib import Path
 
 import pytest
 
-try:                                 # keep BLAS to one thread: on a busy small machine OpenBLAS's
-    from threadpoolctl import threadpool_limits   # threads spin against each other
-except ImportError:                  # pragma: no cover
-    threadpool_limits = None
-
 TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
 SCRIPTS = ["01_sparse_regression.py", "02_heteroscedastic_and_model_files.py",
            "03_classification_pgpr_and_greedy.py"]
@@ -32,11 +27,7 @@ def run_tutorial(name, tmp_path, monkeypatch):
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     monkeypatch.delenv("GPDSL_TUTORIAL_KEEP", raising=False)
-    if threadpool_limits is None:
-        namespace = runpy.run_path(str(TUTORIALS / name), run_name="__main__")
-    else:
-        with threadpool_limits(limits=1, user_api="blas"):
-            namespace = runpy.run_path(str(TUTORIALS / name), run_name="__main__")
+    namespace = runpy.run_path(str(TUTORIALS / name), run_name="__main__")   # one BLAS thread: conftest.py
     assert list(cwd.iterdir()) == [], "a tutorial wrote into the working directory"
     assert list(scratch.iterdir()) == [], "a tutorial left its temporary directory behind"
     return namespace
