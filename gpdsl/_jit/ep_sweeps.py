@@ -140,6 +140,38 @@ def _gemm(trans_a, trans_b, p, q, k, alpha, A, B, beta, C, ch, iw, fw):
            B.ctypes, iw[3:].ctypes, A.ctypes, iw[4:].ctypes, fw[1:].ctypes, C.ctypes, iw[5:].ctypes)
 
 
+_UPDATED, _SKIPPED, _STOP = 0, 1, 2
+
+
+@njit(cache=True, fastmath=True)
+def _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, kind, quantile, damping, table, grid):
+    """Site i of a sequential FITC-EP sweep from its marginal N(h_i, d_i + s), s = p_i^T M p_i: the
+    formulas of :func:`fitc_sequential_sweep_rank1`'s docstring.  Updates the site and row i of the
+    posterior (d_i, p_i, nu_vec_i) and returns (status, c, step, change): on _UPDATED the caller
+    applies M -= c w w^T and gamma += step w with w = M p_i (before this site); _SKIPPED (improper
+    cavity, or 1 + pi d_i <= 0) and _STOP (M would lose definiteness) change nothing."""
+    a_ii = d[i] + s
+    tau_new, nu_new, ok = _site_update(i, a_ii, h_i, tau, nu, y, param, kind, quantile, damping, table, grid)
+    pi = tau_new - tau[i]
+    b = nu_new - nu[i]
+    denom = 1.0 + pi * d[i]
+    if not ok or denom <= 0.0:
+        return _SKIPPED, 0.0, 0.0, 0.0
+    c = pi / (1.0 + pi * a_ii)
+    keep = 1.0 - c * s
+    if not keep > 0.0:
+        return _STOP, 0.0, 0.0, 0.0
+    step = (b - pi * h_i) / denom * keep
+    scale = 1.0 / denom
+    for a in range(P.shape[1]):
+        P[i, a] *= scale
+    nu_vec[i] += d[i] * (b - pi * nu_vec[i]) / denom
+    d[i] /= denom
+    tau[i] = tau_new
+    nu[i] = nu_new
+    return _UPDATED, c, step, max(abs(pi), abs(b))
+
+
 @njit(cache=True, fastmath=True)
 def _block_sites(i0, r, G, T, hv, alpha, beta, d, P, nu_vec, tau, nu, y, param, kind, quantile, damping,
                  table, grid):
@@ -170,28 +202,15 @@ def _block_sites(i0, r, G, T, hv, alpha, beta, d, P, nu_vec, tau, nu, y, param, 
             s -= T[k, l] * G[k, l]
             h_i += beta[l] * G[k, l]
         alpha[k], beta[k] = 0.0, 0.0
-        a_ii = d[i] + s
-        tau_new, nu_new, ok = _site_update(i, a_ii, h_i, tau, nu, y, param, kind, quantile, damping, table, grid)
-        pi = tau_new - tau[i]
-        b = nu_new - nu[i]
-        denom = 1.0 + pi * d[i]
-        if not ok or denom <= 0.0:
+        status, c, step, change = _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, kind, quantile, damping,
+                                             table, grid)
+        if status == _SKIPPED:
             skipped += 1
             continue
-        c = pi / (1.0 + pi * a_ii)
-        keep = 1.0 - c * s
-        if not keep > 0.0:
+        if status == _STOP:
             return max_change, skipped, k
-        max_change = max(max_change, abs(pi), abs(b))
-        alpha[k] = c
-        beta[k] = (b - pi * h_i) / denom * keep
-        scale = 1.0 / denom
-        for a in range(P.shape[1]):
-            P[i, a] *= scale
-        nu_vec[i] += d[i] * (b - pi * nu_vec[i]) / denom
-        d[i] /= denom
-        tau[i] = tau_new
-        nu[i] = nu_new
+        max_change = max(max_change, change)
+        alpha[k], beta[k] = c, step
     return max_change, skipped, -1
 
 
@@ -307,30 +326,17 @@ def fitc_sequential_sweep_rank1(d, P, Minv, nu_vec, gamma, tau, nu, y, param, ki
         for a in range(m):
             pw += P[i, a] * w[a]
             pg += P[i, a] * gamma[a]
-        a_ii = d[i] + pw
-        h_i = nu_vec[i] + pg
-        tau_new, nu_new, ok = _site_update(i, a_ii, h_i, tau, nu, y, param, kind, quantile, damping, table, grid)
-        pi = tau_new - tau[i]
-        b = nu_new - nu[i]
-        denom = 1.0 + pi * d[i]
-        if not ok or denom <= 0.0:
+        status, c, step, change = _fitc_site(i, pw, nu_vec[i] + pg, d, P, nu_vec, tau, nu, y, param, kind, quantile,
+                                             damping, table, grid)
+        if status == _SKIPPED:
             skipped += 1
             continue
-        c = pi / (1.0 + pi * a_ii)
-        keep = 1.0 - c * pw
-        if not keep > 0.0:
+        if status == _STOP:
             return max_change, skipped, i
+        max_change = max(max_change, change)
         for a in range(m):
             ca = c * w[a]
             for k in range(m):
                 Minv[a, k] -= ca * w[k]
-        max_change = max(max_change, abs(pi), abs(b))
-        step = (b - pi * h_i) / denom * keep
-        for a in range(m):
             gamma[a] += step * w[a]
-            P[i, a] /= denom
-        nu_vec[i] += d[i] * (b - pi * nu_vec[i]) / denom
-        d[i] /= denom
-        tau[i] = tau_new
-        nu[i] = nu_new
     return max_change, skipped, -1
