@@ -68,6 +68,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import gpdsl as gd  # noqa: E402
+from _report import emit  # noqa: E402  (tables/ is the script's directory)
 
 SE = gd.kernels.SquaredExponential
 DATASETS = ("synth", "pima", "pima-authors", "crabs", "crabs-authors")
@@ -539,11 +540,7 @@ def main(argv=None):
     if blocked:
         md += ["## Blocked", ""] + [f"* {k}: {v}" for k, v in blocked.items()] + [""]
     text = "\n".join(md) + "\n"
-    print()
-    print(text)
-    if args.out != "-":
-        Path(args.out).write_text(text)
-        print(f"wrote {args.out}")
+    emit(text, args.out)
     return 0
 
 

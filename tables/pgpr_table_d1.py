@@ -69,6 +69,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import gpdsl as gd  # noqa: E402
+from _report import emit  # noqa: E402  (tables/ is the script's directory)
 
 DATASETS = ("crabs", "crabs-species", "breast", "pima", "banana")
 METHODS = ("hgv", "kmeans", "gv")
@@ -555,11 +556,7 @@ def main(argv=None):
     if blocked:
         md += ["## Skipped", ""] + [f"* {k}: {v}" for k, v in blocked.items()] + [""]
     text = "\n".join(md) + "\n"
-    print()
-    print(text)
-    if args.out != "-":
-        Path(args.out).write_text(text)
-        print(f"wrote {args.out}")
+    emit(text, args.out)
     return 0
 
 

@@ -52,6 +52,7 @@ if str(REPO) not in sys.path:          # run as a script from anywhere without i
     sys.path.insert(0, str(REPO))
 
 import gpdsl as gd  # noqa: E402
+from _report import emit  # noqa: E402  (tables/ is the script's directory)
 
 N_TRAIN = 455                           # Titsias (2009) section 5: 455 training, 51 test points
 M_VALUES = (10, 25, 50, 100, 200)
@@ -309,11 +310,7 @@ What this run shows:
 The KL above mixes a mean term and a covariance term. This table shows the mean alone: the root-mean-square difference between E_q[f*] and E_p[f*|y] over the {Xs.shape[0]} test inputs. (For scale, the exact predictive sd of f* averages {float(np.mean(np.sqrt(np.diag(S_exact)))):.3g}.)
 
 """ + "\n".join(rms_rows) + "\n"
-    print()
-    print(header)
-    if args.out != "-":
-        Path(args.out).write_text(header)
-        print(f"wrote {args.out}")
+    emit(header, args.out)
     return 0
 
 
