@@ -268,6 +268,9 @@ class Model:
             if not converged:
                 warnings.warn(f"L-BFGS-B did not converge: {result.message}", ConvergenceWarning,
                               stacklevel=3)
+            if isinstance(self.inference, inf.QP) and self.inference.hyperparameters == "qp":
+                u_best, outer_converged, outer_iter = self._qp_outer_loop(run, u_best, max_iter)
+                converged, n_iter = converged and outer_converged, n_iter + outer_iter
         else:
             u_best, converged, n_iter = u0, True, 0
         values = table.unpack(u_best)
@@ -279,6 +282,32 @@ class Model:
         return {"values": values, "Z": Z, "evaluation": evaluation, "table": table, "converged": converged,
                 "n_iterations": n_iter, "log_prior": log_prior, "total_sweeps": run.total_sweeps,
                 "objective": evaluation.log_evidence + log_prior}
+
+
+    def _qp_outer_loop(self, run, u, max_iter):
+        """Zhang et al.'s Algorithm 1 for QP from ``u`` (EP's optimum): QP sweeps to convergence
+        (warm), then L-BFGS-B on eq. 4 with those sites fixed, until a round moves the free
+        log-space parameters by less than ``outer_tol``.  Returns (u, converged, iterations)."""
+        spec, iterations = self.inference, 0
+        for _ in range(spec.max_outer):
+            values = run.table.unpack(u)
+            Z = values.pop("inducing.Z", run.Z0)
+            sites = expectation_propagation.qp_sites(self.kernel, self.likelihood, values, run.X, run.y, Z,
+                                                     spec=spec, warm=run.warm)
+            run.warm, run.total_sweeps = sites, run.total_sweeps + sites.sweeps
+            step = _Objective(self, run.table, run.X, run.y, run.Z0,
+                              evaluate=partial(expectation_propagation.evaluate_at_sites, self.kernel,
+                                               self.likelihood, spec=spec, sites=sites))
+            result = step.minimise(u, max_iter, False, None)
+            iterations += int(result.nit)
+            moved = float(np.max(np.abs(result.x - u), initial=0.0))
+            u = result.x
+            if moved < spec.outer_tol:
+                return u, True, iterations
+        warnings.warn(f"QP(hyperparameters='qp'): the outer loop of Algorithm 1 did not converge in "
+                      f"{spec.max_outer} rounds (outer_tol {spec.outer_tol:g}); the result is flagged "
+                      f"converged=False", ConvergenceWarning, stacklevel=4)
+        return u, False, iterations
 
 
 def _random_start(table, u0, X, rng):
@@ -296,8 +325,10 @@ def _random_start(table, u0, X, rng):
 class _Objective:
     """Negative (evidence + log prior) and its gradient on the free log-space vector."""
 
-    def __init__(self, model, table, X, y, Z0):
+    def __init__(self, model, table, X, y, Z0, evaluate=None):
         self.model, self.table, self.X, self.y, self.Z0 = model, table, X, y, Z0
+        # model.evaluate, or a fixed-site objective (QP's Algorithm 1 outer step).
+        self.evaluate = evaluate or model.evaluate
         self.last = None
         self.warm = None          # EP/QP sites persist between evaluations (as in GPML and GPy)
         self.total_sweeps = 0
@@ -309,7 +340,7 @@ class _Objective:
         try:
             if not all(np.all(np.isfinite(v)) for v in values.values()):
                 raise FloatingPointError("a hyperparameter overflowed")
-            ev = self.model.evaluate(values, self.X, self.y, Z, warm=self.warm)
+            ev = self.evaluate(values, self.X, self.y, Z, warm=self.warm)
         except (np.linalg.LinAlgError, FloatingPointError):
             # Numerically impossible point: tell the line search to step back.
             return np.inf, np.zeros_like(u)

@@ -5,6 +5,7 @@ import pytest
 
 import gpdsl as gd
 from conftest import shared_path
+import naive
 from naive import central_difference
 
 SE = gd.kernels.SquaredExponential
@@ -470,3 +471,54 @@ def test_broken_posterior_is_a_numerical_failure_not_a_crash():
     state = epm.SiteState(np.zeros(3), np.zeros(3))
     with pytest.raises(FloatingPointError, match="positive definiteness"):
         epm.cavity_terms(Broken(), state, y[:3], 0.0, PROBIT)
+
+
+def _eq4_at_fixed_sites(X, sites, Z=None, jitter=0.0):
+    """Zhang et al. eq. (4) less its constant, as a function of log(lengthscales, variance): the
+    dense (or FITC) Gaussian log density of nu/tau with noise 1/tau, by the naive NumPy formulas."""
+    noise, targets = 1.0 / sites.tau, sites.nu / sites.tau
+
+    def f(log_theta):
+        ell, sf2 = np.exp(log_theta[:-1]), np.exp(log_theta[-1])
+        if Z is None:
+            return naive.exact_lml(naive.kernel(X, X, ell, sf2, "se"), noise, targets)
+        return naive.fitc_lml(np.full(len(X), sf2), naive.kernel(Z, Z, ell, sf2, "se"),
+                              naive.kernel(Z, X, ell, sf2, "se"), noise, targets, jitter)
+    return f
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_qp_algorithm1_ends_at_a_stationary_point_of_eq4_at_its_own_sites(synth, sparse):
+    """QP(hyperparameters="qp") (the QP paper's Algorithm 1): at the returned hyperparameters, eq. (4)
+    with QP's converged sites held fixed is stationary (central differences of the naive dense or
+    FITC formula, not our gradient code).  EP's optimum, the "ep" default, is not such a point for
+    QP's sites there, so the check tells the two apart."""
+    X, y = synth[0], synth[1]
+    Z = X[::25] if sparse else None
+    inducing = gd.inducing.Fixed(Z) if sparse else None
+    runs = {}
+    for mode in ("qp", "ep"):
+        spec = gd.inference.QP(tol=1e-10, hyperparameters=mode, outer_tol=1e-8)
+        post = _classifier(spec, inducing, kernel=SE(np.ones(2), 1.0)).fit(X, y)
+        assert post.converged and post.sites.converged
+        log_theta = np.log(np.r_[post.values["kernel.lengthscale"], post.values["kernel.variance"]])
+        grad = central_difference(_eq4_at_fixed_sites(X, post.sites, Z, post.jitter), log_theta, step=1e-5)
+        runs[mode] = (log_theta, np.max(np.abs(grad)))
+    # This run: max |d eq4 / d log theta| 7.8e-6 (dense) and 2.9e-5 (FITC) at QP's own optimum, 1.0e-2
+    # and 5.5e-4 at EP's optimum (the L-BFGS-B steps stop at |projected gradient| < 1e-5).
+    assert runs["qp"][1] < 5e-5, runs
+    assert runs["ep"][1] > 4e-4, runs
+    assert np.max(np.abs(runs["qp"][0] - runs["ep"][0])) > 3e-5, runs
+
+
+def test_qp_algorithm1_options_and_non_convergence(synth):
+    X, y = synth[0][:40], synth[1][:40]
+    for bad, match in ((dict(hyperparameters="vb"), "QP: hyperparameters must be one of"),
+                       (dict(max_outer=0), "QP: max_outer must be a positive integer"),
+                       (dict(outer_tol=0.0), "QP: outer_tol must be a positive number")):
+        with pytest.raises(ValueError, match=match):
+            gd.inference.QP(**bad)
+    spec = gd.inference.QP(hyperparameters="qp", max_outer=1, outer_tol=1e-14)
+    with pytest.warns(gd.ConvergenceWarning, match="outer loop of Algorithm 1 did not converge in 1 rounds"):
+        post = _classifier(spec, kernel=SE(np.ones(2), 1.0)).fit(X, y)
+    assert not post.converged

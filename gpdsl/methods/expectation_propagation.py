@@ -5,8 +5,10 @@
   posterior is kept as A = D + P M P^T, h = nu + P gamma with O(M^2) site updates and a full
   O(N M^2) refresh after every sweep.
 * QP (Zhang et al. 2020) swaps the site projection only; the sweeps are shared.  Its
-  hyperparameters are fitted on EP's evidence (as in the paper), then QP sweeps, warm-started
-  from EP's sites, give the posterior.
+  hyperparameters maximise EP's evidence formula (the paper's eq. 4), by default at EP's sites
+  (the EP optimum), then QP sweeps, warm-started from EP's sites, give the posterior.  With
+  ``QP(hyperparameters="qp")`` the model alternates :func:`qp_sites` (Algorithm 1's inner loop)
+  and L-BFGS-B on :func:`evaluate_at_sites` (its line 15: eq. 4 with the sites held fixed).
 
 After convergence the EP posterior equals a Gaussian-regression posterior with pseudo-targets
 nu_i / tau_i and noise 1 / tau_i.  At an EP fixed point the gradient of the EP log evidence with
@@ -211,10 +213,7 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
     """
     kind = likelihood.projection
     bias = likelihood.bias_value(values, "likelihood")
-    if Z is None:
-        prior = DensePrior(kernel, values, X)
-    else:
-        prior = FITCPrior(kernel, values, X, Z, spec.jitter, spec.chunk_size)
+    prior = _prior(kernel, values, X, Z, spec)
     # The evidence and its gradients are EP's for QP too (Zhang et al. fit hyperparameters with
     # EP's evidence): the gradient identity needs the moment-matching fixed point.
     state = run_sites(prior, y, bias, kind, spec, warm, quantile=False)
@@ -234,6 +233,30 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
                                         need_grad=False, need_state=True).state
     return Evaluation(log_evidence=F, grads=grads, dZ=dZ, jitter=prior.jitter, state=post_state, warm=sites,
                       pseudo_data=(sites.tau, sites.nu))
+
+
+def _prior(kernel, values, X, Z, spec):
+    if Z is None:
+        return DensePrior(kernel, values, X)
+    return FITCPrior(kernel, values, X, Z, spec.jitter, spec.chunk_size)
+
+
+def qp_sites(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None):
+    """QP's sites swept to convergence at ``values`` from ``warm`` (Algorithm 1's inner loop)."""
+    prior = _prior(kernel, values, X, Z, spec)
+    return run_sites(prior, y, likelihood.bias_value(values, "likelihood"), likelihood.projection, spec, warm,
+                     quantile=True)
+
+
+def evaluate_at_sites(kernel, likelihood, values, X, y, Z=None, *, spec, sites, warm=None, need_grad=True,
+                      need_state=False):
+    """Zhang et al.'s eq. (4) with the sites (tau, nu) held fixed, less its constant
+    sum_i log(Z~_i / sqrt(2 pi)): log N(nu/tau | 0, K + diag(1/tau)) with the dense or FITC
+    prior K, and its gradient (kernel hyperparameters, Z).  The objective of Algorithm 1's line
+    15; ``likelihood``, ``y`` and ``warm`` are unused (the sites carry the data)."""
+    ev = _pseudo_regression(kernel, values, X, Z, sites, spec.jitter, spec, need_grad, need_state)
+    return Evaluation(log_evidence=ev.log_evidence, grads=dict(ev.grads), dZ=ev.dZ, jitter=ev.jitter,
+                      state=ev.state)
 
 
 def _pseudo_regression(kernel, values, X, Z, sites, jitter, spec, need_grad, need_state):
