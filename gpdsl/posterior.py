@@ -17,7 +17,8 @@ from .model import validate_inputs
 
 class Posterior:
     """A fitted model.  ``log_evidence`` is the exact LML (Exact), the collapsed bound (VFE),
-    FITC's approximate LML, EP's approximation (EP, and QP, which is fitted on EP's evidence) or
+    FITC's approximate LML, EP's approximation (EP, and QP, whose hyperparameters maximise EP's
+    evidence formula at EP's sites, or at QP's own with ``QP(hyperparameters="qp")``) or
     the collapsed Pólya-Gamma bound (PolyaGamma); ``values`` holds the fitted natural
     hyperparameters by name, ``sites`` the method's local state (EP/QP sites, Pólya-Gamma c),
     ``selection`` the greedy inducing selection (indices, criterion) and ``reinit_history`` the
