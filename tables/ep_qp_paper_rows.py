@@ -336,6 +336,10 @@ def se(values, scale=1.0):
     return a.std(ddof=1) / np.sqrt(a.size) if a.size > 1 else float("nan")
 
 
+def unless_nan(value, spec, blank):
+    return blank if np.isnan(value) else format(value, spec)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -529,9 +533,9 @@ def main(argv=None):
             for r in rows:
                 md.append(f"| {r['split']} | {r['n_train']}/{r['n_test']} | {100 * r['ep_err']:.2f} | "
                           f"{100 * r['qp_err']:.2f} | {r['ep_nll']:.5f} | {r['qp_nll']:.5f} | "
-                          f"{r['ep_nll'] - r['qp_nll']:.2e} | {'not run' if np.isnan(r['qp1_nll']) else f"{r['ep_nll'] - r['qp1_nll']:.2e}"} | {r['var_ratio']:.4f} | {np.min(r['ell']):.3g} | {r['sf2']:.3g} | "
+                          f"{r['ep_nll'] - r['qp_nll']:.2e} | {unless_nan(r['ep_nll'] - r['qp1_nll'], '.2e', 'not run')} | {r['var_ratio']:.4f} | {np.min(r['ell']):.3g} | {r['sf2']:.3g} | "
                           f"{r['n_iter']} | {r['sweeps']} | "
-                          f"{r['t_ep']:.1f} s | {r['t_qp']:.2f} s | {'' if np.isnan(r['t_qp1']) else f"{r['t_qp1']:.1f} s"} |")
+                          f"{r['t_ep']:.1f} s | {r['t_qp']:.2f} s | {unless_nan(r['t_qp1'], '.1f', '')} |")
             warned = sorted({w for r in rows for w in r["warnings"]})
             not_conv = sum(not (r["ep_converged"] and r["qp_converged"] and r["qp1_converged"]) for r in rows)
             md += ["", f"Fits flagged not converged: {not_conv}/{len(rows)}. Warnings: {warned or 'none'}.", ""]
