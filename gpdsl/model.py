@@ -8,7 +8,7 @@ analytic gradient, and evaluates the optimal posterior once more at the optimum.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -287,7 +287,12 @@ class Model:
     def _qp_outer_loop(self, run, u, max_iter):
         """Zhang et al.'s Algorithm 1 for QP from ``u`` (EP's optimum): QP sweeps to convergence
         (warm), then L-BFGS-B on eq. 4 with those sites fixed, until a round moves the free
-        log-space parameters by less than ``outer_tol``.  Returns (u, converged, iterations)."""
+        log-space parameters by less than ``outer_tol``.  Returns (u, converged, iterations).
+
+        Eq. 4 at fixed sites does not involve the likelihood's parameters (the bias): the steps hold
+        them at their value.  A step that L-BFGS-B reports as failed away from a stationary point
+        (gradient above 1e-3 per unit log-parameter; at ~1e-5 its line search can fail on rounding
+        alone) ends the loop, flagged not converged."""
         spec, iterations = self.inference, 0
         for _ in range(spec.max_outer):
             values = run.table.unpack(u)
@@ -295,13 +300,20 @@ class Model:
             sites = expectation_propagation.qp_sites(self.kernel, self.likelihood, values, run.X, run.y, Z,
                                                      spec=spec, warm=run.warm)
             run.warm, run.total_sweeps = sites, run.total_sweeps + sites.sweeps
-            step = _Objective(self, run.table, run.X, run.y, run.Z0,
+            held = ParameterTable([replace(e, value=np.asarray(values[e.name], dtype=float), fixed=True)
+                                   if e.name.startswith("likelihood.") else e for e in run.table.entries])
+            step = _Objective(self, held, run.X, run.y, run.Z0,
                               evaluate=partial(expectation_propagation.evaluate_at_sites, self.kernel,
                                                self.likelihood, spec=spec, sites=sites))
-            result = step.minimise(u, max_iter, False, None)
+            result = step.minimise(held.pack({**values, "inducing.Z": Z}), max_iter, False, None)
             iterations += int(result.nit)
-            moved = float(np.max(np.abs(result.x - u), initial=0.0))
-            u = result.x
+            u_new = run.table.pack(held.unpack(result.x))
+            moved = float(np.max(np.abs(u_new - u), initial=0.0))
+            u = u_new
+            if not result.success and np.max(np.abs(result.jac), initial=0.0) > 1e-3:
+                warnings.warn(f"QP(hyperparameters='qp'): an L-BFGS-B step of Algorithm 1 failed: {result.message}; "
+                              f"the result is flagged converged=False", ConvergenceWarning, stacklevel=4)
+                return u, False, iterations
             if moved < spec.outer_tol:
                 return u, True, iterations
         warnings.warn(f"QP(hyperparameters='qp'): the outer loop of Algorithm 1 did not converge in "
