@@ -70,7 +70,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import gpdsl as gd  # noqa: E402
-from _report import emit  # noqa: E402  (tables/ is the script's directory)
+from _report import emit, resolve_shared  # noqa: E402  (tables/ is the script's directory)
 
 SE = gd.kernels.SquaredExponential
 DATASETS = ("synth", "pima", "pima-authors", "crabs", "crabs-authors")
@@ -87,14 +87,6 @@ SYNTH_TARGET = (0.10, 0.25)
 
 
 # ------------------------------------------------------------------------------------------ data
-def resolve_shared(arg):
-    if arg:
-        return Path(arg)
-    if os.environ.get("GPDSL_SHARED"):
-        return Path(os.environ["GPDSL_SHARED"])
-    return REPO.parent / "shared"
-
-
 def load_synth(shared):
     d = Path(shared) / "oracles" / "data"
     train = np.loadtxt(d / "synth_train.csv", delimiter=",")

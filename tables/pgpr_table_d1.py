@@ -69,7 +69,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import gpdsl as gd  # noqa: E402
-from _report import emit  # noqa: E402  (tables/ is the script's directory)
+from _report import emit, resolve_shared  # noqa: E402  (tables/ is the script's directory)
 
 DATASETS = ("crabs", "crabs-species", "breast", "pima", "banana")
 METHODS = ("hgv", "kmeans", "gv")
@@ -116,14 +116,6 @@ THESIS["crabs-species"] = THESIS["crabs"]     # one thesis row; which label it u
 
 
 # ------------------------------------------------------------------------------------------ data
-def resolve_shared(arg):
-    if arg:
-        return Path(arg)
-    if os.environ.get("GPDSL_SHARED"):
-        return Path(os.environ["GPDSL_SHARED"])
-    return REPO.parent / "shared"
-
-
 class Unavailable(RuntimeError):
     """A data set whose loader needs a package that is not installed."""
 
