@@ -22,11 +22,12 @@ class Posterior:
     the collapsed Pólya-Gamma bound (PolyaGamma); ``values`` holds the fitted natural
     hyperparameters by name, ``sites`` the method's local state (EP/QP sites, Pólya-Gamma c),
     ``selection`` the greedy inducing selection (indices, criterion) and ``reinit_history`` the
-    objective and M of each re-selection round."""
+    objective and M of each re-selection round.  ``constant_model`` is True when the fit is no
+    better than the constant model f = 0 (see :meth:`gpdsl.Model.fit`)."""
 
     def __init__(self, model, values, state, log_evidence, log_prior=0.0, converged=True,
                  n_iterations=0, jitter=0.0, priors=None, fixed=(), sites=None, total_sweeps=0,
-                 selection=None, reinit_history=None):
+                 selection=None, reinit_history=None, constant_model=False):
         self.model = model
         self.values = {k: np.asarray(v, dtype=float) for k, v in values.items()}
         self.state = state
@@ -41,6 +42,7 @@ class Posterior:
         self.total_sweeps = int(total_sweeps)
         self.selection = selection
         self.reinit_history = reinit_history
+        self.constant_model = bool(constant_model)
 
     def __repr__(self):
         return (f"Posterior({type(self.model.inference).__name__}, log_evidence={self.log_evidence:.6g}, "
@@ -175,6 +177,7 @@ class Posterior:
             "log_evidence": self.log_evidence,
             "log_prior": self.log_prior,
             "converged": int(self.converged),
+            "constant_model": int(self.constant_model),
             "n_iterations": self.n_iterations,
             "jitter": self.jitter,
             "gpdsl_version": __version__,
@@ -222,7 +225,8 @@ def from_xarray(ds):
                      log_prior=ds.attrs["log_prior"], converged=bool(ds.attrs["converged"]),
                      n_iterations=ds.attrs["n_iterations"], jitter=ds.attrs["jitter"],
                      priors=json.loads(ds.attrs["priors"]), fixed=json.loads(ds.attrs["fixed"]),
-                     sites=sites, total_sweeps=total_sweeps, selection=selection, reinit_history=history)
+                     sites=sites, total_sweeps=total_sweeps, selection=selection, reinit_history=history,
+                     constant_model=bool(ds.attrs.get("constant_model", 0)))
 
 
 def _export_sites(sites, total_sweeps):

@@ -507,8 +507,10 @@ def test_qp_algorithm1_ends_at_a_stationary_point_of_eq4_at_its_own_sites(synth,
     # This run: max |d eq4 / d log theta| 7.8e-6 (dense) and 7.3e-5 (FITC) at QP's own optimum, 1.0e-2
     # and 5.5e-4 at EP's optimum.  The Algorithm 1 steps stop on L-BFGS-B's default tests (projected
     # gradient 1e-5 or relative reduction 2.2e-9 of a ~100-nat objective), which bounds how close to
-    # stationary the fixed point gets: FITC's flat direction leaves ~1e-4.
-    qp_bound, ep_bound = (1.5e-4, 4e-4) if sparse else (5e-5, 1e-3)
+    # stationary the fixed point gets: FITC's flat direction leaves ~1e-4, and where L-BFGS-B stops
+    # on it varies between runs of the same code (7.3e-5 and 1.6e-4 seen, at EP's optimum 1.3e-3 in
+    # the second; numpy's SIMD reductions depend on array alignment), hence FITC's wider bound.
+    qp_bound, ep_bound = (2.5e-4, 4e-4) if sparse else (5e-5, 1e-3)
     assert runs["qp"][1] < qp_bound, runs
     assert runs["ep"][1] > ep_bound, runs
     assert np.max(np.abs(runs["qp"][0] - runs["ep"][0])) > 3e-5, runs

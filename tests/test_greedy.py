@@ -264,10 +264,34 @@ def test_greedy_specs_round_trip_through_dicts_and_toml():
     ({"m": 3, "reinit": "yes"}, "reinit must be True or False, got 'yes'"),
     ({"m": 3, "reinit_tol": 0}, "reinit_tol must be a positive finite number, got 0"),
     ({"m": 3, "max_reinit": 0}, "max_reinit must be a positive integer, got 0"),
+    ({"tol": 1.0, "first_round_max_m": 0}, "GreedyVariance: first_round_max_m must be a positive integer, got 0"),
 ])
 def test_greedy_variance_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         GreedyVariance(**kwargs)
+
+
+def test_first_round_cap_applies_to_the_first_round_of_an_automatic_m_loop_only():
+    """first_round_max_m stops the first selection of a reinit loop with M chosen by tol (the
+    context says first_round) after that many points -- the first picks of the uncapped rule --
+    and changes nothing else: later rounds, m given, no reinit, the cap off, or tol reached first."""
+    X, kernel, values, _, w, _ = _problem(3, n=80)
+    first = SelectionContext(kernel, values, weights=w, first_round=True)
+    later = SelectionContext(kernel, values, weights=w)
+    spec = GreedyVariance(tol=1e-12, max_m=40, weighted=True, reinit=True, first_round_max_m=7)
+    capped, full = spec.select(X, None, first), spec.select(X, None, later)
+    assert capped.stopped == "first_round_max_m" and len(capped.indices) == 7
+    assert full.stopped == "max_m" and len(full.indices) == 40
+    np.testing.assert_array_equal(capped.indices, full.indices[:7])
+    np.testing.assert_allclose(capped.criterion, full.criterion[:7], rtol=1e-12)
+    for other in (GreedyVariance(m=12, weighted=True, reinit=True, first_round_max_m=7),
+                  GreedyVariance(tol=1e-12, max_m=40, weighted=True, first_round_max_m=7),
+                  GreedyVariance(tol=1e-12, max_m=40, weighted=True, reinit=True, first_round_max_m=None)):
+        chosen = other.select(X, None, first)
+        assert chosen.stopped in ("m", "max_m") and len(chosen.indices) == (other.m or other.max_m)
+    loose = GreedyVariance(tol=full.criterion[3], max_m=40, weighted=True, reinit=True, first_round_max_m=7)
+    reached = loose.select(X, None, first)
+    assert reached.stopped == "tol" and len(reached.indices) == 5
 
 
 @pytest.mark.parametrize("kwargs, match", [

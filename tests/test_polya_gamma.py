@@ -2,6 +2,7 @@
 computations: the uncollapsed PG ELBO (eq. 2.23) evaluated densely, the oracle of
 ../shared/oracles/pgpr_synth.json, GPML's infVB bound with Z = X, finite differences."""
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -269,3 +270,43 @@ def test_unconverged_inner_loop_is_flagged():
     with pytest.warns(gd.ConvergenceWarning, match="PolyaGamma did not converge"):
         post = model.fit(X, y, optimize=False)
     assert not post.converged and not post.sites.converged
+
+
+def test_a_fit_no_better_than_the_constant_model_is_flagged(tmp_path):
+    """At kernel variance -> 0 every method's objective is sum_n log p(y_n | f_n = 0), here
+    -N log 2 (logit, no bias); a fit within 1e-3 nats of it warns and is flagged (a true
+    optimum of the bound, 5 of 50 crabs K-means splits fall into it), a real fit is not."""
+    X, y, Z, _ = _problem(6)
+    collapsed_kernel = gd.kernels.SquaredExponential(1.0, 1e-12)
+    model = gd.Model(collapsed_kernel, LOGIT, gd.inducing.Fixed(Z), gd.inference.PolyaGamma())
+    with pytest.warns(gd.ConvergenceWarning, match="no better than the constant model's -41.5888"):
+        post = model.fit(X, y, optimize=False, fixed=("likelihood.bias",))
+    assert post.log_evidence == pytest.approx(-X.shape[0] * np.log(2.0), abs=1e-6)
+    assert post.constant_model and post.converged
+    post.save(tmp_path / "constant.nc")
+    assert gd.load(tmp_path / "constant.nc").constant_model
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gd.ConvergenceWarning)
+        fitted = gd.Model(SE, LOGIT, gd.inducing.Fixed(Z), gd.inference.PolyaGamma()).fit(X, y)
+    assert not fitted.constant_model and fitted.to_xarray().attrs["constant_model"] == 0
+    assert fitted.log_evidence > -X.shape[0] * np.log(2.0) + 1.0
+
+
+def test_a_step_to_where_the_bound_is_lost_to_rounding_is_stepped_back():
+    """On Pima (split 0, GV-weighted M = 10) an L-BFGS-B step reached lengthscale 3e-7 and
+    kernel variance 4e47, where eq. C.1 came out as +7.6e30 (tr(Theta K_ff) - tr(A A^T) in
+    rounding); a positive bound now counts as a failed point, the line search steps back and
+    the fit converges to a finite negative bound equal to a fresh evaluation there."""
+    from gpdsl.datasets import load_csv
+    X, y = load_csv(str(shared_path("data", "pima-indians-diabetes", "pima-indians-diabetes.csv")))
+    train = np.random.default_rng(0).permutation(len(y))[:int(0.9 * len(y))]
+    Xtr = (X[train] - X[train].mean(0)) / X[train].std(0)
+    model = gd.Model(gd.kernels.SquaredExponential(1.0, 1.0), LOGIT,
+                     gd.inducing.GreedyVariance(m=10, weighted=True), gd.inference.PolyaGamma())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gd.ConvergenceWarning)
+        post = model.fit(Xtr, y[train], fixed=("likelihood.bias",))
+    assert post.converged and -400.0 < post.log_evidence < -300.0
+    again = model.evaluate(post.values, Xtr, model.likelihood.prepare_targets(y[train]), post.state.Z,
+                           need_grad=False)
+    assert again.log_evidence == pytest.approx(post.log_evidence, abs=1e-6)

@@ -1,5 +1,7 @@
 """Greedy inducing selection inside Model.fit: the selection context each method hands to the
 spec, automatic M, the reinitialisation loop and what the posterior records."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -139,3 +141,17 @@ def test_reinit_stops_when_a_selection_repeats():
     objectives = [r["objective"] for r in history]
     assert abs(objectives[-1] - objectives[-2]) > model.inducing.reinit_tol     # not stopped by the tolerance
     assert post.log_evidence + post.log_prior == pytest.approx(max(objectives), abs=1e-9)
+
+
+def test_automatic_m_loop_starts_with_a_capped_round_then_selects_by_tol(banana):
+    """With M chosen by tol the first round (declared hyperparameters) stops at
+    first_round_max_m; the next selects at the fitted ones up to max_m and stops at tol."""
+    X, y = banana
+    spec = gd.inducing.GreedyVariance(tol=0.5, max_m=100, weighted=True, reinit=True, first_round_max_m=8)
+    post = _pg_model(spec).fit(X, y, fixed=("likelihood.bias",))
+    history = post.reinit_history
+    assert history[0]["M"] == 8 and len(history) >= 2 and history[1]["M"] > 8
+    assert post.selection.stopped == "tol" and post.state.Z.shape[0] > 8
+    uncapped = _pg_model(replace(spec, first_round_max_m=None)).fit(X, y, fixed=("likelihood.bias",))
+    assert uncapped.reinit_history[0]["M"] > 8
+    assert post.log_evidence == pytest.approx(uncapped.log_evidence, abs=0.5)

@@ -210,6 +210,11 @@ def _bound(sums, c, y, bias):
     theta = pg_theta(c)
     bound = (-np.sum(np.log(np.diag(LB))) - 0.5 * trace_theta_kff + 0.5 * trace_P + 0.5 * g @ g
              - c.shape[0] * _LOG2 + pg_negative_kl(c) + 0.5 * np.sum(y * bias - theta * bias * bias))
+    if not bound <= 0.0:
+        # A lower bound on log p(y) of binary labels is negative: a positive (or NaN) value is
+        # rounding, e.g. tr(Theta K_ff) - tr(A A^T) at kernel variance 1e47, which an L-BFGS-B
+        # step reached on Pima; report it as a failed point so that the line search steps back.
+        raise FloatingPointError(f"Polya-Gamma bound {bound:.3g} > 0 is lost to rounding")
     return (LB, g), float(bound)
 
 
