@@ -14,10 +14,11 @@ k ~ e^-20 between points for every method); the logistic link; no bias (gpdsl's
 ``likelihood.bias`` is fixed at 0, as GPflow's SVGP has a zero mean function and scikit-learn's
 GPC none).  Rows:
 
-* ``PGPR HGV``: ``GreedyVariance(tol=TOL, max_m=--max-m, weighted=True, reinit=True)`` with
-  ``PolyaGamma()`` -- M is chosen by the weighted-trace threshold in each reinitialisation round,
-  and the round with the best bound is kept.  ``--tol`` takes absolute values or multiples of N
-  (``1e-3N``); one row per value.
+* ``PGPR HGV``: ``GreedyVariance(tol=TOL, max_m=--max-m, weighted=True, reinit=True,
+  first_round_max_m=CAP)`` with ``PolyaGamma()`` -- M is chosen by the weighted-trace threshold in
+  each reinitialisation round (the first round, at the declared hyperparameters, stops at CAP
+  points), and the round with the best bound is kept.  ``--tol`` takes absolute values or
+  multiples of N (``1e-3N``), ``--first-round-max-m`` numbers or ``none``; one row per pair.
 * ``PGPR K-means``: ``KMeans(M, seed=0)`` (fixed Z) at the same M as SVGP.
 * ``SVGP``: ``gpflow.models.SVGP`` (whitened, full q_sqrt), ``Bernoulli(invlink=tf.sigmoid)``,
   Z = the same k-means centres (``gd.inducing.KMeans(M, seed=0)``) held fixed (``--svgp-train-z``
@@ -297,6 +298,8 @@ def main():
     p.add_argument("--tol", default="1e-3N",
                    help="HGV trace threshold(s), comma-separated; a trailing N multiplies by N (default 1e-3N)")
     p.add_argument("--max-m", type=int, default=300, help="HGV max_m (default 300)")
+    p.add_argument("--first-round-max-m", default="20",
+                   help="HGV first_round_max_m values, comma-separated; 'none' = uncapped first round (default 20)")
     p.add_argument("--peers", default="svgp,sklearn", help="comma list of svgp, sklearn ('' for gpdsl only)")
     p.add_argument("--no-kmeans", action="store_true", help="skip the fixed-M PGPR K-means row")
     p.add_argument("--svgp-m", type=int, default=None, help="SVGP / PGPR K-means M (default: first HGV row's M)")
@@ -311,6 +314,7 @@ def main():
     if unknown:
         p.error(f"unknown peers {sorted(unknown)}")
     tols = [(t.strip(), parse_tol(t, args.n)) for t in args.tol.split(",") if t.strip()]
+    caps = [None if c.strip().lower() == "none" else int(c) for c in args.first_round_max_m.split(",") if c.strip()]
 
     t_script = time.perf_counter()
     print(f"bench_pgpr  {datetime.datetime.now().isoformat(timespec='seconds')}  {platform.node()}  "
@@ -326,11 +330,12 @@ def main():
     print(f"gpdsl warm-up (Numba, untimed): {gpdsl_warmup():.1f} s")
 
     rows = []
-    for text, tol in tols:
-        label = f"PGPR HGV (tol={text}={tol:g})"
+    for (text, tol), cap in [(t, c) for t in tols for c in caps]:
+        label = f"PGPR HGV (tol={text}={tol:g}, first_round_max_m={cap})"
         print(f"\n--- {label}, max_m={args.max_m}  [load {loadavg()}]", flush=True)
-        row = run_gpdsl(label, gd.inducing.GreedyVariance(tol=tol, max_m=args.max_m, weighted=True, reinit=True),
-                        X, y, Xte, yte)
+        spec = gd.inducing.GreedyVariance(tol=tol, max_m=args.max_m, weighted=True, reinit=True,
+                                          first_round_max_m=cap)
+        row = run_gpdsl(label, spec, X, y, Xte, yte)
         rows.append(row)
         print(f"    {row['time']:.1f} s, M={row['M']}, err {100 * row['err']:.2f} %, NLL {row['nll']:.4f}; "
               + "; ".join(row["notes"]), flush=True)

@@ -60,6 +60,12 @@ def _check_reinit(owner, spec):
     _check_positive_int(owner, "max_reinit", spec.max_reinit)
 
 
+class NoCandidateError(ValueError):
+    """No training point has a residual (weighted) prior variance above the duplicate floor, so a
+    greedy rule has nothing to select: at the declared hyperparameters a bad declaration, in a
+    reinitialisation round a kernel whose variance collapsed in the previous fit."""
+
+
 @dataclass(frozen=True)
 class SelectionContext:
     """What data-dependent selection rules need from the model at the current hyperparameters.
@@ -301,7 +307,7 @@ class GreedyVariance(InducingSpec):
     reinit: bool = False
     reinit_tol: float = 1e-3
     max_reinit: int = 10
-    first_round_max_m: int | None = 50
+    first_round_max_m: int | None = 20
 
     def __post_init__(self):
         owner = "GreedyVariance"
@@ -335,8 +341,8 @@ class GreedyVariance(InducingSpec):
         d, floor = _residual_start(context, X)
         j, _, _ = _greedy.weighted_argmax(d, w, floor)
         if j < 0:
-            raise ValueError("GreedyVariance: no training point has a positive (weighted) prior variance "
-                             "to select")
+            raise NoCandidateError("GreedyVariance: no training point has a positive (weighted) prior variance "
+                                   "to select")
         first_cap = (self.first_round_max_m if self.m is None and self.reinit and context.first_round
                      else None)
         # np.empty only reserves address space: rows are committed as they are written.
@@ -445,7 +451,7 @@ class GreedyBound(InducingSpec):
             available[j] = False
             indices.append(j)
         if not indices:
-            raise ValueError(f"{owner}: no training point has a positive prior variance to select")
+            raise NoCandidateError(f"{owner}: no training point has a positive prior variance to select")
         indices = np.array(indices)
         return Selection(Z=X[indices].copy(), indices=indices, criterion=np.array(bounds), stopped=stopped)
 

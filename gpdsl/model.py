@@ -187,8 +187,12 @@ class Model:
         method's pseudo-data) and re-fitting until the objective changes by less than
         ``reinit_tol``, a selection repeats an earlier one, or ``max_reinit`` rounds have run,
         and keeps the best round (thesis 4.3.2; Burt et al.'s greedy-variance reinitialisation).
+        With M chosen by ``tol`` the first selection stops at ``first_round_max_m`` points.
+
+        A classifier fit whose objective is within ``CONSTANT_MODEL_TOL`` nats of the constant
+        model f = 0 warns ``ConvergenceWarning`` and is flagged ``constant_model=True``.
         """
-        from .inducing import SelectionContext
+        from .inducing import NoCandidateError, SelectionContext
         from .posterior import Posterior
 
         X = validate_inputs(X)
@@ -215,7 +219,12 @@ class Model:
                 values, evaluation = fit["values"], fit["evaluation"]
                 weights, targets = evaluation.pseudo_data
                 context = SelectionContext(self.kernel, values, weights=weights, targets=targets)
-                selection = self.inducing.select(X, y, context)
+                try:
+                    selection = self.inducing.select(X, y, context)
+                except NoCandidateError:
+                    # The last fit collapsed the kernel variance (below the 1e-12 selection
+                    # jitter): nothing to re-select by; the best round so far is kept.
+                    break
                 chosen = frozenset(selection.indices.tolist())
                 if chosen in seen:
                     # A set selected before: the rounds would cycle (HGV alternates between two

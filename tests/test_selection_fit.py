@@ -155,3 +155,19 @@ def test_automatic_m_loop_starts_with_a_capped_round_then_selects_by_tol(banana)
     uncapped = _pg_model(replace(spec, first_round_max_m=None)).fit(X, y, fixed=("likelihood.bias",))
     assert uncapped.reinit_history[0]["M"] > 8
     assert post.log_evidence == pytest.approx(uncapped.log_evidence, abs=0.5)
+
+
+def test_reinit_ends_when_a_fit_collapses_the_kernel_variance(banana):
+    """A round whose fit drives the kernel variance below the selection's 1e-12 jitter leaves
+    nothing to re-select by (NoCandidateError, a ValueError): the loop ends there and keeps its
+    best round instead of failing the fit.  Here a prior pins the variance near 1e-14."""
+    X, y = banana
+    kernel = gd.kernels.SquaredExponential(1.0, gd.priors.LogNormal(np.log(1e-14), 0.01, initial=1.0))
+    model = gd.Model(kernel, LOGIT, gd.inducing.GreedyVariance(m=10, weighted=True, reinit=True),
+                     gd.inference.PolyaGamma())
+    with pytest.warns(gd.ConvergenceWarning, match="no better than the constant model"):
+        post = model.fit(X, y, fixed=("likelihood.bias",))
+    assert len(post.reinit_history) == 1 and post.constant_model
+    assert post.values["kernel.variance"] < 1e-12
+    with pytest.raises(gd.inducing.NoCandidateError, match="no training point has a positive"):
+        model.inducing.select(X, y, SelectionContext(model.kernel, post.values, weights=post.sites.theta))

@@ -239,7 +239,9 @@ print(score_table(scores))
 # asks for an average weighted residual variance of 1e-3 per point. The same threshold on a
 # data set ten times larger would ask for ten times less per point. With `reinit=True` the
 # threshold is applied again at each round's hyperparameters and θ, so M can change between
-# rounds.
+# rounds. The first round, at the declared hyperparameters, stops at `first_round_max_m = 20`
+# points: a threshold meant for fitted hyperparameters is rarely reached there, and the first
+# fit only has to bring the hyperparameters near their optimum for the next selection.
 
 # %%
 auto_fits = {}
