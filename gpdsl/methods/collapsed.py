@@ -9,17 +9,17 @@ Both are ``log N(y | 0, Q_ff + Lambda)`` with ``Q_ff = K_fu K_uu^-1 K_uf`` and a
 * FITC (Snelson & Ghahramani 2006): lambda_n = K_nn - Q_nn + noise_n, no trace term.
 
 Stable O(N M^2) form (thesis B.1, GPflow's SGPR):  with ``K_uu + jitter = L L^T``,
-``P = K_uf Lambda^-1 K_fu`` and ``B = I + L^-1 P L^-T = L_B L_B^T``,
-``c = L_B^-1 L^-1 K_uf Lambda^-1 y``::
+``A = L^-1 K_uf`` (whitened row by row), ``B = I + A Lambda^-1 A^T = L_B L_B^T`` and
+``c = L_B^-1 A Lambda^-1 y``::
 
     F = -N/2 log 2pi - 1/2 log|B| - 1/2 sum log lambda - 1/2 y^T Lambda^-1 y + 1/2 c^T c
-        [VFE]  - 1/2 sum K_nn / lambda_n + 1/2 (tr B - M)
+        [VFE]  - 1/2 sum_n (K_nn - |a_n|^2) / lambda_n          (a_n: column n of A)
 
-P and K_uf Lambda^-1 y are reductions over row chunks (pass 1); the gradient needs a second
+B - I, A Lambda^-1 y and the trace term are reductions over row chunks (pass 1); the gradient needs a second
 chunked pass that forms the adjoint of K_uf column by column (derivation in the comments of
 :func:`_gradient_pass`).  The optimal q(u) is Titsias eq. 17 / thesis eq. 3.3:
 ``m = K_uu Sigma^-1 K_uf Lambda^-1 y``, ``S = K_uu Sigma^-1 K_uu`` with
-``Sigma = K_uu + P = L B L^T``.
+``Sigma = K_uu + K_uf Lambda^-1 K_fu = L B L^T``.
 """
 from __future__ import annotations
 
@@ -60,79 +60,82 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
     if np.any(noise <= 0) or not np.all(np.isfinite(noise)):
         raise FloatingPointError("noise variances must be positive and finite")
 
-    # K_uf chunks are kept between the value and gradient passes when they fit the budget;
-    # recomputing them would cost the exp of N*M entries twice.
-    cache = {} if need_grad and n * m * 8 <= _CACHE_BYTES else None
+    # K_uf and A = L^-1 K_uf chunks are kept between the value and gradient passes when they fit
+    # the budget; recomputing them would cost the exp and the triangular solve twice.
+    cache = {} if need_grad and 2 * n * m * 8 <= _CACHE_BYTES else None
 
     def rows(slc):
-        """K_uf, K_nn and lambda for one chunk (and L^-1 K_uf for FITC, whose lambda needs Q_nn)."""
-        Xc = X[slc]
-        Kuf = cache.get(slc.start) if cache is not None else None
-        if Kuf is None:
-            Kuf = kernel.gram(values, "kernel", Z, Xc)
+        """K_uf, A = L^-1 K_uf, K_nn, K_nn - Q_nn and lambda for one chunk.
+
+        Everything downstream is formed from A rather than from K_uf and K_uu^-1: with a long
+        length-scale and a large variance (the near-linear optimum of twonorm, cond K_uu ~ 1e7)
+        P = K_uf W K_fu has entries ~1e15 that L^-1 P L^-T then cancels, which left ~0.1 nats of
+        rounding noise in the bound and ~1 in its gradient; A W A^T loses nothing of that size.
+        """
+        hit = cache.get(slc.start) if cache is not None else None
+        if hit is None:
+            Kuf = kernel.gram(values, "kernel", Z, X[slc])
+            hit = (Kuf, solve_lower(L, Kuf))
             if cache is not None:
-                cache[slc.start] = Kuf
-        kff = kernel.diag(values, "kernel", Xc)
-        if not fitc:
-            return Kuf, kff, noise[slc], None
-        A = solve_lower(L, Kuf)
-        q_diag = np.einsum("ij,ij->j", A, A)
-        if np.any(q_diag > kff * (1.0 + 1e-8)):
+                cache[slc.start] = hit
+        Kuf, A = hit
+        kff = kernel.diag(values, "kernel", X[slc])
+        residual = kff - np.einsum("ij,ij->j", A, A)
+        if fitc and np.any(residual < -1e-8 * kff):
             raise FloatingPointError("K_uu too ill-conditioned: Q_nn > K_nn")   # as for VFE below
-        lam = kff - q_diag + noise[slc]
-        return Kuf, kff, lam, A
+        lam = residual + noise[slc] if fitc else noise[slc]
+        return Kuf, A, kff, residual, lam
 
     def statistics_pass(slc):
-        Kuf, kff, lam, _ = rows(slc)
+        _, A, kff, residual, lam = rows(slc)
         if np.any(lam <= 0):
             raise FloatingPointError("FITC diagonal K_nn - Q_nn + noise is not positive")
         w = 1.0 / lam
         yc = y[slc]
-        Ks = Kuf * np.sqrt(w)
-        # Ks @ Ks.T is dispatched to BLAS syrk (half the flops of a general product).
-        return (Ks @ Ks.T, Kuf @ (w * yc), np.sum(np.log(lam)), np.sum(w * yc * yc), np.sum(w * kff)), ()
+        As = A * np.sqrt(w)
+        # As @ As.T is dispatched to BLAS syrk (half the flops of a general product).
+        return (As @ As.T, A @ (w * yc), np.sum(np.log(lam)), np.sum(w * yc * yc), np.sum(w * kff),
+                np.sum(w * residual)), ()
 
-    (P, r, sum_log_lam, sum_wyy, sum_wkff), _ = map_reduce(statistics_pass, n, chunk)
+    (P, r, sum_log_lam, sum_wyy, sum_wkff, sum_wres), _ = map_reduce(statistics_pass, n, chunk)
 
-    Li_P = solve_lower(L, P)
-    B_minus_I = solve_lower(L, Li_P.T)
-    B_minus_I = 0.5 * (B_minus_I + B_minus_I.T)
+    B_minus_I = 0.5 * (P + P.T)           # L^-1 K_uf Lambda^-1 K_fu L^-T
     B = np.eye(m) + B_minus_I
     LB, _ = cholesky(B, 0.0, what="B = I + L^-1 P L^-T")
-    c = solve_lower(LB, solve_lower(L, r))
+    c = solve_lower(LB, r)
     log_det_B = 2.0 * np.sum(np.log(np.diag(LB)))
     F = -0.5 * n * _LOG_2PI - 0.5 * log_det_B - 0.5 * sum_log_lam - 0.5 * sum_wyy + 0.5 * c @ c
     if not fitc:
-        # tr(Lambda^-1 Q_ff) = tr(B - I) cannot exceed tr(Lambda^-1 K_ff): when it does, K_uu
-        # factorised but is too ill-conditioned for L^-1 P L^-T to mean anything -- treat it as
-        # a failed factorisation so that the jitter ladder moves to its next rung.
-        trace_Q = np.trace(B_minus_I)
-        if trace_Q > sum_wkff * (1.0 + 1e-8):
+        # tr(Lambda^-1 (K_ff - Q_ff)) cannot be negative: when it is, K_uu factorised but is too
+        # ill-conditioned for L^-1 K_uf to mean anything -- treat it as a failed factorisation so
+        # that the jitter ladder moves to its next rung.
+        if sum_wres < -1e-8 * sum_wkff:
             raise FloatingPointError("K_uu too ill-conditioned: tr(Q_ff) > tr(K_ff)")
-        F += -0.5 * sum_wkff + 0.5 * trace_Q
+        F += -0.5 * sum_wres
 
-    # Sigma^-1 = L^-T B^-1 L^-1, K_uu^-1 = L^-T L^-1, beta = Sigma^-1 K_uf Lambda^-1 y.
+    # Whitened forms: alpha = B^-1 L^-1 K_uf Lambda^-1 y, beta = L^-T alpha = Sigma^-1 K_uf
+    # Lambda^-1 y, and K_uu^-1 - Sigma^-1 = L^-T (I - B^-1) L^-1 with Sigma = K_uu + P.
     Li = solve_lower(L, np.eye(m))
-    LBi_Li = solve_lower(LB, Li)
-    Sigma_inv = LBi_Li.T @ LBi_Li
-    Kuu_inv = Li.T @ Li
-    beta = solve_upper_t(L, solve_upper_t(LB, c))
+    LBi = solve_lower(LB, np.eye(m))
+    B_inv = LBi.T @ LBi
+    alpha = solve_upper_t(LB, c)
+    beta = solve_upper_t(L, alpha)
 
     grads, dZ = {}, None
     if need_grad:
         grads, dZ = _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, jit,
-                                   beta, Sigma_inv, Kuu_inv, B_minus_I, Li)
+                                   alpha, beta, B_inv, B_minus_I, Li)
     state = None
     if need_state:
-        Kuu_j = L @ L.T
-        state = PredictiveState(Z=Z, weights=beta, correction=Kuu_inv - Sigma_inv,
-                                q_mean=Kuu_j @ beta, q_cov=L @ np.linalg.solve(B, L.T))
+        L_LBi = L @ LBi.T
+        state = PredictiveState(Z=Z, weights=beta, correction=Li.T @ (np.eye(m) - B_inv) @ Li,
+                                q_mean=L @ alpha, q_cov=L_LBi @ L_LBi.T)
     return Evaluation(log_evidence=float(F), grads=grads, dZ=dZ, jitter=jit, state=state,
                       pseudo_data=(1.0 / noise, y / noise))
 
 
 def _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, jit,
-                   beta, Sigma_inv, Kuu_inv, B_minus_I, Li):
+                   alpha, beta, B_inv, B_minus_I, Li):
     """Adjoints of K_uf (per chunk), K_uu, K_nn and lambda, contracted with the kernel VJPs.
 
     Writing k_n for column n of K_uf, w_n = 1/lambda_n and e_n = y_n - beta^T k_n, the
@@ -143,40 +146,47 @@ def _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, ji
     VFE adds T = -1/2 sum_n w_n (K_nn - k_n^T K_uu^-1 k_n):  dT/dk_n = w_n K_uu^-1 k_n,
     dT/dK_uu = -1/2 K_uu^-1 P K_uu^-1, dT/dK_nn = -w_n/2, dT/dw_n = -1/2 (K_nn - Q_nn).
     FITC instead chains dF/dlambda_n through lambda_n = K_nn - k_n^T K_uu^-1 k_n + noise_n.
+
+    Every product with K_uu^-1 or Sigma^-1 is taken in the whitened basis, a_n = L^-1 k_n:
+    Sigma^-1 k_n = L^-T B^-1 a_n, K_uu^-1 k_n = L^-T a_n, k_n^T Sigma^-1 k_n = a_n^T B^-1 a_n,
+    beta^T k_n = alpha^T a_n, and dF/dK_uu = L^-T G L^-1 with G formed in that basis, so that no
+    two large matrices are subtracted (see ``rows`` in :func:`_evaluate_at`).
     """
-    C = Kuu_inv - Sigma_inv
+    m = Li.shape[0]
+    C_white = np.eye(m) - B_inv                  # L^T (K_uu^-1 - Sigma^-1) L
 
     def pass_fn(slc):
-        Kuf, kff, lam, A = rows(slc)
+        Kuf, A, kff, residual, lam = rows(slc)
         w = 1.0 / lam
-        e = y[slc] - beta @ Kuf
+        e = y[slc] - alpha @ A
         if fitc:
-            V = Sigma_inv @ Kuf
-            dF_dw = -0.5 * np.einsum("ij,ij->j", Kuf, V) - 0.5 * e * e + 0.5 * lam
+            B_inv_A = B_inv @ A
+            dF_dw = -0.5 * np.einsum("ij,ij->j", A, B_inv_A) - 0.5 * e * e + 0.5 * lam
             g_lam = -w * w * dF_dw
-            Kuu_inv_Kuf = Li.T @ A          # K_uu^-1 K_uf = L^-T (L^-1 K_uf)
-            G_uf = np.outer(beta, e)
-            G_uf -= V
-            G_uf *= w
-            G_uf -= 2.0 * Kuu_inv_Kuf * g_lam
+            # dF/dk_n = w_n (beta e_n - Sigma^-1 k_n) - 2 g_lam_n K_uu^-1 k_n, all under L^-T.
+            G_white = np.outer(alpha, e)
+            G_white -= B_inv_A
+            G_white *= w
+            G_white -= 2.0 * A * g_lam
             g_kff = g_lam
-            G_uu_part = (Kuu_inv_Kuf * g_lam) @ Kuu_inv_Kuf.T
+            G_uu_part = (A * g_lam) @ A.T        # L^T (K_uu^-1 K_uf diag(g) K_fu K_uu^-1) L
         else:
-            G_uf = C @ Kuf
-            dF_dw = 0.5 * np.einsum("ij,ij->j", Kuf, G_uf) - 0.5 * e * e + 0.5 * (lam - kff)
+            G_white = C_white @ A
+            dF_dw = 0.5 * np.einsum("ij,ij->j", A, G_white) - 0.5 * e * e + 0.5 * (lam - kff)
             g_lam = -w * w * dF_dw
-            G_uf += np.outer(beta, e)
-            G_uf *= w
+            G_white += np.outer(alpha, e)
+            G_white *= w
             g_kff = -0.5 * w
             G_uu_part = 0.0
-        kgrads, dZ = kernel.vjp(values, "kernel", Z, X[slc], G_uf, K=Kuf)
+        kgrads, dZ = kernel.vjp(values, "kernel", Z, X[slc], Li.T @ G_white, K=Kuf)
         kgrads = add_partial(kgrads, kernel.diag_vjp(values, "kernel", X[slc], g_kff))
         return (kgrads, dZ, G_uu_part), (g_lam,)
 
     (kgrads, dZ, G_uu_part), (g_lam,) = map_reduce(pass_fn, n, chunk)
-    G_uu = 0.5 * (C - np.outer(beta, beta)) + G_uu_part
+    G_uu_white = 0.5 * (C_white - np.outer(alpha, alpha)) + G_uu_part
     if not fitc:
-        G_uu = G_uu - 0.5 * Li.T @ B_minus_I @ Li          # -1/2 K_uu^-1 P K_uu^-1
+        G_uu_white = G_uu_white - 0.5 * B_minus_I           # -1/2 K_uu^-1 P K_uu^-1, whitened
+    G_uu = Li.T @ G_uu_white @ Li
     G_uu = jitter_adjoint(0.5 * (G_uu + G_uu.T), jit)
     uu_grads, dZ_uu = kernel.vjp(values, "kernel", Z, Z, G_uu)
     grads = add_partial(kgrads, uu_grads)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._jit.polya_gamma import pg_c_update, pg_negative_kl, pg_theta
+from .._jit.polya_gamma import pg_marginals_update, pg_theta, pg_theta_kl
 from ..chunks import default_chunk_size, map_reduce
 from ..likelihoods import HeteroscedasticGaussian
 from ..linalg import JITTER_LADDER, cholesky, solve_lower
@@ -96,38 +96,41 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
     half_y = 0.5 * y
 
     def whitened(slc):
-        """L^-1 K_uf and K_nn for one chunk (kept between passes when they fit the budget)."""
+        """L^-1 K_uf, K_nn - Q_nn and K_nn for one chunk (kept between passes when they fit the
+        budget)."""
         hit = cache.get(slc.start) if cache is not None else None
         if hit is not None:
             return hit
         A = solve_lower(L, kernel.gram(values, "kernel", Z, X[slc]))
         kff = kernel.diag(values, "kernel", X[slc])
-        if np.any(np.einsum("ij,ij->j", A, A) > kff * (1.0 + 1e-8)):
+        residual = kff - np.einsum("ij,ij->j", A, A)
+        if np.any(residual < -1e-8 * kff):
             # K_uu factorised but is too ill-conditioned for Q_nn <= K_nn: next jitter rung.
             raise FloatingPointError("K_uu too ill-conditioned: Q_nn > K_nn")
         if cache is not None:
-            cache[slc.start] = (A, kff)
-        return A, kff
+            cache[slc.start] = (A, residual, kff)
+        return A, residual, kff
 
     def sweep(c, factor=None, accumulate=True):
-        """One pass over the rows.  Without a factor: the sums P = A A^T, r and tr(Theta K_ff)
-        of c.  With ``factor = (L_B, g)`` of c: the marginal means of q*(f) and the update
-        target of eq. 4.11 (rows), and, if ``accumulate``, the sums of that target."""
+        """One pass over the rows.  Without a factor: the sums P = A A^T, r, tr(Theta K_ff),
+        -KL and sum theta of c (the row sums of eq. C.1).  With ``factor = (L_B^-1, g)`` of c:
+        the marginal means of q*(f) and the update target of eq. 4.11 (rows), and, if
+        ``accumulate``, the sums of that target."""
 
         def chunk_fn(slc):
-            A, kff = whitened(slc)
+            A, residual, kff = whitened(slc)
             rows, c_sums = (), c[slc]
             if factor is not None:
-                V = solve_lower(factor[0], A)
-                mean = V.T @ factor[1]
-                var = kff - np.einsum("ij,ij->j", A, A) + np.einsum("ij,ij->j", V, V)
-                c_sums = pg_c_update(mean, var, bias)
+                # L_B^-1 A as a product with the explicit (M, M) inverse: OpenBLAS's triangular
+                # solve with M ~ 20 and many right-hand sides runs at a quarter of the matmul's
+                # speed, and B = I + A A^T has eigenvalues >= 1, so the inverse is well conditioned.
+                mean, c_sums = pg_marginals_update(factor[0] @ A, factor[1], residual, bias)
                 rows = (c_sums, mean)
                 if not accumulate:
                     return (), rows
-            theta = pg_theta(c_sums)
+            theta, negative_kl = pg_theta_kl(c_sums)
             As = A * np.sqrt(theta)
-            return (As @ As.T, A @ (half_y[slc] - theta * bias), theta @ kff), rows
+            return (As @ As.T, A @ (half_y[slc] - theta * bias), theta @ kff, negative_kl, np.sum(theta)), rows
 
         return map_reduce(chunk_fn, n, chunk)
 
@@ -151,12 +154,9 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
                                   need_grad=need_grad, need_state=need_state)
 
     c = np.array(warm.c_next if warm is not None and warm.c_next.shape == (n,) else np.full(n, C_INIT))
-    if need_grad or need_state:
-        # Check this rung with the engine before the c loop: one pass, where a failure after the
-        # loop would waste all of it (usually the engine accepts the converged c as well).
-        pseudo_regression(c, False, False)
     sums, _ = sweep(c)
-    factor, bound = _bound(sums, c, y, bias)
+    bias_sums = (n, bias, float(np.sum(y)))
+    factor, bound = _bound(sums, *bias_sums)
     history, converged, sweeps = [bound], False, 1
     points, targets = [], []
     while True:
@@ -173,7 +173,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
             proposal = _anderson(points, targets)
             sums_proposal, _ = sweep(proposal)
             sweeps += 1
-            factor_proposal, bound_proposal = _bound(sums_proposal, proposal, y, bias)
+            factor_proposal, bound_proposal = _bound(sums_proposal, *bias_sums)
             if bound_proposal >= bound:
                 c, sums, factor, bound = proposal, sums_proposal, factor_proposal, bound_proposal
                 history.append(bound)
@@ -182,7 +182,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
             sums_target, _ = sweep(target)
             sweeps += 1
         c, sums = target, sums_target
-        factor, bound = _bound(sums, c, y, bias)
+        factor, bound = _bound(sums, *bias_sums)
         history.append(bound)
 
     progress["warm"] = PolyaGammaState(c=c, c_next=target)
@@ -200,22 +200,22 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
                       pseudo_data=(theta, half_y - theta * bias))
 
 
-def _bound(sums, c, y, bias):
-    """Eq. C.1 (with the bias term) from the row sums at c; returns ((L_B, g), L*)."""
-    P, r, trace_theta_kff = sums
+def _bound(sums, n, bias, sum_y):
+    """Eq. C.1 (with the bias term) from the row sums at c (see ``sweep``) and N, the bias and
+    sum_n y_n; returns ((L_B^-1, g), L*)."""
+    P, r, trace_theta_kff, negative_kl, sum_theta = sums
     m = P.shape[0]
     trace_P = np.trace(P)        # <= tr(Theta K_ff): Q_nn <= K_nn was checked row by row
     LB, _ = cholesky(np.eye(m) + 0.5 * (P + P.T), 0.0, what="B = I + A A^T")
     g = solve_lower(LB, r)
-    theta = pg_theta(c)
     bound = (-np.sum(np.log(np.diag(LB))) - 0.5 * trace_theta_kff + 0.5 * trace_P + 0.5 * g @ g
-             - c.shape[0] * _LOG2 + pg_negative_kl(c) + 0.5 * np.sum(y * bias - theta * bias * bias))
+             - n * _LOG2 + negative_kl + 0.5 * (bias * sum_y - bias * bias * sum_theta))
     if not bound <= 0.0:
         # A lower bound on log p(y) of binary labels is negative: a positive (or NaN) value is
         # rounding, e.g. tr(Theta K_ff) - tr(A A^T) at kernel variance 1e47, which an L-BFGS-B
         # step reached on Pima; report it as a failed point so that the line search steps back.
         raise FloatingPointError(f"Polya-Gamma bound {bound:.3g} > 0 is lost to rounding")
-    return (LB, g), float(bound)
+    return (solve_lower(LB, np.eye(m)), g), float(bound)
 
 
 def _anderson(points, targets):
