@@ -332,3 +332,26 @@ def test_a_step_to_where_the_bound_is_lost_to_rounding_is_stepped_back():
     again = model.evaluate(post.values, Xtr, model.likelihood.prepare_targets(y[train]), post.state.Z,
                            need_grad=False)
     assert again.log_evidence == pytest.approx(post.log_evidence, abs=1e-6)
+
+
+@pytest.mark.parametrize("lengthscale,variance,seed", [(1600.0, 1.1e6, 0), (2600.0, 7.6e6, 1), (1700.0, 3.1e6, 2)])
+def test_bound_does_not_depend_on_the_warm_start_at_an_ill_conditioned_kuu(lengthscale, variance, seed):
+    """Twonorm's near-linear optimum (cond K_uu ~ 1e7..1e10): the jitter rung and the bound are
+    functions of the hyperparameters, not of the c the inner loop starts from.  Before the collapsed
+    engine worked in the whitened basis, its tr(Theta Q_ff) <= tr(Theta K_ff) check at the warm c
+    picked the rung: at 14 of 40 such points the three starts below gave different rungs (0 to 1e-6)
+    and bounds up to 480 nats apart."""
+    n = 2000
+    X, labels = gd.datasets.twonorm(n, dim=20, seed=0)
+    y = np.where(labels > 0, 1.0, -1.0)
+    Z = X[np.random.default_rng(seed).choice(n, 21, replace=False)]
+    values = _values(lengthscale, variance, 0.0)
+    runs = []
+    for c0 in (0.1, 3.0, 30.0):
+        warm = PolyaGammaState(c=np.full(n, c0), c_next=np.full(n, c0))
+        ev = polya_gamma.evaluate(SE, LOGIT, values, X, y, Z, spec=gd.inference.PolyaGamma(), warm=warm)
+        assert ev.warm.converged
+        runs.append((ev.jitter, ev.log_evidence))
+    assert len({jitter for jitter, _ in runs}) == 1, runs
+    bounds = [bound for _, bound in runs]
+    assert max(bounds) - min(bounds) < 1e-5, runs

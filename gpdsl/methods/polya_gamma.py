@@ -138,15 +138,15 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
     # large: 543 updates at variance 86 on the banana data.  Anderson acceleration (Walker & Ni
     # 2011) over the last _ANDERSON_MEMORY updates cut that to about 60; a proposal is kept only
     # if it raises the bound, otherwise the plain update is taken, so the accepted bounds never
-    # decrease.  Every step costs two O(N M^2) products (a triangular solve for the marginals,
+    # decrease.  Every step costs two O(N M^2) products (L_B^-1 A for the marginals,
     # a rank-N update for the next point's B); the sums of the plain target are formed only
     # when the plain step is taken.
     def pseudo_regression(c, need_grad, need_state):
         """At fixed c the bound is the VFE bound of the pseudo-regression (targets y/(2 theta) -
         bias, noise 1/theta) plus terms in c only: its gradients and q*(u) come from the
-        collapsed engine, at the same jitter.  The engine's explicit inverses need K_uu better
-        conditioned than the whitened rows here do; it raises where they would be inaccurate,
-        and the caller moves to the next jitter rung."""
+        collapsed engine, at the same jitter and in the same whitened basis.  Where the engine
+        still finds tr(Theta Q_ff) > tr(Theta K_ff) it raises, and the caller moves to the next
+        jitter rung, whose c loop starts from the c converged here."""
         theta = pg_theta(c)
         kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
         return collapsed.evaluate(kernel, HeteroscedasticGaussian(variance=1.0 / theta), kernel_values, X,
