@@ -59,10 +59,9 @@ class Posterior:
         kernel, state = self.model.kernel, self.state
 
         def chunk(slc):
-            Ksz = kernel.gram(self.values, "kernel", X_new[slc], state.Z)
-            mean = Ksz @ state.weights
-            var = kernel.diag(self.values, "kernel", X_new[slc]) - np.einsum(
-                "ij,ij->i", Ksz @ state.correction, Ksz)
+            b = state.basis(kernel.gram(self.values, "kernel", state.Z, X_new[slc]))
+            mean = b.T @ state.weights
+            var = kernel.diag(self.values, "kernel", X_new[slc]) - np.einsum("ij,ij->j", b, state.correction @ b)
             return (), (mean, np.maximum(var, 0.0))
 
         _, (mean, var) = map_reduce(chunk, X_new.shape[0], default_chunk_size(X_new.shape[0], state.Z.shape[0]))
@@ -72,9 +71,9 @@ class Posterior:
         """Latent predictive mean (n,) and full covariance (n, n) at X_new (joint, for sampling and KL)."""
         X_new = validate_inputs(X_new, "X_new", self.n_features)
         kernel, state = self.model.kernel, self.state
-        Ksz = kernel.gram(self.values, "kernel", X_new, state.Z)
-        cov = kernel.gram(self.values, "kernel", X_new, X_new) - Ksz @ state.correction @ Ksz.T
-        return Ksz @ state.weights, 0.5 * (cov + cov.T)
+        b = state.basis(kernel.gram(self.values, "kernel", state.Z, X_new))
+        cov = kernel.gram(self.values, "kernel", X_new, X_new) - b.T @ state.correction @ b
+        return b.T @ state.weights, 0.5 * (cov + cov.T)
 
     def noise_variance(self, X_new, noise_variance=None):
         """Observation-noise variances at X_new, or None when they cannot be known."""
@@ -154,6 +153,8 @@ class Posterior:
             "predictive_weights": ("inducing", state.weights),
             "predictive_correction": (("inducing", "inducing_bis"), state.correction),
         }
+        if state.chol is not None:     # weights and correction are in the basis of this factor
+            data["predictive_chol"] = (("inducing", "inducing_bis"), state.chol)
         for name, value in self.values.items():
             data[name] = (_hyper_dims(name, value, d), value)
         local_attrs = {}
@@ -210,9 +211,10 @@ def from_xarray(ds):
     model = model_from_dict(json.loads(ds.attrs["model_spec"]))
     state = PredictiveState(Z=ds["Z"].values, weights=ds["predictive_weights"].values,
                             correction=ds["predictive_correction"].values,
-                            q_mean=ds["q_mean"].values, q_cov=ds["q_cov"].values)
-    skip = {"Z", "q_mean", "q_cov", "predictive_weights", "predictive_correction", "selected_index",
-            "selection_criterion"} | _LOCAL_VARIABLES
+                            q_mean=ds["q_mean"].values, q_cov=ds["q_cov"].values,
+                            chol=ds["predictive_chol"].values if "predictive_chol" in ds else None)
+    skip = {"Z", "q_mean", "q_cov", "predictive_weights", "predictive_correction", "predictive_chol",
+            "selected_index", "selection_criterion"} | _LOCAL_VARIABLES
     values = {name: ds[name].values for name in ds.data_vars if name not in skip}
     sites, total_sweeps = _local_state_from(ds)
     selection = None

@@ -156,3 +156,23 @@ def vfe_bound_extended(X, Z, lengthscale, variance, noise, y):
     log_normal = -n / 2 * np.log(2 * np.pi) - np.sum(np.log(np.diag(LC))) - alpha @ alpha / 2
     trace = np.sum((ld(variance) - np.sum(V * V, axis=0)) / np.asarray(noise, dtype=ld))
     return log_normal - trace / 2
+
+
+def vfe_predict_extended(X, Z, X_new, lengthscale, variance, noise, y):
+    """Titsias eq. (8) with the optimal q(u) of eq. (17) for an isotropic SE kernel, in
+    np.longdouble and the whitened basis a = L^-1 k_u (K_uu = L L^T, B = I + A Lambda^-1 A^T):
+    mean = a_*^T B^-1 A Lambda^-1 y, var = k_** - |a_*|^2 + a_*^T B^-1 a_*."""
+    ld = np.longdouble
+
+    def gram(P, Q):
+        d = ((P.astype(ld)[:, None, :] - Q.astype(ld)[None, :, :]) / ld(lengthscale)) ** 2
+        return ld(variance) * np.exp(-d.sum(-1) / 2)
+
+    L = _cholesky_extended(gram(Z, Z))
+    A = _solve_lower_extended(L, gram(Z, X))
+    A_new = _solve_lower_extended(L, gram(Z, X_new))
+    w = 1 / np.asarray(noise, dtype=ld)
+    LB = _cholesky_extended(np.eye(len(Z), dtype=ld) + (A * w) @ A.T)
+    V = _solve_lower_extended(LB, A_new)                      # L_B^-1 a_*
+    g = _solve_lower_extended(LB, (A @ (w * np.asarray(y, dtype=ld)))[:, None])[:, 0]
+    return V.T @ g, ld(variance) - np.sum(A_new * A_new, axis=0) + np.sum(V * V, axis=0)

@@ -112,6 +112,15 @@ def test_gpml_sine_fitc(gpml):
     assert -2 * 0.01 * ev.grads["likelihood.variance"] == pytest.approx(res["dnlZ_lik"], rel=1e-8)
 
 
+def _twonorm_pseudo_regression():
+    """300 twonorm points in 20-D with PGPR-like pseudo-noise 1/theta in [4, 20] and targets y/(2 theta)."""
+    X, labels = gd.datasets.twonorm(300, dim=20, seed=0)
+    rng = np.random.default_rng(0)
+    noise = rng.uniform(4.0, 20.0, 300)
+    y = 0.5 * np.where(labels > 0, 1.0, -1.0) * noise
+    return X, y, noise, X[rng.choice(300, 21, replace=False)]
+
+
 def test_vfe_at_an_ill_conditioned_kuu_matches_an_extended_precision_reference():
     """A long length-scale and a large variance (PGPR's near-linear optimum on twonorm, pseudo-noise
     1/theta): cond(K_uu) ~ 3e8.  The whitened engine keeps the bound to ~2e-7 nats and its gradient to
@@ -119,11 +128,7 @@ def test_vfe_at_an_ill_conditioned_kuu_matches_an_extended_precision_reference()
     engine before) was 0.14 nats and 1e-3 off here, 1.9 nats at length-scale 600."""
     if np.finfo(np.longdouble).eps > 1e-18:
         pytest.skip("np.longdouble is not extended precision on this platform")
-    X, labels = gd.datasets.twonorm(300, dim=20, seed=0)
-    rng = np.random.default_rng(0)
-    noise = rng.uniform(4.0, 20.0, 300)
-    y = 0.5 * np.where(labels > 0, 1.0, -1.0) * noise
-    Z = X[rng.choice(300, 21, replace=False)]
+    X, y, noise, Z = _twonorm_pseudo_regression()
     ls, var = 300.0, 1e6
     assert np.linalg.cond(naive.kernel(Z, Z, ls, var, "se")) > 1e8
     ev = collapsed.evaluate(SE(1.0, 1.0), gd.likelihoods.HeteroscedasticGaussian(noise),
@@ -136,3 +141,25 @@ def test_vfe_at_an_ill_conditioned_kuu_matches_an_extended_precision_reference()
         down = naive.vfe_bound_extended(X, Z, ls / scale[0], var / scale[1], noise, y)
         log_grad = ev.grads[name] * (ls if name == "kernel.lengthscale" else var)
         assert log_grad == pytest.approx(float((up - down) / (2 * h)), rel=1e-5)
+
+
+def test_predictions_at_an_ill_conditioned_kuu_match_an_extended_precision_reference():
+    """cond(K_uu) ~ 9e10: the whitened predictive state (b_* = L^-1 k_*) keeps the latent variance
+    (0.26 .. 2.1 here) to ~3e-5; the natural-basis form k_** - k_*^T (K_uu^-1 - Sigma^-1) k_* was off
+    by 69 (and by 1e10 at cond 1e15), which gave twonorm's K-means PGPR fit NLL 0.085 instead of 0.063."""
+    if np.finfo(np.longdouble).eps > 1e-18:
+        pytest.skip("np.longdouble is not extended precision on this platform")
+    X, y, noise, Z = _twonorm_pseudo_regression()
+    X_new, _ = gd.datasets.twonorm(50, dim=20, seed=1)
+    ls, var = 3000.0, 1e8
+    assert np.linalg.cond(naive.kernel(Z, Z, ls, var, "se")) > 1e10
+    model = _model(gd.inference.VFE(), Z, kernel=SE(ls, var), likelihood=gd.likelihoods.HeteroscedasticGaussian(noise))
+    post = model.fit(X, y, optimize=False)
+    assert post.jitter == 0.0
+    mean, fvar = post.predict_f(X_new)
+    ref_mean, ref_var = naive.vfe_predict_extended(X, Z, X_new, ls, var, noise, y)
+    np.testing.assert_allclose(mean, ref_mean.astype(float), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(fvar, ref_var.astype(float), rtol=0, atol=1e-3)
+    # Saved and loaded, the posterior predicts with the same (whitened) arithmetic.
+    back = gd.from_xarray(post.to_xarray())
+    np.testing.assert_array_equal(back.predict_f(X_new)[1], fvar)

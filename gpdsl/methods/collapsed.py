@@ -113,29 +113,28 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
             raise FloatingPointError("K_uu too ill-conditioned: tr(Q_ff) > tr(K_ff)")
         F += -0.5 * sum_wres
 
-    # Whitened forms: alpha = B^-1 L^-1 K_uf Lambda^-1 y, beta = L^-T alpha = Sigma^-1 K_uf
-    # Lambda^-1 y, and K_uu^-1 - Sigma^-1 = L^-T (I - B^-1) L^-1 with Sigma = K_uu + P.
+    # Whitened forms: alpha = B^-1 L^-1 K_uf Lambda^-1 y = L^T Sigma^-1 K_uf Lambda^-1 y and
+    # I - B^-1 = L^T (K_uu^-1 - Sigma^-1) L, with Sigma = K_uu + K_uf Lambda^-1 K_fu.
     Li = solve_lower(L, np.eye(m))
     LBi = solve_lower(LB, np.eye(m))
     B_inv = LBi.T @ LBi
     alpha = solve_upper_t(LB, c)
-    beta = solve_upper_t(L, alpha)
 
     grads, dZ = {}, None
     if need_grad:
         grads, dZ = _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, jit,
-                                   alpha, beta, B_inv, B_minus_I, Li)
+                                   alpha, B_inv, B_minus_I, Li)
     state = None
     if need_state:
         L_LBi = L @ LBi.T
-        state = PredictiveState(Z=Z, weights=beta, correction=Li.T @ (np.eye(m) - B_inv) @ Li,
+        state = PredictiveState(Z=Z, weights=alpha, correction=np.eye(m) - B_inv, chol=L,
                                 q_mean=L @ alpha, q_cov=L_LBi @ L_LBi.T)
     return Evaluation(log_evidence=float(F), grads=grads, dZ=dZ, jitter=jit, state=state,
                       pseudo_data=(1.0 / noise, y / noise))
 
 
 def _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, jit,
-                   alpha, beta, B_inv, B_minus_I, Li):
+                   alpha, B_inv, B_minus_I, Li):
     """Adjoints of K_uf (per chunk), K_uu, K_nn and lambda, contracted with the kernel VJPs.
 
     Writing k_n for column n of K_uf, w_n = 1/lambda_n and e_n = y_n - beta^T k_n, the

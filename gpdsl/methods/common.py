@@ -4,17 +4,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import linalg
 
 
 @dataclass
 class PredictiveState:
     """What prediction needs, in one form for every Gaussian method.
 
-    f_* | y ~ N(K_*z weights, k_** - diag(K_*z correction K_z*)); for sparse methods Z are the
-    inducing inputs, ``weights = Sigma^-1 K_uf Lambda^-1 y`` and
-    ``correction = K_uu^-1 - Sigma^-1``; for the exact GP Z = X, ``weights = (K + Lambda)^-1 y``
-    and ``correction = (K + Lambda)^-1``.  ``q_mean`` (M,) and ``q_cov`` (M, M) are the
-    Gaussian q(u) (for Exact: the posterior of f at X).
+    With b_* = chol^-1 K_z* (or b_* = K_z* when ``chol`` is None):
+    f_* | y ~ N(b_*^T weights, k_** - b_*^T correction b_*).
+
+    * Sparse methods: Z are the inducing inputs, ``chol`` the Cholesky factor L of K_uu (+ the
+      jitter used) and the whitened ``weights = B^-1 L^-1 K_uf Lambda^-1 y``,
+      ``correction = I - B^-1`` with B = I + L^-1 K_uf Lambda^-1 K_fu L^-T (thesis eq. C.2 for
+      PGPR).  In the natural basis these are Sigma^-1 K_uf Lambda^-1 y and K_uu^-1 - Sigma^-1,
+      whose entries grow as cond(K_uu) while the predictions do not: at the near-linear
+      optimum of twonorm (cond K_uu ~ 1e16) that form lost every digit of the variance.
+    * Exact GP: Z = X, ``chol`` None, ``weights = (K + Lambda)^-1 y`` and
+      ``correction = (K + Lambda)^-1``.
+
+    ``q_mean`` (M,) and ``q_cov`` (M, M) are the Gaussian q(u) (for Exact: the posterior of f at X).
     """
 
     Z: np.ndarray
@@ -22,6 +31,13 @@ class PredictiveState:
     correction: np.ndarray
     q_mean: np.ndarray
     q_cov: np.ndarray
+    chol: np.ndarray | None = None
+
+    def basis(self, Kzs):
+        """b_* (M, n) from K_z* (M, n)."""
+        if self.chol is None:
+            return Kzs
+        return linalg.solve_triangular(self.chol, Kzs, lower=True, check_finite=False)
 
 
 @dataclass
