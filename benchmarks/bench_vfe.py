@@ -281,6 +281,7 @@ def blas_info():
 def breakdown(model, values, X, y, Z):
     """Where one gpdsl evaluation spends its time."""
     from gpdsl.chunks import default_chunk_size, row_slices
+    from gpdsl.linalg import whiten
 
     kernel = model.kernel
     n, m, d = X.shape[0], Z.shape[0], X.shape[1]
@@ -297,7 +298,7 @@ def breakdown(model, values, X, y, Z):
           f"{n_chunks} chunks per pass)")
     print("  (a) timers on the kernel methods during a real evaluation:")
     rows = [
-        ("kernel.gram", gram, n_gram, "K_uu + one K_uf per chunk (pass 1; pass 2 reuses them)"),
+        ("kernel.gram", gram, n_gram, "K_uu + one K_uf per chunk per pass (pass 2 reuses them when 2 N M doubles fit the 256 MB cache)"),
         ("  _scaled_sqdist (BLAS cross term)", *T.get("gram/_scaled_sqdist"), ""),
         ("  _profile (np.exp)", *T.get("gram/_profile"), ""),
         ("  rest (*= variance, unpack)", gram - T.get("gram/_scaled_sqdist")[0]
@@ -309,25 +310,27 @@ def breakdown(model, values, X, y, Z):
         ("  rest (centring, row/col sums, S @ A2, d_ls)", vjp - T.get("vjp/_scaled_sqdist")[0]
          - T.get("vjp/_profile")[0] - T.get("vjp/slope_adjoint")[0], n_vjp, "see (b)"),
         ("outside the kernel", total - gram - vjp, None,
-         "collapsed.py: syrk, C @ K_uf, elementwise, M^3 algebra; see (b)"),
+         "collapsed.py: whiten, syrk, (L^-T C_w) @ A, elementwise, M^3 algebra; see (b)"),
     ]
     for name, sec, calls, note in rows:
         c = f"{calls:4d} calls" if calls is not None else " " * 10
         print(f"    {name:<46s} {sec:8.3f} s  {c}  {note}")
 
-    # (b) Replay the per-chunk dense work of collapsed.py (VFE, homoscedastic noise) and of
-    # Stationary.vjp with timers: the same operations on the same shapes; K_uf from the real
-    # kernel.gram and S from the real slope_adjoint (neither timed here).
+    # (b) Replay the per-chunk dense work of collapsed.py (VFE, homoscedastic noise; everything in
+    # the whitened basis A = L^-1 K_uf) and of Stationary.vjp with timers: the same operations on
+    # the same shapes; K_uf from the real kernel.gram and S from the real slope_adjoint (neither
+    # timed here), L from the real K_uu.
     ls, var = kernel._unpack(values, "kernel", d)
     rng = np.random.default_rng(0)
     Cm = rng.standard_normal((m, m)); Cm = Cm @ Cm.T / m
-    beta = rng.standard_normal(m) / m
+    alpha, beta = rng.standard_normal(m) / m, rng.standard_normal(m) / m
+    L = np.linalg.cholesky(kernel.gram(values, "kernel", Z, Z) + 1e-6 * var * np.eye(m))
     noise = float(values["likelihood.variance"])
-    names = ["pass 1: Ks = Kuf * sqrt(w)", "pass 1: P = Ks @ Ks.T (syrk)",
-             "pass 1: Kuf @ (w y)", "pass 2: G = C @ Kuf (gemm)",
-             "pass 2: einsum(Kuf, G), e = y - beta Kuf", "pass 2: G += outer(beta, e); G *= w",
-             "vjp: _scaled_sqdist (r2 again)", "vjp: slope_adjoint", "vjp: centring + row/col sums",
-             "vjp: S @ A2 (thin (M,n)@(n,D) gemm)", "vjp: d_X1, d_ls"]
+    names = ["pass 1: A = L^-1 Kuf (whiten: dtrsm)", "pass 1: residual = kff - |a_n|^2",
+             "pass 1: As = A * sqrt(w)", "pass 1: P = As @ As.T (syrk)", "pass 1: A @ (w y)",
+             "pass 2: G = (L^-T C_w) @ A (gemm)", "pass 2: einsum(Kuf, G), e = y - alpha A",
+             "pass 2: G += outer(beta, e); G *= w", "vjp: _scaled_sqdist (r2 again)", "vjp: slope_adjoint",
+             "vjp: centring + row/col sums", "vjp: S @ A2 (thin (M,n)@(n,D) gemm)", "vjp: d_X1, d_ls"]
     acc = dict.fromkeys(names, 0.0)
     for slc in row_slices(n, chunk):
         Xc, yc = X[slc], y[slc]
@@ -335,11 +338,13 @@ def breakdown(model, values, X, y, Z):
         w = np.full(Kuf.shape[1], 1.0 / noise)
         lam = np.full(Kuf.shape[1], noise)
         ts = [time.perf_counter()]
-        Ks = Kuf * np.sqrt(w); ts.append(time.perf_counter())
-        Ks @ Ks.T; ts.append(time.perf_counter())
-        Kuf @ (w * yc); ts.append(time.perf_counter())
-        G = Cm @ Kuf; ts.append(time.perf_counter())
-        e = yc - beta @ Kuf
+        A = whiten(L, Kuf); ts.append(time.perf_counter())
+        var - np.einsum("ij,ij->j", A, A); ts.append(time.perf_counter())
+        As = A * np.sqrt(w); ts.append(time.perf_counter())
+        As @ As.T; ts.append(time.perf_counter())
+        A @ (w * yc); ts.append(time.perf_counter())
+        G = Cm @ A; ts.append(time.perf_counter())
+        e = yc - alpha @ A
         dF_dw = 0.5 * np.einsum("ij,ij->j", Kuf, G) - 0.5 * e * e + 0.5 * (lam - var)
         -w * w * dF_dw; ts.append(time.perf_counter())
         G += np.outer(beta, e); G *= w; ts.append(time.perf_counter())

@@ -8,6 +8,7 @@ uses 1e-6).  The jitter actually used is returned so that results can record it.
 """
 import numpy as np
 from scipy import linalg
+from scipy.linalg import blas
 
 JITTER_LADDER = (0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
 
@@ -56,6 +57,16 @@ def cholesky(K, jitter=None, what="matrix"):
 
 def solve_lower(L, B):
     return linalg.solve_triangular(L, B, lower=True, check_finite=False)
+
+
+def whiten(L, K):
+    """L^-1 K for lower-triangular L (M, M) and K (M, n) -> (M, n), C-ordered.
+
+    The same triangular solve as :func:`solve_lower`, posed as X L^T = K^T on the transposed
+    (Fortran-ordered, so not copied) view: OpenBLAS runs that form 1.6x (M = 256) to 2.3x
+    (M = 21) faster than the left-sided solve that SciPy makes from a C-ordered K.
+    """
+    return blas.dtrsm(1.0, L, np.asarray(K, dtype=float).T, side=1, lower=1, trans_a=1).T
 
 
 def solve_upper_t(L, B):

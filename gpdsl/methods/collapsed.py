@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..chunks import add_partial, default_chunk_size, map_reduce
-from ..linalg import JITTER_LADDER, cholesky, jitter_adjoint, solve_lower, solve_upper_t
+from ..linalg import JITTER_LADDER, cholesky, jitter_adjoint, solve_lower, solve_upper_t, whiten
 from .common import Evaluation, PredictiveState
 
 _LOG_2PI = np.log(2.0 * np.pi)
@@ -60,9 +60,10 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
     if np.any(noise <= 0) or not np.all(np.isfinite(noise)):
         raise FloatingPointError("noise variances must be positive and finite")
 
-    # K_uf and A = L^-1 K_uf chunks are kept between the value and gradient passes when they fit
-    # the budget; recomputing them would cost the exp and the triangular solve twice.
-    cache = {} if need_grad and 2 * n * m * 8 <= _CACHE_BYTES else None
+    # A = L^-1 K_uf chunks (and K_uf too, when both fit the budget) are kept between the value
+    # and gradient passes: the triangular solve costs about twice the kernel's exp.
+    cache = {} if need_grad and n * m * 8 <= _CACHE_BYTES else None
+    keep_kuf = 2 * n * m * 8 <= _CACHE_BYTES
 
     def rows(slc):
         """K_uf, A = L^-1 K_uf, K_nn, K_nn - Q_nn and lambda for one chunk.
@@ -72,13 +73,13 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
         P = K_uf W K_fu has entries ~1e15 that L^-1 P L^-T then cancels, which left ~0.1 nats of
         rounding noise in the bound and ~1 in its gradient; A W A^T loses nothing of that size.
         """
-        hit = cache.get(slc.start) if cache is not None else None
-        if hit is None:
+        Kuf, A = cache.get(slc.start, (None, None)) if cache is not None else (None, None)
+        if Kuf is None:
             Kuf = kernel.gram(values, "kernel", Z, X[slc])
-            hit = (Kuf, solve_lower(L, Kuf))
+        if A is None:
+            A = whiten(L, Kuf)
             if cache is not None:
-                cache[slc.start] = hit
-        Kuf, A = hit
+                cache[slc.start] = (Kuf if keep_kuf else None, A)
         kff = kernel.diag(values, "kernel", X[slc])
         residual = kff - np.einsum("ij,ij->j", A, A)
         if fitc and np.any(residual < -1e-8 * kff):
@@ -123,7 +124,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
     grads, dZ = {}, None
     if need_grad:
         grads, dZ = _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, jit,
-                                   alpha, B_inv, B_minus_I, Li)
+                                   alpha, solve_upper_t(L, alpha), B_inv, B_minus_I, Li)
     state = None
     if need_state:
         L_LBi = L @ LBi.T
@@ -134,7 +135,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
 
 
 def _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, jit,
-                   alpha, B_inv, B_minus_I, Li):
+                   alpha, beta, B_inv, B_minus_I, Li):
     """Adjoints of K_uf (per chunk), K_uu, K_nn and lambda, contracted with the kernel VJPs.
 
     Writing k_n for column n of K_uf, w_n = 1/lambda_n and e_n = y_n - beta^T k_n, the
@@ -149,10 +150,12 @@ def _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, ji
     Every product with K_uu^-1 or Sigma^-1 is taken in the whitened basis, a_n = L^-1 k_n:
     Sigma^-1 k_n = L^-T B^-1 a_n, K_uu^-1 k_n = L^-T a_n, k_n^T Sigma^-1 k_n = a_n^T B^-1 a_n,
     beta^T k_n = alpha^T a_n, and dF/dK_uu = L^-T G L^-1 with G formed in that basis, so that no
-    two large matrices are subtracted (see ``rows`` in :func:`_evaluate_at`).
+    two large matrices are subtracted (see ``rows`` in :func:`_evaluate_at`).  ``alpha`` (M,) is
+    B^-1 L^-1 K_uf Lambda^-1 y, ``beta = L^-T alpha``.
     """
     m = Li.shape[0]
     C_white = np.eye(m) - B_inv                  # L^T (K_uu^-1 - Sigma^-1) L
+    Li_T_C_white = Li.T @ C_white                # K_uu^-1 - Sigma^-1 = Li_T_C_white Li
 
     def pass_fn(slc):
         Kuf, A, kff, residual, lam = rows(slc)
@@ -167,17 +170,22 @@ def _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, ji
             G_white -= B_inv_A
             G_white *= w
             G_white -= 2.0 * A * g_lam
+            G_uf = Li.T @ G_white
             g_kff = g_lam
             G_uu_part = (A * g_lam) @ A.T        # L^T (K_uu^-1 K_uf diag(g) K_fu K_uu^-1) L
         else:
-            G_white = C_white @ A
-            dF_dw = 0.5 * np.einsum("ij,ij->j", A, G_white) - 0.5 * e * e + 0.5 * (lam - kff)
+            # One (M, M) @ (M, n) product: G_uf = w (L^-T C_white A + beta e^T), and
+            # k_n^T L^-T C_white a_n = a_n^T C_white a_n (k_n = L a_n).  Both associations
+            # round at eps |L^-T| |C_white a_n|, with no difference of large terms (C_white
+            # has eigenvalues in [0, 1)).
+            G_uf = Li_T_C_white @ A
+            dF_dw = 0.5 * np.einsum("ij,ij->j", Kuf, G_uf) - 0.5 * e * e + 0.5 * (lam - kff)
             g_lam = -w * w * dF_dw
-            G_white += np.outer(alpha, e)
-            G_white *= w
+            G_uf += np.outer(beta, e)
+            G_uf *= w
             g_kff = -0.5 * w
             G_uu_part = 0.0
-        kgrads, dZ = kernel.vjp(values, "kernel", Z, X[slc], Li.T @ G_white, K=Kuf)
+        kgrads, dZ = kernel.vjp(values, "kernel", Z, X[slc], G_uf, K=Kuf)
         kgrads = add_partial(kgrads, kernel.diag_vjp(values, "kernel", X[slc], g_kff))
         return (kgrads, dZ, G_uu_part), (g_lam,)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import linalg
+
+from ..linalg import whiten
 
 
 @dataclass
@@ -35,9 +36,7 @@ class PredictiveState:
 
     def basis(self, Kzs):
         """b_* (M, n) from K_z* (M, n)."""
-        if self.chol is None:
-            return Kzs
-        return linalg.solve_triangular(self.chol, Kzs, lower=True, check_finite=False)
+        return Kzs if self.chol is None else whiten(self.chol, Kzs)
 
 
 @dataclass

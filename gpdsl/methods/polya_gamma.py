@@ -31,7 +31,7 @@ import numpy as np
 from .._jit.polya_gamma import pg_marginals_update, pg_theta, pg_theta_kl
 from ..chunks import default_chunk_size, map_reduce
 from ..likelihoods import HeteroscedasticGaussian
-from ..linalg import JITTER_LADDER, cholesky, solve_lower
+from ..linalg import JITTER_LADDER, cholesky, solve_lower, whiten
 from . import collapsed
 from .common import Evaluation
 
@@ -100,7 +100,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
         hit = cache.get(slc.start) if cache is not None else None
         if hit is not None:
             return hit
-        A = solve_lower(L, kernel.gram(values, "kernel", Z, X[slc]))
+        A = whiten(L, kernel.gram(values, "kernel", Z, X[slc]))
         kff = kernel.diag(values, "kernel", X[slc])
         residual = kff - np.einsum("ij,ij->j", A, A)
         if np.any(residual < -1e-8 * kff):
