@@ -149,11 +149,14 @@ class Posterior:
             "Z": (("inducing", "feature"), state.Z),
             "q_mean": ("inducing", state.q_mean),
             "q_cov": (("inducing", "inducing_bis"), state.q_cov),
-            # Kept so that a loaded posterior predicts with the very same arithmetic.
-            "predictive_weights": ("inducing", state.weights),
-            "predictive_correction": (("inducing", "inducing_bis"), state.correction),
         }
-        if state.chol is not None:     # weights and correction are in the basis of this factor
+        # Kept so that a loaded posterior predicts with the very same arithmetic.  The whitened
+        # state of the sparse methods has its own names, so that a reader that knows only the
+        # natural-basis ones fails on it rather than predicting with it.
+        kind = "whitened_" if state.chol is not None else ""
+        data[f"predictive_{kind}weights"] = ("inducing", state.weights)
+        data[f"predictive_{kind}correction"] = (("inducing", "inducing_bis"), state.correction)
+        if state.chol is not None:
             data["predictive_chol"] = (("inducing", "inducing_bis"), state.chol)
         for name, value in self.values.items():
             data[name] = (_hyper_dims(name, value, d), value)
@@ -209,12 +212,14 @@ def from_xarray(ds):
     """Rebuild a working :class:`Posterior` from :meth:`Posterior.to_xarray` output."""
     from .spec import model_from_dict
     model = model_from_dict(json.loads(ds.attrs["model_spec"]))
-    state = PredictiveState(Z=ds["Z"].values, weights=ds["predictive_weights"].values,
-                            correction=ds["predictive_correction"].values,
+    kind = "whitened_" if "predictive_chol" in ds else ""
+    state = PredictiveState(Z=ds["Z"].values, weights=ds[f"predictive_{kind}weights"].values,
+                            correction=ds[f"predictive_{kind}correction"].values,
                             q_mean=ds["q_mean"].values, q_cov=ds["q_cov"].values,
-                            chol=ds["predictive_chol"].values if "predictive_chol" in ds else None)
+                            chol=ds["predictive_chol"].values if kind else None)
     skip = {"Z", "q_mean", "q_cov", "predictive_weights", "predictive_correction", "predictive_chol",
-            "selected_index", "selection_criterion"} | _LOCAL_VARIABLES
+            "predictive_whitened_weights", "predictive_whitened_correction", "selected_index",
+            "selection_criterion"} | _LOCAL_VARIABLES
     values = {name: ds[name].values for name in ds.data_vars if name not in skip}
     sites, total_sweeps = _local_state_from(ds)
     selection = None

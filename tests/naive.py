@@ -137,18 +137,19 @@ def _solve_lower_extended(L, B):
     return X
 
 
+def _se_gram_extended(P, Q, lengthscale, variance):
+    ld = np.longdouble
+    d = ((P.astype(ld)[:, None, :] - Q.astype(ld)[None, :, :]) / ld(lengthscale)) ** 2
+    return ld(variance) * np.exp(-d.sum(-1) / 2)
+
+
 def vfe_bound_extended(X, Z, lengthscale, variance, noise, y):
     """Titsias eq. (16) for an isotropic SE kernel, dense N x N, every step in np.longdouble:
     log N(y | 0, Q_ff + Lambda) - 1/2 sum_n (K_nn - Q_nn) / lambda_n.  A reference where
     cond(K_uu) puts float64 evaluations at the edge of their precision."""
     ld = np.longdouble
-
-    def gram(A, B):
-        d = ((A.astype(ld)[:, None, :] - B.astype(ld)[None, :, :]) / ld(lengthscale)) ** 2
-        return ld(variance) * np.exp(-d.sum(-1) / 2)
-
-    L = _cholesky_extended(gram(Z, Z))
-    V = _solve_lower_extended(L, gram(Z, X))                  # Q_ff = V^T V
+    L = _cholesky_extended(_se_gram_extended(Z, Z, lengthscale, variance))
+    V = _solve_lower_extended(L, _se_gram_extended(Z, X, lengthscale, variance))   # Q_ff = V^T V
     C = V.T @ V + np.diag(np.asarray(noise, dtype=ld))
     LC = _cholesky_extended(C)
     alpha = _solve_lower_extended(LC, np.asarray(y, dtype=ld)[:, None])[:, 0]
@@ -163,14 +164,9 @@ def vfe_predict_extended(X, Z, X_new, lengthscale, variance, noise, y):
     np.longdouble and the whitened basis a = L^-1 k_u (K_uu = L L^T, B = I + A Lambda^-1 A^T):
     mean = a_*^T B^-1 A Lambda^-1 y, var = k_** - |a_*|^2 + a_*^T B^-1 a_*."""
     ld = np.longdouble
-
-    def gram(P, Q):
-        d = ((P.astype(ld)[:, None, :] - Q.astype(ld)[None, :, :]) / ld(lengthscale)) ** 2
-        return ld(variance) * np.exp(-d.sum(-1) / 2)
-
-    L = _cholesky_extended(gram(Z, Z))
-    A = _solve_lower_extended(L, gram(Z, X))
-    A_new = _solve_lower_extended(L, gram(Z, X_new))
+    L = _cholesky_extended(_se_gram_extended(Z, Z, lengthscale, variance))
+    A = _solve_lower_extended(L, _se_gram_extended(Z, X, lengthscale, variance))
+    A_new = _solve_lower_extended(L, _se_gram_extended(Z, X_new, lengthscale, variance))
     w = 1 / np.asarray(noise, dtype=ld)
     LB = _cholesky_extended(np.eye(len(Z), dtype=ld) + (A * w) @ A.T)
     V = _solve_lower_extended(LB, A_new)                      # L_B^-1 a_*

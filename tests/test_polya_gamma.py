@@ -71,10 +71,7 @@ def test_synth_oracle_bound_c_and_predictions(oracle):
     np.testing.assert_allclose(plain.warm.bound_history[:10], res["bound_history_first10"], atol=1e-6)
     assert len(plain.warm.bound_history) == res["n_c_updates"]
     np.testing.assert_allclose(plain.warm.c, ev.warm.c, atol=1e-9)
-    # At the default tolerance (at 1e-10 the last Anderson proposals are decided by rounding).
-    passes = [polya_gamma.evaluate(SE, LOGIT, _values(), train[:, :2], train[:, 2], Z, need_grad=False,
-                                   spec=gd.inference.PolyaGamma(acceleration=a)).warm.sweeps for a in (True, False)]
-    assert passes[0] < passes[1], passes
+    assert ev.warm.sweeps < plain.warm.sweeps
     model = gd.Model(SE, LOGIT, gd.inducing.Fixed(Z), gd.inference.PolyaGamma())
     post = gd.Posterior(model=model, values=_values(), state=ev.state, log_evidence=ev.log_evidence)
     mean, var = post.predict_f(test[:, :2])
@@ -253,13 +250,9 @@ def test_fit_on_synth_raises_the_bound_and_records_c(oracle, tmp_path):
     assert ds["c"].dims == ("obs",) and ds["theta"].dims == ("obs",)
     np.testing.assert_allclose(ds["theta"].values, pg_theta(ds["c"].values), rtol=1e-14)
     assert ds.attrs["inference"] == "PolyaGamma" and ds.attrs["pg_converged"] == 1
-    # The fitted gradient vanishes (the optimum of max_c L*), per unit log-hyperparameter, to what
-    # this optimum resolves: it lies at lengthscale 5.7 with Z = 20 training inputs, where
-    # cond(K_uu) ~ 2e17 leaves ~1e-5 nats of rounding in the bound (against an 80-bit evaluation),
-    # so L-BFGS-B's relative-decrease stop is reached at a gradient ~1e-2, not below 1e-3.
+    # The fitted gradient vanishes (the optimum of max_c L*).
     ev = model.evaluate(post.values, train[:, :2], train[:, 2], Z, warm=post.sites)
-    log_space = [ev.grads[k] * (post.values[k] if k.startswith("kernel.") else 1.0) for k in ev.grads]
-    assert max(np.max(np.abs(g)) for g in log_space) < 2e-2
+    assert max(np.max(np.abs(g)) for g in ev.grads.values()) < 1e-3
     error = np.mean(np.where(post.predict(test[:, :2])["p"].values > 0.5, 1, -1) != test[:, 2])
     assert error < 0.11
     path = tmp_path / "pg.nc"

@@ -170,8 +170,13 @@ def test_predictions_at_an_ill_conditioned_kuu_match_an_extended_precision_refer
     ref_mean, ref_var = naive.vfe_predict_extended(X, Z, X_new, ls, var, noise, y)
     np.testing.assert_allclose(mean, ref_mean.astype(float), rtol=0, atol=1e-6)
     np.testing.assert_allclose(fvar, ref_var.astype(float), rtol=0, atol=1e-3)
-    # Saved and loaded, the posterior predicts with the same (whitened) arithmetic.
-    back = gd.from_xarray(post.to_xarray())
+    # Saved and loaded, the posterior predicts with the same (whitened) arithmetic; the whitened
+    # state has its own names, so a reader of the natural-basis names cannot misuse it.
+    ds = post.to_xarray()
+    assert {"predictive_chol", "predictive_whitened_weights", "predictive_whitened_correction"} <= set(ds)
+    assert "predictive_weights" not in ds and "predictive_correction" not in ds
+    back = gd.from_xarray(ds)
+    assert set(back.values) == set(post.values)
     np.testing.assert_array_equal(back.predict_f(X_new)[1], fvar)
 
 
@@ -188,3 +193,4 @@ def test_whiten_is_the_left_triangular_solve(m, n):
     assert A.shape == (m, n) and A.flags.c_contiguous
     np.testing.assert_allclose(A, np.linalg.solve(L, K), rtol=1e-12, atol=1e-13)
     np.testing.assert_array_equal(K, K_before)           # the input is not overwritten
+    np.testing.assert_allclose(whiten(L, K[:, 0]), A[:, 0], rtol=1e-14, atol=1e-15)   # a 1-D K

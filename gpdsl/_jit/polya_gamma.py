@@ -1,9 +1,9 @@
-"""Jitted elementwise kernels of the Pólya-Gamma bound (thesis eq. 2.19, 4.7, 4.11, C.1).
+"""Jitted per-row kernels of the Pólya-Gamma bound (thesis eq. 2.19, 4.7, 4.11, C.1).
 
 The O(N M^2) products of a coordinate-ascent pass are BLAS-3 calls made by the Python layer
-(:mod:`gpdsl.methods.polya_gamma`); what is left here is the per-row work that would otherwise
-need several NumPy temporaries: the PG moments and KL terms of the local parameters c, and the
-closed-form c update from the marginals of q*(f).
+(:mod:`gpdsl.methods.polya_gamma`); what is left here is the O(N) and O(N M) work that would
+otherwise need several NumPy temporaries: the PG moments and KL terms of the local parameters c,
+and the marginals of q*(f) (column reductions of L_B^-1 A) with the closed-form c update.
 """
 import numpy as np
 from numba import njit

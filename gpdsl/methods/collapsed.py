@@ -26,11 +26,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..chunks import add_partial, default_chunk_size, map_reduce
-from ..linalg import JITTER_LADDER, cholesky, jitter_adjoint, solve_lower, solve_upper_t, whiten
+from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t, whiten
 from .common import Evaluation, PredictiveState
 
 _LOG_2PI = np.log(2.0 * np.pi)
-_CACHE_BYTES = 2 ** 28      # 256 MB of cached K_uf
+_CACHE_BYTES = 2 ** 28      # 256 MB of cached A = L^-1 K_uf (and K_uf when both fit)
 
 
 def evaluate(kernel, likelihood, values, X, y, Z, *, fitc, jitter=None, chunk_size=None,
@@ -39,8 +39,10 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, fitc, jitter=None, chunk_si
 
     X (N, D), y (N,), Z (M, D).  Gradients are with respect to the natural hyperparameter
     values (keys as in ``values``) and Z (``"inducing.Z"``).  With ``jitter=None`` the
-    ladder moves to the next rung when K_uu, B or (FITC) the diagonal lambda fails: K_uu can
-    factorise while still too ill-conditioned for B = I + L^-1 P L^-T.
+    ladder moves to the next rung when K_uu fails to factorise or factorises while too
+    ill-conditioned for L^-1 K_uf to mean anything (Q_nn > K_nn: row by row for FITC, whose
+    lambda needs it, in the Lambda^-1-weighted trace for VFE), or when FITC's lambda is not
+    positive.
     """
     rungs = JITTER_LADDER if jitter is None else (float(jitter),)
     for attempt, rung in enumerate(rungs):
@@ -102,7 +104,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
 
     B_minus_I = 0.5 * (P + P.T)           # L^-1 K_uf Lambda^-1 K_fu L^-T
     B = np.eye(m) + B_minus_I
-    LB, _ = cholesky(B, 0.0, what="B = I + L^-1 P L^-T")
+    LB, _ = cholesky(B, 0.0, what="B = I + A Lambda^-1 A^T")
     c = solve_lower(LB, r)
     log_det_B = 2.0 * np.sum(np.log(np.diag(LB)))
     F = -0.5 * n * _LOG_2PI - 0.5 * log_det_B - 0.5 * sum_log_lam - 0.5 * sum_wyy + 0.5 * c @ c
@@ -116,8 +118,8 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
 
     # Whitened forms: alpha = B^-1 L^-1 K_uf Lambda^-1 y = L^T Sigma^-1 K_uf Lambda^-1 y and
     # I - B^-1 = L^T (K_uu^-1 - Sigma^-1) L, with Sigma = K_uu + K_uf Lambda^-1 K_fu.
-    Li = solve_lower(L, np.eye(m))
-    LBi = solve_lower(LB, np.eye(m))
+    Li = inverse_lower(L)
+    LBi = inverse_lower(LB)
     B_inv = LBi.T @ LBi
     alpha = solve_upper_t(LB, c)
 
@@ -155,7 +157,7 @@ def _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, ji
     """
     m = Li.shape[0]
     C_white = np.eye(m) - B_inv                  # L^T (K_uu^-1 - Sigma^-1) L
-    Li_T_C_white = Li.T @ C_white                # K_uu^-1 - Sigma^-1 = Li_T_C_white Li
+    Li_T_C_white = None if fitc else Li.T @ C_white      # K_uu^-1 - Sigma^-1 = Li_T_C_white Li
 
     def pass_fn(slc):
         Kuf, A, kff, residual, lam = rows(slc)
