@@ -102,7 +102,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
 
     (P, r, sum_log_lam, sum_wyy, sum_wkff, sum_wres), _ = map_reduce(statistics_pass, n, chunk)
 
-    B_minus_I = 0.5 * (P + P.T)           # L^-1 K_uf Lambda^-1 K_fu L^-T
+    B_minus_I = 0.5 * (P + P.T)           # A Lambda^-1 A^T = L^-1 K_uf Lambda^-1 K_fu L^-T
     B = np.eye(m) + B_minus_I
     LB, _ = cholesky(B, 0.0, what="B = I + A Lambda^-1 A^T")
     c = solve_lower(LB, r)
