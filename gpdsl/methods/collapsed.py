@@ -33,6 +33,23 @@ _LOG_2PI = np.log(2.0 * np.pi)
 _CACHE_BYTES = 2 ** 28      # 256 MB of cached A = L^-1 K_uf (and K_uf when both fit)
 
 
+def whitened_rows(kernel, values, X, Z, L, slc):
+    """K_uf (M, n), A = L^-1 K_uf (M, n), K_nn (n,) and K_nn - Q_nn = K_nn - |a_n|^2 (n,) for the
+    rows ``slc`` of X, with K_uu = L L^T.  Shared by this engine and the Pólya-Gamma c loop."""
+    Kuf = kernel.gram(values, "kernel", Z, X[slc])
+    A = whiten(L, Kuf)
+    kff = kernel.diag(values, "kernel", X[slc])
+    return Kuf, A, kff, kff - np.einsum("ij,ij->j", A, A)
+
+
+def check_rows_nystrom(residual, kff):
+    """Q_nn <= K_nn row by row (to 1e-8 relative); otherwise K_uu factorised but is too
+    ill-conditioned for L^-1 K_uf to mean anything: FloatingPointError, so that the jitter ladder
+    moves to its next rung."""
+    if np.any(residual < -1e-8 * kff):
+        raise FloatingPointError("K_uu too ill-conditioned: Q_nn > K_nn")
+
+
 def evaluate(kernel, likelihood, values, X, y, Z, *, fitc, jitter=None, chunk_size=None,
              need_grad=True, need_state=False):
     """Objective (VFE bound or FITC log evidence), its gradients and, if asked, the posterior.
@@ -62,8 +79,9 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
     if np.any(noise <= 0) or not np.all(np.isfinite(noise)):
         raise FloatingPointError("noise variances must be positive and finite")
 
-    # A = L^-1 K_uf chunks (and K_uf too, when both fit the budget) are kept between the value
-    # and gradient passes: the triangular solve costs about twice the kernel's exp.
+    # A = L^-1 K_uf and K_nn - Q_nn chunks (and K_uf too, when both fit the budget) are kept
+    # between the value and gradient passes: the triangular solve costs about twice the kernel's
+    # exp.
     cache = {} if need_grad and n * m * 8 <= _CACHE_BYTES else None
     keep_kuf = 2 * n * m * 8 <= _CACHE_BYTES
 
@@ -75,17 +93,16 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
         P = K_uf W K_fu has entries ~1e15 that L^-1 P L^-T then cancels, which left ~0.1 nats of
         rounding noise in the bound and ~1 in its gradient; A W A^T loses nothing of that size.
         """
-        Kuf, A = cache.get(slc.start, (None, None)) if cache is not None else (None, None)
+        hit = cache.get(slc.start) if cache is not None else None
+        if hit is None:
+            hit = whitened_rows(kernel, values, X, Z, L, slc)
+            if fitc:
+                check_rows_nystrom(hit[3], hit[2])     # VFE checks the weighted trace below
+            if cache is not None:
+                cache[slc.start] = hit if keep_kuf else (None,) + hit[1:]
+        Kuf, A, kff, residual = hit
         if Kuf is None:
             Kuf = kernel.gram(values, "kernel", Z, X[slc])
-        if A is None:
-            A = whiten(L, Kuf)
-            if cache is not None:
-                cache[slc.start] = (Kuf if keep_kuf else None, A)
-        kff = kernel.diag(values, "kernel", X[slc])
-        residual = kff - np.einsum("ij,ij->j", A, A)
-        if fitc and np.any(residual < -1e-8 * kff):
-            raise FloatingPointError("K_uu too ill-conditioned: Q_nn > K_nn")   # as for VFE below
         lam = residual + noise[slc] if fitc else noise[slc]
         return Kuf, A, kff, residual, lam
 

@@ -31,7 +31,7 @@ import numpy as np
 from .._jit.polya_gamma import pg_marginals_update, pg_theta, pg_theta_kl
 from ..chunks import default_chunk_size, map_reduce
 from ..likelihoods import HeteroscedasticGaussian
-from ..linalg import JITTER_LADDER, cholesky, inverse_lower, solve_lower, whiten
+from ..linalg import JITTER_LADDER, cholesky, inverse_lower, solve_lower
 from . import collapsed
 from .common import Evaluation
 
@@ -100,12 +100,8 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
         hit = cache.get(slc.start) if cache is not None else None
         if hit is not None:
             return hit
-        A = whiten(L, kernel.gram(values, "kernel", Z, X[slc]))
-        kff = kernel.diag(values, "kernel", X[slc])
-        residual = kff - np.einsum("ij,ij->j", A, A)
-        if np.any(residual < -1e-8 * kff):
-            # K_uu factorised but is too ill-conditioned for Q_nn <= K_nn: next jitter rung.
-            raise FloatingPointError("K_uu too ill-conditioned: Q_nn > K_nn")
+        _, A, kff, residual = collapsed.whitened_rows(kernel, values, X, Z, L, slc)
+        collapsed.check_rows_nystrom(residual, kff)
         if cache is not None:
             cache[slc.start] = (A, residual)
         return A, residual
