@@ -12,6 +12,7 @@ import numpy as np
 from scipy import special
 
 from ._jit.projections import POISSON_SQUARE, PROBIT
+from ._jit.special import logit_normal_logp_many
 from .parameters import check_hyperparameter, declared_value, entry
 
 
@@ -166,14 +167,28 @@ class Bernoulli:
         return float(values[f"{prefix}.bias"])
 
     def predictive(self, values, prefix, f_mean, f_var):
-        """p(y* = +1) = E[p(+1 | f*)] under N(f_mean, f_var): closed form for the probit
-        (Naish-Guzman & Holden 3.1), 100-point Gauss-Hermite quadrature for the logit
-        (error below 1e-12 for latent sd up to ~2)."""
+        """p(y* = +1) = E[p(+1 | f*)] under N(f_mean, f_var), arrays (n,) -> {"p": (n,)}; see
+        :meth:`log_predictive` for how it is computed."""
+        return {"p": np.exp(self.log_predictive(values, prefix, f_mean, f_var, np.ones_like(f_mean)))}
+
+    def log_predictive(self, values, prefix, f_mean, f_var, y):
+        """log p(y* | x*) = log E[p(y* | f*)] under N(f_mean, f_var) for labels y in {-1, +1},
+        arrays (n,), computed in log space (finite for confident predictions either way).
+
+        Probit: log Phi(y (f_mean + bias) / sqrt(1 + f_var)) (Naish-Guzman & Holden 3.1).  Logit:
+        log E[sigma(y (f* + bias))], Passerello eq. (C.2) with 100-point Gauss-Hermite quadrature
+        up to latent sd 1 and, beyond, a composite Gauss-Legendre rule that resolves sigma's
+        transition (:func:`gpdsl._jit.special.logit_normal_logp`; relative error < 1e-15 against
+        50-digit quadrature for any mean and sd, where 100-point Gauss-Hermite alone is 1e-2 off at
+        sd 20)."""
+        shifted = y * (f_mean + self.bias_value(values, prefix))
         if self.link == "probit":
-            return {"p": special.ndtr((f_mean + self.bias_value(values, prefix)) / np.sqrt(1.0 + f_var))}
+            return special.log_ndtr(shifted / np.sqrt(1.0 + f_var))
         nodes, weights = np.polynomial.hermite_e.hermegauss(100)
-        f = (f_mean + self.bias_value(values, prefix))[:, None] + np.sqrt(f_var)[:, None] * nodes[None, :]
-        return {"p": special.expit(f) @ weights / np.sqrt(2.0 * np.pi)}
+        log_weights = np.log(weights / np.sqrt(2.0 * np.pi))
+        return logit_normal_logp_many(np.ascontiguousarray(shifted, dtype=float),
+                                      np.sqrt(np.maximum(np.asarray(f_var, dtype=float), 0.0)),
+                                      nodes, log_weights)
 
     def log_density(self, values, prefix, y, f):
         """log p(y | f) for labels y in {-1, +1}, elementwise."""

@@ -131,8 +131,7 @@ class Posterior:
             total = var + noise
             return -0.5 * (np.log(2.0 * np.pi * total) + (y_new - mean) ** 2 / total)
         if isinstance(likelihood, Bernoulli):
-            p = likelihood.predictive(self.values, "likelihood", mean, var)["p"]
-            return np.log(np.where(y_new > 0, p, 1.0 - p))
+            return likelihood.log_predictive(self.values, "likelihood", mean, var, y_new)
         return likelihood.log_predictive(mean, var, y_new)
 
     def to_inference_data(self, X_new, y_new, draws=1000, seed=0, chains=4):

@@ -119,3 +119,30 @@ jitter = 1e-6
         gd.Model.from_dict({"kernel": {"type": "RBF"}, "likelihood": {"type": "Gaussian"}})
     with pytest.raises(FileNotFoundError, match="model file not found"):
         gd.Model.from_toml(tmp_path / "missing.toml")
+
+
+def test_logit_log_predictive_finite_for_confident_predictions():
+    """Separable data, test points far out: p(y* = -1) is about e^-36 and e^-51.  Before log-space
+    evaluation, p rounded above 1 and log(1 - p) was NaN."""
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.uniform(-60, -1, 60), rng.uniform(1, 60, 60)][:, None]
+    y = np.r_[-np.ones(60), np.ones(60)]
+    post = gd.Model(gd.kernels.SquaredExponential(10.0, 100.0), gd.likelihoods.Bernoulli(link="logit"),
+                    gd.inducing.GreedyVariance(m=20), gd.inference.PolyaGamma()).fit(X, y)
+    Xs = np.array([[40.0], [60.0]])
+    p = post.predict(Xs)["p"].values
+    assert np.all((p >= 0.0) & (p <= 1.0))
+    wrong = post.log_predictive(Xs, [0, 0])
+    right = post.log_predictive(Xs, [1, 1])
+    assert np.all(np.isfinite(wrong)) and np.all(wrong < -30.0), wrong
+    np.testing.assert_allclose(np.exp(wrong) + np.exp(right), 1.0, atol=1e-15)
+    # against the integral itself: log E[sigma(-(f + bias))] with f ~ N(mean, var), scaled at its peak
+    mean, var = post.predict_f(Xs)
+    mean = mean + float(post.values["likelihood.bias"])
+    for i in range(2):
+        sd = np.sqrt(var[i])
+        grid = np.linspace(mean[i] - 40 * sd, mean[i] + 40 * sd, 400001)
+        log_integrand = -np.logaddexp(0.0, grid) - 0.5 * ((grid - mean[i]) / sd) ** 2 - np.log(sd * np.sqrt(2 * np.pi))
+        top = log_integrand.max()
+        ref = top + np.log(np.trapezoid(np.exp(log_integrand - top), grid))
+        assert wrong[i] == pytest.approx(ref, rel=1e-8)

@@ -108,8 +108,8 @@ print(f"collapsed bound {pgpr.log_evidence:.3f}; test accuracy {scores['PGPR, k-
 
 # %% [markdown]
 # `predict` returns the latent mean and variance and `p` = p(y* = +1 | x*) =
-# E[sigmoid(f* + b)], computed by Gauss-Hermite quadrature. `log_predictive` gives the
-# pointwise log p(y* | x*) of given labels.
+# E[sigmoid(f* + b)], computed by Gauss-Hermite quadrature (a composite rule where the latent
+# sd exceeds 1). `log_predictive` gives the pointwise log p(y* | x*) of given labels.
 
 # %%
 pred = pgpr.predict(X_test[:5])
