@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._jit import greedy as _greedy
+from .checks import check_bool, check_nonnegative_int, check_positive_int, is_number
 from .chunks import row_slices
 
 # Added to diag(K_ff) and at each pivot, as in the thesis code (its ``greedy_variance``).
@@ -29,8 +30,7 @@ _JITTER = 1e-12
 
 
 def _check_m(owner, m):
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
-        raise ValueError(f"{owner}: m must be a positive integer, got {m!r}")
+    check_positive_int(owner, "m", m)
 
 
 def _check_m_le_n(owner, m, n):
@@ -38,26 +38,15 @@ def _check_m_le_n(owner, m, n):
         raise ValueError(f"{owner}: m = {m} inducing points is larger than the N = {n} training points")
 
 
-def _check_bool(owner, name, value):
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{owner}: {name} must be True or False, got {value!r}")
-
-
-def _check_positive_int(owner, name, value):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
-
-
 def _check_positive_float(owner, name, value):
-    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating))
-            or not math.isfinite(value) or value <= 0):
+    if not is_number(value) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{owner}: {name} must be a positive finite number, got {value!r}")
 
 
 def _check_reinit(owner, spec):
-    _check_bool(owner, "reinit", spec.reinit)
+    check_bool(owner, "reinit", spec.reinit)
     _check_positive_float(owner, "reinit_tol", spec.reinit_tol)
-    _check_positive_int(owner, "max_reinit", spec.max_reinit)
+    check_positive_int(owner, "max_reinit", spec.max_reinit)
 
 
 class NoCandidateError(ValueError):
@@ -147,6 +136,7 @@ class Subsample(InducingSpec):
 
     def __post_init__(self):
         _check_m("Subsample", self.m)
+        check_nonnegative_int("Subsample", "seed", self.seed)
 
     def initial_Z(self, X, y, context=None):
         _check_m_le_n("Subsample", self.m, X.shape[0])
@@ -169,8 +159,8 @@ class KMeans(InducingSpec):
 
     def __post_init__(self):
         _check_m("KMeans", self.m)
-        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
-            raise ValueError(f"KMeans: max_iter must be a positive integer, got {self.max_iter!r}")
+        check_nonnegative_int("KMeans", "seed", self.seed)
+        check_positive_int("KMeans", "max_iter", self.max_iter)
 
     def initial_Z(self, X, y, context=None):
         n = X.shape[0]
@@ -318,13 +308,13 @@ class GreedyVariance(InducingSpec):
             _check_m(owner, self.m)
         if self.tol is not None:
             _check_positive_float(owner, "tol", self.tol)
-        _check_positive_int(owner, "max_m", self.max_m)
+        check_positive_int(owner, "max_m", self.max_m)
         if self.m is not None and self.m > self.max_m:
             raise ValueError(f"{owner}: m = {self.m!r} is larger than max_m = {self.max_m!r}")
-        _check_bool(owner, "weighted", self.weighted)
+        check_bool(owner, "weighted", self.weighted)
         _check_reinit(owner, self)
         if self.first_round_max_m is not None:
-            _check_positive_int(owner, "first_round_max_m", self.first_round_max_m)
+            check_positive_int(owner, "first_round_max_m", self.first_round_max_m)
 
     def initial_Z(self, X, y, context=None):
         return self.select(X, y, context).Z
@@ -404,9 +394,8 @@ class GreedyBound(InducingSpec):
     def __post_init__(self):
         owner = "GreedyBound"
         _check_m(owner, self.m)
-        _check_positive_int(owner, "working_set", self.working_set)
-        if isinstance(self.seed, (bool, np.bool_)) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ValueError(f"{owner}: seed must be a non-negative integer, got {self.seed!r}")
+        check_positive_int(owner, "working_set", self.working_set)
+        check_nonnegative_int(owner, "seed", self.seed)
         _check_reinit(owner, self)
 
     def initial_Z(self, X, y, context=None):
@@ -444,7 +433,11 @@ class GreedyBound(InducingSpec):
             LB[count, :count] = G[t]
             LB[count, count] = gammas[t]
             c[count] = c_new[t]
-            _, _, trace = _greedy.pivoted_cholesky_step(C, count, j, K_J[t], d, w, floor, _JITTER)
+            # The residual update takes the pick's column as GreedyVariance does (exact at x_j and at
+            # its duplicates, see _kernel_column): the block K(X, X[J]) carries ~1e-13 of rounding
+            # there, which left a duplicate's residual above the floor and let it be picked.
+            _, _, trace = _greedy.pivoted_cholesky_step(C, count, j, _kernel_column(context, X, j), d, w, floor,
+                                                        _JITTER)
             log_det_B += 2.0 * np.log(gammas[t])
             cc += c_new[t] ** 2
             bounds.append(-0.5 * log_det_B + 0.5 * cc - 0.5 * trace)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .checks import is_integer, is_number
 from .linalg import check_jitter
 
 
 def _check_chunk(owner, chunk_size):
-    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+    if chunk_size is not None and (not is_integer(chunk_size) or chunk_size < 1):
         raise ValueError(f"{owner}: chunk_size must be None or a positive integer, got {chunk_size!r}")
 
 
@@ -89,11 +90,11 @@ class _SiteInference:
 
     def __post_init__(self):
         name = type(self).__name__
-        if not (isinstance(self.damping, (int, float)) and 0.0 <= self.damping < 1.0):
+        if not (is_number(self.damping) and 0.0 <= self.damping < 1.0):
             raise ValueError(f"{name}: damping must be in [0, 1), got {self.damping!r}")
-        if isinstance(self.max_sweeps, bool) or not isinstance(self.max_sweeps, int) or self.max_sweeps < 1:
+        if not is_integer(self.max_sweeps) or self.max_sweeps < 1:
             raise ValueError(f"{name}: max_sweeps must be a positive integer, got {self.max_sweeps!r}")
-        if not (isinstance(self.tol, (int, float)) and self.tol > 0):
+        if not (is_number(self.tol) and 0 < self.tol < float("inf")):
             raise ValueError(f"{name}: tol must be a positive number, got {self.tol!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"{name}: schedule must be one of {SCHEDULES}, got {self.schedule!r}")
@@ -141,9 +142,9 @@ class QP(_SiteInference):
             raise TypeError(f"QP: lookup must be True or False, got {self.lookup!r}")
         if self.hyperparameters not in QP_HYPERPARAMETERS:
             raise ValueError(f"QP: hyperparameters must be one of {QP_HYPERPARAMETERS}, got {self.hyperparameters!r}")
-        if isinstance(self.max_outer, bool) or not isinstance(self.max_outer, int) or self.max_outer < 1:
+        if not is_integer(self.max_outer) or self.max_outer < 1:
             raise ValueError(f"QP: max_outer must be a positive integer, got {self.max_outer!r}")
-        if not (isinstance(self.outer_tol, (int, float)) and self.outer_tol > 0):
+        if not (is_number(self.outer_tol) and 0 < self.outer_tol < float("inf")):
             raise ValueError(f"QP: outer_tol must be a positive number, got {self.outer_tol!r}")
 
 
@@ -153,8 +154,10 @@ class PolyaGamma:
 
     q(u) is optimal in closed form (eq. 4.5), the bound is eq. 4.7 in the stable form C.1, and
     the local parameters c are updated in closed form (eq. 4.11) until the largest change of a
-    c_n is below ``tol`` (at most ``max_iter`` passes over the data per evaluation; not
-    converging warns ``gd.ConvergenceWarning`` and flags the result).  ``acceleration=True``
+    c_n is below ``tol`` (the loop stops once ``max_iter`` passes over the data have been made
+    in one evaluation, counting the first pass at the starting c and the pass that tests each
+    update, so at least 2 and, with acceleration, at most ``max_iter`` + 2; not converging warns
+    ``gd.ConvergenceWarning`` and flags the result).  ``acceleration=True``
     adds safeguarded Anderson acceleration to the updates (the bound still never decreases);
     ``False`` runs the thesis' plain updates.  The kernel hyperparameters, the bias and
     optimised inducing inputs follow L-BFGS-B on the gradient at fixed c.  ``jitter`` and
@@ -172,9 +175,9 @@ class PolyaGamma:
         return {"spec": self}
 
     def __post_init__(self):
-        if isinstance(self.tol, bool) or not (isinstance(self.tol, (int, float)) and 0 < self.tol < float("inf")):
+        if not (is_number(self.tol) and 0 < self.tol < float("inf")):
             raise ValueError(f"PolyaGamma: tol must be a positive number, got {self.tol!r}")
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, int) or self.max_iter < 1:
+        if not is_integer(self.max_iter) or self.max_iter < 1:
             raise ValueError(f"PolyaGamma: max_iter must be a positive integer, got {self.max_iter!r}")
         if not isinstance(self.acceleration, bool):
             raise TypeError(f"PolyaGamma: acceleration must be True or False, got {self.acceleration!r}")

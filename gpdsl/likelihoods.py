@@ -156,7 +156,9 @@ class Bernoulli:
         return [entry(f"{prefix}.bias", self.bias, positive=False, fixed_names=fixed_names)]
 
     def prepare_targets(self, y):
-        """Labels as float +-1; raises unless y holds exactly two classes coded 0/1, -1/+1 or bool."""
+        """Labels as float +-1; raises unless y is coded 0/1, -1/+1 or bool.  Labels of one class
+        only are accepted (as GPML and GPflow do): the fit then drives p towards that class, and a
+        classifier fit no better than the constant model warns (``Model.fit``)."""
         values = set(np.unique(y).tolist())
         if not values <= {-1.0, 1.0} and not values <= {0.0, 1.0}:
             raise ValueError(f"Bernoulli: y must be binary, coded {{0, 1}}, {{-1, +1}} or bool; "

@@ -16,6 +16,7 @@ from scipy import optimize as sp_optimize
 
 from . import inference as inf
 from . import likelihoods as lik
+from .checks import check_bool, check_nonnegative_int, check_positive_int
 from .inducing import InducingSpec
 from .kernels import Kernel
 from .methods import collapsed, exact, expectation_propagation, polya_gamma
@@ -58,6 +59,8 @@ def supported_pairs():
 
 def validate_inputs(X, name="X", n_features=None):
     """X as a finite float64 C-contiguous (N, D) array, or a ValueError/TypeError naming ``name``."""
+    if np.iscomplexobj(X):
+        raise TypeError(f"{name} must be real, got a complex array")
     try:
         X = np.asarray(X, dtype=float)
     except (TypeError, ValueError) as err:
@@ -66,11 +69,31 @@ def validate_inputs(X, name="X", n_features=None):
         raise ValueError(f"{name} must be 2-D (n_points, n_features), got {X.ndim}-D with shape {X.shape}")
     if X.shape[0] == 0:
         raise ValueError(f"{name} must contain at least one row")
+    if X.shape[1] == 0:
+        raise ValueError(f"{name} must have at least one feature (column), got shape {X.shape}")
     if not np.all(np.isfinite(X)):
         raise ValueError(f"{name} must be finite (contains NaN or inf)")
     if n_features is not None and X.shape[1] != n_features:
         raise ValueError(f"{name} has {X.shape[1]} features but the model was fitted on {n_features}")
     return np.ascontiguousarray(X)
+
+
+def _check_fit_arguments(optimize, fixed, restarts, seed, max_iter):
+    """Model.fit's keyword arguments, or a ValueError/TypeError naming the argument; returns
+    ``fixed`` as a tuple of names."""
+    check_bool("fit", "optimize", optimize, error=TypeError)
+    if isinstance(fixed, str):
+        fixed = (fixed,)
+    try:
+        fixed = tuple(fixed)
+    except TypeError as err:
+        raise TypeError(f"fit: fixed must be a parameter name or a sequence of names, got {fixed!r}") from err
+    if not all(isinstance(name, str) for name in fixed):
+        raise TypeError(f"fit: fixed must hold parameter names (strings), got {fixed!r}")
+    check_nonnegative_int("fit", "restarts", restarts)
+    check_nonnegative_int("fit", "seed", seed)
+    check_positive_int("fit", "max_iter", max_iter)
+    return fixed
 
 
 def validate_targets(y, n, name="y"):
@@ -197,11 +220,7 @@ class Model:
 
         X = validate_inputs(X)
         y = self.likelihood.prepare_targets(validate_targets(y, X.shape[0]))
-        if isinstance(fixed, str):
-            fixed = (fixed,)
-        fixed = tuple(fixed)
-        if not isinstance(restarts, (int, np.integer)) or restarts < 0:
-            raise ValueError(f"fit: restarts must be a non-negative integer, got {restarts!r}")
+        fixed = _check_fit_arguments(optimize, fixed, restarts, seed, max_iter)
         # Declared kernel and likelihood values (Z is not chosen yet, so it cannot be named).
         declared = self.parameter_table(X, None, tuple(f for f in fixed if f != "inducing.Z")).values()
         selection = None

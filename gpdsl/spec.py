@@ -5,7 +5,9 @@ number or list, ``{"fixed": value}``, or ``{"prior": "Gamma", "shape": a, "rate"
 ``{"prior": "LogNormal", "mu": m, "sigma": s}``.  A TOML model file holds the four tables
 ``[kernel] [likelihood] [inducing] [inference]`` plus ``[data]`` (``path``, ``target``,
 optional ``features``), and optionally ``[fit]`` (keyword arguments of ``Model.fit``) and
-``[output]`` (``posterior``, ``plot``).
+``[output]`` (``posterior``, ``plot``).  TOML has no null: a field left at a ``None`` default is
+omitted, and a field set to ``None`` against another default (``GreedyVariance(first_round_max_m=None)``)
+is written as the string ``"none"``.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from . import priors
 from .parameters import Fixed
 
 _COMPOSITES = {"Sum": ker.Sum, "Product": ker.Product}
+_NONE = "none"
 _PRIORS = {"Gamma": priors.Gamma, "LogNormal": priors.LogNormal}
 _PARTS = {
     "kernel": {**ker.KERNELS, **_COMPOSITES},
@@ -73,6 +76,8 @@ def component_to_dict(obj):
         value = getattr(obj, f.name)
         if value is not None:
             out[f.name] = _encode(value)
+        elif f.default is not None:
+            out[f.name] = _NONE
     return out
 
 
@@ -89,8 +94,10 @@ def component_from_dict(part, spec):
     if kind == "Optimized":
         init = fields.get("init")
         return ind.Optimized(component_from_dict("inducing", init) if isinstance(init, dict) else init)
+    defaults = {f.name: f.default for f in dataclasses.fields(registry[kind])}
     try:
-        return registry[kind](**{k: _decode(v) for k, v in fields.items()})
+        return registry[kind](**{k: None if v == _NONE and defaults.get(k) is not None else _decode(v)
+                                 for k, v in fields.items()})
     except TypeError as err:
         raise ValueError(f"{part}: bad fields for {kind}: {err}") from err
 

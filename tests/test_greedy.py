@@ -131,6 +131,21 @@ def test_selection_stops_when_only_duplicates_are_left_and_at_max_m():
     assert sel.stopped == "exhausted" and sorted(sel.indices) == list(range(6))
 
 
+def test_greedy_bound_never_picks_duplicates_of_spread_out_inputs():
+    """Every row twice, in 10-D with spread 3 around an offset: the columns' rounding where the
+    kernel centres the inputs at their mean (~1e-13 at k(x_j, x_j)) once left a duplicate's
+    residual above the floor, and GreedyBound picked duplicates in 51 of these 72 problems."""
+    kernel = gd.kernels.SquaredExponential(1.0, 1.0)
+    for trial in range(72):
+        rng = np.random.default_rng(trial)
+        X0 = rng.normal(size=(20, 10)) * 3 + rng.normal(size=10) * 5
+        values = {"kernel.lengthscale": np.array(0.5 + trial % 3), "kernel.variance": np.array(1.0)}
+        ctx = SelectionContext(kernel, values, weights=np.full(40, 0.25), targets=0.5 * np.sign(rng.normal(size=40)))
+        sel = GreedyBound(m=25).select(np.r_[X0, X0], None, ctx)
+        assert len({tuple(z) for z in sel.Z}) == len(sel.indices), trial
+        assert sel.stopped == ("exhausted" if len(sel.indices) < 25 else "m")
+
+
 # ---------------------------------------------------------------------------------- GreedyBound
 
 def _bound_problem(seed, n=40):
@@ -242,11 +257,14 @@ def test_other_specs_select_through_initial_z_and_optimized_passes_the_context()
 def test_greedy_specs_round_trip_through_dicts_and_toml():
     for obj in (GreedyVariance(m=20), GreedyVariance(tol=1e-3, max_m=40, weighted=True, reinit=True, reinit_tol=1e-4,
                                                     max_reinit=3),
-                GreedyBound(7, working_set=50, seed=2, reinit=True), gd.inducing.Optimized(GreedyVariance(m=3))):
+                GreedyBound(7, working_set=50, seed=2, reinit=True), gd.inducing.Optimized(GreedyVariance(m=3)),
+                GreedyVariance(tol=1e-3, reinit=True, first_round_max_m=None)):   # None against default 20
         assert spec.component_from_dict("inducing", spec.component_to_dict(obj)) == obj
     text = '[inducing]\ntype = "GreedyVariance"\ntol = 1\nweighted = true\nmax_m = 30\n'
     assert spec.component_from_dict("inducing", tomllib.loads(text)["inducing"]) == \
         GreedyVariance(tol=1, weighted=True, max_m=30)
+    text = '[inducing]\ntype = "GreedyVariance"\ntol = 1\nreinit = true\nfirst_round_max_m = "none"\n'
+    assert spec.component_from_dict("inducing", tomllib.loads(text)["inducing"]).first_round_max_m is None
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -21,10 +21,30 @@ def _model(inducing=None, inference=None):
     (X, y[:-1], r"len\(y\) = 19 does not match len\(X\) = 20"),
     (X, np.c_[y, y], "y must be 1-D"),
     ("abc", y, "X must be a numeric array"),
+    (np.empty((20, 0)), y, r"X must have at least one feature \(column\), got shape \(20, 0\)"),
+    (X + 1j, y, "X must be real, got a complex array"),
 ])
 def test_bad_data(Xbad, ybad, match):
     with pytest.raises((ValueError, TypeError), match=match):
         _model().fit(Xbad, ybad)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"optimize": "no"}, "fit: optimize must be True or False, got 'no'"),
+    ({"fixed": 5}, "fit: fixed must be a parameter name or a sequence of names, got 5"),
+    ({"fixed": ("kernel.variance", 3)}, "fit: fixed must hold parameter names"),
+    ({"restarts": True}, "fit: restarts must be a non-negative integer, got True"),
+    ({"restarts": -1}, "fit: restarts must be a non-negative integer, got -1"),
+    ({"seed": -1}, "fit: seed must be a non-negative integer, got -1"),
+    ({"seed": "a"}, "fit: seed must be a non-negative integer, got 'a'"),
+    ({"max_iter": 0}, "fit: max_iter must be a positive integer, got 0"),
+    ({"max_iter": 2.5}, "fit: max_iter must be a positive integer, got 2.5"),
+    ({"max_iter": "x"}, "fit: max_iter must be a positive integer, got 'x'"),
+])
+def test_bad_fit_arguments(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        _model().fit(X, y, **kwargs)
+    _model().fit(X, y, max_iter=np.int64(3), seed=np.int64(2), optimize=np.bool_(True))   # numpy scalars pass
 
 
 def test_bad_inducing():
@@ -103,3 +123,19 @@ def test_ladder_retries_when_B_fails_after_K_uu_factorises():
                      inducing=gd.inducing.KMeans(20, seed=0), inference=gd.inference.VFE())
     post = model.fit(X, y)
     assert np.isfinite(post.log_evidence) and post.converged
+
+
+def test_component_arguments_checked_on_construction():
+    for make, match in ((lambda: gd.inducing.KMeans(5, seed=-1), "KMeans: seed must be a non-negative integer, got -1"),
+                        (lambda: gd.inducing.KMeans(5, seed=1.5), "KMeans: seed must be a non-negative integer"),
+                        (lambda: gd.inducing.KMeans(5, max_iter=True), "KMeans: max_iter must be a positive integer"),
+                        (lambda: gd.inducing.Subsample(5, seed="a"), "Subsample: seed must be a non-negative integer"),
+                        (lambda: gd.inference.PolyaGamma(chunk_size=True), "PolyaGamma: chunk_size must be None or"),
+                        (lambda: gd.inference.PolyaGamma(tol=True), "PolyaGamma: tol must be a positive number"),
+                        (lambda: gd.inference.EP(max_sweeps=np.bool_(True)), "EP: max_sweeps must be a positive")):
+        with pytest.raises(ValueError, match=match):
+            make()
+    # NumPy scalars are numbers like Python's
+    assert gd.inference.PolyaGamma(tol=np.float32(1e-3), max_iter=np.int64(10)).max_iter == 10
+    assert gd.inference.EP(tol=np.float64(1e-5), max_sweeps=np.int32(5)).max_sweeps == 5
+    assert gd.inducing.KMeans(np.int64(5), seed=np.int64(2)).seed == 2
