@@ -289,9 +289,12 @@ class Model:
         constant = float(np.sum(self.likelihood.log_density(values, "likelihood", y, np.zeros_like(y))))
         if log_evidence - constant >= CONSTANT_MODEL_TOL:
             return False
+        variance = float(np.max(values.get("kernel.variance", np.nan)))
+        cause = ("the kernel variance has collapsed" if variance < 1e-4 else
+                 f"the fit failed at kernel variance {variance:.3g}" if variance > 1e8 else
+                 "the posterior ignores X")
         warnings.warn(f"{type(self.inference).__name__}: the fitted objective {log_evidence:.6g} is no better "
-                      f"than the constant model's {constant:.6g} (the kernel variance has collapsed): the "
-                      "posterior ignores X; "
+                      f"than the constant model's {constant:.6g} ({cause}); "
                       "if the labels depend on X, refit with restarts= or other starting values "
                       "(flagged constant_model=True)", ConvergenceWarning, stacklevel=3)
         return True
