@@ -224,8 +224,8 @@ def bvn_cdf(h, k, rho):
 # mode z* lies more than 50 nats below h(z*) and is dropped (relative effect < 2e-22).  Up to
 # s = LOGIT_GH_MAX_SD the 100-point Gauss-Hermite rule is exact to ~1e-13; beyond, the transition
 # of sigma at z0 = -mu / s is 1/s wide and no fixed rule resolves it (100-point Gauss-Hermite is
-# 1e-2 off at mu = 2, s = 20), so the window [z* - 10, z* + 10] is cut into panels of width 2 plus
-# panels that halve towards z0 down to width 1/s, each summed with GL_NODES.
+# 1e-2 off at mu = 2, s = 20), so the window [z* - 10, z* + 10] is cut at steps of 2 and at
+# z0 +- 2^k / s (panels that halve towards z0 down to width 1/s), each panel summed with GL_NODES.
 LOGIT_GH_MAX_SD = 1.0
 _WINDOW = 10.0
 
@@ -280,42 +280,49 @@ def logit_normal_logp(mu, s, gh_nodes, gh_log_weights):
 
     ``gh_nodes``, ``gh_log_weights``: the probabilists' Gauss-Hermite rule (nodes, log of
     weights / sqrt(2 pi)) used up to s = LOGIT_GH_MAX_SD; composite Gauss-Legendre beyond.
+    (Scalar loops only: array expressions and np.sort here tripled the cold compile time.)
     """
     if s == 0.0:
         return log_sigmoid(mu)
     if s <= LOGIT_GH_MAX_SD:
-        terms = np.empty(gh_nodes.shape[0])
+        top = -math.inf
         for k in range(gh_nodes.shape[0]):
-            terms[k] = gh_log_weights[k] + log_sigmoid(mu + s * gh_nodes[k])
-        top = terms.max()
-        return min(top + math.log(np.sum(np.exp(terms - top))), 0.0)
+            top = max(top, gh_log_weights[k] + log_sigmoid(mu + s * gh_nodes[k]))
+        total = 0.0
+        for k in range(gh_nodes.shape[0]):
+            total += math.exp(gh_log_weights[k] + log_sigmoid(mu + s * gh_nodes[k]) - top)
+        return min(top + math.log(total), 0.0)
     z_star = _mode(mu, s)
     ref = _log_h(z_star, mu, s)
     lo, hi = z_star - _WINDOW, z_star + _WINDOW
     z0 = -mu / s
-    # panel edges: steps of 2 over the window, z0, and z0 +- 2^k / s up to 2
-    n_geo = 0
-    width = 1.0 / s
-    while width < 2.0:
-        n_geo += 1
-        width *= 2.0
-    edges = np.empty(11 + 1 + 2 * n_geo)
-    for j in range(11):
-        edges[j] = lo + 2.0 * j
-    edges[11] = z0
-    width = 1.0 / s
-    for k in range(n_geo):
-        edges[12 + 2 * k] = z0 - width
-        edges[13 + 2 * k] = z0 + width
-        width *= 2.0
-    edges = np.sort(edges)
+    # Walk the window from lo to hi; the next panel edge is the nearest of the next step of 2
+    # and, near z0, the next of z0 - 2^k / s (k falling), z0, z0 + 2^k / s (k rising), for
+    # widths 2^k / s below 2: panels that halve towards sigma's transition.
     total = 0.0
-    prev = lo
-    for j in range(edges.shape[0]):
-        e = min(max(edges[j], lo), hi)
-        if e > prev:
-            total += _panel_sum(prev, e, mu, s, ref)
-            prev = e
+    a = lo
+    while a < hi:
+        b = min(lo + 2.0 * (math.floor((a - lo) / 2.0) + 1.0), hi)
+        d = a - z0
+        width = 1.0 / s
+        if d < 0.0:
+            # the next edge left of or at z0: the smallest z0 - 2^k/s above a, else z0
+            nxt = z0
+            while width < 2.0:
+                if z0 - width > a:
+                    nxt = z0 - width
+                width *= 2.0
+            b = min(b, nxt)
+        else:
+            while width < 2.0:
+                if z0 + width > a:
+                    b = min(b, z0 + width)
+                    break
+                width *= 2.0
+        if b <= a:            # rounding at an edge: step on
+            b = min(a + 1.0 / s, hi)
+        total += _panel_sum(a, b, mu, s, ref)
+        a = b
     return min(ref + math.log(total), 0.0)
 
 
