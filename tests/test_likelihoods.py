@@ -66,6 +66,12 @@ def test_logit_normal_logp_against_50_digit_quadrature():
             ref = float(-mp.log(1 + mp.exp(-mp.mpf(mu))) if s == 0.0 else _logit_normal_logp_mpmath(mp, mu, s))
             worst = max(worst, abs(got - ref) / max(1.0, abs(ref)))
     assert worst < 1e-14, worst
+    # limits and non-finite input: sd -> inf gives 1/2, mean -> +-inf gives 1 / 0, NaN propagates
+    assert S.logit_normal_logp(3.0, np.inf, nodes, log_weights) == pytest.approx(-np.log(2.0), rel=1e-15)
+    assert S.logit_normal_logp(np.inf, 5.0, nodes, log_weights) == 0.0
+    assert S.logit_normal_logp(-np.inf, 5.0, nodes, log_weights) == -np.inf
+    assert np.isnan(S.logit_normal_logp(np.nan, 5.0, nodes, log_weights))
+    assert np.isnan(S.logit_normal_logp(1.0, np.nan, nodes, log_weights))
     # the fixed 100-point rule that this replaces beyond sd 1 really is off there
     p_gh = special.expit(2.0 + 20.0 * nodes) @ weights / np.sqrt(2.0 * np.pi)
     assert abs(p_gh - np.exp(S.logit_normal_logp(2.0, 20.0, nodes, log_weights))) > 1e-3

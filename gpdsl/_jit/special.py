@@ -282,8 +282,12 @@ def logit_normal_logp(mu, s, gh_nodes, gh_log_weights):
     weights / sqrt(2 pi)) used up to s = LOGIT_GH_MAX_SD; composite Gauss-Legendre beyond.
     (Scalar loops only: array expressions and np.sort here tripled the cold compile time.)
     """
-    if s == 0.0:
+    if math.isnan(mu) or math.isnan(s):
+        return math.nan
+    if s == 0.0 or math.isinf(mu):
         return log_sigmoid(mu)
+    if math.isinf(s):
+        return -math.log(2.0)             # the limit; the panel walk below needs 1/s > 0
     if s <= LOGIT_GH_MAX_SD:
         top = -math.inf
         for k in range(gh_nodes.shape[0]):
