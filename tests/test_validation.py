@@ -44,7 +44,11 @@ def test_bad_data(Xbad, ybad, match):
 def test_bad_fit_arguments(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         _model().fit(X, y, **kwargs)
-    _model().fit(X, y, max_iter=np.int64(3), seed=np.int64(2), optimize=np.bool_(True))   # numpy scalars pass
+
+
+def test_fit_arguments_accept_numpy_scalars():
+    post = _model().fit(X, y, max_iter=np.int64(300), seed=np.int64(2), optimize=np.bool_(True), restarts=np.int32(0))
+    assert post.converged
 
 
 def test_bad_inducing():
