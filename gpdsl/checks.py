@@ -33,3 +33,9 @@ def check_positive_int(owner, name, value):
 def check_nonnegative_int(owner, name, value):
     if not is_integer(value) or value < 0:
         raise ValueError(f"{owner}: {name} must be a non-negative integer, got {value!r}")
+
+
+def check_seed(owner, value):
+    """A seed for ``np.random.default_rng``: a non-negative integer, or None for fresh entropy."""
+    if value is not None and (not is_integer(value) or value < 0):
+        raise ValueError(f"{owner}: seed must be a non-negative integer or None, got {value!r}")

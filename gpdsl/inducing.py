@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._jit import greedy as _greedy
-from .checks import check_bool, check_nonnegative_int, check_positive_int, is_number
+from .checks import check_bool, check_positive_int, check_seed, is_number
 from .chunks import row_slices
 
 # Added to diag(K_ff) and at each pivot, as in the thesis code (its ``greedy_variance``).
@@ -136,7 +136,7 @@ class Subsample(InducingSpec):
 
     def __post_init__(self):
         _check_m("Subsample", self.m)
-        check_nonnegative_int("Subsample", "seed", self.seed)
+        check_seed("Subsample", self.seed)
 
     def initial_Z(self, X, y, context=None):
         _check_m_le_n("Subsample", self.m, X.shape[0])
@@ -159,7 +159,7 @@ class KMeans(InducingSpec):
 
     def __post_init__(self):
         _check_m("KMeans", self.m)
-        check_nonnegative_int("KMeans", "seed", self.seed)
+        check_seed("KMeans", self.seed)
         check_positive_int("KMeans", "max_iter", self.max_iter)
 
     def initial_Z(self, X, y, context=None):
@@ -395,7 +395,7 @@ class GreedyBound(InducingSpec):
         owner = "GreedyBound"
         _check_m(owner, self.m)
         check_positive_int(owner, "working_set", self.working_set)
-        check_nonnegative_int(owner, "seed", self.seed)
+        check_seed(owner, self.seed)
         _check_reinit(owner, self)
 
     def initial_Z(self, X, y, context=None):

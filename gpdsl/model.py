@@ -16,7 +16,7 @@ from scipy import optimize as sp_optimize
 
 from . import inference as inf
 from . import likelihoods as lik
-from .checks import check_bool, check_nonnegative_int, check_positive_int
+from .checks import check_bool, check_nonnegative_int, check_positive_int, check_seed
 from .inducing import InducingSpec
 from .kernels import Kernel
 from .methods import collapsed, exact, expectation_propagation, polya_gamma
@@ -91,7 +91,7 @@ def _check_fit_arguments(optimize, fixed, restarts, seed, max_iter):
     if not all(isinstance(name, str) for name in fixed):
         raise TypeError(f"fit: fixed must hold parameter names (strings), got {fixed!r}")
     check_nonnegative_int("fit", "restarts", restarts)
-    check_nonnegative_int("fit", "seed", seed)
+    check_seed("fit", seed)
     check_positive_int("fit", "max_iter", max_iter)
     return fixed
 

@@ -315,7 +315,7 @@ def test_first_round_cap_applies_to_the_first_round_of_an_automatic_m_loop_only(
 @pytest.mark.parametrize("kwargs, match", [
     ({"m": 0}, "GreedyBound: m must be a positive integer, got 0"),
     ({"m": 3, "working_set": 0}, "GreedyBound: working_set must be a positive integer, got 0"),
-    ({"m": 3, "seed": -1}, "GreedyBound: seed must be a non-negative integer, got -1"),
+    ({"m": 3, "seed": -1}, "GreedyBound: seed must be a non-negative integer or None, got -1"),
     ({"m": 3, "max_reinit": 1.5}, "GreedyBound: max_reinit must be a positive integer, got 1.5"),
 ])
 def test_greedy_bound_rejects_bad_arguments(kwargs, match):

@@ -35,8 +35,8 @@ def test_bad_data(Xbad, ybad, match):
     ({"fixed": ("kernel.variance", 3)}, "fit: fixed must hold parameter names"),
     ({"restarts": True}, "fit: restarts must be a non-negative integer, got True"),
     ({"restarts": -1}, "fit: restarts must be a non-negative integer, got -1"),
-    ({"seed": -1}, "fit: seed must be a non-negative integer, got -1"),
-    ({"seed": "a"}, "fit: seed must be a non-negative integer, got 'a'"),
+    ({"seed": -1}, "fit: seed must be a non-negative integer or None, got -1"),
+    ({"seed": "a"}, "fit: seed must be a non-negative integer or None, got 'a'"),
     ({"max_iter": 0}, "fit: max_iter must be a positive integer, got 0"),
     ({"max_iter": 2.5}, "fit: max_iter must be a positive integer, got 2.5"),
     ({"max_iter": "x"}, "fit: max_iter must be a positive integer, got 'x'"),
@@ -130,7 +130,8 @@ def test_ladder_retries_when_B_fails_after_K_uu_factorises():
 
 
 def test_component_arguments_checked_on_construction():
-    for make, match in ((lambda: gd.inducing.KMeans(5, seed=-1), "KMeans: seed must be a non-negative integer, got -1"),
+    for make, match in ((lambda: gd.inducing.KMeans(5, seed=-1),
+                         "KMeans: seed must be a non-negative integer or None, got -1"),
                         (lambda: gd.inducing.KMeans(5, seed=1.5), "KMeans: seed must be a non-negative integer"),
                         (lambda: gd.inducing.KMeans(5, max_iter=True), "KMeans: max_iter must be a positive integer"),
                         (lambda: gd.inducing.Subsample(5, seed="a"), "Subsample: seed must be a non-negative integer"),
@@ -143,3 +144,4 @@ def test_component_arguments_checked_on_construction():
     assert gd.inference.PolyaGamma(tol=np.float32(1e-3), max_iter=np.int64(10)).max_iter == 10
     assert gd.inference.EP(tol=np.float64(1e-5), max_sweeps=np.int32(5)).max_sweeps == 5
     assert gd.inducing.KMeans(np.int64(5), seed=np.int64(2)).seed == 2
+    assert gd.inducing.KMeans(5, seed=None).seed is None           # fresh entropy, as numpy's default_rng
