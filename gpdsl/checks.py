@@ -5,6 +5,7 @@ Python and NumPy scalars are accepted alike; ``True`` and ``False`` are not numb
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -28,6 +29,11 @@ def check_bool(owner, name, value, error=ValueError):
 def check_positive_int(owner, name, value):
     if not is_integer(value) or value < 1:
         raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
+
+
+def check_positive_number(owner, name, value):
+    if not is_number(value) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{owner}: {name} must be a positive finite number, got {value!r}")
 
 
 def check_nonnegative_int(owner, name, value):

@@ -16,13 +16,12 @@ optimisation, and ``reinit`` whether the model re-selects Z between hyperparamet
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ._jit import greedy as _greedy
-from .checks import check_bool, check_positive_int, check_seed, is_number
+from .checks import check_bool, check_positive_int, check_positive_number, check_seed
 from .chunks import row_slices
 
 # Added to diag(K_ff) and at each pivot, as in the thesis code (its ``greedy_variance``).
@@ -38,14 +37,9 @@ def _check_m_le_n(owner, m, n):
         raise ValueError(f"{owner}: m = {m} inducing points is larger than the N = {n} training points")
 
 
-def _check_positive_float(owner, name, value):
-    if not is_number(value) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{owner}: {name} must be a positive finite number, got {value!r}")
-
-
 def _check_reinit(owner, spec):
     check_bool(owner, "reinit", spec.reinit)
-    _check_positive_float(owner, "reinit_tol", spec.reinit_tol)
+    check_positive_number(owner, "reinit_tol", spec.reinit_tol)
     check_positive_int(owner, "max_reinit", spec.max_reinit)
 
 
@@ -307,7 +301,7 @@ class GreedyVariance(InducingSpec):
         if self.m is not None:
             _check_m(owner, self.m)
         if self.tol is not None:
-            _check_positive_float(owner, "tol", self.tol)
+            check_positive_number(owner, "tol", self.tol)
         check_positive_int(owner, "max_m", self.max_m)
         if self.m is not None and self.m > self.max_m:
             raise ValueError(f"{owner}: m = {self.m!r} is larger than max_m = {self.max_m!r}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .checks import is_integer, is_number
+from .checks import check_positive_int, check_positive_number, is_integer, is_number
 from .linalg import check_jitter
 
 
@@ -92,10 +92,8 @@ class _SiteInference:
         name = type(self).__name__
         if not (is_number(self.damping) and 0.0 <= self.damping < 1.0):
             raise ValueError(f"{name}: damping must be in [0, 1), got {self.damping!r}")
-        if not is_integer(self.max_sweeps) or self.max_sweeps < 1:
-            raise ValueError(f"{name}: max_sweeps must be a positive integer, got {self.max_sweeps!r}")
-        if not (is_number(self.tol) and 0 < self.tol < float("inf")):
-            raise ValueError(f"{name}: tol must be a positive number, got {self.tol!r}")
+        check_positive_int(name, "max_sweeps", self.max_sweeps)
+        check_positive_number(name, "tol", self.tol)
         if self.schedule not in SCHEDULES:
             raise ValueError(f"{name}: schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         check_jitter(name, self.jitter)
@@ -142,10 +140,8 @@ class QP(_SiteInference):
             raise TypeError(f"QP: lookup must be True or False, got {self.lookup!r}")
         if self.hyperparameters not in QP_HYPERPARAMETERS:
             raise ValueError(f"QP: hyperparameters must be one of {QP_HYPERPARAMETERS}, got {self.hyperparameters!r}")
-        if not is_integer(self.max_outer) or self.max_outer < 1:
-            raise ValueError(f"QP: max_outer must be a positive integer, got {self.max_outer!r}")
-        if not (is_number(self.outer_tol) and 0 < self.outer_tol < float("inf")):
-            raise ValueError(f"QP: outer_tol must be a positive number, got {self.outer_tol!r}")
+        check_positive_int("QP", "max_outer", self.max_outer)
+        check_positive_number("QP", "outer_tol", self.outer_tol)
 
 
 @dataclass(frozen=True)
@@ -175,10 +171,8 @@ class PolyaGamma:
         return {"spec": self}
 
     def __post_init__(self):
-        if not (is_number(self.tol) and 0 < self.tol < float("inf")):
-            raise ValueError(f"PolyaGamma: tol must be a positive number, got {self.tol!r}")
-        if not is_integer(self.max_iter) or self.max_iter < 1:
-            raise ValueError(f"PolyaGamma: max_iter must be a positive integer, got {self.max_iter!r}")
+        check_positive_number("PolyaGamma", "tol", self.tol)
+        check_positive_int("PolyaGamma", "max_iter", self.max_iter)
         if not isinstance(self.acceleration, bool):
             raise TypeError(f"PolyaGamma: acceleration must be True or False, got {self.acceleration!r}")
         check_jitter("PolyaGamma", self.jitter)

@@ -7,6 +7,7 @@ their hyperparameters; the inference methods need nothing else from them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import special
@@ -136,6 +137,14 @@ class HeteroscedasticGaussian(_GaussianNoise):
 
 
 
+@lru_cache(maxsize=1)
+def _gauss_hermite_log():
+    """The 100-point probabilists' Gauss-Hermite rule as (nodes, log(weights / sqrt(2 pi))),
+    computed once (an eigenproblem of size 100) rather than at every prediction."""
+    nodes, weights = np.polynomial.hermite_e.hermegauss(100)
+    return nodes, np.log(weights / np.sqrt(2.0 * np.pi))
+
+
 @dataclass(frozen=True)
 class Bernoulli:
     """Binary labels through a link: p(y | f) = Phi(y (f + bias)) for ``link="probit"``
@@ -186,11 +195,9 @@ class Bernoulli:
         shifted = y * (f_mean + self.bias_value(values, prefix))
         if self.link == "probit":
             return special.log_ndtr(shifted / np.sqrt(1.0 + f_var))
-        nodes, weights = np.polynomial.hermite_e.hermegauss(100)
-        log_weights = np.log(weights / np.sqrt(2.0 * np.pi))
         return logit_normal_logp_many(np.ascontiguousarray(shifted, dtype=float),
                                       np.sqrt(np.maximum(np.asarray(f_var, dtype=float), 0.0)),
-                                      nodes, log_weights)
+                                      *_gauss_hermite_log())
 
     def log_density(self, values, prefix, y, f):
         """log p(y | f) for labels y in {-1, +1}, elementwise."""

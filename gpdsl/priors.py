@@ -13,10 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-
-def _check_positive(owner, name, value):
-    if not (np.isfinite(value) and value > 0):
-        raise ValueError(f"{owner}: {name} must be a positive finite number, got {value!r}")
+from .checks import check_positive_number
 
 
 class Prior:
@@ -44,10 +41,10 @@ class Gamma(Prior):
     initial: float | None = None
 
     def __post_init__(self):
-        _check_positive("Gamma", "shape", self.shape)
-        _check_positive("Gamma", "rate", self.rate)
+        check_positive_number("Gamma", "shape", self.shape)
+        check_positive_number("Gamma", "rate", self.rate)
         if self.initial is not None:
-            _check_positive("Gamma", "initial", self.initial)
+            check_positive_number("Gamma", "initial", self.initial)
 
     def log_density(self, x):
         x = np.asarray(x, dtype=float)
@@ -73,9 +70,9 @@ class LogNormal(Prior):
     def __post_init__(self):
         if not np.isfinite(self.mu):
             raise ValueError(f"LogNormal: mu must be finite, got {self.mu!r}")
-        _check_positive("LogNormal", "sigma", self.sigma)
+        check_positive_number("LogNormal", "sigma", self.sigma)
         if self.initial is not None:
-            _check_positive("LogNormal", "initial", self.initial)
+            check_positive_number("LogNormal", "initial", self.initial)
 
     def log_density(self, x):
         x = np.asarray(x, dtype=float)

@@ -520,7 +520,7 @@ def test_qp_algorithm1_options_and_non_convergence(synth):
     X, y = synth[0][:40], synth[1][:40]
     for bad, match in ((dict(hyperparameters="vb"), "QP: hyperparameters must be one of"),
                        (dict(max_outer=0), "QP: max_outer must be a positive integer"),
-                       (dict(outer_tol=0.0), "QP: outer_tol must be a positive number")):
+                       (dict(outer_tol=0.0), "QP: outer_tol must be a positive finite number")):
         with pytest.raises(ValueError, match=match):
             gd.inference.QP(**bad)
     spec = gd.inference.QP(hyperparameters="qp", max_outer=1, outer_tol=1e-14)

@@ -270,7 +270,7 @@ def test_link_and_options_are_validated():
         gd.Model(SE, LOGIT, gd.inducing.Subsample(5), gd.inference.EP())
     with pytest.raises(TypeError, match="needs an inducing spec"):
         gd.Model(SE, LOGIT, None, gd.inference.PolyaGamma())
-    with pytest.raises(ValueError, match="PolyaGamma: tol must be a positive number, got -1"):
+    with pytest.raises(ValueError, match="PolyaGamma: tol must be a positive finite number, got -1"):
         gd.inference.PolyaGamma(tol=-1)
     with pytest.raises(ValueError, match="PolyaGamma: max_iter must be a positive integer, got 0"):
         gd.inference.PolyaGamma(max_iter=0)

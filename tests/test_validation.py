@@ -136,7 +136,7 @@ def test_component_arguments_checked_on_construction():
                         (lambda: gd.inducing.KMeans(5, max_iter=True), "KMeans: max_iter must be a positive integer"),
                         (lambda: gd.inducing.Subsample(5, seed="a"), "Subsample: seed must be a non-negative integer"),
                         (lambda: gd.inference.PolyaGamma(chunk_size=True), "PolyaGamma: chunk_size must be None or"),
-                        (lambda: gd.inference.PolyaGamma(tol=True), "PolyaGamma: tol must be a positive number"),
+                        (lambda: gd.inference.PolyaGamma(tol=True), "PolyaGamma: tol must be a positive finite number"),
                         (lambda: gd.inference.EP(max_sweeps=np.bool_(True)), "EP: max_sweeps must be a positive")):
         with pytest.raises(ValueError, match=match):
             make()

@@ -289,12 +289,14 @@ def logit_normal_logp(mu, s, gh_nodes, gh_log_weights):
     if math.isinf(s):
         return -math.log(2.0)             # the limit; the panel walk below needs 1/s > 0
     if s <= LOGIT_GH_MAX_SD:
-        top = -math.inf
+        top, total = -math.inf, 0.0      # one-pass log-sum-exp, rescaled when the maximum grows
         for k in range(gh_nodes.shape[0]):
-            top = max(top, gh_log_weights[k] + log_sigmoid(mu + s * gh_nodes[k]))
-        total = 0.0
-        for k in range(gh_nodes.shape[0]):
-            total += math.exp(gh_log_weights[k] + log_sigmoid(mu + s * gh_nodes[k]) - top)
+            term = gh_log_weights[k] + log_sigmoid(mu + s * gh_nodes[k])
+            if term > top:
+                total = total * math.exp(top - term) + 1.0
+                top = term
+            else:
+                total += math.exp(term - top)
         return min(top + math.log(total), 0.0)
     z_star = _mode(mu, s)
     ref = _log_h(z_star, mu, s)
