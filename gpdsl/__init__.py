@@ -11,7 +11,8 @@ from .linalg import NotPositiveDefiniteError
 from .model import ConvergenceWarning, Model
 from .parameters import Fixed
 from .posterior import Posterior, from_xarray, load
+from .threads import get_num_threads, set_num_threads
 
 __all__ = ["Model", "Posterior", "Fixed", "load", "from_xarray", "ConvergenceWarning",
            "NotPositiveDefiniteError", "kernels", "likelihoods", "inducing", "inference", "priors",
-           "datasets", "__version__"]
+           "datasets", "set_num_threads", "get_num_threads", "__version__"]

@@ -7,6 +7,8 @@ broadcast inputs, the same function can later be mapped over Dask workers.
 """
 import numpy as np
 
+from . import threads
+
 # Aim for chunk blocks of about 2**21 doubles (16 MB) of K_uf: big enough for BLAS-3 speed,
 # small enough to stay in cache-friendly memory at N = 10^5..10^6.
 _TARGET_BLOCK = 2 ** 21
@@ -30,12 +32,18 @@ def add_partial(a, b):
     return a + b
 
 
-def map_reduce(fn, n, chunk_size):
-    """Apply ``fn(slice) -> (summed, rows)`` over row chunks; sum ``summed``, concatenate ``rows``."""
+def map_reduce(fn, n, chunk_size, width=0):
+    """Apply ``fn(slice) -> (summed, rows)`` over row chunks; sum ``summed``, concatenate ``rows``.
+
+    ``width``: M of a pass whose chunks do O(rows M^2) BLAS work; with ``n * width**2`` flops at
+    least :data:`gpdsl.threads.BULK_FLOPS` the pass runs with the bulk BLAS thread count
+    (:func:`gpdsl.threads.bulk`); 0 keeps one thread (loops of small products).
+    """
     total, rows = None, []
-    for slc in row_slices(n, chunk_size):
-        summed, per_row = fn(slc)
-        total = summed if total is None else tuple(add_partial(a, b) for a, b in zip(total, summed))
-        rows.append(per_row)
+    with threads.bulk(float(n) * width * width):
+        for slc in row_slices(n, chunk_size):
+            summed, per_row = fn(slc)
+            total = summed if total is None else tuple(add_partial(a, b) for a, b in zip(total, summed))
+            rows.append(per_row)
     stacked = tuple(np.concatenate(parts) for parts in zip(*rows)) if rows and rows[0] else ()
     return total, stacked

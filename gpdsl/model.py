@@ -16,11 +16,31 @@ from scipy import optimize as sp_optimize
 
 from . import inference as inf
 from . import likelihoods as lik
+from . import threads
 from .checks import check_bool, check_nonnegative_int, check_positive_int, check_seed
 from .inducing import InducingSpec
 from .kernels import Kernel
 from .methods import collapsed, exact, expectation_propagation, polya_gamma
 from .parameters import Entry, ParameterTable
+
+
+# Stopping rule of the hyperparameter optimiser.  L-BFGS-B runs with SciPy's tests (projected
+# gradient below 1e-5, relative change of the objective below 2.2e-9) and one more, the plateau
+# rule: over the last PLATEAU_WINDOW iterations the objective gained less than
+# PLATEAU_PER_POINT * N nats per iteration, and the gains are not dying out (the second half of
+# the window gained at least PLATEAU_STEADY times what the first half did).  L-BFGS-B converging
+# to a well-defined optimum shrinks its gains geometrically and ends by SciPy's tests; the plateau
+# rule ends the steady walks along evidence ridges, where a classifier's kernel variance grows
+# without bound (FITC-EP on twonorm, N = 6,660: kernel variance ~1e7 and a gain of ~0.02 nats an
+# iteration after 1,000 iterations, at a worse test NLPD than after 30).  1e-4 nats per point and
+# iteration is far below what changes predictions.
+PLATEAU_WINDOW = 10
+PLATEAU_PER_POINT = 1e-4
+PLATEAU_STEADY = 0.5
+# A free positive hyperparameter that has moved by more than this factor in a run stopped by the
+# plateau rule or the iteration cap is named in a ridge warning (and Posterior.ridge).
+RUNAWAY_FACTOR = 1e3
+_SCIPY_CALLBACK_STOP = 99                   # OptimizeResult.status when the callback raised StopIteration
 
 
 class ConvergenceWarning(UserWarning):
@@ -186,6 +206,7 @@ class Model:
                              f"known: {sorted(known)}")
         return ParameterTable(entries)
 
+    @threads.managed
     def evaluate(self, values, X, y, Z, need_grad=True, need_state=False, warm=None):
         """Run the compiled method at natural hyperparameter ``values``; ``warm``: EP/QP sites."""
         options = self.inference.method_options()
@@ -194,6 +215,7 @@ class Model:
         return self.method(self.kernel, self.likelihood, values, X, y, Z,
                            need_grad=need_grad, need_state=need_state, **options)
 
+    @threads.managed
     def fit(self, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=1000,
             progress=False, callback=None):
         """Fit hyperparameters (and Z for ``gd.inducing.Optimized``) by maximising the evidence.
@@ -215,7 +237,7 @@ class Model:
         A classifier fit whose objective is within ``CONSTANT_MODEL_TOL`` nats of the constant
         model f = 0 warns ``ConvergenceWarning`` and is flagged ``constant_model=True``.
         """
-        from .inducing import NoCandidateError, SelectionContext
+        from .inducing import SelectionContext
         from .posterior import Posterior
 
         X = validate_inputs(X)
@@ -231,31 +253,10 @@ class Model:
             selection = self.inducing.select(X, y, context)
         fit = self._fit_at(X, y, selection, fixed, optimize, restarts, seed, max_iter, progress, callback,
                            start=None, warm=None)
-        rounds = [(selection, fit)]
+        rounds, reinit_stop = [(selection, fit)], None
         if self.sparse and self.inducing.reinit:
-            seen = {frozenset(selection.indices.tolist())}
-            for _ in range(self.inducing.max_reinit):
-                values, evaluation = fit["values"], fit["evaluation"]
-                weights, targets = evaluation.pseudo_data
-                context = SelectionContext(self.kernel, values, weights=weights, targets=targets)
-                try:
-                    selection = self.inducing.select(X, y, context)
-                except NoCandidateError:
-                    # The last fit collapsed the kernel variance (below the 1e-12 selection
-                    # jitter): nothing to re-select by; the best round so far is kept.
-                    break
-                chosen = frozenset(selection.indices.tolist())
-                if chosen in seen:
-                    # A set selected before: the rounds would cycle (HGV alternates between two
-                    # sets on some data), so stop as if converged.
-                    break
-                seen.add(chosen)
-                previous = fit["objective"]
-                fit = self._fit_at(X, y, selection, fixed, optimize, restarts, seed, max_iter, progress,
-                                   callback, start=values, warm=evaluation.warm)
-                rounds.append((selection, fit))
-                if abs(fit["objective"] - previous) <= self.inducing.reinit_tol:
-                    break
+            rounds, reinit_stop = self._reinit_loop(X, y, fixed, optimize, restarts, seed, max_iter, progress,
+                                                    callback, rounds)
         # The thesis author's reinitialisation loop returns the best round, not the last.
         selection, fit = max(rounds, key=lambda r: r[1]["objective"])
         evaluation, converged = fit["evaluation"], fit["converged"]
@@ -264,7 +265,7 @@ class Model:
             converged = False
             warnings.warn(f"{type(self.inference).__name__} did not converge in {local.sweeps} sweeps "
                           f"(tol {self.inference.tol:g}); the result is flagged converged=False",
-                          ConvergenceWarning, stacklevel=2)
+                          ConvergenceWarning, stacklevel=3)
         constant_model = self._no_better_than_constant(y, fit["values"], evaluation.log_evidence)
         history = None
         if self.sparse and self.inducing.reinit:
@@ -275,7 +276,49 @@ class Model:
                          priors=fit["table"].prior_descriptions(),
                          fixed=[e.name for e in fit["table"].entries if e.fixed],
                          sites=local, total_sweeps=sum(f["total_sweeps"] for _, f in rounds),
-                         selection=selection, reinit_history=history, constant_model=constant_model)
+                         selection=selection, reinit_history=history, constant_model=constant_model,
+                         ridge=fit["ridge"], reinit_stop=reinit_stop)
+
+    def _reinit_loop(self, X, y, fixed, optimize, restarts, seed, max_iter, progress, callback, rounds):
+        """Re-select Z at the last fit's hyperparameters (weighted by its pseudo-data) and re-fit,
+        until the objective changes by at most ``reinit_tol`` relative to its size, a selection
+        repeats, nothing is left to select, or ``max_reinit`` rounds have run (which warns).
+        Returns the rounds and why the loop stopped: "objective", "repeated_selection",
+        "no_candidate" or "max_reinit"."""
+        from .inducing import NoCandidateError, SelectionContext
+
+        spec = self.inducing
+        selection, fit = rounds[-1]
+        seen = {frozenset(selection.indices.tolist())}
+        for _ in range(spec.max_reinit):
+            values, evaluation = fit["values"], fit["evaluation"]
+            weights, targets = evaluation.pseudo_data
+            context = SelectionContext(self.kernel, values, weights=weights, targets=targets)
+            try:
+                selection = spec.select(X, y, context)
+            except NoCandidateError:
+                # The last fit collapsed the kernel variance (below the 1e-12 selection jitter):
+                # nothing to re-select by; the best round so far is kept.
+                return rounds, "no_candidate"
+            chosen = frozenset(selection.indices.tolist())
+            if chosen in seen:
+                # A set selected before: the rounds would cycle (HGV alternates between two sets
+                # on some data), so stop as if converged.
+                return rounds, "repeated_selection"
+            seen.add(chosen)
+            previous = fit["objective"]
+            fit = self._fit_at(X, y, selection, fixed, optimize, restarts, seed, max_iter, progress, callback,
+                               start=values, warm=evaluation.warm)
+            rounds.append((selection, fit))
+            if abs(fit["objective"] - previous) <= spec.reinit_tol * max(1.0, abs(previous)):
+                return rounds, "objective"
+        change = rounds[-1][1]["objective"] - rounds[-2][1]["objective"]
+        warnings.warn(f"{type(spec).__name__}: the reinitialisation loop stopped at max_reinit={spec.max_reinit} "
+                      f"rounds with the objective still changing ({change:+.4g} in the last round, M "
+                      f"{rounds[0][1]['Z'].shape[0]} -> {rounds[-1][1]['Z'].shape[0]}); the best round is kept "
+                      "(flagged reinit_stop='max_reinit'); raise max_reinit or reinit_tol",
+                      ConvergenceWarning, stacklevel=4)
+        return rounds, "max_reinit"
 
     def _no_better_than_constant(self, y, values, log_evidence):
         """Warn (ConvergenceWarning) and return True when a classifier's objective is within
@@ -296,7 +339,7 @@ class Model:
         warnings.warn(f"{type(self.inference).__name__}: the fitted objective {log_evidence:.6g} is no better "
                       f"than the constant model's {constant:.6g} ({cause}); "
                       "if the labels depend on X, refit with restarts= or other starting values "
-                      "(flagged constant_model=True)", ConvergenceWarning, stacklevel=3)
+                      "(flagged constant_model=True)", ConvergenceWarning, stacklevel=4)
         return True
 
     def _fit_at(self, X, y, selection, fixed, optimize, restarts, seed, max_iter, progress, callback, start,
@@ -319,15 +362,17 @@ class Model:
                 res = run.minimise(u_start, max_iter, progress, callback)
                 if result is None or res.fun < result.fun:
                     result = res
-            u_best, converged, n_iter = result.x, bool(result.success), int(result.nit)
-            if not converged:
+            u_best, converged, n_iter, ridge = result.x, bool(result.success), int(result.nit), result.runaway
+            if ridge is not None:
+                _warn_ridge(table, result.start, u_best, ridge, result.message)
+            elif not converged:
                 warnings.warn(f"L-BFGS-B did not converge: {result.message}", ConvergenceWarning,
-                              stacklevel=3)
+                              stacklevel=4)
             if isinstance(self.inference, inf.QP) and self.inference.hyperparameters == "qp":
                 u_best, outer_converged, outer_iter = self._qp_outer_loop(run, u_best, max_iter)
                 converged, n_iter = converged and outer_converged, n_iter + outer_iter
         else:
-            u_best, converged, n_iter = u0, True, 0
+            u_best, converged, n_iter, ridge = u0, True, 0, None
         values = table.unpack(u_best)
         Z = values.pop("inducing.Z", Z0)
         evaluation = self.evaluate(values, X, y, Z, need_grad=False, need_state=True, warm=run.warm)
@@ -335,7 +380,7 @@ class Model:
             run.total_sweeps += evaluation.warm.sweeps
         log_prior, _ = table.log_prior({**values, "inducing.Z": Z})
         return {"values": values, "Z": Z, "evaluation": evaluation, "table": table, "converged": converged,
-                "n_iterations": n_iter, "log_prior": log_prior, "total_sweeps": run.total_sweeps,
+                "n_iterations": n_iter, "log_prior": log_prior, "total_sweeps": run.total_sweeps, "ridge": ridge,
                 "objective": evaluation.log_evidence + log_prior}
 
 
@@ -367,14 +412,34 @@ class Model:
             u = u_new
             if not result.success and np.max(np.abs(result.jac), initial=0.0) > 1e-3:
                 warnings.warn(f"QP(hyperparameters='qp'): an L-BFGS-B step of Algorithm 1 failed: {result.message}; "
-                              f"the result is flagged converged=False", ConvergenceWarning, stacklevel=4)
+                              f"the result is flagged converged=False", ConvergenceWarning, stacklevel=5)
                 return u, False, iterations
             if moved < spec.outer_tol:
                 return u, True, iterations
         warnings.warn(f"QP(hyperparameters='qp'): the outer loop of Algorithm 1 did not converge in "
                       f"{spec.max_outer} rounds (outer_tol {spec.outer_tol:g}); the result is flagged "
-                      f"converged=False", ConvergenceWarning, stacklevel=4)
+                      f"converged=False", ConvergenceWarning, stacklevel=5)
         return u, False, iterations
+
+
+def _on_plateau(trail, plateau):
+    """The plateau rule on the objectives of the accepted iterates (see PLATEAU_WINDOW)."""
+    if len(trail) <= PLATEAU_WINDOW:
+        return False
+    middle = trail[-1 - PLATEAU_WINDOW // 2]
+    first, second = trail[-1 - PLATEAU_WINDOW] - middle, middle - trail[-1]
+    return first + second < plateau and second >= PLATEAU_STEADY * first
+
+
+def _warn_ridge(table, u_start, u_end, name, how):
+    """One ConvergenceWarning for a run that ended (``how``) with hyperparameter ``name`` run away."""
+    start, end = np.ravel(table.unpack(u_start)[name]), np.ravel(table.unpack(u_end)[name])
+    i = int(np.argmax(np.abs(np.log(end / start))))
+    warnings.warn(f"L-BFGS-B stopped on an evidence ridge ({how}): {name} ran from {start[i]:.3g} to {end[i]:.3g} "
+                  "while the objective barely changed, and would keep running (a classifier's latent scale "
+                  "grows without bound when the classes are nearly separable). The fit is usable; to pin "
+                  f"{name} down put a prior on it, e.g. {name.split('.')[-1]}=gd.priors.LogNormal(0.0, 2.0) "
+                  f"(flagged ridge={name!r})", ConvergenceWarning, stacklevel=5)
 
 
 def _random_start(table, u0, X, rng):
@@ -426,7 +491,14 @@ class _Objective:
         return f, g
 
     def minimise(self, u0, max_iter, progress, callback):
-        iteration = [0]
+        """L-BFGS-B from ``u0`` under gpdsl's stopping rule (see :data:`PLATEAU_WINDOW`).
+
+        Returns SciPy's OptimizeResult with two more fields: ``plateau`` (True when the plateau
+        rule stopped the run, which counts as converged) and ``runaway`` (the name of a
+        hyperparameter that moved by more than RUNAWAY_FACTOR from ``u0`` in a run stopped by
+        the plateau rule or the iteration cap, else None)."""
+        iteration, trail = [0], []
+        plateau = PLATEAU_WINDOW * PLATEAU_PER_POINT * self.X.shape[0]
 
         def report(intermediate_result):
             iteration[0] += 1
@@ -440,6 +512,32 @@ class _Objective:
                       f"|grad| {step['grad_norm']:.3e}", flush=True)
             if callback is not None:
                 callback(step)
+            trail.append(step["objective"])
+            if _on_plateau(trail, plateau):
+                raise StopIteration
 
-        return sp_optimize.minimize(self, u0, jac=True, method="L-BFGS-B", callback=report,
-                                    options={"maxiter": max_iter})
+        result = sp_optimize.minimize(self, u0, jac=True, method="L-BFGS-B", callback=report,
+                                      options={"maxiter": max_iter})
+        result.plateau = result.status == _SCIPY_CALLBACK_STOP
+        if result.plateau:
+            result.success = True
+            result.message = (f"the objective gained less than {plateau:.3g} in the last {PLATEAU_WINDOW} "
+                              "iterations (plateau rule)")
+        result.runaway = self._runaway(u0, result.x) if result.plateau or not result.success else None
+        result.start = u0
+        return result
+
+    def _runaway(self, u0, u):
+        """The free positive hyperparameter that moved furthest from its start, by a factor above
+        RUNAWAY_FACTOR, or None.  A length-scale that grows is not counted: that switches its
+        feature off (automatic relevance determination), a ridge that is the intended answer."""
+        start, end = self.table.unpack(u0), self.table.unpack(u)
+        moves = {}
+        for e in self.table.free:
+            if e.positive:
+                log_ratio = np.log(end[e.name] / start[e.name])
+                if e.name.endswith("lengthscale"):
+                    log_ratio = np.minimum(log_ratio, 0.0)
+                moves[e.name] = float(np.max(np.abs(log_ratio)))
+        name = max(moves, key=moves.get, default=None)
+        return name if name is not None and moves[name] > np.log(RUNAWAY_FACTOR) else None

@@ -22,12 +22,15 @@ class Posterior:
     the collapsed Pólya-Gamma bound (PolyaGamma); ``values`` holds the fitted natural
     hyperparameters by name, ``sites`` the method's local state (EP/QP sites, Pólya-Gamma c),
     ``selection`` the greedy inducing selection (indices, criterion) and ``reinit_history`` the
-    objective and M of each re-selection round.  ``constant_model`` is True when the fit is no
-    better than the constant model f = 0 (see :meth:`gpdsl.Model.fit`)."""
+    objective and M of each re-selection round and ``reinit_stop`` why that loop stopped
+    ("objective", "repeated_selection", "no_candidate" or "max_reinit"; None without the loop).
+    ``constant_model`` is True when the fit is no better than the constant model f = 0, and
+    ``ridge`` names a hyperparameter that ran away along an evidence ridge (see
+    :meth:`gpdsl.Model.fit`), else None."""
 
     def __init__(self, model, values, state, log_evidence, log_prior=0.0, converged=True,
                  n_iterations=0, jitter=0.0, priors=None, fixed=(), sites=None, total_sweeps=0,
-                 selection=None, reinit_history=None, constant_model=False):
+                 selection=None, reinit_history=None, constant_model=False, ridge=None, reinit_stop=None):
         self.model = model
         self.values = {k: np.asarray(v, dtype=float) for k, v in values.items()}
         self.state = state
@@ -43,6 +46,8 @@ class Posterior:
         self.selection = selection
         self.reinit_history = reinit_history
         self.constant_model = bool(constant_model)
+        self.ridge = ridge
+        self.reinit_stop = reinit_stop
 
     def __repr__(self):
         return (f"Posterior({type(self.model.inference).__name__}, log_evidence={self.log_evidence:.6g}, "
@@ -172,6 +177,7 @@ class Posterior:
             selection_attrs["selection_stopped"] = str(self.selection.stopped)
         if self.reinit_history is not None:
             selection_attrs["reinit_history"] = json.dumps(self.reinit_history)
+            selection_attrs["reinit_stop"] = str(self.reinit_stop)
         from .spec import model_to_dict
         attrs = {
             "inference": type(self.model.inference).__name__,
@@ -181,6 +187,7 @@ class Posterior:
             "log_prior": self.log_prior,
             "converged": int(self.converged),
             "constant_model": int(self.constant_model),
+            "ridge": self.ridge or "",
             "n_iterations": self.n_iterations,
             "jitter": self.jitter,
             "gpdsl_version": __version__,
@@ -232,7 +239,8 @@ def from_xarray(ds):
                      n_iterations=ds.attrs["n_iterations"], jitter=ds.attrs["jitter"],
                      priors=json.loads(ds.attrs["priors"]), fixed=json.loads(ds.attrs["fixed"]),
                      sites=sites, total_sweeps=total_sweeps, selection=selection, reinit_history=history,
-                     constant_model=bool(ds.attrs.get("constant_model", 0)))
+                     constant_model=bool(ds.attrs.get("constant_model", 0)), ridge=ds.attrs.get("ridge") or None,
+                     reinit_stop=ds.attrs.get("reinit_stop"))
 
 
 def _export_sites(sites, total_sweeps):

@@ -117,7 +117,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
         return (As @ As.T, A @ (w * yc), np.sum(np.log(lam)), np.sum(w * yc * yc), np.sum(w * kff),
                 np.sum(w * residual)), ()
 
-    (P, r, sum_log_lam, sum_wyy, sum_wkff, sum_wres), _ = map_reduce(statistics_pass, n, chunk)
+    (P, r, sum_log_lam, sum_wyy, sum_wkff, sum_wres), _ = map_reduce(statistics_pass, n, chunk, width=m)
 
     B_minus_I = 0.5 * (P + P.T)           # A Lambda^-1 A^T = L^-1 K_uf Lambda^-1 K_fu L^-T
     B = np.eye(m) + B_minus_I
@@ -208,7 +208,7 @@ def _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, ji
         kgrads = add_partial(kgrads, kernel.diag_vjp(values, "kernel", X[slc], g_kff))
         return (kgrads, dZ, G_uu_part), (g_lam,)
 
-    (kgrads, dZ, G_uu_part), (g_lam,) = map_reduce(pass_fn, n, chunk)
+    (kgrads, dZ, G_uu_part), (g_lam,) = map_reduce(pass_fn, n, chunk, width=m)
     G_uu_white = 0.5 * (C_white - np.outer(alpha, alpha)) + G_uu_part
     if not fitc:
         G_uu_white = G_uu_white - 0.5 * B_minus_I           # -1/2 K_uu^-1 P K_uu^-1, whitened

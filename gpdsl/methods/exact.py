@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
+from .. import threads
 from ..chunks import add_partial
 from ..linalg import cholesky, inverse_from_cholesky, jitter_adjoint
 from .common import Evaluation, PredictiveState
@@ -17,7 +18,14 @@ _LOG_2PI = np.log(2.0 * np.pi)
 
 def evaluate(kernel, likelihood, values, X, y, Z=None, *, jitter=None, chunk_size=None,
              need_grad=True, need_state=False):
-    """Exact log marginal likelihood; X (N, D), y (N,).  ``Z`` and ``chunk_size`` are unused."""
+    """Exact log marginal likelihood; X (N, D), y (N,).  ``Z`` and ``chunk_size`` are unused.
+
+    The O(N^3) factorisation and inverse use the bulk BLAS thread count (gpdsl.threads)."""
+    with threads.bulk(float(X.shape[0]) ** 3):
+        return _evaluate(kernel, likelihood, values, X, y, jitter, need_grad, need_state)
+
+
+def _evaluate(kernel, likelihood, values, X, y, jitter, need_grad, need_state):
     n = X.shape[0]
     Kff = kernel.gram(values, "kernel", X, X)
     noise = likelihood.noise(values, "likelihood", X)

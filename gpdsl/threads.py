@@ -1,0 +1,127 @@
+"""BLAS threads of gpdsl's own work, under gpdsl's control (through threadpoolctl).
+
+Most of a fit is loops of small products: EP/QP site sweeps (blocks of 16 sites), Pólya-Gamma c
+passes, M x M algebra, L-BFGS-B's bookkeeping.  Multi-threaded OpenBLAS only loses there: its
+threads wake, spin and wait on every call, and when the cores are shared they wait on each
+other.  Measured on a 2-core machine with the default two OpenBLAS threads, the README's EP/xor
+example took 136 s against 10.4 s with one thread (benchmarks/RESULTS.md).
+
+So every public entry point that computes (``Model.fit``, ``Model.evaluate``, the predictions
+of a ``Posterior``) runs inside :func:`managed`, which sets the BLAS libraries to one thread
+and restores them afterwards.  Only the row-chunked O(N M^2) passes (:func:`gpdsl.chunks.map_reduce`
+with enough work, see :data:`BULK_FLOPS`) run with more, in :func:`bulk`:
+
+* ``gd.set_num_threads(n)`` if the user called it, else
+* the BLAS thread count in force when the entry point was called (what ``OMP_NUM_THREADS`` /
+  ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` or an enclosing
+  ``threadpoolctl.threadpool_limits`` set; by default the number of cores), reduced to the
+  cores that other processes leave free (the 1-minute load average, read once per entry): with
+  one of two cores busy, two-thread products ran 1.3-2.4x slower than one-thread ones.
+
+gpdsl's Numba kernels are serial (none uses ``parallel=True``); :func:`set_num_threads` also
+caps Numba's thread pool so that a parallel kernel added later obeys the same setting.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import threading
+from contextlib import contextmanager
+
+from .checks import is_integer
+
+# A map_reduce pass of at least this many flops (about N M^2) may use bulk(); below it
+# the wake-up of the BLAS threads costs more than they win.
+BULK_FLOPS = 1e8
+
+_requested = None                 # gd.set_num_threads(n); None = automatic
+_state = threading.local()        # .bulk: bulk thread count of the active managed() region
+_controller = None
+
+
+def set_num_threads(n=None):
+    """Set the number of BLAS threads gpdsl's large O(N M^2) products may use.
+
+    Parameters
+    ----------
+    n : int or None
+        A positive integer, or None (the default) for automatic: the BLAS setting in force
+        when gpdsl is called (environment variables, an enclosing
+        ``threadpoolctl.threadpool_limits``), reduced to the cores other processes leave free.
+        gpdsl's loops of small products use one thread either way.
+    """
+    global _requested
+    if n is not None and (not is_integer(n) or n < 1):
+        raise ValueError(f"set_num_threads: n must be a positive integer or None, got {n!r}")
+    _requested = None if n is None else int(n)
+    import numba
+    numba.set_num_threads(min(_requested or numba.config.NUMBA_NUM_THREADS, numba.config.NUMBA_NUM_THREADS))
+
+
+def get_num_threads():
+    """The number of BLAS threads gpdsl's large products would use if called now."""
+    bulk = getattr(_state, "bulk", None)
+    return bulk if bulk is not None else _bulk_count(_ambient_threads())
+
+
+def _blas_controller():
+    # Created on first use, when NumPy's and SciPy's BLAS libraries are loaded (gpdsl.linalg
+    # imports scipy.linalg); threadpoolctl scans the loaded libraries once, here.
+    global _controller
+    if _controller is None:
+        from threadpoolctl import ThreadpoolController
+        _controller = ThreadpoolController().select(user_api="blas")
+    return _controller
+
+
+def _ambient_threads():
+    counts = [lib.num_threads for lib in _blas_controller().lib_controllers]
+    return min(counts) if counts else 1
+
+
+def _bulk_count(ambient):
+    if _requested is not None:
+        return _requested
+    cores = os.cpu_count() or 1
+    # The load average counts this process too when it has been running, hence the + 1.
+    free = math.floor(cores - os.getloadavg()[0] + 1.0)
+    return max(1, min(ambient, cores, free))
+
+
+@contextmanager
+def limit(n):
+    """BLAS limited to ``n`` threads inside the block (a no-op without BLAS libraries)."""
+    with _blas_controller().limit(limits=int(n)):
+        yield
+
+
+def managed(func):
+    """Run ``func`` with one BLAS thread, remembering the bulk thread count for :func:`bulk`.
+
+    Nested managed calls keep the outermost region's count (the inner one would read the one
+    thread the outer one set)."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        if getattr(_state, "bulk", None) is not None:
+            return func(*args, **kwargs)
+        _state.bulk = _bulk_count(_ambient_threads())
+        try:
+            with limit(1):
+                return func(*args, **kwargs)
+        finally:
+            _state.bulk = None
+    return wrapper
+
+
+@contextmanager
+def bulk(flops):
+    """Inside a :func:`managed` region, raise BLAS to the region's bulk thread count for a pass
+    of ``flops`` flops if that is at least :data:`BULK_FLOPS`; otherwise leave it as it is (one
+    thread inside a region; the user's own setting outside one)."""
+    count = getattr(_state, "bulk", None)
+    if count is None or count == 1 or flops < BULK_FLOPS:
+        yield
+        return
+    with limit(count):
+        yield
