@@ -1,5 +1,7 @@
 """Model.fit: optimisation, fixed parameters, priors, restarts, progress and callbacks."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,60 @@ def test_known_heteroscedastic_noise_needs_noise_variance_for_y(toy_regression):
     assert "y_var" not in pred
     pred = post.predict(X[:3], noise_variance=0.05)
     np.testing.assert_allclose(pred.y_var - pred.f_var, 0.05)
+
+
+# -- the stopping rule (issue 13) -------------------------------------------------------------------
+def test_plateau_rule_on_synthetic_objective_trails():
+    """The plateau rule fires on steady small gains only: not on large gains, not on gains that
+    die out geometrically (L-BFGS-B converging to an optimum), not before a full window."""
+    from gpdsl.model import PLATEAU_WINDOW, _on_plateau
+    steady = list(100.0 - 0.01 * np.arange(PLATEAU_WINDOW + 1))           # 0.01 per iteration
+    assert _on_plateau(steady, plateau=0.2)
+    assert not _on_plateau(steady, plateau=0.05)                          # gains above the threshold
+    assert not _on_plateau(steady[:-1], plateau=0.2)                      # window not yet full
+    converging = list(100.0 - np.cumsum(0.05 * 0.5 ** np.arange(PLATEAU_WINDOW + 1)))
+    assert not _on_plateau(converging, plateau=1.0)                       # halving gains: an optimum
+
+
+def test_well_defined_optimum_is_reached_not_cut_by_the_plateau_rule():
+    """Exact regression on 100 points (plateau threshold 0.1 nats over 10 iterations): the fit
+    ends by SciPy's own tests at the optimum of an independent dense computation (tests/naive.py,
+    BFGS on finite differences), to 1e-7 nats; a plateau stop would leave ~1e-2 on the table."""
+    from scipy import optimize
+    from naive import exact_lml, kernel
+    X, y = gd.datasets.sine(100, seed=3)
+    post = gd.Model(kernel=SE(1.0, 1.0), likelihood=gd.likelihoods.Gaussian(0.1)).fit(X, y)
+    assert post.converged and post.ridge is None
+
+    def negative(u):
+        ell, sf2, sn2 = np.exp(u)
+        return -exact_lml(kernel(X, X, ell, sf2, "se"), np.full(len(y), sn2), y)
+
+    ref = optimize.minimize(negative, np.zeros(3), method="BFGS", options={"gtol": 1e-7})
+    ours = np.log([post.values["kernel.lengthscale"], post.values["kernel.variance"],
+                   post.values["likelihood.variance"]])
+    assert post.log_evidence == pytest.approx(-ref.fun, abs=1e-7)
+    np.testing.assert_allclose(ours, ref.x, atol=2e-3)
+
+
+def test_runaway_kernel_variance_warns_once_and_is_flagged(tmp_path):
+    """FITC-EP on 40 xor points with 8 optimised pseudo-inputs: the probit evidence keeps rising as
+    the kernel variance grows (a hard classifier).  The fit ends on the plateau rule within a few
+    tens of iterations with one ConvergenceWarning naming kernel.variance and suggesting a prior,
+    flagged Posterior.ridge (also through netCDF); with that prior the fit converges silently."""
+    X, y = gd.datasets.xor(40, seed=0)
+    probit = gd.likelihoods.Bernoulli("probit", bias=gd.Fixed(0.0))
+    inducing = gd.inducing.Optimized(gd.inducing.KMeans(8, seed=0))
+    with pytest.warns(gd.ConvergenceWarning, match="evidence ridge") as record:
+        post = gd.Model(SE(1.0, 1.0), probit, inducing, gd.inference.EP()).fit(X, y)
+    ridge = [w for w in record if "ridge" in str(w.message)]
+    assert len(ridge) == 1 and "plateau rule" in str(ridge[0].message)
+    assert "kernel.variance ran from 1 to" in str(ridge[0].message) and "gd.priors" in str(ridge[0].message)
+    assert post.converged and post.ridge == "kernel.variance" and post.values["kernel.variance"] > 1e3
+    assert post.n_iterations < 100
+    post.save(tmp_path / "ridge.nc")
+    assert gd.load(tmp_path / "ridge.nc").ridge == "kernel.variance"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gd.ConvergenceWarning)
+        held = gd.Model(SE(1.0, gd.priors.LogNormal(0.0, 2.0)), probit, inducing, gd.inference.EP()).fit(X, y)
+    assert held.ridge is None and held.values["kernel.variance"] < 1e3

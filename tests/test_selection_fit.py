@@ -171,3 +171,25 @@ def test_reinit_ends_when_a_fit_collapses_the_kernel_variance(banana):
     assert post.values["kernel.variance"] < 1e-12
     with pytest.raises(gd.inducing.NoCandidateError, match="no training point has a positive"):
         model.inducing.select(X, y, SelectionContext(model.kernel, post.values, weights=post.sites.theta))
+
+
+def test_reinit_loop_ending_at_max_reinit_warns_and_is_flagged(banana, tmp_path):
+    """A loop that is still changing when max_reinit rounds have run says so: one
+    ConvergenceWarning naming max_reinit, Posterior.reinit_stop == "max_reinit" (kept through
+    netCDF); the same loop with a loose relative tolerance stops on the objective, silently."""
+    import warnings
+    X, y = banana
+    spec = gd.inducing.GreedyVariance(tol=0.5, max_m=100, weighted=True, reinit=True, first_round_max_m=5,
+                                      max_reinit=1, reinit_tol=1e-12)
+    with pytest.warns(gd.ConvergenceWarning, match="max_reinit=1") as record:
+        post = _pg_model(spec).fit(X, y, fixed=("likelihood.bias",))
+    assert sum("reinitialisation loop" in str(w.message) for w in record) == 1
+    assert post.reinit_stop == "max_reinit" and len(post.reinit_history) == 2
+    post.save(tmp_path / "reinit.nc")
+    assert gd.load(tmp_path / "reinit.nc").reinit_stop == "max_reinit"
+    objectives = [r["objective"] for r in post.reinit_history]
+    loose = replace(spec, max_reinit=10, reinit_tol=2 * abs(objectives[1] - objectives[0]) / abs(objectives[0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gd.ConvergenceWarning)
+        stopped = _pg_model(loose).fit(X, y, fixed=("likelihood.bias",))
+    assert stopped.reinit_stop == "objective" and len(stopped.reinit_history) == 2
