@@ -6,6 +6,7 @@ import json
 import numpy as np
 import xarray as xr
 
+from . import threads
 from ._version import __version__
 from .chunks import default_chunk_size, map_reduce
 from .likelihoods import Bernoulli, Gaussian, HeteroscedasticGaussian
@@ -58,6 +59,7 @@ class Posterior:
         return self.state.Z.shape[1]
 
     # -- prediction ------------------------------------------------------------------------------
+    @threads.managed
     def predict_f(self, X_new):
         """Latent predictive mean and variance at X_new (n, D) -> two (n,) arrays."""
         X_new = validate_inputs(X_new, "X_new", self.n_features)
@@ -69,15 +71,18 @@ class Posterior:
             var = kernel.diag(self.values, "kernel", X_new[slc]) - np.einsum("ij,ij->j", b, state.correction @ b)
             return (), (mean, np.maximum(var, 0.0))
 
-        _, (mean, var) = map_reduce(chunk, X_new.shape[0], default_chunk_size(X_new.shape[0], state.Z.shape[0]))
+        n, m = X_new.shape[0], state.Z.shape[0]
+        _, (mean, var) = map_reduce(chunk, n, default_chunk_size(n, m), width=m)
         return mean, var
 
+    @threads.managed
     def predict_f_full_cov(self, X_new):
         """Latent predictive mean (n,) and full covariance (n, n) at X_new (joint, for sampling and KL)."""
         X_new = validate_inputs(X_new, "X_new", self.n_features)
         kernel, state = self.model.kernel, self.state
-        b = state.basis(kernel.gram(self.values, "kernel", state.Z, X_new))
-        cov = kernel.gram(self.values, "kernel", X_new, X_new) - b.T @ state.correction @ b
+        with threads.bulk(float(X_new.shape[0]) ** 2 * state.Z.shape[0]):
+            b = state.basis(kernel.gram(self.values, "kernel", state.Z, X_new))
+            cov = kernel.gram(self.values, "kernel", X_new, X_new) - b.T @ state.correction @ b
         return b.T @ state.weights, 0.5 * (cov + cov.T)
 
     def noise_variance(self, X_new, noise_variance=None):
@@ -91,6 +96,7 @@ class Posterior:
             return None   # known training variances say nothing about new inputs
         return self.model.likelihood.noise(self.values, "likelihood", X_new)
 
+    @threads.managed
     def predict(self, X_new, noise_variance=None):
         """xarray.Dataset over dim ``obs``: f_mean, f_var and the observation predictive --
         y_mean, y_var for Gaussian and Poisson likelihoods, p = p(y* = +1) for Bernoulli.
@@ -117,6 +123,7 @@ class Posterior:
         """True for the Gaussian-noise likelihoods (their predictive adds noise variances)."""
         return isinstance(self.model.likelihood, (Gaussian, HeteroscedasticGaussian))
 
+    @threads.managed
     def log_predictive(self, X_new, y_new):
         """Pointwise log predictive probability of targets y_new at X_new (n,).
 
@@ -139,6 +146,7 @@ class Posterior:
             return likelihood.log_predictive(self.values, "likelihood", mean, var, y_new)
         return likelihood.log_predictive(mean, var, y_new)
 
+    @threads.managed
     def to_inference_data(self, X_new, y_new, draws=1000, seed=0, chains=4):
         """arviz.InferenceData at X_new, y_new: ``chains`` x ``draws`` independent draws (see :mod:`gpdsl.arviz_io`)."""
         from .arviz_io import to_inference_data
