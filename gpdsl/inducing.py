@@ -273,7 +273,7 @@ class GreedyVariance(InducingSpec):
 
     ``reinit``, ``reinit_tol``, ``max_reinit`` configure the model's reinitialisation loop:
     re-select Z after each hyperparameter fit until the objective changes by at most
-    ``reinit_tol``, at most ``max_reinit`` times.
+    ``reinit_tol`` times its magnitude, at most ``max_reinit`` times (ending there warns).
 
     ``first_round_max_m`` caps the first selection of that loop when M is chosen by ``tol``
     (``m=None``, ``reinit=True``, ``context.first_round``), stop reason "first_round_max_m".

@@ -230,8 +230,14 @@ class Model:
         ``GreedyBound``) select with the declared hyperparameters; with ``reinit=True`` the
         fit then alternates re-selection (at the fitted hyperparameters, weighted by the
         method's pseudo-data) and re-fitting until the objective changes by less than
-        ``reinit_tol``, a selection repeats an earlier one, or ``max_reinit`` rounds have run,
-        and keeps the best round (thesis 4.3.2; Burt et al.'s greedy-variance reinitialisation).
+        ``reinit_tol`` times its magnitude, a selection repeats an earlier one, or ``max_reinit``
+        rounds have run (which warns), and keeps the best round (thesis 4.3.2; Burt et al.'s
+        greedy-variance reinitialisation); ``reinit_stop`` in the result says which.
+
+        L-BFGS-B stops by SciPy's tests or by the plateau rule (:data:`PLATEAU_WINDOW`); a run
+        that ends on an evidence ridge warns and names the runaway hyperparameter
+        (``Posterior.ridge``).  The fit runs with one BLAS thread except in its large passes
+        (:mod:`gpdsl.threads`).
         With M chosen by ``tol`` the first selection stops at ``first_round_max_m`` points.
 
         A classifier fit whose objective is within ``CONSTANT_MODEL_TOL`` nats of the constant

@@ -84,8 +84,11 @@ def _bulk_count(ambient):
     if _requested is not None:
         return _requested
     cores = os.cpu_count() or 1
-    # The load average counts this process too when it has been running, hence the + 1.
-    free = math.floor(cores - os.getloadavg()[0] + 1.0)
+    try:
+        # The load average counts this process too when it has been running, hence the + 1.
+        free = math.floor(cores - os.getloadavg()[0] + 1.0)
+    except (AttributeError, OSError):       # no load average on this platform (Windows)
+        free = cores
     return max(1, min(ambient, cores, free))
 
 
