@@ -20,12 +20,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._jit import announce_compilation
 from ._jit import greedy as _greedy
 from .checks import check_bool, check_positive_int, check_positive_number, check_seed
 from .chunks import row_slices
 
 # Added to diag(K_ff) and at each pivot, as in the thesis code (its ``greedy_variance``).
 _JITTER = 1e-12
+# Rough first-selection compile times on a 2-core machine, quoted by the notice (gpdsl._jit).
+_COMPILE_SECONDS = {"GreedyVariance": 2, "GreedyBound": 5}
 
 
 def _check_m(owner, m):
@@ -333,8 +336,10 @@ class GreedyVariance(InducingSpec):
         C = np.empty((min(self.m or self.max_m, first_cap or n, n), n))
         indices, traces, stopped = [], [], None
         while stopped is None:
-            nxt, _, trace = _greedy.pivoted_cholesky_step(C, len(indices), j, _kernel_column(context, X, j),
-                                                          d, w, floor, _JITTER)
+            args = (C, len(indices), j, _kernel_column(context, X, j), d, w, floor, _JITTER)
+            announce_compilation("greedy-variance selection", _COMPILE_SECONDS["GreedyVariance"],
+                                 _greedy.pivoted_cholesky_step, args)
+            nxt, _, trace = _greedy.pivoted_cholesky_step(*args)
             indices.append(j)
             traces.append(trace)
             stopped = self._stop(len(indices), trace, nxt < 0 or len(indices) == n, first_cap)
@@ -421,7 +426,10 @@ class GreedyBound(InducingSpec):
                 break
             J = pool if pool.size <= self.working_set else rng.choice(pool, size=self.working_set, replace=False)
             K_J = np.ascontiguousarray(context.kernel.gram(context.values, "kernel", X, X[J]).T)
-            gains, gammas, c_new, G = _greedy.bound_scores(C, count, J, K_J, d, w, r, LB, c, _JITTER)
+            args = (C, count, J, K_J, d, w, r, LB, c, _JITTER)
+            announce_compilation("greedy-bound selection", _COMPILE_SECONDS["GreedyBound"], _greedy.bound_scores,
+                                 args)
+            gains, gammas, c_new, G = _greedy.bound_scores(*args)
             t = int(np.argmax(gains))
             j = int(J[t])
             LB[count, :count] = G[t]

@@ -1,10 +1,13 @@
-"""The fitted posterior: predictions, xarray export and netCDF round trip."""
+"""The fitted posterior: predictions, xarray export and netCDF round trip.
+
+xarray (and pandas behind it) is imported by the functions that return or read datasets, not
+with the module: ``import gpdsl`` and a fit do not need it, and it took a third of a second.
+"""
 from __future__ import annotations
 
 import json
 
 import numpy as np
-import xarray as xr
 
 from . import threads
 from ._version import __version__
@@ -104,6 +107,8 @@ class Posterior:
         For ``HeteroscedasticGaussian(variance=...)`` (known training variances) y_var needs
         ``noise_variance=`` at the new inputs and is left out otherwise.
         """
+        import xarray as xr
+
         X_new = validate_inputs(X_new, "X_new", self.n_features)
         mean, var = self.predict_f(X_new)
         data = {"f_mean": ("obs", mean), "f_var": ("obs", var)}
@@ -155,6 +160,8 @@ class Posterior:
     # -- xarray / netCDF ---------------------------------------------------------------------------
     def to_xarray(self):
         """xarray.Dataset: Z, q(u), the predictive cache, every hyperparameter, attrs."""
+        import xarray as xr
+
         state = self.state
         m, d = state.Z.shape
         data = {
@@ -295,5 +302,7 @@ def _local_state_from(ds):
 
 def load(path):
     """Load a posterior written by :meth:`Posterior.save`."""
+    import xarray as xr
+
     with xr.open_dataset(path, engine="scipy") as ds:
         return from_xarray(ds.load())

@@ -2,27 +2,57 @@
 
 Sites are Gaussian in natural parameters: precision ``tau`` and location ``nu`` (precision x
 mean).  One sweep visits every site: the cavity is the current marginal with the site removed,
-the tilted distribution ``p(y_i | f_i) N(f_i | cavity)`` is projected onto a Gaussian by
-:func:`gpdsl._jit.projections.project` (moment matching for EP, the L2-Wasserstein projection
-for QP; ``quantile`` selects it), and the site becomes the ratio of that Gaussian to the
-cavity.  Damping keeps the weight ``damping`` on the old site.  Sweeps return the largest
-change of a site parameter and the number of sites skipped because their cavity had
+the tilted distribution ``p(y_i | f_i) N(f_i | cavity)`` is projected onto a Gaussian (moment
+matching for EP, the L2-Wasserstein projection for QP), and the site becomes the ratio of that
+Gaussian to the cavity.  Damping keeps the weight ``damping`` on the old site.  Sweeps return the
+largest change of a site parameter and the number of sites skipped because their cavity had
 non-positive precision (the update would be meaningless; the site keeps its value).
+
+The projection is chosen by ``kind``, ``param``, ``quantile``, ``table`` and ``grid``, partly by
+their *types*, so that a fit compiles only the code it uses:
+
+* ``table=None`` (the fits without a QP lookup table): ``param`` is the tuple of the
+  likelihood's parameters and ``quantile`` None for EP or a bool (QP or EP at run time), and
+  the kernels compile only the code of that likelihood and method
+  (:func:`gpdsl._jit.projections.site_projection`);
+* ``table``, ``grid`` arrays: ``param`` is the likelihood's parameter (0.0 if it has none),
+  ``quantile`` a bool, and every likelihood and both projections are compiled and chosen at run
+  time (:func:`gpdsl._jit.projections.project_tabulated`), with the probit sigma* read from
+  that QP lookup table, or computed directly when it is empty.
 """
 import llvmlite.binding as _llvm
 import numpy as np
 from numba import njit, types
-from numba.extending import get_cython_function_address
+from numba.extending import get_cython_function_address, overload
 
-from .projections import project_tabulated
+from .projections import project_tabulated, site_projection
+
+
+def _project(kind, y, mu, var, param, quantile, table, grid):
+    """The projection of one site, chosen by the type of ``table`` (see the module docstring);
+    implemented for jitted callers only, by :func:`_project_by_table`."""
+
+
+@overload(_project, inline="always")
+def _project_by_table(kind, y, mu, var, param, quantile, table, grid):
+    # Type dispatch rather than ``if table is None``: Numba drops such a branch only when the
+    # argument *is* None, and site_projection cannot be typed with the array form's float param.
+    # Inlined into _site_update: as a function of its own it would be one more layer that LLVM
+    # optimises and emits with the whole projection below it.
+    if isinstance(table, types.NoneType):
+        return lambda kind, y, mu, var, param, quantile, table, grid: site_projection(kind, y, mu, var, param,
+                                                                                      quantile)
+    return lambda kind, y, mu, var, param, quantile, table, grid: project_tabulated(kind, y, mu, var, param,
+                                                                                    quantile, table, grid)
 
 
 @njit(cache=True)
 def _site_update(i, marginal_var, marginal_mean, tau, nu, y, param, kind, quantile, damping, table, grid):
     """New (tau_i, nu_i) from the marginal N(marginal_mean, marginal_var); ok=False if the cavity is improper.
 
-    ``param`` is the likelihood's scalar parameter (probit bias, Gaussian noise variance);
-    ``table``/``grid``: the optional QP lookup table (empty to compute sigma* directly).
+    ``param``: the likelihood's parameter (probit bias, Gaussian noise variance), as a tuple
+    without a table; ``kind``, ``param``, ``quantile``, ``table``, ``grid`` select the projection
+    (see the module docstring).
     """
     # A marginal variance that is not positive (or NaN) only arises when rounding has broken the
     # posterior (e.g. a kernel variance of 1e27 during a line search): the site keeps its value
@@ -34,7 +64,7 @@ def _site_update(i, marginal_var, marginal_mean, tau, nu, y, param, kind, quanti
     nu_cav = marginal_mean / marginal_var - nu[i]
     if not tau_cav > 0.0:
         return tau[i], nu[i], False
-    _, mean, var = project_tabulated(kind, y[i], nu_cav / tau_cav, 1.0 / tau_cav, param, quantile, table, grid)
+    _, mean, var = _project(kind, y[i], nu_cav / tau_cav, 1.0 / tau_cav, param, quantile, table, grid)
     if not var > 0.0:
         return tau[i], nu[i], False
     # Site precisions are kept non-negative (GPML's infEP does the same): a negative one, possible
@@ -112,6 +142,7 @@ def _bind_blas(name, n_args):
 
 
 _dgemm = _bind_blas("dgemm", 13)
+_NO_TRANS, _TRANS = 78, 84      # dgemm's flags, the characters N and T
 
 # Sites per block of the sequential FITC-EP sweep (measured on twonorm N = 100,000, M = 100 with
 # one BLAS thread: benchmarks/bench_fitc_ep.py).
@@ -121,7 +152,11 @@ FITC_BLOCK = 16
 @njit(cache=True)
 def _blas_workspace():
     """Argument storage for dgemm: the characters N and T, 6 integers, 2 doubles."""
-    return np.array([78, 84], dtype=np.uint8), np.zeros(6, dtype=np.int32), np.zeros(2)
+    # np.empty with a positional dtype: np.zeros(n, dtype=...) compiled for half a second more;
+    # _gemm sets every integer and double before each call.
+    ch = np.empty(2, np.uint8)
+    ch[0], ch[1] = _NO_TRANS, _TRANS
+    return ch, np.empty(6, np.int32), np.empty(2)
 
 
 @njit(cache=True)
@@ -143,7 +178,10 @@ def _gemm(trans_a, trans_b, p, q, k, alpha, A, B, beta, C, ch, iw, fw):
 _UPDATED, _SKIPPED, _STOP = 0, 1, 2
 
 
-@njit(cache=True, fastmath=True)
+# fastmath=False explicitly: Numba compiles a function that sets no fastmath option with the
+# fastmath of the caller that compiles it first, and then serves that version (from the disk cache
+# too) to every caller; _fitc_site is called by the fastmath reference kernel below.
+@njit(cache=True, fastmath=False)
 def _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, kind, quantile, damping, table, grid):
     """Site i of a sequential FITC-EP sweep from its marginal N(h_i, d_i + s), s = p_i^T M p_i: the
     formulas of :func:`fitc_sequential_sweep_rank1`'s docstring.  Updates the site and row i of the
@@ -172,7 +210,7 @@ def _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, kind, quantile, dampi
     return _UPDATED, c, step, max(abs(pi), abs(b))
 
 
-@njit(cache=True, fastmath=True)
+@njit(cache=True)
 def _block_sites(i0, r, G, T, hv, alpha, beta, d, P, nu_vec, tau, nu, y, param, kind, quantile, damping,
                  table, grid):
     """Sites i0 .. i0+r-1 in order, each exactly as in :func:`fitc_sequential_sweep_rank1`, with the
@@ -214,11 +252,12 @@ def _block_sites(i0, r, G, T, hv, alpha, beta, d, P, nu_vec, tau, nu, y, param, 
     return max_change, skipped, -1
 
 
-@njit(cache=True, fastmath=True)
-def _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, r, ch, iw, fw):
+@njit(cache=True)
+def _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, r, no, tr, ch, iw, fw):
     """The delayed update of a block's first r sites on ME = [M | gamma]:
     U = (I + T)^-1 W (row k: u_k = M_k p_k), M -= U^T diag(alpha) U and gamma += U^T beta, as
-    C = (I + T)^-1 (unit lower triangular, O(r^3)), UE = C WE and ME -= UE^T [diag(alpha) U | -beta]."""
+    C = (I + T)^-1 (unit lower triangular, O(r^3)), UE = C WE and ME -= UE^T [diag(alpha) U | -beta].
+    ``no``, ``tr``: False and True, :func:`_gemm`'s transpose flags (see fitc_sequential_sweep)."""
     if r == 0:
         return
     m = ME.shape[0]
@@ -231,13 +270,13 @@ def _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, r, ch, iw, fw):
             if t != 0.0:
                 for j in range(l + 1):
                     C[k, j] -= t * C[l, j]
-    _gemm(False, False, r, m + 1, r, 1.0, C, WE, 0.0, UE, ch, iw, fw)
+    _gemm(no, no, r, m + 1, r, 1.0, C, WE, 0.0, UE, ch, iw, fw)
     for k in range(r):
         a = alpha[k]
         for j in range(m):
             UaE[k, j] = a * UE[k, j]
         UaE[k, m] = -beta[k]
-    _gemm(True, False, m, m + 1, r, -1.0, UE, UaE, 1.0, ME, ch, iw, fw)
+    _gemm(tr, no, m, m + 1, r, -1.0, UE, UaE, 1.0, ME, ch, iw, fw)
 
 
 @njit(cache=True)
@@ -261,9 +300,16 @@ def fitc_sequential_sweep(d, P, Minv, nu_vec, gamma, tau, nu, y, param, kind, qu
         raise ValueError("fitc_sequential_sweep: P must be C-contiguous (dgemm reads its rows in place)")
     B = max(1, min(block, n))
     ch, iw, fw = _blas_workspace()
+    # The transpose flags as run-time values: Numba compiles a callee once per combination of
+    # constant arguments (literal types), which made three copies of _gemm.
+    no, tr = ch[0] == _TRANS, ch[1] == _TRANS
+    # Element loops rather than slice assignments, whose shape-mismatch error message alone
+    # compiled for seconds.
     ME = np.empty((m, m + 1))
-    ME[:, :m] = Minv
-    ME[:, m] = gamma
+    for a in range(m):
+        for b in range(m):
+            ME[a, b] = Minv[a, b]
+        ME[a, m] = gamma[a]
     WE, UE, UaE = np.empty((B, m + 1)), np.empty((B, m + 1)), np.empty((B, m + 1))
     G, T, C = np.empty((B, B)), np.empty((B, B)), np.empty((B, B))
     hv, alpha, beta = np.empty(B), np.empty(B), np.empty(B)
@@ -271,20 +317,22 @@ def fitc_sequential_sweep(d, P, Minv, nu_vec, gamma, tau, nu, y, param, kind, qu
     for i0 in range(start, n, B):
         r = min(B, n - i0)
         Pb = P[i0:i0 + r]
-        _gemm(False, False, r, m + 1, m, 1.0, Pb, ME, 0.0, WE, ch, iw, fw)
-        _gemm(False, True, r, r, m, 1.0, WE, Pb, 0.0, G, ch, iw, fw)
+        _gemm(no, no, r, m + 1, m, 1.0, Pb, ME, 0.0, WE, ch, iw, fw)
+        _gemm(no, tr, r, r, m, 1.0, WE, Pb, 0.0, G, ch, iw, fw)
         for k in range(r):
             hv[k] = nu_vec[i0 + k] + WE[k, m]
         change, skip, k_stop = _block_sites(i0, r, G, T, hv, alpha, beta, d, P, nu_vec, tau, nu, y, param,
                                             kind, quantile, damping, table, grid)
         max_change, skipped = max(max_change, change), skipped + skip
         if k_stop >= 0:
-            _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, k_stop, ch, iw, fw)
+            _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, k_stop, no, tr, ch, iw, fw)
             stop = i0 + k_stop
             break
-        _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, r, ch, iw, fw)
-    Minv[:, :] = ME[:, :m]
-    gamma[:] = ME[:, m]
+        _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, r, no, tr, ch, iw, fw)
+    for a in range(m):
+        for b in range(m):
+            Minv[a, b] = ME[a, b]
+        gamma[a] = ME[a, m]
     return max_change, skipped, stop
 
 

@@ -35,7 +35,10 @@ def pivoted_cholesky_step(C, m, j, k, d, w, floor, eps):
     its criterion and the weighted trace ``sum_n w_n d_n``.
     """
     e = C[m]
-    e[:] = k
+    # An element loop: ``e[:] = k`` compiled Numba's shape-mismatch message, four seconds of a cold
+    # start.
+    for i in range(e.shape[0]):
+        e[i] = k[i]
     e[j] += eps
     if m > 0:
         e -= np.dot(np.ascontiguousarray(C[:m, j]), C[:m])

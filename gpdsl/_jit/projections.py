@@ -6,12 +6,15 @@ and takes the L2-Wasserstein standard deviation
 
     sigma* = int phi(Phi^-1(F(f))) df,      F the CDF of q,
 
-which never exceeds the EP one (their Theorem 2).  :func:`project` is the entry point of the
-site-sweep kernel; ``kind`` is one of the codes ``PROBIT`` / ``POISSON_SQUARE``
-(``gpdsl.likelihoods`` uses the same integers):
+which never exceeds the EP one (their Theorem 2).  The likelihood ``kind`` is one of the codes
+``PROBIT`` / ``POISSON_SQUARE`` (``gpdsl.likelihoods`` uses the same integers) or ``GAUSSIAN``:
 
 * probit with bias, p(y | f) = Phi(y (f + bias)), y in {-1, +1} (paper appendix C.1);
-* Poisson with square link, p(y | f) = f^{2y} exp(-f^2) / y!, y in {0, 1, 2, ...} (appendix C.2).
+* Poisson with square link, p(y | f) = f^{2y} exp(-f^2) / y!, y in {0, 1, 2, ...} (appendix C.2);
+* Gaussian noise, whose tilted distribution is Gaussian (EP is exact; a check of the sweeps).
+
+:func:`project` projects one site for any kind; :func:`site_projection`, the entry point of the
+site-sweep kernels, does the same compiled with only the code of the fit's likelihood and method.
 
 log Z and the moments are closed forms.  sigma* uses a fixed composite 20-point Gauss-Legendre
 rule on a window set from the closed-form moments: the CDF at the nodes comes from the same rule
@@ -306,7 +309,9 @@ def _probit_qp_sd(y, mu, sd, bias, log_z, mean, var_t):
         return math.nan
     mid = min(max(_PROBIT_EDGE, lo), hi)
     log_norm = log_z + math.log(sd) + _HALF_LOG_2PI
-    return _wasserstein_sd(PROBIT, loc, sd * sd, 0.0, log_norm, lo, mid, hi,
+    # int(): a run-time value, so that the probit and Poisson rules share one compiled
+    # _wasserstein_sd (Numba compiles a callee once per value of a constant argument).
+    return _wasserstein_sd(int(PROBIT), loc, sd * sd, 0.0, log_norm, lo, mid, hi,
                            _PROBIT_PANEL_INNER * s_in, _PROBIT_PANEL_OUTER * sd)
 
 
@@ -315,6 +320,19 @@ def probit_qp_sd(y, mu, sd, bias):
     """QP standard deviation sigma* (eq. 7) of Phi(y (f + bias)) N(f | mu, sd^2) / Z."""
     log_z, mean, var_t = probit_tilted_moments(y, mu, sd * sd, bias)
     return _probit_qp_sd(y, mu, sd, bias, log_z, mean, var_t)
+
+
+# inline="always" (Numba inlines the body into its callers): a thin wrapper, which compiled on its
+# own would have LLVM optimise and emit the QP quadrature beneath it once more.
+@njit(cache=True, inline="always")
+def probit_project(y, mu, var, bias, qp):
+    """(log Z, mean, variance) of the probit tilted distribution with cavity N(mu, var): EP's
+    moments, or with ``qp`` the QP variance sigma*^2 in place of EP's."""
+    log_z, mean, var_t = probit_tilted_moments(y, mu, var, bias)
+    if qp:
+        sd = _probit_qp_sd(y, mu, math.sqrt(var), bias, log_z, mean, var_t)
+        var_t = sd * sd
+    return log_z, mean, var_t
 
 
 # ----------------------------------------------------------------------------------------------
@@ -470,7 +488,8 @@ def _poisson_square_qp_sd(ny, mu, sd, var_t):
     hi += _WINDOW * sv
     log_m, _, _ = _gauss_raw_moments(n, abs(b), v)
     log_norm = log_m + 0.5 * math.log(v) + _HALF_LOG_2PI
-    return _wasserstein_sd(POISSON_SQUARE, b, v, float(n), log_norm, lo, hi, hi,
+    # int(): see _probit_qp_sd.
+    return _wasserstein_sd(int(POISSON_SQUARE), b, v, float(n), log_norm, lo, hi, hi,
                            _POISSON_PANEL * sv, 1.0)
 
 
@@ -482,8 +501,29 @@ def poisson_square_qp_sd(y, mu, sd):
     return _poisson_square_qp_sd(ny, mu, sd, var_t)
 
 
+@njit(cache=True, inline="always")     # as probit_project
+def poisson_square_project(y, mu, var, qp):
+    """(log Z, mean, variance) of the Poisson square-link tilted distribution with cavity
+    N(mu, var): EP's moments, or with ``qp`` the QP variance sigma*^2 in place of EP's."""
+    log_z, mean, var_t = poisson_square_tilted_moments(y, mu, var)
+    ny = int(y + 0.5)
+    if qp and ny > 0:                         # y = 0: the tilted distribution is Gaussian
+        sd = _poisson_square_qp_sd(ny, mu, math.sqrt(var), var_t)
+        var_t = sd * sd
+    return log_z, mean, var_t
+
+
 # ----------------------------------------------------------------------------------------------
 # dispatch
+
+
+@njit(cache=True)
+def gaussian_tilted_moments(y, mu, var, noise):
+    """(log Z, mean, variance) of N(y | f, noise) N(f | mu, var) / Z: Gaussian, so EP is exact and
+    QP's projection equals EP's."""
+    total = var + noise
+    r = y - mu
+    return -0.5 * (math.log(2.0 * math.pi * total) + r * r / total), mu + var * r / total, var * noise / total
 
 
 @njit(cache=True)
@@ -491,27 +531,40 @@ def project(kind, y, mu, var, param, qp):
     """Project the tilted distribution of one site onto a Gaussian.
 
     kind: PROBIT (y = +-1, ``param`` is the bias added to f), POISSON_SQUARE (y a count,
-    ``param`` unused) or GAUSSIAN (``param`` is the noise variance; the tilted law is Gaussian,
-    so EP is exact and QP equals EP); mu, var: cavity mean and variance.  Returns
-    (log Z, mean, variance): the EP moments, or with ``qp`` the same log Z and mean and the QP
-    variance sigma*^2.
+    ``param`` unused) or GAUSSIAN (``param`` is the noise variance); mu, var: cavity mean and
+    variance.  Returns (log Z, mean, variance): the EP moments, or with ``qp`` the same log Z and
+    mean and the QP variance sigma*^2.  Every likelihood's code is compiled in (``kind`` is a
+    run-time value); the sweeps of a fit use :func:`site_projection`.
     """
     if kind == PROBIT:
-        log_z, mean, var_t = probit_tilted_moments(y, mu, var, param)
-        if qp:
-            sd = _probit_qp_sd(y, mu, math.sqrt(var), param, log_z, mean, var_t)
-            var_t = sd * sd
-        return log_z, mean, var_t
+        return probit_project(y, mu, var, param, qp)
     if kind == GAUSSIAN:
-        total = var + param
-        r = y - mu
-        return -0.5 * (math.log(2.0 * math.pi * total) + r * r / total), mu + var * r / total, var * param / total
-    log_z, mean, var_t = poisson_square_tilted_moments(y, mu, var)
-    ny = int(y + 0.5)
-    if qp and ny > 0:                         # y = 0: the tilted distribution is Gaussian
-        sd = _poisson_square_qp_sd(ny, mu, math.sqrt(var), var_t)
-        var_t = sd * sd
-    return log_z, mean, var_t
+        return gaussian_tilted_moments(y, mu, var, param)
+    return poisson_square_project(y, mu, var, qp)
+
+
+@njit(cache=True)
+def site_projection(kind, y, mu, var, params, quantile):
+    """:func:`project` for the sweeps of a fit, compiled with only the code the fit uses.
+
+    ``params`` is the tuple of the likelihood's parameters: () for POISSON_SQUARE, (bias,) for
+    PROBIT, (noise variance,) for GAUSSIAN; ``quantile`` is None for EP, or a bool (QP's
+    projection if True, EP's if False).  Numba drops the branches that the *types* of the
+    arguments rule out before typing them (the length of a tuple and ``is None`` of a None
+    argument are constants to it), so a Poisson fit compiles none of the probit's code, a probit
+    fit none of Poisson's, and an EP fit none of QP's quadrature.  PROBIT and GAUSSIAN (one
+    parameter each) are told apart by ``kind`` at run time, as are EP and QP for a bool
+    ``quantile``: the EP and QP sweeps of a QP fit share one compiled kernel.
+    """
+    if len(params) == 0:
+        if quantile is None:
+            return poisson_square_tilted_moments(y, mu, var)
+        return poisson_square_project(y, mu, var, quantile)
+    if kind == GAUSSIAN:
+        return gaussian_tilted_moments(y, mu, var, params[0])
+    if quantile is None:
+        return probit_tilted_moments(y, mu, var, params[0])
+    return probit_project(y, mu, var, params[0], quantile)
 
 
 # ----------------------------------------------------------------------------------------------

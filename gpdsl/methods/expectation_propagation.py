@@ -24,8 +24,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from .._jit import ep_sweeps, projections
-from .._jit.projections import POISSON_SQUARE
+from .._jit import announce_compilation, ep_sweeps, projections
+from .._jit.projections import POISSON_SQUARE, PROBIT
 from ..chunks import default_chunk_size, map_reduce
 from ..likelihoods import HeteroscedasticGaussian
 from ..linalg import cholesky, inverse_from_cholesky, solve_lower, solve_upper_t
@@ -34,6 +34,21 @@ from .common import Evaluation
 
 # Site precisions below this are treated as this when the pseudo-data noise 1/tau is formed.
 _TAU_FLOOR = 1e-12
+# Rough first-fit compile times on a 2-core machine (benchmarks/bench_compile.py), for the notice.
+_COMPILE_SECONDS = {"EP": 6, "QP": 8}
+
+
+def _announce(kernel, args, quantile):
+    """The one-line notice before ``kernel(*args)`` compiles (see :mod:`gpdsl._jit`)."""
+    family = "EP" if quantile is None else "QP"
+    announce_compilation(family, _COMPILE_SECONDS[family], kernel, args)
+
+
+def _site_params(kind, bias):
+    """The likelihood's parameters as the kernels take them without a lookup table: a tuple, empty
+    for the Poisson likelihood, so that its kernels compile without the probit's code and the
+    probit's without Poisson's (gpdsl._jit.projections.site_projection)."""
+    return () if kind == POISSON_SQUARE else (bias,)
 
 
 @dataclass
@@ -69,9 +84,10 @@ class DensePrior:
     def marginals(self):
         return np.diag(self.Sigma).copy(), self.mu.copy()
 
-    def sequential_sweep(self, tau, nu, y, bias, kind, quantile, damping, table, grid):
-        return ep_sweeps.dense_sequential_sweep(self.Sigma, self.mu, tau, nu, y, bias, kind, quantile, damping,
-                                                table, grid)
+    def sequential_sweep(self, tau, nu, y, param, kind, quantile, damping, table, grid):
+        args = (self.Sigma, self.mu, tau, nu, y, param, kind, quantile, damping, table, grid)
+        _announce(ep_sweeps.dense_sequential_sweep, args, quantile)
+        return ep_sweeps.dense_sequential_sweep(*args)
 
 
 class FITCPrior:
@@ -108,14 +124,15 @@ class FITCPrior:
     def marginals(self):
         return self.d + np.einsum("ij,ij->i", self.P @ self.Minv, self.P), self.nu_vec + self.P @ self.gamma
 
-    def sequential_sweep(self, tau, nu, y, bias, kind, quantile, damping, table, grid):
+    def sequential_sweep(self, tau, nu, y, param, kind, quantile, damping, table, grid):
         max_change, skipped, start = 0.0, 0, 0
         while True:
             # Blocked delayed updates (ep_sweeps.FITC_BLOCK sites per level-3 BLAS block), the same
             # sites as one-at-a-time sequential EP.
-            change, skip, stop = ep_sweeps.fitc_sequential_sweep(
-                self.d, self.P, self.Minv, self.nu_vec, self.gamma, tau, nu, y, bias, kind, quantile, damping,
-                table, grid, start, ep_sweeps.FITC_BLOCK)
+            args = (self.d, self.P, self.Minv, self.nu_vec, self.gamma, tau, nu, y, param, kind, quantile, damping,
+                    table, grid, start, ep_sweeps.FITC_BLOCK)
+            _announce(ep_sweeps.fitc_sequential_sweep, args, quantile)
+            change, skip, stop = ep_sweeps.fitc_sequential_sweep(*args)
             max_change, skipped = max(max_change, change), skipped + skip
             if stop < 0:
                 return max_change, skipped
@@ -124,6 +141,8 @@ class FITCPrior:
             start, skipped = stop + 1, skipped + 1
 
 
+# "No lookup table" in the array form of the kernels' table arguments (sigma* computed directly),
+# for callers that pass arrays whether or not they want a table.
 _NO_TABLE = (np.zeros((0, 0)), np.zeros(4))
 
 
@@ -141,7 +160,18 @@ def qp_lookup_table():
 def run_sites(prior, y, bias, kind, spec, warm, quantile):
     """Sweep until the largest site change is below ``spec.tol`` or ``spec.max_sweeps``;
     ``quantile`` selects the QP projection instead of EP's moment matching."""
-    table, grid = qp_lookup_table() if quantile and spec.lookup else _NO_TABLE
+    # The kernels' projection arguments (gpdsl._jit.ep_sweeps): without a lookup table, the
+    # likelihood's parameters as a tuple and quantile=None for EP select at compile time, so that
+    # a fit compiles only its likelihood's and method's code; QP's fits choose EP or QP at run
+    # time, so that the EP sweeps of their evidence share the QP sweeps' kernel.  With the probit
+    # lookup table everything is chosen at run time.
+    if (quantile or spec.quantile) and spec.lookup and kind == PROBIT:
+        (table, grid), param = qp_lookup_table(), bias
+    else:
+        table = grid = None
+        param = _site_params(kind, bias)
+        if not (quantile or spec.quantile):
+            quantile = None
     n = len(y)
     if warm is not None and len(warm.tau) == n:
         tau, nu = warm.tau.copy(), warm.nu.copy()
@@ -152,16 +182,18 @@ def run_sites(prior, y, bias, kind, spec, warm, quantile):
         tau, nu = np.ones(n), np.sqrt(y + 0.5)
     else:
         tau, nu = np.zeros(n), np.zeros(n)
-    damping, previous, rising = spec.damping, np.inf, 0
+    # A float from the start: an integer damping would compile the sweep kernels once more.
+    damping, previous, rising = float(spec.damping), np.inf, 0
     prior.refresh(tau, nu)
     state = SiteState(tau, nu, damping=damping)
     for sweep in range(1, spec.max_sweeps + 1):
         if spec.schedule == "sequential":
-            change, skipped = prior.sequential_sweep(tau, nu, y, bias, kind, quantile, damping, table, grid)
+            change, skipped = prior.sequential_sweep(tau, nu, y, param, kind, quantile, damping, table, grid)
         else:
             var, mean = prior.marginals()
-            change, skipped = ep_sweeps.parallel_site_updates(var, mean, tau, nu, y, bias, kind,
-                                                              quantile, damping, table, grid)
+            args = (var, mean, tau, nu, y, param, kind, quantile, damping, table, grid)
+            _announce(ep_sweeps.parallel_site_updates, args, quantile)
+            change, skipped = ep_sweeps.parallel_site_updates(*args)
         prior.refresh(tau, nu)
         state.sweeps, state.skipped = sweep, skipped
         if change < spec.tol:
@@ -176,8 +208,11 @@ def run_sites(prior, y, bias, kind, spec, warm, quantile):
     return state
 
 
-def cavity_terms(prior, state, y, bias, kind):
-    """log Z_i, cavity natural parameters and d log Z_i / d mu_cav at the final (EP) marginals."""
+def cavity_terms(prior, state, y, bias, kind, quantile=None):
+    """log Z_i, cavity natural parameters and d log Z_i / d mu_cav at the final (EP) marginals.
+
+    EP's moments whatever ``quantile``: False (QP's fits) instead of None only reuses the
+    projection compiled for the sweeps of a QP fit (gpdsl._jit.projections.site_projection)."""
     var, mean = prior.marginals()
     with np.errstate(divide="ignore", invalid="ignore"):
         tau_cav = 1.0 / var - state.tau
@@ -190,9 +225,10 @@ def cavity_terms(prior, state, y, bias, kind):
                                  "precision): the hyperparameters are numerically extreme")
     n = len(y)
     log_z, dlogz = np.empty(n), np.empty(n)
+    params = _site_params(kind, bias)
     for i in range(n):
         mu_c, var_c = nu_cav[i] / tau_cav[i], 1.0 / tau_cav[i]
-        log_z[i], m, _ = projections.project(kind, y[i], mu_c, var_c, bias, False)
+        log_z[i], m, _ = projections.site_projection(kind, y[i], mu_c, var_c, params, quantile)
         dlogz[i] = (m - mu_c) / var_c        # d log Z / d mu_cav = (tilted mean - mu_cav) / var_cav
     return log_z, dlogz, tau_cav, nu_cav, mean
 
@@ -217,7 +253,7 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
     # The evidence and its gradients are EP's for QP too (Zhang et al. fit hyperparameters with
     # EP's evidence): the gradient identity needs the moment-matching fixed point.
     state = run_sites(prior, y, bias, kind, spec, warm, quantile=False)
-    log_z, dlogz, tau_cav, nu_cav, mean = cavity_terms(prior, state, y, bias, kind)
+    log_z, dlogz, tau_cav, nu_cav, mean = cavity_terms(prior, state, y, bias, kind, False if spec.quantile else None)
     F = log_evidence(prior, state, log_z, tau_cav, nu_cav, mean)
     grads, dZ = {}, None
     if need_grad:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._jit import announce_compilation
 from .._jit.polya_gamma import pg_marginals_update, pg_theta, pg_theta_kl
 from ..chunks import default_chunk_size, map_reduce
 from ..likelihoods import HeteroscedasticGaussian
@@ -40,6 +41,7 @@ C_INIT = 0.1
 _CACHE_BYTES = 2 ** 28      # 256 MB of cached L^-1 K_uf, as for K_uf in the collapsed engine
 _LOG2 = np.log(2.0)
 _ANDERSON_MEMORY = 10
+_COMPILE_SECONDS = 2        # rough first-fit compile time on a 2-core machine, for the notice
 
 
 @dataclass
@@ -151,6 +153,8 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
                                   need_grad=need_grad, need_state=need_state)
 
     c = np.array(warm.c_next if warm is not None and warm.c_next.shape == (n,) else np.full(n, C_INIT))
+    # The kernels of this module are compiled (or loaded) together, so one stands for all.
+    announce_compilation("Polya-Gamma", _COMPILE_SECONDS, pg_theta_kl, (c,))
     sums, _ = sweep(c)
     bias_sums = (n, bias, float(np.sum(y)))
     factor, bound = _bound(sums, *bias_sums)

@@ -1,0 +1,73 @@
+"""Cold start (issue 13): what ``import gpdsl`` loads, and the one-line notice before compiling.
+
+The subprocess tests run a fresh interpreter, with a fresh ``NUMBA_CACHE_DIR`` where the Numba
+cache matters, so that neither this process's compiled kernels nor the package's cache decide
+the outcome.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from numba import njit
+
+from gpdsl._jit import announce_compilation
+
+REPO = Path(__file__).resolve().parents[1]
+
+FITS = r"""
+import warnings
+warnings.simplefilter("ignore")
+import gpdsl as gd
+X, y = gd.datasets.banana(n=60, seed=0)
+SE = gd.kernels.SquaredExponential
+for likelihood, inference in ((gd.likelihoods.Bernoulli("probit"), gd.inference.EP()),
+                              (gd.likelihoods.Bernoulli("logit"), gd.inference.PolyaGamma())):
+    gd.Model(SE(1.0, 1.0), likelihood, gd.inducing.KMeans(5, seed=0), inference).fit(X, y, max_iter=20)
+"""
+
+
+def _python(code, **env):
+    environ = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    proc = subprocess.run([sys.executable, "-c", code], env=environ, cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_import_gpdsl_leaves_out_xarray_arviz_pandas_matplotlib():
+    """A fit needs none of them: xarray (with pandas) loads with the first prediction or export,
+    arviz with to_inference_data, matplotlib with plotting."""
+    out = _python("import json, sys, gpdsl\n"
+                  "print(json.dumps([m for m in ('xarray', 'arviz', 'pandas', 'matplotlib') if m in sys.modules]))")
+    assert json.loads(out.stdout) == []
+
+
+def test_compile_notice_printed_once_per_family_on_a_cold_cache_only(tmp_path):
+    """An EP fit and a Pólya-Gamma fit (many evaluations each) print one line per family to stderr
+    when their kernels compile (a fresh cache), and nothing when they load them from the cache."""
+    cache = str(tmp_path / "numba_cache")
+    cold = _python(FITS, NUMBA_CACHE_DIR=cache).stderr.splitlines()
+    notices = [line for line in cold if line.startswith("gpdsl: compiling")]
+    assert [line.split(" kernels once")[0] for line in notices] == ["gpdsl: compiling the EP",
+                                                                    "gpdsl: compiling the Polya-Gamma"]
+    assert all(line.endswith(" s); later runs load them from the cache") for line in notices)
+    warm = _python(FITS, NUMBA_CACHE_DIR=cache).stderr
+    assert "gpdsl: compiling" not in warm
+
+
+def test_compile_notice_is_silent_when_it_cannot_tell(capsys):
+    """Without a Numba disk cache (or with anything but a dispatcher) the notice cannot say that
+    later runs load the kernels, and prints nothing rather than fail."""
+    uncached = njit(lambda x: x + 1.0)
+    announce_compilation("test-uncached", 1, uncached, (1.0,))
+    announce_compilation("test-not-a-dispatcher", 1, object(), (1.0,))
+    assert capsys.readouterr().err == ""
+
+
+def test_compile_notice_is_silent_for_a_compiled_kernel(capsys):
+    from gpdsl._jit.special import norm_pdf
+    norm_pdf(0.5)                          # compiled (or loaded) in this process now
+    announce_compilation("test-compiled", 1, norm_pdf, (0.5,))
+    assert capsys.readouterr().err == ""
