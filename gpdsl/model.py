@@ -503,15 +503,14 @@ class _Objective:
         rule stopped the run, which counts as converged), ``runaway`` (the name of a
         hyperparameter that moved by more than RUNAWAY_FACTOR from ``u0`` in a run stopped by
         the plateau rule or the iteration cap, else None) and ``start`` (``u0``)."""
-        iteration, trail = [0], []
+        trail = []                # objectives of the accepted iterates
         plateau = PLATEAU_WINDOW * PLATEAU_PER_POINT * self.X.shape[0]
 
         def report(intermediate_result):
-            iteration[0] += 1
             u_last, _, g = self.last
             # The accepted iterate is normally the last point evaluated by the line search.
             grad_norm = np.linalg.norm(g) if np.array_equal(u_last, intermediate_result.x) else np.nan
-            step = {"iteration": iteration[0], "objective": float(intermediate_result.fun),
+            step = {"iteration": len(trail) + 1, "objective": float(intermediate_result.fun),
                     "grad_norm": float(grad_norm)}
             if progress:
                 print(f"iter {step['iteration']:5d}  objective {step['objective']: .10g}  "
