@@ -31,6 +31,8 @@ Usage::
     python benchmarks/bench_compile.py
     python benchmarks/bench_compile.py --repeats 3 --threads 1     # steadier on a busy machine
     python benchmarks/bench_compile.py --methods EP,QP --no-all
+    python3 -m venv /tmp/fresh && /tmp/fresh/bin/pip install . && \
+        python benchmarks/bench_compile.py --python /tmp/fresh/bin/python   # as a new user installs it
 """
 from __future__ import annotations
 
@@ -99,9 +101,13 @@ print(json.dumps({"import": time.perf_counter() - t0,
 
 
 def run_python(script, args, env):
-    """(subprocess wall seconds, parsed JSON of its last stdout line) or raises with its stderr."""
+    """(subprocess wall seconds, parsed JSON of its last stdout line) or raises with its stderr.
+
+    Runs under ``env["BENCH_PYTHON"]`` in ``env["BENCH_CWD"]`` (see ``--python``)."""
+    env = dict(env)
+    python, cwd = env.pop("BENCH_PYTHON"), env.pop("BENCH_CWD")
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=REPO, capture_output=True,
+    proc = subprocess.run([python, "-c", script, *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=900)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
@@ -141,6 +147,10 @@ def main(argv=None):
     p.add_argument("--no-all", action="store_true", help="skip the all-methods-in-one-process runs")
     p.add_argument("--threads", type=int, default=None,
                    help="set OPENBLAS/OMP/MKL/NUMBA thread counts of the subprocesses")
+    p.add_argument("--python", default=None,
+                   help="interpreter of an environment with gpdsl installed (e.g. a fresh virtualenv): the "
+                        "subprocesses run under it, import the installed gpdsl and start outside the checkout; "
+                        "default: this interpreter with the checkout first on PYTHONPATH")
     args = p.parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
     unknown = set(methods) - set(METHODS)
@@ -152,11 +162,18 @@ def main(argv=None):
     if args.threads is not None:
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
             env[var] = str(args.threads)
-    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    import numba
+    if args.python is None:
+        env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.update(BENCH_PYTHON=sys.executable, BENCH_CWD=REPO)
+    else:                          # `python -c` puts the working directory first on sys.path
+        env.update(BENCH_PYTHON=args.python, BENCH_CWD=tempfile.mkdtemp(prefix="gpdsl_bench_cwd_"))
+    where = subprocess.run([env["BENCH_PYTHON"], "-c", "import gpdsl, numba, sys; print(gpdsl.__file__, "
+                            "numba.__version__, sys.version.split()[0])"], env={k: v for k, v in env.items()
+                           if not k.startswith("BENCH_")}, cwd=env["BENCH_CWD"], capture_output=True, text=True,
+                           check=True).stdout.split()
     load = "load average %.2f %.2f %.2f" % os.getloadavg() if hasattr(os, "getloadavg") else "load n/a"
-    print(f"numba {numba.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {load}, "
-          f"subprocess threads: {args.threads or 'default'}, best of {args.repeats}")
+    print(f"gpdsl from {os.path.dirname(where[0])}, numba {where[1]}, python {where[2]} ({env['BENCH_PYTHON']}), "
+          f"{os.cpu_count()} CPUs, {load}, subprocess threads: {args.threads or 'default'}, best of {args.repeats}")
 
     imports = [run_python(IMPORT_SCRIPT, [], env)[1] for _ in range(max(args.repeats, 3))]
     best_import = min(imports, key=lambda info: info["import"])

@@ -25,6 +25,13 @@ seeds and GPy CPU / gpdsl CPU.  Timings are printed, never asserted.
     python benchmarks/bench_ep_peers.py --python-gpy /tmp/peers/bin/python          # both, ~15 min
     python benchmarks/bench_ep_peers.py --libs gpy --python-gpy /tmp/peers/bin/python --json gpy.json
     python benchmarks/bench_ep_peers.py --libs gpdsl --gpdsl-path /tmp/gpdsl_base --merge gpy.json
+    python benchmarks/bench_ep_peers.py --libs "" --merge a.json,b.json      # the summary of earlier runs only
+    python benchmarks/bench_ep_peers.py --datasets breast --seeds 0,1,2,3,4,5,6,7,8,9 --libs gpdsl,gpdsl-cap
+
+``--libs gpdsl-cap`` is gpdsl with the plateau rule switched off (``gpdsl.model.PLATEAU_PER_POINT =
+0``): L-BFGS-B then stops by SciPy's tests or the iteration cap alone, as every fit did before issue
+13, which gives "today's" test NLPD in the same setup; with both gpdsl rows the summary prints the
+paired NLPD difference per data set.
 
 The parent process imports gpdsl from ``--gpdsl-path`` (default: this repository) for
 ``load_csv`` and ``KMeans`` and needs scikit-learn for ``load_breast_cancer``; the GPy workers run
@@ -59,9 +66,12 @@ def nlpd_and_error(p_true):
 
 
 # ---------------------------------------------------------------------------------- workers
-def work_gpdsl(d):
+def work_gpdsl(d, plateau_rule=True):
     import gpdsl as gd
+    import gpdsl.model
     from threadpoolctl import threadpool_limits
+    if not plateau_rule:          # "gpdsl-cap": SciPy's tests alone, as before issue 13's plateau rule
+        gpdsl.model.PLATEAU_PER_POINT = 0.0
     X, y, Xte, yte, Z0 = d["X"], d["y"], d["Xte"], d["yte"], d["Z0"]
     D, fix = X.shape[1], ("likelihood.bias",)
 
@@ -80,7 +90,7 @@ def work_gpdsl(d):
         post = model(Z0).fit(X, y, fixed=fix, max_iter=MAX_ITER)
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         nlpd, err = nlpd_and_error(np.exp(post.log_predictive(Xte, yte)))
-    return {"lib": "gpdsl", "version": gd.__version__, "where": os.path.dirname(gd.__file__), "cpu": cpu,
+    return {"lib": "gpdsl" if plateau_rule else "gpdsl-cap", "version": gd.__version__, "where": os.path.dirname(gd.__file__), "cpu": cpu,
             "wall": wall, "iters": post.n_iterations, "cap": post.n_iterations >= MAX_ITER,
             "variance": float(post.values["kernel.variance"]),
             "lengthscale": float(np.ravel(post.values["kernel.lengthscale"])[0]), "nlpd": nlpd, "err": err,
@@ -141,7 +151,8 @@ def work_gpy(d, seed):
 def worker(args):
     d = dict(np.load(args.worker_data))
     try:
-        out = work_gpdsl(d) if args.worker == "gpdsl" else work_gpy(d, args.worker_seed)
+        out = (work_gpy(d, args.worker_seed) if args.worker == "gpy" else
+               work_gpdsl(d, plateau_rule=args.worker == "gpdsl"))
     except ImportError as exc:
         out = {"skip": f"{type(exc).__name__}: {exc}"}
     print("RESULT " + json.dumps(out), flush=True)
@@ -170,7 +181,7 @@ def prepare(name, seed, m, args):
 def launch(lib, path, seed, args):
     env = dict(os.environ)
     py = sys.executable
-    if lib == "gpdsl":
+    if lib != "gpy":
         env["PYTHONPATH"] = os.pathsep.join([args.gpdsl_path] + [p for p in [env.get("PYTHONPATH")] if p])
     else:
         py = args.python_gpy or sys.executable
@@ -200,7 +211,9 @@ def main(argv=None):
     p.add_argument("--datasets", default="twonorm,breast")
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--m", type=int, default=128)
-    p.add_argument("--libs", default="gpdsl,gpy")
+    p.add_argument("--libs", default="gpdsl,gpy",
+                   help="gpdsl, gpdsl-cap (the plateau rule off: SciPy's tests and the cap alone, as before "
+                        "issue 13) and gpy")
     p.add_argument("--python-gpy", default=None, help="interpreter of the GPy environment")
     p.add_argument("--gpdsl-path", default=ROOT, help="directory put first on sys.path / PYTHONPATH for gpdsl")
     p.add_argument("--twonorm", default=TWONORM, help="raetsch_twonorm.csv (header x1..x20,y)")
@@ -223,6 +236,8 @@ def main(argv=None):
           "construction + fit; gpdsl timed after an untimed warm-up fit (N=200, M=10: Numba compilation "
           f"excluded); M = {args.m}; max iterations {MAX_ITER} (gpdsl max_iter; GPy max_iters = maxiter = maxfun)")
     libs = [v for v in args.libs.split(",") if v]
+    if set(libs) - {"gpdsl", "gpdsl-cap", "gpy"}:
+        p.error(f"--libs: expected a comma-separated subset of gpdsl, gpdsl-cap, gpy; got {args.libs!r}")
     results = []
     head = ROW.format("data", "seed", "lib", "CPU s", "wall s", "iters", "cap", "variance", "lscale", "NLPD",
                       "error", "log ev/lik", "conv", "sweeps")
@@ -232,7 +247,7 @@ def main(argv=None):
           "'Converged'; sweeps = gpdsl post.total_sweeps / GPy EP sweeps (_local_updates calls)")
     print("\n" + head)
     with tempfile.TemporaryDirectory() as tmp:
-        for ds in args.datasets.split(","):
+        for ds in args.datasets.split(",") if libs else ():     # --libs "": the --merge summary only
             for seed in (int(s) for s in args.seeds.split(",")):
                 try:
                     d = prepare(ds, seed, args.m, args)
@@ -272,6 +287,14 @@ def main(argv=None):
         if (ds, "gpy") in med and (ds, "gpdsl") in med:
             print(f"{ds}: GPy CPU / gpdsl CPU = {med[ds, 'gpy']['cpu'] / med[ds, 'gpdsl']['cpu']:.2f} "
                   f"(medians {med[ds, 'gpy']['cpu']:.1f} s / {med[ds, 'gpdsl']['cpu']:.1f} s)")
+        paired = {(r["seed"], r["lib"]): r for r in results if r["ds"] == ds}
+        diffs = [paired[s, "gpdsl"]["nlpd"] - paired[s, "gpdsl-cap"]["nlpd"]
+                 for s in dict.fromkeys(r["seed"] for r in results if r["ds"] == ds)
+                 if (s, "gpdsl") in paired and (s, "gpdsl-cap") in paired]
+        if diffs:
+            print(f"{ds}: test NLPD, plateau rule - run to the cap, paired over {len(diffs)} seeds: median "
+                  f"{statistics.median(diffs):+.4f}, mean {statistics.fmean(diffs):+.4f}, range "
+                  f"{min(diffs):+.4f} .. {max(diffs):+.4f}")
     print(f"load average at the end: {'%.2f %.2f %.2f' % os.getloadavg()}")
 
 
