@@ -1,5 +1,7 @@
 """EP and QP: dense and FITC-EP against the GPML toolbox, each other, and finite differences."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -61,7 +63,11 @@ def test_fitc_ep_equals_dense_ep_on_the_fitc_prior(synth, schedule, quantile):
     fitc = epm.FITCPrior(kernel, values, X, Z, 1e-6, None)
     fitc_state = epm.run_sites(fitc, y, 0.3, 0, spec, None, quantile)
     dense = epm.DensePrior(kernel, values, X)
-    dense.K = fitc.P0 @ np.linalg.solve(fitc.Kuu, fitc.P0.T) + np.diag(fitc.d0)
+    Kuu = kernel.gram(values, "kernel", Z, Z)
+    Kuu += 1e-6 * np.mean(np.diag(Kuu)) * np.eye(len(Z))
+    Kfu = kernel.gram(values, "kernel", X, Z)
+    Q = Kfu @ np.linalg.solve(Kuu, Kfu.T)
+    dense.K = Q + np.diag(kernel.diag(values, "kernel", X) - np.diag(Q))
     dense_state = epm.run_sites(dense, y, 0.3, 0, spec, None, quantile)
     assert fitc_state.converged and dense_state.converged
     np.testing.assert_allclose(fitc_state.tau, dense_state.tau, rtol=1e-8, atol=1e-10)
@@ -350,7 +356,7 @@ def test_blocked_fitc_sweep_equals_dense_sweep_on_the_fitc_prior(synth):
     warm = epm.run_sites(prior, y, bias, kind, gd.inference.EP(max_sweeps=1), None, False)
     dense = epm.DensePrior(SE(0.8, 1.3), {"kernel.lengthscale": np.array(0.8), "kernel.variance": np.array(1.3)},
                            synth[0][:80])
-    dense.K = prior.P0 @ np.linalg.solve(prior.Kuu, prior.P0.T) + np.diag(prior.d0)
+    dense.K = prior.A0 @ prior.A0.T + np.diag(prior.d0)
     tau_d, nu_d = warm.tau.copy(), warm.nu.copy()
     dense.refresh(tau_d, nu_d)
     dense.sequential_sweep(tau_d, nu_d, y, bias, kind, False, 0.0, *epm._NO_TABLE)
@@ -375,11 +381,10 @@ def _abort_problem(n=23, m=9, site=12):
     X = rng.uniform(-1, 1, size=(n, 1))
     values = {"kernel.lengthscale": np.array(0.5), "kernel.variance": np.array(1.0)}
     prior = epm.FITCPrior(SE(0.5, 1.0), values, X, X[:m], 0.0, None)
-    prior.P0 = np.ascontiguousarray(0.3 * rng.standard_normal((n, m)))
-    prior.P0[:, 0] = 0.0
-    prior.P0[site] = 0.0
-    prior.P0[site, 0] = 1.0
-    prior.Kuu, prior.Lu = np.eye(m), np.eye(m)
+    prior.A0 = np.ascontiguousarray(0.3 * rng.standard_normal((n, m)))
+    prior.A0[:, 0] = 0.0
+    prior.A0[site] = 0.0
+    prior.A0[site, 0] = 1.0
     prior.d0 = np.full(n, 0.5)
     prior.d0[site] = 0.0
     y = np.sin(3 * X[:, 0])
@@ -539,3 +544,58 @@ def test_qp_algorithm1_keeps_the_likelihood_bias(synth):
     bias = {mode: float(post.values["likelihood.bias"]) for mode, post in fits.items()}
     assert abs(bias["ep"] - 2.0) > 0.1, bias
     assert bias["qp"] == pytest.approx(bias["ep"], abs=1e-12), bias
+
+
+def _near_singular_problem(poisson):
+    """Issue 14 item 5's failures: 28 / 35 points in 2-D, a third of them duplicated, SE length-scale
+    546 / 207, k-means Z (M = 8): K_uu is singular to rounding (cond ~ 1e17) at jitter 0, which the
+    ladder accepts."""
+    rng = np.random.default_rng(25 if poisson else 6)
+    n = int(rng.integers(10, 60))
+    X = rng.normal(size=(n, 2))
+    dup = rng.integers(0, n, size=n // 3)
+    half = len(dup) // 2
+    X[dup[:half]] = X[dup[half:2 * half]]
+    ls, var = float(np.exp(rng.uniform(np.log(0.1), np.log(2000)))), float(np.exp(rng.uniform(-2, 2)))
+    if poisson:
+        y, lik = rng.poisson(np.exp(np.sin(X[:, 0]))).astype(float), gd.likelihoods.Poisson()
+    else:
+        y, lik = np.where(X[:, 0] + 0.3 * rng.normal(size=n) > 0, 1.0, -1.0), gd.likelihoods.Bernoulli("probit")
+    return X, y, SE(ls, var), lik
+
+
+@pytest.mark.parametrize("poisson", [False, True])
+@pytest.mark.parametrize("inference", [gd.inference.EP, gd.inference.QP])
+def test_fitc_ep_where_k_uu_is_singular_to_rounding(poisson, inference):
+    """Sigma_u = K_uu + P^T W P used to fail its Cholesky (NotPositiveDefiniteError), and M = Sigma_u^-1
+    carried cond(K_uu) into the marginals.  In the whitened basis the fit succeeds, and its sites and
+    marginals equal those of dense EP / QP on the FITC covariance Q + diag(K - Q) formed in 50-digit
+    arithmetic (mpmath) from the same K_uu (1e-6 relative)."""
+    mpmath = pytest.importorskip("mpmath")
+    from gpdsl.methods import expectation_propagation as epm
+    X, y, kernel, lik = _near_singular_problem(poisson)
+    model = gd.Model(kernel, lik, gd.inducing.KMeans(8, seed=0), inference())
+    with warnings.catch_warnings():       # the probit case is close to the constant model, and says so
+        warnings.simplefilter("ignore", gd.ConvergenceWarning)
+        post = model.fit(X, y, optimize=False)
+    assert post.converged and np.isfinite(post.log_evidence)
+
+    values = {"kernel.lengthscale": np.array(kernel.lengthscale), "kernel.variance": np.array(kernel.variance)}
+    Z = gd.inducing.KMeans(8, seed=0).select(X, y).Z
+    spec = inference(tol=1e-10)
+    fitc = epm.FITCPrior(kernel, values, X, Z, None, None)
+    assert np.linalg.cond(kernel.gram(values, "kernel", Z, Z)) > 1e14 and fitc.jitter == 0.0
+    kind, bias = lik.projection, 0.0
+    fitc_state = epm.run_sites(fitc, y, bias, kind, spec, None, inference is gd.inference.QP)
+    with mpmath.workdps(50):
+        Kuu = mpmath.matrix(kernel.gram(values, "kernel", Z, Z).tolist())
+        Kuf = mpmath.matrix(kernel.gram(values, "kernel", Z, X).tolist())
+        Q = Kuf.T * mpmath.inverse(Kuu) * Kuf
+        Q = np.array(Q.tolist(), dtype=float)
+    dense = epm.DensePrior(kernel, values, X)
+    dense.K = Q + np.diag(np.maximum(kernel.diag(values, "kernel", X) - np.diag(Q), 0.0))
+    dense_state = epm.run_sites(dense, y, bias, kind, spec, None, inference is gd.inference.QP)
+    assert fitc_state.converged and dense_state.converged
+    np.testing.assert_allclose(fitc.marginals()[0], dense.marginals()[0], rtol=1e-6)
+    np.testing.assert_allclose(fitc.marginals()[1], dense.marginals()[1], rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(fitc_state.tau, dense_state.tau, rtol=1e-6, atol=1e-8)

@@ -91,35 +91,45 @@ class DensePrior:
 
 
 class FITCPrior:
-    """FITC prior D0 + P0 K_uu^-1 P0^T with D0 = diag(K_ff - Q_ff), P0 = K_fu (Naish-Guzman & Holden)."""
+    """FITC prior D0 + P0 K_uu^-1 P0^T with D0 = diag(K_ff - Q_ff), P0 = K_fu (Naish-Guzman & Holden),
+    held in the whitened basis: A0 = P0 L_u^-T (K_uu = L_u L_u^T), so that the prior is
+    D0 + A0 A0^T.
+
+    The paper's sweep state (P, M = Sigma_u^-1, gamma) is basis-free: the marginals
+    d_i + p_i^T M p_i and nu_i + p_i^T gamma, and every site update, are unchanged by
+    p -> L_u^-1 p, M -> L_u^T M L_u, gamma -> L_u^T gamma.  In the natural basis M carries
+    cond(K_uu) (~1e17 for duplicated inputs or length-scales of hundreds) and the marginals lost
+    every digit; in the whitened basis M = B^-1 with B = I + A0^T W A0, whose eigenvalues lie in
+    (0, 1]."""
 
     def __init__(self, kernel, values, X, Z, jitter, chunk_size):
-        Kuu = kernel.gram(values, "kernel", Z, Z)
-        self.Lu, self.jitter = cholesky(Kuu, jitter, what="K_uu")
-        self.Kuu = self.Lu @ self.Lu.T
-        self.P0 = np.ascontiguousarray(kernel.gram(values, "kernel", Z, X).T)
-        V = solve_lower(self.Lu, self.P0.T)
-        self.d0 = np.maximum(kernel.diag(values, "kernel", X) - np.einsum("ij,ij->j", V, V), 0.0)
+        Lu, self.jitter = cholesky(kernel.gram(values, "kernel", Z, Z), jitter, what="K_uu")
+        self.A0 = np.ascontiguousarray(solve_lower(Lu, kernel.gram(values, "kernel", Z, X)).T)
+        self.d0 = np.maximum(kernel.diag(values, "kernel", X) - np.einsum("ij,ij->i", self.A0, self.A0), 0.0)
         self.chunk = chunk_size or default_chunk_size(X.shape[0], Z.shape[0])
 
     def refresh(self, tau, nu):
-        """The O(N M^2) refresh of section 3: D, P, Sigma_u^-1 (via its Cholesky factor L), nu, gamma."""
+        """The O(N M^2) refresh of section 3: D, P, M = Sigma_u^-1, nu, gamma (whitened basis).
+
+        With W = diag(tau / (1 + d0 tau)): B = I + A0^T W A0 (the whitened Sigma_u), M = B^-1,
+        P = diag(1 / (1 + d0 tau)) A0 and gamma = M P^T nu; log |B| is the log-determinant the
+        evidence needs.  B's eigenvalues are >= 1, so its Cholesky cannot fail."""
         scale = 1.0 + self.d0 * tau
         w = tau / scale
 
         def chunk_fn(slc):
-            Ps = self.P0[slc] * np.sqrt(w[slc])[:, None]
-            return (Ps.T @ Ps,), ()
+            As = self.A0[slc] * np.sqrt(w[slc])[:, None]
+            return (As.T @ As,), ()
 
-        (Sigma_u_data,), _ = map_reduce(chunk_fn, len(tau), self.chunk)
-        self.L, _ = cholesky(self.Kuu + Sigma_u_data, 0.0, what="Sigma_u")
-        self.Minv = inverse_from_cholesky(self.L)        # M = Sigma_u^-1, updated in the sweeps
+        (B,), _ = map_reduce(chunk_fn, len(tau), self.chunk)
+        B[np.diag_indices_from(B)] += 1.0
+        LB, _ = cholesky(B, 0.0, what="I + A0^T W A0")
+        self.Minv = inverse_from_cholesky(LB)            # M = B^-1, updated in the sweeps
         self.d = self.d0 / scale
-        self.P = np.ascontiguousarray(self.P0 / scale[:, None])
+        self.P = np.ascontiguousarray(self.A0 / scale[:, None])
         self.nu_vec = self.d * nu
-        self.gamma = solve_upper_t(self.L, solve_lower(self.L, self.P.T @ nu))
-        self.log_det_B = (np.sum(np.log(scale)) + 2.0 * np.sum(np.log(np.diag(self.L)))
-                          - 2.0 * np.sum(np.log(np.diag(self.Lu))))
+        self.gamma = solve_upper_t(LB, solve_lower(LB, self.P.T @ nu))
+        self.log_det_B = np.sum(np.log(scale)) + 2.0 * np.sum(np.log(np.diag(LB)))
 
     def marginals(self):
         return self.d + np.einsum("ij,ij->i", self.P @ self.Minv, self.P), self.nu_vec + self.P @ self.gamma
