@@ -12,13 +12,18 @@ import numpy as np  # noqa: E402
 import pytest
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+TESTS_DATA = Path(__file__).resolve().parent / "data"
 
 
 def shared_path(*parts):
-    path = SHARED.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"{path} not available (../shared is beside the checkout in our workplace)")
-    return path
+    """A file or folder of ../shared, looked up first in tests/data (which holds a copy of
+    ../shared/oracles: reference numbers and Ripley's synth, 1.5 MB), so that the oracle tests
+    run on a fresh clone; anything else of ../shared skips the test where it is absent."""
+    for root in (TESTS_DATA, SHARED):
+        path = root.joinpath(*parts)
+        if path.exists():
+            return path
+    pytest.skip(f"{SHARED.joinpath(*parts)} not available (../shared is beside the checkout in our workplace)")
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from gpdsl import datasets
+from conftest import shared_path
 
 # ../shared next to the repository (tests/ -> repo -> parent).
 SHARED = Path(__file__).resolve().parents[2] / "shared"
-SINE_ORACLE = SHARED / "oracles" / "data" / "sine_train.csv"
 DATA = SHARED / "data"
 
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"{DATA} not available")
@@ -131,9 +131,7 @@ def test_snelson_like_noise_level():
 
 
 def test_sine_reproduces_oracle():
-    if not SINE_ORACLE.is_file():
-        pytest.skip(f"{SINE_ORACLE} not available")
-    oracle = np.loadtxt(SINE_ORACLE, delimiter=",")
+    oracle = np.loadtxt(shared_path("oracles", "data", "sine_train.csv"), delimiter=",")
     X, y = datasets.sine(n=50, noise=0.1, seed=0)
     np.testing.assert_allclose(X[:, 0], oracle[:, 0], rtol=0, atol=1e-12)
     np.testing.assert_allclose(y, oracle[:, 1], rtol=0, atol=1e-12)
