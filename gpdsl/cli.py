@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import likelihoods as lik
+
 DEFAULT_OUT = "gpdsl_run"
 DEFAULT_POSTERIOR = "posterior.nc"
 DEFAULT_PLOT = "fit.png"
@@ -101,6 +103,27 @@ def load_table(data):
     return X, y, features, f"{path} (target {target!r}; features {', '.join(features)})"
 
 
+def check_targets(model, y, target):
+    """Raise a UsageError unless the whole target column suits the model's likelihood.
+
+    The fit checks only the training rows; checking the column before the split means that a
+    value the likelihood cannot take (a label 2 for ``Bernoulli``) is reported whether it falls
+    into the training or the held-out rows, before any time is spent fitting.
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+    y : numpy.ndarray
+        The target column, shape (n,).
+    target : str
+        Its name, for the message.
+    """
+    try:
+        model.likelihood.prepare_targets(y)
+    except ValueError as err:
+        raise UsageError(f"[data]: target column {target!r}: {err}") from err
+
+
 def held_out_size(data, n):
     fraction = data.get("test_fraction", DEFAULT_TEST_FRACTION)
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
@@ -130,16 +153,39 @@ def fit_options(fit):
 
 
 def output_names(output):
+    """File names inside ``--out`` from the ``[output]`` table.
+
+    Parameters
+    ----------
+    output : dict
+        The ``[output]`` table (``posterior``, ``plot``; both optional).
+
+    Returns
+    -------
+    dict
+        ``{"posterior": name, "plot": name}``, defaults filled in.
+
+    Raises
+    ------
+    UsageError
+        A key is unknown, or a name is not a plain file name: empty, ``.`` or ``..``, or
+        holding a path separator (which also covers absolute paths).
+    """
     if not isinstance(output, dict):
         raise UsageError(f"[output] must be a table, got {output!r}")
     unknown = sorted(set(output) - _OUTPUT_KEYS)
     if unknown:
         raise UsageError(f"[output]: unknown keys {unknown}; known: {sorted(_OUTPUT_KEYS)}")
     names = {"posterior": DEFAULT_POSTERIOR, "plot": DEFAULT_PLOT}
-    for key in _OUTPUT_KEYS & set(output):
-        if not isinstance(output[key], str) or not output[key]:
-            raise UsageError(f"[output]: {key} must be a file name, got {output[key]!r}")
-        names[key] = output[key]
+    for key in sorted(_OUTPUT_KEYS & set(output)):
+        name = output[key]
+        # The outputs must stay inside --out: a separator or '..' would let a model file write
+        # anywhere the user can (over the model file or the data, say).  Both separators are
+        # refused on every platform, so that a model file means the same everywhere.
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
+            raise UsageError(f"[output]: {key} must be a plain file name inside --out "
+                             f"(no path separator, no '..'), got {name!r}")
+        names[key] = name
     return names
 
 
@@ -157,6 +203,7 @@ def problem_from_toml(path):
     try:
         data = config["data"]
         X, y, _, description = load_table(data)
+        check_targets(model, y, data["target"])
         n_test = held_out_size(data, X.shape[0])
         seed = data.get("seed", SPLIT_SEED)
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -168,15 +215,78 @@ def problem_from_toml(path):
 
 
 # -- report ---------------------------------------------------------------------------------------
-def held_out_metrics(posterior, X_test, y_test):
+def _rmse(y, mean):
+    return float(np.sqrt(np.mean((y - mean) ** 2)))
+
+
+def _regression_metrics(posterior, X_test, y_test):
     """RMSE of y_mean and the mean negative log predictive density N(y | y_mean, y_var)."""
     pred = posterior.predict(X_test)
     mean = pred["y_mean"].values
-    metrics = {"RMSE": float(np.sqrt(np.mean((y_test - mean) ** 2)))}
+    metrics = {"RMSE": _rmse(y_test, mean)}
     if "y_var" in pred:
         var = pred["y_var"].values
         metrics["MNLPD"] = float(np.mean(0.5 * np.log(2.0 * np.pi * var) + 0.5 * (y_test - mean) ** 2 / var))
     return metrics
+
+
+def _classification_metrics(posterior, X_test, y_test):
+    """Error rate of the label p(y* = 1) > 0.5, mean log p(y* | x*) and the Brier score."""
+    positive = posterior.model.likelihood.prepare_targets(y_test) > 0   # labels may be 0/1, -1/+1, bool
+    p = posterior.predict(X_test)["p"].values
+    return {"error rate": float(np.mean((p > 0.5) != positive)),
+            "mean log predictive": float(np.mean(posterior.log_predictive(X_test, y_test))),
+            "Brier score": float(np.mean((p - positive) ** 2))}
+
+
+def _count_metrics(posterior, X_test, y_test):
+    """RMSE of the predictive mean count and the mean log negative-binomial predictive."""
+    mean = posterior.predict(X_test)["y_mean"].values
+    return {"RMSE": _rmse(y_test, mean),
+            "mean log predictive": float(np.mean(posterior.log_predictive(X_test, y_test)))}
+
+
+# likelihood class -> (metrics function, the rows the report prints: (metric, what it is)).
+# Each kind of target gets the scores its literature reports; a regression score such as the
+# RMSE of y_mean has no meaning for labels, whose predictive is p(y* = 1).
+_REGRESSION = (_regression_metrics, (("RMSE", "root mean squared error of y_mean"),
+                                     ("MNLPD", "mean negative log predictive density")))
+HELD_OUT_METRICS = {
+    lik.Gaussian: _REGRESSION,
+    lik.HeteroscedasticGaussian: _REGRESSION,
+    lik.Bernoulli: (_classification_metrics, (
+        ("error rate", "fraction of labels on the other side of p(y* = 1) = 0.5"),
+        ("mean log predictive", "mean of log p(y* | x*); 0 is perfect"),
+        ("Brier score", "mean of (p(y* = 1) - [y* = 1])^2"))),
+    lik.Poisson: (_count_metrics, (
+        ("RMSE", "root mean squared error of the predictive mean count"),
+        ("mean log predictive", "mean of log p(y* | x*), the negative-binomial predictive"))),
+}
+# Why a reported metric can be missing from the dict its function returns.
+_UNAVAILABLE = {"MNLPD": "the noise variance at new inputs is unknown"}
+
+
+def held_out_metrics(posterior, X_test, y_test):
+    """Held-out scores of a fitted posterior, chosen by its likelihood (:data:`HELD_OUT_METRICS`).
+
+    Parameters
+    ----------
+    posterior : gpdsl.posterior.Posterior
+    X_test : numpy.ndarray
+        Held-out inputs, shape (n, D), n >= 1.
+    y_test : numpy.ndarray
+        Held-out targets, shape (n,), coded as the training targets may be.
+
+    Returns
+    -------
+    dict
+        Metric name -> float.  Gaussian likelihoods: ``RMSE`` of y_mean and ``MNLPD`` (left out
+        where the noise variance at new inputs is unknown); ``Bernoulli``: ``error rate``,
+        ``mean log predictive`` and ``Brier score``; ``Poisson``: ``RMSE`` of the predictive
+        mean count and ``mean log predictive``.
+    """
+    compute, _ = HELD_OUT_METRICS[type(posterior.model.likelihood)]
+    return compute(posterior, X_test, y_test)
 
 
 _EVIDENCE_KIND = {"Exact": "exact log marginal likelihood", "VFE": "collapsed variational bound",
@@ -228,11 +338,13 @@ def report(posterior, X, X_test, y_test, data_description, wall_time):
         return
     print(f"\nheld-out ({X_test.shape[0]} points)")
     metrics = held_out_metrics(posterior, X_test, y_test)
-    print(f"  RMSE   {metrics['RMSE']:.6g}")
-    if "MNLPD" in metrics:
-        print(f"  MNLPD  {metrics['MNLPD']:.6g}  (mean negative log predictive density)")
-    else:
-        print("  MNLPD  not available (the noise variance at new inputs is unknown)")
+    _, rows = HELD_OUT_METRICS[type(model.likelihood)]
+    width = max(len(name) for name, _ in rows)
+    for name, meaning in rows:
+        if name in metrics:
+            print(f"  {name:<{width}}  {metrics[name]:.6g}  ({meaning})")
+        else:
+            print(f"  {name:<{width}}  not available ({_UNAVAILABLE[name]})")
 
     k = min(SUMMARY_POINTS, X_test.shape[0])
     try:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import likelihoods as lik
+
 _INSTALL_HINT = "plotting needs matplotlib: pip install gpdsl[plot]  (or: pip install matplotlib)"
 
 
@@ -19,11 +21,35 @@ def _matplotlib():
 def plot_fit(posterior, X, y, path, X_test=None, y_test=None):
     """Write a PNG of ``posterior`` fitted to ``(X, y)`` to ``path``; returns the path.
 
-    1-D inputs: the data, the predictive mean, a +-2 sd band of y (of f when the noise variance
-    at new inputs is unknown) and the inducing inputs marked along the bottom.  D > 1: predicted
-    against observed targets with 2 sd error bars (held-out points when given, else training).
-    The figure is drawn with matplotlib's Agg canvas directly, so no display is needed and the
+    The plot depends on the likelihood (:data:`PLOTS`).  Regression and counts, 1-D inputs: the
+    data, the predictive mean, a +-2 sd band of y (of f when the noise variance at new inputs is
+    unknown) and the inducing inputs marked along the bottom; D > 1: predicted against observed
+    targets with 2 sd error bars.  Binary labels, 1-D inputs: p(y* = 1 | x) with the labels at
+    0 and 1; 2-D inputs: a decision map (p over the input plane, its 0.5 contour, the points
+    coloured by label, the inducing inputs); D > 2: p(y* = 1) against the observed label.  The
+    D > 1 scatter plots show the held-out points when given, else the training points.  The
+    figure is drawn with matplotlib's Agg canvas directly, so no display is needed and the
     global pyplot backend is left alone.
+
+    Parameters
+    ----------
+    posterior : gpdsl.posterior.Posterior
+    X, y : numpy.ndarray
+        Training inputs (n, D) and targets (n,).
+    path : str or os.PathLike
+        Where the PNG is written.
+    X_test, y_test : numpy.ndarray, optional
+        Held-out inputs and targets, drawn with their own markers.
+
+    Returns
+    -------
+    path
+        ``path``, unchanged.
+
+    Raises
+    ------
+    ImportError
+        matplotlib is not installed (the message says how to install it).
     """
     Figure, FigureCanvasAgg = _matplotlib()
     from .model import validate_inputs, validate_targets
@@ -34,22 +60,63 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None):
     if has_test:
         X_test = validate_inputs(X_test, "X_test", posterior.n_features)
         y_test = validate_targets(y_test, X_test.shape[0], "y_test")
+    else:
+        X_test = y_test = None
 
     fig = Figure(figsize=(9, 4.5), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    if X.shape[1] == 1:
-        _plot_1d(ax, posterior, X, y, X_test if has_test else None, y_test if has_test else None)
-    else:
-        if has_test:
-            _plot_predicted_observed(ax, posterior, X_test, y_test, "held-out")
-        else:
-            _plot_predicted_observed(ax, posterior, X, y, "training")
+    draw = PLOTS.get(type(posterior.model.likelihood), _plot_regression)
+    draw(fig, ax, posterior, X, y, X_test, y_test)
     inference = type(posterior.model.inference).__name__
     ax.set_title(f"{inference}: {posterior.model.kernel.describe()}, "
                  f"{posterior.model.likelihood.describe()} — log evidence {posterior.log_evidence:.5g}")
     fig.savefig(path)
     return path
+
+
+def _plot_regression(fig, ax, posterior, X, y, X_test, y_test):
+    """Real-valued targets and counts: the predictive band (1-D) or predicted against observed."""
+    if X.shape[1] == 1:
+        _plot_1d(ax, posterior, X, y, X_test, y_test)
+    elif X_test is not None:
+        _plot_predicted_observed(ax, posterior, X_test, y_test, "held-out")
+    else:
+        _plot_predicted_observed(ax, posterior, X, y, "training")
+
+
+def _plot_classification(fig, ax, posterior, X, y, X_test, y_test):
+    """Binary labels: p(y* = 1) along x (1-D), a decision map (2-D) or against the label (D > 2)."""
+    # Labels as 0/1 whatever their coding (0/1, -1/+1, bool), so that they sit on the p axis.
+    def as01(labels):
+        return (posterior.model.likelihood.prepare_targets(labels) > 0).astype(float)
+
+    y = as01(y)
+    y_test = None if y_test is None else as01(y_test)
+    if X.shape[1] == 1:
+        _plot_probability_1d(ax, posterior, X, y, X_test, y_test)
+    elif X.shape[1] == 2:
+        _plot_decision_map(fig, ax, posterior, X, y, X_test, y_test)
+    elif X_test is not None:
+        _plot_probability_label(ax, posterior, X_test, y_test, "held-out")
+    else:
+        _plot_probability_label(ax, posterior, X, y, "training")
+
+
+def _grid_1d(X, X_test, n=400):
+    """n points spanning the training and held-out inputs of one feature, padded by 5 %."""
+    xs = X[:, 0] if X_test is None else np.concatenate([X[:, 0], X_test[:, 0]])
+    lo, hi = xs.min(), xs.max()
+    pad = 0.05 * (hi - lo) if hi > lo else 1.0
+    return np.linspace(lo - pad, hi + pad, n)
+
+
+def _mark_inducing_1d(ax, posterior):
+    if posterior.model.sparse:
+        Z = posterior.state.Z[:, 0]
+        # Marks just above the bottom edge of the axes, whatever the y range.
+        ax.plot(Z, np.full_like(Z, 0.03), "^", color="C1", ms=7,
+                transform=ax.get_xaxis_transform(), label=f"inducing inputs ({Z.size})")
 
 
 def _predictive(posterior, X_new):
@@ -61,10 +128,7 @@ def _predictive(posterior, X_new):
 
 
 def _plot_1d(ax, posterior, X, y, X_test, y_test):
-    xs = X[:, 0] if X_test is None else np.concatenate([X[:, 0], X_test[:, 0]])
-    lo, hi = xs.min(), xs.max()
-    pad = 0.05 * (hi - lo) if hi > lo else 1.0
-    grid = np.linspace(lo - pad, hi + pad, 400)
+    grid = _grid_1d(X, X_test)
     mean, sd, what = _predictive(posterior, grid[:, None])
     ax.fill_between(grid, mean - 2 * sd, mean + 2 * sd, color="C0", alpha=0.2,
                     label=f"mean ± 2 sd of {what}")
@@ -72,11 +136,7 @@ def _plot_1d(ax, posterior, X, y, X_test, y_test):
     ax.plot(X[:, 0], y, "o", color="k", ms=3, alpha=0.6, label=f"training ({X.shape[0]})")
     if X_test is not None:
         ax.plot(X_test[:, 0], y_test, "x", color="C3", ms=5, label=f"held-out ({X_test.shape[0]})")
-    if posterior.model.sparse:
-        Z = posterior.state.Z[:, 0]
-        # Marks just above the bottom edge of the axes, whatever the y range.
-        ax.plot(Z, np.full_like(Z, 0.03), "^", color="C1", ms=7,
-                transform=ax.get_xaxis_transform(), label=f"inducing inputs ({Z.size})")
+    _mark_inducing_1d(ax, posterior)
     ax.set_xlim(grid[0], grid[-1])
     ax.set_xlabel("x")
     ax.set_ylabel("y")
@@ -94,3 +154,75 @@ def _plot_predicted_observed(ax, posterior, X, y, which):
     ax.set_xlabel("observed y")
     ax.set_ylabel("predicted y")
     ax.legend(loc="best", fontsize="small")
+
+
+def _plot_probability_1d(ax, posterior, X, y, X_test, y_test):
+    grid = _grid_1d(X, X_test)
+    ax.plot(grid, posterior.predict(grid[:, None])["p"].values, color="C0", lw=2,
+            label="p(y* = 1 | x)")
+    ax.axhline(0.5, ls="--", color="k", lw=1)
+    ax.plot(X[:, 0], y, "o", color="k", ms=3, alpha=0.6, label=f"training labels ({X.shape[0]})")
+    if X_test is not None:
+        ax.plot(X_test[:, 0], y_test, "x", color="C3", ms=5, label=f"held-out labels ({X_test.shape[0]})")
+    _mark_inducing_1d(ax, posterior)
+    ax.set_xlim(grid[0], grid[-1])
+    ax.set_ylim(-0.08, 1.08)
+    ax.set_xlabel("x")
+    ax.set_ylabel("p(y = 1)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+
+
+def _plot_decision_map(fig, ax, posterior, X, y, X_test, y_test, n=120):
+    points = X if X_test is None else np.vstack([X, X_test])
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    pad = np.where(hi > lo, 0.05 * (hi - lo), 1.0)
+    g0 = np.linspace(lo[0] - pad[0], hi[0] + pad[0], n)
+    g1 = np.linspace(lo[1] - pad[1], hi[1] + pad[1], n)
+    G0, G1 = np.meshgrid(g0, g1)
+    p = posterior.predict(np.column_stack([G0.ravel(), G1.ravel()]))["p"].values.reshape(G0.shape)
+    filled = ax.contourf(G0, G1, p, levels=np.linspace(0.0, 1.0, 11), cmap="RdBu_r", alpha=0.6)
+    fig.colorbar(filled, ax=ax, label="p(y* = 1 | x)")
+    ax.contour(G0, G1, p, levels=[0.5], colors="k", linewidths=1.5)
+    # Black edges keep the points visible on the background of their own class.
+    for label, colour in ((0.0, "C0"), (1.0, "C3")):
+        train = y == label
+        ax.scatter(X[train, 0], X[train, 1], s=14, color=colour, edgecolors="k", linewidths=0.5,
+                   label=f"training y = {label:g} ({int(train.sum())})")
+        if X_test is not None:
+            test = y_test == label
+            ax.scatter(X_test[test, 0], X_test[test, 1], s=30, marker="D", color=colour,
+                       edgecolors="k", linewidths=1.0,
+                       label=f"held-out y = {label:g} ({int(test.sum())})")
+    if posterior.model.sparse:
+        Z = posterior.state.Z
+        ax.plot(Z[:, 0], Z[:, 1], "^", color="C1", mec="k", ms=8, label=f"inducing inputs ({Z.shape[0]})")
+    ax.set_xlim(g0[0], g0[-1])
+    ax.set_ylim(g1[0], g1[-1])
+    ax.set_xlabel("x[0]")
+    ax.set_ylabel("x[1]")
+    # Below the axes: the colour bar takes the right-hand side.
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize="small")
+
+
+def _plot_probability_label(ax, posterior, X, y, which):
+    p = posterior.predict(X)["p"].values
+    # A seeded horizontal jitter spreads the points of each label, so that the plot does not
+    # change from run to run.
+    jitter = np.random.default_rng(0).uniform(-0.15, 0.15, y.size)
+    wrong = (p > 0.5) != (y > 0.5)
+    ax.scatter(y[~wrong] + jitter[~wrong], p[~wrong], s=12, color="C0",
+               label=f"{which} points classified right ({int((~wrong).sum())} of {y.size})")
+    ax.scatter(y[wrong] + jitter[wrong], p[wrong], s=12, color="C3",
+               label=f"{which} points misclassified ({int(wrong.sum())})")
+    ax.axhline(0.5, ls="--", color="k", lw=1, label="p = 0.5")
+    ax.set_xticks([0.0, 1.0])
+    ax.set_xlim(-0.5, 1.5)
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("observed label y")
+    ax.set_ylabel("predicted p(y = 1)")
+    ax.legend(loc="best", fontsize="small")
+
+
+# likelihood class -> drawing function; a likelihood not listed gets the regression plot
+# (the Gaussian likelihoods and Poisson, whose predictive has y_mean and y_var).
+PLOTS = {lik.Bernoulli: _plot_classification}

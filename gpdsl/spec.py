@@ -7,7 +7,9 @@ number or list, ``{"fixed": value}``, or ``{"prior": "Gamma", "shape": a, "rate"
 optional ``features``), and optionally ``[fit]`` (keyword arguments of ``Model.fit``) and
 ``[output]`` (``posterior``, ``plot``).  TOML has no null: a field left at a ``None`` default is
 omitted, and a field set to ``None`` against another default (``GreedyVariance(first_round_max_m=None)``)
-is written as the string ``"none"``.
+is written as the string ``"none"``.  A key a table does not know, or a required one missing, is
+an error (ValueError) naming the table, e.g. ``kernel.kernels[1] (Matern52)`` or
+``kernel.variance: {prior = 'Gamma'}``; nothing is dropped silently.
 """
 from __future__ import annotations
 
@@ -53,16 +55,58 @@ def _encode(value):
     return value
 
 
-def _decode(value):
+# Keys of the scipy form written by _encode: the distribution itself cannot be written, so it is
+# read back as its starting value alone.
+_SCIPY_KEYS = {"prior", "description", "initial"}
+
+
+def _check_keys(where, table, known, required=()):
+    """Raise a ValueError naming ``where`` for a key of ``table`` outside ``known`` or a missing
+    ``required`` one: a misspelt key would otherwise be dropped and its default used silently."""
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; known: {sorted(known)}")
+    missing = [key for key in required if key not in table]
+    if missing:
+        raise ValueError(f"{where}: missing {', '.join(repr(k) for k in missing)}")
+
+
+def _decode(value, where="value"):
+    """A declared field value: ``{fixed = ..}`` -> Fixed, ``{prior = ..}`` -> a prior (the
+    ``"scipy"`` form -> its ``initial`` value), anything else unchanged.
+
+    Parameters
+    ----------
+    value : object
+        The value as read from TOML or a dict.
+    where : str
+        Its place in the model (``kernel.variance``), for messages.
+
+    Raises
+    ------
+    ValueError
+        A ``fixed`` or ``prior`` table with an unknown or a missing key, or an unknown prior.
+    """
     if isinstance(value, dict) and "fixed" in value:
-        return Fixed(_decode(value["fixed"]))
+        _check_keys(f"{where}: {{fixed = ...}}", value, {"fixed"})
+        try:
+            return Fixed(_decode(value["fixed"], where))
+        except TypeError as err:
+            raise ValueError(f"{where}: {err}") from err
     if isinstance(value, dict) and "prior" in value:
         kind = value["prior"]
         if kind == "scipy":
+            _check_keys(f"{where}: {{prior = 'scipy'}}", value, _SCIPY_KEYS, required=("initial",))
             return value["initial"]
-        if kind not in _PRIORS:
-            raise ValueError(f"unknown prior {kind!r}; known: {sorted(_PRIORS)}")
-        return _PRIORS[kind](**{k: v for k, v in value.items() if k != "prior"})
+        if not isinstance(kind, str) or kind not in _PRIORS:
+            raise ValueError(f"{where}: unknown prior {kind!r}; known: {sorted(_PRIORS)}")
+        fields = dataclasses.fields(_PRIORS[kind])
+        _check_keys(f"{where}: {{prior = {kind!r}}}", value, {"prior"} | {f.name for f in fields},
+                    required=[f.name for f in fields if f.default is dataclasses.MISSING])
+        try:
+            return _PRIORS[kind](**{k: v for k, v in value.items() if k != "prior"})
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: {err}") from err
     return value
 
 
@@ -82,24 +126,70 @@ def component_to_dict(obj):
 
 
 def component_from_dict(part, spec):
+    """The component declared by ``spec`` for ``part`` (``"kernel"``, ``"likelihood"``,
+    ``"inducing"`` or ``"inference"``).
+
+    Parameters
+    ----------
+    part : str
+        Which of the four parts ``spec`` declares.
+    spec : dict
+        ``{"type": "<ClassName>", <field>: <value>, ...}``; ``Sum`` / ``Product`` take
+        ``kernels`` (a list of kernel tables), ``Optimized`` takes ``init`` (a table or an array).
+
+    Returns
+    -------
+    object
+        The kernel, likelihood, inducing spec or inference method.
+
+    Raises
+    ------
+    ValueError
+        The message names the table (``kernel.kernels[1]``) and what it expected: no ``type``,
+        an unknown type, an unknown or missing key, or a field the class rejects.
+    """
+    return _component(part, spec, part)
+
+
+def _component(part, spec, where):
     registry = _PARTS[part]
     if not isinstance(spec, dict) or "type" not in spec:
-        raise ValueError(f"{part}: expected a table with a 'type' key, got {spec!r}")
+        raise ValueError(f"{where}: expected a table with a 'type' key, got {spec!r}")
     kind = spec["type"]
-    if kind not in registry:
-        raise ValueError(f"{part}: unknown type {kind!r}; known: {', '.join(sorted(registry))}")
+    if not isinstance(kind, str) or kind not in registry:
+        raise ValueError(f"{where}: unknown type {kind!r}; known: {', '.join(sorted(registry))}")
     fields = {k: v for k, v in spec.items() if k != "type"}
     if kind in _COMPOSITES:
-        return registry[kind](tuple(component_from_dict("kernel", k) for k in fields["kernels"]))
+        _check_keys(f"{where} ({kind})", fields, {"kernels"}, required=("kernels",))
+        kernels = fields["kernels"]
+        if not isinstance(kernels, list) or len(kernels) < 2:
+            raise ValueError(f"{where} ({kind}): 'kernels' must be a list of at least two kernel "
+                             f"tables, got {kernels!r}")
+        return registry[kind](tuple(_component("kernel", k, f"{where}.kernels[{i}]")
+                                    for i, k in enumerate(kernels)))
     if kind == "Optimized":
-        init = fields.get("init")
-        return ind.Optimized(component_from_dict("inducing", init) if isinstance(init, dict) else init)
-    defaults = {f.name: f.default for f in dataclasses.fields(registry[kind])}
+        _check_keys(f"{where} (Optimized)", fields, {"init"}, required=("init",))
+        init = fields["init"]
+        if isinstance(init, dict):
+            init = _component("inducing", init, f"{where}.init")
+        try:
+            return ind.Optimized(init)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}.init: expected an inducing table ({{type = ...}}) or an "
+                             f"(M, D) array of inputs, got {init!r} ({err})") from err
+    declared = [f for f in dataclasses.fields(registry[kind]) if f.init]
+    _check_keys(f"{where} ({kind})", fields, {f.name for f in declared},
+                required=[f.name for f in declared
+                          if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING])
+    defaults = {f.name: f.default for f in declared}
+    # Decoded before the class is called, so that a malformed {fixed}/{prior} table is reported
+    # with its own message rather than as the class's complaint about a dict.
+    values = {k: None if v == _NONE and defaults.get(k) is not None else _decode(v, f"{where}.{k}")
+              for k, v in fields.items()}
     try:
-        return registry[kind](**{k: None if v == _NONE and defaults.get(k) is not None else _decode(v)
-                                 for k, v in fields.items()})
+        return registry[kind](**values)
     except TypeError as err:
-        raise ValueError(f"{part}: bad fields for {kind}: {err}") from err
+        raise ValueError(f"{where}: bad fields for {kind}: {err}") from err
 
 
 def model_to_dict(model):
@@ -130,6 +220,11 @@ def model_from_toml(path):
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"{path}: not valid TOML: {err}") from err
     config = {k: spec.get(k, {}) for k in ("data", "fit", "output")}
-    if config["data"].get("path") and not Path(config["data"]["path"]).is_absolute():
+    for name, table in config.items():
+        # `data = "x.csv"` is valid TOML but not a table; say so rather than fail on it later.
+        if not isinstance(table, dict):
+            raise ValueError(f"{path}: [{name}] must be a table, got {name} = {table!r}")
+    if isinstance(config["data"].get("path"), str) and config["data"]["path"] \
+            and not Path(config["data"]["path"]).is_absolute():
         config["data"]["path"] = str(path.parent / config["data"]["path"])
     return model_from_dict(spec), config

@@ -255,3 +255,189 @@ def test_usage_errors(capsys):
     assert "unrecognized arguments" in capsys.readouterr().err
     assert cli.main(["--version"]) == 0
     assert gd.__version__ in capsys.readouterr().out
+
+
+# -- classification and counts with a held-out set (issue 14, item 7) ----------------------------
+CLASSIFIER_TOML = """\
+[kernel]
+type = "SquaredExponential"
+lengthscale = 0.7
+
+[likelihood]
+{likelihood}
+
+[inducing]
+type = "KMeans"
+m = 10
+seed = 0
+
+[inference]
+type = "{inference}"
+
+[data]
+path = "labels.csv"
+target = "label"
+test_fraction = 0.3
+seed = 1
+
+[fit]
+max_iter = 100
+"""
+
+
+def write_labels_csv(path, n=150, seed=0):
+    """Banana data with 10 % of the labels flipped (so that the held-out error rate is not 0),
+    labels written as 0/1."""
+    X, y = gd.datasets.banana(n, seed=seed)
+    flip = np.random.default_rng(seed).uniform(size=n) < 0.1
+    labels = np.where((y > 0) != flip, 1, 0)
+    with open(path, "w") as fh:
+        fh.write("a,b,label\n")
+        for (a, b), t in zip(X, labels):
+            fh.write(f"{a:.17g},{b:.17g},{t}\n")
+
+
+def printed_metric(stdout, name):
+    """The number printed after ``name`` in the held-out block of the report."""
+    block = stdout.split("\nheld-out (")[1].split("\n\n")[0]
+    for line in block.splitlines():
+        if line.strip().startswith(name + " "):
+            return float(line.strip()[len(name):].split()[0])
+    raise AssertionError(f"{name!r} not printed in {block!r}")
+
+
+def probability_of_one(link, bias, f_mean, f_var):
+    """p(y* = 1) = E[link(f* + bias)], f* ~ N(f_mean, f_var), computed independently of gpdsl:
+    closed form for probit, a fine trapezoid rule over +-12 sd for logit."""
+    from scipy import special, stats
+
+    if link == "probit":
+        return stats.norm.cdf((f_mean + bias) / np.sqrt(1.0 + f_var))
+    z = np.linspace(-12.0, 12.0, 24001)
+    weights = stats.norm.pdf(z) * (z[1] - z[0])
+    f = f_mean[:, None] + np.sqrt(f_var)[:, None] * z[None, :]
+    return (special.expit(f + bias) * weights).sum(axis=1)
+
+
+@pytest.mark.parametrize("likelihood, inference, link", [
+    ('type = "Bernoulli"\nlink = "probit"', "EP", "probit"),
+    ('type = "Bernoulli"\nlink = "logit"', "PolyaGamma", "logit"),
+])
+def test_toml_classification_held_out(tmp_path, capsys, likelihood, inference, link):
+    """Used to end in KeyError: "No variable named 'y_mean'" (exit 1, nothing written)."""
+    write_labels_csv(tmp_path / "labels.csv")
+    path = write_model(tmp_path, CLASSIFIER_TOML.format(likelihood=likelihood, inference=inference))
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    assert "105 training / 45 held-out" in captured.out
+    assert "RMSE" not in captured.out and "MNLPD" not in captured.out
+
+    # Recompute the metrics with numpy / scipy from the saved posterior's latent predictions.
+    _, (_, _, X_test, y_test), _, _, _ = cli.problem_from_toml(path)
+    post = gd.load(out / "posterior.nc")
+    pred = post.predict(X_test)
+    p = probability_of_one(link, post.values["likelihood.bias"], pred["f_mean"].values, pred["f_var"].values)
+    np.testing.assert_allclose(pred["p"].values, p, rtol=1e-7, atol=1e-12)
+    positive = y_test == 1
+    expected = {"error rate": np.mean((p > 0.5) != positive),
+                "mean log predictive": np.mean(np.log(np.where(positive, p, 1.0 - p))),
+                "Brier score": np.mean((p - positive) ** 2)}
+    assert 0 < expected["error rate"] < 0.5          # the labels are noisy, the classifier is not useless
+    for name, value in expected.items():
+        assert printed_metric(captured.out, name) == pytest.approx(value, rel=1e-5, abs=1e-9), name
+    metrics = cli.held_out_metrics(post, X_test, y_test)
+    assert metrics == pytest.approx(expected, rel=1e-7)
+
+    assert (out / "fit.png").is_file() == HAS_MATPLOTLIB
+    if HAS_MATPLOTLIB:
+        assert (out / "fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_toml_counts_held_out(tmp_path, capsys):
+    """Poisson counts report the RMSE of the predictive mean count and the mean log
+    negative-binomial predictive (they used to end in a traceback too)."""
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    x = np.sort(rng.uniform(-3.0, 3.0, 80))
+    counts = rng.poisson((1.5 + np.sin(x)) ** 2)
+    with open(tmp_path / "counts.csv", "w") as fh:
+        fh.write("x,count\n")
+        fh.writelines(f"{xi:.17g},{c}\n" for xi, c in zip(x, counts))
+    text = """\
+[kernel]
+type = "SquaredExponential"
+[likelihood]
+type = "Poisson"
+[inducing]
+type = "KMeans"
+m = 10
+[inference]
+type = "EP"
+[data]
+path = "counts.csv"
+target = "count"
+test_fraction = 0.25
+"""
+    path = write_model(tmp_path, text)
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "out")]) == 0
+    stdout = capsys.readouterr().out
+    _, (_, _, X_test, y_test), _, _, _ = cli.problem_from_toml(path)
+    pred = gd.load(tmp_path / "out" / "posterior.nc").predict(X_test)
+    m2, v = pred["f_mean"].values ** 2, pred["f_var"].values
+    # The negative binomial matched to g = f^2 (QP paper, Appendix H): mean m^2 + v.
+    shape = (m2 + v) ** 2 / (2.0 * v * (2.0 * m2 + v))
+    scale = 2.0 * v * (2.0 * m2 + v) / (m2 + v)
+    log_pred = stats.nbinom.logpmf(y_test, shape, 1.0 / (1.0 + scale))
+    assert printed_metric(stdout, "RMSE") == pytest.approx(np.sqrt(np.mean((y_test - m2 - v) ** 2)), rel=1e-5)
+    assert printed_metric(stdout, "mean log predictive") == pytest.approx(np.mean(log_pred), rel=1e-5)
+    assert (tmp_path / "out" / "fit.png").is_file() == HAS_MATPLOTLIB
+
+
+def test_labels_the_likelihood_cannot_take(tmp_path, capsys):
+    """A label outside {0, 1} is reported before fitting, wherever the split puts it."""
+    write_labels_csv(tmp_path / "labels.csv")
+    lines = (tmp_path / "labels.csv").read_text().splitlines()
+    lines[5] = lines[5].rsplit(",", 1)[0] + ",2"
+    (tmp_path / "labels.csv").write_text("\n".join(lines) + "\n")
+    path = write_model(tmp_path, CLASSIFIER_TOML.format(likelihood='type = "Bernoulli"', inference="EP"))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, "target column 'label'", "must be binary")
+    assert not (tmp_path / "o").exists()
+
+
+@needs_matplotlib
+@pytest.mark.parametrize("dim", [1, 3])
+def test_plot_classification(tmp_path, dim):
+    """p(y* = 1) along x for 1-D inputs, p against the label for D > 2 (2-D: the CLI test)."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (40, dim))
+    y = np.where(X.sum(axis=1) + 0.5 * rng.standard_normal(40) > 0, 1.0, -1.0)
+    model = gd.Model(gd.kernels.SquaredExponential(1.0), gd.likelihoods.Bernoulli(),
+                     inference=gd.inference.EP())
+    post = model.fit(X[:30], y[:30], optimize=False)
+    for kwargs in ({}, {"X_test": X[30:], "y_test": y[30:]}):
+        path = tmp_path / f"p{len(kwargs)}.png"
+        assert plot_fit(post, X[:30], y[:30], path, **kwargs) == path
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- output names stay inside --out (issue 14, item 9) -------------------------------------------
+@pytest.mark.parametrize("key", ["posterior", "plot"])
+@pytest.mark.parametrize("name", ["../escape.nc", "ABSOLUTE", "sub/x.nc", "..", ".", "a\\b.nc", ""])
+def test_output_names_stay_inside_out(tmp_path, capsys, key, name):
+    write_sine_csv(tmp_path / "sine.csv")
+    if name == "ABSOLUTE":
+        name = str(tmp_path / "escape.nc")
+    line = f'{key} = "{DEFAULT_NAMES[key]}"'
+    # A TOML literal string: the backslash stays a backslash.
+    path = write_model(tmp_path, MODEL_TOML.replace(line, f"{key} = '{name}'"))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, f"[output]: {key} must be a plain file name inside --out")
+    assert not (tmp_path / "escape.nc").exists()
+    assert not (tmp_path / "o").exists()
+
+
+DEFAULT_NAMES = {"posterior": "sine_posterior.nc", "plot": "sine.png"}
