@@ -331,3 +331,68 @@ def test_gauss_legendre_constants():
     for k in range(20):
         want = (x ** (k + 1) - (-1.0) ** (k + 1)) / (k + 1)
         np.testing.assert_allclose(P._GL_CUMULATIVE @ x ** k, want, rtol=0, atol=1e-14)
+
+
+def _power_gaussian_reference(n, b, v):
+    """(log M_n, mean, variance) of f^n N(f | b, v) / M_n by 50-digit mpmath quadrature over both
+    modes (an independent computation of what _power_gaussian_moments returns)."""
+    mpmath = pytest.importorskip("mpmath")
+    with mpmath.workdps(50):
+        n, b, v = mpmath.mpf(n), mpmath.mpf(b), mpmath.mpf(v)
+        root = mpmath.sqrt(b * b + 4 * n * v)
+        modes = [(b + root) / 2, (b - root) / 2]
+        log_g = [n * mpmath.log(abs(f)) - (f - b) ** 2 / (2 * v) for f in modes]
+        ref = max(log_g)
+
+        def density(f, k):
+            return f ** k * mpmath.exp(n * mpmath.log(abs(f)) - (f - b) ** 2 / (2 * v) - ref)
+
+        moments = []
+        for k in range(3):
+            total = 0
+            for f in modes:
+                sd = 1 / mpmath.sqrt(n / f ** 2 + 1 / v)
+                total += mpmath.quad(lambda x: density(x, k), mpmath.linspace(f - 40 * sd, f + 40 * sd, 41))
+            moments.append(total)
+        mean = moments[1] / moments[0]
+        return (float(ref + mpmath.log(moments[0]) - mpmath.log(2 * mpmath.pi * v) / 2), float(mean),
+                float(moments[2] / moments[0] - mean ** 2))
+
+
+@pytest.mark.parametrize("n,b,v", [(4098, 0.0, 1.0), (4098, 0.3, 0.5), (10000, 5.0, 2.0), (20000, 1e3, 1.0),
+                                   (6000, 0.01, 1e-4), (2 * 10 ** 8, 0.7, 0.3), (2 * 10 ** 12, 0.2, 0.4)])
+def test_large_count_moments_by_quadrature(n, b, v):
+    """Issue 14 item 6: counts above 2,048 take the quadrature path, whose cost does not grow with the
+    count (the recurrence took 11 s for two counts of 1e8 and minutes at 1e12, inside one jitted call
+    that Ctrl-C cannot stop); against 50-digit quadrature: log M_n to 1e-13 relative, the mean to
+    1e-13, the variance to 1e-9 (the recurrence's Stein form lost all of it at n = 2e12)."""
+    log_m, mean, var, _ = P._power_gaussian_moments(n, b, v)
+    ref = _power_gaussian_reference(n, b, v)
+    assert log_m == pytest.approx(ref[0], rel=1e-13)
+    assert mean == pytest.approx(ref[1], rel=1e-13, abs=1e-13 * math.sqrt(n * v))
+    assert var == pytest.approx(ref[2], rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [4098, 8192])
+def test_large_count_quadrature_agrees_with_the_recurrence(n):
+    """At the switch, the two paths agree: the recurrence (Stein's identity) run past its threshold
+    against the quadrature, over cavities from flat to sharp."""
+    for b, v in [(0.0, 1.0), (0.3, 0.5), (5.0, 2.0), (1e3, 1.0), (0.01, 1e-4)]:
+        log_m, r1 = P._gauss_raw_moments(n, b, v)
+        mean = b + n * v * r1
+        var = v * (n + 1.0 - n * r1 * mean)
+        q = P._power_gaussian_moments(n, b, v)[:3]
+        assert q[0] == pytest.approx(log_m, rel=1e-14)
+        assert q[1] == pytest.approx(mean, rel=1e-13, abs=1e-13 * math.sqrt(n * v))
+        assert q[2] == pytest.approx(var, rel=1e-10)
+
+
+def test_poisson_projection_of_huge_counts_is_finite_and_gaussian_like():
+    """y = 1e8 and 1e12 through the public projection (EP and QP): finite, and for such counts the
+    tilted law is nearly Gaussian, so QP's variance equals EP's to ~1/sqrt(y)."""
+    for y in (1e8, 1e12):
+        log_z, mean, var = P.poisson_square_project(y, 0.5, 2.0, False)
+        _, mean_qp, var_qp = P.poisson_square_project(y, 0.5, 2.0, True)
+        assert np.isfinite([log_z, mean, var, var_qp]).all() and var > 0.0
+        assert mean_qp == mean
+        assert var_qp == pytest.approx(var, rel=10.0 / math.sqrt(y))

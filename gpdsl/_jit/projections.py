@@ -59,6 +59,9 @@ _PROBIT_PANEL_OUTER = 2.0   # panel width / sigma above it
 _POISSON_PANEL = 2.0        # panel width / sqrt(v)
 _MINOR_MODE_LOG = 46.0      # a Poisson mode lighter than e^-46 of the other is not windowed
 _MAX_PANELS = 256           # per zone; reached only far outside the ranges above
+_RECURRENCE_MAX_N = 4096    # raw moments E[f^n] by their recurrence up to this n, by quadrature beyond
+_WINDOWED_HALF = 14.0       # quadrature window half-width in a mode's local standard deviations
+_WINDOWED_PANEL = 2.0       # its panel width, in the same units
 
 # S[i, j] = int_{-1}^{x_i} l_j(x) dx for the Lagrange basis l_j of GL_NODES (20-point rule), so
 # that half * S @ q integrates the degree-19 interpolant of q from a panel's left end to its nodes
@@ -187,15 +190,20 @@ def _log_density(kind, x, loc, scale2, power, log_norm):
     """Log of the normalised tilted density in the coordinates of the sigma* rule.
 
     PROBIT: log Phi(x) + log N(x | loc, scale2), the likelihood folded into g = y (f + bias).
-    POISSON_SQUARE: power log|x| + log N(x | loc, scale2) with power = 2y (e^{-f^2} absorbed in
-    the Gaussian).  ``log_norm`` holds the normalisers, so the density integrates to 1.
+    POISSON_SQUARE: the density of f^power N(f | b, scale2) (power = 2y, e^{-f^2} absorbed in the
+    Gaussian) at f = loc + x, where loc is a mode of it: g(loc + x) - g(loc) =
+    power (log|1 + x/loc| - x/loc) - x^2 / (2 scale2), since power = loc (loc - b) / scale2 at a
+    mode; b drops out, and so does power log|f| (~1e13 at a count of 1e12, whose rounding alone
+    would be 1e-3).  ``log_norm`` holds the normalisers, so the density integrates to 1.
     """
-    u = x - loc
     if kind == PROBIT:
+        u = x - loc
         return norm_logcdf(x) - 0.5 * u * u / scale2 - log_norm
-    if x == 0.0:
+    r = x / loc
+    if r == -1.0:
         return -math.inf
-    return power * math.log(abs(x)) - 0.5 * u * u / scale2 - log_norm
+    log_ratio = math.log1p(r) if r > -1.0 else math.log(-1.0 - r)
+    return power * (log_ratio - r) - 0.5 * x * x / scale2 - log_norm
 
 
 @njit(cache=True)
@@ -341,10 +349,11 @@ def probit_project(y, mu, var, bias, qp):
 
 @njit(cache=True)
 def _gauss_raw_moments(n, b, v):
-    """(log M_n, M_{n-1}/M_n, M_{n-2}/M_n) for M_k = E[f^k], f ~ N(b, v), b >= 0, n >= 0.
+    """(log M_n, M_{n-1}/M_n) for M_k = E[f^k], f ~ N(b, v), b >= 0, n >= 0.
 
     M_k = b M_{k-1} + (k-1) v M_{k-2} has only non-negative terms for b >= 0; the running
-    values are rescaled by 2^+-500 to stay in range.  The ratios are 0 where undefined.
+    values are rescaled by 2^+-500 to stay in range.  The ratio is 0 where undefined.  Its
+    cost grows with n: see :func:`_power_gaussian_moments`.
     """
     m2, m1, m0 = 0.0, 0.0, 1.0                # M_{k-2}, M_{k-1}, M_k at k = 0
     log_scale = 0.0
@@ -361,7 +370,59 @@ def _gauss_raw_moments(n, b, v):
             m1 *= 2.0 ** 500
             m0 *= 2.0 ** 500
             log_scale -= 500.0 * math.log(2.0)
-    return math.log(m0) + log_scale, m1 / m0, m2 / m0
+    return math.log(m0) + log_scale, m1 / m0
+
+
+@njit(cache=True)
+def _power_gaussian_moments(n, b, v):
+    """(log M_n, mean, variance, log mass) of the density f^n N(f | b, v) / M_n, M_n = E[f^n]
+    under N(b, v), for b >= 0 and even n >= 0 (n = 2y for a count y); the log mass is
+    log int e^(g(f) - g(f_+)) df about the positive mode f_+ (the QP rule's normaliser, free of
+    the ~n log f_+ that log M_n carries).
+
+    Up to _RECURRENCE_MAX_N by the raw-moment recurrence and Stein's identity (mean = b + n v r1,
+    variance = v (n + 1 - n r1 mean), r1 = M_{n-1}/M_n), whose cost grows with n and whose
+    variance cancels ~n eps; beyond, at a cost independent of n, by quadrature: the log density
+    g(f) = n log|f| - (f - b)^2 / (2v) has a mode at each root of f^2 - b f - n v = 0 with
+    curvature kappa = n / f^2 + 1/v, and for n > 4096 each mode's window of
+    +-_WINDOWED_HALF / sqrt(kappa) lies within 0.22 |f| of it (the other mode and f = 0 are far
+    outside), so composite 20-point Gauss-Legendre panels over the two windows integrate
+    e^(g - g(mode)) to rounding; the moments are accumulated about the heavier mode, which keeps
+    the variance free of cancellation.
+    """
+    root = math.sqrt(b * b + 4.0 * n * v)
+    centre = 0.5 * (b + root)                 # b >= 0: the positive mode is the heavier one
+    if n <= _RECURRENCE_MAX_N:
+        log_m, r1 = _gauss_raw_moments(n, b, v)
+        if n == 0:
+            return log_m, b, v, 0.5 * math.log(v) + _HALF_LOG_2PI
+        mean = b + n * v * r1
+        log_mass = log_m + 0.5 * math.log(v) + _HALF_LOG_2PI - n * math.log(centre) + 0.5 * (centre - b) ** 2 / v
+        return log_m, mean, v * (n + 1.0 - n * r1 * mean), log_mass
+    s0 = s1 = s2 = 0.0
+    nq = GL_NODES.shape[0]
+    for mode, log_rel in ((centre, 0.0),
+                          (0.5 * (b - root), n * math.log1p(-2.0 * b / (root + b)) - 0.5 * root * b / v)):
+        # log_rel = g(mode) - g(centre); g(mode + d) - g(mode) = n (log1p(d/mode) - d/mode) - d^2/(2v)
+        # (n = mode (mode - b) / v at a mode), which keeps the exponent's rounding to ~1e-9 at
+        # n = 2e12, where n log|f| alone is ~1e13.
+        if log_rel < -_MINOR_MODE_LOG:
+            continue
+        width = 1.0 / math.sqrt(n / (mode * mode) + 1.0 / v)
+        half = 0.5 * _WINDOWED_PANEL * width
+        for p in range(int(round(2.0 * _WINDOWED_HALF / _WINDOWED_PANEL))):
+            for j in range(nq):
+                d = (2.0 * p - _WINDOWED_HALF / (0.5 * _WINDOWED_PANEL)) * half + half * (GL_NODES[j] + 1.0)
+                x = d / mode
+                w = half * GL_WEIGHTS[j] * math.exp(log_rel + n * (math.log1p(x) - x) - 0.5 * d * d / v)
+                offset = (mode - centre) + d  # f - centre
+                s0 += w
+                s1 += w * offset
+                s2 += w * offset * offset
+    log_ref = n * math.log(centre) - 0.5 * (centre - b) ** 2 / v
+    shift = s1 / s0
+    return (log_ref + math.log(s0) - 0.5 * math.log(v) - _HALF_LOG_2PI, centre + shift, s2 / s0 - shift * shift,
+            math.log(s0))
 
 
 @njit(cache=True)
@@ -378,16 +439,13 @@ def poisson_square_tilted_moments(y, mu, var):
     exp(-f^2) N(f | mu, var) = N(mu | 0, 1/2 + var) sqrt(pi) N(f | b, v) (paper eq. 52), so
     Z = M_{2y} N(mu | 0, 1/2 + var) sqrt(pi) / y! with M_k the raw moments of N(b, v) -- the
     hypergeometric forms of eqs. 53-60.  With r1 = M_{2y-1}/M_{2y}, Stein's identity gives
-    mean = b + 2y v r1 and variance = v (2y + 1 - 2y r1 mean) (computed for |b|; mirrored).
+    mean = b + 2y v r1 and variance = v (2y + 1 - 2y r1 mean) (computed for |b|; mirrored);
+    for counts above 2,048 by quadrature instead (:func:`_power_gaussian_moments`).
     """
     ny = int(y + 0.5)
     b, v = _poisson_square_gaussian(mu, var)
-    log_m, r1, _ = _gauss_raw_moments(2 * ny, abs(b), v)
+    log_m, mean_abs, var_t, _ = _power_gaussian_moments(2 * ny, abs(b), v)
     log_z = log_m - math.lgamma(ny + 1.0) - 0.5 * math.log1p(2.0 * var) - mu * mu / (1.0 + 2.0 * var)
-    if ny == 0:
-        return log_z, b, v
-    mean_abs = abs(b) + 2.0 * ny * v * r1
-    var_t = v * (2.0 * ny + 1.0 - 2.0 * ny * r1 * mean_abs)
     return log_z, math.copysign(mean_abs, b), var_t
 
 
@@ -411,7 +469,7 @@ def _poisson_square_cdf_nonneg(t, n, b, v):
     b = b / scale
     v = v / (scale * scale)
     sv = math.sqrt(v)
-    log_m, _, _ = _gauss_raw_moments(n, b, v)
+    log_m, _ = _gauss_raw_moments(n, b, v)
     if t >= b:
         s, base, upper, around_t = (t - b) / sv, b, True, False
     elif t >= 0.0:
@@ -469,7 +527,8 @@ def _poisson_square_qp_sd(ny, mu, sd, var_t):
     """sigma* of the Poisson square-link tilted distribution (y >= 1 needs the rule)."""
     if ny == 0:
         return math.sqrt(var_t)               # the tilted distribution is Gaussian
-    b, v = _poisson_square_gaussian(mu, sd * sd)
+    # sigma* is unchanged by the mirror f -> -f, so b >= 0 (the positive mode the heavier one).
+    b, v = _poisson_square_gaussian(abs(mu), sd * sd)
     n = 2 * ny
     sv = math.sqrt(v)
     root = math.sqrt(b * b + 4.0 * n * v)     # modes solve f^2 - b f - n v = 0
@@ -477,20 +536,11 @@ def _poisson_square_qp_sd(ny, mu, sd, var_t):
     f_lo = 0.5 * (b - root)
     if not (math.isfinite(f_hi) and math.isfinite(f_lo) and v > 0.0):
         return math.nan
-    w_hi = _mode_log_weight(f_hi, n, b, v)
-    w_lo = _mode_log_weight(f_lo, n, b, v)
-    lo, hi = f_lo, f_hi
-    if w_lo < w_hi - _MINOR_MODE_LOG:
-        lo = f_hi
-    elif w_hi < w_lo - _MINOR_MODE_LOG:
-        hi = f_lo
-    lo -= _WINDOW * sv
-    hi += _WINDOW * sv
-    log_m, _, _ = _gauss_raw_moments(n, abs(b), v)
-    log_norm = log_m + 0.5 * math.log(v) + _HALF_LOG_2PI
-    # int(): see _probit_qp_sd.
-    return _wasserstein_sd(int(POISSON_SQUARE), b, v, float(n), log_norm, lo, hi, hi,
-                           _POISSON_PANEL * sv, 1.0)
+    lo = f_lo if _mode_log_weight(f_lo, n, b, v) >= _mode_log_weight(f_hi, n, b, v) - _MINOR_MODE_LOG else f_hi
+    _, _, _, log_mass = _power_gaussian_moments(n, b, v)
+    # int(): see _probit_qp_sd.  Coordinates relative to the mode f_hi (see _log_density).
+    return _wasserstein_sd(int(POISSON_SQUARE), f_hi, v, float(n), log_mass, lo - f_hi - _WINDOW * sv,
+                           _WINDOW * sv, _WINDOW * sv, _POISSON_PANEL * sv, 1.0)
 
 
 @njit(cache=True)
