@@ -11,6 +11,7 @@ import arviz as az
 import numpy as np
 from scipy import stats
 
+from .checks import check_positive_int, check_seed
 from .likelihoods import Bernoulli
 from .linalg import cholesky
 from .model import validate_inputs, validate_targets
@@ -19,9 +20,10 @@ from .model import validate_inputs, validate_targets
 def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
     X_new = validate_inputs(X_new, "X_new", posterior.n_features)
     y_new = validate_targets(y_new, X_new.shape[0], "y_new")
-    for name, v in (("draws", draws), ("chains", chains)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"to_inference_data: {name} must be a positive integer, got {v!r}")
+    check_positive_int("to_inference_data", "draws", draws)
+    check_positive_int("to_inference_data", "chains", chains)
+    # Checked here, not left to default_rng, whose error names neither the function nor seed.
+    check_seed("to_inference_data", seed)
     likelihood = posterior.model.likelihood
     y_new = likelihood.prepare_targets(y_new)
     if posterior.gaussian:

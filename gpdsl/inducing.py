@@ -22,7 +22,8 @@ import numpy as np
 
 from ._jit import announce_compilation
 from ._jit import greedy as _greedy
-from .checks import check_bool, check_positive_int, check_positive_number, check_seed
+from .checks import (ValueEquality, as_float_array, check_bool, check_positive_int, check_positive_number,
+                     check_seed, check_square_sums_finite)
 from .chunks import row_slices
 
 # Added to diag(K_ff) and at each pivot, as in the thesis code (its ``greedy_variance``).
@@ -104,18 +105,25 @@ class InducingSpec:
         return Selection(Z=self.initial_Z(X, y, context), indices=None, criterion=None, stopped=None)
 
 
-@dataclass(frozen=True)
-class Fixed(InducingSpec):
-    """Use the given inducing inputs Z (M, D) as they are."""
+@dataclass(frozen=True, eq=False)
+class Fixed(ValueEquality, InducingSpec):
+    """Use the given inducing inputs Z (M, D) as they are.
+
+    Z is stored as a read-only float copy, so that the frozen spec cannot change through the
+    caller's array; two specs are equal when their Z are.
+    """
 
     Z: object
 
     def __post_init__(self):
-        Z = np.asarray(self.Z, dtype=float)
+        Z = np.array(as_float_array("Fixed", "Z", self.Z, expected="an (M, D) array of inducing inputs"),
+                     dtype=float)
         if Z.ndim != 2 or Z.shape[0] < 1:
             raise ValueError(f"Fixed: Z must be a 2-D array (M, D) with M >= 1, got shape {Z.shape}")
         if not np.all(np.isfinite(Z)):
             raise ValueError("Fixed: Z must be finite (no NaN or inf)")
+        check_square_sums_finite("Fixed", "Z", Z)
+        Z.flags.writeable = False
         object.__setattr__(self, "Z", Z)
 
     def initial_Z(self, X, y, context=None):
@@ -162,6 +170,8 @@ class KMeans(InducingSpec):
     def initial_Z(self, X, y, context=None):
         n = X.shape[0]
         _check_m_le_n("KMeans", self.m, n)
+        # Overflowing distances would reach rng.choice as NaN probabilities.
+        check_square_sums_finite("KMeans", "X", X)
         rng = np.random.default_rng(self.seed)
         centres = np.empty((self.m, X.shape[1]))
         centres[0] = X[rng.integers(n)]
@@ -197,10 +207,15 @@ class Optimized(InducingSpec):
 
     def __post_init__(self):
         init = self.init
-        if not isinstance(init, InducingSpec):
-            init = Fixed(init)
-        elif isinstance(init, Optimized):
+        if isinstance(init, Optimized):
             raise TypeError("Optimized: init must not itself be Optimized")
+        if not isinstance(init, InducingSpec):
+            try:
+                init = Fixed(init)
+            except (TypeError, ValueError) as err:
+                # Fixed's own message names Fixed and Z, which the caller never wrote.
+                raise type(err)(f"Optimized: init must be a gd.inducing spec or an (M, D) array of inducing "
+                                f"inputs, got {init!r} ({err})") from err
         object.__setattr__(self, "init", init)
 
     def initial_Z(self, X, y, context=None):
@@ -228,7 +243,7 @@ def _per_point(owner, name, value, n, nonnegative):
 
 
 def _inputs(owner, X):
-    X = np.asarray(X, dtype=float)
+    X = as_float_array(owner, "X", X)
     if X.ndim != 2 or X.shape[0] < 1:
         raise ValueError(f"{owner}: X must be a 2-D array (N, D) with N >= 1, got shape {X.shape}")
     return X

@@ -16,6 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from ._jit import covariance as _cov
+from .checks import ValueEquality
 from .chunks import add_partial
 from .parameters import check_hyperparameter, declared_value, entry
 
@@ -38,8 +39,8 @@ class Kernel:
         return Product((self, other))
 
 
-@dataclass(frozen=True)
-class Stationary(Kernel):
+@dataclass(frozen=True, eq=False)
+class Stationary(ValueEquality, Kernel):
     lengthscale: object = 1.0
     variance: object = 1.0
     profile: ClassVar[int] = -1
@@ -133,21 +134,21 @@ class Stationary(Kernel):
         return f"{type(self).__name__}({'ARD' if self.ard else 'isotropic'})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SquaredExponential(Stationary):
     """k(x, z) = variance * exp(-r^2 / 2), r^2 = sum_d (x_d - z_d)^2 / lengthscale_d^2."""
 
     profile: ClassVar[int] = _cov.SQUARED_EXPONENTIAL
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Matern32(Stationary):
     """k = variance * (1 + sqrt(3) r) exp(-sqrt(3) r)."""
 
     profile: ClassVar[int] = _cov.MATERN32
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Matern52(Stationary):
     """k = variance * (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)."""
 

@@ -14,6 +14,7 @@ from scipy import special
 
 from ._jit.projections import POISSON_SQUARE, PROBIT
 from ._jit.special import logit_normal_logp_many
+from .checks import ValueEquality, check_nonnegative_int
 from .parameters import check_hyperparameter, declared_value, entry
 
 
@@ -31,8 +32,8 @@ class _GaussianNoise:
         return w, w * y
 
 
-@dataclass(frozen=True)
-class Gaussian(_GaussianNoise):
+@dataclass(frozen=True, eq=False)
+class Gaussian(ValueEquality, _GaussianNoise):
     """Homoscedastic noise: y_n = f(x_n) + eps_n, eps_n ~ N(0, variance)."""
 
     variance: object = 1.0
@@ -57,8 +58,8 @@ class Gaussian(_GaussianNoise):
         return "Gaussian"
 
 
-@dataclass(frozen=True)
-class HeteroscedasticGaussian(_GaussianNoise):
+@dataclass(frozen=True, eq=False)
+class HeteroscedasticGaussian(ValueEquality, _GaussianNoise):
     """Per-point noise: y_n = f(x_n) + eps_n, eps_n ~ N(0, lambda_n)  (thesis ch. 3, eq. 3.1).
 
     Give exactly one of
@@ -82,9 +83,7 @@ class HeteroscedasticGaussian(_GaussianNoise):
         if self.variance is not None:
             check_hyperparameter("HeteroscedasticGaussian", "variance", self.variance)
         else:
-            if not isinstance(self.degree, (int, np.integer)) or self.degree < 0:
-                raise ValueError(f"HeteroscedasticGaussian: degree must be a non-negative integer, "
-                                 f"got {self.degree!r}")
+            check_nonnegative_int("HeteroscedasticGaussian", "degree", self.degree)
             if self.coefficients is not None:
                 check_hyperparameter("HeteroscedasticGaussian", "coefficients", self.coefficients,
                                      positive=False)
@@ -145,8 +144,8 @@ def _gauss_hermite_log():
     return nodes, np.log(weights / np.sqrt(2.0 * np.pi))
 
 
-@dataclass(frozen=True)
-class Bernoulli:
+@dataclass(frozen=True, eq=False)
+class Bernoulli(ValueEquality):
     """Binary labels through a link: p(y | f) = Phi(y (f + bias)) for ``link="probit"``
     (Naish-Guzman & Holden eq. 4; the bias beta is a learnable, unconstrained hyperparameter)
     or sigma(y (f + bias)) for ``link="logit"``.  Labels may be {0, 1}, {-1, +1} or bool."""

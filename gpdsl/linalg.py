@@ -10,6 +10,8 @@ import numpy as np
 from scipy import linalg
 from scipy.linalg import blas
 
+from .checks import is_number
+
 JITTER_LADDER = (0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
 
 
@@ -18,7 +20,9 @@ class NotPositiveDefiniteError(np.linalg.LinAlgError, ValueError):
 
 
 def check_jitter(owner, jitter):
-    if jitter is not None and not (np.isscalar(jitter) and np.isfinite(jitter) and jitter >= 0):
+    """Raise a ValueError naming ``owner`` unless ``jitter`` is None or a finite number >= 0
+    (text and booleans are not numbers)."""
+    if jitter is not None and not (is_number(jitter) and np.isfinite(jitter) and jitter >= 0):
         raise ValueError(f"{owner}: jitter must be None (dynamic ladder) or a non-negative number, "
                          f"got {jitter!r}")
 
@@ -49,10 +53,42 @@ def cholesky(K, jitter=None, what="matrix"):
             continue
         if np.all(np.isfinite(L)) and np.all(np.diag(L) > 0):
             return L, rung
-    raise NotPositiveDefiniteError(
-        f"Cholesky of {what} failed with jitter up to {rungs[-1]:g} x mean diagonal; "
-        "the hyperparameters or inputs make it numerically singular (duplicate inducing inputs, "
-        "a very long length-scale?)")
+    raise NotPositiveDefiniteError(f"Cholesky of {what} failed with jitter up to {rungs[-1]:g} x mean diagonal: "
+                                   f"{_likely_cause(K, jitter is not None)}")
+
+
+# Correlation within this of 1 counts as identical rows (duplicate inputs give exactly 1).
+_SAME_ROW_TOL = 1e-10
+
+
+def _likely_cause(K, fixed):
+    """The cause of a failed factorisation that can be read off K itself, for the error message.
+
+    Non-finite entries come from hyperparameters that overflowed (typically data on a scale far
+    from the declared values); a pair of rows with correlation 1 from duplicate inputs; every
+    pair so from a length-scale far longer than the inputs' spread.  Anything else is put down
+    to extreme hyperparameters, since a kernel matrix is positive semi-definite in exact
+    arithmetic.  ``fixed``: the caller fixed the jitter (the ladder was not tried).
+    """
+    scale = "standardise X and y (subtract the mean, divide by the standard deviation)"
+    if not np.all(np.isfinite(K)):
+        return (f"it has NaN or infinite entries, so a hyperparameter overflowed or collapsed (data on a scale "
+                f"far from the declared hyperparameters?); {scale}")
+    if np.any(np.diag(K) <= 0):
+        return "its diagonal has entries <= 0 (a kernel variance of 0, or not a covariance matrix)"
+    d = np.sqrt(np.diag(K))
+    off = np.abs(K / d[:, None] / d[None, :] - 1.0) <= _SAME_ROW_TOL
+    np.fill_diagonal(off, False)
+    i, j = np.nonzero(np.triu(off))
+    m = K.shape[0]
+    if i.size and i.size == m * (m - 1) // 2:
+        return ("all its rows are equal to rounding: the length-scale is far longer than the spread of the "
+                f"inputs, or the inputs coincide; {scale}")
+    if i.size:
+        return (f"{i.size} pair(s) of its rows are identical to rounding, e.g. rows {i[0]} and {j[0]}: duplicate "
+                "inputs; remove them" + (", or pass jitter=None for the dynamic jitter ladder" if fixed else ""))
+    return (f"no duplicate rows, so the hyperparameters are extreme for the data (a very long length-scale, "
+            f"a variance many orders of magnitude from the targets'); {scale}")
 
 
 def solve_lower(L, B):

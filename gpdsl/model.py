@@ -17,7 +17,8 @@ from scipy import optimize as sp_optimize
 from . import inference as inf
 from . import likelihoods as lik
 from . import threads
-from .checks import check_bool, check_nonnegative_int, check_positive_int, check_seed
+from .checks import (as_float_array, check_bool, check_nonnegative_int, check_positive_int, check_seed,
+                     check_square_sums_finite)
 from .inducing import InducingSpec
 from .kernels import Kernel
 from .methods import collapsed, exact, expectation_propagation, polya_gamma
@@ -78,13 +79,11 @@ def supported_pairs():
 
 
 def validate_inputs(X, name="X", n_features=None):
-    """X as a finite float64 C-contiguous (N, D) array, or a ValueError/TypeError naming ``name``."""
-    if np.iscomplexobj(X):
-        raise TypeError(f"{name} must be real, got a complex array")
-    try:
-        X = np.asarray(X, dtype=float)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be a numeric array, got {type(X).__name__}") from err
+    """X as a finite float64 C-contiguous (N, D) array, or a ValueError/TypeError naming ``name``.
+
+    Text, complex and ragged input is refused (:func:`gpdsl.checks.as_float_array`), and so are
+    inputs so large that squared distances between rows overflow."""
+    X = as_float_array("", name, X)
     if X.ndim != 2:
         raise ValueError(f"{name} must be 2-D (n_points, n_features), got {X.ndim}-D with shape {X.shape}")
     if X.shape[0] == 0:
@@ -95,13 +94,18 @@ def validate_inputs(X, name="X", n_features=None):
         raise ValueError(f"{name} must be finite (contains NaN or inf)")
     if n_features is not None and X.shape[1] != n_features:
         raise ValueError(f"{name} has {X.shape[1]} features but the model was fitted on {n_features}")
+    check_square_sums_finite("", name, X)
     return np.ascontiguousarray(X)
 
 
-def _check_fit_arguments(optimize, fixed, restarts, seed, max_iter):
+def _check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, callback):
     """Model.fit's keyword arguments, or a ValueError/TypeError naming the argument; returns
     ``fixed`` as a tuple of names."""
     check_bool("fit", "optimize", optimize, error=TypeError)
+    # A truthy string such as "no" would otherwise switch the printing on.
+    check_bool("fit", "progress", progress, error=TypeError)
+    if callback is not None and not callable(callback):
+        raise TypeError(f"fit: callback must be None or a callable taking one dict, got {callback!r}")
     if isinstance(fixed, str):
         fixed = (fixed,)
     try:
@@ -117,10 +121,10 @@ def _check_fit_arguments(optimize, fixed, restarts, seed, max_iter):
 
 
 def validate_targets(y, n, name="y"):
-    try:
-        y = np.asarray(y, dtype=float)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be a numeric array, got {type(y).__name__}") from err
+    """y as a finite float64 (n,) array ((n, 1) is flattened), or a ValueError/TypeError naming
+    ``name``; booleans are accepted (labels), text, complex and ragged input is not, nor are
+    targets whose squares overflow (the Gaussian evidence would not be finite)."""
+    y = as_float_array("", name, y)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1:
@@ -129,6 +133,7 @@ def validate_targets(y, n, name="y"):
         raise ValueError(f"len({name}) = {y.shape[0]} does not match len(X) = {n}")
     if not np.all(np.isfinite(y)):
         raise ValueError(f"{name} must be finite (contains NaN or inf)")
+    check_square_sums_finite("", name, y)
     return np.ascontiguousarray(y)
 
 
@@ -248,7 +253,7 @@ class Model:
 
         X = validate_inputs(X)
         y = self.likelihood.prepare_targets(validate_targets(y, X.shape[0]))
-        fixed = _check_fit_arguments(optimize, fixed, restarts, seed, max_iter)
+        fixed = _check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, callback)
         # Declared kernel and likelihood values (Z is not chosen yet, so it cannot be named).
         declared = self.parameter_table(X, None, tuple(f for f in fixed if f != "inducing.Z")).values()
         selection = None
@@ -368,6 +373,9 @@ class Model:
                 res = run.minimise(u_start, max_iter, progress, callback)
                 if result is None or res.fun < result.fun:
                     result = res
+            if not np.all(np.isfinite(result.x)):
+                raise _out_of_range("L-BFGS-B stepped to non-finite hyperparameters (the objective and its "
+                                    "gradient at the start are too large for its float64 arithmetic)", X, y)
             u_best, converged, n_iter, ridge = result.x, bool(result.success), int(result.nit), result.runaway
             if ridge is not None:
                 _warn_ridge(table, result.start, u_best, ridge, result.message)
@@ -382,6 +390,10 @@ class Model:
         values = table.unpack(u_best)
         Z = values.pop("inducing.Z", Z0)
         evaluation = self.evaluate(values, X, y, Z, need_grad=False, need_state=True, warm=run.warm)
+        if not np.isfinite(evaluation.log_evidence):
+            # A posterior must never carry a NaN or infinite evidence.
+            raise _out_of_range(f"the log evidence at the {'fitted' if optimize else 'declared'} hyperparameters "
+                                f"is {evaluation.log_evidence}", X, y)
         if evaluation.warm is not None:
             run.total_sweeps += evaluation.warm.sweeps
         log_prior, _ = table.log_prior({**values, "inducing.Z": Z})
@@ -426,6 +438,15 @@ class Model:
                       f"{spec.max_outer} rounds (outer_tol {spec.outer_tol:g}); the result is flagged "
                       f"converged=False", ConvergenceWarning, stacklevel=5)
         return u, False, iterations
+
+
+def _out_of_range(what, X, y):
+    """The ValueError of a fit that left float64's finite range: ``what`` happened, and the data's
+    scale (the usual cause once the inputs' checks have passed) is named with the remedy."""
+    return ValueError(f"fit: {what}; X spans up to {float(np.max(np.abs(X))):.3g} and y up to "
+                      f"{float(np.max(np.abs(y))):.3g} in magnitude, far from the scale the declared hyperparameters "
+                      "describe: standardise X and y (subtract the mean, divide by the standard deviation), or "
+                      "declare the hyperparameters on the data's scale")
 
 
 def _on_plateau(trail, plateau):
@@ -493,6 +514,9 @@ class _Objective:
             grads["inducing.Z"] = ev.dZ
         f = -(ev.log_evidence + log_prior)
         g = -self.table.chain(values, grads)
+        if not (np.isfinite(f) and np.all(np.isfinite(g))):
+            # Overflowed (NaN or inf) like the failures above: step back rather than mislead L-BFGS-B.
+            return np.inf, np.zeros_like(u)
         self.last = (u.copy(), f, g)
         return f, g
 

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .checks import ValueEquality, as_float_array
 from .priors import as_prior, describe
 
 
-@dataclass(frozen=True)
-class Fixed:
+@dataclass(frozen=True, eq=False)
+class Fixed(ValueEquality):
     """Hold a hyperparameter at ``value`` during fitting: ``SquaredExponential(variance=Fixed(1.0))``."""
 
     value: object
@@ -24,6 +25,7 @@ class Fixed:
     def __post_init__(self):
         if as_prior(self.value) is not None or isinstance(self.value, Fixed):
             raise TypeError("Fixed: value must be a number or an array, not a prior or Fixed")
+        as_float_array("Fixed", "value", self.value, allow_bool=False, expected="a number or an array")
 
 
 def declared_value(spec):
@@ -40,6 +42,9 @@ def check_hyperparameter(owner, name, spec, positive=True, ndim_max=1):
     """Validate a declared hyperparameter on construction; raise naming the class and field."""
     if spec is None:
         raise TypeError(f"{owner}: {name} must be given")
+    if as_prior(spec) is None and not isinstance(spec, Fixed):
+        # declared_value's np.asarray(dtype=float) would parse "0.1" and take True as 1.0.
+        as_float_array(owner, name, spec, allow_bool=False, expected="a number, an array, Fixed(...) or a prior")
     try:
         value = declared_value(spec)
     except (TypeError, ValueError) as err:

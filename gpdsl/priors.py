@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from .checks import check_positive_number
+from .checks import ValueEquality, check_positive_number, is_frozen_scipy, is_number
 
 
 class Prior:
@@ -68,8 +68,8 @@ class LogNormal(Prior):
     initial: float | None = None
 
     def __post_init__(self):
-        if not np.isfinite(self.mu):
-            raise ValueError(f"LogNormal: mu must be finite, got {self.mu!r}")
+        if not is_number(self.mu) or not np.isfinite(self.mu):
+            raise ValueError(f"LogNormal: mu must be a finite number, got {self.mu!r}")
         check_positive_number("LogNormal", "sigma", self.sigma)
         if self.initial is not None:
             check_positive_number("LogNormal", "initial", self.initial)
@@ -87,12 +87,23 @@ class LogNormal(Prior):
         return self.initial if self.initial is not None else float(np.exp(self.mu))
 
 
-@dataclass(frozen=True)
-class ScipyPrior(Prior):
-    """Adapter for a frozen ``scipy.stats`` continuous distribution."""
+@dataclass(frozen=True, eq=False)
+class ScipyPrior(ValueEquality, Prior):
+    """Adapter for a frozen ``scipy.stats`` continuous distribution.
+
+    ``initial`` is where optimisation starts (default: the distribution's median).  Two priors
+    are equal when their distributions have the same family and parameters.
+    """
 
     distribution: object
     initial: float | None = None
+
+    def __post_init__(self):
+        if not is_frozen_scipy(self.distribution):
+            raise TypeError(f"ScipyPrior: distribution must be a frozen scipy.stats distribution, "
+                            f"got {self.distribution!r}")
+        if self.initial is not None and not (is_number(self.initial) and np.isfinite(self.initial)):
+            raise ValueError(f"ScipyPrior: initial must be None or a finite number, got {self.initial!r}")
 
     def log_density(self, x):
         return self.distribution.logpdf(np.asarray(x, dtype=float))
@@ -111,7 +122,7 @@ def as_prior(obj):
     """Return ``obj`` as a :class:`Prior` if it is one (or a frozen scipy distribution), else None."""
     if isinstance(obj, Prior):
         return obj
-    if hasattr(obj, "logpdf") and hasattr(obj, "dist"):
+    if is_frozen_scipy(obj):
         return ScipyPrior(obj)
     return None
 

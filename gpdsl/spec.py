@@ -2,12 +2,13 @@
 
 A component is ``{"type": "<ClassName>", <field>: <value>, ...}``; a hyperparameter value is a
 number or list, ``{"fixed": value}``, or ``{"prior": "Gamma", "shape": a, "rate": b}`` /
-``{"prior": "LogNormal", "mu": m, "sigma": s}``.  A TOML model file holds the four tables
-``[kernel] [likelihood] [inducing] [inference]`` plus ``[data]`` (``path``, ``target``,
-optional ``features``), and optionally ``[fit]`` (keyword arguments of ``Model.fit``) and
-``[output]`` (``posterior``, ``plot``).  TOML has no null: a field left at a ``None`` default is
-omitted, and a field set to ``None`` against another default (``GreedyVariance(first_round_max_m=None)``)
-is written as the string ``"none"``.  A key a table does not know, or a required one missing, is
+``{"prior": "LogNormal", "mu": m, "sigma": s}`` / ``{"prior": "scipy", "distribution": "gamma",
+"args": [2.0], "kwds": {"scale": 0.5}}`` (``scipy.stats.gamma(2.0, scale=0.5)``, optionally with
+``"initial"``).  A TOML model file holds the four tables ``[kernel] [likelihood] [inducing]
+[inference]`` plus ``[data]`` (``path``, ``target``, optional ``features``), and optionally
+``[fit]`` (keyword arguments of ``Model.fit``) and ``[output]`` (``posterior``, ``plot``).  TOML
+has no null: a field left at a ``None`` default is omitted, and a field set to ``None`` against
+another default (``GreedyVariance(first_round_max_m=None)``) is written as the string ``"none"``.  A key a table does not know, or a required one missing, is
 an error (ValueError) naming the table, e.g. ``kernel.kernels[1] (Matern52)`` or
 ``kernel.variance: {prior = 'Gamma'}``; nothing is dropped silently.
 """
@@ -18,6 +19,7 @@ import tomllib
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 from . import inducing as ind
 from . import inference as inf
@@ -41,8 +43,7 @@ def _encode(value):
     if isinstance(value, Fixed):
         return {"fixed": _encode(value.value)}
     if isinstance(value, priors.ScipyPrior):
-        # A frozen scipy distribution cannot be written back; keep its description and start.
-        return {"prior": "scipy", "description": priors.describe(value), "initial": value.initial_value()}
+        return _encode_scipy(value)
     if isinstance(value, priors.Prior):
         return {"prior": type(value).__name__, **{k: v for k, v in dataclasses.asdict(value).items()
                                                    if v is not None}}
@@ -55,9 +56,56 @@ def _encode(value):
     return value
 
 
-# Keys of the scipy form written by _encode: the distribution itself cannot be written, so it is
-# read back as its starting value alone.
-_SCIPY_KEYS = {"prior", "description", "initial"}
+def _encode_scipy(prior):
+    """``{"prior": "scipy", "distribution": family, "args": [...], "kwds": {...}}`` (plus
+    ``"initial"`` when the prior has one): what ``scipy.stats.<family>(*args, **kwds)`` rebuilds.
+
+    Raises
+    ------
+    ValueError
+        The distribution is not a ``scipy.stats`` family found by its name (a user-defined
+        ``rv_continuous``), so it could not be read back.
+    """
+    frozen = prior.distribution
+    name = getattr(frozen.dist, "name", None)
+    if not isinstance(name, str) or type(getattr(stats, name, None)) is not type(frozen.dist):
+        raise ValueError(f"to_dict: the prior {priors.describe(prior)} is not a scipy.stats distribution "
+                         "that can be found by its name, so it cannot be written; use a scipy.stats family "
+                         "or gd.priors.Gamma / LogNormal")
+    out = {"prior": "scipy", "distribution": name, "args": [_encode(a) for a in frozen.args],
+           "kwds": {k: _encode(v) for k, v in frozen.kwds.items()}}
+    if prior.initial is not None:
+        out["initial"] = _encode(prior.initial)
+    return out
+
+
+# The scipy form, and the one written before the distribution itself was kept (a description
+# and the starting value), which can only be read back as that starting value.
+_SCIPY_KEYS = {"prior", "distribution", "args", "kwds", "initial"}
+_DESCRIBED_SCIPY_KEYS = {"prior", "description", "initial"}
+
+
+def _decode_scipy(value, where):
+    """The prior of a ``{prior = "scipy", ...}`` table: the frozen distribution (a ScipyPrior
+    when ``initial`` is given), or the starting value alone for the described form."""
+    table = f"{where}: {{prior = 'scipy'}}"
+    if "description" in value:
+        _check_keys(table, value, _DESCRIBED_SCIPY_KEYS, required=("initial",))
+        return value["initial"]
+    _check_keys(table, value, _SCIPY_KEYS, required=("distribution",))
+    name, args, kwds = value["distribution"], value.get("args", []), value.get("kwds", {})
+    # Only continuous scipy.stats families: the name must not reach any other attribute.
+    family = getattr(stats, name, None) if isinstance(name, str) else None
+    if not isinstance(family, stats.rv_continuous):
+        raise ValueError(f"{table}: distribution must name a continuous scipy.stats distribution "
+                         f"(e.g. 'gamma', 'lognorm'), got {name!r}")
+    if not isinstance(args, list) or not isinstance(kwds, dict):
+        raise ValueError(f"{table}: args must be a list and kwds a table, got args={args!r}, kwds={kwds!r}")
+    try:
+        frozen = family(*args, **kwds)
+        return frozen if "initial" not in value else priors.ScipyPrior(frozen, value["initial"])
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{table}: {err}") from err
 
 
 def _check_keys(where, table, known, required=()):
@@ -73,7 +121,8 @@ def _check_keys(where, table, known, required=()):
 
 def _decode(value, where="value"):
     """A declared field value: ``{fixed = ..}`` -> Fixed, ``{prior = ..}`` -> a prior (the
-    ``"scipy"`` form -> its ``initial`` value), anything else unchanged.
+    ``"scipy"`` form -> the frozen scipy distribution; its older ``description`` form -> its
+    ``initial`` value), anything else unchanged.
 
     Parameters
     ----------
@@ -91,13 +140,12 @@ def _decode(value, where="value"):
         _check_keys(f"{where}: {{fixed = ...}}", value, {"fixed"})
         try:
             return Fixed(_decode(value["fixed"], where))
-        except TypeError as err:
+        except (TypeError, ValueError) as err:
             raise ValueError(f"{where}: {err}") from err
     if isinstance(value, dict) and "prior" in value:
         kind = value["prior"]
         if kind == "scipy":
-            _check_keys(f"{where}: {{prior = 'scipy'}}", value, _SCIPY_KEYS, required=("initial",))
-            return value["initial"]
+            return _decode_scipy(value, where)
         if not isinstance(kind, str) or kind not in _PRIORS:
             raise ValueError(f"{where}: unknown prior {kind!r}; known: {sorted(_PRIORS)}")
         fields = dataclasses.fields(_PRIORS[kind])
