@@ -10,9 +10,9 @@ from ._version import __version__
 from .linalg import NotPositiveDefiniteError
 from .model import ConvergenceWarning, Model
 from .parameters import Fixed
-from .posterior import Posterior, from_xarray, load
+from .posterior import Posterior, PosteriorFileError, from_xarray, load
 from .threads import get_num_threads, set_num_threads
 
 __all__ = ["Model", "Posterior", "Fixed", "load", "from_xarray", "ConvergenceWarning",
-           "NotPositiveDefiniteError", "kernels", "likelihoods", "inducing", "inference", "priors",
-           "datasets", "set_num_threads", "get_num_threads", "__version__"]
+           "NotPositiveDefiniteError", "PosteriorFileError", "kernels", "likelihoods", "inducing", "inference",
+           "priors", "datasets", "set_num_threads", "get_num_threads", "__version__"]

@@ -1,22 +1,36 @@
 """The fitted posterior: predictions, xarray export and netCDF round trip.
 
+A save replaces the file in one step (an interrupted save leaves the old file or the new one),
+and a load checks the format version, a checksum of the content and the layout the model
+implies before it builds anything (:class:`PosteriorFileError` otherwise).
+
 xarray (and pandas behind it) is imported by the functions that return or read datasets, not
 with the module: ``import gpdsl`` and a fit do not need it, and it took a third of a second.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
 import json
+import os
+import secrets
+import stat
+from typing import Callable, NamedTuple
 
 import numpy as np
 
+from . import inference as inf
 from . import threads
 from ._version import __version__
+from .checks import is_integer, is_number
 from .chunks import default_chunk_size, map_reduce
 from .likelihoods import Bernoulli, Gaussian, HeteroscedasticGaussian
 from .methods.common import PredictiveState
 from .methods.expectation_propagation import SiteState
 from .methods.polya_gamma import PolyaGammaState
 from .model import validate_inputs
+from .parameters import declared_value
 
 
 class Posterior:
@@ -159,7 +173,16 @@ class Posterior:
 
     # -- xarray / netCDF ---------------------------------------------------------------------------
     def to_xarray(self):
-        """xarray.Dataset: Z, q(u), the predictive cache, every hyperparameter, attrs."""
+        """The posterior as an xarray.Dataset: Z, q(u), the predictive cache, every
+        hyperparameter, the method's local state and the greedy selection, with attrs.
+
+        The attrs include ``format_version`` (:data:`FORMAT_VERSION`) and ``checksum``, the
+        SHA-256 of everything else in the dataset (see :func:`from_xarray`).
+
+        Returns
+        -------
+        xarray.Dataset
+        """
         import xarray as xr
 
         state = self.state
@@ -181,10 +204,10 @@ class Posterior:
             data[name] = (_hyper_dims(name, value, d), value)
         local_attrs = {}
         if self.sites is not None:
-            name, export, _ = _LOCAL_STATES[type(self.sites)]
-            local_vars, local_attrs = export(self.sites, self.total_sweeps)
+            local = _LOCAL_STATES[type(self.sites)]
+            local_vars, local_attrs = local.export(self.sites, self.total_sweeps)
             data.update(local_vars)
-            local_attrs["local_state"] = name
+            local_attrs["local_state"] = local.name
         selection_attrs = {}
         if self.selection is not None and self.selection.indices is not None:
             data["selected_index"] = ("inducing", self.selection.indices)
@@ -195,6 +218,7 @@ class Posterior:
             selection_attrs["reinit_stop"] = str(self.reinit_stop)
         from .spec import model_to_dict
         attrs = {
+            "format_version": FORMAT_VERSION,
             "inference": type(self.model.inference).__name__,
             "likelihood": self.model.likelihood.describe(),
             "kernel": self.model.kernel.describe(),
@@ -214,11 +238,80 @@ class Posterior:
             **selection_attrs,
         }
         coords = {"inducing": np.arange(m), "inducing_bis": np.arange(m), "feature": np.arange(d)}
-        return xr.Dataset(data, coords=coords, attrs=attrs)
+        ds = xr.Dataset(data, coords=coords, attrs=attrs)
+        ds.attrs["checksum"] = _checksum(ds)
+        return ds
 
     def save(self, path):
-        """Write the posterior to netCDF (xarray's writer, scipy backend: no extra dependency)."""
-        self.to_xarray().to_netcdf(path, engine="scipy")
+        """Write the posterior to netCDF (xarray's writer, scipy backend: no extra dependency).
+
+        The file is written under a temporary name in the target's directory, flushed to
+        disk (fsync) and renamed over ``path`` in one step (``os.replace``).  A save that is
+        interrupted -- an exception, SIGINT, SIGKILL, a crash -- leaves at ``path`` either the
+        file that was there before or the complete new one.  A save killed outright may leave
+        its temporary file, ``.<name>.<random hex>.tmp``, beside the target.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file to write.  A symbolic link is followed: its target is replaced.  An
+            existing file keeps its permission bits.
+        """
+        target = os.path.realpath(_check_path("save", path))
+        content = self.to_xarray().to_netcdf(engine="scipy")
+        directory, name = os.path.split(target)
+        temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
+        # O_EXCL: never write into a file that someone else created under this name; mode 0o666
+        # (less the umask) gives the permissions of any new file, where mkstemp's are 0o600.
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(content)
+                fh.flush()
+                os.fsync(fh.fileno())
+            if os.path.exists(target):
+                os.chmod(temporary, stat.S_IMODE(os.stat(target).st_mode))
+            os.replace(temporary, target)
+        except BaseException:
+            # KeyboardInterrupt included: remove the partial file (already gone if the rename ran).
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            raise
+        # The rename changes the directory: sync it too, or a crash can undo it (POSIX only:
+        # Windows cannot open a directory as a file).
+        if hasattr(os, "O_DIRECTORY"):
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+
+# Version of the layout that to_xarray writes; raise it when the layout changes.
+FORMAT_VERSION = 1
+
+
+class PosteriorFileError(ValueError):
+    """A posterior file or dataset that :func:`load` or :func:`from_xarray` cannot trust: not a
+    readable netCDF-3 file, of another format version, damaged or edited (its checksum does
+    not match), or not laid out as ``to_xarray`` writes its model.  The message names the file
+    (or ``dataset``) and the variable or attribute at fault."""
+
+
+def _error(source, item, problem):
+    """The PosteriorFileError for ``item`` (a variable or attribute) of ``source``."""
+    return PosteriorFileError(f"{source}: {item}: {problem}")
+
+
+def _check_path(owner, path):
+    """``path`` as a str, or TypeError/ValueError naming ``owner``'s argument."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise TypeError(f"{owner}: path must be a str or os.PathLike, got {path!r}")
+    if not path:
+        raise ValueError(f"{owner}: path must not be empty")
+    return path
 
 
 def _hyper_dims(name, value, n_features):
@@ -229,33 +322,302 @@ def _hyper_dims(name, value, n_features):
     return (name.rsplit(".", 1)[-1] + "_index",)
 
 
+def _checksum(ds):
+    """SHA-256 (hex) of a dataset's content: every variable, coordinates included, by name,
+    dims, kind, shape and values, and every attribute but ``checksum``, in name order.
+
+    Integers are hashed as int64 and floats as float64, little-endian: netCDF-3 stores an
+    int64 as int32, so the writer's and the reader's dtypes differ while the content does not.
+    """
+    digest = hashlib.sha256()
+    items = [(name, var.dims, var.values) for name, var in sorted(ds.variables.items())]
+    items += [(name, None, value) for name, value in sorted(ds.attrs.items()) if name != "checksum"]
+    for name, dims, value in items:
+        if isinstance(value, str):
+            kind, shape, payload = "str", (), value.encode("utf-8")
+        else:
+            array = np.asarray(value)
+            if array.dtype.kind in "biu":
+                kind, payload = "int", np.ascontiguousarray(array, dtype="<i8")
+            elif array.dtype.kind == "f":
+                kind, payload = "float", np.ascontiguousarray(array, dtype="<f8")
+            else:   # never written by to_xarray; hashed so that a file holding one fails the check
+                kind, payload = array.dtype.str, repr(array.tolist()).encode("utf-8")
+            shape = array.shape
+        # Each item is framed by a header that gives its length, so no two contents hash alike.
+        header = json.dumps([name, dims, kind, list(shape), memoryview(payload).nbytes])
+        digest.update(header.encode("utf-8") + b"\n")
+        digest.update(payload)
+    return "sha256:" + digest.hexdigest()
+
+
 def from_xarray(ds):
-    """Rebuild a working :class:`Posterior` from :meth:`Posterior.to_xarray` output."""
-    from .spec import model_from_dict
-    model = model_from_dict(json.loads(ds.attrs["model_spec"]))
-    kind = "whitened_" if "predictive_chol" in ds else ""
+    """Rebuild a working :class:`Posterior` from :meth:`Posterior.to_xarray` output.
+
+    The dataset is checked before anything is built from it: its ``format_version`` must
+    be :data:`FORMAT_VERSION` and its ``checksum`` must match the content (so a dataset
+    edited after ``to_xarray`` is refused); ``model_spec`` must describe a model that the
+    ``inference``, ``likelihood`` and ``kernel`` attributes describe too; the variables and
+    attributes must be exactly those that ``to_xarray`` writes for that model's method, the
+    variables with their dims and integer or finite float64 values, the attributes of their
+    type, with one variable per hyperparameter of the model's parameter table, of its shape
+    (and positive where the model declares it so).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+
+    Returns
+    -------
+    Posterior
+
+    Raises
+    ------
+    TypeError
+        ``ds`` is not an xarray.Dataset.
+    PosteriorFileError
+        A check failed; the message names the variable or attribute.
+    """
+    import xarray as xr
+
+    if not isinstance(ds, xr.Dataset):
+        raise TypeError(f"from_xarray: ds must be an xarray.Dataset, got {type(ds).__name__}")
+    return _posterior_from(ds, "dataset")
+
+
+def load(path):
+    """Load a posterior written by :meth:`Posterior.save`, checked as :func:`from_xarray` checks.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    Posterior
+
+    Raises
+    ------
+    FileNotFoundError
+        There is no file at ``path``.
+    PosteriorFileError
+        The file is not a readable netCDF-3 file or fails a check of :func:`from_xarray`
+        (files written before format version 1, without the checksum, included); the
+        message names the file and the variable or attribute at fault.
+    """
+    import xarray as xr
+
+    path = _check_path("load", path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"load: posterior file not found: {path}")
+    with open(path, "rb") as fh:
+        content = fh.read()
+    # Parsed from memory, so that no memory map of the file outlives this call.  The reader's
+    # failures on a damaged file are not documented (from TypeError to IndexError): any of
+    # them means the file cannot be read.
+    try:
+        with xr.open_dataset(io.BytesIO(content), engine="scipy") as ds:
+            ds = ds.load()
+    except Exception as err:
+        raise PosteriorFileError(f"{path}: not a readable netCDF-3 file "
+                                 f"({type(err).__name__}: {err})") from err
+    return _posterior_from(ds, path)
+
+
+def _posterior_from(ds, source):
+    """The :class:`Posterior` in ``ds`` (read from ``source``), after :func:`_validated`."""
+    from .inducing import Selection
+
+    model, local, names = _validated(ds, source)
+    kind = "whitened_" if model.sparse else ""
     state = PredictiveState(Z=ds["Z"].values, weights=ds[f"predictive_{kind}weights"].values,
                             correction=ds[f"predictive_{kind}correction"].values,
                             q_mean=ds["q_mean"].values, q_cov=ds["q_cov"].values,
-                            chol=ds["predictive_chol"].values if kind else None)
-    skip = {"Z", "q_mean", "q_cov", "predictive_weights", "predictive_correction", "predictive_chol",
-            "predictive_whitened_weights", "predictive_whitened_correction", "selected_index",
-            "selection_criterion"} | _LOCAL_VARIABLES
-    values = {name: ds[name].values for name in ds.data_vars if name not in skip}
-    sites, total_sweeps = _local_state_from(ds)
+                            chol=ds["predictive_chol"].values if model.sparse else None)
+    sites, total_sweeps = local.load(ds) if local is not None else (None, 0)
     selection = None
     if "selected_index" in ds:
-        from .inducing import Selection
         selection = Selection(Z=state.Z, indices=ds["selected_index"].values,
                               criterion=ds["selection_criterion"].values, stopped=ds.attrs["selection_stopped"])
     history = json.loads(ds.attrs["reinit_history"]) if "reinit_history" in ds.attrs else None
-    return Posterior(model=model, values=values, state=state, log_evidence=ds.attrs["log_evidence"],
-                     log_prior=ds.attrs["log_prior"], converged=bool(ds.attrs["converged"]),
-                     n_iterations=ds.attrs["n_iterations"], jitter=ds.attrs["jitter"],
-                     priors=json.loads(ds.attrs["priors"]), fixed=json.loads(ds.attrs["fixed"]),
-                     sites=sites, total_sweeps=total_sweeps, selection=selection, reinit_history=history,
-                     constant_model=bool(ds.attrs.get("constant_model", 0)), ridge=ds.attrs.get("ridge") or None,
+    return Posterior(model=model, values={name: ds[name].values for name in names}, state=state,
+                     log_evidence=ds.attrs["log_evidence"], log_prior=ds.attrs["log_prior"],
+                     converged=bool(ds.attrs["converged"]), n_iterations=ds.attrs["n_iterations"],
+                     jitter=ds.attrs["jitter"], priors=json.loads(ds.attrs["priors"]),
+                     fixed=json.loads(ds.attrs["fixed"]), sites=sites, total_sweeps=total_sweeps,
+                     selection=selection, reinit_history=history,
+                     constant_model=bool(ds.attrs["constant_model"]), ridge=ds.attrs["ridge"] or None,
                      reinit_stop=ds.attrs.get("reinit_stop"))
+
+
+def _validated(ds, source):
+    """Check ``ds`` as :func:`from_xarray` describes; return ``(model, its _LocalState or
+    None, hyperparameter names)`` or raise :class:`PosteriorFileError`."""
+    from .spec import model_from_dict
+
+    attrs = ds.attrs
+    version = attrs.get("format_version")
+    if version is None:
+        raise _error(source, "attribute 'format_version'",
+                     f"missing: not a gpdsl posterior of format version {FORMAT_VERSION} (one written "
+                     "by an older gpdsl lacks it and its checksum: load it with that version and save it again)")
+    if not is_integer(version) or version != FORMAT_VERSION:
+        raise _error(source, "attribute 'format_version'", f"expected {FORMAT_VERSION}, got {version!r}")
+    checksum = attrs.get("checksum")
+    if not isinstance(checksum, str) or checksum != _checksum(ds):
+        raise _error(source, "attribute 'checksum'", "missing or not the checksum of the content: the file "
+                     "was damaged or edited after it was written")
+
+    spec = _attribute(ds, source, "model_spec", "json-object")
+    try:
+        model = model_from_dict(spec)
+    except (TypeError, ValueError, KeyError) as err:
+        raise _error(source, "attribute 'model_spec'", f"does not describe a model: {err}") from err
+    local = next((s for s in _LOCAL_STATES.values() if isinstance(model.inference, s.inference)), None)
+    parts = ["common", "whitened" if model.sparse else "natural"] + ([local.name] if local is not None else [])
+    # An optional part is expected whole as soon as one of its items is there.
+    parts += [part for part in _OPTIONAL_PARTS
+              if any(name in ds.variables for name in _LAYOUT[part].variables)
+              or any(name in attrs for name in _LAYOUT[part].attributes)]
+
+    expected_attrs = {name: kind for part in parts for name, kind in _LAYOUT[part].attributes.items()}
+    for name, kind in expected_attrs.items():
+        _attribute(ds, source, name, kind)
+    extra = sorted(set(attrs) - set(expected_attrs))
+    if extra:
+        raise _error(source, f"attribute {extra[0]!r}", f"unexpected in a {attrs['inference']} posterior")
+    # The descriptions must be those of the model in model_spec: a spec edited to another
+    # kernel or method would otherwise predict with it.
+    described = {"inference": type(model.inference).__name__, "likelihood": model.likelihood.describe(),
+                 "kernel": model.kernel.describe(), "local_state": local.name if local is not None else None}
+    for name, expected in described.items():
+        if attrs.get(name) != expected:
+            raise _error(source, f"attribute {name!r}",
+                         f"expected {expected!r} (from model_spec), got {attrs.get(name)!r}")
+    for name, low, high in (("jitter", 0.0, np.inf), ("ep_damping", 0.0, 1.0)):
+        if name in attrs and not low <= attrs[name] < high:
+            raise _error(source, f"attribute {name!r}",
+                         f"expected a number in [{low}, {high}), got {attrs[name]!r}")
+
+    expected_vars = {name: rule for part in parts for name, rule in _LAYOUT[part].variables.items()}
+    for name, (dims, kind) in expected_vars.items():
+        _variable(ds, source, name, dims, kind)
+    m, d = ds.sizes["inducing"], ds.sizes["feature"]
+    if ds.sizes["inducing_bis"] != m:
+        raise _error(source, "dimension 'inducing_bis'", f"has size {ds.sizes['inducing_bis']}, expected {m} "
+                     "(the size of 'inducing')")
+    if attrs["M"] != m:
+        raise _error(source, "attribute 'M'", f"expected {m} (the size of 'inducing'), got {attrs['M']!r}")
+
+    entries = _hyperparameter_entries(model, d, source)
+    for e in entries:
+        values = _variable(ds, source, e.name, _hyper_dims(e.name, e.value, d), "float")
+        if values.shape != e.value.shape:
+            raise _error(source, f"variable {e.name!r}", f"has shape {values.shape}, expected {e.value.shape}")
+        if e.positive and not np.all(values > 0):
+            raise _error(source, f"variable {e.name!r}", f"expected positive values, got {values!r}")
+    names = [e.name for e in entries]
+    extra = sorted(set(ds.variables) - set(expected_vars) - set(names))
+    if extra:
+        raise _error(source, f"variable {extra[0]!r}",
+                     f"unexpected: the hyperparameters of this model are {names}")
+
+    # The attributes that name hyperparameters name this model's (Z is fixed as "inducing.Z").
+    for name, value, allowed in (("ridge", [attrs["ridge"]] if attrs["ridge"] else [], names),
+                                 ("fixed", json.loads(attrs["fixed"]), names + ["inducing.Z"]),
+                                 ("priors", json.loads(attrs["priors"]), names)):
+        unknown = [key for key in value if key not in allowed]
+        if unknown:
+            raise _error(source, f"attribute {name!r}",
+                         f"names {unknown!r}, which are not hyperparameters of this model")
+    return model, local, names
+
+
+def _hyperparameter_entries(model, n_features, source):
+    """The parameter-table entries of the hyperparameters a posterior of ``model`` holds (Z,
+    held as state, is not one of them)."""
+    # The entries depend on X only through its number of columns, except that known
+    # heteroscedastic variances (data, not hyperparameters) must have as many rows.
+    known = getattr(model.likelihood, "known", False)
+    rows = np.size(declared_value(model.likelihood.variance)) if known else 0
+    try:
+        return model.parameter_table(np.empty((rows, n_features))).entries
+    except ValueError as err:
+        raise _error(source, "attribute 'model_spec'",
+                     f"does not fit the {n_features} feature(s) of Z: {err}") from err
+
+
+def _json_of(kind):
+    """A check that a string holds JSON of the Python type ``kind``."""
+    def problem(value):
+        try:
+            parsed = json.loads(value)
+        except (TypeError, ValueError):
+            return "expected a JSON string"
+        return None if isinstance(parsed, kind) else f"expected JSON of a {kind.__name__}"
+    return problem
+
+
+# Attribute kinds: a check returning what is wrong with a value, or None.
+_ATTRIBUTE_KINDS = {
+    "str": lambda v: None if isinstance(v, str) else "expected a string",
+    "count": lambda v: None if is_integer(v) and v >= 0 else "expected a non-negative integer",
+    "flag": lambda v: None if is_integer(v) and v in (0, 1) else "expected 0 or 1",
+    "real": lambda v: None if is_number(v) and np.isfinite(v) else "expected a finite number",
+    "json-object": _json_of(dict),
+    "json-list": _json_of(list),
+}
+
+
+def _attribute(ds, source, name, kind):
+    """The attribute ``name`` (parsed, for JSON kinds), or PosteriorFileError unless it is
+    present and of ``kind`` (a key of :data:`_ATTRIBUTE_KINDS`)."""
+    item = f"attribute {name!r}"
+    if name not in ds.attrs:
+        raise _error(source, item, "missing")
+    value = ds.attrs[name]
+    problem = _ATTRIBUTE_KINDS[kind](value)
+    if problem is not None:
+        raise _error(source, item, f"{problem}, got {_short(value)}")
+    return json.loads(value) if kind.startswith("json") else value
+
+
+def _float_problem(values):
+    """What is wrong with values that must be finite float64 numbers, or None."""
+    if values.dtype != np.float64:
+        return f"expected float64 values, got dtype {values.dtype}"
+    bad = values.size - np.count_nonzero(np.isfinite(values))
+    return f"expected finite values, got {bad} NaN or infinite" if bad else None
+
+
+# Variable kinds: a check returning what is wrong with the values, or None.
+_VARIABLE_KINDS = {
+    "float": _float_problem,
+    "count": lambda v: None if v.dtype.kind in "iu" and np.all(v >= 0) else "expected non-negative integers",
+    "index": lambda v: (None if v.dtype.kind in "iu" and np.array_equal(v, np.arange(v.size))
+                        else "expected the integers 0, 1, ..., n - 1"),
+}
+
+
+def _variable(ds, source, name, dims, kind):
+    """The values of variable ``name``, or PosteriorFileError unless it is present with
+    ``dims`` and of ``kind`` (a key of :data:`_VARIABLE_KINDS`)."""
+    item = f"variable {name!r}"
+    if name not in ds.variables:
+        raise _error(source, item, "missing")
+    variable = ds.variables[name]
+    if variable.dims != tuple(dims):
+        raise _error(source, item, f"has dims {variable.dims}, expected {tuple(dims)}")
+    problem = _VARIABLE_KINDS[kind](variable.values)
+    if problem is not None:
+        raise _error(source, item, problem)
+    return variable.values
+
+
+def _short(value, limit=80):
+    """repr(value), cut at ``limit`` characters for an error message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _export_sites(sites, total_sweeps):
@@ -284,25 +646,60 @@ def _import_polya_gamma(ds):
     return local, int(ds.attrs["pg_total_c_updates"])
 
 
-# The local state of each method that has one: (name in the netCDF attrs, export, import).
+class _LocalState(NamedTuple):
+    """A method's local state in the netCDF file: its name (the ``local_state`` attribute and
+    its part of :data:`_LAYOUT`), the inference classes that carry it, export and import."""
+
+    name: str
+    inference: tuple
+    export: Callable
+    load: Callable
+
+
 _LOCAL_STATES = {
-    SiteState: ("ep_sites", _export_sites, _import_sites),
-    PolyaGammaState: ("polya_gamma", _export_polya_gamma, _import_polya_gamma),
+    SiteState: _LocalState("ep_sites", (inf.EP, inf.QP), _export_sites, _import_sites),
+    PolyaGammaState: _LocalState("polya_gamma", (inf.PolyaGamma,), _export_polya_gamma, _import_polya_gamma),
 }
-_LOCAL_VARIABLES = {"site_precision", "site_location", "c", "theta", "c_next", "bound_history"}
 
 
-def _local_state_from(ds):
-    """(local state, total sweeps) from a dataset written by :meth:`Posterior.to_xarray`."""
-    name = ds.attrs.get("local_state")
-    if name is None:
-        return None, 0
-    return next(load for key, _, load in _LOCAL_STATES.values() if key == name)(ds)
+class _Part(NamedTuple):
+    """Variables (name -> (dims, kind)) and attributes (name -> kind) that to_xarray writes together."""
+
+    variables: dict
+    attributes: dict
 
 
-def load(path):
-    """Load a posterior written by :meth:`Posterior.save`."""
-    import xarray as xr
-
-    with xr.open_dataset(path, engine="scipy") as ds:
-        return from_xarray(ds.load())
+# What to_xarray writes, by part.  A file holds "common"; the predictive cache of its method,
+# "natural" (Exact, dense EP/QP) or "whitened" (the sparse methods); the part of its method's
+# local state, if any; and "selection" and "reinit" when the fit made them (whole or not at
+# all).  Its hyperparameters, one variable each, are those of its model's parameter table.
+_LAYOUT = {
+    "common": _Part(
+        {"inducing": (("inducing",), "index"), "inducing_bis": (("inducing_bis",), "index"),
+         "feature": (("feature",), "index"), "Z": (("inducing", "feature"), "float"),
+         "q_mean": (("inducing",), "float"), "q_cov": (("inducing", "inducing_bis"), "float")},
+        {"format_version": "count", "checksum": "str", "inference": "str", "likelihood": "str", "kernel": "str",
+         "log_evidence": "real", "log_prior": "real", "converged": "flag", "constant_model": "flag",
+         "ridge": "str", "n_iterations": "count", "jitter": "real", "gpdsl_version": "str",
+         "priors": "json-object", "fixed": "json-list", "model_spec": "json-object", "M": "count"}),
+    "natural": _Part(
+        {"predictive_weights": (("inducing",), "float"),
+         "predictive_correction": (("inducing", "inducing_bis"), "float")}, {}),
+    "whitened": _Part(
+        {"predictive_whitened_weights": (("inducing",), "float"),
+         "predictive_whitened_correction": (("inducing", "inducing_bis"), "float"),
+         "predictive_chol": (("inducing", "inducing_bis"), "float")}, {}),
+    "ep_sites": _Part(
+        {"site_precision": (("obs",), "float"), "site_location": (("obs",), "float")},
+        {"local_state": "str", "ep_sweeps_final": "count", "ep_converged": "flag", "ep_damping": "real",
+         "ep_total_sweeps": "count"}),
+    "polya_gamma": _Part(
+        {"c": (("obs",), "float"), "theta": (("obs",), "float"), "c_next": (("obs",), "float"),
+         "bound_history": (("c_update",), "float")},
+        {"local_state": "str", "pg_c_updates_final": "count", "pg_converged": "flag", "pg_total_c_updates": "count"}),
+    "selection": _Part(
+        {"selected_index": (("inducing",), "count"), "selection_criterion": (("inducing",), "float")},
+        {"selection_stopped": "str"}),
+    "reinit": _Part({}, {"reinit_history": "json-list", "reinit_stop": "str"}),
+}
+_OPTIONAL_PARTS = ("selection", "reinit")
