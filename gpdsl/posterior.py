@@ -193,13 +193,11 @@ class Posterior:
             "q_cov": (("inducing", "inducing_bis"), state.q_cov),
         }
         # Kept so that a loaded posterior predicts with the very same arithmetic.  The whitened
-        # state of the sparse methods has its own names, so that a reader that knows only the
-        # natural-basis ones fails on it rather than predicting with it.
-        kind = "whitened_" if state.chol is not None else ""
-        data[f"predictive_{kind}weights"] = ("inducing", state.weights)
-        data[f"predictive_{kind}correction"] = (("inducing", "inducing_bis"), state.correction)
-        if state.chol is not None:
-            data["predictive_chol"] = (("inducing", "inducing_bis"), state.chol)
+        # state has its own names, so that a reader that knows only the natural-basis ones of
+        # earlier versions fails on it rather than predicting with it.
+        data["predictive_whitened_weights"] = ("inducing", state.weights)
+        data["predictive_whitened_correction"] = (("inducing", "inducing_bis"), state.correction)
+        data["predictive_chol"] = (("inducing", "inducing_bis"), state.chol)
         for name, value in self.values.items():
             data[name] = (_hyper_dims(name, value, d), value)
         local_attrs = {}
@@ -429,11 +427,10 @@ def _posterior_from(ds, source):
     from .inducing import Selection
 
     model, local, names = _validated(ds, source)
-    kind = "whitened_" if model.sparse else ""
-    state = PredictiveState(Z=ds["Z"].values, weights=ds[f"predictive_{kind}weights"].values,
-                            correction=ds[f"predictive_{kind}correction"].values,
+    state = PredictiveState(Z=ds["Z"].values, weights=ds["predictive_whitened_weights"].values,
+                            correction=ds["predictive_whitened_correction"].values,
                             q_mean=ds["q_mean"].values, q_cov=ds["q_cov"].values,
-                            chol=ds["predictive_chol"].values if model.sparse else None)
+                            chol=ds["predictive_chol"].values)
     sites, total_sweeps = local.load(ds) if local is not None else (None, 0)
     selection = None
     if "selected_index" in ds:
@@ -474,7 +471,7 @@ def _validated(ds, source):
     except (TypeError, ValueError, KeyError) as err:
         raise _error(source, "attribute 'model_spec'", f"does not describe a model: {err}") from err
     local = next((s for s in _LOCAL_STATES.values() if isinstance(model.inference, s.inference)), None)
-    parts = ["common", "whitened" if model.sparse else "natural"] + ([local.name] if local is not None else [])
+    parts = ["common", "whitened"] + ([local.name] if local is not None else [])
     # An optional part is expected whole as soon as one of its items is there.
     parts += [part for part in _OPTIONAL_PARTS
               if any(name in ds.variables for name in _LAYOUT[part].variables)
@@ -669,8 +666,8 @@ class _Part(NamedTuple):
     attributes: dict
 
 
-# What to_xarray writes, by part.  A file holds "common"; the predictive cache of its method,
-# "natural" (Exact, dense EP/QP) or "whitened" (the sparse methods); the part of its method's
+# What to_xarray writes, by part.  A file holds "common"; the predictive cache, "whitened" (every
+# method's: see methods.common.PredictiveState); the part of its method's
 # local state, if any; and "selection" and "reinit" when the fit made them (whole or not at
 # all).  Its hyperparameters, one variable each, are those of its model's parameter table.
 _LAYOUT = {
@@ -682,9 +679,6 @@ _LAYOUT = {
          "log_evidence": "real", "log_prior": "real", "converged": "flag", "constant_model": "flag",
          "ridge": "str", "n_iterations": "count", "jitter": "real", "gpdsl_version": "str",
          "priors": "json-object", "fixed": "json-list", "model_spec": "json-object", "M": "count"}),
-    "natural": _Part(
-        {"predictive_weights": (("inducing",), "float"),
-         "predictive_correction": (("inducing", "inducing_bis"), "float")}, {}),
     "whitened": _Part(
         {"predictive_whitened_weights": (("inducing",), "float"),
          "predictive_whitened_correction": (("inducing", "inducing_bis"), "float"),

@@ -12,8 +12,7 @@ from ..linalg import whiten
 class PredictiveState:
     """What prediction needs, in one form for every Gaussian method.
 
-    With b_* = chol^-1 K_z* (or b_* = K_z* when ``chol`` is None):
-    f_* | y ~ N(b_*^T weights, k_** - b_*^T correction b_*).
+    With b_* = chol^-1 K_z*: f_* | y ~ N(b_*^T weights, k_** - b_*^T correction b_*).
 
     * Sparse methods: Z are the inducing inputs, ``chol`` the Cholesky factor L of K_uu (+ the
       jitter used) and the whitened ``weights = B^-1 L^-1 K_uf Lambda^-1 y``,
@@ -21,8 +20,10 @@ class PredictiveState:
       PGPR).  In the natural basis these are Sigma^-1 K_uf Lambda^-1 y and K_uu^-1 - Sigma^-1,
       whose entries grow as cond(K_uu) while the predictions do not: at the near-linear
       optimum of twonorm (cond K_uu ~ 1e16) that form lost every digit of the variance.
-    * Exact GP: Z = X, ``chol`` None, ``weights = (K + Lambda)^-1 y`` and
-      ``correction = (K + Lambda)^-1``.
+    * Exact GP (and dense EP / QP, through their pseudo-regression): Z = X, ``chol`` the Cholesky
+      factor L of K + Lambda, ``weights = L^-1 y`` and ``correction = I``, so that
+      var_* = k_** - |b_*|^2 never exceeds the prior variance (the natural form k_*^T (K + Lambda)^-1 k_*
+      reached 1000x the kernel variance once the fitted noise fell to ~1e-29).
 
     ``q_mean`` (M,) and ``q_cov`` (M, M) are the Gaussian q(u) (for Exact: the posterior of f at X).
     """
@@ -32,11 +33,11 @@ class PredictiveState:
     correction: np.ndarray
     q_mean: np.ndarray
     q_cov: np.ndarray
-    chol: np.ndarray | None = None
+    chol: np.ndarray
 
     def basis(self, Kzs):
         """b_* (M, n) from K_z* (M, n)."""
-        return Kzs if self.chol is None else whiten(self.chol, Kzs)
+        return whiten(self.chol, Kzs)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from scipy import linalg
 
 from .. import threads
 from ..chunks import add_partial
-from ..linalg import cholesky, inverse_from_cholesky, jitter_adjoint
+from ..linalg import cholesky, inverse_from_cholesky, jitter_adjoint, solve_lower
 from .common import Evaluation, PredictiveState
 
 _LOG_2PI = np.log(2.0 * np.pi)
@@ -41,7 +41,12 @@ def _evaluate(kernel, likelihood, values, X, y, jitter, need_grad, need_state):
         grads = add_partial(grads, likelihood.noise_vjp(values, "likelihood", X, np.diag(G).copy()))
     state = None
     if need_state:
-        state = PredictiveState(Z=X, weights=alpha, correction=K_inv, q_mean=Kff @ alpha,
-                                q_cov=Kff - Kff @ K_inv @ Kff)
+        # Whitened (b_* = L^-1 k_*): var_* = k_** - |b_*|^2 can never exceed the prior variance,
+        # where k_*^T K^-1 k_* with K^-1 formed explicitly went wildly wrong (f_var 1000x the
+        # kernel variance) once the fitted noise fell to ~1e-29 and cond(K) to ~1e17.
+        A = solve_lower(L, Kff)
+        q_cov = Kff - A.T @ A
+        state = PredictiveState(Z=X, weights=solve_lower(L, y), correction=np.eye(n), q_mean=Kff @ alpha,
+                                q_cov=0.5 * (q_cov + q_cov.T), chol=L)
     return Evaluation(log_evidence=float(F), grads=grads, dZ=None, jitter=jit, state=state,
                       pseudo_data=(1.0 / noise, y / noise))
