@@ -185,6 +185,8 @@ def output_names(output):
         if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
             raise UsageError(f"[output]: {key} must be a plain file name inside --out "
                              f"(no path separator, no '..'), got {name!r}")
+        if key == "posterior" and not name.lower().endswith(".nc"):
+            raise UsageError(f"[output]: posterior must end in .nc (it is written as netCDF), got {name!r}")
         names[key] = name
     return names
 

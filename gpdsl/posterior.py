@@ -23,7 +23,7 @@ import numpy as np
 from . import inference as inf
 from . import threads
 from ._version import __version__
-from .checks import is_integer, is_number
+from .checks import as_float_array, is_integer, is_number
 from .chunks import default_chunk_size, map_reduce
 from .likelihoods import Bernoulli, Gaussian, HeteroscedasticGaussian
 from .methods.common import PredictiveState
@@ -105,10 +105,14 @@ class Posterior:
     def noise_variance(self, X_new, noise_variance=None):
         """Observation-noise variances at X_new, or None when they cannot be known."""
         if noise_variance is not None:
-            nv = np.broadcast_to(np.asarray(noise_variance, dtype=float), (X_new.shape[0],))
+            nv = as_float_array("predict", "noise_variance", noise_variance, allow_bool=False,
+                                expected="a number or an (n_new,) array of variances")
+            if nv.shape not in ((), (X_new.shape[0],)):
+                raise ValueError(f"predict: noise_variance must be a number or have shape ({X_new.shape[0]},) "
+                                 f"(one per row of X_new), got shape {nv.shape}")
             if not np.all(np.isfinite(nv)) or np.any(nv < 0):
                 raise ValueError("predict: noise_variance must be finite and non-negative")
-            return nv
+            return np.broadcast_to(nv, (X_new.shape[0],))
         if getattr(self.model.likelihood, "known", False):
             return None   # known training variances say nothing about new inputs
         return self.model.likelihood.noise(self.values, "likelihood", X_new)
@@ -124,6 +128,9 @@ class Posterior:
         import xarray as xr
 
         X_new = validate_inputs(X_new, "X_new", self.n_features)
+        if noise_variance is not None and not self.gaussian:
+            raise ValueError(f"predict: noise_variance applies to Gaussian likelihoods only; "
+                             f"{type(self.model.likelihood).__name__} has no observation noise to add")
         mean, var = self.predict_f(X_new)
         data = {"f_mean": ("obs", mean), "f_var": ("obs", var)}
         if self.gaussian:
@@ -252,10 +259,14 @@ class Posterior:
         Parameters
         ----------
         path : str or os.PathLike
-            The file to write.  A symbolic link is followed: its target is replaced.  An
-            existing file keeps its permission bits.
+            The file to write, ending in ``.nc``.  A symbolic link is followed: its target is
+            replaced.  An existing file keeps its permission bits.
         """
-        target = os.path.realpath(_check_path("save", path))
+        path = _check_path("save", path)
+        if os.path.splitext(path)[1].lower() != ".nc":
+            # The file is netCDF whatever its name: "p.pkl" would promise a pickle it is not.
+            raise ValueError(f"save: path must end in .nc (the posterior is written as netCDF), got {path!r}")
+        target = os.path.realpath(path)
         content = self.to_xarray().to_netcdf(engine="scipy")
         directory, name = os.path.split(target)
         temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")

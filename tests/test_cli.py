@@ -441,3 +441,12 @@ def test_output_names_stay_inside_out(tmp_path, capsys, key, name):
 
 
 DEFAULT_NAMES = {"posterior": "sine_posterior.nc", "plot": "sine.png"}
+
+
+def test_output_posterior_name_must_end_in_nc(tmp_path, capsys):
+    """Issue 14 item 11 through the CLI: the posterior is netCDF, so its name says so."""
+    write_sine_csv(tmp_path / "sine.csv")
+    path = write_model(tmp_path, MODEL_TOML.replace('posterior = "sine_posterior.nc"', 'posterior = "post.pkl"'))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, "[output]: posterior must end in .nc", "post.pkl")
+    assert not (tmp_path / "o").exists()

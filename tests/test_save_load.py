@@ -256,3 +256,31 @@ def test_a_killed_save_leaves_the_old_or_the_new_posterior(tmp_path):
             os.unlink(tmp_path / stray)
     # The kills must land inside saves, or the test tested nothing.
     assert interrupted >= 5, (interrupted, outcomes)
+
+
+def test_save_refuses_a_name_that_promises_another_format(tmp_path):
+    """Issue 14 item 11: save("p.pkl") silently wrote netCDF under a pickle's name."""
+    post = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1)).fit(np.linspace(0, 1, 8)[:, None],
+                                                                      np.arange(8.0), optimize=False)
+    for name in ("p.pkl", "p.json", "p"):
+        with pytest.raises(ValueError, match=r"save: path must end in \.nc"):
+            post.save(tmp_path / name)
+        assert not (tmp_path / name).exists()
+    post.save(tmp_path / "p.NC")
+    assert gd.load(tmp_path / "p.NC").log_evidence == post.log_evidence
+
+
+def test_predict_noise_variance_is_checked():
+    """Issue 14 item 11: predict(noise_variance=...) was ignored for EP and unchecked in shape."""
+    X = np.linspace(-1, 1, 12)[:, None]
+    ep = gd.Model(SE(1.0, 1.0), gd.likelihoods.Bernoulli("probit"), None, gd.inference.EP()).fit(
+        X, np.where(X[:, 0] > 0, 1.0, -1.0), optimize=False)
+    with pytest.raises(ValueError, match="predict: noise_variance applies to Gaussian likelihoods only"):
+        ep.predict(X, noise_variance=0.1)
+    reg = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1)).fit(X, np.sin(X[:, 0]), optimize=False)
+    with pytest.raises(ValueError, match=r"noise_variance must be a number or have shape \(12,\)"):
+        reg.predict(X, noise_variance=np.ones(5))
+    with pytest.raises(TypeError, match="predict: noise_variance"):
+        reg.predict(X, noise_variance="0.1")
+    pred = reg.predict(X, noise_variance=np.full(12, 0.3))
+    np.testing.assert_allclose(pred["y_var"].values, pred["f_var"].values + 0.3, rtol=1e-15)
