@@ -389,7 +389,7 @@ class Model:
             u_best, converged, n_iter, ridge = u0, True, 0, None
         values = table.unpack(u_best)
         Z = values.pop("inducing.Z", Z0)
-        evaluation = self.evaluate(values, X, y, Z, need_grad=False, need_state=True, warm=run.warm)
+        evaluation = self._final_evaluation(values, X, y, Z, run.warm, optimize)
         if not np.isfinite(evaluation.log_evidence):
             # A posterior must never carry a NaN or infinite evidence.
             raise _out_of_range(f"the log evidence at the {'fitted' if optimize else 'declared'} hyperparameters "
@@ -401,6 +401,23 @@ class Model:
                 "n_iterations": n_iter, "log_prior": log_prior, "total_sweeps": run.total_sweeps, "ridge": ridge,
                 "objective": evaluation.log_evidence + log_prior}
 
+
+    def _final_evaluation(self, values, X, y, Z, warm, optimize):
+        """The evaluation (with its predictive state) a posterior is built from.
+
+        It warm-starts from the local state (EP/QP sites, Pólya-Gamma c) of the optimiser's last
+        evaluation, which may belong to a rejected line-search point; where that start fails
+        numerically (FloatingPointError: the optimiser's signal to step back), it starts afresh.
+        A failure from a fresh start too is the data's scale or the hyperparameters, raised as
+        the ValueError of :func:`_out_of_range`."""
+        for start in ((warm, None) if warm is not None else (None,)):
+            try:
+                return self.evaluate(values, X, y, Z, need_grad=False, need_state=True, warm=start)
+            except FloatingPointError as err:
+                failure = err
+        where = "fitted" if optimize else "declared"
+        raise _out_of_range(f"the posterior at the {where} hyperparameters cannot be computed ({failure})",
+                            X, y) from failure
 
     def _qp_outer_loop(self, run, u, max_iter):
         """Zhang et al.'s Algorithm 1 for QP from ``u`` (EP's optimum): QP sweeps to convergence

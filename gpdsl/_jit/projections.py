@@ -244,6 +244,8 @@ def _wasserstein_sd(kind, loc, scale2, power, log_norm, lo, mid, hi, width_lo, w
             wts[p * nq + i] = half * GL_WEIGHTS[i]
             panel += GL_WEIGHTS[i] * q[i]
         total += half * panel
+    if not total > 0.0:                        # the density underflowed everywhere: no sigma*
+        return math.nan                        # (the sweep then keeps the site, see _site_update)
     sd = 0.0
     for k in range(n_panels * nq):
         tail = min(cum[k], total - cum[k]) / total
@@ -355,6 +357,11 @@ def _gauss_raw_moments(n, b, v):
     values are rescaled by 2^+-500 to stay in range.  The ratio is 0 where undefined.  Its
     cost grows with n: see :func:`_power_gaussian_moments`.
     """
+    # An odd moment is ~ b times the even ones; for b ~ 1e-320 (a cavity mean that rounding has
+    # left at a denormal) that ratio is beyond what the common rescaling below can hold, and the
+    # even moments overflowed.  Below 1e-100 sqrt(v), b changes no moment at double precision.
+    if b < 1e-100 * math.sqrt(v):
+        b = 0.0
     m2, m1, m0 = 0.0, 0.0, 1.0                # M_{k-2}, M_{k-1}, M_k at k = 0
     log_scale = 0.0
     for k in range(1, n + 1):
