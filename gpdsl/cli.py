@@ -62,15 +62,23 @@ def default_problem():
     return model, split(X, y, n_test=50), "gd.datasets.snelson_like(n=200, seed=0)"
 
 
+def _check_table_keys(where, table, known):
+    """spec's unknown-key check for the CLI's own tables, as a UsageError (one line, exit 2)."""
+    from .spec import check_keys
+
+    try:
+        check_keys(where, table, known)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+
+
 def load_table(data):
     """(X, y, feature names, description) from the ``[data]`` table of a model file."""
     from .datasets import read_table
 
     if not isinstance(data, dict) or not data:
         raise UsageError("the model file has no [data] section (it needs path and target)")
-    unknown = sorted(set(data) - _DATA_KEYS)
-    if unknown:
-        raise UsageError(f"[data]: unknown keys {unknown}; known: {sorted(_DATA_KEYS)}")
+    _check_table_keys("[data]", data, _DATA_KEYS)
     for key in ("path", "target"):
         if not isinstance(data.get(key), str) or not data[key]:
             raise UsageError(f"[data]: '{key}' must be given as a string")
@@ -143,9 +151,7 @@ def fit_options(fit):
     params = inspect.signature(Model.fit).parameters
     allowed = sorted(name for name, p in params.items()
                      if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "callback")
-    unknown = sorted(set(fit) - set(allowed))
-    if unknown:
-        raise UsageError(f"[fit]: unknown keys {unknown}; known: {allowed}")
+    _check_table_keys("[fit]", fit, allowed)
     options = dict(fit)
     if isinstance(options.get("fixed"), list):
         options["fixed"] = tuple(options["fixed"])
@@ -173,9 +179,7 @@ def output_names(output):
     """
     if not isinstance(output, dict):
         raise UsageError(f"[output] must be a table, got {output!r}")
-    unknown = sorted(set(output) - _OUTPUT_KEYS)
-    if unknown:
-        raise UsageError(f"[output]: unknown keys {unknown}; known: {sorted(_OUTPUT_KEYS)}")
+    _check_table_keys("[output]", output, _OUTPUT_KEYS)
     names = {"posterior": DEFAULT_POSTERIOR, "plot": DEFAULT_PLOT}
     for key in sorted(_OUTPUT_KEYS & set(output)):
         name = output[key]

@@ -90,9 +90,9 @@ def _decode_scipy(value, where):
     when ``initial`` is given), or the starting value alone for the described form."""
     table = f"{where}: {{prior = 'scipy'}}"
     if "description" in value:
-        _check_keys(table, value, _DESCRIBED_SCIPY_KEYS, required=("initial",))
+        check_keys(table, value, _DESCRIBED_SCIPY_KEYS, required=("initial",))
         return value["initial"]
-    _check_keys(table, value, _SCIPY_KEYS, required=("distribution",))
+    check_keys(table, value, _SCIPY_KEYS, required=("distribution",))
     name, args, kwds = value["distribution"], value.get("args", []), value.get("kwds", {})
     # Only continuous scipy.stats families: the name must not reach any other attribute.
     family = getattr(stats, name, None) if isinstance(name, str) else None
@@ -108,7 +108,7 @@ def _decode_scipy(value, where):
         raise ValueError(f"{table}: {err}") from err
 
 
-def _check_keys(where, table, known, required=()):
+def check_keys(where, table, known, required=()):
     """Raise a ValueError naming ``where`` for a key of ``table`` outside ``known`` or a missing
     ``required`` one: a misspelt key would otherwise be dropped and its default used silently."""
     unknown = sorted(set(table) - set(known))
@@ -137,7 +137,7 @@ def _decode(value, where="value"):
         A ``fixed`` or ``prior`` table with an unknown or a missing key, or an unknown prior.
     """
     if isinstance(value, dict) and "fixed" in value:
-        _check_keys(f"{where}: {{fixed = ...}}", value, {"fixed"})
+        check_keys(f"{where}: {{fixed = ...}}", value, {"fixed"})
         try:
             return Fixed(_decode(value["fixed"], where))
         except (TypeError, ValueError) as err:
@@ -149,7 +149,7 @@ def _decode(value, where="value"):
         if not isinstance(kind, str) or kind not in _PRIORS:
             raise ValueError(f"{where}: unknown prior {kind!r}; known: {sorted(_PRIORS)}")
         fields = dataclasses.fields(_PRIORS[kind])
-        _check_keys(f"{where}: {{prior = {kind!r}}}", value, {"prior"} | {f.name for f in fields},
+        check_keys(f"{where}: {{prior = {kind!r}}}", value, {"prior"} | {f.name for f in fields},
                     required=[f.name for f in fields if f.default is dataclasses.MISSING])
         try:
             return _PRIORS[kind](**{k: v for k, v in value.items() if k != "prior"})
@@ -208,7 +208,7 @@ def _component(part, spec, where):
         raise ValueError(f"{where}: unknown type {kind!r}; known: {', '.join(sorted(registry))}")
     fields = {k: v for k, v in spec.items() if k != "type"}
     if kind in _COMPOSITES:
-        _check_keys(f"{where} ({kind})", fields, {"kernels"}, required=("kernels",))
+        check_keys(f"{where} ({kind})", fields, {"kernels"}, required=("kernels",))
         kernels = fields["kernels"]
         if not isinstance(kernels, list) or len(kernels) < 2:
             raise ValueError(f"{where} ({kind}): 'kernels' must be a list of at least two kernel "
@@ -216,7 +216,7 @@ def _component(part, spec, where):
         return registry[kind](tuple(_component("kernel", k, f"{where}.kernels[{i}]")
                                     for i, k in enumerate(kernels)))
     if kind == "Optimized":
-        _check_keys(f"{where} (Optimized)", fields, {"init"}, required=("init",))
+        check_keys(f"{where} (Optimized)", fields, {"init"}, required=("init",))
         init = fields["init"]
         if isinstance(init, dict):
             init = _component("inducing", init, f"{where}.init")
@@ -226,7 +226,7 @@ def _component(part, spec, where):
             raise ValueError(f"{where}.init: expected an inducing table ({{type = ...}}) or an "
                              f"(M, D) array of inputs, got {init!r} ({err})") from err
     declared = [f for f in dataclasses.fields(registry[kind]) if f.init]
-    _check_keys(f"{where} ({kind})", fields, {f.name for f in declared},
+    check_keys(f"{where} ({kind})", fields, {f.name for f in declared},
                 required=[f.name for f in declared
                           if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING])
     defaults = {f.name: f.default for f in declared}
