@@ -143,12 +143,14 @@ def _se_gram_extended(P, Q, lengthscale, variance):
     return ld(variance) * np.exp(-d.sum(-1) / 2)
 
 
-def vfe_bound_extended(X, Z, lengthscale, variance, noise, y):
-    """Titsias eq. (16) for an isotropic SE kernel, dense N x N, every step in np.longdouble:
-    log N(y | 0, Q_ff + Lambda) - 1/2 sum_n (K_nn - Q_nn) / lambda_n.  A reference where
-    cond(K_uu) puts float64 evaluations at the edge of their precision."""
+def vfe_bound_extended(X, Z, lengthscale, variance, noise, y, jitter=0.0):
+    """Titsias eq. (16) (eq. 21 with K_uu + jitter * variance * I) for an isotropic SE kernel,
+    dense N x N, every step in np.longdouble: log N(y | 0, Q_ff + Lambda) - 1/2 sum_n (K_nn -
+    Q_nn) / lambda_n.  A reference where cond(K_uu) puts float64 evaluations at the edge of their
+    precision."""
     ld = np.longdouble
-    L = _cholesky_extended(_se_gram_extended(Z, Z, lengthscale, variance))
+    Kuu = _se_gram_extended(Z, Z, lengthscale, variance)
+    L = _cholesky_extended(Kuu + ld(jitter) * ld(variance) * np.eye(len(Z), dtype=ld))
     V = _solve_lower_extended(L, _se_gram_extended(Z, X, lengthscale, variance))   # Q_ff = V^T V
     C = V.T @ V + np.diag(np.asarray(noise, dtype=ld))
     LC = _cholesky_extended(C)
