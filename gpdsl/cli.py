@@ -30,7 +30,7 @@ DEFAULT_TEST_FRACTION = 0.2
 SPLIT_SEED = 0
 SUMMARY_POINTS = 10
 SUMMARY_DRAWS = 500
-_DATA_KEYS = {"path", "target", "features", "test_fraction", "seed"}
+_DATA_KEYS = {"path", "target", "features", "test_fraction", "seed", "standardize"}
 _OUTPUT_KEYS = {"posterior", "plot"}
 
 
@@ -149,8 +149,9 @@ def fit_options(fit):
     if not isinstance(fit, dict):
         raise UsageError(f"[fit] must be a table, got {fit!r}")
     params = inspect.signature(Model.fit).parameters
+    # standardize belongs to [data] (a property of the columns, on by default there).
     allowed = sorted(name for name, p in params.items()
-                     if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "callback")
+                     if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("callback", "standardize"))
     _check_table_keys("[fit]", fit, allowed)
     options = dict(fit)
     if isinstance(options.get("fixed"), list):
@@ -214,8 +215,11 @@ def problem_from_toml(path):
         seed = data.get("seed", SPLIT_SEED)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise UsageError(f"[data]: seed must be an integer, got {seed!r}")
-        return (model, split(X, y, n_test, seed), description, fit_options(config["fit"]),
-                output_names(config["output"]))
+        standardize = data.get("standardize", True)
+        if not isinstance(standardize, bool):
+            raise UsageError(f"[data]: standardize must be true or false, got {standardize!r}")
+        options = {**fit_options(config["fit"]), "standardize": standardize}
+        return model, split(X, y, n_test, seed), description, options, output_names(config["output"])
     except UsageError as err:
         raise UsageError(f"{path}: {err}") from err
 
@@ -328,7 +332,11 @@ def report(posterior, X, X_test, y_test, data_description, wall_time):
         print(f"  inducing points  none ({inference} uses all {X.shape[0]} training points)")
     print(f"  wall time        {wall_time:.3g} s")
 
-    print("\nhyperparameters")
+    scaling = posterior.standardization
+    units = "" if scaling is None else (
+        " (in standardised units: inputs" + (" and targets" if model.likelihood.standardizes_targets else "")
+        + " scaled to mean 0, sd 1; predictions and metrics in the data's units)")
+    print(f"\nhyperparameters{units}")
     width = max(len(name) for name in posterior.values) if posterior.values else 0
     for name, value in posterior.values.items():
         notes = []

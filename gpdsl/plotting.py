@@ -113,7 +113,7 @@ def _grid_1d(X, X_test, n=400):
 
 def _mark_inducing_1d(ax, posterior):
     if posterior.model.sparse:
-        Z = posterior.state.Z[:, 0]
+        Z = posterior.inducing_inputs[:, 0]
         # Marks just above the bottom edge of the axes, whatever the y range.
         ax.plot(Z, np.full_like(Z, 0.03), "^", color="C1", ms=7,
                 transform=ax.get_xaxis_transform(), label=f"inducing inputs ({Z.size})")
@@ -194,7 +194,7 @@ def _plot_decision_map(fig, ax, posterior, X, y, X_test, y_test, n=120):
                        edgecolors="k", linewidths=1.0,
                        label=f"held-out y = {label:g} ({int(test.sum())})")
     if posterior.model.sparse:
-        Z = posterior.state.Z
+        Z = posterior.inducing_inputs
         ax.plot(Z[:, 0], Z[:, 1], "^", color="C1", mec="k", ms=8, label=f"inducing inputs ({Z.shape[0]})")
     ax.set_xlim(g0[0], g0[-1])
     ax.set_ylim(g1[0], g1[-1])

@@ -31,6 +31,7 @@ from .methods.expectation_propagation import SiteState
 from .methods.polya_gamma import PolyaGammaState
 from .model import validate_inputs
 from .parameters import declared_value
+from .scaling import Standardization
 
 
 class Posterior:
@@ -44,11 +45,15 @@ class Posterior:
     ("objective", "repeated_selection", "no_candidate" or "max_reinit"; None without the loop).
     ``constant_model`` is True when the fit is no better than the constant model f = 0, and
     ``ridge`` names a hyperparameter that ran away along an evidence ridge (see
-    :meth:`gpdsl.Model.fit`), else None."""
+    :meth:`gpdsl.Model.fit`), else None.  ``standardization`` (a
+    :class:`gpdsl.scaling.Standardization`, or None) is the map from the data's units to those
+    of the fit (``fit(standardize=True)``): Z, the hyperparameters and q(u) are in the fit's
+    units, every prediction and the log evidence in the data's."""
 
     def __init__(self, model, values, state, log_evidence, log_prior=0.0, converged=True,
                  n_iterations=0, jitter=0.0, priors=None, fixed=(), sites=None, total_sweeps=0,
-                 selection=None, reinit_history=None, constant_model=False, ridge=None, reinit_stop=None):
+                 selection=None, reinit_history=None, constant_model=False, ridge=None, reinit_stop=None,
+                 standardization=None):
         self.model = model
         self.values = {k: np.asarray(v, dtype=float) for k, v in values.items()}
         self.state = state
@@ -66,6 +71,7 @@ class Posterior:
         self.constant_model = bool(constant_model)
         self.ridge = ridge
         self.reinit_stop = reinit_stop
+        self.standardization = standardization
 
     def __repr__(self):
         return (f"Posterior({type(self.model.inference).__name__}, log_evidence={self.log_evidence:.6g}, "
@@ -75,11 +81,22 @@ class Posterior:
     def n_features(self):
         return self.state.Z.shape[1]
 
+    @property
+    def inducing_inputs(self):
+        """Z (M, D) in the data's units (``state.Z`` is in the fit's)."""
+        scaling = self.standardization
+        return self.state.Z if scaling is None else scaling.x_mean + scaling.x_scale * self.state.Z
+
+    def _fit_inputs(self, X_new):
+        """X_new (n, D) checked and in the fit's units."""
+        X_new = validate_inputs(X_new, "X_new", self.n_features)
+        return X_new if self.standardization is None else self.standardization.inputs(X_new)
+
     # -- prediction ------------------------------------------------------------------------------
     @threads.managed
     def predict_f(self, X_new):
         """Latent predictive mean and variance at X_new (n, D) -> two (n,) arrays."""
-        X_new = validate_inputs(X_new, "X_new", self.n_features)
+        X_new = self._fit_inputs(X_new)
         kernel, state = self.model.kernel, self.state
 
         def chunk(slc):
@@ -90,20 +107,26 @@ class Posterior:
 
         n, m = X_new.shape[0], state.Z.shape[0]
         _, (mean, var) = map_reduce(chunk, n, default_chunk_size(n, m), width=m)
-        return mean, var
+        return self._data_units(mean, var)
+
+    def _data_units(self, mean, var):
+        """A latent mean and (co)variance from the fit's units to the data's."""
+        scaling = self.standardization
+        return (mean, var) if scaling is None else (scaling.mean(mean), scaling.variance(var))
 
     @threads.managed
     def predict_f_full_cov(self, X_new):
         """Latent predictive mean (n,) and full covariance (n, n) at X_new (joint, for sampling and KL)."""
-        X_new = validate_inputs(X_new, "X_new", self.n_features)
+        X_new = self._fit_inputs(X_new)
         kernel, state = self.model.kernel, self.state
         with threads.bulk(float(X_new.shape[0]) ** 2 * state.Z.shape[0]):
             b = state.basis(kernel.gram(self.values, "kernel", state.Z, X_new))
             cov = kernel.gram(self.values, "kernel", X_new, X_new) - b.T @ state.correction @ b
-        return b.T @ state.weights, 0.5 * (cov + cov.T)
+        return self._data_units(b.T @ state.weights, 0.5 * (cov + cov.T))
 
     def noise_variance(self, X_new, noise_variance=None):
-        """Observation-noise variances at X_new, or None when they cannot be known."""
+        """Observation-noise variances at X_new (the data's units), or None when they cannot be
+        known; ``noise_variance`` given is used as it is."""
         if noise_variance is not None:
             nv = as_float_array("predict", "noise_variance", noise_variance, allow_bool=False,
                                 expected="a number or an (n_new,) array of variances")
@@ -115,7 +138,8 @@ class Posterior:
             return np.broadcast_to(nv, (X_new.shape[0],))
         if getattr(self.model.likelihood, "known", False):
             return None   # known training variances say nothing about new inputs
-        return self.model.likelihood.noise(self.values, "likelihood", X_new)
+        noise = self.model.likelihood.noise(self.values, "likelihood", self._fit_inputs(X_new))
+        return noise if self.standardization is None else self.standardization.variance(noise)
 
     @threads.managed
     def predict(self, X_new, noise_variance=None):
@@ -221,6 +245,12 @@ class Posterior:
         if self.reinit_history is not None:
             selection_attrs["reinit_history"] = json.dumps(self.reinit_history)
             selection_attrs["reinit_stop"] = str(self.reinit_stop)
+        if self.standardization is not None:
+            scaling = self.standardization
+            data["standardization_x_mean"] = ("feature", scaling.x_mean)
+            data["standardization_x_scale"] = ("feature", scaling.x_scale)
+            selection_attrs["standardization_y_mean"] = scaling.y_mean
+            selection_attrs["standardization_y_scale"] = scaling.y_scale
         from .spec import model_to_dict
         attrs = {
             "format_version": FORMAT_VERSION,
@@ -448,6 +478,7 @@ def _posterior_from(ds, source):
         selection = Selection(Z=state.Z, indices=ds["selected_index"].values,
                               criterion=ds["selection_criterion"].values, stopped=ds.attrs["selection_stopped"])
     history = json.loads(ds.attrs["reinit_history"]) if "reinit_history" in ds.attrs else None
+    standardization = _standardization(ds, source)
     return Posterior(model=model, values={name: ds[name].values for name in names}, state=state,
                      log_evidence=ds.attrs["log_evidence"], log_prior=ds.attrs["log_prior"],
                      converged=bool(ds.attrs["converged"]), n_iterations=ds.attrs["n_iterations"],
@@ -455,7 +486,18 @@ def _posterior_from(ds, source):
                      fixed=json.loads(ds.attrs["fixed"]), sites=sites, total_sweeps=total_sweeps,
                      selection=selection, reinit_history=history,
                      constant_model=bool(ds.attrs["constant_model"]), ridge=ds.attrs["ridge"] or None,
-                     reinit_stop=ds.attrs.get("reinit_stop"))
+                     reinit_stop=ds.attrs.get("reinit_stop"), standardization=standardization)
+
+
+def _standardization(ds, source):
+    """The Standardization in ``ds`` (validated by :func:`_validated`), or None."""
+    if "standardization_x_mean" not in ds:
+        return None
+    try:
+        return Standardization(ds["standardization_x_mean"].values, ds["standardization_x_scale"].values,
+                               ds.attrs["standardization_y_mean"], ds.attrs["standardization_y_scale"])
+    except ValueError as err:
+        raise _error(source, "variables and attributes 'standardization_*'", str(err)) from err
 
 
 def _validated(ds, source):
@@ -679,8 +721,8 @@ class _Part(NamedTuple):
 
 # What to_xarray writes, by part.  A file holds "common"; the predictive cache, "whitened" (every
 # method's: see methods.common.PredictiveState); the part of its method's
-# local state, if any; and "selection" and "reinit" when the fit made them (whole or not at
-# all).  Its hyperparameters, one variable each, are those of its model's parameter table.
+# local state, if any; and "selection", "reinit" and "standardization" when the fit made them
+# (whole or not at all).  Its hyperparameters, one variable each, are those of its model's parameter table.
 _LAYOUT = {
     "common": _Part(
         {"inducing": (("inducing",), "index"), "inducing_bis": (("inducing_bis",), "index"),
@@ -706,5 +748,8 @@ _LAYOUT = {
         {"selected_index": (("inducing",), "count"), "selection_criterion": (("inducing",), "float")},
         {"selection_stopped": "str"}),
     "reinit": _Part({}, {"reinit_history": "json-list", "reinit_stop": "str"}),
+    "standardization": _Part(
+        {"standardization_x_mean": (("feature",), "float"), "standardization_x_scale": (("feature",), "float")},
+        {"standardization_y_mean": "real", "standardization_y_scale": "real"}),
 }
-_OPTIONAL_PARTS = ("selection", "reinit")
+_OPTIONAL_PARTS = ("selection", "reinit", "standardization")

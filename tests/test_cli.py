@@ -450,3 +450,70 @@ def test_output_posterior_name_must_end_in_nc(tmp_path, capsys):
     assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
     assert_one_line_error(capsys, "[output]: posterior must end in .nc", "post.pkl")
     assert not (tmp_path / "o").exists()
+
+
+# -- [data] standardize (issue 14 item 8) ------------------------------------------------------------
+RAW_TOML = """\
+[kernel]
+type = "SquaredExponential"
+lengthscale = 1.0
+variance = 1.0
+
+[likelihood]
+type = "Gaussian"
+variance = 1.0
+
+[inducing]
+type = "KMeans"
+m = 10
+seed = 0
+
+[inference]
+type = "VFE"
+
+[data]
+path = "raw.csv"
+target = "y"
+test_fraction = 0.25
+"""
+
+
+def _write_raw_csv(path):
+    from test_scaling import raw_regression
+    X, y = raw_regression(160)
+    np.savetxt(path, np.column_stack([X, y]), delimiter=",", header="a,b,c,y", comments="")
+    return y
+
+
+@pytest.mark.parametrize("standardize", [None, True, False])
+def test_data_standardize(tmp_path, capsys, standardize):
+    """Raw columns (targets ~25, inputs on scales 1e-2 .. 7e2) fit the constant model unless the
+    CLI standardises them, which it does by default; metrics are in the targets' units."""
+    y = _write_raw_csv(tmp_path / "raw.csv")
+    text = RAW_TOML + ("" if standardize is None else f"standardize = {str(standardize).lower()}\n")
+    out = tmp_path / "out"
+    assert cli.main(["run", str(write_model(tmp_path, text)), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    rmse = float(captured.out.split("  RMSE", 1)[1].split()[0])
+    post = gd.load(out / cli.DEFAULT_POSTERIOR)
+    if standardize is False:
+        assert "no better than the constant model" in captured.err
+        assert rmse > 5 * y.std() and post.standardization is None
+    else:
+        assert "constant model" not in captured.err
+        assert "in standardised units: inputs and targets" in captured.out
+        assert rmse < 0.8 * y.std()
+        table = np.loadtxt(tmp_path / "raw.csv", delimiter=",", skiprows=1)
+        _, y_train, _, _ = cli.split(table[:, :3], y, 40)     # the scaling is the training rows'
+        assert post.standardization.y_mean == pytest.approx(y_train.mean(), rel=1e-12)
+
+
+@pytest.mark.parametrize("where,value,fragment", [
+    ("[data]", '"yes"', "[data]: standardize must be true or false, got 'yes'"),
+    ("[fit]", "true", "[fit]: unknown keys ['standardize']"),
+])
+def test_standardize_key_errors(tmp_path, capsys, where, value, fragment):
+    _write_raw_csv(tmp_path / "raw.csv")
+    text = RAW_TOML + (f"standardize = {value}\n" if where == "[data]" else f"\n[fit]\nstandardize = {value}\n")
+    assert cli.main(["run", str(write_model(tmp_path, text)), "--out", str(tmp_path / "out")]) == 2
+    assert_one_line_error(capsys, fragment)

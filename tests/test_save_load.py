@@ -31,6 +31,9 @@ VARIANTS = {
                                     gd.inducing.GreedyVariance(tol=0.5, max_m=30, weighted=True, reinit=True,
                                                                max_reinit=1),
                                     gd.inference.PolyaGamma()), "classification"),
+    # fit(standardize=True) adds the standardization variables and attributes.
+    "vfe-standardized": (gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.KMeans(10, seed=0),
+                                  gd.inference.VFE()), "regression", {"standardize": True}),
 }
 
 
@@ -46,9 +49,9 @@ def posteriors(datasets):
     fitted = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", gd.ConvergenceWarning)
-        for name, (model, data) in VARIANTS.items():
+        for name, (model, data, *options) in VARIANTS.items():
             X, y = datasets[data]
-            fitted[name] = model.fit(X, y, max_iter=20)
+            fitted[name] = model.fit(X, y, max_iter=20, **(options[0] if options else {}))
     return fitted
 
 
