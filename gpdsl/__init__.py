@@ -9,10 +9,10 @@ from . import datasets, inducing, inference, kernels, likelihoods, priors
 from ._version import __version__
 from .linalg import NotPositiveDefiniteError
 from .model import ConvergenceWarning, Model
-from .parameters import Fixed
+from .parameters import Fixed, MissingGradientError
 from .posterior import Posterior, PosteriorFileError, from_xarray, load
 from .threads import get_num_threads, set_num_threads
 
 __all__ = ["Model", "Posterior", "Fixed", "load", "from_xarray", "ConvergenceWarning",
-           "NotPositiveDefiniteError", "PosteriorFileError", "kernels", "likelihoods", "inducing", "inference",
+           "NotPositiveDefiniteError", "PosteriorFileError", "MissingGradientError", "kernels", "likelihoods", "inducing", "inference",
            "priors", "datasets", "set_num_threads", "get_num_threads", "__version__"]

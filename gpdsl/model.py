@@ -537,10 +537,12 @@ class _Objective:
             self.total_sweeps += ev.warm.sweeps
         log_prior, prior_grads = self.table.log_prior(values)
         grads = dict(ev.grads)
-        for name, g in prior_grads.items():
-            grads[name] = grads.get(name, 0.0) + g
         if ev.dZ is not None:
             grads["inducing.Z"] = ev.dZ
+        # Checked before the priors' gradients are added, which would hide a missing one.
+        self.table.check_gradients(type(self.model.inference).__name__, grads)
+        for name, g in prior_grads.items():
+            grads[name] = grads[name] + g
         f = -(ev.log_evidence + log_prior)
         g = -self.table.chain(values, grads)
         if not (np.isfinite(f) and np.all(np.isfinite(g))):

@@ -121,11 +121,21 @@ class ParameterTable:
             offset += e.size
         return values
 
+    def check_gradients(self, owner, grads):
+        """Raise MissingGradientError unless ``grads`` has every free entry: a method that left
+        one out would otherwise freeze that hyperparameter silently."""
+        missing = [e.name for e in self.free if e.name not in grads]
+        if missing:
+            raise MissingGradientError(f"{owner} returned no gradient for the free hyperparameter(s) {missing}; "
+                                       "every method must differentiate its objective in each of them")
+
     def chain(self, values, grads):
-        """d/du from d/d(natural value); missing gradients count as zero."""
+        """d/du from d/d(natural value) ``grads``, which must hold every free entry
+        (:meth:`check_gradients`)."""
+        self.check_gradients("chain", grads)
         parts = []
         for e in self.free:
-            g = np.asarray(grads.get(e.name, np.zeros(e.value.shape)), dtype=float).ravel()
+            g = np.asarray(grads[e.name], dtype=float).ravel()
             if e.positive:
                 g = g * np.asarray(values[e.name]).ravel()
             parts.append(g)
@@ -146,6 +156,10 @@ class ParameterTable:
 
     def prior_descriptions(self):
         return {e.name: describe(e.prior) for e in self.entries if e.prior is not None}
+
+
+class MissingGradientError(RuntimeError):
+    """An inference method returned no gradient for a hyperparameter it was asked to fit."""
 
 
 __all__ = ["Fixed"]

@@ -120,6 +120,29 @@ def test_known_heteroscedastic_noise_needs_noise_variance_for_y(toy_regression):
     np.testing.assert_allclose(pred.y_var - pred.f_var, 0.05)
 
 
+def test_a_method_that_leaves_out_a_gradient_is_an_error(toy_regression):
+    """Issue 15: ParameterTable.chain counted a missing gradient as zero, so a method that forgot
+    one froze that hyperparameter silently (even one with a prior, whose gradient was added)."""
+    from dataclasses import replace
+
+    from gpdsl.model import _Objective
+    from gpdsl.parameters import MissingGradientError
+
+    X, y = toy_regression
+    model = _vfe(likelihood=gd.likelihoods.Gaussian(gd.priors.Gamma(2.0, 20.0, initial=0.1)))
+    table = model.parameter_table(X)
+
+    def forgetful(values, X, y, Z, warm=None):
+        ev = model.evaluate(values, X, y, Z, warm=warm)
+        return replace(ev, grads={k: v for k, v in ev.grads.items() if k != "likelihood.variance"})
+
+    run = _Objective(model, table, X, y, gd.inducing.KMeans(10, seed=0).initial_Z(X, y), evaluate=forgetful)
+    with pytest.raises(MissingGradientError, match=r"VFE returned no gradient for .*'likelihood.variance'"):
+        run(table.pack(table.values()))
+    with pytest.raises(MissingGradientError, match="chain"):
+        table.chain(table.values(), {})
+
+
 # -- the stopping rule (issue 13) -------------------------------------------------------------------
 def test_plateau_rule_on_synthetic_objective_trails():
     """The plateau rule fires on steady small gains only: not on large gains, not on gains that
