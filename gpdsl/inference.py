@@ -179,6 +179,25 @@ class PolyaGamma:
         _check_chunk("PolyaGamma", self.chunk_size)
 
 
-INFERENCE = {cls.__name__: cls for cls in (Exact, VFE, FITC, EP, QP, PolyaGamma)}
+@dataclass(frozen=True)
+class Laplace:
+    """The Laplace approximation (Rasmussen & Williams section 3.4: Algorithms 3.1, 3.2 and 5.1;
+    GPML's ``infLaplace``), dense, for ``Bernoulli`` with either link.  Newton's method finds the
+    mode from f = 0 at every evaluation and stops when a step gains less than ``tol`` nats, after
+    ``max_iter`` steps at most."""
 
-__all__ = ["Exact", "VFE", "FITC", "EP", "QP", "PolyaGamma", "INFERENCE"]
+    tol: float = 1e-10
+    max_iter: int = 100
+    inducing_rule = "forbidden"
+
+    def method_options(self):
+        return {"tol": self.tol, "max_iter": self.max_iter}
+
+    def __post_init__(self):
+        check_positive_number("Laplace", "tol", self.tol)
+        check_positive_int("Laplace", "max_iter", self.max_iter)
+
+
+INFERENCE = {cls.__name__: cls for cls in (Exact, VFE, FITC, EP, QP, PolyaGamma, Laplace)}
+
+__all__ = ["Exact", "VFE", "FITC", "EP", "QP", "PolyaGamma", "Laplace", "INFERENCE"]

@@ -224,6 +224,20 @@ class Bernoulli(ValueEquality):
             return special.log_ndtr(y * (f + self.bias_value(values, prefix)))
         return -np.logaddexp(0.0, -y * (f + self.bias_value(values, prefix)))
 
+    def log_density_derivatives(self, values, prefix, y, f):
+        """log p(y | f) and its first three derivatives in f, elementwise (n,) each: what the
+        Laplace approximation needs (Rasmussen & Williams Algorithms 3.1 and 5.1; the same in
+        the bias, which shifts f).  With z = y (f + bias): probit, r = phi(z) / Phi(z) from log
+        space, d1 = y r, d2 = -r (z + r), d3 = y r ((z + r)(z + 2 r) - 1); logit, p = sigma(z),
+        d1 = y (1 - p), d2 = -p (1 - p), d3 = -y p (1 - p)(1 - 2 p)."""
+        z = y * (f + self.bias_value(values, prefix))
+        if self.link == "probit":
+            log_cdf = special.log_ndtr(z)
+            r = np.exp(-0.5 * z * z - 0.5 * np.log(2.0 * np.pi) - log_cdf)
+            return log_cdf, y * r, -r * (z + r), y * r * ((z + r) * (z + 2.0 * r) - 1.0)
+        p, q = special.expit(z), special.expit(-z)
+        return -np.logaddexp(0.0, -z), y * q, -p * q, -y * p * q * (q - p)
+
     def surrogate(self, values, prefix, X, y):
         """The Pólya-Gamma pseudo-regression at c = 0 (theta = 1/4, weighted targets
         y/2 - bias/4): what greedy inducing selection scores before the first fit."""

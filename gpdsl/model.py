@@ -21,7 +21,7 @@ from .checks import (as_float_array, check_bool, check_nonnegative_int, check_po
                      check_square_sums_finite)
 from .inducing import InducingSpec
 from .kernels import Kernel
-from .methods import collapsed, exact, expectation_propagation, polya_gamma
+from .methods import collapsed, exact, expectation_propagation, laplace, polya_gamma
 from .parameters import Entry, ParameterTable
 from .scaling import Standardization
 
@@ -61,6 +61,7 @@ METHODS = {
     (lik.Poisson, inf.EP): expectation_propagation.evaluate,
     (lik.Poisson, inf.QP): expectation_propagation.evaluate,
     (lik.Bernoulli, inf.PolyaGamma): polya_gamma.evaluate,
+    (lik.Bernoulli, inf.Laplace): laplace.evaluate,
 }
 
 # Objective margin (nats) over the constant model below which a fit is flagged (Model._no_better_than_constant).
