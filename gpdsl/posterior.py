@@ -245,12 +245,12 @@ class Posterior:
         if self.reinit_history is not None:
             selection_attrs["reinit_history"] = json.dumps(self.reinit_history)
             selection_attrs["reinit_stop"] = str(self.reinit_stop)
+        scaling_attrs = {}
         if self.standardization is not None:
             scaling = self.standardization
             data["standardization_x_mean"] = ("feature", scaling.x_mean)
             data["standardization_x_scale"] = ("feature", scaling.x_scale)
-            selection_attrs["standardization_y_mean"] = scaling.y_mean
-            selection_attrs["standardization_y_scale"] = scaling.y_scale
+            scaling_attrs = {"standardization_y_mean": scaling.y_mean, "standardization_y_scale": scaling.y_scale}
         from .spec import model_to_dict
         attrs = {
             "format_version": FORMAT_VERSION,
@@ -271,6 +271,7 @@ class Posterior:
             "M": m,
             **local_attrs,
             **selection_attrs,
+            **scaling_attrs,
         }
         coords = {"inducing": np.arange(m), "inducing_bis": np.arange(m), "feature": np.arange(d)}
         ds = xr.Dataset(data, coords=coords, attrs=attrs)

@@ -267,7 +267,8 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
     F = log_evidence(prior, state, log_z, tau_cav, nu_cav, mean)
     grads, dZ = {}, None
     if need_grad:
-        ev = _pseudo_regression(kernel, values, X, Z, state, prior.jitter, spec, need_grad=True, need_state=False)
+        ev = site_regression(kernel, values, X, Z, state.tau, state.nu, jitter=prior.jitter,
+                             chunk_size=spec.chunk_size, need_grad=True, need_state=False)
         grads, dZ = dict(ev.grads), ev.dZ
         if "likelihood.bias" in values:
             grads["likelihood.bias"] = np.array(np.sum(dlogz))
@@ -275,8 +276,8 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
     if need_state:
         if spec.quantile:
             sites = run_sites(prior, y, bias, kind, spec, state, quantile=True)
-        post_state = _pseudo_regression(kernel, values, X, Z, sites, prior.jitter, spec,
-                                        need_grad=False, need_state=True).state
+        post_state = site_regression(kernel, values, X, Z, sites.tau, sites.nu, jitter=prior.jitter,
+                                     chunk_size=spec.chunk_size, need_grad=False, need_state=True).state
     return Evaluation(log_evidence=F, grads=grads, dZ=dZ, jitter=prior.jitter, state=post_state, warm=sites,
                       pseudo_data=(sites.tau, sites.nu))
 
@@ -300,18 +301,21 @@ def evaluate_at_sites(kernel, likelihood, values, X, y, Z=None, *, spec, sites, 
     sum_i log(Z~_i / sqrt(2 pi)): log N(nu/tau | 0, K + diag(1/tau)) with the dense or FITC
     prior K, and its gradient (kernel hyperparameters, Z).  The objective of Algorithm 1's line
     15; ``likelihood``, ``y`` and ``warm`` are unused (the sites carry the data)."""
-    ev = _pseudo_regression(kernel, values, X, Z, sites, spec.jitter, spec, need_grad, need_state)
+    ev = site_regression(kernel, values, X, Z, sites.tau, sites.nu, jitter=spec.jitter, chunk_size=spec.chunk_size,
+                         need_grad=need_grad, need_state=need_state)
     return Evaluation(log_evidence=ev.log_evidence, grads=dict(ev.grads), dZ=ev.dZ, jitter=ev.jitter,
                       state=ev.state)
 
 
-def _pseudo_regression(kernel, values, X, Z, sites, jitter, spec, need_grad, need_state):
-    """The Gaussian regression whose posterior equals the EP posterior: targets nu/tau, noise 1/tau."""
-    tau = np.maximum(sites.tau, _TAU_FLOOR)
+def site_regression(kernel, values, X, Z, tau, nu, *, jitter, chunk_size, need_grad, need_state):
+    """The Gaussian regression whose posterior is that of Gaussian sites with precisions tau and
+    locations nu (N,) each: targets nu/tau, noise 1/tau, dense (Z None) or FITC.  EP's and QP's
+    sites, and the Laplace approximation's (tau = W, nu = W f_hat + d log p), go through it."""
+    tau = np.maximum(tau, _TAU_FLOOR)
     pseudo = HeteroscedasticGaussian(variance=1.0 / tau)
     kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
     if Z is None:
-        return exact.evaluate(kernel, pseudo, kernel_values, X, sites.nu / tau, jitter=None,
+        return exact.evaluate(kernel, pseudo, kernel_values, X, nu / tau, jitter=None,
                               need_grad=need_grad, need_state=need_state)
-    return collapsed.evaluate(kernel, pseudo, kernel_values, X, sites.nu / tau, Z, fitc=True, jitter=jitter,
-                              chunk_size=spec.chunk_size, need_grad=need_grad, need_state=need_state)
+    return collapsed.evaluate(kernel, pseudo, kernel_values, X, nu / tau, Z, fitc=True, jitter=jitter,
+                              chunk_size=chunk_size, need_grad=need_grad, need_state=need_state)

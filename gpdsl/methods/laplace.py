@@ -12,21 +12,17 @@ W = -d^2 log p(y | f_hat) / df^2 (diagonal; positive for the log-concave probit 
   g = d log p, R = W^1/2 B^-1 W^1/2 and s2 = 1/2 diag((K^-1 + W)^-1) d^3 log p; the bias
   shifts f, so its gradient is sum g + 1/2 diag((K^-1 + W)^-1)^T d^3 log p + s2^T (K d2 - K R K d2).
 * Prediction: the Gaussian regression with noise 1/W and targets f_hat + g / W has this
-  posterior (its (K + W^-1)^-1 targets is a = g at the mode), so the exact engine's whitened
-  predictive state serves (Algorithm 3.2).
+  posterior (its (K + W^-1)^-1 targets is a = g at the mode): the sites W, W f_hat + g go
+  through EP's ``site_regression`` and the exact engine's whitened state (Algorithm 3.2).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import threads
-from ..likelihoods import HeteroscedasticGaussian
 from ..linalg import cholesky, solve_lower, solve_upper_t
-from . import exact
 from .common import Evaluation
-
-# W below this is treated as this in the pseudo-regression of the predictive state (noise 1/W).
-_W_FLOOR = 1e-300
+from .expectation_propagation import site_regression
 
 
 def evaluate(kernel, likelihood, values, X, y, Z=None, *, tol, max_iter, need_grad=True, need_state=False):
@@ -101,8 +97,6 @@ def _evaluate(kernel, likelihood, values, X, y, tol, max_iter, need_grad, need_s
             grads["likelihood.bias"] = np.array(np.sum(g) + 0.5 * posterior_var @ d3 + s2 @ (b - K @ (R @ b)))
     state = None
     if need_state:
-        w = np.maximum(W, _W_FLOOR)
-        pseudo = HeteroscedasticGaussian(variance=1.0 / w)
-        kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
-        state = exact.evaluate(kernel, pseudo, kernel_values, X, f + g / w, need_grad=False, need_state=True).state
+        state = site_regression(kernel, values, X, None, W, W * f + g, jitter=None, chunk_size=None,
+                                need_grad=False, need_state=True).state
     return Evaluation(log_evidence=F, grads=grads, dZ=None, jitter=0.0, state=state, pseudo_data=(W, W * f + g))
