@@ -3,7 +3,7 @@
 ``to_inference_data`` draws the latent function at the given inputs from the Gaussian
 approximate posterior (jointly, with the full predictive covariance), adds observation noise
 for ``posterior_predictive``, and records the pointwise log-likelihood of the given
-targets for ``az.loo`` / ``az.waic`` / ``az.compare`` (Gaussian, Bernoulli or Poisson).
+targets for ``az.loo`` / ``az.waic`` / ``az.compare`` (any likelihood with ``sample``).
 """
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import numpy as np
 from scipy import stats
 
 from .checks import check_positive_int, check_seed
-from .likelihoods import Bernoulli
 from .linalg import cholesky
 from .model import validate_inputs, validate_targets
 
@@ -39,7 +38,7 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
         y_rep = f + np.sqrt(noise) * rng.standard_normal(f.shape)
         log_lik = stats.norm.logpdf(y_new, loc=f, scale=np.sqrt(noise))
     else:
-        y_rep = _sample_observations(likelihood, posterior.values, f, rng)
+        y_rep = likelihood.sample(posterior.values, "likelihood", f, rng)
         log_lik = likelihood.log_density(posterior.values, "likelihood", y_new, f)
     hyper = {name.replace(".", "_"): v for name, v in posterior.values.items()}
     attrs = {"inference": type(posterior.model.inference).__name__,
@@ -49,14 +48,6 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
         observed_data={"y": y_new}, constant_data={"X": X_new, **hyper},
         coords={"obs": np.arange(X_new.shape[0]), "feature": np.arange(X_new.shape[1])},
         dims={"f": ["obs"], "y": ["obs"], "X": ["obs", "feature"]}, attrs=attrs)
-
-
-def _sample_observations(likelihood, values, f, rng):
-    """Draws of y given draws of f: +-1 labels for Bernoulli, counts for Poisson (rate f^2)."""
-    if isinstance(likelihood, Bernoulli):
-        p = np.exp(likelihood.log_density(values, "likelihood", np.ones_like(f), f))
-        return np.where(rng.uniform(size=f.shape) < p, 1.0, -1.0)
-    return rng.poisson(f * f).astype(float)
 
 
 def summary(idata, **kwargs):

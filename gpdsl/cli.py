@@ -249,8 +249,9 @@ def _classification_metrics(posterior, X_test, y_test):
             "Brier score": float(np.mean((p - positive) ** 2))}
 
 
-def _count_metrics(posterior, X_test, y_test):
-    """RMSE of the predictive mean count and the mean log negative-binomial predictive."""
+def _mean_and_log_predictive_metrics(posterior, X_test, y_test):
+    """RMSE of the predictive mean and the mean log predictive density (the likelihood's own:
+    negative binomial for counts, Student-t by quadrature)."""
     mean = posterior.predict(X_test)["y_mean"].values
     return {"RMSE": _rmse(y_test, mean),
             "mean log predictive": float(np.mean(posterior.log_predictive(X_test, y_test)))}
@@ -264,11 +265,14 @@ _REGRESSION = (_regression_metrics, (("RMSE", "root mean squared error of y_mean
 HELD_OUT_METRICS = {
     lik.Gaussian: _REGRESSION,
     lik.HeteroscedasticGaussian: _REGRESSION,
+    lik.StudentT: (_mean_and_log_predictive_metrics, (
+        ("RMSE", "root mean squared error of y_mean"),
+        ("mean log predictive", "mean of log p(y* | x*), the Student-t predictive by quadrature"))),
     lik.Bernoulli: (_classification_metrics, (
         ("error rate", "fraction of labels on the other side of p(y* = 1) = 0.5"),
         ("mean log predictive", "mean of log p(y* | x*); 0 is perfect"),
         ("Brier score", "mean of (p(y* = 1) - [y* = 1])^2"))),
-    lik.Poisson: (_count_metrics, (
+    lik.Poisson: (_mean_and_log_predictive_metrics, (
         ("RMSE", "root mean squared error of the predictive mean count"),
         ("mean log predictive", "mean of log p(y* | x*), the negative-binomial predictive"))),
 }

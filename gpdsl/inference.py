@@ -1,14 +1,31 @@
-"""Inference-method specifications (``gd.inference``): small frozen declarations.
+"""Inference methods (``gd.inference``): small frozen declarations behind one interface.
 
-Which numerical method runs for a (likelihood, inference) pair is decided by the explicit
-table in :mod:`gpdsl.model`.
+Each class declares, beside its options, everything :class:`gpdsl.Model` needs to run it, so
+that a method is added in one place (a class here and its numerical module in
+:mod:`gpdsl.methods`) and ``Model`` holds no method-specific branch:
+
+* ``likelihoods``: the likelihood classes it accepts, each with the links it accepts (None: any);
+* ``inducing_rule``: ``"required"``, ``"optional"`` or ``"forbidden"`` inducing inputs;
+* :meth:`Inference.evaluate`: objective (log evidence or bound), its gradients in every free
+  hyperparameter (a missing one is an error, :class:`gpdsl.MissingGradientError`), the
+  predictive state and the local state that warm-starts the next evaluation;
+* ``local_state``: how that local state is saved with a posterior (a
+  :class:`gpdsl.methods.common.LocalStateFormat`), or None;
+* :meth:`Inference.variational_entries`: parameters the method adds to the hyperparameters and
+  optimises with them (SVGP's q(u), VGP's q(f));
+* :meth:`Inference.outer_loop`: an optional loop run after the hyperparameter optimisation (QP's
+  Algorithm 1).
+
+:data:`INFERENCE` is the one registry, by class name (model files and the CLI use it).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import likelihoods as lik
 from .checks import check_positive_int, check_positive_number, is_integer, is_number
 from .linalg import check_jitter
+from .methods import collapsed, exact, expectation_propagation, laplace, polya_gamma
 
 
 def _check_chunk(owner, chunk_size):
@@ -16,23 +33,60 @@ def _check_chunk(owner, chunk_size):
         raise ValueError(f"{owner}: chunk_size must be None or a positive integer, got {chunk_size!r}")
 
 
+class Inference:
+    """Base class of the inference declarations: the interface of the module docstring."""
+
+    likelihoods = {}
+    inducing_rule = "forbidden"
+    local_state = None
+
+    def check_likelihood(self, likelihood):
+        """ValueError unless this method accepts ``likelihood`` (its class and its link)."""
+        name = type(self).__name__
+        links = self.likelihoods.get(type(likelihood), ())
+        if type(likelihood) not in self.likelihoods:
+            raise ValueError(f"Model: {type(likelihood).__name__} with {name} is not supported; supported pairs: "
+                             f"{', '.join(supported_pairs())}")
+        if links is not None and likelihood.link not in links:
+            wanted = " or ".join(f"link={link!r}" for link in links)
+            raise ValueError(f"Model: {name} needs {type(likelihood).__name__}({wanted}), got link={likelihood.link!r}")
+
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
+        """One evaluation at natural hyperparameter ``values``: a :class:`gpdsl.methods.common.Evaluation`.
+
+        X (N, D), y (N,) prepared by the likelihood, Z (M, D) or None; ``warm``: the local state
+        of the previous evaluation (``Evaluation.warm``) or None."""
+        raise NotImplementedError
+
+    def variational_entries(self, n, Z, fixed_names=()):
+        """Entries of the variational parameters optimised with the hyperparameters (none here)."""
+        return []
+
+    def outer_loop(self, objective, u, max_iter):
+        """An optional loop after the hyperparameter optimisation, from its optimum ``u`` (the
+        free log-space vector of ``objective``, gpdsl.model's objective): returns (u, converged,
+        iterations), or None when the method has none."""
+        return None
+
+
 @dataclass(frozen=True)
-class Exact:
+class Exact(Inference):
     """Dense GP regression, O(N^3): the reference.  ``jitter`` as for the sparse methods
     (the noise variance usually makes it unnecessary)."""
 
     jitter: float | None = None
-    inducing_rule = "forbidden"
-
-    def method_options(self):
-        return {"jitter": self.jitter}
+    likelihoods = {lik.Gaussian: None, lik.HeteroscedasticGaussian: None}
 
     def __post_init__(self):
         check_jitter("Exact", self.jitter)
 
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
+        return exact.evaluate(kernel, likelihood, values, X, y, jitter=self.jitter, need_grad=need_grad,
+                              need_state=need_state)
+
 
 @dataclass(frozen=True)
-class _CollapsedGaussian:
+class _CollapsedGaussian(Inference):
     """Options shared by VFE and FITC.
 
     ``jitter``: None for the dynamic ladder (thesis 5.1.3), or a fixed multiple of
@@ -42,23 +96,30 @@ class _CollapsedGaussian:
     jitter: float | None = None
     chunk_size: int | None = None
     inducing_rule = "required"
-
-    def method_options(self):
-        return {"jitter": self.jitter, "chunk_size": self.chunk_size}
+    fitc = False
 
     def __post_init__(self):
         check_jitter(type(self).__name__, self.jitter)
         _check_chunk(type(self).__name__, self.chunk_size)
+
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
+        return collapsed.evaluate(kernel, likelihood, values, X, y, Z, fitc=self.fitc, jitter=self.jitter,
+                                  chunk_size=self.chunk_size, need_grad=need_grad, need_state=need_state)
 
 
 @dataclass(frozen=True)
 class VFE(_CollapsedGaussian):
     """Titsias' collapsed variational bound (2009, eq. 16) with the optimal q(u) (eq. 17)."""
 
+    likelihoods = {lik.Gaussian: None, lik.HeteroscedasticGaussian: None}
+
 
 @dataclass(frozen=True)
 class FITC(_CollapsedGaussian):
     """The FITC / SPGP approximate marginal likelihood (Snelson & Ghahramani 2006)."""
+
+    likelihoods = {lik.Gaussian: None}
+    fitc = True
 
 
 SCHEDULES = ("sequential", "parallel")
@@ -66,7 +127,7 @@ QP_HYPERPARAMETERS = ("ep", "qp")
 
 
 @dataclass(frozen=True)
-class _SiteInference:
+class _SiteInference(Inference):
     """Options shared by EP and QP (they differ only in the site projection).
 
     ``damping``: weight kept on the old site parameters in each update (0 = undamped); it is
@@ -84,9 +145,8 @@ class _SiteInference:
     jitter: float | None = None
     chunk_size: int | None = None
     inducing_rule = "optional"
-
-    def method_options(self):
-        return {"spec": self}
+    local_state = expectation_propagation.SITES_FORMAT
+    likelihoods = {lik.Bernoulli: ("probit", "logit"), lik.Poisson: ("square",), lik.StudentT: None}
 
     def __post_init__(self):
         name = type(self).__name__
@@ -98,6 +158,10 @@ class _SiteInference:
             raise ValueError(f"{name}: schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         check_jitter(name, self.jitter)
         _check_chunk(name, self.chunk_size)
+
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
+        return expectation_propagation.evaluate(kernel, likelihood, values, X, y, Z, spec=self, warm=warm,
+                                                need_grad=need_grad, need_state=need_state)
 
 
 @dataclass(frozen=True)
@@ -121,7 +185,7 @@ class QP(_SiteInference):
       Gaussian regression on the pseudo-data nu/tau, noise 1/tau), repeated from EP's optimum
       until the free log-space parameters move by less than ``outer_tol`` in a round, at most
       ``max_outer`` rounds (else ``converged=False`` and a ConvergenceWarning).  Eq. 4 with the
-      sites fixed does not involve the likelihood's bias, so a learnable bias keeps EP's value.
+      sites fixed does not involve the likelihood's parameters, so they keep EP's values.
 
     Either way ``log_evidence`` is EP's at the returned hyperparameters; the posterior and
     predictions are QP's.  ``lookup=True`` reads the probit sigma* from the Appendix J table
@@ -143,9 +207,14 @@ class QP(_SiteInference):
         check_positive_int("QP", "max_outer", self.max_outer)
         check_positive_number("QP", "outer_tol", self.outer_tol)
 
+    def outer_loop(self, objective, u, max_iter):
+        if self.hyperparameters != "qp":
+            return None
+        return expectation_propagation.qp_outer_loop(objective, u, max_iter, spec=self)
+
 
 @dataclass(frozen=True)
-class PolyaGamma:
+class PolyaGamma(Inference):
     """Pólya-Gamma collapsed classification, PGPR (Passerello thesis ch. 4) for the logit link.
 
     q(u) is optimal in closed form (eq. 4.5), the bound is eq. 4.7 in the stable form C.1, and
@@ -166,9 +235,9 @@ class PolyaGamma:
     jitter: float | None = None
     chunk_size: int | None = None
     inducing_rule = "required"
-
-    def method_options(self):
-        return {"spec": self}
+    local_state = polya_gamma.STATE_FORMAT
+    # The Pólya-Gamma augmentation exists for the logistic link only.
+    likelihoods = {lik.Bernoulli: ("logit",)}
 
     def __post_init__(self):
         check_positive_number("PolyaGamma", "tol", self.tol)
@@ -178,9 +247,13 @@ class PolyaGamma:
         check_jitter("PolyaGamma", self.jitter)
         _check_chunk("PolyaGamma", self.chunk_size)
 
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
+        return polya_gamma.evaluate(kernel, likelihood, values, X, y, Z, spec=self, warm=warm, need_grad=need_grad,
+                                    need_state=need_state)
+
 
 @dataclass(frozen=True)
-class Laplace:
+class Laplace(Inference):
     """The Laplace approximation (Rasmussen & Williams section 3.4: Algorithms 3.1, 3.2 and 5.1;
     GPML's ``infLaplace``), dense, for ``Bernoulli`` with either link.  Newton's method finds the
     mode from f = 0 at every evaluation and stops when a step gains less than ``tol`` nats, after
@@ -188,16 +261,23 @@ class Laplace:
 
     tol: float = 1e-10
     max_iter: int = 100
-    inducing_rule = "forbidden"
-
-    def method_options(self):
-        return {"tol": self.tol, "max_iter": self.max_iter}
+    likelihoods = {lik.Bernoulli: ("probit", "logit")}
 
     def __post_init__(self):
         check_positive_number("Laplace", "tol", self.tol)
         check_positive_int("Laplace", "max_iter", self.max_iter)
 
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
+        return laplace.evaluate(kernel, likelihood, values, X, y, Z, tol=self.tol, max_iter=self.max_iter,
+                                need_grad=need_grad, need_state=need_state)
+
 
 INFERENCE = {cls.__name__: cls for cls in (Exact, VFE, FITC, EP, QP, PolyaGamma, Laplace)}
 
-__all__ = ["Exact", "VFE", "FITC", "EP", "QP", "PolyaGamma", "Laplace", "INFERENCE"]
+
+def supported_pairs():
+    """"Likelihood + Inference" for every pair the registry accepts, sorted."""
+    return sorted(f"{l.__name__} + {name}" for name, cls in INFERENCE.items() for l in cls.likelihoods)
+
+
+__all__ = ["Inference", "Exact", "VFE", "FITC", "EP", "QP", "PolyaGamma", "Laplace", "INFERENCE"]

@@ -1,15 +1,15 @@
 """The declarative :class:`Model` and its compilation to a fitted :class:`~gpdsl.posterior.Posterior`.
 
-A Model is an immutable declaration of four parts.  ``fit`` lowers it through the explicit
-:data:`METHODS` table to the numerical method for its (likelihood, inference) pair, builds the
-flat log-space parameter vector, optimises evidence (+ log prior) with L-BFGS-B on the
-analytic gradient, and evaluates the optimal posterior once more at the optimum.
+A Model is an immutable declaration of four parts.  ``fit`` runs its inference method through
+the interface of :class:`gpdsl.inference.Inference` (which also says which likelihoods the
+method accepts), builds the flat log-space parameter vector, optimises evidence (+ log prior)
+with L-BFGS-B on the analytic gradient, and evaluates the optimal posterior once more at the
+optimum.
 """
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field, replace
-from functools import partial
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import optimize as sp_optimize
@@ -21,7 +21,7 @@ from .checks import (as_float_array, check_bool, check_nonnegative_int, check_po
                      check_square_sums_finite)
 from .inducing import InducingSpec
 from .kernels import Kernel
-from .methods import collapsed, exact, expectation_propagation, laplace, polya_gamma
+from .methods.common import ConvergenceWarning
 from .parameters import Entry, ParameterTable
 from .scaling import Standardization
 
@@ -45,40 +45,8 @@ RUNAWAY_FACTOR = 1e3
 _SCIPY_CALLBACK_STOP = 99                   # OptimizeResult.status when the callback raised StopIteration
 
 
-class ConvergenceWarning(UserWarning):
-    """An optimiser or an iterative inference method stopped before converging."""
-
-
-# (likelihood class, inference class) -> numerical method.  Add a row to support a pair.
-METHODS = {
-    (lik.Gaussian, inf.Exact): exact.evaluate,
-    (lik.HeteroscedasticGaussian, inf.Exact): exact.evaluate,
-    (lik.Gaussian, inf.VFE): partial(collapsed.evaluate, fitc=False),
-    (lik.HeteroscedasticGaussian, inf.VFE): partial(collapsed.evaluate, fitc=False),
-    (lik.Gaussian, inf.FITC): partial(collapsed.evaluate, fitc=True),
-    (lik.Bernoulli, inf.EP): expectation_propagation.evaluate,
-    (lik.Bernoulli, inf.QP): expectation_propagation.evaluate,
-    (lik.Poisson, inf.EP): expectation_propagation.evaluate,
-    (lik.Poisson, inf.QP): expectation_propagation.evaluate,
-    (lik.Bernoulli, inf.PolyaGamma): polya_gamma.evaluate,
-    (lik.Bernoulli, inf.Laplace): laplace.evaluate,
-}
-
 # Objective margin (nats) over the constant model below which a fit is flagged (Model._no_better_than_constant).
 CONSTANT_MODEL_TOL = 1e-3
-
-# Pairs whose method assumes one link of the likelihood: EP/QP compile the probit projection,
-# the Pólya-Gamma augmentation exists for the logistic link only.
-REQUIRED_LINK = {
-    (lik.Bernoulli, inf.EP): "probit",
-    (lik.Bernoulli, inf.QP): "probit",
-    (lik.Bernoulli, inf.PolyaGamma): "logit",
-}
-
-
-def supported_pairs():
-    return sorted(f"{l.__name__} + {i.__name__}" for l, i in METHODS)
-
 
 def validate_inputs(X, name="X", n_features=None):
     """X as a finite float64 C-contiguous (N, D) array, or a ValueError/TypeError naming ``name``.
@@ -157,13 +125,7 @@ class Model:
         if type(self.inference) not in inf.INFERENCE.values():
             raise TypeError(f"Model: inference must be one of gd.inference.{list(inf.INFERENCE)}, "
                             f"got {self.inference!r}")
-        if (type(self.likelihood), type(self.inference)) not in METHODS:
-            raise ValueError(f"Model: {type(self.likelihood).__name__} with {type(self.inference).__name__} "
-                             f"is not supported; supported pairs: {', '.join(supported_pairs())}")
-        link = REQUIRED_LINK.get((type(self.likelihood), type(self.inference)))
-        if link is not None and self.likelihood.link != link:
-            raise ValueError(f"Model: {type(self.inference).__name__} needs {type(self.likelihood).__name__}"
-                             f"(link={link!r}), got link={self.likelihood.link!r}")
+        self.inference.check_likelihood(self.likelihood)
         rule = self.inference.inducing_rule
         if self.inducing is not None and not isinstance(self.inducing, InducingSpec):
             raise TypeError(f"Model: inducing must be None or a spec from gd.inducing, got {self.inducing!r}")
@@ -195,15 +157,14 @@ class Model:
         return model_to_dict(self)
 
     # -- compilation ----------------------------------------------------------------------------
-    @property
-    def method(self):
-        """The numerical method chosen by the (likelihood, inference) table."""
-        return METHODS[(type(self.likelihood), type(self.inference))]
-
     def parameter_table(self, X, Z=None, fixed=()):
+        """The hyperparameters (kernel, likelihood), the method's variational parameters and, for
+        optimised inducing inputs, Z, as a :class:`gpdsl.parameters.ParameterTable`; X (N, D)
+        (its rows matter only to likelihoods and methods with per-point parameters)."""
         entries = (self.kernel.entries("kernel", X.shape[1], fixed)
-                   + self.likelihood.entries("likelihood", X, fixed))
-        if Z is not None and self.inducing.optimize:
+                   + self.likelihood.entries("likelihood", X, fixed)
+                   + self.inference.variational_entries(X.shape[0], Z, fixed))
+        if Z is not None and self.inducing is not None and self.inducing.optimize:
             entries.append(Entry("inducing.Z", np.array(Z), positive=False,
                                  fixed="inducing.Z" in fixed))
         known = {e.name for e in entries}
@@ -215,12 +176,10 @@ class Model:
 
     @threads.managed
     def evaluate(self, values, X, y, Z, need_grad=True, need_state=False, warm=None):
-        """Run the compiled method at natural hyperparameter ``values``; ``warm``: EP/QP sites."""
-        options = self.inference.method_options()
-        if "spec" in options:
-            options["warm"] = warm
-        return self.method(self.kernel, self.likelihood, values, X, y, Z,
-                           need_grad=need_grad, need_state=need_state, **options)
+        """Run the inference method at natural hyperparameter ``values``; ``warm``: its local
+        state from the previous evaluation (EP/QP sites, Pólya-Gamma c) or None."""
+        return self.inference.evaluate(self.kernel, self.likelihood, values, X, y, Z, need_grad=need_grad,
+                                       need_state=need_state, warm=warm)
 
     @threads.managed
     def fit(self, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=1000,
@@ -376,7 +335,8 @@ class Model:
         run.warm = warm
         values0 = table.values()
         if start is not None:      # a re-selection round continues from the previous optimum
-            values0.update({k: v for k, v in start.items() if k in values0})
+            # (a method's variational parameters only where M has not changed)
+            values0.update({k: v for k, v in start.items() if k in values0 and np.shape(v) == values0[k].shape})
         u0 = table.pack(values0)
         result = None
         if optimize and table.size > 0:
@@ -395,8 +355,9 @@ class Model:
             elif not converged:
                 warnings.warn(f"L-BFGS-B did not converge: {result.message}", ConvergenceWarning,
                               stacklevel=4)
-            if isinstance(self.inference, inf.QP) and self.inference.hyperparameters == "qp":
-                u_best, outer_converged, outer_iter = self._qp_outer_loop(run, u_best, max_iter)
+            outer = self.inference.outer_loop(run, u_best, max_iter)
+            if outer is not None:
+                u_best, outer_converged, outer_iter = outer
                 converged, n_iter = converged and outer_converged, n_iter + outer_iter
         else:
             u_best, converged, n_iter, ridge = u0, True, 0, None
@@ -432,43 +393,6 @@ class Model:
         raise _out_of_range(f"the posterior at the {where} hyperparameters cannot be computed ({failure})",
                             X, y) from failure
 
-    def _qp_outer_loop(self, run, u, max_iter):
-        """Zhang et al.'s Algorithm 1 for QP from ``u`` (EP's optimum): QP sweeps to convergence
-        (warm), then L-BFGS-B on eq. 4 with those sites fixed, until a round moves the free
-        log-space parameters by less than ``outer_tol``.  Returns (u, converged, iterations).
-
-        Eq. 4 at fixed sites does not involve the likelihood's parameters (the bias): the steps hold
-        them at their value.  A step that L-BFGS-B reports as failed away from a stationary point
-        (gradient above 1e-3 per unit log-parameter; at ~1e-5 its line search can fail on rounding
-        alone) ends the loop, flagged not converged."""
-        spec, iterations = self.inference, 0
-        for _ in range(spec.max_outer):
-            values = run.table.unpack(u)
-            Z = values.pop("inducing.Z", run.Z0)
-            sites = expectation_propagation.qp_sites(self.kernel, self.likelihood, values, run.X, run.y, Z,
-                                                     spec=spec, warm=run.warm)
-            run.warm, run.total_sweeps = sites, run.total_sweeps + sites.sweeps
-            held = ParameterTable([replace(e, value=np.asarray(values[e.name], dtype=float), fixed=True)
-                                   if e.name.startswith("likelihood.") else e for e in run.table.entries])
-            step = _Objective(self, held, run.X, run.y, run.Z0,
-                              evaluate=partial(expectation_propagation.evaluate_at_sites, self.kernel,
-                                               self.likelihood, spec=spec, sites=sites))
-            result = step.minimise(held.pack({**values, "inducing.Z": Z}), max_iter, False, None)
-            iterations += int(result.nit)
-            u_new = run.table.pack(held.unpack(result.x))
-            moved = float(np.max(np.abs(u_new - u), initial=0.0))
-            u = u_new
-            if not result.success and np.max(np.abs(result.jac), initial=0.0) > 1e-3:
-                warnings.warn(f"QP(hyperparameters='qp'): an L-BFGS-B step of Algorithm 1 failed: {result.message}; "
-                              f"the result is flagged converged=False", ConvergenceWarning, stacklevel=5)
-                return u, False, iterations
-            if moved < spec.outer_tol:
-                return u, True, iterations
-        warnings.warn(f"QP(hyperparameters='qp'): the outer loop of Algorithm 1 did not converge in "
-                      f"{spec.max_outer} rounds (outer_tol {spec.outer_tol:g}); the result is flagged "
-                      f"converged=False", ConvergenceWarning, stacklevel=5)
-        return u, False, iterations
-
 
 def _out_of_range(what, X, y):
     """The ValueError of a fit that left float64's finite range: ``what`` happened, and the data's
@@ -500,8 +424,12 @@ def _warn_ridge(table, u_start, u_end, name, how):
 
 
 def _random_start(table, u0, X, rng):
+    """Hyperparameters perturbed (log-space N(0, 1)), Z re-drawn from X; a method's variational
+    parameters keep their start, which does not depend on the hyperparameters."""
     values = table.unpack(u0)
     for e in table.free:
+        if e.name.startswith("variational."):
+            continue
         if e.name == "inducing.Z":
             values[e.name] = X[rng.choice(X.shape[0], size=e.value.shape[0], replace=False)]
         elif e.positive:
@@ -521,6 +449,11 @@ class _Objective:
         self.last = None
         self.warm = None          # EP/QP sites persist between evaluations (as in GPML and GPy)
         self.total_sweeps = 0
+
+    def restricted(self, table, evaluate):
+        """An objective on the same data with another parameter table and evaluation (QP's
+        Algorithm 1 optimises eq. 4 at fixed sites with the likelihood's parameters held)."""
+        return _Objective(self.model, table, self.X, self.y, self.Z0, evaluate=evaluate)
 
     def __call__(self, u):
         with np.errstate(over="ignore"):
@@ -599,7 +532,7 @@ class _Objective:
         start, end = self.table.unpack(u0), self.table.unpack(u)
         moves = {}
         for e in self.table.free:
-            if e.positive:
+            if e.positive and not e.name.startswith("variational."):
                 log_ratio = np.log(end[e.name] / start[e.name])
                 if e.name.endswith("lengthscale"):
                     log_ratio = np.minimum(log_ratio, 0.0)

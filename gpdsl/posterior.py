@@ -16,19 +16,15 @@ import json
 import os
 import secrets
 import stat
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-from . import inference as inf
 from . import threads
 from ._version import __version__
 from .checks import as_float_array, is_integer, is_number
 from .chunks import default_chunk_size, map_reduce
-from .likelihoods import Bernoulli, Gaussian, HeteroscedasticGaussian
 from .methods.common import PredictiveState
-from .methods.expectation_propagation import SiteState
-from .methods.polya_gamma import PolyaGammaState
 from .model import validate_inputs
 from .parameters import declared_value
 from .scaling import Standardization
@@ -171,7 +167,7 @@ class Posterior:
     @property
     def gaussian(self):
         """True for the Gaussian-noise likelihoods (their predictive adds noise variances)."""
-        return isinstance(self.model.likelihood, (Gaussian, HeteroscedasticGaussian))
+        return self.model.likelihood.observation_noise
 
     @threads.managed
     def log_predictive(self, X_new, y_new):
@@ -192,9 +188,7 @@ class Posterior:
                                  "heteroscedastic likelihoods")
             total = var + noise
             return -0.5 * (np.log(2.0 * np.pi * total) + (y_new - mean) ** 2 / total)
-        if isinstance(likelihood, Bernoulli):
-            return likelihood.log_predictive(self.values, "likelihood", mean, var, y_new)
-        return likelihood.log_predictive(mean, var, y_new)
+        return likelihood.log_predictive(self.values, "likelihood", mean, var, y_new)
 
     @threads.managed
     def to_inference_data(self, X_new, y_new, draws=1000, seed=0, chains=4):
@@ -233,7 +227,7 @@ class Posterior:
             data[name] = (_hyper_dims(name, value, d), value)
         local_attrs = {}
         if self.sites is not None:
-            local = _LOCAL_STATES[type(self.sites)]
+            local = self.model.inference.local_state
             local_vars, local_attrs = local.export(self.sites, self.total_sweeps)
             data.update(local_vars)
             local_attrs["local_state"] = local.name
@@ -502,7 +496,7 @@ def _standardization(ds, source):
 
 
 def _validated(ds, source):
-    """Check ``ds`` as :func:`from_xarray` describes; return ``(model, its _LocalState or
+    """Check ``ds`` as :func:`from_xarray` describes; return ``(model, its LocalStateFormat or
     None, hyperparameter names)`` or raise :class:`PosteriorFileError`."""
     from .spec import model_from_dict
 
@@ -524,14 +518,15 @@ def _validated(ds, source):
         model = model_from_dict(spec)
     except (TypeError, ValueError, KeyError) as err:
         raise _error(source, "attribute 'model_spec'", f"does not describe a model: {err}") from err
-    local = next((s for s in _LOCAL_STATES.values() if isinstance(model.inference, s.inference)), None)
+    local = model.inference.local_state
+    layout = {**_LAYOUT, **({local.name: _Part(local.variables, local.attributes)} if local is not None else {})}
     parts = ["common", "whitened"] + ([local.name] if local is not None else [])
     # An optional part is expected whole as soon as one of its items is there.
     parts += [part for part in _OPTIONAL_PARTS
               if any(name in ds.variables for name in _LAYOUT[part].variables)
               or any(name in attrs for name in _LAYOUT[part].attributes)]
 
-    expected_attrs = {name: kind for part in parts for name, kind in _LAYOUT[part].attributes.items()}
+    expected_attrs = {name: kind for part in parts for name, kind in layout[part].attributes.items()}
     for name, kind in expected_attrs.items():
         _attribute(ds, source, name, kind)
     extra = sorted(set(attrs) - set(expected_attrs))
@@ -550,7 +545,7 @@ def _validated(ds, source):
             raise _error(source, f"attribute {name!r}",
                          f"expected a number in [{low}, {high}), got {attrs[name]!r}")
 
-    expected_vars = {name: rule for part in parts for name, rule in _LAYOUT[part].variables.items()}
+    expected_vars = {name: rule for part in parts for name, rule in layout[part].variables.items()}
     for name, (dims, kind) in expected_vars.items():
         _variable(ds, source, name, dims, kind)
     m, d = ds.sizes["inducing"], ds.sizes["feature"]
@@ -560,7 +555,7 @@ def _validated(ds, source):
     if attrs["M"] != m:
         raise _error(source, "attribute 'M'", f"expected {m} (the size of 'inducing'), got {attrs['M']!r}")
 
-    entries = _hyperparameter_entries(model, d, source)
+    entries = _hyperparameter_entries(model, ds["Z"].values, source)
     for e in entries:
         values = _variable(ds, source, e.name, _hyper_dims(e.name, e.value, d), "float")
         if values.shape != e.value.shape:
@@ -584,18 +579,21 @@ def _validated(ds, source):
     return model, local, names
 
 
-def _hyperparameter_entries(model, n_features, source):
-    """The parameter-table entries of the hyperparameters a posterior of ``model`` holds (Z,
-    held as state, is not one of them)."""
+def _hyperparameter_entries(model, Z, source):
+    """The parameter-table entries of the hyperparameters (and a method's variational
+    parameters) that a posterior of ``model`` with inducing inputs (or, for dense methods,
+    training inputs) ``Z`` holds; Z itself, held as state, is not one of them."""
     # The entries depend on X only through its number of columns, except that known
-    # heteroscedastic variances (data, not hyperparameters) must have as many rows.
+    # heteroscedastic variances (data, not hyperparameters) must have as many rows, and so must
+    # a dense method's per-point variational parameters (VGP; Z is X for dense methods).
     known = getattr(model.likelihood, "known", False)
-    rows = np.size(declared_value(model.likelihood.variance)) if known else 0
+    rows = np.size(declared_value(model.likelihood.variance)) if known else Z.shape[0]
     try:
-        return model.parameter_table(np.empty((rows, n_features))).entries
+        table = model.parameter_table(np.empty((rows, Z.shape[1])), Z if model.sparse else None)
     except ValueError as err:
         raise _error(source, "attribute 'model_spec'",
-                     f"does not fit the {n_features} feature(s) of Z: {err}") from err
+                     f"does not fit the {Z.shape[1]} feature(s) of Z: {err}") from err
+    return [e for e in table.entries if e.name != "inducing.Z"]
 
 
 def _json_of(kind):
@@ -671,48 +669,6 @@ def _short(value, limit=80):
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _export_sites(sites, total_sweeps):
-    return ({"site_precision": ("obs", sites.tau), "site_location": ("obs", sites.nu)},
-            {"ep_sweeps_final": sites.sweeps, "ep_converged": int(sites.converged), "ep_damping": sites.damping,
-             "ep_total_sweeps": total_sweeps})
-
-
-def _import_sites(ds):
-    sites = SiteState(tau=ds["site_precision"].values, nu=ds["site_location"].values,
-                      sweeps=int(ds.attrs["ep_sweeps_final"]), converged=bool(ds.attrs["ep_converged"]),
-                      damping=float(ds.attrs["ep_damping"]))
-    return sites, int(ds.attrs["ep_total_sweeps"])
-
-
-def _export_polya_gamma(local, total_updates):
-    return ({"c": ("obs", local.c), "theta": ("obs", local.theta), "c_next": ("obs", local.c_next),
-             "bound_history": ("c_update", np.asarray(local.bound_history))},
-            {"pg_c_updates_final": local.sweeps, "pg_converged": int(local.converged),
-             "pg_total_c_updates": total_updates})
-
-
-def _import_polya_gamma(ds):
-    local = PolyaGammaState(c=ds["c"].values, c_next=ds["c_next"].values, sweeps=int(ds.attrs["pg_c_updates_final"]),
-                            converged=bool(ds.attrs["pg_converged"]), bound_history=list(ds["bound_history"].values))
-    return local, int(ds.attrs["pg_total_c_updates"])
-
-
-class _LocalState(NamedTuple):
-    """A method's local state in the netCDF file: its name (the ``local_state`` attribute and
-    its part of :data:`_LAYOUT`), the inference classes that carry it, export and import."""
-
-    name: str
-    inference: tuple
-    export: Callable
-    load: Callable
-
-
-_LOCAL_STATES = {
-    SiteState: _LocalState("ep_sites", (inf.EP, inf.QP), _export_sites, _import_sites),
-    PolyaGammaState: _LocalState("polya_gamma", (inf.PolyaGamma,), _export_polya_gamma, _import_polya_gamma),
-}
-
-
 class _Part(NamedTuple):
     """Variables (name -> (dims, kind)) and attributes (name -> kind) that to_xarray writes together."""
 
@@ -737,14 +693,6 @@ _LAYOUT = {
         {"predictive_whitened_weights": (("inducing",), "float"),
          "predictive_whitened_correction": (("inducing", "inducing_bis"), "float"),
          "predictive_chol": (("inducing", "inducing_bis"), "float")}, {}),
-    "ep_sites": _Part(
-        {"site_precision": (("obs",), "float"), "site_location": (("obs",), "float")},
-        {"local_state": "str", "ep_sweeps_final": "count", "ep_converged": "flag", "ep_damping": "real",
-         "ep_total_sweeps": "count"}),
-    "polya_gamma": _Part(
-        {"c": (("obs",), "float"), "theta": (("obs",), "float"), "c_next": (("obs",), "float"),
-         "bound_history": (("c_update",), "float")},
-        {"local_state": "str", "pg_c_updates_final": "count", "pg_converged": "flag", "pg_total_c_updates": "count"}),
     "selection": _Part(
         {"selected_index": (("inducing",), "count"), "selection_criterion": (("inducing",), "float")},
         {"selection_stopped": "str"}),

@@ -607,8 +607,8 @@ def test_fitc_ep_where_k_uu_is_singular_to_rounding(poisson, inference):
     spec = inference(tol=1e-10)
     fitc = epm.FITCPrior(kernel, values, X, Z, None, None)
     assert np.linalg.cond(kernel.gram(values, "kernel", Z, Z)) > 1e14 and fitc.jitter == 0.0
-    kind, bias = lik.projection, 0.0
-    fitc_state = epm.run_sites(fitc, y, bias, kind, spec, None, inference is gd.inference.QP)
+    site = lik.site_model({"likelihood.bias": np.array(0.0)}, "likelihood")
+    fitc_state = epm.run_sites(fitc, y, site, spec, None, inference is gd.inference.QP)
     with mpmath.workdps(50):
         Kuu = mpmath.matrix(kernel.gram(values, "kernel", Z, Z).tolist())
         Kuf = mpmath.matrix(kernel.gram(values, "kernel", Z, X).tolist())
@@ -616,7 +616,7 @@ def test_fitc_ep_where_k_uu_is_singular_to_rounding(poisson, inference):
         Q = np.array(Q.tolist(), dtype=float)
     dense = epm.DensePrior(kernel, values, X)
     dense.K = Q + np.diag(np.maximum(kernel.diag(values, "kernel", X) - np.diag(Q), 0.0))
-    dense_state = epm.run_sites(dense, y, bias, kind, spec, None, inference is gd.inference.QP)
+    dense_state = epm.run_sites(dense, y, site, spec, None, inference is gd.inference.QP)
     assert fitc_state.converged and dense_state.converged
     np.testing.assert_allclose(fitc.marginals()[0], dense.marginals()[0], rtol=1e-6)
     np.testing.assert_allclose(fitc.marginals()[1], dense.marginals()[1], rtol=1e-6, atol=1e-8)

@@ -266,8 +266,10 @@ def test_fit_on_synth_raises_the_bound_and_records_c(oracle, tmp_path):
 def test_link_and_options_are_validated():
     with pytest.raises(ValueError, match="PolyaGamma needs Bernoulli\\(link='logit'\\)"):
         gd.Model(SE, gd.likelihoods.Bernoulli(), gd.inducing.Subsample(5), gd.inference.PolyaGamma())
-    with pytest.raises(ValueError, match="EP needs Bernoulli\\(link='probit'\\)"):
-        gd.Model(SE, LOGIT, gd.inducing.Subsample(5), gd.inference.EP())
+    # EP and QP take either link (issue 15); the exact GP takes Gaussian noise only.
+    assert gd.Model(SE, LOGIT, gd.inducing.Subsample(5), gd.inference.EP()).likelihood.link == "logit"
+    with pytest.raises(ValueError, match="Bernoulli with Exact is not supported; supported pairs: "):
+        gd.Model(SE, LOGIT, None, gd.inference.Exact())
     with pytest.raises(TypeError, match="needs an inducing spec"):
         gd.Model(SE, LOGIT, None, gd.inference.PolyaGamma())
     with pytest.raises(ValueError, match="PolyaGamma: tol must be a positive finite number, got -1"):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -54,3 +55,25 @@ class Evaluation:
     # amounts to at these hyperparameters -- noise 1/w, targets r/w.  Greedy inducing selection
     # reads them (HGV weights, GreedyBound's bound); None where the method does not provide them.
     pseudo_data: tuple | None = None
+
+
+class ConvergenceWarning(UserWarning):
+    """An optimiser or an iterative inference method stopped before converging."""
+
+
+@dataclass(frozen=True)
+class LocalStateFormat:
+    """How a method's local state (EP/QP sites, Pólya-Gamma c) is written to a posterior file.
+
+    ``name`` is the file's ``local_state`` attribute and the name of its part of the layout;
+    ``variables`` (name -> (dims, kind)) and ``attributes`` (name -> kind) are that part, in the
+    kinds :mod:`gpdsl.posterior` validates; ``export(state, total) -> (variables, attributes)``
+    gives xarray's (dims, values) pairs and the attributes, where ``total`` counts the passes of
+    the whole fit; ``load(ds) -> (state, total)`` reads them back.
+    """
+
+    name: str
+    variables: dict
+    attributes: dict
+    export: Callable
+    load: Callable

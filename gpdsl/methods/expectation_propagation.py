@@ -14,13 +14,16 @@ After convergence the EP posterior equals a Gaussian-regression posterior with p
 nu_i / tau_i and noise 1 / tau_i.  At an EP fixed point the gradient of the EP log evidence with
 respect to prior hyperparameters and inducing inputs is that of log N(mu~ | 0, K + S~^-1) at
 fixed sites (Seeger 2005; GPML ``infEP``; FITC paper section 4), so the gradients and the
-predictive state come from the exact / FITC Gaussian engines run on the pseudo-data.  The bias
-beta enters only the likelihood: d log Z / d beta = sum_i d log Z_i / d mu_cav,i at fixed cavities.
+predictive state come from the exact / FITC Gaussian engines run on the pseudo-data.  The
+likelihood's parameters theta (the bias, a Student-t's df and scale) enter only the likelihood:
+d log Z / d theta = sum_i d log Z_i / d theta at fixed cavities
+(:func:`gpdsl._jit.projections.tilted_log_z_param_gradient`; for a bias, d log Z_i / d mu_cav,i).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
+import warnings
+from dataclasses import dataclass, replace
+from functools import lru_cache, partial
 
 import numpy as np
 
@@ -30,7 +33,8 @@ from ..chunks import default_chunk_size, map_reduce
 from ..likelihoods import HeteroscedasticGaussian
 from ..linalg import cholesky, inverse_from_cholesky, solve_lower, solve_upper_t
 from . import collapsed, exact
-from .common import Evaluation
+from ..parameters import ParameterTable
+from .common import ConvergenceWarning, Evaluation, LocalStateFormat
 
 # Site precisions below this are treated as this when the pseudo-data noise 1/tau is formed.
 _TAU_FLOOR = 1e-12
@@ -44,13 +48,6 @@ def _announce(kernel, args, quantile):
     announce_compilation(family, _COMPILE_SECONDS[family], kernel, args)
 
 
-def _site_params(kind, bias):
-    """The likelihood's parameters as the kernels take them without a lookup table: a tuple, empty
-    for the Poisson likelihood, so that its kernels compile without the probit's code and the
-    probit's without Poisson's (gpdsl._jit.projections.site_projection)."""
-    return () if kind == POISSON_SQUARE else (bias,)
-
-
 @dataclass
 class SiteState:
     """Site parameters carried between evaluations (warm start) and reported in the result."""
@@ -61,6 +58,27 @@ class SiteState:
     converged: bool = False
     damping: float = 0.0
     skipped: int = 0
+
+
+def _export_sites(sites, total_sweeps):
+    return ({"site_precision": ("obs", sites.tau), "site_location": ("obs", sites.nu)},
+            {"ep_sweeps_final": sites.sweeps, "ep_converged": int(sites.converged), "ep_damping": sites.damping,
+             "ep_total_sweeps": total_sweeps})
+
+
+def _load_sites(ds):
+    sites = SiteState(tau=ds["site_precision"].values, nu=ds["site_location"].values,
+                      sweeps=int(ds.attrs["ep_sweeps_final"]), converged=bool(ds.attrs["ep_converged"]),
+                      damping=float(ds.attrs["ep_damping"]))
+    return sites, int(ds.attrs["ep_total_sweeps"])
+
+
+SITES_FORMAT = LocalStateFormat(
+    "ep_sites",
+    {"site_precision": (("obs",), "float"), "site_location": (("obs",), "float")},
+    {"local_state": "str", "ep_sweeps_final": "count", "ep_converged": "flag", "ep_damping": "real",
+     "ep_total_sweeps": "count"},
+    _export_sites, _load_sites)
 
 
 class DensePrior:
@@ -167,19 +185,21 @@ def qp_lookup_table():
     return table, grid
 
 
-def run_sites(prior, y, bias, kind, spec, warm, quantile):
+def run_sites(prior, y, site, spec, warm, quantile):
     """Sweep until the largest site change is below ``spec.tol`` or ``spec.max_sweeps``;
-    ``quantile`` selects the QP projection instead of EP's moment matching."""
+    ``site`` is the likelihood's :class:`gpdsl.likelihoods.SiteModel`; ``quantile`` selects the QP
+    projection instead of EP's moment matching."""
     # The kernels' projection arguments (gpdsl._jit.ep_sweeps): without a lookup table, the
     # likelihood's parameters as a tuple and quantile=None for EP select at compile time, so that
     # a fit compiles only its likelihood's and method's code; QP's fits choose EP or QP at run
     # time, so that the EP sweeps of their evidence share the QP sweeps' kernel.  With the probit
     # lookup table everything is chosen at run time.
+    kind = site.kind
     if (quantile or spec.quantile) and spec.lookup and kind == PROBIT:
-        (table, grid), param = qp_lookup_table(), bias
+        (table, grid), param = qp_lookup_table(), site.params[0]
     else:
         table = grid = None
-        param = _site_params(kind, bias)
+        param = site.params
         if not (quantile or spec.quantile):
             quantile = None
     n = len(y)
@@ -218,8 +238,10 @@ def run_sites(prior, y, bias, kind, spec, warm, quantile):
     return state
 
 
-def cavity_terms(prior, state, y, bias, kind, quantile=None):
-    """log Z_i, cavity natural parameters and d log Z_i / d mu_cav at the final (EP) marginals.
+def cavity_terms(prior, state, y, site, quantile=None):
+    """log Z_i, cavity natural parameters, the marginal means and d sum_i log Z_i / d theta for
+    the likelihood's parameters theta (``site.params``, at fixed cavities) at the final (EP)
+    marginals.
 
     EP's moments whatever ``quantile``: False (QP's fits) instead of None only reuses the
     projection compiled for the sweeps of a QP fit (gpdsl._jit.projections.site_projection)."""
@@ -234,13 +256,12 @@ def cavity_terms(prior, state, y, bias, kind, quantile=None):
         raise FloatingPointError("EP/QP posterior lost positive definiteness (marginal variance not below 1 / site "
                                  "precision): the hyperparameters are numerically extreme")
     n = len(y)
-    log_z, dlogz = np.empty(n), np.empty(n)
-    params = _site_params(kind, bias)
+    log_z, param_grads = np.empty(n), np.zeros(len(site.params))
     for i in range(n):
         mu_c, var_c = nu_cav[i] / tau_cav[i], 1.0 / tau_cav[i]
-        log_z[i], m, _ = projections.site_projection(kind, y[i], mu_c, var_c, params, quantile)
-        dlogz[i] = (m - mu_c) / var_c        # d log Z / d mu_cav = (tilted mean - mu_cav) / var_cav
-    return log_z, dlogz, tau_cav, nu_cav, mean
+        log_z[i], _, _ = projections.site_projection(site.kind, y[i], mu_c, var_c, site.params, quantile)
+        param_grads += projections.tilted_log_z_param_gradient(site.kind, y[i], mu_c, var_c, site.params)
+    return log_z, param_grads, tau_cav, nu_cav, mean
 
 
 def log_evidence(prior, state, log_z, tau_cav, nu_cav, mean):
@@ -257,25 +278,26 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
     ``spec`` is the gd.inference.EP / QP declaration; ``warm`` a :class:`SiteState` to start from.
     ``spec.jitter`` applies to K_uu of FITC-EP (the dense form needs none).
     """
-    kind = likelihood.projection
-    bias = likelihood.bias_value(values, "likelihood")
+    site = likelihood.site_model(values, "likelihood")
     prior = _prior(kernel, values, X, Z, spec)
     # The evidence and its gradients are EP's for QP too (Zhang et al. fit hyperparameters with
     # EP's evidence): the gradient identity needs the moment-matching fixed point.
-    state = run_sites(prior, y, bias, kind, spec, warm, quantile=False)
-    log_z, dlogz, tau_cav, nu_cav, mean = cavity_terms(prior, state, y, bias, kind, False if spec.quantile else None)
+    state = run_sites(prior, y, site, spec, warm, quantile=False)
+    log_z, param_grads, tau_cav, nu_cav, mean = cavity_terms(prior, state, y, site,
+                                                             False if spec.quantile else None)
     F = log_evidence(prior, state, log_z, tau_cav, nu_cav, mean)
     grads, dZ = {}, None
     if need_grad:
         ev = site_regression(kernel, values, X, Z, state.tau, state.nu, jitter=prior.jitter,
                              chunk_size=spec.chunk_size, need_grad=True, need_state=False)
         grads, dZ = dict(ev.grads), ev.dZ
-        if "likelihood.bias" in values:
-            grads["likelihood.bias"] = np.array(np.sum(dlogz))
+        # The sites depend on the likelihood's parameters, but at an EP fixed point the evidence
+        # is stationary in them: only the explicit dependence of the log Z_i remains.
+        grads.update({name: np.array(g) for name, g in zip(site.names, param_grads)})
     post_state, sites = None, state
     if need_state:
         if spec.quantile:
-            sites = run_sites(prior, y, bias, kind, spec, state, quantile=True)
+            sites = run_sites(prior, y, site, spec, state, quantile=True)
         post_state = site_regression(kernel, values, X, Z, sites.tau, sites.nu, jitter=prior.jitter,
                                      chunk_size=spec.chunk_size, need_grad=False, need_state=True).state
     return Evaluation(log_evidence=F, grads=grads, dZ=dZ, jitter=prior.jitter, state=post_state, warm=sites,
@@ -291,8 +313,46 @@ def _prior(kernel, values, X, Z, spec):
 def qp_sites(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None):
     """QP's sites swept to convergence at ``values`` from ``warm`` (Algorithm 1's inner loop)."""
     prior = _prior(kernel, values, X, Z, spec)
-    return run_sites(prior, y, likelihood.bias_value(values, "likelihood"), likelihood.projection, spec, warm,
-                     quantile=True)
+    return run_sites(prior, y, likelihood.site_model(values, "likelihood"), spec, warm, quantile=True)
+
+
+def qp_outer_loop(objective, u, max_iter, *, spec):
+    """Zhang et al.'s Algorithm 1 for QP from ``u`` (EP's optimum): QP sweeps to convergence
+    (warm), then L-BFGS-B on eq. 4 with those sites fixed, until a round moves the free
+    log-space parameters by less than ``spec.outer_tol``.  ``objective`` is the model's objective
+    (gpdsl.model), whose warm start and sweep count this updates.  Returns (u, converged,
+    iterations).
+
+    Eq. 4 at fixed sites does not involve the likelihood's parameters: the steps hold them at
+    their value.  A step that L-BFGS-B reports as failed away from a stationary point (gradient
+    above 1e-3 per unit log-parameter; at ~1e-5 its line search can fail on rounding alone) ends
+    the loop, flagged not converged."""
+    model, table, iterations = objective.model, objective.table, 0
+    for _ in range(spec.max_outer):
+        values = table.unpack(u)
+        Z = values.pop("inducing.Z", objective.Z0)
+        sites = qp_sites(model.kernel, model.likelihood, values, objective.X, objective.y, Z, spec=spec,
+                         warm=objective.warm)
+        objective.warm, objective.total_sweeps = sites, objective.total_sweeps + sites.sweeps
+        held = ParameterTable([replace(e, value=np.asarray(values[e.name], dtype=float), fixed=True)
+                               if e.name.startswith("likelihood.") else e for e in table.entries])
+        step = objective.restricted(held, partial(evaluate_at_sites, model.kernel, model.likelihood, spec=spec,
+                                                  sites=sites))
+        result = step.minimise(held.pack({**values, "inducing.Z": Z}), max_iter, False, None)
+        iterations += int(result.nit)
+        u_new = table.pack(held.unpack(result.x))
+        moved = float(np.max(np.abs(u_new - u), initial=0.0))
+        u = u_new
+        if not result.success and np.max(np.abs(result.jac), initial=0.0) > 1e-3:
+            warnings.warn(f"QP(hyperparameters='qp'): an L-BFGS-B step of Algorithm 1 failed: {result.message}; "
+                          f"the result is flagged converged=False", ConvergenceWarning, stacklevel=5)
+            return u, False, iterations
+        if moved < spec.outer_tol:
+            return u, True, iterations
+    warnings.warn(f"QP(hyperparameters='qp'): the outer loop of Algorithm 1 did not converge in "
+                  f"{spec.max_outer} rounds (outer_tol {spec.outer_tol:g}); the result is flagged "
+                  f"converged=False", ConvergenceWarning, stacklevel=5)
+    return u, False, iterations
 
 
 def evaluate_at_sites(kernel, likelihood, values, X, y, Z=None, *, spec, sites, warm=None, need_grad=True,

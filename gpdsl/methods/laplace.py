@@ -9,8 +9,9 @@ W = -d^2 log p(y | f_hat) / df^2 (diagonal; positive for the log-concave probit 
 * Evidence (eq. 3.32): log q(y) = -1/2 a^T f_hat + sum log p(y | f_hat) - sum log diag L.
 * Gradient (Algorithm 5.1, with the sign of GPML's infLaplace in the implicit term):
   d log q / d theta = 1/2 a^T C a - 1/2 tr(R C) + s2^T (C g - K R C g) for C = dK/d theta,
-  g = d log p, R = W^1/2 B^-1 W^1/2 and s2 = 1/2 diag((K^-1 + W)^-1) d^3 log p; the bias
-  shifts f, so its gradient is sum g + 1/2 diag((K^-1 + W)^-1)^T d^3 log p + s2^T (K d2 - K R K d2).
+  g = d log p, R = W^1/2 B^-1 W^1/2 and s2 = 1/2 diag((K^-1 + W)^-1) d^3 log p; a likelihood
+  hyperparameter theta (the bias, which shifts f) has sum d log p / d theta
+  + 1/2 diag((K^-1 + W)^-1)^T d^3 log p / df^2 d theta + s2^T (b - K R b), b = K d^2 log p / df d theta.
 * Prediction: the Gaussian regression with noise 1/W and targets f_hat + g / W has this
   posterior (its (K + W^-1)^-1 targets is a = g at the mode): the sites W, W f_hat + g go
   through EP's ``site_regression`` and the exact engine's whitened state (Algorithm 3.2).
@@ -92,9 +93,12 @@ def _evaluate(kernel, likelihood, values, X, y, tol, max_iter, need_grad, need_s
         # implicit change of f_hat (symmetrised: dK is symmetric).
         G = 0.5 * np.outer(a, a) - 0.5 * R + np.outer(s2 - R @ (K @ s2), g)
         grads, _ = kernel.vjp(values, "kernel", X, X, 0.5 * (G + G.T))
-        if "likelihood.bias" in values:
-            b = K @ d2
-            grads["likelihood.bias"] = np.array(np.sum(g) + 0.5 * posterior_var @ d3 + s2 @ (b - K @ (R @ b)))
+        # GPML's infLaplace for each likelihood hyperparameter theta: the explicit terms
+        # sum d log p / d theta + 1/2 diag((K^-1 + W)^-1)^T d^3 log p / df^2 d theta and the
+        # implicit change of f_hat through b = K d^2 log p / df d theta.
+        for name, (dlp, d1p, d2p) in likelihood.log_density_param_derivatives(values, "likelihood", y, f).items():
+            b = K @ d1p
+            grads[name] = np.array(np.sum(dlp) + 0.5 * posterior_var @ d2p + s2 @ (b - K @ (R @ b)))
     state = None
     if need_state:
         state = site_regression(kernel, values, X, None, W, W * f + g, jitter=None, chunk_size=None,

@@ -34,7 +34,7 @@ from ..chunks import default_chunk_size, map_reduce
 from ..likelihoods import HeteroscedasticGaussian
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, solve_lower
 from . import collapsed
-from .common import Evaluation
+from .common import Evaluation, LocalStateFormat
 
 # The thesis author's code starts every c_n at 0.1 (`PolyaGammaLikelihood(variance=0.1)`).
 C_INIT = 0.1
@@ -64,6 +64,27 @@ class PolyaGammaState:
         return pg_theta(self.c)
 
 
+def _export_state(local, total_updates):
+    return ({"c": ("obs", local.c), "theta": ("obs", local.theta), "c_next": ("obs", local.c_next),
+             "bound_history": ("c_update", np.asarray(local.bound_history))},
+            {"pg_c_updates_final": local.sweeps, "pg_converged": int(local.converged),
+             "pg_total_c_updates": total_updates})
+
+
+def _load_state(ds):
+    local = PolyaGammaState(c=ds["c"].values, c_next=ds["c_next"].values, sweeps=int(ds.attrs["pg_c_updates_final"]),
+                            converged=bool(ds.attrs["pg_converged"]), bound_history=list(ds["bound_history"].values))
+    return local, int(ds.attrs["pg_total_c_updates"])
+
+
+STATE_FORMAT = LocalStateFormat(
+    "polya_gamma",
+    {"c": (("obs",), "float"), "theta": (("obs",), "float"), "c_next": (("obs",), "float"),
+     "bound_history": (("c_update",), "float")},
+    {"local_state": "str", "pg_c_updates_final": "count", "pg_converged": "flag", "pg_total_c_updates": "count"},
+    _export_state, _load_state)
+
+
 def evaluate(kernel, likelihood, values, X, y, Z, *, spec, warm=None, need_grad=True, need_state=False):
     """Collapsed PG bound L*, its gradients (kernel, Z, bias) and, if asked, the posterior.
 
@@ -91,7 +112,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
     already (nearly) converged, and the passes of every rung are counted."""
     warm = progress["warm"]
     n, m = X.shape[0], Z.shape[0]
-    bias = likelihood.bias_value(values, "likelihood")
+    bias = float(values["likelihood.bias"])
     chunk = spec.chunk_size or default_chunk_size(n, m)
     L, jit = cholesky(kernel.gram(values, "kernel", Z, Z), jitter, what="K_uu")
     cache = {} if n * m * 8 <= _CACHE_BYTES else None
