@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from . import likelihoods as lik
 from .checks import check_positive_int, check_positive_number, is_integer, is_number
 from .linalg import check_jitter
-from .methods import collapsed, exact, expectation_propagation, laplace, polya_gamma
+from .methods import collapsed, exact, expectation_propagation, laplace, polya_gamma, svgp, vgp
+from .parameters import entry
 
 
 def _check_chunk(owner, chunk_size):
@@ -255,24 +256,93 @@ class PolyaGamma(Inference):
 @dataclass(frozen=True)
 class Laplace(Inference):
     """The Laplace approximation (Rasmussen & Williams section 3.4: Algorithms 3.1, 3.2 and 5.1;
-    GPML's ``infLaplace``), dense, for ``Bernoulli`` with either link.  Newton's method finds the
-    mode from f = 0 at every evaluation and stops when a step gains less than ``tol`` nats, after
-    ``max_iter`` steps at most."""
+    GPML's ``infLaplace``): dense without an inducing spec, under the FITC prior
+    Q + diag(K - Q) with one (GPML's ``infLaplace`` with ``apxSparse``, O(N M^2), gradients in Z
+    too).  Newton's method finds the mode from f = 0 at every evaluation and stops when a step
+    gains less than ``tol`` nats, after ``max_iter`` steps at most.  A likelihood that is not
+    log-concave (Student-t) gives negative W at outliers, handled as GPML does.  ``jitter`` and
+    ``chunk_size`` as for FITC (K_uu only)."""
 
     tol: float = 1e-10
     max_iter: int = 100
-    likelihoods = {lik.Bernoulli: ("probit", "logit")}
+    jitter: float | None = None
+    chunk_size: int | None = None
+    inducing_rule = "optional"
+    likelihoods = {lik.Bernoulli: ("probit", "logit"), lik.StudentT: None}
 
     def __post_init__(self):
         check_positive_number("Laplace", "tol", self.tol)
         check_positive_int("Laplace", "max_iter", self.max_iter)
+        check_jitter("Laplace", self.jitter)
+        _check_chunk("Laplace", self.chunk_size)
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
         return laplace.evaluate(kernel, likelihood, values, X, y, Z, tol=self.tol, max_iter=self.max_iter,
-                                need_grad=need_grad, need_state=need_state)
+                                jitter=self.jitter, chunk_size=self.chunk_size, need_grad=need_grad,
+                                need_state=need_state)
 
 
-INFERENCE = {cls.__name__: cls for cls in (Exact, VFE, FITC, EP, QP, PolyaGamma, Laplace)}
+# Likelihoods the variational methods integrate by their variational_expectations.  Poisson's
+# log|f| is singular at f = 0, which a quadrature rule over q(f) does not resolve.
+_VARIATIONAL_LIKELIHOODS = {lik.Gaussian: None, lik.Bernoulli: ("probit", "logit"), lik.StudentT: None}
+
+
+def _variational_entries(start, fixed_names):
+    """Unconstrained entries from a method's start values, except VGP's positive lambda."""
+    return [entry(name, value, positive=name == "variational.lambda", fixed_names=fixed_names)
+            for name, value in start.items()]
+
+
+@dataclass(frozen=True)
+class SVGP(Inference):
+    """The uncollapsed sparse variational GP (Hensman, Matthews & Ghahramani 2015) with a
+    whitened q(u) = N(L m, L S L^T), S = R R^T (GPflow's ``SVGP(whiten=True)``), for any
+    likelihood with ``variational_expectations``.  The variational parameters
+    ``variational.q_mu`` (M,) and ``variational.q_sqrt`` (the lower triangle of R) start at the
+    prior (m = 0, R = I) and are optimised with the hyperparameters and, for
+    ``gd.inducing.Optimized``, Z, by L-BFGS-B on the full batch (the thesis' baseline).
+    ``log_evidence`` is the ELBO.  ``jitter`` and ``chunk_size`` as for VFE.
+    """
+
+    jitter: float | None = None
+    chunk_size: int | None = None
+    inducing_rule = "required"
+    likelihoods = _VARIATIONAL_LIKELIHOODS
+
+    def __post_init__(self):
+        check_jitter("SVGP", self.jitter)
+        _check_chunk("SVGP", self.chunk_size)
+
+    def variational_entries(self, n, Z, fixed_names=()):
+        return [] if Z is None else _variational_entries(svgp.initial_values(Z.shape[0]), fixed_names)
+
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
+        return svgp.evaluate(kernel, likelihood, values, X, y, Z, jitter=self.jitter, chunk_size=self.chunk_size,
+                             need_grad=need_grad, need_state=need_state)
+
+
+@dataclass(frozen=True)
+class VGP(Inference):
+    """The full variational Gaussian q(f) = N(K alpha, (K^-1 + diag(lambda^2))^-1) of Opper &
+    Archambeau (2009) (GPflow's ``VGP_opper_archambeau``; the QP paper's VB baseline), dense
+    O(N^3); ``variational.alpha`` and ``variational.lambda`` (N each) are optimised with the
+    hyperparameters by L-BFGS-B.  ``log_evidence`` is the ELBO.  ``jitter`` as for Exact."""
+
+    jitter: float | None = None
+    likelihoods = _VARIATIONAL_LIKELIHOODS
+
+    def __post_init__(self):
+        check_jitter("VGP", self.jitter)
+
+    def variational_entries(self, n, Z, fixed_names=()):
+        return _variational_entries(vgp.initial_values(n), fixed_names)
+
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
+        return vgp.evaluate(kernel, likelihood, values, X, y, jitter=self.jitter, need_grad=need_grad,
+                            need_state=need_state)
+
+
+INFERENCE = {cls.__name__: cls for cls in (Exact, VFE, FITC, EP, QP, PolyaGamma, Laplace, SVGP, VGP)}
 
 
 def supported_pairs():
@@ -280,4 +350,4 @@ def supported_pairs():
     return sorted(f"{l.__name__} + {name}" for name, cls in INFERENCE.items() for l in cls.likelihoods)
 
 
-__all__ = ["Inference", "Exact", "VFE", "FITC", "EP", "QP", "PolyaGamma", "Laplace", "INFERENCE"]
+__all__ = ["Inference", "Exact", "VFE", "FITC", "EP", "QP", "PolyaGamma", "Laplace", "SVGP", "VGP", "INFERENCE"]

@@ -1,4 +1,5 @@
-"""The Laplace approximation for GP classification, dense (Rasmussen & Williams 2006, section 3.4).
+"""The Laplace approximation (Rasmussen & Williams 2006, section 3.4), dense and under the FITC
+prior with inducing inputs Z (GPML's infLaplace with apxSparse, infFITC_Laplace in GPML 3).
 
 q(f | y) = N(f_hat, (K^-1 + W)^-1) at the mode f_hat of log p(y | f) + log N(f | 0, K), with
 W = -d^2 log p(y | f_hat) / df^2 (diagonal; positive for the log-concave probit and logit).
@@ -15,24 +16,70 @@ W = -d^2 log p(y | f_hat) / df^2 (diagonal; positive for the log-concave probit 
 * Prediction: the Gaussian regression with noise 1/W and targets f_hat + g / W has this
   posterior (its (K + W^-1)^-1 targets is a = g at the mode): the sites W, W f_hat + g go
   through EP's ``site_regression`` and the exact engine's whitened state (Algorithm 3.2).
+
+FITC (inducing inputs Z): the same algorithms with K replaced by the FITC covariance
+Kt = Q + diag(K - Q), Q = K_fu (K_uu + jitter)^-1 K_uf, never formed.  With L L^T = K_uu + jitter,
+A = L^-1 K_uf (M, N; columns a_i) and D = diag(K - Q) = k_ii - |a_i|^2, Kt = D + A^T A, so
+Kt v is O(N M).  With E = 1 + W D, r = W / E and C = I_M + A diag(r) A^T = L_C L_C^T (Woodbury
+and the determinant lemma; GPML's infFITC_Laplace):
+
+* R = W (I + Kt W)^-1 = diag(r) - diag(r) A^T C^-1 A diag(r);  log|I + Kt W| = sum log E + log|C|;
+* diag((Kt^-1 + W)^-1)_i = D_i / E_i + a_i^T C^-1 a_i / E_i^2 (the posterior of f given the
+  whitened inducing values v = L^-1 u, whose posterior covariance is C^-1);
+* gradients: the adjoint of Kt, G = 1/2 a a^T - 1/2 R + sym(u g^T) with u = (I - R Kt) s2
+  (the dense Algorithm 5.1), is carried to K_uf, K_uu (+ jitter) and diag K through
+  Kt = diag(K) + Q - diag(Q): with G_off = G - diag(G),
+  dF/dK_uf = 2 L^-T A G_off, dF/dK_uu = -L^-T A G_off A^T L^-1, dF/dk_ii = G_ii, where
+  A R = C^-1 A diag(r) and A R A^T = I - C^-1 keep every product O(N M^2) (one chunked pass
+  and one kernel VJP of K_uf per chunk; likelihood hyperparameters as dense, with Kt);
+* prediction: E[v | y] = A a and Cov[v | y] = C^-1 give the whitened FITC state of
+  :class:`gpdsl.methods.common.PredictiveState` (weights A a, correction I - C^-1, chol L): the
+  state of ``site_regression`` on the same sites, formed without its second O(N M^2) pass and
+  without its floor on W.
+
+W < 0 (a likelihood that is not log-concave, e.g. Student-t; GPML's infLaplace and
+infFITC_Laplace): each Newton iteration first tries the step with the true W, kept if it ascends
+(it converges quadratically near the mode, where K^-1 + W is positive definite), else takes the
+step with max(W, 0) (GPML's Wmin = 0: an ascent direction everywhere, but only linearly
+convergent).  The evidence, gradients and posterior use the unclipped W at the mode: the formulas
+above hold for any W with I + K W invertible (R = W (I + K W)^-1, s2 and the implicit term are
+the implicit-function derivatives as before).  Dense, log|I + K W| and R come from an LU of
+I + K W and the predictive state from the Cholesky factor L_K of K (b_* = L_K^-1 k_*, weights
+L_K^T a, correction L_K^T R L_K: exact whatever jitter L_K needed); FITC needs E > 0 (GPML
+returns NaN otherwise) and C positive definite.  A mode where these fail, or where
+(K^-1 + W)^-1 is not positive, is a FloatingPointError.  Probit and logit have W > 0: their
+results are those of the W >= 0 code alone.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+from scipy import linalg
 
 from .. import threads
-from ..linalg import cholesky, solve_lower, solve_upper_t
-from .common import Evaluation
+from ..chunks import add_partial, default_chunk_size, map_reduce
+from ..linalg import (JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t)
+from .collapsed import check_rows_nystrom, whitened_rows
+from .common import Evaluation, PredictiveState
 from .expectation_propagation import site_regression
 
 
-def evaluate(kernel, likelihood, values, X, y, Z=None, *, tol, max_iter, need_grad=True, need_state=False):
-    """Laplace log evidence, its gradients (kernel hyperparameters, bias) and posterior.
+def evaluate(kernel, likelihood, values, X, y, Z=None, *, tol, max_iter, need_grad=True, need_state=False,
+             jitter=None, chunk_size=None):
+    """Laplace log evidence, its gradients (kernel hyperparameters, likelihood's, Z) and posterior.
 
-    X (N, D), y (N,) in {-1, +1}; ``Z`` is unused (dense).  ``tol``: Newton stops when a step
-    raises Psi by less than this (nats); ``max_iter`` steps at most, else FloatingPointError (the
-    optimiser's signal to step back).  The O(N^3) work uses the bulk BLAS threads.
+    X (N, D), y (N,) as the likelihood prepared them.  ``Z`` None: the dense O(N^3) method (the
+    O(N^3) work uses the bulk BLAS threads; ``jitter`` and ``chunk_size`` unused).  ``Z`` (M, D):
+    FITC-Laplace in O(N M^2) time and O(N M) memory; ``jitter`` None for the dynamic ladder on
+    K_uu (a rung is also refused when Q_nn > K_nn, as in the collapsed FITC engine) or a fixed
+    multiple of mean(diag K_uu); ``chunk_size`` rows per O(N M^2) chunk.  ``tol``: Newton stops
+    when a step raises Psi by less than this (nats); ``max_iter`` steps at most, else
+    FloatingPointError (the optimiser's signal to step back).
     """
+    if Z is not None:
+        return _evaluate_fitc(kernel, likelihood, values, X, y, Z, tol, max_iter, need_grad, need_state,
+                              jitter, chunk_size)
     with threads.bulk(float(X.shape[0]) ** 3):
         return _evaluate(kernel, likelihood, values, X, y, tol, max_iter, need_grad, need_state)
 
@@ -45,26 +92,135 @@ def _newton_system(K, W):
     return sw, L
 
 
+class _DensePrior:
+    """The dense K as find_mode uses a prior: K v and v -> R v = W^1/2 B^-1 W^1/2 v."""
+
+    def __init__(self, K):
+        self.K, self.n = K, K.shape[0]
+
+    def mv(self, v):
+        return self.K @ v
+
+    def newton_solver(self, W):
+        if np.all(W >= 0.0):
+            sw, L = _newton_system(self.K, W)
+            return lambda v: sw * solve_upper_t(L, solve_lower(L, sw * v))
+        # Some W < 0: R = W (I + K W)^-1 by LU (find_mode keeps the step only if it ascends).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", linalg.LinAlgWarning)     # singular: raised below
+            lu = linalg.lu_factor(np.eye(self.n) + self.K * W[None, :], check_finite=False)
+        if not np.all(np.isfinite(lu[0])) or np.any(np.diag(lu[0]) == 0.0):
+            raise FloatingPointError("I + K W is singular")
+        return lambda v: W * linalg.lu_solve(lu, v, check_finite=False)
+
+
+class FITCCovariance:
+    """Kt = D + A^T A (module docstring), held as At = A^T (N, M) and D (N,): O(N M) memory.
+
+    ``jitter`` None climbs the ladder while K_uu fails to factorise or Q_nn > K_nn (to 1e-8
+    relative) somewhere, as the collapsed FITC engine does; a number fixes the rung."""
+
+    def __init__(self, kernel, values, X, Z, jitter, chunk_size):
+        self.n, self.m = X.shape[0], Z.shape[0]
+        self.chunk = chunk_size or default_chunk_size(self.n, self.m)
+        Kuu = kernel.gram(values, "kernel", Z, Z)
+        rungs = JITTER_LADDER if jitter is None else (float(jitter),)
+        for attempt, rung in enumerate(rungs):
+            try:
+                self.L, self.jitter = cholesky(Kuu, rung, what="K_uu")
+
+                def rows(slc):
+                    _, A, kff, residual = whitened_rows(kernel, values, X, Z, self.L, slc)
+                    check_rows_nystrom(residual, kff)
+                    return (), (np.ascontiguousarray(A.T), residual)
+
+                _, (self.At, self.D) = map_reduce(rows, self.n, self.chunk, width=self.m)
+                break
+            except (np.linalg.LinAlgError, FloatingPointError):
+                if attempt == len(rungs) - 1:
+                    raise
+
+    def mv(self, v):
+        """Kt v, O(N M)."""
+        return self.D * v + self.At @ (self.At.T @ v)
+
+    def factor(self, W):
+        """(E, r, L_C) with E = 1 + W D, r = W / E and L_C L_C^T = C = I + A diag(r) A^T.
+
+        FloatingPointError where some E <= 0 or C is not positive definite (possible for W < 0
+        only: then the mode is no maximum of the Laplace objective)."""
+        E = 1.0 + W * self.D
+        if not np.all(E > 0.0):
+            raise FloatingPointError("FITC-Laplace: 1 + W (K_nn - Q_nn) <= 0 (W too negative at the mode)")
+        r = W / E
+        nonneg = bool(np.all(r >= 0.0))
+
+        def gram(slc):
+            At = self.At[slc]
+            if nonneg:
+                As = At * np.sqrt(r[slc])[:, None]
+                return (As.T @ As,), ()          # syrk: half the flops of a general product
+            return ((At * r[slc, None]).T @ At,), ()
+
+        (C,), _ = map_reduce(gram, self.n, self.chunk, width=self.m)
+        C = 0.5 * (C + C.T)
+        C[np.diag_indices_from(C)] += 1.0
+        try:
+            LC, _ = cholesky(C, 0.0, what="C = I + A diag(W / (1 + W D)) A^T")
+        except np.linalg.LinAlgError as err:
+            raise FloatingPointError(f"FITC-Laplace: {err}") from err
+        return E, r, LC
+
+    def newton_solver(self, W):
+        _, r, LC = self.factor(W)
+        return lambda v: _apply_R(self.At, r, LC, v)
+
+
+def _apply_R(At, r, LC, v):
+    """R v = r v - r A^T C^-1 A (r v), O(N M)."""
+    rv = r * v
+    return rv - r * (At @ solve_upper_t(LC, solve_lower(LC, At.T @ rv)))
+
+
+def _newton_weights(W):
+    """The W of the Newton steps to try, in order: with some W < 0 (a likelihood that is not
+    log-concave) first the true Hessian's, which converges quadratically near the mode (where
+    the Hessian is negative definite) and is kept only where it ascends, then GPML's max(W, 0)
+    (infLaplace's Wmin = 0), an ascent direction everywhere but linearly convergent there."""
+    clipped = np.maximum(W, 0.0)
+    return (W, clipped) if np.any(W < 0.0) else (clipped,)
+
+
 def find_mode(likelihood, values, K, y, tol, max_iter):
-    """Algorithm 3.1 from f = 0: returns (a, f_hat, Psi, derivatives at f_hat)."""
-    n = K.shape[0]
+    """Algorithm 3.1 from f = 0: returns (a, f_hat, Psi, derivatives at f_hat).  ``K``: the dense
+    prior covariance (N, N) or a :class:`FITCCovariance`."""
+    prior = K if isinstance(K, FITCCovariance) else _DensePrior(K)
+    n = prior.n
     a, f = np.zeros(n), np.zeros(n)
     derivs = likelihood.log_density_derivatives(values, "likelihood", y, f)
     psi = float(np.sum(derivs[0]))
     for _ in range(max_iter):
         _, d1, d2, _ = derivs
-        W = np.maximum(-d2, 0.0)
-        sw, L = _newton_system(K, W)
-        b = W * f + d1
-        step = b - sw * solve_upper_t(L, solve_lower(L, sw * (K @ b))) - a
-        for _ in range(60):            # halve until Psi rises (it is concave in a)
-            a_try = a + step
-            f_try = K @ a_try
-            d_try = likelihood.log_density_derivatives(values, "likelihood", y, f_try)
-            psi_try = float(-0.5 * a_try @ f_try + np.sum(d_try[0]))
-            if psi_try >= psi:
-                break
-            step = 0.5 * step
+        for W in _newton_weights(-d2):
+            try:
+                solve = prior.newton_solver(W)
+            except (np.linalg.LinAlgError, FloatingPointError):
+                continue                       # the Hessian with W < 0 is not negative definite here
+            b = W * f + d1
+            step = b - solve(prior.mv(b)) - a
+            if np.any(W < 0.0) and not (d1 - a) @ prior.mv(step) > 0.0:
+                continue                       # not an ascent direction (Psi's gradient in a is K (g - a))
+            for _ in range(60):            # halve until Psi rises (it is concave in a for W >= 0)
+                a_try = a + step
+                f_try = prior.mv(a_try)
+                d_try = likelihood.log_density_derivatives(values, "likelihood", y, f_try)
+                psi_try = float(-0.5 * a_try @ f_try + np.sum(d_try[0]))
+                if psi_try >= psi:
+                    break
+                step = 0.5 * step
+            else:
+                continue
+            break
         else:
             return a, f, psi, derivs          # no rise left even for a tiny step: at the mode
         gain = psi_try - psi
@@ -77,6 +233,9 @@ def find_mode(likelihood, values, K, y, tol, max_iter):
 def _evaluate(kernel, likelihood, values, X, y, tol, max_iter, need_grad, need_state):
     K = kernel.gram(values, "kernel", X, X)
     a, f, psi, (_, g, d2, d3) = find_mode(likelihood, values, K, y, tol, max_iter)
+    if np.any(-d2 < 0.0):
+        return _evaluate_negative_w(kernel, likelihood, values, X, y, K, a, f, psi, g, -d2, d3, need_grad,
+                                    need_state)
     W = np.maximum(-d2, 0.0)
     sw, L = _newton_system(K, W)
     F = psi - float(np.sum(np.log(np.diag(L))))
@@ -104,3 +263,99 @@ def _evaluate(kernel, likelihood, values, X, y, tol, max_iter, need_grad, need_s
         state = site_regression(kernel, values, X, None, W, W * f + g, jitter=None, chunk_size=None,
                                 need_grad=False, need_state=True).state
     return Evaluation(log_evidence=F, grads=grads, dZ=None, jitter=0.0, state=state, pseudo_data=(W, W * f + g))
+
+
+def _evaluate_negative_w(kernel, likelihood, values, X, y, K, a, f, psi, g, W, d3, need_grad, need_state):
+    """The dense method at a mode where some W_i < 0 (GPML's infLaplace with an LU of I + K W):
+    log|I + K W| by LU, R = W (I + K W)^-1 and (K^-1 + W)^-1 = (I + K W)^-1 K.  The Gaussian
+    pseudo-regression has negative noise there, so the predictive state is written with the
+    Cholesky factor L_K of K (+ jitter, which cancels): b_* = L_K^-1 k_*, weights L_K^T a
+    (mean k_*^T a) and correction L_K^T R L_K (variance k_** - k_*^T R k_*)."""
+    n = K.shape[0]
+    IKW = np.eye(n) + K * W[None, :]
+    sign, log_det = np.linalg.slogdet(IKW)
+    Sigma = np.linalg.solve(IKW, K)                           # (K^-1 + W)^-1
+    posterior_var = np.diag(Sigma).copy()
+    if sign <= 0 or not np.all(posterior_var > 0.0):
+        raise FloatingPointError("Laplace: K^-1 + W is not positive definite at the mode (W too negative)")
+    F = psi - 0.5 * float(log_det)
+    if not np.isfinite(F):
+        raise FloatingPointError("Laplace: non-finite evidence")
+    R = np.linalg.solve(IKW.T, np.diag(W)).T                  # W (I + K W)^-1
+    R = 0.5 * (R + R.T)
+    grads = {}
+    if need_grad:
+        s2 = 0.5 * posterior_var * d3
+        G = 0.5 * np.outer(a, a) - 0.5 * R + np.outer(s2 - R @ (K @ s2), g)
+        grads, _ = kernel.vjp(values, "kernel", X, X, 0.5 * (G + G.T))
+        for name, (dlp, d1p, d2p) in likelihood.log_density_param_derivatives(values, "likelihood", y, f).items():
+            b = K @ d1p
+            grads[name] = np.array(np.sum(dlp) + 0.5 * posterior_var @ d2p + s2 @ (b - K @ (R @ b)))
+    state = None
+    if need_state:
+        LK, _ = cholesky(K, None, what="K")
+        state = PredictiveState(Z=X, weights=LK.T @ a, correction=LK.T @ R @ LK, chol=LK, q_mean=f.copy(),
+                                q_cov=0.5 * (Sigma + Sigma.T))
+    Wp = np.maximum(W, 0.0)
+    return Evaluation(log_evidence=F, grads=grads, dZ=None, jitter=0.0, state=state, pseudo_data=(Wp, Wp * f + g))
+
+
+def _evaluate_fitc(kernel, likelihood, values, X, y, Z, tol, max_iter, need_grad, need_state, jitter, chunk_size):
+    prior = FITCCovariance(kernel, values, X, Z, jitter, chunk_size)
+    a, f, psi, (_, g, d2, d3) = find_mode(likelihood, values, prior, y, tol, max_iter)
+    W = -d2                       # unclipped at the mode (module docstring)
+    E, r, LC = prior.factor(W)
+    F = psi - 0.5 * float(np.sum(np.log(E))) - float(np.sum(np.log(np.diag(LC))))
+    if not np.isfinite(F):
+        raise FloatingPointError("Laplace: non-finite evidence")
+    At, D, L, n, m, chunk = prior.At, prior.D, prior.L, prior.n, prior.m, prior.chunk
+    grads, dZ = {}, None
+    if need_grad:
+        def quadratic_pass(slc):
+            V = solve_lower(LC, At[slc].T)
+            return (), (np.einsum("ij,ij->j", V, V),)
+
+        _, (h,) = map_reduce(quadratic_pass, n, chunk, width=m)     # h_i = a_i^T C^-1 a_i
+        posterior_var = D / E + h / (E * E)                        # diag (Kt^-1 + W)^-1
+        s2 = 0.5 * posterior_var * d3
+        u = s2 - _apply_R(At, r, LC, prior.mv(s2))                  # (I - R Kt) s2
+        # diag of G = 1/2 a a^T - 1/2 R + 1/2 (u g^T + g u^T), with R_ii = r_i - r_i^2 h_i.
+        G_diag = 0.5 * a * a - 0.5 * (r - r * r * h) + u * g
+        Aa, Ag, Au = At.T @ a, At.T @ g, At.T @ u
+
+        def gradient_pass(slc):
+            # 2 A G_off for these columns: A G = 1/2 (A a) a^T - 1/2 C^-1 A diag(r)
+            # + 1/2 (A u) g^T + 1/2 (A g) u^T, less A diag(G_diag); then L^-T (dF/dK_uf).
+            As = At[slc].T
+            H = np.outer(Aa, a[slc])
+            H += np.outer(Au, g[slc])
+            H += np.outer(Ag, u[slc])
+            H -= solve_upper_t(LC, solve_lower(LC, As)) * r[slc]
+            ADs = As * G_diag[slc]
+            H -= 2.0 * ADs
+            kg, dZ_part = kernel.vjp(values, "kernel", Z, X[slc], solve_upper_t(L, H))
+            kg = add_partial(kg, kernel.diag_vjp(values, "kernel", X[slc], G_diag[slc]))
+            return (kg, dZ_part, ADs @ As.T), ()
+
+        (grads, dZ, ADA), _ = map_reduce(gradient_pass, n, chunk, width=m)
+        # dF/dK_uu = -L^-T (A G A^T - A diag(G_diag) A^T) L^-1 with A R A^T = I - C^-1.
+        LCi = inverse_lower(LC)
+        AGA = 0.5 * (np.outer(Aa, Aa) - np.eye(m) + LCi.T @ LCi + np.outer(Au, Ag) + np.outer(Ag, Au))
+        Li = inverse_lower(L)
+        G_uu = -(Li.T @ (AGA - ADA) @ Li)
+        G_uu = jitter_adjoint(0.5 * (G_uu + G_uu.T), prior.jitter)
+        uu_grads, dZ_uu = kernel.vjp(values, "kernel", Z, Z, G_uu)
+        grads = add_partial(grads, uu_grads)
+        dZ = dZ + 2.0 * dZ_uu
+        for name, (dlp, d1p, d2p) in likelihood.log_density_param_derivatives(values, "likelihood", y, f).items():
+            grads[name] = np.array(np.sum(dlp) + 0.5 * posterior_var @ d2p + u @ prior.mv(d1p))
+    state = None
+    if need_state:
+        LCi = inverse_lower(LC)
+        weights = At.T @ a                                          # E[L^-1 u | y]
+        L_LCi = L @ LCi.T
+        state = PredictiveState(Z=Z, weights=weights, correction=np.eye(m) - LCi.T @ LCi, chol=L,
+                                q_mean=L @ weights, q_cov=L_LCi @ L_LCi.T)
+    Wp = np.maximum(W, 0.0)       # the pseudo-regression's weights (greedy selection) stay >= 0
+    return Evaluation(log_evidence=F, grads=grads, dZ=dZ, jitter=prior.jitter, state=state,
+                      pseudo_data=(Wp, Wp * f + g))

@@ -1,0 +1,324 @@
+"""Whitened SVGP (gpdsl.methods.svgp) against independent computations: GPflow 2.11's SVGP and
+VGP (../shared/oracles/gpflow/svgp_synth.json), Titsias' collapsed bound at the optimal q(v) for
+a Gaussian likelihood, central differences of every gradient, and chunking."""
+import json
+
+import numpy as np
+import pytest
+from scipy import special
+
+import gpdsl as gd
+from gpdsl.methods import collapsed, svgp
+
+from conftest import shared_path
+from naive import central_difference
+
+SE = gd.kernels.SquaredExponential
+GPFLOW_JITTER = 1e-6 / 2.0       # GPflow adds 1e-6 to K_uu; gpdsl's jitter is relative to mean(diag K_uu) = 2
+
+
+# -- the GPflow oracle ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def oracle():
+    root = shared_path("oracles")
+    data = json.loads((root / "gpflow" / "svgp_synth.json").read_text())
+    train = np.loadtxt(root / "data" / "synth_train_std.csv", delimiter=",")     # no header: x1, x2, label
+    test = np.loadtxt(root / "data" / "synth_test_std.csv", delimiter=",")
+    s = data["settings"]
+    values = {"kernel.lengthscale": np.array(1.3), "kernel.variance": np.array(2.0),
+              "variational.q_mu": np.array(s["q_mu"]),
+              "variational.q_sqrt": svgp.pack_lower(np.array(s["q_sqrt_lower"]))}
+    return data["results"], train[:, :2], train[:, 2], test[:10, :2], values
+
+
+class GPflowProbit:
+    """GPflow's Bernoulli probit: its link is inv_probit(f) = Phi(f) (1 - 2e-3) + 1e-3
+    (gpflow.likelihoods.utils), a floor that gpdsl's Bernoulli does not have.  Expectations by the
+    oracle's 200-point Gauss-Hermite rule, labels +-1; only the value is used."""
+
+    def variational_expectations(self, values, prefix, y, mean, var):
+        nodes, weights = np.polynomial.hermite_e.hermegauss(200)
+        f = mean[:, None] + np.sqrt(var)[:, None] * nodes[None, :]
+        p = special.ndtr(f) * (1.0 - 2e-3) + 1e-3
+        logp = np.where(y[:, None] > 0, np.log(p), np.log1p(-p))
+        zeros = np.zeros_like(mean)
+        return logp @ (weights / np.sqrt(2.0 * np.pi)), zeros, zeros, {}
+
+
+def _predict_f(kernel, values, state, Xs):
+    b = state.basis(kernel.gram(values, "kernel", state.Z, Xs))
+    return b.T @ state.weights, kernel.diag(values, "kernel", Xs) - np.einsum("ij,ij->j", b, state.correction @ b)
+
+
+def _check_terms(terms, ref, rtol=1e-8):
+    assert terms.elbo == pytest.approx(ref["elbo"], rel=rtol)
+    assert terms.kl == pytest.approx(ref["kl"], rel=rtol)
+    assert terms.expected_log_lik == pytest.approx(ref["expected_log_lik"], rel=rtol)
+    assert terms.elbo == pytest.approx(terms.expected_log_lik - terms.kl, rel=1e-14)
+
+
+CASES = {
+    # GPflow's Gaussian case used the labels +-1 as targets (with {0, 1} the bound is -641.2, not -843.2).
+    "gaussian_whiten_True": (gd.likelihoods.Gaussian(0.3), {"likelihood.variance": np.array(0.3)}),
+    "bernoulli_logit_whiten_True": (gd.likelihoods.Bernoulli("logit"), {"likelihood.bias": np.array(0.0)}),
+    "bernoulli_probit_whiten_True": (GPflowProbit(), {}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_gpflow_svgp_bound_and_predictions(oracle, case):
+    res, X, y, Xs, values = oracle
+    likelihood, lik_values = CASES[case]
+    values = {**values, **lik_values}
+    Z = X[:15]
+    _check_terms(svgp.elbo_terms(SE(1.3, 2.0), likelihood, values, X, y, Z, jitter=GPFLOW_JITTER), res[case])
+    ev = svgp.evaluate(SE(1.3, 2.0), likelihood, values, X, y, Z, jitter=GPFLOW_JITTER, need_grad=False,
+                       need_state=True)
+    assert ev.log_evidence == pytest.approx(res[case]["elbo"], rel=1e-8)
+    assert ev.jitter == GPFLOW_JITTER
+    mean, var = _predict_f(SE(1.3, 2.0), values, ev.state, Xs)
+    np.testing.assert_allclose(mean, res[case]["f_mean"], rtol=1e-8)
+    np.testing.assert_allclose(var, res[case]["f_var"], rtol=1e-8)
+
+
+def test_gpflow_predictive_probabilities(oracle):
+    res = oracle[0]
+    values = {"likelihood.bias": np.array(0.0)}
+    for link in ("probit", "logit"):
+        ref = res[f"bernoulli_{link}_whiten_True"]
+        p = gd.likelihoods.Bernoulli(link).predictive(values, "likelihood", np.array(ref["f_mean"]),
+                                                      np.array(ref["f_var"]))["p"]
+        if link == "probit":
+            p = p * (1.0 - 2e-3) + 1e-3          # GPflow's jittered inv_probit
+        np.testing.assert_allclose(p, ref["p_y1"], rtol=1e-8)
+
+
+def test_gpdsl_probit_differs_from_gpflows_only_through_the_link(oracle):
+    """gpdsl's Bernoulli probit (no floor on Phi) at the oracle's q: the KL is GPflow's, the
+    expectations differ by the 1e-3 floor of GPflow's inv_probit (~0.5% here) and equal
+    200-point Gauss-Hermite of log Phi over q's marginals (from the predictive state at X)."""
+    res, X, y, _, values = oracle
+    values = {**values, "likelihood.bias": np.array(0.0)}
+    likelihood = gd.likelihoods.Bernoulli("probit")
+    terms = svgp.elbo_terms(SE(1.3, 2.0), likelihood, values, X, y, X[:15], jitter=GPFLOW_JITTER)
+    ref = res["bernoulli_probit_whiten_True"]
+    assert terms.kl == pytest.approx(ref["kl"], rel=1e-12)
+    assert abs(terms.expected_log_lik / ref["expected_log_lik"] - 1.0) > 1e-3
+    state = svgp.evaluate(SE(1.3, 2.0), likelihood, values, X, y, X[:15], jitter=GPFLOW_JITTER, need_grad=False,
+                          need_state=True).state
+    mean, var = _predict_f(SE(1.3, 2.0), values, state, X)
+    nodes, weights = np.polynomial.hermite_e.hermegauss(200)
+    f = mean[:, None] + np.sqrt(var)[:, None] * nodes[None, :]
+    ell = np.sum(special.log_ndtr(y[:, None] * f) @ (weights / np.sqrt(2.0 * np.pi)))
+    assert terms.expected_log_lik == pytest.approx(ell, rel=1e-10)
+
+
+class _WithGPflowJitter(SE):
+    """SE plus 1e-6 on the diagonal of every covariance between identical inputs: the prior
+    GPflow's VGP places on f (L = chol(K_ff + 1e-6 I), f = L v at the training points)."""
+
+    def gram(self, values, prefix, X1, X2):
+        return super().gram(values, prefix, X1, X2) + 1e-6 * np.all(X1[:, None, :] == X2[None, :, :], axis=-1)
+
+    def diag(self, values, prefix, X):
+        return super().diag(values, prefix, X) + 1e-6
+
+
+def test_gpflow_whitened_vgp_is_svgp_with_Z_equal_X(oracle):
+    """GPflow's (whitened) VGP at a diagonal q_sqrt is SVGP with Z = X: its bound with the prior
+    K + 1e-6 I on f, its predictions (gpflow.conditionals, jitter on K_uu only) with ours."""
+    res, X, y, Xs, values = oracle
+    ref = res["vgp_bernoulli_probit_whitened"]
+    values = {**values, "variational.q_mu": np.array(ref["q_mu"]),
+              "variational.q_sqrt": svgp.pack_lower(np.diag(ref["q_sqrt_diag"]))}
+    terms = svgp.elbo_terms(_WithGPflowJitter(1.3, 2.0), GPflowProbit(), values, X, y, X, jitter=0.0)
+    assert terms.elbo == pytest.approx(ref["elbo"], rel=1e-8)
+    ev = svgp.evaluate(SE(1.3, 2.0), GPflowProbit(), values, X, y, X, jitter=GPFLOW_JITTER, need_grad=False,
+                       need_state=True)
+    mean, var = _predict_f(SE(1.3, 2.0), values, ev.state, Xs)
+    np.testing.assert_allclose(mean, ref["f_mean"], rtol=1e-8)
+    np.testing.assert_allclose(var, ref["f_var"], rtol=1e-8)
+
+
+# -- small random problems ------------------------------------------------------------------------
+def _problem(seed, n=25, m=6, d=2):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(n, d))
+    y = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + 0.3 * rng.standard_normal(n)
+    Z = X[:m] + 0.1 * rng.standard_normal((m, d))
+    R = np.tril(0.3 * rng.standard_normal((m, m)))
+    R[np.diag_indices(m)] = np.abs(np.diag(R)) + 0.4
+    R[1, 1] *= -1.0                              # log|S| takes |R_ii|: a negative diagonal entry is allowed
+    q = {"variational.q_mu": rng.standard_normal(m), "variational.q_sqrt": svgp.pack_lower(R)}
+    return X, y, Z, q
+
+
+KERNELS = {
+    "se-ard": (SE(np.array([0.8, 1.3]), 1.4),
+               {"kernel.lengthscale": np.array([0.8, 1.3]), "kernel.variance": np.array(1.4)}),
+    "m52": (gd.kernels.Matern52(1.1, 0.7), {"kernel.lengthscale": np.array(1.1), "kernel.variance": np.array(0.7)}),
+}
+LIKELIHOODS = {
+    "gauss": (gd.likelihoods.Gaussian(0.2), {"likelihood.variance": np.array(0.2)}, False),
+    "probit": (gd.likelihoods.Bernoulli("probit"), {"likelihood.bias": np.array(0.3)}, True),
+    "logit": (gd.likelihoods.Bernoulli("logit"), {"likelihood.bias": np.array(-0.2)}, True),
+    "student-t": (gd.likelihoods.StudentT(3.0, 0.5),
+                  {"likelihood.df": np.array(3.0), "likelihood.scale": np.array(0.5)}, False),
+}
+
+
+@pytest.mark.parametrize("jitter", [0.0, 1e-3])
+@pytest.mark.parametrize("lik", list(LIKELIHOODS))
+@pytest.mark.parametrize("kern", list(KERNELS))
+def test_gradients_match_central_differences(kern, lik, jitter):
+    X, y, Z, q = _problem(1)
+    kernel, kernel_values = KERNELS[kern]
+    likelihood, lik_values, binary = LIKELIHOODS[lik]
+    if binary:
+        y = np.where(y > 0, 1.0, -1.0)
+    values = {**kernel_values, **lik_values, **q}
+    ev = svgp.evaluate(kernel, likelihood, values, X, y, Z, jitter=jitter, chunk_size=7)
+    assert set(ev.grads) == set(values)
+
+    def objective(vals, Zz):
+        return svgp.evaluate(kernel, likelihood, vals, X, y, Zz, jitter=jitter, need_grad=False).log_evidence
+
+    for name, value in values.items():
+        fd = central_difference(lambda v: objective({**values, name: v}, Z), value)
+        np.testing.assert_allclose(ev.grads[name], fd, rtol=1e-6, atol=1e-7, err_msg=name)
+    np.testing.assert_allclose(ev.dZ, central_difference(lambda Zz: objective(values, Zz), Z), rtol=1e-6, atol=1e-7,
+                               err_msg="Z")
+
+
+def _optimal_gaussian_q(kernel, values, X, y, Z, jitter, s2):
+    """The optimal whitened q(v) for Gaussian noise s2, densely: S = (I + A A^T / s2)^-1,
+    m = S A y / s2 with A = L^-1 K_uf."""
+    Kuu = kernel.gram(values, "kernel", Z, Z)
+    L = np.linalg.cholesky(Kuu + jitter * np.mean(np.diag(Kuu)) * np.eye(Z.shape[0]))
+    A = np.linalg.solve(L, kernel.gram(values, "kernel", Z, X))
+    S = np.linalg.inv(np.eye(Z.shape[0]) + A @ A.T / s2)
+    return {"variational.q_mu": S @ A @ y / s2, "variational.q_sqrt": svgp.pack_lower(np.linalg.cholesky(S))}
+
+
+@pytest.mark.parametrize("jitter", [0.0, 1e-4])
+def test_gaussian_optimum_is_the_collapsed_vfe_bound(jitter):
+    """At the optimal q(v) the SVGP bound is Titsias' VFE bound (to 1e-8); its gradient in q
+    vanishes, and by the envelope theorem its gradients in the hyperparameters and Z are VFE's;
+    the predictions and q(u) are VFE's."""
+    X, y, Z, _ = _problem(2, n=40, m=8)
+    kernel, kernel_values = KERNELS["se-ard"]
+    s2 = 0.1
+    likelihood = gd.likelihoods.Gaussian(s2)
+    values = {**kernel_values, "likelihood.variance": np.array(s2)}
+    q = _optimal_gaussian_q(kernel, values, X, y, Z, jitter, s2)
+    ev = svgp.evaluate(kernel, likelihood, {**values, **q}, X, y, Z, jitter=jitter, need_state=True)
+    vfe = collapsed.evaluate(kernel, likelihood, values, X, y, Z, fitc=False, jitter=jitter, need_state=True)
+    assert ev.log_evidence == pytest.approx(vfe.log_evidence, rel=1e-8)
+    for name in q:
+        np.testing.assert_allclose(ev.grads[name], 0.0, atol=1e-8, err_msg=name)
+    for name in values:
+        np.testing.assert_allclose(ev.grads[name], vfe.grads[name], rtol=1e-7, atol=1e-8, err_msg=name)
+    np.testing.assert_allclose(ev.dZ, vfe.dZ, rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(ev.state.q_mean, vfe.state.q_mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(ev.state.q_cov, vfe.state.q_cov, rtol=1e-7, atol=1e-10)
+    Xs = np.random.default_rng(5).uniform(-2, 2, size=(7, 2))
+    for a, b in zip(_predict_f(kernel, values, ev.state, Xs), _predict_f(kernel, values, vfe.state, Xs)):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+    # The pseudo-regression of a Gaussian likelihood is the regression itself.
+    np.testing.assert_allclose(ev.pseudo_data[0], 1.0 / s2, rtol=1e-14)
+    np.testing.assert_allclose(ev.pseudo_data[1], y / s2, rtol=1e-12, atol=1e-12)
+
+
+def test_chunking_does_not_change_results():
+    X, y, Z, q = _problem(3, n=50, m=7)
+    kernel, kernel_values = KERNELS["se-ard"]
+    likelihood, lik_values, _ = LIKELIHOODS["logit"]
+    values = {**kernel_values, **lik_values, **q}
+    y = np.where(y > 0, 1.0, -1.0)
+    ref = svgp.evaluate(kernel, likelihood, values, X, y, Z, jitter=1e-6, chunk_size=X.shape[0], need_state=True)
+    for chunk in (1, 7, 13, None):
+        ev = svgp.evaluate(kernel, likelihood, values, X, y, Z, jitter=1e-6, chunk_size=chunk, need_state=True)
+        assert ev.log_evidence == pytest.approx(ref.log_evidence, rel=1e-12)
+        for name in values:
+            np.testing.assert_allclose(ev.grads[name], ref.grads[name], rtol=1e-12, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(ev.dZ, ref.dZ, rtol=1e-12, atol=1e-12)
+        for a, b in zip(ev.pseudo_data, ref.pseudo_data):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_pseudo_data_are_the_conjugate_sites():
+    """w = -2 dE/dvar (>= 0) and r = dE/dmean + w mean from the likelihood at q's marginals;
+    Student-t (not log-concave) gets w clipped at 0 where dE/dvar > 0."""
+    X, y, Z, q = _problem(4)
+    kernel, kernel_values = KERNELS["se-ard"]
+    likelihood, lik_values, _ = LIKELIHOODS["student-t"]
+    y = y.copy()
+    y[:3] += 6.0                                     # outliers: E[d2 log p] > 0 there
+    values = {**kernel_values, **lik_values, **q}
+    ev = svgp.evaluate(kernel, likelihood, values, X, y, Z, jitter=0.0, need_grad=False, need_state=True)
+    mean, var = _predict_f(kernel, values, ev.state, X)
+    _, g, d, _ = likelihood.variational_expectations(values, "likelihood", y, mean, var)
+    w = np.maximum(-2.0 * d, 0.0)
+    assert np.any(d > 0)
+    np.testing.assert_allclose(ev.pseudo_data[0], w, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(ev.pseudo_data[1], g + w * mean, rtol=1e-9, atol=1e-12)
+
+
+def test_state_and_helpers():
+    X, y, Z, q = _problem(5)
+    kernel, kernel_values = KERNELS["se-ard"]
+    values = {**kernel_values, "likelihood.variance": np.array(0.2), **q}
+    M = Z.shape[0]
+    R = svgp.unpack_lower(q["variational.q_sqrt"], M)
+    assert np.array_equal(np.tril(R), R)
+    np.testing.assert_array_equal(svgp.pack_lower(R), q["variational.q_sqrt"])
+    with pytest.raises(ValueError, match="q_sqrt"):
+        svgp.unpack_lower(np.zeros(M * M), M)
+    ev = svgp.evaluate(kernel, gd.likelihoods.Gaussian(0.2), values, X, y, Z, jitter=1e-5, need_grad=False,
+                       need_state=True)
+    L = ev.state.chol
+    Kuu = kernel.gram(values, "kernel", Z, Z)
+    np.testing.assert_allclose(L @ L.T, Kuu + 1e-5 * np.mean(np.diag(Kuu)) * np.eye(M), rtol=1e-12, atol=1e-14)
+    S = R @ R.T
+    np.testing.assert_allclose(ev.state.correction, np.eye(M) - S, rtol=1e-14)
+    np.testing.assert_allclose(ev.state.q_mean, L @ q["variational.q_mu"], rtol=1e-12)
+    np.testing.assert_allclose(ev.state.q_cov, L @ S @ L.T, rtol=1e-12, atol=1e-14)
+    assert ev.warm is None and ev.dZ is None and ev.grads == {}
+    # At the initial values q(u) = p(u): no KL, and the marginals are the prior's.
+    start = {**values, **svgp.initial_values(M)}
+    terms = svgp.elbo_terms(kernel, gd.likelihoods.Gaussian(0.2), start, X, y, Z, jitter=0.0)
+    assert terms.kl == 0.0
+    ell = np.sum(-0.5 * np.log(2 * np.pi * 0.2) - (y * y + 1.4) / (2 * 0.2))
+    assert terms.expected_log_lik == pytest.approx(ell, rel=1e-12)
+
+
+def test_jitter_ladder_moves_past_duplicate_inducing_points():
+    X, y, Z, q = _problem(6)
+    Z = np.vstack([Z[:-1], Z[:1]])                  # a repeated inducing input: K_uu is singular
+    kernel, kernel_values = KERNELS["se-ard"]
+    values = {**kernel_values, "likelihood.variance": np.array(0.2), **q}
+    ev = svgp.evaluate(kernel, gd.likelihoods.Gaussian(0.2), values, X, y, Z)
+    assert ev.jitter > 0.0 and np.isfinite(ev.log_evidence)
+    with pytest.raises(np.linalg.LinAlgError):
+        svgp.evaluate(kernel, gd.likelihoods.Gaussian(0.2), values, X, y, Z, jitter=0.0)
+
+
+def test_singular_q_raises_floating_point_error_before_any_pass():
+    """A zero on R's diagonal (S singular) makes the KL infinite: FloatingPointError (the
+    optimiser's signal to step back) before any pass over the data or climb of the ladder."""
+    X, y, Z, q = _problem(7)
+    kernel, kernel_values = KERNELS["se-ard"]
+    M = Z.shape[0]
+    R = svgp.unpack_lower(q["variational.q_sqrt"], M)
+    R[2, 2] = 0.0
+    values = {**kernel_values, "likelihood.variance": np.array(0.2), **q, "variational.q_sqrt": svgp.pack_lower(R)}
+    calls = []
+
+    class Counting(gd.likelihoods.Gaussian):
+        def variational_expectations(self, *args):
+            calls.append(1)
+            return super().variational_expectations(*args)
+
+    with pytest.raises(FloatingPointError, match="S singular"):
+        svgp.evaluate(kernel, Counting(0.2), values, X, y, Z)
+    assert not calls

@@ -1,0 +1,226 @@
+"""The Opper-Archambeau VGP (gpdsl.methods.vgp) against independent computations: central
+differences of every gradient, whitened SVGP with Z = X at the same q(f), the exact GP for a
+Gaussian likelihood, and optima found by L-BFGS-B."""
+import numpy as np
+import pytest
+from scipy import optimize
+
+import gpdsl as gd
+from gpdsl.methods import exact, svgp, vgp
+
+from naive import central_difference
+
+SE = gd.kernels.SquaredExponential
+KERNELS = {
+    "se-ard": (SE(np.array([0.8, 1.3]), 1.4),
+               {"kernel.lengthscale": np.array([0.8, 1.3]), "kernel.variance": np.array(1.4)}),
+    "m52": (gd.kernels.Matern52(1.1, 0.7), {"kernel.lengthscale": np.array(1.1), "kernel.variance": np.array(0.7)}),
+}
+LIKELIHOODS = {
+    "gauss": (gd.likelihoods.Gaussian(0.2), {"likelihood.variance": np.array(0.2)}, False),
+    "probit": (gd.likelihoods.Bernoulli("probit"), {"likelihood.bias": np.array(0.3)}, True),
+    "logit": (gd.likelihoods.Bernoulli("logit"), {"likelihood.bias": np.array(-0.2)}, True),
+    "student-t": (gd.likelihoods.StudentT(3.0, 0.5),
+                  {"likelihood.df": np.array(3.0), "likelihood.scale": np.array(0.5)}, False),
+}
+
+
+def _problem(seed, n=15, d=2, binary=False):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(n, d))
+    y = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + 0.3 * rng.standard_normal(n)
+    q = {"variational.alpha": rng.standard_normal(n), "variational.lambda": rng.uniform(0.3, 2.0, n)}
+    return X, (np.where(y > 0, 1.0, -1.0) if binary else y), q
+
+
+@pytest.mark.parametrize("jitter", [0.0, 1e-3])
+@pytest.mark.parametrize("lik", list(LIKELIHOODS))
+@pytest.mark.parametrize("kern", list(KERNELS))
+def test_gradients_match_central_differences(kern, lik, jitter):
+    kernel, kernel_values = KERNELS[kern]
+    likelihood, lik_values, binary = LIKELIHOODS[lik]
+    X, y, q = _problem(1, binary=binary)
+    values = {**kernel_values, **lik_values, **q}
+    ev = vgp.evaluate(kernel, likelihood, values, X, y, jitter=jitter)
+    assert set(ev.grads) == set(values) and ev.dZ is None
+
+    def objective(vals):
+        return vgp.evaluate(kernel, likelihood, vals, X, y, jitter=jitter, need_grad=False).log_evidence
+
+    for name, value in values.items():
+        fd = central_difference(lambda v: objective({**values, name: v}), value)
+        np.testing.assert_allclose(ev.grads[name], fd, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def _svgp_at_the_same_q(kernel, values, X, q):
+    """Whitened SVGP parameters with Z = X, K = L L^T, describing q(f) = N(K alpha, Sigma):
+    f = L v, so m = L^-1 K alpha = L^T alpha and S = L^-1 Sigma L^-T (dense, independent)."""
+    K = kernel.gram(values, "kernel", X, X)
+    L = np.linalg.cholesky(K)
+    lam2 = q["variational.lambda"] ** 2
+    Sigma = np.linalg.inv(np.linalg.inv(K) + np.diag(lam2))
+    S = np.linalg.solve(L, np.linalg.solve(L, Sigma).T)
+    return {"variational.q_mu": L.T @ q["variational.alpha"],
+            "variational.q_sqrt": svgp.pack_lower(np.linalg.cholesky(0.5 * (S + S.T)))}
+
+
+@pytest.mark.parametrize("lik", ["gauss", "probit", "student-t"])
+def test_bound_is_svgp_with_Z_equal_X_at_the_same_q(lik):
+    """The same q(f) in both parameterisations gives the same bound (KL is invariant under
+    f = L v) and the same predictions: to 1e-9 on a well-conditioned K."""
+    kernel, kernel_values = KERNELS["se-ard"]
+    likelihood, lik_values, binary = LIKELIHOODS[lik]
+    X, y, q = _problem(2, binary=binary)
+    values = {**kernel_values, **lik_values}
+    ev = vgp.evaluate(kernel, likelihood, {**values, **q}, X, y, jitter=0.0, need_state=True)
+    sv = svgp.evaluate(kernel, likelihood, {**values, **_svgp_at_the_same_q(kernel, values, X, q)}, X, y, X,
+                       jitter=0.0, need_state=True)
+    assert ev.log_evidence == pytest.approx(sv.log_evidence, rel=1e-9)
+    Xs = np.random.default_rng(3).uniform(-2, 2, size=(6, 2))
+    for a, b in zip(_predict_f(kernel, values, ev.state, Xs), _predict_f(kernel, values, sv.state, Xs)):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+    K = kernel.gram(values, "kernel", X, X)
+    np.testing.assert_allclose(ev.state.q_mean, K @ q["variational.alpha"], rtol=1e-12)
+
+
+def _predict_f(kernel, values, state, Xs):
+    b = state.basis(kernel.gram(values, "kernel", state.Z, Xs))
+    return b.T @ state.weights, kernel.diag(values, "kernel", Xs) - np.einsum("ij,ij->j", b, state.correction @ b)
+
+
+def test_state_predicts_the_opper_archambeau_posterior():
+    """f_* mean k_*^T alpha and variance k_** - k_*^T (K + Lam^-2)^-1 k_* (dense), and the
+    pseudo-regression (lambda^2, lambda^2 K alpha + alpha) has q(f) as its exact posterior."""
+    kernel, kernel_values = KERNELS["m52"]
+    likelihood, lik_values, _ = LIKELIHOODS["logit"]
+    X, y, q = _problem(4, binary=True)
+    values = {**kernel_values, **lik_values, **q}
+    ev = vgp.evaluate(kernel, likelihood, values, X, y, need_grad=False, need_state=True)
+    assert ev.jitter == 0.0 and ev.grads == {} and ev.warm is None
+    alpha, lam = q["variational.alpha"], q["variational.lambda"]
+    K = kernel.gram(values, "kernel", X, X)
+    Xs = np.random.default_rng(5).uniform(-2, 2, size=(6, 2))
+    Ks = kernel.gram(values, "kernel", X, Xs)
+    mean, var = _predict_f(kernel, values, ev.state, Xs)
+    np.testing.assert_allclose(mean, Ks.T @ alpha, rtol=1e-10)
+    np.testing.assert_allclose(var, 0.7 - np.einsum("ij,ij->j", Ks, np.linalg.solve(K + np.diag(lam ** -2), Ks)),
+                               rtol=1e-9)
+    np.testing.assert_allclose(ev.state.q_cov, np.linalg.inv(np.linalg.inv(K) + np.diag(lam ** 2)), rtol=1e-8,
+                               atol=1e-12)
+    w, r = ev.pseudo_data
+    np.testing.assert_allclose(w, lam ** 2, rtol=1e-15)
+    # Exact regression on (noise 1/w, targets r/w): posterior mean K (K + W^-1)^-1 r/w = K alpha.
+    np.testing.assert_allclose(K @ np.linalg.solve(K + np.diag(1.0 / w), r / w), K @ alpha, rtol=1e-9, atol=1e-12)
+
+
+def test_gaussian_closed_form_optimum_is_the_exact_marginal_likelihood():
+    """Gaussian noise s2: alpha = (K + s2 I)^-1 y, lambda^2 = 1/s2 make q(f) the exact posterior;
+    the bound is then log p(y) (to 1e-10), its gradient in q vanishes, its hyperparameter
+    gradients are the exact GP's (envelope theorem), its state predicts as the exact GP's."""
+    kernel, kernel_values = KERNELS["se-ard"]
+    X, y, _ = _problem(6, n=20)
+    s2 = 0.2
+    likelihood = gd.likelihoods.Gaussian(s2)
+    values = {**kernel_values, "likelihood.variance": np.array(s2)}
+    K = kernel.gram(values, "kernel", X, X)
+    q = {"variational.alpha": np.linalg.solve(K + s2 * np.eye(20), y), "variational.lambda": np.full(20, s2 ** -0.5)}
+    ev = vgp.evaluate(kernel, likelihood, {**values, **q}, X, y, jitter=0.0, need_state=True)
+    ref = exact.evaluate(kernel, likelihood, values, X, y, jitter=0.0, need_state=True)
+    assert ev.log_evidence == pytest.approx(ref.log_evidence, rel=1e-10)
+    for name in q:
+        np.testing.assert_allclose(ev.grads[name], 0.0, atol=1e-9, err_msg=name)
+    for name in values:
+        np.testing.assert_allclose(ev.grads[name], ref.grads[name], rtol=1e-8, atol=1e-9, err_msg=name)
+    Xs = np.random.default_rng(7).uniform(-2, 2, size=(6, 2))
+    for a, b in zip(_predict_f(kernel, values, ev.state, Xs), _predict_f(kernel, values, ref.state, Xs)):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(ev.pseudo_data[0], 1.0 / s2, rtol=1e-14)
+    np.testing.assert_allclose(ev.pseudo_data[1], y / s2, rtol=1e-10)
+
+
+def _maximise(fun_grad, x0):
+    res = optimize.minimize(lambda x: tuple(-v for v in fun_grad(x)), x0, jac=True, method="L-BFGS-B",
+                            options={"maxiter": 20000, "maxfun": 40000, "ftol": 1e-13, "gtol": 1e-9})
+    return -res.fun, res.x
+
+
+def _vgp_optimum(kernel, likelihood, values, X, y):
+    """L-BFGS-B over (alpha, log lambda) from the initial values."""
+    n = X.shape[0]
+
+    def fun_grad(x):
+        q = {"variational.alpha": x[:n], "variational.lambda": np.exp(x[n:])}
+        ev = vgp.evaluate(kernel, likelihood, {**values, **q}, X, y, jitter=0.0)
+        d_log_lambda = ev.grads["variational.lambda"] * q["variational.lambda"]
+        return ev.log_evidence, np.concatenate([ev.grads["variational.alpha"], d_log_lambda])
+
+    start = vgp.initial_values(n)
+    return _maximise(fun_grad, np.concatenate([start["variational.alpha"], np.log(start["variational.lambda"])]))
+
+
+def _svgp_optimum(kernel, likelihood, values, X, y):
+    """L-BFGS-B over (q_mu, packed q_sqrt) with Z = X, from GPflow's whitened start."""
+    n = X.shape[0]
+
+    def fun_grad(x):
+        q = {"variational.q_mu": x[:n], "variational.q_sqrt": x[n:]}
+        ev = svgp.evaluate(kernel, likelihood, {**values, **q}, X, y, X, jitter=0.0)
+        return ev.log_evidence, np.concatenate([ev.grads["variational.q_mu"], ev.grads["variational.q_sqrt"]])
+
+    start = svgp.initial_values(n)
+    return _maximise(fun_grad, np.concatenate([start["variational.q_mu"], start["variational.q_sqrt"]]))
+
+
+def _optimum_problem():
+    """16 points 0.4 apart and a length-scale of 0.5 below: cond(K) ~ 600.  (With 0.8, cond ~ 3e6,
+    L-BFGS-B needs ~10^4 steps in alpha, whose gradient K (g - alpha) is scaled by K.)"""
+    rng = np.random.default_rng(8)
+    X = np.linspace(-3, 3, 16)[:, None] + 0.05 * rng.standard_normal((16, 1))
+    y = np.sin(2 * X[:, 0]) + 0.2 * rng.standard_normal(16)
+    return X, y
+
+
+@pytest.mark.parametrize("lik", ["gauss", "probit"])
+def test_optimised_vgp_equals_optimised_svgp_with_Z_equal_X(lik):
+    """VGP maximised over q by L-BFGS-B on its own gradient reaches SVGP's optimum with Z = X
+    (to 1e-8; Opper & Archambeau's form holds the optimal Gaussian q(f)): for Gaussian noise
+    SVGP's closed-form optimum S = (I + A A^T / s2)^-1, m = S A y / s2, which is also the exact
+    log marginal likelihood; for probit SVGP's own L-BFGS-B optimum."""
+    kernel = SE(0.5, 1.1)
+    likelihood, lik_values, binary = LIKELIHOODS[lik]
+    X, y = _optimum_problem()
+    if binary:
+        y = np.where(y > 0, 1.0, -1.0)
+    values = {"kernel.lengthscale": np.array(0.5), "kernel.variance": np.array(1.1), **lik_values}
+    best_vgp, _ = _vgp_optimum(kernel, likelihood, values, X, y)
+    if lik == "gauss":
+        s2 = float(lik_values["likelihood.variance"])
+        A = np.linalg.cholesky(kernel.gram(values, "kernel", X, X)).T        # L^-1 K = L^T with Z = X
+        S = np.linalg.inv(np.eye(X.shape[0]) + A @ A.T / s2)
+        q = {"variational.q_mu": S @ A @ y / s2, "variational.q_sqrt": svgp.pack_lower(np.linalg.cholesky(S))}
+        best_svgp = svgp.evaluate(kernel, likelihood, {**values, **q}, X, y, X, jitter=0.0,
+                                  need_grad=False).log_evidence
+        ref = exact.evaluate(kernel, likelihood, values, X, y, jitter=0.0, need_grad=False).log_evidence
+        assert best_svgp == pytest.approx(ref, rel=1e-10)
+    else:
+        best_svgp, _ = _svgp_optimum(kernel, likelihood, values, X, y)
+    assert best_vgp == pytest.approx(best_svgp, rel=1e-8)
+
+
+def test_initial_values_and_shape_checks():
+    kernel, kernel_values = KERNELS["se-ard"]
+    X, y, _ = _problem(9)
+    start = vgp.initial_values(15)
+    np.testing.assert_array_equal(start["variational.alpha"], 0.0)
+    np.testing.assert_array_equal(start["variational.lambda"], 1.0)
+    values = {**kernel_values, "likelihood.variance": np.array(0.2)}
+    ev = vgp.evaluate(kernel, gd.likelihoods.Gaussian(0.2), {**values, **start}, X, y)
+    # Dense, from the definitions: q(f) = N(0, Sigma), Sigma = (K^-1 + I)^-1, Gaussian expectations
+    # in closed form, KL[N(0, Sigma) || N(0, K)].
+    K = kernel.gram(values, "kernel", X, X)
+    Sigma = np.linalg.inv(np.linalg.inv(K) + np.eye(15))
+    ell = np.sum(-0.5 * np.log(2 * np.pi * 0.2) - (y * y + np.diag(Sigma)) / (2 * 0.2))
+    kl = 0.5 * (np.trace(np.linalg.solve(K, Sigma)) - 15 + np.linalg.slogdet(K)[1] - np.linalg.slogdet(Sigma)[1])
+    assert ev.log_evidence == pytest.approx(ell - kl, rel=1e-10)
+    with pytest.raises(ValueError, match="variational.alpha"):
+        vgp.evaluate(kernel, gd.likelihoods.Gaussian(0.2), {**values, **vgp.initial_values(14)}, X, y)
