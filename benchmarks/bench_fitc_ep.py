@@ -84,8 +84,9 @@ class Problem:
         self.d = d
         model = make_model(d, self.Z)
         values = model.parameter_table(self.X, self.Z).values()
-        self.kind = model.likelihood.projection
-        self.bias = model.likelihood.bias_value(values, "likelihood")
+        # The probit's code and its scalar bias: the kernels' array (table) form of the projection.
+        site = model.likelihood.site_model(values, "likelihood")
+        self.kind, self.bias = site.kind, site.params[0]
         kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
         self.prior = epm.FITCPrior(model.kernel, kernel_values, self.X, self.Z, 1e-6, None)
         self.tau, self.nu = np.zeros(n), np.zeros(n)

@@ -304,13 +304,19 @@ def held_out_metrics(posterior, X_test, y_test):
 
 
 _EVIDENCE_KIND = {"Exact": "exact log marginal likelihood", "VFE": "collapsed variational bound",
-                  "FITC": "FITC approximate log marginal likelihood"}
+                  "FITC": "FITC approximate log marginal likelihood", "EP": "EP approximation",
+                  "QP": "EP approximation at QP's hyperparameters", "PolyaGamma": "collapsed Polya-Gamma bound",
+                  "Laplace": "Laplace approximation", "SVGP": "ELBO", "VGP": "ELBO"}
+# Arrays longer than this (a method's variational parameters) are summarised, not printed.
+_PRINTED_VALUES = 20
 
 
 def _format_value(value):
     value = np.asarray(value)
     if value.ndim == 0:
         return f"{float(value):.6g}"
+    if value.size > _PRINTED_VALUES:
+        return f"{value.size} values in [{value.min():.6g}, {value.max():.6g}] (saved in the posterior file)"
     return "[" + ", ".join(f"{v:.6g}" for v in value.ravel()) + "]"
 
 

@@ -20,6 +20,7 @@ from . import threads
 from .checks import (as_float_array, check_bool, check_nonnegative_int, check_positive_int, check_seed,
                      check_square_sums_finite)
 from .inducing import InducingSpec
+from .inference import supported_pairs  # noqa: F401  (public here before the registry moved)
 from .kernels import Kernel
 from .methods.common import ConvergenceWarning
 from .parameters import Entry, ParameterTable

@@ -322,6 +322,8 @@ def probability_of_one(link, bias, f_mean, f_var):
 @pytest.mark.parametrize("likelihood, inference, link", [
     ('type = "Bernoulli"\nlink = "probit"', "EP", "probit"),
     ('type = "Bernoulli"\nlink = "logit"', "PolyaGamma", "logit"),
+    ('type = "Bernoulli"\nlink = "logit"', "SVGP", "logit"),
+    ('type = "Bernoulli"\nlink = "probit"', "Laplace", "probit"),
 ])
 def test_toml_classification_held_out(tmp_path, capsys, likelihood, inference, link):
     """Used to end in KeyError: "No variable named 'y_mean'" (exit 1, nothing written)."""

@@ -20,6 +20,13 @@ def synth():
     return train[:, :2], train[:, 2], test[:, :2], test[:, 2]
 
 
+def _site(kind, param):
+    """The SiteModel that run_sites takes, for a likelihood code and its one parameter (none for
+    the Poisson likelihood)."""
+    from gpdsl._jit.projections import POISSON_SQUARE
+    return gd.likelihoods.SiteModel(kind, () if kind == POISSON_SQUARE else (param,), ())
+
+
 def _classifier(inference, inducing=None, kernel=None, bias=gd.Fixed(0.0)):
     return gd.Model(kernel=kernel or SE(1.0, 1.0), likelihood=gd.likelihoods.Bernoulli("probit", bias=bias),
                     inducing=inducing, inference=inference)
@@ -61,14 +68,14 @@ def test_fitc_ep_equals_dense_ep_on_the_fitc_prior(synth, schedule, quantile):
     values = {"kernel.lengthscale": np.array(0.8), "kernel.variance": np.array(1.3)}
     spec = (gd.inference.QP if quantile else gd.inference.EP)(tol=1e-12, schedule=schedule, jitter=1e-6)
     fitc = epm.FITCPrior(kernel, values, X, Z, 1e-6, None)
-    fitc_state = epm.run_sites(fitc, y, 0.3, 0, spec, None, quantile)
+    fitc_state = epm.run_sites(fitc, y, _site(0, 0.3), spec, None, quantile)
     dense = epm.DensePrior(kernel, values, X)
     Kuu = kernel.gram(values, "kernel", Z, Z)
     Kuu += 1e-6 * np.mean(np.diag(Kuu)) * np.eye(len(Z))
     Kfu = kernel.gram(values, "kernel", X, Z)
     Q = Kfu @ np.linalg.solve(Kuu, Kfu.T)
     dense.K = Q + np.diag(kernel.diag(values, "kernel", X) - np.diag(Q))
-    dense_state = epm.run_sites(dense, y, 0.3, 0, spec, None, quantile)
+    dense_state = epm.run_sites(dense, y, _site(0, 0.3), spec, None, quantile)
     assert fitc_state.converged and dense_state.converged
     np.testing.assert_allclose(fitc_state.tau, dense_state.tau, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(fitc_state.nu, dense_state.nu, rtol=1e-8, atol=1e-10)
@@ -154,11 +161,11 @@ def test_gaussian_projection_reproduces_exact_regression_in_one_sweep():
     exact = gd.Model(kernel=SE(0.7, 1.0), likelihood=gd.likelihoods.Gaussian(0.01)).fit(X, y, optimize=False)
     for schedule in ("sequential", "parallel"):
         prior = epm.DensePrior(SE(0.7, 1.0), values, X)
-        one = epm.run_sites(prior, y, 0.01, GAUSSIAN, gd.inference.EP(max_sweeps=1, schedule=schedule), None, False)
+        one = epm.run_sites(prior, y, _site(GAUSSIAN, 0.01), gd.inference.EP(max_sweeps=1, schedule=schedule), None, False)
         np.testing.assert_allclose(prior.mu, exact.predict(X).f_mean, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(np.diag(prior.Sigma), exact.predict(X).f_var, rtol=1e-8)
         np.testing.assert_allclose(one.tau, 100.0, rtol=1e-9)          # site precision = 1 / noise
-        again = epm.run_sites(prior, y, 0.01, GAUSSIAN, gd.inference.EP(tol=1e-8, schedule=schedule), one, False)
+        again = epm.run_sites(prior, y, _site(GAUSSIAN, 0.01), gd.inference.EP(tol=1e-8, schedule=schedule), one, False)
         assert again.converged and again.sweeps == 1
 
 
@@ -325,7 +332,7 @@ def test_blocked_fitc_sweep_equals_one_site_at_a_time(synth, counts, likelihood,
     from gpdsl._jit import ep_sweeps
     from gpdsl.methods import expectation_propagation as epm
     prior, y, bias, kind = _fitc_problem(likelihood, synth, counts)
-    warm = epm.run_sites(prior, y, bias, kind, gd.inference.EP(max_sweeps=2), None, quantile)
+    warm = epm.run_sites(prior, y, _site(kind, bias), gd.inference.EP(max_sweeps=2), None, quantile)
     for start in (0, 5):
         results = []
         for kernel in ("blocked", "rank1"):
@@ -360,9 +367,9 @@ def test_blocked_fitc_ep_converges_to_the_one_site_at_a_time_fixed_point(synth, 
     monkeypatch.setattr(ep_sweeps, "FITC_BLOCK", 7)
     spec = (gd.inference.QP if quantile else gd.inference.EP)(tol=1e-10, damping=0.2, max_sweeps=200)
     prior, y, bias, kind = _fitc_problem(likelihood, synth, counts)
-    blocked = epm.run_sites(prior, y, bias, kind, spec, None, quantile)
+    blocked = epm.run_sites(prior, y, _site(kind, bias), spec, None, quantile)
     reference = _with_rank1_sweep(_fitc_problem(likelihood, synth, counts)[0])
-    rank1 = epm.run_sites(reference, y, bias, kind, spec, None, quantile)
+    rank1 = epm.run_sites(reference, y, _site(kind, bias), spec, None, quantile)
     assert blocked.converged and rank1.converged
     assert abs(blocked.sweeps - rank1.sweeps) <= 1 and blocked.damping == rank1.damping == 0.2
     _assert_sites_close(blocked.tau, rank1.tau, "tau")
@@ -375,7 +382,7 @@ def test_blocked_fitc_sweep_equals_dense_sweep_on_the_fitc_prior(synth):
     from gpdsl._jit import ep_sweeps
     from gpdsl.methods import expectation_propagation as epm
     prior, y, bias, kind = _fitc_problem("probit", synth, None)
-    warm = epm.run_sites(prior, y, bias, kind, gd.inference.EP(max_sweeps=1), None, False)
+    warm = epm.run_sites(prior, y, _site(kind, bias), gd.inference.EP(max_sweeps=1), None, False)
     dense = epm.DensePrior(SE(0.8, 1.3), {"kernel.lengthscale": np.array(0.8), "kernel.variance": np.array(1.3)},
                            synth[0][:80])
     dense.K = prior.A0 @ prior.A0.T + np.diag(prior.d0)
@@ -497,7 +504,7 @@ def test_broken_posterior_is_a_numerical_failure_not_a_crash():
 
     state = epm.SiteState(np.zeros(3), np.zeros(3))
     with pytest.raises(FloatingPointError, match="positive definiteness"):
-        epm.cavity_terms(Broken(), state, y[:3], 0.0, PROBIT)
+        epm.cavity_terms(Broken(), state, y[:3], _site(PROBIT, 0.0))
 
 
 def _eq4_at_fixed_sites(X, sites, Z=None, jitter=0.0):

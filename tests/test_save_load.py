@@ -31,6 +31,17 @@ VARIANTS = {
                                     gd.inducing.GreedyVariance(tol=0.5, max_m=30, weighted=True, reinit=True,
                                                                max_reinit=1),
                                     gd.inference.PolyaGamma()), "classification"),
+    # Issue 15: the variational parameters as variables of their own dims (SVGP's q_mu and
+    # packed q_sqrt; VGP's per-point alpha and lambda), FITC-Laplace, the logit and Student-t sites.
+    "svgp": (gd.Model(SE(1.0, 1.0), gd.likelihoods.Bernoulli(link="logit"), gd.inducing.KMeans(8, seed=0),
+                      gd.inference.SVGP()), "classification"),
+    "vgp": (gd.Model(SE(1.0, 1.0), gd.likelihoods.StudentT(), inference=gd.inference.VGP()), "regression"),
+    "fitc-laplace": (gd.Model(SE(1.0, 1.0), PROBIT, gd.inducing.Optimized(gd.inducing.KMeans(6, seed=0)),
+                              gd.inference.Laplace()), "classification"),
+    "dense-ep-logit": (gd.Model(SE(1.0, 1.0), gd.likelihoods.Bernoulli(link="logit"), inference=gd.inference.EP()),
+                       "classification"),
+    "fitc-ep-student-t": (gd.Model(SE(1.0, 1.0), gd.likelihoods.StudentT(), gd.inducing.KMeans(8, seed=0),
+                                   gd.inference.EP()), "regression"),
     # fit(standardize=True) adds the standardization variables and attributes.
     "vfe-standardized": (gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.KMeans(10, seed=0),
                                   gd.inference.VFE()), "regression", {"standardize": True}),

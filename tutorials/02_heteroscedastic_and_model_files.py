@@ -80,13 +80,13 @@ print(f"{len(y_train)} training points, {len(y_test)} test points; "
 # %% [markdown]
 # ## Three likelihoods with the same kernel, inducing points and inference
 #
-# The (likelihood, inference) pair chooses the numerical method. `HeteroscedasticGaussian`
-# works with `Exact` and `VFE` (`gpdsl.model.supported_pairs()` lists every pair). With M = 15
+# Each inference method declares the likelihoods it accepts. `HeteroscedasticGaussian`
+# works with `Exact` and `VFE` (`gpdsl.inference.supported_pairs()` lists every pair). With M = 15
 # inducing inputs at k-means centres, VFE costs O(N M²) here as it does for the homoscedastic
 # model.
 
 # %%
-print(gd.model.supported_pairs())
+print(gd.inference.supported_pairs())
 
 kernel = gd.kernels.SquaredExponential(lengthscale=1.0, variance=1.0)
 inducing = gd.inducing.KMeans(15, seed=0)
