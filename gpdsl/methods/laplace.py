@@ -247,22 +247,29 @@ def _evaluate(kernel, likelihood, values, X, y, tol, max_iter, need_grad, need_s
         R = Li.T @ Li                                         # W^1/2 B^-1 W^1/2
         C = solve_lower(L, sw[:, None] * K)                   # L^-1 W^1/2 K
         posterior_var = np.diag(K) - np.einsum("ij,ij->j", C, C)   # diag (K^-1 + W)^-1
-        s2 = 0.5 * posterior_var * d3
-        # Adjoint of K: 1/2 a a^T - 1/2 R from the explicit terms, (I - R K) s2 g^T from the
-        # implicit change of f_hat (symmetrised: dK is symmetric).
-        G = 0.5 * np.outer(a, a) - 0.5 * R + np.outer(s2 - R @ (K @ s2), g)
-        grads, _ = kernel.vjp(values, "kernel", X, X, 0.5 * (G + G.T))
-        # GPML's infLaplace for each likelihood hyperparameter theta: the explicit terms
-        # sum d log p / d theta + 1/2 diag((K^-1 + W)^-1)^T d^3 log p / df^2 d theta and the
-        # implicit change of f_hat through b = K d^2 log p / df d theta.
-        for name, (dlp, d1p, d2p) in likelihood.log_density_param_derivatives(values, "likelihood", y, f).items():
-            b = K @ d1p
-            grads[name] = np.array(np.sum(dlp) + 0.5 * posterior_var @ d2p + s2 @ (b - K @ (R @ b)))
+        grads = _dense_gradients(kernel, likelihood, values, X, y, K, a, f, g, d3, R, posterior_var)
     state = None
     if need_state:
         state = site_regression(kernel, values, X, None, W, W * f + g, jitter=None, chunk_size=None,
                                 need_grad=False, need_state=True).state
     return Evaluation(log_evidence=F, grads=grads, dZ=None, jitter=0.0, state=state, pseudo_data=(W, W * f + g))
+
+
+def _dense_gradients(kernel, likelihood, values, X, y, K, a, f, g, d3, R, posterior_var):
+    """Algorithm 5.1's gradients, given R = W^1/2 B^-1 W^1/2 = (K + W^-1)^-1 (any sign of W) and
+    diag((K^-1 + W)^-1): the kernel hyperparameters and each likelihood hyperparameter."""
+    s2 = 0.5 * posterior_var * d3
+    # Adjoint of K: 1/2 a a^T - 1/2 R from the explicit terms, (I - R K) s2 g^T from the
+    # implicit change of f_hat (symmetrised: dK is symmetric).
+    G = 0.5 * np.outer(a, a) - 0.5 * R + np.outer(s2 - R @ (K @ s2), g)
+    grads, _ = kernel.vjp(values, "kernel", X, X, 0.5 * (G + G.T))
+    # GPML's infLaplace for each likelihood hyperparameter theta: the explicit terms
+    # sum d log p / d theta + 1/2 diag((K^-1 + W)^-1)^T d^3 log p / df^2 d theta and the
+    # implicit change of f_hat through b = K d^2 log p / df d theta.
+    for name, (dlp, d1p, d2p) in likelihood.log_density_param_derivatives(values, "likelihood", y, f).items():
+        b = K @ d1p
+        grads[name] = np.array(np.sum(dlp) + 0.5 * posterior_var @ d2p + s2 @ (b - K @ (R @ b)))
+    return grads
 
 
 def _evaluate_negative_w(kernel, likelihood, values, X, y, K, a, f, psi, g, W, d3, need_grad, need_state):
@@ -285,12 +292,7 @@ def _evaluate_negative_w(kernel, likelihood, values, X, y, K, a, f, psi, g, W, d
     R = 0.5 * (R + R.T)
     grads = {}
     if need_grad:
-        s2 = 0.5 * posterior_var * d3
-        G = 0.5 * np.outer(a, a) - 0.5 * R + np.outer(s2 - R @ (K @ s2), g)
-        grads, _ = kernel.vjp(values, "kernel", X, X, 0.5 * (G + G.T))
-        for name, (dlp, d1p, d2p) in likelihood.log_density_param_derivatives(values, "likelihood", y, f).items():
-            b = K @ d1p
-            grads[name] = np.array(np.sum(dlp) + 0.5 * posterior_var @ d2p + s2 @ (b - K @ (R @ b)))
+        grads = _dense_gradients(kernel, likelihood, values, X, y, K, a, f, g, d3, R, posterior_var)
     state = None
     if need_state:
         LK, _ = cholesky(K, None, what="K")
