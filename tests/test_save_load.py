@@ -31,10 +31,13 @@ VARIANTS = {
                                     gd.inducing.GreedyVariance(tol=0.5, max_m=30, weighted=True, reinit=True,
                                                                max_reinit=1),
                                     gd.inference.PolyaGamma()), "classification"),
-    # Issue 15: the variational parameters as variables of their own dims (SVGP's q_mu and
-    # packed q_sqrt; VGP's per-point alpha and lambda), FITC-Laplace, the logit and Student-t sites.
+    # Issue 15: q as the local state of the natural-gradient updates (SVGP's q_mu and packed
+    # q_sqrt; VGP's per-point alpha and lambda) or as hyperparameters (q_updates="joint"),
+    # FITC-Laplace, the logit and Student-t sites.
     "svgp": (gd.Model(SE(1.0, 1.0), gd.likelihoods.Bernoulli(link="logit"), gd.inducing.KMeans(8, seed=0),
                       gd.inference.SVGP()), "classification"),
+    "svgp-joint": (gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.KMeans(8, seed=0),
+                            gd.inference.SVGP(q_updates="joint")), "regression"),
     "vgp": (gd.Model(SE(1.0, 1.0), gd.likelihoods.StudentT(), inference=gd.inference.VGP()), "regression"),
     "fitc-laplace": (gd.Model(SE(1.0, 1.0), PROBIT, gd.inducing.Optimized(gd.inducing.KMeans(6, seed=0)),
                               gd.inference.Laplace()), "classification"),

@@ -224,3 +224,110 @@ def test_initial_values_and_shape_checks():
     assert ev.log_evidence == pytest.approx(ell - kl, rel=1e-10)
     with pytest.raises(ValueError, match="variational.alpha"):
         vgp.evaluate(kernel, gd.likelihoods.Gaussian(0.2), {**values, **vgp.initial_values(14)}, X, y)
+
+
+# -- natural-gradient updates of q (optimise_q) ---------------------------------------------------
+def _natgrad_problem(lik, seed=3, n=30):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(n, 2))
+    y = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + 0.3 * rng.standard_normal(n)
+    kernel, kernel_values = KERNELS["se-ard"]
+    likelihood, lik_values, binary = LIKELIHOODS[lik]
+    return kernel, likelihood, {**kernel_values, **lik_values}, X, (np.where(y > 0, 1.0, -1.0) if binary else y)
+
+
+@pytest.mark.parametrize("jitter", [0.0, 1e-6])
+def test_optimise_q_gaussian_one_step_is_the_closed_form(jitter):
+    """Gaussian noise s2: the first step (rho = 1) gives alpha = (K + s2 I)^-1 y and
+    lambda^2 = 1/s2 from any start (with the jitter on K), whose bound is log p(y)."""
+    kernel, likelihood, values, X, y = _natgrad_problem("gauss")
+    n, s2 = X.shape[0], float(values["likelihood.variance"])
+    K = kernel.gram(values, "kernel", X, X)
+    K = K + jitter * np.mean(np.diag(K)) * np.eye(n)
+    alpha = np.linalg.solve(K + s2 * np.eye(n), y)
+    _, _, start = _problem(12, n=n)
+    for q0 in (None, start):
+        q, steps, converged = vgp.optimise_q(kernel, likelihood, values, X, y, q0, jitter=jitter, max_iter=1)
+        assert steps == 1 and not converged
+        np.testing.assert_allclose(q["variational.alpha"], alpha, rtol=1e-9, atol=1e-11)
+        np.testing.assert_allclose(q["variational.lambda"], s2 ** -0.5, rtol=1e-13)
+        q, steps, converged = vgp.optimise_q(kernel, likelihood, values, X, y, q0, jitter=jitter)
+        assert converged and steps <= 2
+        ev = vgp.evaluate(kernel, likelihood, {**values, **q}, X, y, jitter=jitter, need_grad=False)
+        if jitter == 0.0:
+            ref = exact.evaluate(kernel, likelihood, values, X, y, jitter=0.0, need_grad=False).log_evidence
+            assert ev.log_evidence == pytest.approx(ref, rel=1e-11)
+
+
+class _Counting:
+    def __init__(self, likelihood):
+        self.likelihood, self.calls = likelihood, 0
+
+    def variational_expectations(self, *args):
+        self.calls += 1
+        return self.likelihood.variational_expectations(*args)
+
+
+@pytest.mark.parametrize("lik", ["probit", "logit"])
+def test_optimise_q_reaches_the_optimum_monotonically(lik):
+    """Bernoulli: the converged q(f) has |dELBO/d(alpha, lambda)| < 1e-6 by evaluate's gradients,
+    the bound after k steps never decreases in k (max_iter=k gives the run's first k steps), and
+    a warm start from the optimum (q=None: the variational entries of ``values``) stops at once."""
+    kernel, likelihood, values, X, y = _natgrad_problem(lik)
+    counting = _Counting(likelihood)
+    q, steps, converged = vgp.optimise_q(kernel, counting, values, X, y, jitter=0.0, tol=1e-12)
+    assert converged and 1 < steps < 30 and counting.calls >= steps + 1
+    ev = vgp.evaluate(kernel, likelihood, {**values, **q}, X, y, jitter=0.0)
+    for name in q:
+        np.testing.assert_allclose(ev.grads[name], 0.0, atol=1e-6, err_msg=name)
+    bounds = [vgp.evaluate(kernel, likelihood, {**values, **vgp.initial_values(X.shape[0])}, X, y, jitter=0.0,
+                           need_grad=False).log_evidence]
+    for k in range(1, steps + 1):
+        qk, sk, _ = vgp.optimise_q(kernel, likelihood, values, X, y, jitter=0.0, tol=1e-12, max_iter=k)
+        assert sk == k
+        bounds.append(vgp.evaluate(kernel, likelihood, {**values, **qk}, X, y, jitter=0.0,
+                                   need_grad=False).log_evidence)
+    assert np.all(np.diff(bounds) >= 0.0) and bounds[-1] == ev.log_evidence
+    _, warm_steps, warm_converged = vgp.optimise_q(kernel, likelihood, {**values, **q}, X, y, jitter=0.0, tol=1e-12)
+    assert warm_converged and warm_steps <= 1
+
+
+@pytest.mark.parametrize("lik", ["probit", "logit"])
+def test_optimise_q_agrees_with_svgp_with_Z_equal_X(lik):
+    """The natural-gradient optima of VGP and of whitened SVGP with Z = X are the same q(f): the
+    same bound (to 1e-10) and, mapped to SVGP's parameters (m = L^T alpha, S = L^-1 Sigma L^-T),
+    the same q(v) (to 1e-6)."""
+    kernel = SE(0.5, 1.1)
+    likelihood, lik_values, _ = LIKELIHOODS[lik]
+    X, y = _optimum_problem()
+    y = np.where(y > 0, 1.0, -1.0)
+    values = {"kernel.lengthscale": np.array(0.5), "kernel.variance": np.array(1.1), **lik_values}
+    q, _, converged = vgp.optimise_q(kernel, likelihood, values, X, y, jitter=0.0, tol=1e-12)
+    qs, _, converged_s = svgp.optimise_q(kernel, likelihood, values, X, y, X, jitter=0.0, tol=1e-12)
+    assert converged and converged_s
+    bound = vgp.evaluate(kernel, likelihood, {**values, **q}, X, y, jitter=0.0, need_grad=False).log_evidence
+    bound_s = svgp.elbo_terms(kernel, likelihood, {**values, **qs}, X, y, X, jitter=0.0).elbo
+    assert bound == pytest.approx(bound_s, rel=1e-10)
+    mapped = _svgp_at_the_same_q(kernel, values, X, q)
+    np.testing.assert_allclose(mapped["variational.q_mu"], qs["variational.q_mu"], rtol=1e-6, atol=1e-7)
+    n = X.shape[0]
+    R, Rs = svgp.unpack_lower(mapped["variational.q_sqrt"], n), svgp.unpack_lower(qs["variational.q_sqrt"], n)
+    np.testing.assert_allclose(R @ R.T, Rs @ Rs.T, rtol=1e-6, atol=1e-8)
+
+
+def test_optimise_q_clips_negative_site_precisions():
+    """Student-t with outliers: the sites that would have a negative precision stay at the
+    floor (lambda > 0), the bound rises monotonically from the start, and it ends at or below
+    SVGP's with Z = X, which does not clip."""
+    kernel, likelihood, values, X, y = _natgrad_problem("student-t")
+    y = y.copy()
+    y[:3] += 6.0
+    start = vgp.evaluate(kernel, likelihood, {**values, **vgp.initial_values(X.shape[0])}, X, y, jitter=0.0,
+                         need_grad=False).log_evidence
+    q, steps, converged = vgp.optimise_q(kernel, likelihood, values, X, y, jitter=0.0, tol=1e-10)
+    lam = q["variational.lambda"]
+    floor = np.sqrt(vgp.MIN_SITE_PRECISION / np.mean(np.diag(kernel.gram(values, "kernel", X, X))))
+    assert converged and np.all(lam > 0) and np.any(np.isclose(lam, floor, rtol=1e-9, atol=0.0))
+    bound = vgp.evaluate(kernel, likelihood, {**values, **q}, X, y, jitter=0.0, need_grad=False).log_evidence
+    qs, _, _ = svgp.optimise_q(kernel, likelihood, values, X, y, X, jitter=0.0, tol=1e-10)
+    assert start < bound <= svgp.elbo_terms(kernel, likelihood, {**values, **qs}, X, y, X, jitter=0.0).elbo + 1e-9

@@ -77,3 +77,37 @@ class LocalStateFormat:
     attributes: dict
     export: Callable
     load: Callable
+
+
+@dataclass
+class VariationalState:
+    """A variational method's q, moved to its optimum at each evaluation by natural-gradient
+    steps (SVGP, VGP with ``q_updates="natural"``): ``q`` maps the ``"variational.*"`` names to
+    arrays; ``sweeps`` counts the steps of the last evaluation, ``converged`` says whether its last
+    step gained less than the method's ``q_tol``."""
+
+    q: dict
+    sweeps: int = 0
+    converged: bool = False
+
+
+def variational_state_format(dims):
+    """The :class:`LocalStateFormat` of a :class:`VariationalState` whose arrays are named
+    ``"variational.<name>"`` with ``dims`` = {name: dimension}; in the file they are the
+    variables ``variational_<name>``."""
+
+    def export(state, total_steps):
+        variables = {f"variational_{name}": (dim, state.q[f"variational.{name}"]) for name, dim in dims.items()}
+        return variables, {"q_steps_final": state.sweeps, "q_converged": int(state.converged),
+                           "q_total_steps": total_steps}
+
+    def load(ds):
+        q = {f"variational.{name}": ds[f"variational_{name}"].values for name in dims}
+        return (VariationalState(q, sweeps=int(ds.attrs["q_steps_final"]), converged=bool(ds.attrs["q_converged"])),
+                int(ds.attrs["q_total_steps"]))
+
+    return LocalStateFormat(
+        "variational_q",
+        {f"variational_{name}": ((dim,), "float") for name, dim in dims.items()},
+        {"local_state": "str", "q_steps_final": "count", "q_converged": "flag", "q_total_steps": "count"},
+        export, load)
