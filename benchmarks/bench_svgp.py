@@ -10,12 +10,11 @@ logit and / or probit link and its bias fixed at 0 (GPflow's SVGP has a zero mea
     gd.Model(kernel, likelihood, KMeans(128, seed=0), gd.inference.SVGP(**options)).fit(
         X, y, fixed=("likelihood.bias",))
 
-i.e. the whitened q(u) (m: M values, q_sqrt: M (M + 1) / 2 = 8,256 values) optimised jointly with
-the two kernel hyperparameters by the model's L-BFGS-B (the *joint* mode, the only one
-``gd.inference.SVGP`` has while it has no option for natural-gradient q updates: the script
-prints the fields it found).  ``--svgp-options key=value,...`` passes options to
-``gd.inference.SVGP`` (e.g. a natural-gradient mode once it is wired), each value read as a Python
-literal where it parses as one.
+i.e. the whitened q(u) (m: M values, q_sqrt: M (M + 1) / 2 = 8,256 values) moved to its
+optimum by natural-gradient steps at every evaluation, L-BFGS-B on the kernel hyperparameters
+(``q_updates="natural"``, the default), or optimised jointly with them by L-BFGS-B
+(``--svgp-options q_updates='joint'``, GPflow's way).  ``--svgp-options key=value,...`` passes
+options to ``gd.inference.SVGP``, each value read as a Python literal where it parses as one.
 
 Timed: construction + fit + the final state (``time.process_time`` of the process, i.e. CPU
 seconds over every thread, and wall clock), after one untimed warm-up fit on 200 points (Numba
@@ -125,12 +124,14 @@ def run(link, m, X, y, Xte, yte, options, max_iter, plateau):
     # How far the joint optimiser left q from its optimum at the fitted hyperparameters: the
     # natural-gradient q updates (svgp.optimise_q) from the fitted q, untimed.
     yp = mod.likelihood.prepare_targets(y)
-    args = (mod.kernel, mod.likelihood, post.values, X, yp, post.state.Z)
+    # q is a hyperparameter in the joint mode and the local state in the natural one.
+    fitted = {**post.values, **(post.sites.q if post.sites is not None else {})}
+    args = (mod.kernel, mod.likelihood, fitted, X, yp, post.state.Z)
     elbo = svgp.elbo_terms(*args, jitter=post.jitter).elbo
     t = time.perf_counter()
     q, steps, q_converged = threads.managed(svgp.optimise_q)(*args, jitter=post.jitter, tol=1e-6, max_iter=200)
     q_s = time.perf_counter() - t
-    gap = svgp.elbo_terms(*args[:2], {**post.values, **q}, *args[3:], jitter=post.jitter).elbo - elbo
+    gap = svgp.elbo_terms(*args[:2], {**fitted, **q}, *args[3:], jitter=post.jitter).elbo - elbo
     return {"link": link, "plateau": plateau, "cpu": cpu, "wall": wall, "iters": post.n_iterations,
             "converged": post.converged, "elbo": post.log_evidence, "nlpd": nlpd, "err": err,
             "lengthscale": float(np.ravel(post.values["kernel.lengthscale"])[0]),
@@ -168,7 +169,7 @@ def main():
           f"(OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
           f"NUMBA_NUM_THREADS={os.environ.get('NUMBA_NUM_THREADS')})")
     print(f"gd.inference.SVGP fields: {fields}; options used: {options or 'defaults'} "
-          f"-> mode: {'as set by the options' if options else 'joint L-BFGS-B over q and hyperparameters'}")
+          f"-> q_updates={gd.inference.SVGP(**options).q_updates!r}")
     X, y, Xte, yte = prepare(args.twonorm, args.seed)
     print(f"data: twonorm train {X.shape[0]} x {X.shape[1]}, test {Xte.shape[0]} (90/10 split, seed {args.seed}, "
           f"standardised); M = {args.m} k-means (seed 0), Z fixed; SE(sqrt(D), 1); bias fixed at 0")
