@@ -111,3 +111,67 @@ def variational_state_format(dims):
         {f"variational_{name}": ((dim,), "float") for name, dim in dims.items()},
         {"local_state": "str", "q_steps_final": "count", "q_converged": "flag", "q_total_steps": "count"},
         export, load)
+
+
+# Below this step size the damped natural-gradient steps give up (unconverged).
+NATGRAD_MIN_STEP = 2.0 ** -30
+
+
+def next_step_size(rho, before, after):
+    """The step size to try after a step of size ``rho`` that moved the natural parameters by
+    rho * ``before`` (the residual T(theta) - theta of the fixed-point map T, here the sites' natural
+    parameters less q's) and left the residual ``after``.
+
+    Near the fixed point after ~ (I + rho (J - I)) before, J the Jacobian of T: along ``before``,
+    mu = <after, before> / <before, before> = 1 + rho (lambda - 1) for the eigenvalue lambda of J
+    that dominates, and the damped map's factor 1 + rho' (lambda - 1) vanishes at
+    rho' = rho / (1 - mu).  So rho' = min(1, rho / (1 - mu)): 1 (the fixed-point iteration) while it
+    contracts without oscillating (mu in [0, 1)), ~1/2 for an oscillating mode (mu ~ -1, which
+    rho = 1 leaves at |lambda| ~ 1 step after step while the bound creeps up); where the residual
+    grew along itself (mu >= 1) rho is kept.
+    """
+    bb = float(before @ before)
+    if bb == 0.0:
+        return rho
+    mu = float(after @ before) / bb
+    return rho if mu >= 1.0 else min(1.0, rho / (1.0 - mu))
+
+
+def damped_natural_steps(natural, target, elbo, at, tol, max_iter):
+    """Damped fixed-point steps on a variational bound in natural parameters (SVGP's and VGP's
+    natural-gradient q updates): from ``natural`` (a tuple of arrays) with the fixed-point map's
+    value ``target`` there and the bound ``elbo``, try natural <- (1 - rho) natural + rho target;
+    ``at(candidate) -> (elbo, target, point)`` evaluates a candidate (raising LinAlgError or
+    FloatingPointError where it cannot).  A step is taken when it does not lower the bound (so the
+    bound never decreases); otherwise rho is halved, and below :data:`NATGRAD_MIN_STEP` the steps
+    stop unconverged.  They stop converged when a step gains less than ``tol`` nats or loses less
+    than ``tol`` (rounding at the optimum; that step is not taken); after a step the next rho is
+    :func:`next_step_size`.  Returns (the ``point`` of the last step taken or None, steps taken,
+    converged)."""
+    def flat(parts):
+        return np.concatenate([np.ravel(p) for p in parts])
+
+    rho, n_steps, converged, point = 1.0, 0, False, None
+    while n_steps < max_iter:
+        candidate = tuple((1.0 - rho) * a + rho * b for a, b in zip(natural, target))
+        try:
+            elbo_c, target_c, point_c = at(candidate)
+        except (np.linalg.LinAlgError, FloatingPointError):
+            elbo_c = -np.inf
+        gain = elbo_c - elbo if np.isfinite(elbo_c) else -np.inf
+        if gain >= 0.0:
+            residual = flat(target) - flat(natural)
+            natural, target, elbo, point = candidate, target_c, elbo_c, point_c
+            n_steps += 1
+            if gain < tol:
+                converged = True
+                break
+            rho = next_step_size(rho, residual, flat(target) - flat(natural))
+        elif gain > -tol:
+            converged = True
+            break
+        else:
+            rho *= 0.5
+            if rho < NATGRAD_MIN_STEP:
+                break
+    return point, n_steps, converged

@@ -32,7 +32,7 @@ from scipy import linalg as sp_linalg
 from ..chunks import add_partial, default_chunk_size, map_reduce
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_upper_t
 from .collapsed import check_rows_nystrom, whitened_rows
-from .common import Evaluation, PredictiveState
+from .common import Evaluation, PredictiveState, damped_natural_steps
 
 
 class ElboTerms(NamedTuple):
@@ -225,7 +225,6 @@ def _gradients(kernel, values, Z, L, m, R, S, jit, Ag, P, grads, dZ):
 # -- natural-gradient updates of q ----------------------------------------------------------------
 # Smallest step size tried before a damped natural-gradient iteration gives up (2^-30: by then the
 # step is a first-order move whose gain has the sign of the directional derivative).
-NATGRAD_MIN_STEP = 2.0 ** -30
 
 
 def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chunk_size=None, tol=1e-8,
@@ -255,8 +254,8 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
     step.  Each step is one chunked O(N M^2) pass (:func:`_data_pass` with ``natural=True``),
     which gives the bound at the step's q and the sites for the next.  rho starts at 1 and is
     halved while a step does not raise the bound (so the bound never decreases); below
-    :data:`NATGRAD_MIN_STEP` the iteration stops unconverged.  After a step that raised it, the
-    next rho is chosen from the change of the residual (:func:`next_step_size`): 1 while the
+    :data:`gpdsl.methods.common.NATGRAD_MIN_STEP` the iteration stops unconverged.  After a step that raised it, the
+    next rho is chosen from the change of the residual (:func:`gpdsl.methods.common.next_step_size`): 1 while the
     fixed-point iteration contracts, about 1/2 where it oscillates.  A step that lowers the bound
     by less than ``tol`` is treated as converged (the bound's rounding at the optimum) and not
     taken.
@@ -300,56 +299,18 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
 
     Ri = inverse_lower(R)
     Lam = Ri.T @ Ri                                       # S^-1
-    eta = Lam @ m                                         # S^-1 m
-    rho, n_steps, converged = 1.0, 0, False
-    while n_steps < max_iter:
-        Lam_c = (1.0 - rho) * Lam + rho * Lam_hat
-        eta_c = (1.0 - rho) * eta + rho * eta_hat
-        try:
-            m_c, R_c = _from_natural(Lam_c, eta_c)
-            elbo_c, Lam_hat_c, eta_hat_c = natural_pass(L, m_c, R_c)
-        except (np.linalg.LinAlgError, FloatingPointError):
-            elbo_c = -np.inf
-        gain = elbo_c - elbo
-        if gain >= 0.0:
-            residual = np.concatenate([(Lam_hat - Lam).ravel(), eta_hat - eta])
-            m, R, Lam, eta, elbo, Lam_hat, eta_hat = m_c, R_c, Lam_c, eta_c, elbo_c, Lam_hat_c, eta_hat_c
-            n_steps += 1
-            if gain < tol:
-                converged = True
-                break
-            rho = next_step_size(rho, residual, np.concatenate([(Lam_hat - Lam).ravel(), eta_hat - eta]))
-        elif gain > -tol:
-            converged = True
-            break
-        else:
-            rho *= 0.5
-            if rho < NATGRAD_MIN_STEP:
-                break
+
+    def at(natural):
+        m_c, R_c = _from_natural(*natural)
+        elbo_c, Lam_hat_c, eta_hat_c = natural_pass(L, m_c, R_c)
+        return elbo_c, (Lam_hat_c, eta_hat_c), (m_c, R_c)
+
+    moved, n_steps, converged = damped_natural_steps((Lam, Lam @ m), (Lam_hat, eta_hat), elbo, at, tol, max_iter)
+    m, R = moved if moved is not None else (m, R)
     return {"variational.q_mu": m, "variational.q_sqrt": pack_lower(R)}, n_steps, converged
 
 
 _Q_KEYS = ("variational.q_mu", "variational.q_sqrt")
-
-
-def next_step_size(rho, before, after):
-    """The step size to try after a step of size ``rho`` that moved the natural parameters by
-    rho * ``before`` (the residual T(theta) - theta of the fixed-point map T, here the sites' natural
-    parameters less q's) and left the residual ``after``.
-
-    Near the fixed point after ~ (I + rho (J - I)) before, J the Jacobian of T: along ``before``,
-    mu = <after, before> / <before, before> = 1 + rho (lambda - 1) for the eigenvalue lambda of J
-    that dominates, and the damped map's factor 1 + rho' (lambda - 1) vanishes at
-    rho' = rho / (1 - mu).  So rho' = min(1, rho / (1 - mu)): 1 (the fixed-point iteration) while it
-    contracts without oscillating (mu in [0, 1)), ~1/2 for an oscillating mode (mu ~ -1, which
-    rho = 1 leaves at |lambda| ~ 1 step after step while the bound creeps up); where the residual
-    grew along itself (mu >= 1) rho is kept.
-    """
-    bb = float(before @ before)
-    if bb == 0.0:
-        return rho
-    mu = float(after @ before) / bb
-    return rho if mu >= 1.0 else min(1.0, rho / (1.0 - mu))
 
 
 def _from_natural(Lam, eta):

@@ -26,8 +26,7 @@ import numpy as np
 
 from .. import threads
 from ..linalg import JITTER_LADDER, add_jitter, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t
-from .svgp import NATGRAD_MIN_STEP, next_step_size
-from .common import Evaluation, PredictiveState
+from .common import Evaluation, PredictiveState, damped_natural_steps
 
 
 def initial_values(N):
@@ -187,7 +186,7 @@ def optimise_q(kernel, likelihood, values, X, y, q=None, *, jitter=None, tol=1e-
     (I + Lam^2 K) alpha = eta: alpha = eta - Lam B^-1 Lam K eta, B = I + Lam K Lam (the matrix the
     bound factorises anyway).  Step-size control as :func:`gpdsl.methods.svgp.optimise_q`: rho
     starts at 1, is halved while a step does not raise the bound (so the bound never decreases),
-    and after a step that raised it is chosen by :func:`gpdsl.methods.svgp.next_step_size` from
+    and after a step that raised it is chosen by :func:`gpdsl.methods.common.next_step_size` from
     the change of the residual (w - lambda^2, r - eta); a step that lowers the bound by less than
     ``tol`` is not taken and ends the iteration as converged.
 
@@ -226,37 +225,17 @@ def optimise_q(kernel, likelihood, values, X, y, q=None, *, jitter=None, tol=1e-
             except (np.linalg.LinAlgError, FloatingPointError):
                 if attempt == len(rungs) - 1:
                     raise
-        lam2, eta = lam * lam, alpha + lam * lam * mean
-        w, r = step_targets(mean, g, d)
-        rho, n_steps, converged = 1.0, 0, False
-        while n_steps < max_iter:
-            lam2_c = (1.0 - rho) * lam2 + rho * w
-            eta_c = (1.0 - rho) * eta + rho * r
+        def at(natural):
+            lam2_c, eta_c = natural
             lam_c = np.sqrt(lam2_c)
-            try:
-                LB = _factor_b(K, lam_c)
-                v = lam_c * (K @ eta_c)
-                alpha_c = eta_c - lam_c * solve_upper_t(LB, solve_lower(LB, v))
-                elbo_c, _, _, mean_c, _, g_c, d_c, _ = _bound(likelihood, values, y, K, lam_c, alpha_c, LB)
-            except (np.linalg.LinAlgError, FloatingPointError):
-                elbo_c = -np.inf
-            gain = elbo_c - elbo if np.isfinite(elbo_c) else -np.inf
-            if gain >= 0.0:
-                residual = np.concatenate([w - lam2, r - eta])
-                lam2, eta, lam, alpha, elbo = lam2_c, eta_c, lam_c, alpha_c, elbo_c
-                w, r = step_targets(mean_c, g_c, d_c)
-                n_steps += 1
-                if gain < tol:
-                    converged = True
-                    break
-                rho = next_step_size(rho, residual, np.concatenate([w - lam2, r - eta]))
-            elif gain > -tol:
-                converged = True
-                break
-            else:
-                rho *= 0.5
-                if rho < NATGRAD_MIN_STEP:
-                    break
+            LB = _factor_b(K, lam_c)
+            alpha_c = eta_c - lam_c * solve_upper_t(LB, solve_lower(LB, lam_c * (K @ eta_c)))
+            elbo_c, _, _, mean_c, _, g_c, d_c, _ = _bound(likelihood, values, y, K, lam_c, alpha_c, LB)
+            return elbo_c, step_targets(mean_c, g_c, d_c), (alpha_c, lam_c)
+
+        moved, n_steps, converged = damped_natural_steps((lam * lam, alpha + lam * lam * mean),
+                                                         step_targets(mean, g, d), elbo, at, tol, max_iter)
+        alpha, lam = moved if moved is not None else (alpha, lam)
     return {"variational.alpha": alpha, "variational.lambda": lam}, n_steps, converged
 
 
