@@ -12,6 +12,7 @@ from gpdsl.methods import collapsed, svgp
 
 from conftest import shared_path
 from naive import central_difference
+from variational_cases import KERNELS, LIKELIHOODS, predict_f
 
 SE = gd.kernels.SquaredExponential
 GPFLOW_JITTER = 1e-6 / 2.0       # GPflow adds 1e-6 to K_uu; gpdsl's jitter is relative to mean(diag K_uu) = 2
@@ -45,11 +46,6 @@ class GPflowProbit:
         return logp @ (weights / np.sqrt(2.0 * np.pi)), zeros, zeros, {}
 
 
-def _predict_f(kernel, values, state, Xs):
-    b = state.basis(kernel.gram(values, "kernel", state.Z, Xs))
-    return b.T @ state.weights, kernel.diag(values, "kernel", Xs) - np.einsum("ij,ij->j", b, state.correction @ b)
-
-
 def _check_terms(terms, ref, rtol=1e-8):
     assert terms.elbo == pytest.approx(ref["elbo"], rel=rtol)
     assert terms.kl == pytest.approx(ref["kl"], rel=rtol)
@@ -76,7 +72,7 @@ def test_gpflow_svgp_bound_and_predictions(oracle, case):
                        need_state=True)
     assert ev.log_evidence == pytest.approx(res[case]["elbo"], rel=1e-8)
     assert ev.jitter == GPFLOW_JITTER
-    mean, var = _predict_f(SE(1.3, 2.0), values, ev.state, Xs)
+    mean, var = predict_f(SE(1.3, 2.0), values, ev.state, Xs)
     np.testing.assert_allclose(mean, res[case]["f_mean"], rtol=1e-8)
     np.testing.assert_allclose(var, res[case]["f_var"], rtol=1e-8)
 
@@ -106,7 +102,7 @@ def test_gpdsl_probit_differs_from_gpflows_only_through_the_link(oracle):
     assert abs(terms.expected_log_lik / ref["expected_log_lik"] - 1.0) > 1e-3
     state = svgp.evaluate(SE(1.3, 2.0), likelihood, values, X, y, X[:15], jitter=GPFLOW_JITTER, need_grad=False,
                           need_state=True).state
-    mean, var = _predict_f(SE(1.3, 2.0), values, state, X)
+    mean, var = predict_f(SE(1.3, 2.0), values, state, X)
     nodes, weights = np.polynomial.hermite_e.hermegauss(200)
     f = mean[:, None] + np.sqrt(var)[:, None] * nodes[None, :]
     ell = np.sum(special.log_ndtr(y[:, None] * f) @ (weights / np.sqrt(2.0 * np.pi)))
@@ -135,7 +131,7 @@ def test_gpflow_whitened_vgp_is_svgp_with_Z_equal_X(oracle):
     assert terms.elbo == pytest.approx(ref["elbo"], rel=1e-8)
     ev = svgp.evaluate(SE(1.3, 2.0), GPflowProbit(), values, X, y, X, jitter=GPFLOW_JITTER, need_grad=False,
                        need_state=True)
-    mean, var = _predict_f(SE(1.3, 2.0), values, ev.state, Xs)
+    mean, var = predict_f(SE(1.3, 2.0), values, ev.state, Xs)
     np.testing.assert_allclose(mean, ref["f_mean"], rtol=1e-8)
     np.testing.assert_allclose(var, ref["f_var"], rtol=1e-8)
 
@@ -151,20 +147,6 @@ def _problem(seed, n=25, m=6, d=2):
     R[1, 1] *= -1.0                              # log|S| takes |R_ii|: a negative diagonal entry is allowed
     q = {"variational.q_mu": rng.standard_normal(m), "variational.q_sqrt": svgp.pack_lower(R)}
     return X, y, Z, q
-
-
-KERNELS = {
-    "se-ard": (SE(np.array([0.8, 1.3]), 1.4),
-               {"kernel.lengthscale": np.array([0.8, 1.3]), "kernel.variance": np.array(1.4)}),
-    "m52": (gd.kernels.Matern52(1.1, 0.7), {"kernel.lengthscale": np.array(1.1), "kernel.variance": np.array(0.7)}),
-}
-LIKELIHOODS = {
-    "gauss": (gd.likelihoods.Gaussian(0.2), {"likelihood.variance": np.array(0.2)}, False),
-    "probit": (gd.likelihoods.Bernoulli("probit"), {"likelihood.bias": np.array(0.3)}, True),
-    "logit": (gd.likelihoods.Bernoulli("logit"), {"likelihood.bias": np.array(-0.2)}, True),
-    "student-t": (gd.likelihoods.StudentT(3.0, 0.5),
-                  {"likelihood.df": np.array(3.0), "likelihood.scale": np.array(0.5)}, False),
-}
 
 
 @pytest.mark.parametrize("jitter", [0.0, 1e-3])
@@ -222,7 +204,7 @@ def test_gaussian_optimum_is_the_collapsed_vfe_bound(jitter):
     np.testing.assert_allclose(ev.state.q_mean, vfe.state.q_mean, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(ev.state.q_cov, vfe.state.q_cov, rtol=1e-7, atol=1e-10)
     Xs = np.random.default_rng(5).uniform(-2, 2, size=(7, 2))
-    for a, b in zip(_predict_f(kernel, values, ev.state, Xs), _predict_f(kernel, values, vfe.state, Xs)):
+    for a, b in zip(predict_f(kernel, values, ev.state, Xs), predict_f(kernel, values, vfe.state, Xs)):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
     # The pseudo-regression of a Gaussian likelihood is the regression itself.
     np.testing.assert_allclose(ev.pseudo_data[0], 1.0 / s2, rtol=1e-14)
@@ -256,7 +238,7 @@ def test_pseudo_data_are_the_conjugate_sites():
     y[:3] += 6.0                                     # outliers: E[d2 log p] > 0 there
     values = {**kernel_values, **lik_values, **q}
     ev = svgp.evaluate(kernel, likelihood, values, X, y, Z, jitter=0.0, need_grad=False, need_state=True)
-    mean, var = _predict_f(kernel, values, ev.state, X)
+    mean, var = predict_f(kernel, values, ev.state, X)
     _, g, d, _ = likelihood.variational_expectations(values, "likelihood", y, mean, var)
     w = np.maximum(-2.0 * d, 0.0)
     assert np.any(d > 0)
@@ -395,7 +377,7 @@ def test_optimise_q_reaches_a_stationary_point_monotonically(lik, variance):
     for name in q:
         np.testing.assert_allclose(ev.grads[name], 0.0, atol=1e-6 if variance < 10 else 1e-5, err_msg=name)
     if lik == "student-t":
-        _, _, d, _ = likelihood.variational_expectations(values, "likelihood", y, *_predict_f(kernel, values,
+        _, _, d, _ = likelihood.variational_expectations(values, "likelihood", y, *predict_f(kernel, values,
                                                                                              ev.state, X))
         assert np.any(d > 0)                     # a negative site precision at the optimum
     if lik == "student-t":

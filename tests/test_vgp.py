@@ -9,20 +9,9 @@ import gpdsl as gd
 from gpdsl.methods import exact, svgp, vgp
 
 from naive import central_difference
+from variational_cases import KERNELS, LIKELIHOODS, predict_f
 
 SE = gd.kernels.SquaredExponential
-KERNELS = {
-    "se-ard": (SE(np.array([0.8, 1.3]), 1.4),
-               {"kernel.lengthscale": np.array([0.8, 1.3]), "kernel.variance": np.array(1.4)}),
-    "m52": (gd.kernels.Matern52(1.1, 0.7), {"kernel.lengthscale": np.array(1.1), "kernel.variance": np.array(0.7)}),
-}
-LIKELIHOODS = {
-    "gauss": (gd.likelihoods.Gaussian(0.2), {"likelihood.variance": np.array(0.2)}, False),
-    "probit": (gd.likelihoods.Bernoulli("probit"), {"likelihood.bias": np.array(0.3)}, True),
-    "logit": (gd.likelihoods.Bernoulli("logit"), {"likelihood.bias": np.array(-0.2)}, True),
-    "student-t": (gd.likelihoods.StudentT(3.0, 0.5),
-                  {"likelihood.df": np.array(3.0), "likelihood.scale": np.array(0.5)}, False),
-}
 
 
 def _problem(seed, n=15, d=2, binary=False):
@@ -77,15 +66,10 @@ def test_bound_is_svgp_with_Z_equal_X_at_the_same_q(lik):
                        jitter=0.0, need_state=True)
     assert ev.log_evidence == pytest.approx(sv.log_evidence, rel=1e-9)
     Xs = np.random.default_rng(3).uniform(-2, 2, size=(6, 2))
-    for a, b in zip(_predict_f(kernel, values, ev.state, Xs), _predict_f(kernel, values, sv.state, Xs)):
+    for a, b in zip(predict_f(kernel, values, ev.state, Xs), predict_f(kernel, values, sv.state, Xs)):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
     K = kernel.gram(values, "kernel", X, X)
     np.testing.assert_allclose(ev.state.q_mean, K @ q["variational.alpha"], rtol=1e-12)
-
-
-def _predict_f(kernel, values, state, Xs):
-    b = state.basis(kernel.gram(values, "kernel", state.Z, Xs))
-    return b.T @ state.weights, kernel.diag(values, "kernel", Xs) - np.einsum("ij,ij->j", b, state.correction @ b)
 
 
 def test_state_predicts_the_opper_archambeau_posterior():
@@ -101,7 +85,7 @@ def test_state_predicts_the_opper_archambeau_posterior():
     K = kernel.gram(values, "kernel", X, X)
     Xs = np.random.default_rng(5).uniform(-2, 2, size=(6, 2))
     Ks = kernel.gram(values, "kernel", X, Xs)
-    mean, var = _predict_f(kernel, values, ev.state, Xs)
+    mean, var = predict_f(kernel, values, ev.state, Xs)
     np.testing.assert_allclose(mean, Ks.T @ alpha, rtol=1e-10)
     np.testing.assert_allclose(var, 0.7 - np.einsum("ij,ij->j", Ks, np.linalg.solve(K + np.diag(lam ** -2), Ks)),
                                rtol=1e-9)
@@ -132,7 +116,7 @@ def test_gaussian_closed_form_optimum_is_the_exact_marginal_likelihood():
     for name in values:
         np.testing.assert_allclose(ev.grads[name], ref.grads[name], rtol=1e-8, atol=1e-9, err_msg=name)
     Xs = np.random.default_rng(7).uniform(-2, 2, size=(6, 2))
-    for a, b in zip(_predict_f(kernel, values, ev.state, Xs), _predict_f(kernel, values, ref.state, Xs)):
+    for a, b in zip(predict_f(kernel, values, ev.state, Xs), predict_f(kernel, values, ref.state, Xs)):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(ev.pseudo_data[0], 1.0 / s2, rtol=1e-14)
     np.testing.assert_allclose(ev.pseudo_data[1], y / s2, rtol=1e-10)
