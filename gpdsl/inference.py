@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from . import likelihoods as lik
 import numpy as np
 
-from .checks import check_positive_int, check_positive_number, is_integer, is_number
+from .checks import check_positive_int, check_positive_number, check_seed, is_integer, is_number
 from .linalg import check_jitter
-from .methods import collapsed, exact, expectation_propagation, laplace, polya_gamma, svgp, vgp
+from .methods import collapsed, exact, expectation_propagation, laplace, polya_gamma, stochastic, svgp, vgp
 from .methods.common import VariationalState, variational_state_format
 from .parameters import entry
 
@@ -65,6 +65,12 @@ class Inference:
     def variational_entries(self, n, Z, fixed_names=()):
         """Entries of the variational parameters optimised with the hyperparameters (none here)."""
         return []
+
+    def minimise(self, objective, u0, max_iter, progress, callback):
+        """Maximise the objective over the free log-space vector from ``u0``: L-BFGS-B under
+        gpdsl's stopping rule (gpdsl.model's objective) unless the method has its own optimiser
+        (minibatch SVGP).  Returns SciPy's OptimizeResult with the fields the model reads."""
+        return objective.minimise(u0, max_iter, progress, callback)
 
     def outer_loop(self, objective, u, max_iter):
         """An optional loop after the hyperparameter optimisation, from its optimum ``u`` (the
@@ -319,6 +325,9 @@ class _Variational(Inference):
         check_positive_int(name, "q_max_iter", self.q_max_iter)
         check_jitter(name, self.jitter)
 
+    # Whether q moves by minibatch steps (SVGP(batch_size=...)) rather than to its optimum.
+    _stochastic = False
+
     @property
     def local_state(self):
         return self._state_format if self.q_updates == "natural" else None
@@ -340,6 +349,14 @@ class _Variational(Inference):
             return self._evaluate(kernel, likelihood, values, X, y, Z, need_grad=need_grad, need_state=need_state)
         start = self._initial_q(X.shape[0], Z)
         if warm is not None and all(np.shape(warm.q[k]) == np.shape(v) for k, v in start.items()):
+            if self._stochastic:
+                # The minibatch steps have moved q; the posterior is the bound at that q, without
+                # full-batch passes over N rows (one O(N M^2) pass evaluates it).
+                q, steps, converged = warm.q, 0, warm.converged
+                ev = self._evaluate(kernel, likelihood, {**values, **q}, X, y, Z, need_grad=False,
+                                    need_state=need_state)
+                ev.warm = VariationalState(q, sweeps=steps, converged=converged)
+                return ev
             start = warm.q
         q, steps, converged = self._optimise_q(kernel, likelihood, values, X, y, Z, start)
         ev = self._evaluate(kernel, likelihood, {**values, **q}, X, y, Z, need_grad=need_grad, need_state=need_state)
@@ -361,15 +378,45 @@ class SVGP(_Variational):
     ``chunk_size`` as for VFE.
     """
 
-    __doc__ += _Variational.__doc__
+    __doc__ += _Variational.__doc__ + """
+    ``batch_size``: None fits on the full batch as above; an integer B runs the stochastic
+    optimiser of Hensman et al. (2015) with the natural-gradient steps of Salimbeni et al. (2018)
+    for large N: each of fit's ``max_iter`` steps draws B rows (``seed``), takes a
+    natural-gradient step of size ``natural_step`` on q from them (their data term times N / B)
+    and an Adam step of size ``learning_rate`` on the log-hyperparameters (and optimised Z) along
+    the batch's gradient; the posterior is then the full-batch bound (``log_evidence``) and
+    prediction at that q, one O(N M^2) pass.  Needs ``q_updates="natural"``.
+    """
     jitter: float | None = None
     chunk_size: int | None = None
+    batch_size: int | None = None
+    learning_rate: float = 0.01
+    natural_step: float = 0.1
+    seed: int = 0
     inducing_rule = "required"
     _state_format = variational_state_format({"q_mu": "inducing", "q_sqrt": "q_sqrt_index"})
 
     def __post_init__(self):
         super().__post_init__()
         _check_chunk("SVGP", self.chunk_size)
+        if self.batch_size is not None:
+            check_positive_int("SVGP", "batch_size", self.batch_size)
+            if self.q_updates != "natural":
+                raise ValueError("SVGP: batch_size needs q_updates='natural' (the minibatch steps on q are "
+                                 f"natural-gradient steps), got q_updates={self.q_updates!r}")
+        check_positive_number("SVGP", "learning_rate", self.learning_rate)
+        if not (is_number(self.natural_step) and 0.0 < self.natural_step <= 1.0):
+            raise ValueError(f"SVGP: natural_step must be in (0, 1], got {self.natural_step!r}")
+        check_seed("SVGP", self.seed)
+
+    @property
+    def _stochastic(self):
+        return self.batch_size is not None
+
+    def minimise(self, objective, u0, max_iter, progress, callback):
+        if self.batch_size is None:
+            return super().minimise(objective, u0, max_iter, progress, callback)
+        return stochastic.minimise(objective, u0, max_iter, progress, callback, spec=self)
 
     def _initial_q(self, n, Z):
         return None if Z is None else svgp.initial_values(Z.shape[0])

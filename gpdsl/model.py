@@ -344,7 +344,7 @@ class Model:
             rng = np.random.default_rng(seed)
             starts = [u0] + [_random_start(table, u0, X, rng) for _ in range(restarts)]
             for u_start in starts:
-                res = run.minimise(u_start, max_iter, progress, callback)
+                res = self.inference.minimise(run, u_start, max_iter, progress, callback)
                 if result is None or res.fun < result.fun:
                     result = res
             if not np.all(np.isfinite(result.x)):

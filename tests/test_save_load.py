@@ -36,6 +36,8 @@ VARIANTS = {
     # FITC-Laplace, the logit and Student-t sites.
     "svgp": (gd.Model(SE(1.0, 1.0), gd.likelihoods.Bernoulli(link="logit"), gd.inducing.KMeans(8, seed=0),
                       gd.inference.SVGP()), "classification"),
+    "svgp-minibatch": (gd.Model(SE(1.0, 1.0), gd.likelihoods.Bernoulli(link="probit"), gd.inducing.KMeans(8, seed=0),
+                                gd.inference.SVGP(batch_size=32)), "classification"),
     "svgp-joint": (gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.KMeans(8, seed=0),
                             gd.inference.SVGP(q_updates="joint")), "regression"),
     "vgp": (gd.Model(SE(1.0, 1.0), gd.likelihoods.StudentT(), inference=gd.inference.VGP()), "regression"),

@@ -32,7 +32,7 @@ from scipy import linalg as sp_linalg
 from ..chunks import add_partial, default_chunk_size, map_reduce
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_upper_t
 from .collapsed import check_rows_nystrom, whitened_rows
-from .common import Evaluation, PredictiveState, damped_natural_steps
+from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps
 
 
 class ElboTerms(NamedTuple):
@@ -311,6 +311,42 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
 
 
 _Q_KEYS = ("variational.q_mu", "variational.q_sqrt")
+
+
+def minibatch_step(kernel, likelihood, values, X, y, Z, q, *, scale, rho, jitter=None):
+    """One stochastic step on a minibatch X (B, D), y (B,) of N = ``scale`` B rows (Hensman et
+    al. 2015 section 3; Salimbeni, Eleftheriadis & Hensman 2018): the natural-gradient step of
+    size ``rho`` on q from the batch's sites, the data part of the natural parameters times
+    ``scale`` (an unbiased estimate of the full batch's, see :func:`optimise_q`), halved while
+    the new S^-1 fails to factorise (sites of a likelihood that is not log-concave); then, at the
+    new q, the batch's estimate of the bound, scale E_batch - KL, and its gradient in the kernel
+    and likelihood hyperparameters and Z, which is ``scale`` times the batch's (KL[q(v) || p(v)]
+    does not depend on them in the whitened basis).
+
+    Returns ``(q, elbo_estimate, grads, dZ, jitter)``; ``q`` as in :func:`optimise_q`.
+    """
+    M = Z.shape[0]
+    m, R = _checked_q(q, M)
+    L, jit = cholesky(kernel.gram(values, "kernel", Z, Z), jitter, what="K_uu")
+    (_, AWA, Ar), _ = _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, None, X.shape[0], False,
+                                 natural=True)
+    Lam_hat = scale * 0.5 * (AWA + AWA.T)
+    Lam_hat[np.diag_indices(M)] += 1.0
+    Ri = inverse_lower(R)
+    Lam = Ri.T @ Ri
+    while True:
+        try:
+            m, R = _from_natural((1.0 - rho) * Lam + rho * Lam_hat, (1.0 - rho) * (Lam @ m) + rho * scale * Ar)
+            break
+        except np.linalg.LinAlgError:
+            rho *= 0.5
+            if rho < NATGRAD_MIN_STEP:
+                raise FloatingPointError("SVGP: no natural-gradient step keeps S positive definite") from None
+    q = {"variational.q_mu": m, "variational.q_sqrt": pack_lower(R)}
+    terms, ev = _evaluate_at(kernel, likelihood, {**values, **q}, X, y, Z, m, R, _kl(m, R), jit, X.shape[0],
+                             True, False)
+    grads = {k: scale * g for k, g in ev.grads.items() if k not in _Q_KEYS}
+    return q, scale * terms.expected_log_lik - terms.kl, grads, scale * ev.dZ, jit
 
 
 def _from_natural(Lam, eta):

@@ -1,0 +1,71 @@
+"""The minibatch optimiser of SVGP (``gd.inference.SVGP(batch_size=B)``) for large N.
+
+Hensman, Fusi & Lawrence (2013) and Hensman, Matthews & Ghahramani (2015, section 3): the bound
+is a sum over data points plus a KL term, so a batch of B rows drawn at random, its data term
+times N / B, is an unbiased estimate of it and of its gradient.  Each step (Salimbeni,
+Eleftheriadis & Hensman 2018, "Natural gradients in practice"):
+
+1. a natural-gradient step of size ``natural_step`` on q(v) from the batch
+   (:func:`gpdsl.methods.svgp.minibatch_step`);
+2. an Adam step (Kingma & Ba 2015, their defaults beta1 = 0.9, beta2 = 0.999, eps = 1e-8) of size
+   ``learning_rate`` on the free log-space vector of hyperparameters (and optimised Z) along the
+   batch's gradient at the new q, log priors included.
+
+Every step is O(B M^2 + M^3); nothing of size N is formed.  The q reached is left as the
+objective's warm start, from which the model's final evaluation moves q to its full-batch
+optimum (a few O(N M^2) natural-gradient steps) and reports the full bound.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import OptimizeResult
+
+from .common import VariationalState
+from .svgp import initial_values, minibatch_step
+
+_ADAM_BETA1, _ADAM_BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
+
+
+def minimise(objective, u0, max_iter, progress, callback, *, spec):
+    """``max_iter`` minibatch steps from ``u0`` on ``objective`` (gpdsl.model's objective: its
+    parameter table, data, Z and warm start); returns an OptimizeResult as L-BFGS-B's run does
+    (``fun``: the last batch's estimate of the negative objective, ``success`` True: a stochastic
+    run has no convergence test, it runs its steps)."""
+    model, table, X, y = objective.model, objective.table, objective.X, objective.y
+    n = X.shape[0]
+    batch = min(spec.batch_size, n)
+    rng = np.random.default_rng(spec.seed)
+    u = np.array(u0, dtype=float)
+    first, second = np.zeros_like(u), np.zeros_like(u)
+    values = table.unpack(u)
+    Z = values.get("inducing.Z", objective.Z0)
+    q = objective.warm.q if objective.warm is not None else initial_values(Z.shape[0])
+    estimate = np.nan
+    for step in range(1, max_iter + 1):
+        rows = rng.choice(n, size=batch, replace=False)
+        values = table.unpack(u)
+        Z = values.pop("inducing.Z", objective.Z0)
+        q, elbo, grads, dZ, _ = minibatch_step(model.kernel, model.likelihood, values, X[rows], y[rows], Z, q,
+                                               scale=n / batch, rho=spec.natural_step, jitter=spec.jitter)
+        if "inducing.Z" in table.names():
+            grads["inducing.Z"] = dZ
+            values["inducing.Z"] = Z
+        log_prior, prior_grads = table.log_prior(values)
+        table.check_gradients("SVGP", grads)
+        for name, g in prior_grads.items():
+            grads[name] = grads[name] + g
+        estimate = -(elbo + log_prior)
+        g = -table.chain(values, grads)
+        first = _ADAM_BETA1 * first + (1.0 - _ADAM_BETA1) * g
+        second = _ADAM_BETA2 * second + (1.0 - _ADAM_BETA2) * g * g
+        u = u - spec.learning_rate * (first / (1.0 - _ADAM_BETA1 ** step)) / (
+            np.sqrt(second / (1.0 - _ADAM_BETA2 ** step)) + _ADAM_EPS)
+        report = {"iteration": step, "objective": float(estimate), "grad_norm": float(np.linalg.norm(g))}
+        if progress:
+            print(f"step {step:6d}  batch objective {report['objective']: .10g}  |grad| {report['grad_norm']:.3e}",
+                  flush=True)
+        if callback is not None:
+            callback(report)
+    objective.warm = VariationalState(q, sweeps=max_iter, converged=True)
+    return OptimizeResult(x=u, fun=float(estimate), success=True, nit=max_iter, jac=None, plateau=False,
+                          runaway=None, start=u0, message=f"{max_iter} minibatch steps of {batch} rows")
