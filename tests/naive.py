@@ -174,3 +174,138 @@ def vfe_predict_extended(X, Z, X_new, lengthscale, variance, noise, y):
     V = _solve_lower_extended(LB, A_new)                      # L_B^-1 a_*
     g = _solve_lower_extended(LB, (A @ (w * np.asarray(y, dtype=ld)))[:, None])[:, 0]
     return V.T @ g, ld(variance) - np.sum(A_new * A_new, axis=0) + np.sum(V * V, axis=0)
+
+
+# --------------------------------------------------------------------------- tilted distributions (EP / QP)
+# Brute-force references for the jitted site projections of gpdsl._jit.projections: any
+# log-likelihood callable f -> log p(y | f), the cavity N(mu, sd^2), and adaptive quadrature
+# (scipy.integrate.quad, relative tolerance 1e-13) on a grid of breakpoints fine enough that no
+# piece hides a feature from it.
+import math  # noqa: E402  (this file is extended by appending)
+import warnings  # noqa: E402
+
+from scipy import integrate, special  # noqa: E402
+
+
+def tilted_grid(mu, sd, centres=(), pieces=64, reach=40.0):
+    """Sorted breakpoints over [mu - reach sd, mu + reach sd]: ``pieces`` equal pieces, the cavity's
+    mu + sd {0, +-0.5, ..., +-20}, and around each (centre, scale) of ``centres`` the points
+    centre + scale {0, +-0.25, +-0.5, +-1, +-2, +-5, +-10, +-20, +-50, +-100} (features of the
+    likelihood: the logistic's transition, a Student-t's peak at y)."""
+    lo, hi = mu - reach * sd, mu + reach * sd
+    offsets = np.array([0.0, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0])
+    offsets = np.concatenate([-offsets[1:], offsets])
+    points = [np.linspace(lo, hi, pieces + 1), mu + sd * np.array([-20, -10, -5, -3, -2, -1, -0.5, 0, 0.5, 1, 2, 3, 5,
+                                                                   10, 20])]
+    for centre, scale in centres:
+        points.append(centre + scale * offsets)
+    grid = np.unique(np.concatenate(points))
+    return grid[(grid >= lo) & (grid <= hi)]
+
+
+def _log_integrand(log_lik, mu, sd):
+    return lambda f: log_lik(f) - 0.5 * ((f - mu) / sd) ** 2
+
+
+def _reference_log(log_g, grid):
+    """max of log_g over the grid and its midpoints (the integrands are scaled by it)."""
+    probe = np.concatenate([grid, 0.5 * (grid[1:] + grid[:-1])])
+    values = np.array([log_g(t) for t in probe])
+    return float(np.max(values[np.isfinite(values)])), float(probe[np.argmax(np.where(np.isfinite(values), values,
+                                                                                          -np.inf))])
+
+
+def _quad(fn, a, b):
+    """quad at relative tolerance 1e-13; its warning that rounding stops it short of that (near
+    double precision, on smooth integrands) is silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", integrate.IntegrationWarning)
+        return integrate.quad(fn, a, b, epsabs=0.0, epsrel=1e-13, limit=200)[0]
+
+
+def _piecewise_quad(fn, grid):
+    return sum(_quad(fn, a, b) for a, b in zip(grid[:-1], grid[1:]))
+
+
+def tilted_moments(log_lik, mu, sd, centres=(), pieces=64, reach=40.0):
+    """(log Z, mean, variance) of the tilted density exp(log_lik(f)) N(f | mu, sd^2) / Z, by
+    adaptive quadrature on :func:`tilted_grid`: Z, then the mean about the grid's highest point,
+    then the variance about the mean (two passes, so nothing cancels)."""
+    grid = tilted_grid(mu, sd, centres, pieces, reach)
+    log_g = _log_integrand(log_lik, mu, sd)
+    ref, top = _reference_log(log_g, grid)
+    g = lambda f: math.exp(log_g(f) - ref)
+    mass = _piecewise_quad(g, grid)
+    mean = top + _piecewise_quad(lambda f: (f - top) * g(f), grid) / mass
+    var = _piecewise_quad(lambda f: (f - mean) ** 2 * g(f), grid) / mass
+    return ref + math.log(mass) - math.log(sd * math.sqrt(2.0 * math.pi)), mean, var
+
+
+def tilted_expectation(fn, log_lik, mu, sd, centres=(), pieces=64, reach=40.0):
+    """E[fn(f)] under the tilted density, fn >= 0 (the likelihood-parameter gradients)."""
+    grid = tilted_grid(mu, sd, centres, pieces, reach)
+    log_g = _log_integrand(log_lik, mu, sd)
+    ref, _ = _reference_log(log_g, grid)
+    g = lambda f: math.exp(log_g(f) - ref)
+    return _piecewise_quad(lambda f: fn(f) * g(f), grid) / _piecewise_quad(g, grid)
+
+
+def tilted_sigma_star(log_lik, mu, sd, centres=(), pieces=64, reach=40.0, split=2, order=20):
+    """QP's sigma* = int phi(Phi^-1(F(t))) dt (Zhang et al. 2020, eq. 7) of the tilted
+    distribution: each piece of :func:`tilted_grid` split in ``split``, ``order``-point
+    Gauss-Legendre on each part, and F at every node by adaptive quadrature, from the left below
+    the median and from the right above it (1 - F summed from the right keeps its relative
+    accuracy in the upper tail)."""
+    grid = tilted_grid(mu, sd, centres, pieces, reach)
+    parts = grid[:-1, None] + (grid[1:] - grid[:-1])[:, None] * np.arange(split) / split
+    grid = np.unique(np.concatenate([parts.ravel(), grid[-1:]]))
+    log_g = _log_integrand(log_lik, mu, sd)
+    ref, _ = _reference_log(log_g, grid)
+    g = lambda f: math.exp(log_g(f) - ref)
+    quad = lambda a, b: _quad(g, a, b)
+    masses = np.array([quad(a, b) for a, b in zip(grid[:-1], grid[1:])])
+    total = masses.sum()
+    before = np.concatenate([[0.0], np.cumsum(masses)[:-1]])
+    after = np.concatenate([np.cumsum(masses[::-1])[::-1][1:], [0.0]])
+    x, w = np.polynomial.legendre.leggauss(order)
+    sd_star = 0.0
+    for k, (a, b) in enumerate(zip(grid[:-1], grid[1:])):
+        for t, wt in zip(0.5 * (b - a) * (x + 1.0) + a, 0.5 * (b - a) * w):
+            if before[k] < 0.5 * total:
+                tail = (before[k] + quad(a, t)) / total
+            else:
+                tail = (after[k] + quad(t, b)) / total
+            tail = min(tail, 1.0 - tail)
+            if tail > 0.0:
+                sd_star += wt * stats.norm.pdf(special.ndtri(tail))
+    return sd_star
+
+
+def logit_log_lik(y, bias):
+    """f -> log sigma(y (f + bias))."""
+    return lambda f: -math.log1p(math.exp(-y * (f + bias))) if y * (f + bias) > -30 else \
+        y * (f + bias) - math.log1p(math.exp(y * (f + bias)))
+
+
+def student_t_log_lik(y, df, scale):
+    """f -> log Student-t(y | f, df, scale)."""
+    const = (special.gammaln(0.5 * (df + 1.0)) - special.gammaln(0.5 * df) - 0.5 * math.log(df * math.pi)
+             - math.log(scale))
+    return lambda f: const - 0.5 * (df + 1.0) * math.log1p((y - f) ** 2 / (df * scale * scale))
+
+
+def dense_ep_cavities(K, tau, nu):
+    """Cavity means and variances (N,) of dense EP with sites (tau >= 0, nu) on the prior N(0, K):
+    the posterior Sigma = (K^-1 + diag(tau))^-1 = K - K S (I + S K S)^-1 S K with S = diag(sqrt(tau))
+    (a dense solve; no inverse of K, which may be near singular), mu = Sigma nu, then
+    tau_cav = 1/Sigma_ii - tau_i, nu_cav = mu_i/Sigma_ii - nu_i (Rasmussen & Williams eq. 3.56).
+    Returns (cavity mean, cavity variance, Sigma, mu)."""
+    s = np.sqrt(tau)
+    B = np.eye(len(tau)) + s[:, None] * K * s[None, :]
+    Sigma = K - (K * s[None, :]) @ np.linalg.solve(B, s[:, None] * K)
+    Sigma = 0.5 * (Sigma + Sigma.T)
+    mu = Sigma @ nu
+    var = np.diag(Sigma)
+    tau_cav = 1.0 / var - tau
+    nu_cav = mu / var - nu
+    return nu_cav / tau_cav, 1.0 / tau_cav, Sigma, mu

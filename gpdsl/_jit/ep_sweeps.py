@@ -14,11 +14,14 @@ their *types*, so that a fit compiles only the code it uses:
 * ``table=None`` (the fits without a QP lookup table): ``param`` is the tuple of the
   likelihood's parameters and ``quantile`` None for EP or a bool (QP or EP at run time), and
   the kernels compile only the code of that likelihood and method
-  (:func:`gpdsl._jit.projections.site_projection`);
+  (:func:`gpdsl._jit.projections.site_projection`: the tuple's length, ``kind``'s type --
+  LOGIT is a numpy uint8 -- and ``quantile is None`` are compile-time facts);
 * ``table``, ``grid`` arrays: ``param`` is the likelihood's parameter (0.0 if it has none),
-  ``quantile`` a bool, and every likelihood and both projections are compiled and chosen at run
-  time (:func:`gpdsl._jit.projections.project_tabulated`), with the probit sigma* read from
-  that QP lookup table, or computed directly when it is empty.
+  ``quantile`` a bool, and the probit's, Poisson's and the Gaussian's code (or with LOGIT the
+  logit's alone) and both projections are compiled and chosen at run time
+  (:func:`gpdsl._jit.projections.project_tabulated`), with the probit sigma* read from that QP
+  lookup table, or computed directly when it is empty.  (The Student-t, with two parameters,
+  goes without a table.)
 """
 import llvmlite.binding as _llvm
 import numpy as np

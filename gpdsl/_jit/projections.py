@@ -7,48 +7,95 @@ and takes the L2-Wasserstein standard deviation
     sigma* = int phi(Phi^-1(F(f))) df,      F the CDF of q,
 
 which never exceeds the EP one (their Theorem 2).  The likelihood ``kind`` is one of the codes
-``PROBIT`` / ``POISSON_SQUARE`` (``gpdsl.likelihoods`` uses the same integers) or ``GAUSSIAN``:
+``PROBIT`` / ``POISSON_SQUARE`` / ``GAUSSIAN`` / ``LOGIT`` / ``STUDENT_T`` (0 to 4;
+``gpdsl.likelihoods`` uses these constants; LOGIT is a numpy uint8, see :func:`site_projection`):
 
 * probit with bias, p(y | f) = Phi(y (f + bias)), y in {-1, +1} (paper appendix C.1);
 * Poisson with square link, p(y | f) = f^{2y} exp(-f^2) / y!, y in {0, 1, 2, ...} (appendix C.2);
-* Gaussian noise, whose tilted distribution is Gaussian (EP is exact; a check of the sweeps).
+* Gaussian noise, whose tilted distribution is Gaussian (EP is exact; a check of the sweeps);
+* logit with bias, p(y | f) = sigma(y (f + bias)), y in {-1, +1}, params (bias,);
+* Student-t, p(y | f) = Gamma((df+1)/2) / (Gamma(df/2) sqrt(df pi) scale)
+  (1 + (y - f)^2 / (df scale^2))^(-(df+1)/2), params (df, scale).
 
 :func:`project` projects one site for any kind; :func:`site_projection`, the entry point of the
-site-sweep kernels, does the same compiled with only the code of the fit's likelihood and method.
+site-sweep kernels, does the same compiled with only the code of the fit's likelihood and method;
+:func:`tilted_log_z_param_gradient` gives d log Z / d theta in the likelihood's parameters.
 
-log Z and the moments are closed forms.  sigma* uses a fixed composite 20-point Gauss-Legendre
-rule on a window set from the closed-form moments: the CDF at the nodes comes from the same rule
-(``_GL_CUMULATIVE`` integrates the interpolant of the density from the panel's left end to each
-node), so one call costs ~150-300 density evaluations and no root finding.  The closed-form
-CDFs (Owen's T for the probit, finite Gaussian partial-moment sums for Poisson) are exported for
-reference and tests: in the probit case they lose relative accuracy when Z underflows (z << 0),
-which the quadrature does not, since it works with log-densities throughout.
+Probit, Poisson and Gaussian: log Z and the moments are closed forms.  sigma* uses a fixed
+composite 20-point Gauss-Legendre rule on a window set from the closed-form moments: the CDF at
+the nodes comes from the same rule (``_GL_CUMULATIVE`` integrates the interpolant of the density
+from the panel's left end to each node), so one call costs ~150-300 density evaluations and no
+root finding.  The closed-form CDFs (Owen's T for the probit, finite Gaussian partial-moment sums
+for Poisson) are exported for reference and tests: in the probit case they lose relative
+accuracy when Z underflows (z << 0), which the quadrature does not, since it works with
+log-densities throughout.
 
-Window and panel widths (checked against a 4x finer rule over cavity means -30..30 and standard
-deviations 0.01..50, relative error < 1e-12, and against the QP oracle table to ~1e-13):
+Logit and Student-t: log Z, the mean, the variance and sigma* all come from one set of panels of
+the same composite rule (:func:`_moments_on_edges`, :func:`_wasserstein_sd_edges`), ~200-500
+density evaluations for the logit and ~300-1,500 for the Student-t.
+
+Window and panel widths (checked against a 4x finer rule over a twice wider window for cavity
+means -30..30 and standard deviations 0.01..50, relative error < 1e-12 (Student-t: 1e-11, see
+below), against brute-force adaptive quadrature to ~1e-14, and for the probit and Poisson against
+the QP oracle table to ~1e-13):
 
 * probit, in g = y (f + bias) where q(g) ~ Phi(g) N(g | y (mu + bias), sigma^2): -log q is convex
   with curvature between 1/sigma^2 and 1 + 1/sigma^2, so no feature is narrower than
   sigma / sqrt(1 + sigma^2); beyond g = 8 Phi(g) is 1 and the density is the cavity's.  Panels are
   at most 4 sigma/sqrt(1+sigma^2) wide up to g = 8 and 2 sigma beyond.  The window spans the
   tilted mean +-10 tilted sds, widened on the right until the cavity mass beyond is 1e-17 Z
-  (tilted mass 1e-17) and cut on the left where the Gaussian N(mu/(1+sigma^2), sigma^2/(1+sigma^2)) that bounds the
-  density for g < 0 has no mass left.
+  (tilted mass 1e-17) and cut on the left where the Gaussian N(mu/(1+sigma^2), sigma^2/(1+sigma^2))
+  that bounds the density for g < 0 has no mass left.
 * Poisson, q(f) ~ f^{2y} N(f | b, v) with b = mu/(1+2 sigma^2), v = sigma^2/(1+2 sigma^2): modes at
   (b +- sqrt(b^2 + 8 y v)) / 2, each windowed +-10 sqrt(v) unless its Laplace weight is below
   e^-46 of the other's; panels at most 2 sqrt(v) wide.
+* logit, in the cavity's standard units z = (g - m) / sigma, m = y (mu + bias): the density
+  sigma(m + sigma z) phi(z) is log-concave (log sigma is concave, curvature sigma (1 - sigma)
+  <= 1/4) with curvature between 1 and 1 + sigma^2/4, so everything beyond 10 of its mode z* lies
+  50 nats below the peak (tilted mass < 1e-22, and at most that times 100 in the variance).  The
+  window z* +- 10 is cut at steps of 2 (the curvature is at least 1, so no feature is narrower
+  than 1) and, where sigma's transition g = 0 (z0 = -m / sigma) falls inside, at z0 +- 2^k /
+  sigma, panels halving towards it down to width 1 in g: sigma's poles at g = +-i pi then lie at
+  least 3 half-widths from every panel's centre (the logit predictive's rule,
+  :func:`gpdsl._jit.special.logit_normal_edges`).  Measured against the 4x finer, wider rule:
+  log Z 1e-15, mean (in sds) 1e-14, variance 2e-15, sigma* 4e-15, E[sigma(-g)] 2e-15.
+* Student-t, in x = (f - y) / a with a = scale sqrt(df), where
+  q(x) ~ (1 + x^2)^-p N(x | loc, s2), p = (df+1)/2, loc = (mu - y)/a, s2 = sigma^2 / a^2.  Its
+  stationary points solve the cubic (x - loc)(1 + x^2) + 2 p s2 x = 0 and lie between 0 (y) and
+  loc (the cavity): one mode, or two with an antimode between (an outlier y), found by
+  bisection.  |d^2 log q| <= 2p + 1/s2 =: K everywhere, so log int q >= max log q + log
+  sqrt(2 pi / K).  From each mode the window reaches out, doubling its step, to where the mass
+  left beyond is provably below e^-46 of that bound (times a margin for the variance): outwards,
+  where log q falls monotonically, q(x) (d + 1.25 sqrt(s2)) bounds it (d: the distance left to
+  where both factors fall); towards the antimode, |mode - antimode| q(x); a mode whose whole side
+  is negligible is left out, and a gap between the two windows is one panel (its mass is
+  negligible, but QP's integrand phi(Phi^-1(F)) is not: F is constant there and the rule
+  integrates that exactly).  Panels are at most min(2 sqrt(s2), k/(1+k) sqrt(1+x^2)) wide with
+  k = min(1, 1/sqrt(2p)): the likelihood's branch points at x = +-i lie at least 1/k panel widths
+  away from every panel, and its local scale sqrt(1 + x^2) / sqrt(2p) is resolved.  sigma* sums
+  1 - F from the right (heavy tails).  Measured against the 4x finer, wider rule over df 0.5..1e5,
+  scales 0.01..5, y - mu up to 55: log Z 3e-14, variance 8e-12, mean 4e-12 of an sd, sigma*
+  3e-12, the gradient expectations 1e-13; the worst at a cavity 3,000 of its sds from y, where
+  rounding x (origin y) costs that much; 1e-13 otherwise.  At most ~70 panels.
 """
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, typeof, types
+from numba.extending import overload
 
-from .special import (GL_NODES, GL_WEIGHTS, MILLS_CF_MIN, bvn_cdf, mills_cf, norm_cdf,
-                      norm_logcdf, norm_pdf, norm_ppf)
+from .special import (GL_NODES, GL_WEIGHTS, MILLS_CF_MIN, bvn_cdf, digamma_half_difference, log_sigmoid,
+                      logit_normal_edges, logit_normal_mode, mills_cf, norm_cdf, norm_logcdf, norm_pdf, norm_ppf)
 
 PROBIT = 0
 POISSON_SQUARE = 1
 GAUSSIAN = 2
+# LOGIT is a numpy uint8 (== 3) rather than an int: its Numba type tells a logit fit's kernels from
+# a probit fit's at compile time (see site_projection), so that neither compiles the other's code.
+LOGIT = np.uint8(3)
+STUDENT_T = 4
+_LOGIT_TYPE = typeof(LOGIT)
+_LOGIT_CODE = 3             # LOGIT as a Python int, for the literal kinds of the quadrature rules
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _WINDOW = 10.0              # window half-width in (local) standard deviations
@@ -62,6 +109,13 @@ _MAX_PANELS = 256           # per zone; reached only far outside the ranges abov
 _RECURRENCE_MAX_N = 4096    # raw moments E[f^n] by their recurrence up to this n, by quadrature beyond
 _WINDOWED_HALF = 14.0       # quadrature window half-width in a mode's local standard deviations
 _WINDOWED_PANEL = 2.0       # its panel width, in the same units
+_LN2 = math.log(2.0)
+_LOGIT_EXTRA_REACH = 64.0   # the logit gradient's window reaches at most this far past the tilted one (in sds)
+_T_TAIL_LOG = 46.0          # -log(1e-20): tilted mass left out of the Student-t window (plus a margin)
+_T_PANEL_GAUSS = 2.0        # Student-t panel width / cavity sd
+_T_PANEL_CORE = 1.0         # ... / (sqrt(1 + x^2) / sqrt(df + 1)), the likelihood's local scale
+_T_PANEL_POLE = 1.0         # ... / sqrt(1 + x^2), the distance to its branch points (at most)
+_T_MAX_PANELS = 4096        # reached only far outside the ranges of the module docstring
 
 # S[i, j] = int_{-1}^{x_i} l_j(x) dx for the Lagrange basis l_j of GL_NODES (20-point rule), so
 # that half * S @ q integrates the degree-19 interpolant of q from a panel's left end to its nodes
@@ -187,7 +241,9 @@ def _panel_count(length, width):
 
 @njit(cache=True)
 def _log_density(kind, x, loc, scale2, power, log_norm):
-    """Log of the normalised tilted density in the coordinates of the sigma* rule.
+    """Log of the normalised tilted density in the coordinates of the probit's and Poisson's
+    sigma* rule (:func:`_wasserstein_sd`); the logit's and Student-t's rules use
+    :func:`_edge_log_density`.
 
     PROBIT: log Phi(x) + log N(x | loc, scale2), the likelihood folded into g = y (f + bias).
     POISSON_SQUARE: the density of f^power N(f | b, scale2) (power = 2y, e^{-f^2} absorbed in the
@@ -206,11 +262,92 @@ def _log_density(kind, x, loc, scale2, power, log_norm):
     return power * (log_ratio - r) - 0.5 * x * x / scale2 - log_norm
 
 
+def _edge_log_density(kind, x, loc, scale2, power, log_norm):
+    """Log of the normalised tilted density in the coordinates of the logit's and Student-t's
+    rules (:func:`_wasserstein_sd_edges`, :func:`_moments_on_edges`); for jitted callers only
+    (implemented by :func:`_edge_log_density_by_kind`).
+
+    LOGIT: log sigma(loc + power x) - x^2 / 2 in the cavity's standard units x = (g - loc) / power
+    (loc = y (mu + bias), power = the cavity sd; scale2 unused), where the Gaussian factor is exact
+    and the rounding of g only enters log sigma, whose slope is below 1.
+    STUDENT_T: -power log(1 + x^2) - (x - loc)^2 / (2 scale2) in x = (f - y) / a, a = scale sqrt(df)
+    (power = (df + 1)/2, loc = (mu - y)/a, scale2 = cavity variance / a^2).
+    ``log_norm`` holds the normalisers, so the density integrates to 1.
+
+    The rules take the kind as a *literal* constant (a Python int in the call, so that Numba types
+    it Literal[int] and compiles the rule once per kind) and the overload picks that kind's density
+    at compile time: a logit fit compiles the logit density alone, a Student-t fit the Student-t's.
+    (The probit's and Poisson's rule keeps its own _log_density with a run-time kind, shared by the
+    two, which keeps a probit fit's QP kernel what it was before these kinds.)
+    """
+
+
+@njit(cache=True)
+def _logit_log_density(x, loc, scale2, power, log_norm):
+    return log_sigmoid(loc + power * x) - 0.5 * x * x - log_norm
+
+
+@njit(cache=True)
+def _student_t_log_density(x, loc, scale2, power, log_norm):
+    u = x - loc
+    return -power * math.log1p(x * x) - 0.5 * u * u / scale2 - log_norm
+
+
+@njit(cache=True)
+def _any_edge_log_density(kind, x, loc, scale2, power, log_norm):
+    if kind == _LOGIT_CODE:
+        return _logit_log_density(x, loc, scale2, power, log_norm)
+    return _student_t_log_density(x, loc, scale2, power, log_norm)
+
+
+@overload(_edge_log_density, prefer_literal=True)
+def _edge_log_density_by_kind(kind, x, loc, scale2, power, log_norm):
+    if isinstance(kind, types.IntegerLiteral):
+        density = _logit_log_density if kind.literal_value == _LOGIT_CODE else _student_t_log_density
+        return lambda kind, x, loc, scale2, power, log_norm: density(x, loc, scale2, power, log_norm)
+    return lambda kind, x, loc, scale2, power, log_norm: _any_edge_log_density(kind, x, loc, scale2, power,
+                                                                               log_norm)
+
+
+def _extra_terms(kind, x, loc, power):
+    """The integrands (e1, e2) of _moments_on_edges's extra expectations at x; for jitted callers
+    only (chosen by the literal kind like _log_density)."""
+
+
+@njit(cache=True)
+def _logit_extra_terms(x, loc, power):
+    return math.exp(log_sigmoid(-(loc + power * x))), 0.0
+
+
+@njit(cache=True)
+def _student_t_extra_terms(x, loc, power):
+    x2 = x * x
+    return math.log1p(x2), x2 / (1.0 + x2)
+
+
+@njit(cache=True)
+def _any_extra_terms(kind, x, loc, power):
+    if kind == _LOGIT_CODE:
+        return _logit_extra_terms(x, loc, power)
+    return _student_t_extra_terms(x, loc, power)
+
+
+@overload(_extra_terms, prefer_literal=True)
+def _extra_terms_by_kind(kind, x, loc, power):
+    if isinstance(kind, types.IntegerLiteral):
+        terms = _logit_extra_terms if kind.literal_value == _LOGIT_CODE else _student_t_extra_terms
+        return lambda kind, x, loc, power: terms(x, loc, power)
+    return lambda kind, x, loc, power: _any_extra_terms(kind, x, loc, power)
+
+
 @njit(cache=True)
 def _wasserstein_sd(kind, loc, scale2, power, log_norm, lo, mid, hi, width_lo, width_hi):
-    """sigma* = int phi(Phi^-1(F(x))) dx of eq. (7) on [lo, hi] by composite 20-point GL.
+    """sigma* = int phi(Phi^-1(F(x))) dx of eq. (7) on [lo, hi] by composite 20-point GL (the
+    probit's and Poisson's rule; :func:`_wasserstein_sd_edges` is the logit's and Student-t's).
 
-    Panels are at most ``width_lo`` wide on [lo, mid] and ``width_hi`` on [mid, hi].  F at each
+    Panels are at most ``width_lo`` wide on [lo, mid] and ``width_hi`` on [mid, hi].  (Kept apart
+    from _wasserstein_sd_edges, whose panel array and two-sided tail sums compile for 0.15 s more
+    in every probit QP kernel; the light tails here need no right-hand sums.)  F at each
     node is the running integral of the density (panel integrals plus the within-panel
     cumulative rule), normalised by the total so that F runs from 0 to 1 across the window;
     phi(Phi^-1(F)) = phi(Phi^-1(1 - F)), and the smaller of F and 1 - F keeps its accuracy in
@@ -252,6 +389,128 @@ def _wasserstein_sd(kind, loc, scale2, power, log_norm, lo, mid, hi, width_lo, w
         if tail > 0.0:
             sd += wts[k] * norm_pdf(norm_ppf(tail))
     return sd
+
+
+@njit(cache=True)
+def _wasserstein_sd_edges(kind, loc, scale2, power, log_norm, edges, count):
+    """sigma* = int phi(Phi^-1(F(x))) dx of eq. (7) by composite 20-point GL on the panels
+    [edges[p], edges[p + 1]], p < count - 1, which cover the support (up to a negligible mass).
+
+    F at each node is the running integral of the density (panel integrals plus the within-panel
+    cumulative rule), normalised by the total so that F runs from 0 to 1 across the window;
+    phi(Phi^-1(F)) = phi(Phi^-1(1 - F)), and the smaller of F and 1 - F keeps its accuracy in
+    both tails: 1 - F is summed from the right (the masses of the panels after the node's, plus
+    the rest of its own) rather than formed as a difference with the total, which long heavy
+    tails (Student-t) need.  Nodes where that tail probability is <= 0 contribute 0 (the limit
+    at F = 0, 1).
+    """
+    n_panels = count - 1
+    nq = GL_NODES.shape[0]
+    local = np.empty(n_panels * nq)            # the panel's mass left of each node
+    mass = np.empty(n_panels)
+    before = np.empty(n_panels)                # the mass of the panels left of panel p
+    q = np.empty(nq)
+    total = 0.0
+    for p in range(n_panels):
+        a = edges[p]
+        half = 0.5 * (edges[p + 1] - a)
+        for j in range(nq):
+            q[j] = math.exp(_edge_log_density(kind, a + half * (GL_NODES[j] + 1.0), loc, scale2, power,
+                                         log_norm))
+        panel = 0.0
+        for i in range(nq):
+            s = 0.0
+            for j in range(nq):
+                s += _GL_CUMULATIVE[i, j] * q[j]
+            local[p * nq + i] = half * s
+            panel += GL_WEIGHTS[i] * q[i]
+        mass[p] = half * panel
+        before[p] = total
+        total += mass[p]
+    if not total > 0.0:                        # the density underflowed everywhere: no sigma*
+        return math.nan                        # (the sweep then keeps the site, see _site_update)
+    sd = 0.0
+    right = 0.0                                # the mass of the panels right of panel p
+    for p in range(n_panels - 1, -1, -1):
+        half = 0.5 * (edges[p + 1] - edges[p])
+        for i in range(nq):
+            k = p * nq + i
+            tail = min(before[p] + local[k], right + (mass[p] - local[k])) / total
+            if tail > 0.0:
+                sd += half * GL_WEIGHTS[i] * norm_pdf(norm_ppf(tail))
+        right += mass[p]
+    return sd
+
+
+@njit(cache=True)
+def _moments_on_edges(kind, loc, scale2, power, edges, count, extra):
+    """(log mass, mean, variance, e1, e2) of h(x) = exp(_edge_log_density(kind, x, loc, scale2, power, 0))
+    by composite 20-point GL on the panels [edges[p], edges[p + 1]], p < count - 1.
+
+    Each panel's mass, mean and central second moment are summed about the panel's centre with
+    its largest log h subtracted, and the panels are combined at the end (the overall mean, then
+    variance = sum_p w_p (M2_p + (m_p - mean)^2) / sum_p w_p): no sum cancels more than within
+    one panel, whatever the distance between the tilted mean and the coordinates' origin, and
+    no h under- or overflows (log Z of -1e4 is fine).  With ``extra``, e1 and e2 are tilted
+    expectations for the likelihood-parameter gradients (all terms non-negative): LOGIT
+    e1 = E[sigma(-g)]; STUDENT_T e1 = E[log(1 + x^2)], e2 = E[x^2 / (1 + x^2)].
+    """
+    n_panels = count - 1
+    nq = GL_NODES.shape[0]
+    log_w = np.empty(n_panels)
+    means = np.empty(n_panels)
+    m2 = np.empty(n_panels)
+    ex1 = np.empty(n_panels)
+    ex2 = np.empty(n_panels)
+    lv = np.empty(nq)
+    top = -math.inf
+    for p in range(n_panels):
+        a = edges[p]
+        b = edges[p + 1]
+        half = 0.5 * (b - a)
+        centre = 0.5 * (a + b)
+        peak = -math.inf
+        for j in range(nq):
+            lv[j] = _edge_log_density(kind, centre + half * GL_NODES[j], loc, scale2, power, 0.0)
+            peak = max(peak, lv[j])
+        means[p], m2[p], ex1[p], ex2[p] = centre, 0.0, 0.0, 0.0
+        if not (peak > -math.inf and half > 0.0):
+            log_w[p] = -math.inf
+            continue
+        s0 = s1 = s2 = e1 = e2 = 0.0
+        for j in range(nq):
+            w = GL_WEIGHTS[j] * math.exp(lv[j] - peak)
+            d = half * GL_NODES[j]
+            s0 += w
+            s1 += w * d
+            s2 += w * d * d
+            if extra:
+                t1, t2 = _extra_terms(kind, centre + d, loc, power)
+                e1 += w * t1
+                e2 += w * t2
+        shift = s1 / s0
+        log_w[p] = peak + math.log(half * s0)
+        means[p] = centre + shift
+        m2[p] = max(s2 / s0 - shift * shift, 0.0)
+        ex1[p] = e1 / s0
+        ex2[p] = e2 / s0
+        top = max(top, log_w[p])
+    if not top > -math.inf:
+        return -math.inf, math.nan, math.nan, math.nan, math.nan
+    total = mean = 0.0
+    for p in range(n_panels):
+        w = math.exp(log_w[p] - top)
+        total += w
+        mean += w * means[p]
+    mean /= total
+    var = e1 = e2 = 0.0
+    for p in range(n_panels):
+        w = math.exp(log_w[p] - top)
+        d = means[p] - mean
+        var += w * (m2[p] + d * d)
+        e1 += w * ex1[p]
+        e2 += w * ex2[p]
+    return top + math.log(total), mean, var / total, e1 / total, e2 / total
 
 
 # ----------------------------------------------------------------------------------------------
@@ -571,6 +830,351 @@ def poisson_square_project(y, mu, var, qp):
 
 
 # ----------------------------------------------------------------------------------------------
+# logit
+
+
+@njit(cache=True)
+def _logit_slope_mode(m, s):
+    """The mode in z of sigma'(m + s z) phi(z): the root of s (1 - 2 sigma(m + s z)) = z,
+    decreasing in z and bracketed by [-s, s]; by bisection."""
+    lo, hi = -s, s
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if not (lo < mid < hi):
+            break
+        if s * (1.0 - 2.0 * math.exp(log_sigmoid(m + s * mid))) > mid:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+@njit(cache=True)
+def _logit_rule(y, mu, var, bias, extra):
+    """(log Z, mean, variance, E[sigma(-g)], edges, count, m, s, log mass) of
+    sigma(y (f + bias)) N(f | mu, var) / Z, y = +-1, in g = y (f + bias) = m + s z with
+    m = y (mu + bias), s = sqrt(var): the density in z, sigma(m + s z) phi(z), is log-concave with
+    curvature between 1 and 1 + s^2/4, integrated on the panels of
+    :func:`gpdsl._jit.special.logit_normal_edges` (the logit predictive's rule) over z* +- 10
+    (z* its mode), which leave out a mass below e^-50 of the peak's.  With ``extra`` the fourth
+    value is E_tilted[sigma(-g)] (else nan), on a window widened to cover its integrand too.
+    The cavity must be finite with var > 0."""
+    m = y * (mu + bias)
+    s = math.sqrt(var)
+    z_star, _ = logit_normal_mode(m, s)
+    lo, hi = z_star - _WINDOW, z_star + _WINDOW
+    if extra:
+        # E[sigma(-g)]'s integrand sigma'(g) phi(z) is log-concave with curvature >= 1 too, about
+        # its own mode (sigma(-g) ~ e^-m puts it up to ~sqrt(m) below z*): the window covers both
+        z_e = _logit_slope_mode(m, s)
+        z_e = min(max(z_e, z_star - _LOGIT_EXTRA_REACH), z_star + _LOGIT_EXTRA_REACH)
+        lo, hi = min(lo, z_e - _WINDOW), max(hi, z_e + _WINDOW)
+    edges, count = logit_normal_edges(m, s, lo, hi)
+    # a literal kind: the rule compiled for the logit density alone (see _edge_log_density)
+    log_mass, mean_z, var_z, e1, _ = _moments_on_edges(_LOGIT_CODE, m, 1.0, s, edges, count, extra)
+    return log_mass - _HALF_LOG_2PI, mu + y * s * mean_z, var * var_z, e1, edges, count, m, s, log_mass
+
+
+@njit(cache=True)
+def _logit_degenerate(y, mu, var, bias):
+    """The logit site's (log Z, mean, variance, E[sigma(-g)]) where the rule does not apply: a
+    cavity of variance 0 (a point mass), else nan (not finite, or negative)."""
+    m = y * (mu + bias)
+    if var == 0.0 and math.isfinite(m):
+        return log_sigmoid(m), mu, 0.0, math.exp(log_sigmoid(-m))
+    return math.nan, math.nan, math.nan, math.nan
+
+
+@njit(cache=True)
+def _logit_ok(y, mu, var, bias):
+    return var > 0.0 and math.isfinite(var) and math.isfinite(y * (mu + bias))
+
+
+@njit(cache=True)
+def logit_tilted_moments(y, mu, var, bias):
+    """(log Z, mean, variance) of sigma(y (f + bias)) N(f | mu, var) / Z, y = +-1, by quadrature
+    (:func:`_logit_rule`); nan for a cavity that is not finite."""
+    if not _logit_ok(y, mu, var, bias):
+        log_z, mean, var_t, _ = _logit_degenerate(y, mu, var, bias)
+        return log_z, mean, var_t
+    log_z, mean, var_t, _, _, _, _, _, _ = _logit_rule(y, mu, var, bias, bool(False))
+    return log_z, mean, var_t
+
+
+@njit(cache=True)
+def _logit_qp(y, mu, var, bias):
+    """(log Z, mean, sigma*^2) of the logit tilted distribution (QP): sigma* on the panels of the
+    moments (:func:`_wasserstein_sd_edges`, in z, times s)."""
+    if not _logit_ok(y, mu, var, bias):
+        log_z, mean, var_t, _ = _logit_degenerate(y, mu, var, bias)
+        return log_z, mean, var_t
+    log_z, mean, _, _, edges, count, m, s, log_mass = _logit_rule(y, mu, var, bias, bool(False))
+    sd = s * _wasserstein_sd_edges(_LOGIT_CODE, m, 1.0, s, log_mass, edges, count)
+    return log_z, mean, sd * sd
+
+
+@njit(cache=True)
+def logit_qp_sd(y, mu, sd, bias):
+    """QP standard deviation sigma* (eq. 7) of sigma(y (f + bias)) N(f | mu, sd^2) / Z."""
+    return math.sqrt(_logit_qp(y, mu, sd * sd, bias)[2])
+
+
+@njit(cache=True, inline="always")     # as probit_project
+def logit_project(y, mu, var, bias, qp):
+    """(log Z, mean, variance) of the logit tilted distribution with cavity N(mu, var): EP's
+    moments, or with ``qp`` the QP variance sigma*^2 in place of EP's."""
+    if qp:
+        return _logit_qp(y, mu, var, bias)
+    return logit_tilted_moments(y, mu, var, bias)
+
+
+# ----------------------------------------------------------------------------------------------
+# Student-t
+
+
+@njit(cache=True)
+def _student_t_walk(lo, hi, step, cap, edges, count):
+    """Panels from lo to hi after the edges[:count] already there (edges[count - 1] == lo), each
+    [x, x + w] with w = min(cap, step sqrt(1 + x^2)); written to ``edges`` unless it is empty;
+    returns the new count.  With ``step`` = k / (1 + k), since sqrt(1 + x^2) (the distance to
+    the likelihood's branch points +-i) is 1-Lipschitz, every panel lies at least 1/k of its
+    width from them, wherever it is."""
+    fill = edges.shape[0] > 0
+    x = lo
+    while x < hi:
+        b = x + min(cap, step * math.sqrt(1.0 + x * x))
+        if not (b > x) or b > hi or count >= _T_MAX_PANELS:
+            b = hi
+        if fill:
+            edges[count] = b
+        count += 1
+        x = b
+    return count
+
+
+@njit(cache=True)
+def _student_t_edges(lo, gap_lo, gap_hi, hi, step, cap, edges):
+    """The panels of [lo, gap_lo] and [gap_hi, hi] (:func:`_student_t_walk`) with the gap between
+    as one panel; their edges written to ``edges`` unless it is empty; returns their number."""
+    if edges.shape[0] > 0:
+        edges[0] = lo
+    count = _student_t_walk(lo, gap_lo, step, cap, edges, 1)
+    if gap_hi > gap_lo:
+        if edges.shape[0] > 0:
+            edges[count] = gap_hi
+        count += 1
+    return _student_t_walk(gap_hi, hi, step, cap, edges, count)
+
+
+@njit(cache=True)
+def _student_t_log_q(x, loc, s2, power):
+    u = x - loc
+    return -power * math.log1p(x * x) - 0.5 * u * u / s2
+
+
+@njit(cache=True)
+def _student_t_cubic(x, loc, k):
+    """(x - loc)(1 + x^2) + k x, k = 2 power s2: its roots are the stationary points of log q."""
+    return (x - loc) * (1.0 + x * x) + k * x
+
+
+@njit(cache=True)
+def _student_t_root(lo, hi, loc, k):
+    """The root of _student_t_cubic in [lo, hi] (a sign change) by bisection."""
+    f_lo = _student_t_cubic(lo, loc, k)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if not (lo < mid < hi):
+            break
+        f_mid = _student_t_cubic(mid, loc, k)
+        if (f_mid < 0.0) == (f_lo < 0.0):
+            lo, f_lo = mid, f_mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+@njit(cache=True)
+def _student_t_modes(loc, s2, power):
+    """(x1, x2, antimode): the maxima of log q(x) = -power log(1 + x^2) - (x - loc)^2 / (2 s2),
+    the likelihood's side first (x2 = x1 and antimode = nan when there is one).  The stationary
+    points solve the cubic (x - loc)(1 + x^2) + 2 power s2 x = 0, whose roots all lie between 0
+    and loc; it has three when its local maximum and minimum (the roots of its derivative
+    3x^2 - 2 loc x + 1 + 2 power s2) straddle 0, else one."""
+    if loc == 0.0:
+        return 0.0, 0.0, math.nan
+    sign = 1.0 if loc > 0.0 else -1.0
+    big = abs(loc)                              # mirrored to loc > 0: the roots in (0, big)
+    k = 2.0 * power * s2
+    disc = big * big - 3.0 * (1.0 + k)
+    if disc > 0.0:
+        r = math.sqrt(disc)
+        c1 = (big - r) / 3.0                    # the cubic's local maximum, then minimum
+        c2 = (big + r) / 3.0
+        f1 = _student_t_cubic(c1, big, k)
+        f2 = _student_t_cubic(c2, big, k)
+        if f1 >= 0.0 and f2 <= 0.0:
+            x1 = _student_t_root(0.0, c1, big, k)
+            x2 = _student_t_root(c2, big, big, k)
+            return sign * x1, sign * x2, sign * _student_t_root(c1, c2, big, k)
+        x = _student_t_root(0.0, c1, big, k) if f2 > 0.0 else _student_t_root(c2, big, big, k)
+        return sign * x, sign * x, math.nan
+    x = _student_t_root(0.0, big, big, k)
+    return sign * x, sign * x, math.nan
+
+
+@njit(cache=True)
+def _student_t_reach(x0, direction, stop, loc, s2, power, level, sx):
+    """The first x = x0 + direction sd 2^j (j = 0, 1, ...; sd = the narrowest scale) where the
+    mass that it leaves out is below e^level.  Towards an antimode ``stop`` (finite): that bound
+    is |x0 - stop| q(x) (log q falls to the antimode and rises after it, so a gap's density is at
+    most that at its ends), and ``stop`` itself if it is reached first.  Outwards (``stop`` nan,
+    log q falls from x0 on): q(x) (d + sx sqrt(pi/2)) with d the distance from x to the last of
+    0 and loc on that side, beyond which the likelihood and the cavity both fall."""
+    sd = 1.0 / math.sqrt(2.0 * power + 1.0 / s2)
+    inner = not math.isnan(stop)
+    x = x0
+    for j in range(1000):                       # 2^1000 sds: never reached for finite parameters
+        step = x0 + direction * sd * 2.0 ** j
+        if not math.isfinite(step):
+            break
+        x = step
+        if inner:
+            if (x - stop) * direction >= 0.0:
+                return stop
+            if _student_t_log_q(x, loc, s2, power) + math.log(abs(x0 - stop)) < level:
+                return x
+        else:
+            beyond = max(0.0, max(0.0, loc * direction) - x * direction)
+            if _student_t_log_q(x, loc, s2, power) + math.log(beyond + 1.2533141373155003 * sx) < level:
+                return x
+    return x
+
+
+@njit(cache=True)
+def _student_t_rule(y, mu, var, df, scale):
+    """(edges, count, loc, scale2, power, a) of the Student-t tilted rule in x = (f - y) / a,
+    a = scale sqrt(df), where the density is q(x) = (1 + x^2)^-power N(x | loc, scale2) up to a
+    constant (see the module docstring for the windows and the panels)."""
+    a = scale * math.sqrt(df)
+    loc = (mu - y) / a
+    s2 = var / (a * a)
+    sx = math.sqrt(s2)
+    power = 0.5 * (df + 1.0)
+    curv = 2.0 * power + 1.0 / s2               # bounds |d^2 log q / dx^2|
+    x1, x2, anti = _student_t_modes(loc, s2, power)
+    l1, l2 = _student_t_log_q(x1, loc, s2, power), _student_t_log_q(x2, loc, s2, power)
+    # log int q >= max log q + log sqrt(2 pi / curv) (log q >= its maximum - curv (x - mode)^2 / 2)
+    low = max(l1, l2) + 0.5 * math.log(2.0 * math.pi / curv)
+    level = low - _T_TAIL_LOG - 2.0 * math.log1p((abs(loc) + 10.0 * sx) * math.sqrt(curv))
+    direction = 1.0 if loc >= 0.0 else -1.0     # from the likelihood's mode x1 towards the cavity's x2
+    keep1, keep2 = True, True
+    if not math.isnan(anti):
+        # a mode whose whole side (antimode to infinity) is negligible is left out
+        side2 = abs(x2 - anti) + abs(x2) + abs(loc) + 1.2533141373155003 * sx
+        side1 = abs(x1 - anti) + abs(x1) + abs(loc) + 1.2533141373155003 * sx
+        keep2 = l2 + math.log(side2) >= level
+        keep1 = l1 + math.log(side1) >= level
+    if math.isnan(anti) or not (keep1 and keep2):
+        mode = x1 if keep1 else x2
+        bounds = (_student_t_reach(mode, -direction, math.nan, loc, s2, power, level, sx),
+                  _student_t_reach(mode, direction, math.nan, loc, s2, power, level, sx))
+        lo, hi = min(bounds), max(bounds)
+        gap_lo = gap_hi = hi
+    else:
+        out1 = _student_t_reach(x1, -direction, math.nan, loc, s2, power, level, sx)
+        in1 = _student_t_reach(x1, direction, anti, loc, s2, power, level, sx)
+        in2 = _student_t_reach(x2, -direction, anti, loc, s2, power, level, sx)
+        out2 = _student_t_reach(x2, direction, math.nan, loc, s2, power, level, sx)
+        lo, hi = min(out1, out2), max(out1, out2)
+        gap_lo, gap_hi = min(in1, in2), max(in1, in2)
+    k = min(_T_PANEL_POLE, _T_PANEL_CORE / math.sqrt(2.0 * power))
+    step = k / (1.0 + k)
+    cap = _T_PANEL_GAUSS * sx
+    count = _student_t_edges(lo, gap_lo, gap_hi, hi, step, cap, np.empty(0))
+    edges = np.empty(count)
+    _student_t_edges(lo, gap_lo, gap_hi, hi, step, cap, edges)
+    return edges, count, loc, s2, power, a
+
+
+@njit(cache=True)
+def _student_t_log_norm(df, scale):
+    """log of Gamma((df+1)/2) / (Gamma(df/2) sqrt(df pi) scale), the Student-t density at 0."""
+    return math.lgamma(0.5 * (df + 1.0)) - math.lgamma(0.5 * df) - 0.5 * math.log(df * math.pi) - math.log(scale)
+
+
+@njit(cache=True)
+def _student_t_ok(y, mu, var, df, scale):
+    return (math.isfinite(y) and math.isfinite(mu) and var > 0.0 and math.isfinite(var) and df > 0.0
+            and math.isfinite(df) and scale > 0.0 and math.isfinite(scale))
+
+
+@njit(cache=True)
+def _student_t_degenerate(y, mu, var, df, scale):
+    """The Student-t site's (log Z, mean, variance, E[log(1 + u)], E[u / (1 + u)]) where the rule
+    does not apply: a cavity of variance 0 (a point mass), else nan."""
+    if var == 0.0 and math.isfinite(y) and math.isfinite(mu) and 0.0 < df < math.inf and 0.0 < scale < math.inf:
+        u = (y - mu) ** 2 / (df * scale * scale)
+        return (_student_t_log_norm(df, scale) - 0.5 * (df + 1.0) * math.log1p(u), mu, 0.0, math.log1p(u),
+                u / (1.0 + u))
+    return math.nan, math.nan, math.nan, math.nan, math.nan
+
+
+@njit(cache=True)
+def _student_t_moments(y, mu, var, df, scale, extra):
+    """(log Z, mean, variance, E[log(1 + u)], E[u / (1 + u)], edges, count, loc, scale2, power, a,
+    log mass) of Student-t(y | f, df, scale) N(f | mu, var) / Z, u = (y - f)^2 / (df scale^2), on
+    the panels of :func:`_student_t_rule`; without ``extra`` the two expectations are nan.
+    Parameters as checked by _student_t_ok."""
+    edges, count, loc, s2, power, a = _student_t_rule(y, mu, var, df, scale)
+    log_mass, mean_x, var_x, e1, e2 = _moments_on_edges(STUDENT_T, loc, s2, power, edges, count, extra)
+    # Z = a C / sqrt(2 pi var) int (1 + x^2)^-power exp(-(x - loc)^2 / (2 s2)) dx, a C = Gamma(power) /
+    # (Gamma(df/2) sqrt(pi))
+    log_z = (log_mass + math.lgamma(power) - math.lgamma(0.5 * df) - 0.5 * math.log(math.pi)
+             - 0.5 * math.log(2.0 * math.pi * var))
+    return log_z, y + a * mean_x, a * a * var_x, e1, e2, edges, count, loc, s2, power, a, log_mass
+
+
+@njit(cache=True)
+def student_t_tilted_moments(y, mu, var, df, scale):
+    """(log Z, mean, variance) of Student-t(y | f, df, scale) N(f | mu, var) / Z by quadrature
+    (:func:`_student_t_rule`); nan for parameters that are not finite and positive."""
+    if not _student_t_ok(y, mu, var, df, scale):
+        log_z, mean, var_t, _, _ = _student_t_degenerate(y, mu, var, df, scale)
+        return log_z, mean, var_t
+    r = _student_t_moments(y, mu, var, df, scale, bool(False))
+    return r[0], r[1], r[2]
+
+
+@njit(cache=True)
+def _student_t_qp(y, mu, var, df, scale):
+    """(log Z, mean, sigma*^2) of the Student-t tilted distribution (QP), sigma* on the panels of
+    the moments (in x, times a)."""
+    if not _student_t_ok(y, mu, var, df, scale):
+        log_z, mean, var_t, _, _ = _student_t_degenerate(y, mu, var, df, scale)
+        return log_z, mean, var_t
+    log_z, mean, _, _, _, edges, count, loc, s2, power, a, log_mass = _student_t_moments(y, mu, var, df, scale,
+                                                                                       bool(False))
+    sd = a * _wasserstein_sd_edges(STUDENT_T, loc, s2, power, log_mass, edges, count)
+    return log_z, mean, sd * sd
+
+
+@njit(cache=True)
+def student_t_qp_sd(y, mu, sd, df, scale):
+    """QP standard deviation sigma* (eq. 7) of Student-t(y | f, df, scale) N(f | mu, sd^2) / Z."""
+    return math.sqrt(_student_t_qp(y, mu, sd * sd, df, scale)[2])
+
+
+@njit(cache=True, inline="always")     # as probit_project
+def student_t_project(y, mu, var, df, scale, qp):
+    """(log Z, mean, variance) of the Student-t tilted distribution with cavity N(mu, var): EP's
+    moments, or with ``qp`` the QP variance sigma*^2 in place of EP's."""
+    if qp:
+        return _student_t_qp(y, mu, var, df, scale)
+    return student_t_tilted_moments(y, mu, var, df, scale)
+
+
+# ----------------------------------------------------------------------------------------------
 # dispatch
 
 
@@ -583,21 +1187,44 @@ def gaussian_tilted_moments(y, mu, var, noise):
     return -0.5 * (math.log(2.0 * math.pi * total) + r * r / total), mu + var * r / total, var * noise / total
 
 
-@njit(cache=True)
-def project(kind, y, mu, var, param, qp):
-    """Project the tilted distribution of one site onto a Gaussian.
+def _project_any(kind, y, mu, var, param, qp):
+    """The projection of :func:`project`, chosen by the type of ``param``; for jitted callers
+    only (implemented by :func:`_project_by_param`)."""
 
-    kind: PROBIT (y = +-1, ``param`` is the bias added to f), POISSON_SQUARE (y a count,
-    ``param`` unused) or GAUSSIAN (``param`` is the noise variance); mu, var: cavity mean and
-    variance.  Returns (log Z, mean, variance): the EP moments, or with ``qp`` the same log Z and
-    mean and the QP variance sigma*^2.  Every likelihood's code is compiled in (``kind`` is a
-    run-time value); the sweeps of a fit use :func:`site_projection`.
-    """
+
+@overload(_project_any, inline="always")
+def _project_by_param(kind, y, mu, var, param, qp):
+    if isinstance(param, types.BaseTuple):
+        return lambda kind, y, mu, var, param, qp: site_projection(kind, y, mu, var, param, qp)
+    return lambda kind, y, mu, var, param, qp: _project_scalar(kind, y, mu, var, param, qp)
+
+
+@njit(cache=True)
+def _project_scalar(kind, y, mu, var, param, qp):
     if kind == PROBIT:
         return probit_project(y, mu, var, param, qp)
     if kind == GAUSSIAN:
         return gaussian_tilted_moments(y, mu, var, param)
+    if kind == LOGIT:
+        return logit_project(y, mu, var, param, qp)
+    if kind == STUDENT_T:                     # needs two parameters: see project()
+        return math.nan, math.nan, math.nan
     return poisson_square_project(y, mu, var, qp)
+
+
+@njit(cache=True)
+def project(kind, y, mu, var, param, qp):
+    """Project the tilted distribution of one site onto a Gaussian.
+
+    kind: PROBIT or LOGIT (y = +-1, ``param`` is the bias added to f), POISSON_SQUARE (y a count,
+    ``param`` unused), GAUSSIAN (``param`` is the noise variance) or STUDENT_T (``param`` the
+    tuple (df, scale); with a float, nan); ``param`` may also be the likelihood's parameter tuple
+    of :func:`site_projection`.  mu, var: cavity mean and variance.  Returns (log Z, mean,
+    variance): the EP moments, or with ``qp`` the same log Z and mean and the QP variance
+    sigma*^2.  Every likelihood's code is compiled in (``kind`` is a run-time value); the sweeps
+    of a fit use :func:`site_projection`.
+    """
+    return _project_any(kind, y, mu, var, param, qp)
 
 
 @njit(cache=True)
@@ -605,23 +1232,148 @@ def site_projection(kind, y, mu, var, params, quantile):
     """:func:`project` for the sweeps of a fit, compiled with only the code the fit uses.
 
     ``params`` is the tuple of the likelihood's parameters: () for POISSON_SQUARE, (bias,) for
-    PROBIT, (noise variance,) for GAUSSIAN; ``quantile`` is None for EP, or a bool (QP's
-    projection if True, EP's if False).  Numba drops the branches that the *types* of the
-    arguments rule out before typing them (the length of a tuple and ``is None`` of a None
-    argument are constants to it), so a Poisson fit compiles none of the probit's code, a probit
-    fit none of Poisson's, and an EP fit none of QP's quadrature.  PROBIT and GAUSSIAN (one
-    parameter each) are told apart by ``kind`` at run time, as are EP and QP for a bool
-    ``quantile``: the EP and QP sweeps of a QP fit share one compiled kernel.
+    PROBIT and LOGIT, (noise variance,) for GAUSSIAN, (df, scale) for STUDENT_T; ``quantile`` is
+    None for EP, or a bool (QP's projection if True, EP's if False).  Numba drops the branches
+    that the *types* of the arguments rule out before typing them (the length of a tuple and
+    ``is None`` of a None argument are constants to it), so a Poisson fit compiles none of the
+    probit's code, a probit fit none of Poisson's or the Student-t's, and an EP fit none of QP's
+    quadrature.  LOGIT is told from PROBIT and GAUSSIAN (one parameter each) by the *type* of
+    ``kind`` (the constant LOGIT is a numpy uint8, the other codes Python ints), so that a probit
+    fit compiles none of the logit's quadrature and a logit fit none of the probit's; PROBIT and
+    GAUSSIAN are told apart at run time, as are EP and QP for a bool ``quantile``: the EP and QP
+    sweeps of a QP fit share one compiled kernel.  A plain int 3 raises ValueError here (pass
+    LOGIT itself); :func:`project` takes any int.
     """
     if len(params) == 0:
         if quantile is None:
             return poisson_square_tilted_moments(y, mu, var)
         return poisson_square_project(y, mu, var, quantile)
-    if kind == GAUSSIAN:
-        return gaussian_tilted_moments(y, mu, var, params[0])
-    if quantile is None:
-        return probit_tilted_moments(y, mu, var, params[0])
-    return probit_project(y, mu, var, params[0], quantile)
+    if len(params) == 2:
+        if quantile is None:
+            return student_t_tilted_moments(y, mu, var, params[0], params[1])
+        return student_t_project(y, mu, var, params[0], params[1], quantile)
+    return _one_parameter_projection(kind, y, mu, var, params[0], quantile)
+
+
+_PLAIN_LOGIT = ("site_projection / tilted_log_z_param_gradient / project_tabulated: the logit code must be "
+                "passed as gpdsl._jit.projections.LOGIT (a numpy uint8, which selects the logit quadrature at "
+                "compile time), not as a Python int")
+
+
+def _one_parameter_projection(kind, y, mu, var, param, quantile):
+    """site_projection's one-parameter kinds, chosen by the types of ``kind`` and ``quantile``;
+    for jitted callers only (implemented by :func:`_one_parameter_by_type`)."""
+
+
+@overload(_one_parameter_projection, inline="always")
+def _one_parameter_by_type(kind, y, mu, var, param, quantile):
+    ep = isinstance(quantile, types.NoneType)
+    if kind == _LOGIT_TYPE:
+        if ep:
+            return lambda kind, y, mu, var, param, quantile: logit_tilted_moments(y, mu, var, param)
+        return lambda kind, y, mu, var, param, quantile: logit_project(y, mu, var, param, quantile)
+    if ep:
+        def probit_or_gaussian(kind, y, mu, var, param, quantile):
+            if kind == GAUSSIAN:
+                return gaussian_tilted_moments(y, mu, var, param)
+            if kind == LOGIT:
+                raise ValueError(_PLAIN_LOGIT)
+            return probit_tilted_moments(y, mu, var, param)
+        return probit_or_gaussian
+
+    def probit_or_gaussian_qp(kind, y, mu, var, param, quantile):
+        if kind == GAUSSIAN:
+            return gaussian_tilted_moments(y, mu, var, param)
+        if kind == LOGIT:
+            raise ValueError(_PLAIN_LOGIT)
+        return probit_project(y, mu, var, param, quantile)
+    return probit_or_gaussian_qp
+
+
+# ----------------------------------------------------------------------------------------------
+# gradients of log Z in the likelihood's parameters
+
+
+@njit(cache=True)
+def probit_log_z_bias_gradient(y, mu, var, bias):
+    """d log Z / d bias of the probit site: y r / sqrt(1 + var), r = phi(z) / Phi(z) (the same as
+    d log Z / d mu)."""
+    c = math.sqrt(1.0 + var)
+    r, _ = _probit_ratio(y * (mu + bias) / c)
+    return y * r / c
+
+
+@njit(cache=True)
+def logit_log_z_bias_gradient(y, mu, var, bias):
+    """d log Z / d bias of the logit site: E_tilted[y sigma(-y (f + bias))] (= d log Z / d mu),
+    integrated directly (all terms positive, so it keeps its relative accuracy where
+    sigma(-g) ~ e^-30)."""
+    if not _logit_ok(y, mu, var, bias):
+        return y * _logit_degenerate(y, mu, var, bias)[3]
+    return y * _logit_rule(y, mu, var, bias, bool(True))[3]
+
+
+@njit(cache=True)
+def gaussian_log_z_noise_gradient(y, mu, var, noise):
+    """d log Z / d noise variance of the Gaussian site: (r^2 / (var + noise) - 1) / (2 (var + noise))."""
+    total = var + noise
+    r = y - mu
+    return 0.5 * (r * r / total - 1.0) / total
+
+
+@njit(cache=True)
+def student_t_log_z_gradient(y, mu, var, df, scale):
+    """(d log Z / d df, d log Z / d scale) of the Student-t site: the tilted expectations of
+    d log p / d theta, with u = (y - f)^2 / (df scale^2),
+    d/d df = (psi((df+1)/2) - psi(df/2) - 1/df - log(1 + u) + (df+1) u / (df (1 + u))) / 2 and
+    d/d scale = ((df + 1) u / (1 + u) - 1) / scale.  The df gradient is a difference of terms of
+    size 1/df that tends to 0 like 1/df^2, so its relative accuracy is ~1e-16 df^2 (absolute
+    ~1e-16 / df in d/d log df)."""
+    if _student_t_ok(y, mu, var, df, scale):
+        r = _student_t_moments(y, mu, var, df, scale, bool(True))
+        e1, e2 = r[3], r[4]
+    else:
+        _, _, _, e1, e2 = _student_t_degenerate(y, mu, var, df, scale)
+    g_df = 0.5 * (digamma_half_difference(df) - 1.0 / df - e1 + (df + 1.0) / df * e2)
+    g_scale = ((df + 1.0) * e2 - 1.0) / scale
+    return g_df, g_scale
+
+
+@njit(cache=True)
+def tilted_log_z_param_gradient(kind, y, mu, var, params):
+    """d log Z_i / d theta at a fixed cavity N(mu, var), a tuple as long as ``params`` (the
+    likelihood's parameter tuple of :func:`site_projection`): (d / d bias,) for PROBIT and LOGIT,
+    (d / d noise variance,) for GAUSSIAN, (d / d df, d / d scale) for STUDENT_T, () for
+    POISSON_SQUARE.  Each is E_tilted[d log p(y | f) / d theta]; for a bias it equals
+    d log Z / d mu.  Specialised like :func:`site_projection` (tuple length at compile time, the
+    one-parameter kinds by ``kind`` at run time).
+
+    At an EP fixed point the sites are stationary points of the EP evidence, so its gradient in
+    the likelihood's parameters is sum_i of these at the final cavities.
+    """
+    if len(params) == 0:
+        return ()
+    if len(params) == 2:
+        return student_t_log_z_gradient(y, mu, var, params[0], params[1])
+    return (_one_parameter_gradient(kind, y, mu, var, params[0]),)
+
+
+def _one_parameter_gradient(kind, y, mu, var, param):
+    """tilted_log_z_param_gradient's one-parameter kinds, chosen like _one_parameter_projection."""
+
+
+@overload(_one_parameter_gradient, inline="always")
+def _one_parameter_gradient_by_type(kind, y, mu, var, param):
+    if kind == _LOGIT_TYPE:
+        return lambda kind, y, mu, var, param: logit_log_z_bias_gradient(y, mu, var, param)
+
+    def probit_or_gaussian(kind, y, mu, var, param):
+        if kind == GAUSSIAN:
+            return gaussian_log_z_noise_gradient(y, mu, var, param)
+        if kind == LOGIT:
+            raise ValueError(_PLAIN_LOGIT)
+        return probit_log_z_bias_gradient(y, mu, var, param)
+    return probit_or_gaussian
 
 
 # ----------------------------------------------------------------------------------------------
@@ -670,10 +1422,37 @@ def probit_qp_sd_lookup(table, mu_first, mu_step, log10_sd_first, log10_sd_step,
 
 @njit(cache=True)
 def project_tabulated(kind, y, mu, var, param, qp, table, grid):
-    """:func:`project`, with the probit QP sigma* read from a lookup table when ``table`` is not
-    empty; ``grid`` = (mu_first, mu_step, log10_sd_first, log10_sd_step) of that table."""
+    """:func:`project` for the sweeps given a lookup table (the probit QP fits with
+    ``QP(lookup=True)``; the tests pass an empty one with the other one-parameter kinds), with the
+    probit QP sigma* read from the table when it is not empty; ``grid`` = (mu_first, mu_step,
+    log10_sd_first, log10_sd_step) of that table.  ``param`` is a float (0.0 for Poisson).  Like
+    :func:`site_projection`, a plain int kind compiles the probit's, Poisson's and the Gaussian's
+    code and LOGIT (its own type) the logit's alone; STUDENT_T (two parameters) gives nan."""
     if qp and kind == PROBIT and table.shape[0] > 0:
         log_z, mean, _ = probit_tilted_moments(y, mu, var, param)
         sd = probit_qp_sd_lookup(table, grid[0], grid[1], grid[2], grid[3], y, mu, math.sqrt(var), param)
         return log_z, mean, sd * sd
-    return project(kind, y, mu, var, param, qp)
+    return _tabulated_fallback(kind, y, mu, var, param, qp)
+
+
+def _tabulated_fallback(kind, y, mu, var, param, qp):
+    """project_tabulated's projection without the table, chosen by the type of ``kind``; for
+    jitted callers only (implemented by :func:`_tabulated_fallback_by_type`)."""
+
+
+@overload(_tabulated_fallback, inline="always")
+def _tabulated_fallback_by_type(kind, y, mu, var, param, qp):
+    if kind == _LOGIT_TYPE:
+        return lambda kind, y, mu, var, param, qp: logit_project(y, mu, var, param, qp)
+
+    def probit_poisson_or_gaussian(kind, y, mu, var, param, qp):
+        if kind == PROBIT:
+            return probit_project(y, mu, var, param, qp)
+        if kind == GAUSSIAN:
+            return gaussian_tilted_moments(y, mu, var, param)
+        if kind == POISSON_SQUARE:
+            return poisson_square_project(y, mu, var, qp)
+        if kind == LOGIT:
+            raise ValueError(_PLAIN_LOGIT)
+        return math.nan, math.nan, math.nan
+    return probit_poisson_or_gaussian
