@@ -340,6 +340,22 @@ def _extra_terms_by_kind(kind, x, loc, power):
     return lambda kind, x, loc, power: _any_extra_terms(kind, x, loc, power)
 
 
+@njit(cache=True, inline="always")
+def _panel_cumulative(q, half, start, out, offset):
+    """The mass of one GL panel of half-width ``half`` with density values ``q`` at its nodes;
+    writes ``start`` plus the panel's mass left of node i into ``out[offset + i]`` (the
+    cumulative rule ``_GL_CUMULATIVE``), the running F of the Wasserstein integrals."""
+    nq = q.shape[0]
+    panel = 0.0
+    for i in range(nq):
+        s = 0.0
+        for j in range(nq):
+            s += _GL_CUMULATIVE[i, j] * q[j]
+        out[offset + i] = start + half * s
+        panel += GL_WEIGHTS[i] * q[i]
+    return half * panel
+
+
 @njit(cache=True)
 def _wasserstein_sd(kind, loc, scale2, power, log_norm, lo, mid, hi, width_lo, width_hi):
     """sigma* = int phi(Phi^-1(F(x))) dx of eq. (7) on [lo, hi] by composite 20-point GL (the
@@ -372,15 +388,8 @@ def _wasserstein_sd(kind, loc, scale2, power, log_norm, lo, mid, hi, width_lo, w
         for j in range(nq):
             q[j] = math.exp(_log_density(kind, a + half * (GL_NODES[j] + 1.0), loc, scale2, power,
                                          log_norm))
-        panel = 0.0
-        for i in range(nq):
-            s = 0.0
-            for j in range(nq):
-                s += _GL_CUMULATIVE[i, j] * q[j]
-            cum[p * nq + i] = total + half * s
-            wts[p * nq + i] = half * GL_WEIGHTS[i]
-            panel += GL_WEIGHTS[i] * q[i]
-        total += half * panel
+            wts[p * nq + j] = half * GL_WEIGHTS[j]
+        total += _panel_cumulative(q, half, total, cum, p * nq)
     if not total > 0.0:                        # the density underflowed everywhere: no sigma*
         return math.nan                        # (the sweep then keeps the site, see _site_update)
     sd = 0.0
@@ -415,16 +424,9 @@ def _wasserstein_sd_edges(kind, loc, scale2, power, log_norm, edges, count):
         a = edges[p]
         half = 0.5 * (edges[p + 1] - a)
         for j in range(nq):
-            q[j] = math.exp(_edge_log_density(kind, a + half * (GL_NODES[j] + 1.0), loc, scale2, power,
-                                         log_norm))
-        panel = 0.0
-        for i in range(nq):
-            s = 0.0
-            for j in range(nq):
-                s += _GL_CUMULATIVE[i, j] * q[j]
-            local[p * nq + i] = half * s
-            panel += GL_WEIGHTS[i] * q[i]
-        mass[p] = half * panel
+            q[j] = math.exp(_edge_log_density(kind, a + half * (GL_NODES[j] + 1.0), loc, scale2,
+                                              power, log_norm))
+        mass[p] = _panel_cumulative(q, half, 0.0, local, p * nq)
         before[p] = total
         total += mass[p]
     if not total > 0.0:                        # the density underflowed everywhere: no sigma*
