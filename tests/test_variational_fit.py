@@ -40,23 +40,22 @@ def test_svgp_fit_equals_the_vfe_fit_and_vgp_the_exact_gp(sine):
 
 @pytest.mark.parametrize("link", ["probit", "logit"])
 def test_fitted_svgp_q_is_stationary_and_svgp_with_z_at_x_is_vgp(sine, link):
-    """Issue 15: after a converged fit with q_tol = 1e-13, q(u) satisfies its ELBO's optimality
-    condition: gradient in q_mu and q_sqrt below 5e-6 (measured 2.0e-6 logit, 2.8e-6 probit; the
-    issue asks 1e-6, which the bound's rounding, ~1e-13 nats, keeps the natural-gradient steps
-    from resolving; the default q_tol = 1e-10 leaves ~1e-5).  SVGP with Z = X fits the same bound
-    as VGP (1e-6)."""
+    """Issue 15: after a converged fit with the default q_tol, q(u) satisfies its ELBO's
+    optimality condition: gradient in q_mu and q_sqrt below 1e-6 (measured 1.7e-8 probit, 1.8e-8
+    logit: the steps stop on the fixed-point residual, not only on the bound's gain, which is
+    quadratic in it).  SVGP with Z = X fits the same bound as VGP (1e-6)."""
     X, y = sine[0][:60], (sine[1][:60] > 0).astype(float)
     lik = gd.likelihoods.Bernoulli(link)
     fits = {}
-    for name, inducing, inference in (("svgp", gd.inducing.Fixed(X), gd.inference.SVGP(jitter=1e-8, q_tol=1e-13)),
-                                      ("vgp", None, gd.inference.VGP(jitter=1e-8, q_tol=1e-13))):
+    for name, inducing, inference in (("svgp", gd.inducing.Fixed(X), gd.inference.SVGP(jitter=1e-8)),
+                                      ("vgp", None, gd.inference.VGP(jitter=1e-8))):
         fits[name] = gd.Model(SE(1.0, 1.0), lik, inducing, inference).fit(X, y)
         assert fits[name].converged
     post = fits["svgp"]
     ev = svgp.evaluate(post.model.kernel, lik, {**post.values, **post.sites.q}, X, lik.prepare_targets(y), X,
                        jitter=1e-8)
     for name in post.sites.q:
-        assert np.max(np.abs(ev.grads[name])) < 5e-6, name
+        assert np.max(np.abs(ev.grads[name])) < 1e-6, name
     assert fits["svgp"].log_evidence == pytest.approx(fits["vgp"].log_evidence, abs=1e-6)
 
 

@@ -115,6 +115,19 @@ def variational_state_format(dims):
 
 # Below this step size the damped natural-gradient steps give up (unconverged).
 NATGRAD_MIN_STEP = 2.0 ** -30
+# The natural-gradient steps are converged when a step gains less than the bound's tolerance tol
+# and the fixed-point residual, relative to the largest natural parameter, is below this times tol
+# (1e-9 at the methods' default tol = 1e-10).
+NATGRAD_RESIDUAL_PER_TOL = 10.0
+# A step of at most this size that loses less than the bound's tolerance is rounding: the steps
+# stop converged there even when the residual is above its tolerance (ill-conditioned K_uu).
+NATGRAD_ROUNDING_STEP = 2.0 ** -3
+
+
+def _relative_size(residual, natural):
+    """max |residual| over max(1, max |natural|): the fixed-point residual's size in units of the
+    natural parameters it corrects."""
+    return np.max(np.abs(residual)) / max(1.0, np.max(np.abs(natural)))
 
 
 def next_step_size(rho, before, after):
@@ -144,14 +157,18 @@ def damped_natural_steps(natural, target, elbo, at, tol, max_iter):
     ``at(candidate) -> (elbo, target, point)`` evaluates a candidate (raising LinAlgError or
     FloatingPointError where it cannot).  A step is taken when it does not lower the bound (so the
     bound never decreases); otherwise rho is halved, and below :data:`NATGRAD_MIN_STEP` the steps
-    stop unconverged.  They stop converged when a step gains less than ``tol`` nats or loses less
-    than ``tol`` (rounding at the optimum; that step is not taken); after a step the next rho is
+    stop unconverged.  They stop converged when a step gains less than ``tol`` nats with a fixed-point
+    residual below :data:`NATGRAD_RESIDUAL_PER_TOL` ``tol`` (relative to the largest natural
+    parameter: the gain is quadratic in the residual, so a gain test alone leaves a gradient of
+    order sqrt(tol) in q), or loses less than ``tol`` (rounding
+    at the optimum; that step is not taken); after a step the next rho is
     :func:`next_step_size`.  Returns (the ``point`` of the last step taken or None, steps taken,
     converged)."""
     def flat(parts):
         return np.concatenate([np.ravel(p) for p in parts])
 
     rho, n_steps, converged, point = 1.0, 0, False, None
+    residual_tol = NATGRAD_RESIDUAL_PER_TOL * tol
     while n_steps < max_iter:
         candidate = tuple((1.0 - rho) * a + rho * b for a, b in zip(natural, target))
         try:
@@ -163,11 +180,15 @@ def damped_natural_steps(natural, target, elbo, at, tol, max_iter):
             residual = flat(target) - flat(natural)
             natural, target, elbo, point = candidate, target_c, elbo_c, point_c
             n_steps += 1
-            if gain < tol:
+            # A gain below tol ends the steps only once the fixed-point residual is small too:
+            # the gain is quadratic in the residual, so tol alone leaves a gradient of order
+            # sqrt(tol) in q (measured 1e-5 at tol = 1e-10).
+            if gain < tol and _relative_size(flat(target) - flat(natural), flat(natural)) < residual_tol:
                 converged = True
                 break
             rho = next_step_size(rho, residual, flat(target) - flat(natural))
-        elif gain > -tol:
+        elif gain > -tol and (rho <= NATGRAD_ROUNDING_STEP
+                              or _relative_size(flat(target) - flat(natural), flat(natural)) < residual_tol):
             converged = True
             break
         else:
