@@ -115,9 +115,9 @@ def variational_state_format(dims):
 
 # Below this step size the damped natural-gradient steps give up (unconverged).
 NATGRAD_MIN_STEP = 2.0 ** -30
-# The natural-gradient steps are converged when a step gains less than the bound's tolerance tol
-# and the fixed-point residual, relative to the largest natural parameter, is below this times tol
-# (1e-9 at the methods' default tol = 1e-10).
+# Polished natural-gradient steps are converged when a step gains less than the bound's tolerance
+# tol and the fixed-point residual, relative to the largest natural parameter, is below this
+# times tol (1e-9 at the methods' default tol = 1e-10).
 NATGRAD_RESIDUAL_PER_TOL = 10.0
 # A step of at most this size that loses less than the bound's tolerance is rounding: the steps
 # stop converged there even when the residual is above its tolerance (ill-conditioned K_uu).
@@ -150,17 +150,17 @@ def next_step_size(rho, before, after):
     return rho if mu >= 1.0 else min(1.0, rho / (1.0 - mu))
 
 
-def damped_natural_steps(natural, target, elbo, at, tol, max_iter):
+def damped_natural_steps(natural, target, elbo, at, tol, max_iter, polish=False):
     """Damped fixed-point steps on a variational bound in natural parameters (SVGP's and VGP's
     natural-gradient q updates): from ``natural`` (a tuple of arrays) with the fixed-point map's
     value ``target`` there and the bound ``elbo``, try natural <- (1 - rho) natural + rho target;
     ``at(candidate) -> (elbo, target, point)`` evaluates a candidate (raising LinAlgError or
     FloatingPointError where it cannot).  A step is taken when it does not lower the bound (so the
     bound never decreases); otherwise rho is halved, and below :data:`NATGRAD_MIN_STEP` the steps
-    stop unconverged.  They stop converged when a step gains less than ``tol`` nats with a fixed-point
-    residual below :data:`NATGRAD_RESIDUAL_PER_TOL` ``tol`` (relative to the largest natural
-    parameter: the gain is quadratic in the residual, so a gain test alone leaves a gradient of
-    order sqrt(tol) in q), or loses less than ``tol`` (rounding
+    stop unconverged.  They stop converged when a step gains less than ``tol`` nats (with ``polish``:
+    and leaves a fixed-point residual below :data:`NATGRAD_RESIDUAL_PER_TOL` ``tol``, relative to
+    the largest natural parameter; the gain is quadratic in the residual, so a gain test alone
+    leaves a gradient of order sqrt(tol) in q, measured 1e-5 at tol = 1e-10), or loses less than ``tol`` (rounding
     at the optimum; that step is not taken); after a step the next rho is
     :func:`next_step_size`.  Returns (the ``point`` of the last step taken or None, steps taken,
     converged)."""
@@ -168,7 +168,7 @@ def damped_natural_steps(natural, target, elbo, at, tol, max_iter):
         return np.concatenate([np.ravel(p) for p in parts])
 
     rho, n_steps, converged, point = 1.0, 0, False, None
-    residual_tol = NATGRAD_RESIDUAL_PER_TOL * tol
+    residual_tol = NATGRAD_RESIDUAL_PER_TOL * tol if polish else np.inf
     while n_steps < max_iter:
         candidate = tuple((1.0 - rho) * a + rho * b for a, b in zip(natural, target))
         try:
@@ -180,9 +180,6 @@ def damped_natural_steps(natural, target, elbo, at, tol, max_iter):
             residual = flat(target) - flat(natural)
             natural, target, elbo, point = candidate, target_c, elbo_c, point_c
             n_steps += 1
-            # A gain below tol ends the steps only once the fixed-point residual is small too:
-            # the gain is quadratic in the residual, so tol alone leaves a gradient of order
-            # sqrt(tol) in q (measured 1e-5 at tol = 1e-10).
             if gain < tol and _relative_size(flat(target) - flat(natural), flat(natural)) < residual_tol:
                 converged = True
                 break

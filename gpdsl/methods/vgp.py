@@ -162,7 +162,8 @@ def _gradients(kernel, values, X, K, lam, alpha, LB, Li, C, Sigma, g, d, jitter)
 MIN_SITE_PRECISION = 1e-12
 
 
-def optimise_q(kernel, likelihood, values, X, y, q=None, *, jitter=None, tol=1e-8, max_iter=100):
+def optimise_q(kernel, likelihood, values, X, y, q=None, *, jitter=None, tol=1e-8, max_iter=100,
+               polish=False):
     """q(f) moved to its optimum at fixed hyperparameters by damped natural-gradient steps.
 
     Returns ``(q, n_steps, converged)``: ``q`` the dict ``{"variational.alpha", "variational.lambda"}``,
@@ -188,7 +189,7 @@ def optimise_q(kernel, likelihood, values, X, y, q=None, *, jitter=None, tol=1e-
     starts at 1, is halved while a step does not raise the bound (so the bound never decreases),
     and after a step that raised it is chosen by :func:`gpdsl.methods.common.next_step_size` from
     the change of the residual (w - lambda^2, r - eta); a step that lowers the bound by less than
-    ``tol`` is not taken and ends the iteration as converged.
+    ``tol`` is not taken and ends the iteration as converged; ``polish`` as there.
 
     w is clipped at :data:`MIN_SITE_PRECISION` / mean(diag K) (lambda is real and positive): for a
     likelihood that is not log-concave (Student-t at an outlier) the optimal Gaussian q(f) may
@@ -234,7 +235,7 @@ def optimise_q(kernel, likelihood, values, X, y, q=None, *, jitter=None, tol=1e-
             return elbo_c, step_targets(mean_c, g_c, d_c), (alpha_c, lam_c)
 
         moved, n_steps, converged = damped_natural_steps((lam * lam, alpha + lam * lam * mean),
-                                                         step_targets(mean, g, d), elbo, at, tol, max_iter)
+                                                         step_targets(mean, g, d), elbo, at, tol, max_iter, polish)
         alpha, lam = moved if moved is not None else (alpha, lam)
     return {"variational.alpha": alpha, "variational.lambda": lam}, n_steps, converged
 
