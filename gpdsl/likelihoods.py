@@ -125,9 +125,11 @@ class Likelihood(ValueEquality):
         """(log p, d/df, d^2/df^2, d^3/df^3 of log p(y | f)), elementwise, arrays (n,)."""
         raise self._unsupported("derivatives of its log density")
 
-    def log_density_param_derivatives(self, values, prefix, y, f):
+    def log_density_param_derivatives(self, values, prefix, y, f, derivatives=None):
         """{``prefix.<name>``: (d log p / d theta, d^2 log p / df d theta, d^3 log p / df^2 d theta)}
-        for each scalar hyperparameter theta, arrays (n,); empty without hyperparameters."""
+        for each scalar hyperparameter theta, arrays (n,); empty without hyperparameters.
+        ``derivatives``: :meth:`log_density_derivatives` at the same arguments when the caller
+        has them (a parameter that shifts f, the Bernoulli bias, reuses them)."""
         raise self._unsupported("derivatives of its log density in its hyperparameters")
 
     def expectation_rule(self, values, prefix, y, mean, var):
@@ -153,8 +155,9 @@ class Likelihood(ValueEquality):
         """
         f, weights, nodes = self.expectation_rule(values, prefix, y, mean, var)
         yy = np.broadcast_to(y[:, None], f.shape)
-        logp, d1, d2, _ = self.log_density_derivatives(values, prefix, yy, f)
-        params = self.log_density_param_derivatives(values, prefix, yy, f)
+        derivatives = self.log_density_derivatives(values, prefix, yy, f)
+        logp, d1, d2, _ = derivatives
+        params = self.log_density_param_derivatives(values, prefix, yy, f, derivatives)
         grads = {name: np.array(np.sum(parts[0] * weights)) for name, parts in params.items()}
         d_var = 0.5 * np.sum(d2 * weights, axis=1)
         if nodes is not None:
@@ -231,7 +234,7 @@ class Gaussian(_GaussianNoise):
         r = y - f
         return -0.5 * (_LOG_2PI + np.log(s2) + r * r / s2), r / s2, np.full_like(r, -1.0 / s2), np.zeros_like(r)
 
-    def log_density_param_derivatives(self, values, prefix, y, f):
+    def log_density_param_derivatives(self, values, prefix, y, f, derivatives=None):
         s2 = float(values[f"{prefix}.variance"])
         r = y - f
         return {f"{prefix}.variance": (0.5 * (r * r / s2 - 1.0) / s2, -r / (s2 * s2), np.full_like(r, 1.0 / (s2 * s2)))}
@@ -420,9 +423,11 @@ class Bernoulli(Likelihood):
         p, q = special.expit(z), special.expit(-z)
         return -np.logaddexp(0.0, -z), y * q, -p * q, -y * p * q * (q - p)
 
-    def log_density_param_derivatives(self, values, prefix, y, f):
+    def log_density_param_derivatives(self, values, prefix, y, f, derivatives=None):
         """The bias shifts f: its derivatives are d1, d2, d3."""
-        return {f"{prefix}.bias": self.log_density_derivatives(values, prefix, y, f)[1:]}
+        if derivatives is None:
+            derivatives = self.log_density_derivatives(values, prefix, y, f)
+        return {f"{prefix}.bias": derivatives[1:]}
 
     def sample(self, values, prefix, f, rng):
         p = np.exp(self.log_density(values, prefix, np.ones_like(f), f))
@@ -535,7 +540,7 @@ class StudentT(Likelihood):
         return (logp, (nu + 1.0) * r / D, (nu + 1.0) * (r * r - a) / D ** 2,
                 2.0 * (nu + 1.0) * r * (r * r - 3.0 * a) / D ** 3)
 
-    def log_density_param_derivatives(self, values, prefix, y, f):
+    def log_density_param_derivatives(self, values, prefix, y, f, derivatives=None):
         nu, s = self._params(values, prefix)
         r = y - f
         r2 = r * r
