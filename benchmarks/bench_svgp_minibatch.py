@@ -1,4 +1,4 @@
-"""Minibatch SVGP at large N against the GPyTorch figure of issue 15.
+"""Minibatch SVGP at large N against GPyTorch's SVGP (issue 15).
 
 Data: ``gd.datasets.twonorm`` (20 features), ``--n`` training rows (default 100,000) and 10,000
 test rows from the same seeded draw.  Model: isotropic SE starting at lengthscale sqrt(20),
@@ -6,16 +6,22 @@ variance 1; ``Bernoulli(--link)`` with its bias fixed at 0; ``KMeans(--m, seed=0
 inputs (fixed); ``gd.inference.SVGP(batch_size=--batch-size)`` with its defaults (Adam learning
 rate 0.01, natural-gradient step 0.1) for ``--steps`` steps (fit's ``max_iter``).
 
+``--data NPZ`` instead takes the data and the start Z0 written by
+``benchmarks/peer_gpytorch_svgp.py --make-data`` (the peer's run then has the same data and
+start): Z fixed at Z0, or optimised from it with ``--learn-z`` (as GPyTorch's run does); the
+k-means is then outside the timing, as it is for the peer.
+
 Timed as a user runs it, in the default environment: the whole ``fit`` (k-means, the minibatch
 steps and the final full-batch pass), process CPU seconds (``time.process_time``, all threads)
 and wall seconds, after an untimed warm-up fit on 2,000 rows (Numba compilation).  Printed: the
 times, the full-batch ELBO at the fitted q, test NLPD and error rate.
 
-Reference (not run here; GPyTorch is not installable in this environment): the issue writer's
-GPyTorch SVGP with Adam at N = 100,000, 13 s CPU, test NLPD 0.062.
+Reference: the issue writer's GPyTorch SVGP with Adam at N = 100,000, 13 s CPU, test NLPD 0.062
+(run it here with ``benchmarks/peer_gpytorch_svgp.py``).
 """
 import argparse
 import os
+import resource
 import sys
 import time
 
@@ -27,9 +33,9 @@ import gpdsl as gd  # noqa: E402
 GPYTORCH_CPU_S, GPYTORCH_NLPD = 13.0, 0.062
 
 
-def model(link, m, batch_size):
+def model(link, inducing, batch_size):
     return gd.Model(gd.kernels.SquaredExponential(np.sqrt(20.0), 1.0),
-                    gd.likelihoods.Bernoulli(link, bias=gd.Fixed(0.0)), gd.inducing.KMeans(m, seed=0),
+                    gd.likelihoods.Bernoulli(link, bias=gd.Fixed(0.0)), inducing,
                     gd.inference.SVGP(batch_size=batch_size))
 
 
@@ -40,16 +46,29 @@ def main():
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--link", default="logit")
+    p.add_argument("--data", help="the data and Z0 of peer_gpytorch_svgp.py --make-data (overrides --n, --m)")
+    p.add_argument("--learn-z", action="store_true", help="with --data: optimise Z from Z0")
     args = p.parse_args()
-    X, y = gd.datasets.twonorm(args.n + 10_000, seed=0)
-    X, y, Xs, ys = X[:args.n], y[:args.n], X[args.n:], y[args.n:]
-    model(args.link, 8, 64).fit(X[:2000], y[:2000], max_iter=20)          # warm-up: compilation
+    if args.data:
+        d = np.load(args.data)
+        X, y, Xs, ys = d["X"], d["y"], d["Xte"], d["yte"]
+        inducing = gd.inducing.Fixed(d["Z0"])
+        inducing = gd.inducing.Optimized(inducing) if args.learn_z else inducing
+        args.n, args.m = X.shape[0], d["Z0"].shape[0]
+    else:
+        X, y = gd.datasets.twonorm(args.n + 10_000, seed=0)
+        X, y, Xs, ys = X[:args.n], y[:args.n], X[args.n:], y[args.n:]
+        inducing = gd.inducing.KMeans(args.m, seed=0)
+    warm_up = gd.inducing.Optimized(gd.inducing.KMeans(8, seed=0)) if args.learn_z else gd.inducing.KMeans(8, seed=0)
+    model(args.link, warm_up, 64).fit(X[:2000], y[:2000], max_iter=20)          # warm-up: compilation
     c0, w0 = time.process_time(), time.perf_counter()
-    post = model(args.link, args.m, args.batch_size).fit(X, y, max_iter=args.steps)
+    post = model(args.link, inducing, args.batch_size).fit(X, y, max_iter=args.steps)
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     nlpd = -float(np.mean(post.log_predictive(Xs, ys)))
     error = float(np.mean((post.predict(Xs)["p"].values > 0.5) != (ys > 0)))
-    print(f"twonorm N = {args.n}, M = {args.m}, batch {args.batch_size}, {args.steps} steps, {args.link}")
+    print(f"twonorm N = {args.n}, M = {args.m}, batch {args.batch_size}, {args.steps} steps, {args.link}, "
+          f"{'Z0 from ' + args.data + (', Z learnt' if args.learn_z else ', Z fixed') if args.data else 'k-means Z (timed)'}; "
+          f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     print(f"  gpdsl minibatch SVGP: CPU {cpu:.1f} s, wall {wall:.1f} s, "
           f"ELBO {post.log_evidence:.1f}, test NLPD {nlpd:.4f}, error {100 * error:.2f} %")
     print(f"  GPyTorch SVGP + Adam (issue, not run here): CPU {GPYTORCH_CPU_S:.0f} s, test NLPD {GPYTORCH_NLPD}")
