@@ -45,6 +45,7 @@ from scipy import special
 from ._jit import projections
 from ._jit.special import logit_normal_logp_many
 from .checks import ValueEquality, check_nonnegative_int
+from .chunks import row_slices
 from .parameters import check_hyperparameter, declared_value, entry
 
 _LOG_2PI = np.log(2.0 * np.pi)
@@ -52,6 +53,8 @@ _LOG_2PI = np.log(2.0 * np.pi)
 
 # The Student-t expectation rule: f within mean +- _WINDOW_SDS latent sds, on _PANELS panels of
 # _PANEL_NODES Gauss-Legendre nodes each.
+# Rows per block of the default variational expectations (their (rows, nodes) temporaries).
+_EXPECTATION_BLOCK_ROWS = 8192
 _WINDOW_SDS = 12.0
 _PANELS = 32
 _PANEL_NODES = 8
@@ -153,6 +156,14 @@ class Likelihood(ValueEquality):
         from it by the rule's error: 1e-3 for the probit at var 80 with 100 nodes); otherwise, and
         at var = 0, 1/2 E_q[d^2 log p / df^2].
         """
+        n = mean.shape[0]
+        if n > _EXPECTATION_BLOCK_ROWS:
+            # The rule's (rows, nodes) temporaries are kept to blocks of rows: a chunk of 10^5
+            # rows with 100 nodes would otherwise hold ~1 GB of them.
+            blocks = [self.variational_expectations(values, prefix, y[s], mean[s], var[s])
+                      for s in row_slices(n, _EXPECTATION_BLOCK_ROWS)]
+            grads = {name: sum(b[3][name] for b in blocks) for name in blocks[0][3]}
+            return tuple(np.concatenate([b[i] for b in blocks]) for i in range(3)) + (grads,)
         f, weights, nodes = self.expectation_rule(values, prefix, y, mean, var)
         yy = np.broadcast_to(y[:, None], f.shape)
         derivatives = self.log_density_derivatives(values, prefix, yy, f)

@@ -177,6 +177,23 @@ def test_variational_expectations_against_quadrature_and_finite_differences(lik,
         assert g == pytest.approx(fd, abs=1e-6)
 
 
+@pytest.mark.parametrize("lik, values, kind", _DIFFERENTIABLE, ids=lambda p: getattr(p, "describe", lambda: "")())
+def test_variational_expectations_in_row_blocks_equal_one_block(lik, values, kind, monkeypatch):
+    """Above _EXPECTATION_BLOCK_ROWS rows the expectations run block by block (bounded
+    temporaries): the same values and gradients as one block (1e-13)."""
+    import gpdsl.likelihoods as likelihoods
+    rng = np.random.default_rng(2)
+    y, m, v = _targets(kind, rng, 23), rng.normal(size=23), rng.uniform(0.05, 4.0, size=23)
+    whole = lik.variational_expectations(values, "likelihood", y, m, v)
+    monkeypatch.setattr(likelihoods, "_EXPECTATION_BLOCK_ROWS", 5)
+    blocked = lik.variational_expectations(values, "likelihood", y, m, v)
+    for a, b in zip(whole[:3], blocked[:3]):
+        np.testing.assert_allclose(b, a, rtol=1e-13, atol=0)
+    assert set(blocked[3]) == set(whole[3])
+    for name in whole[3]:
+        assert blocked[3][name] == pytest.approx(whole[3][name], rel=1e-13)
+
+
 @pytest.mark.parametrize("df, scale", [(1.5, 0.05), (3.0, 0.7)])
 def test_student_t_expectations_where_the_likelihood_is_narrower_than_the_latent_sd(df, scale):
     """Gauss-Hermite cannot resolve a Student-t much narrower than q(f); the sinh-mapped rule
