@@ -30,8 +30,8 @@ updates, tol 1e-6, under gpdsl's thread policy ``gpdsl.threads.managed`` as fit 
 fitted q at the fitted hyperparameters, i.e. how far short of its own optimum in q the joint
 optimiser stopped.
 
-Reference (not run here; GPflow is not installable in this environment): the issue writer's
-GPflow SVGP on the same problem, 102 s CPU, test NLPD 0.066.
+Reference: the issue writer's GPflow SVGP on the same problem, 102 s CPU, test NLPD 0.066; run
+GPflow here on the same split and Z0 with ``--save-data`` and ``benchmarks/peer_gpflow_svgp.py``.
 
     python benchmarks/bench_svgp.py                      # logit and probit, ~minutes each
     python benchmarks/bench_svgp.py --links logit --threads 1
@@ -152,7 +152,15 @@ def main():
                         "tests and max_iter alone); default both")
     p.add_argument("--svgp-options", default="", help="key=value,... passed to gd.inference.SVGP")
     p.add_argument("--threads", type=int, default=None, help="limit BLAS / Numba threads (default: as they are)")
+    p.add_argument("--save-data", metavar="NPZ",
+                   help="write the split and the k-means Z0 for benchmarks/peer_gpflow_svgp.py, and stop")
     args = p.parse_args()
+    if args.save_data:
+        X, y, Xte, yte = prepare(args.twonorm, args.seed)
+        Z0 = gd.inducing.KMeans(args.m, seed=0).initial_Z(X, y)
+        np.savez(args.save_data, X=X, y=y, Xte=Xte, yte=yte, Z0=Z0)
+        print(f"wrote {args.save_data}: train {X.shape}, test {Xte.shape}, Z0 {Z0.shape}")
+        return
     options = parse_options(args.svgp_options)
     limits = None
     if args.threads:
