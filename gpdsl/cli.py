@@ -303,10 +303,6 @@ def held_out_metrics(posterior, X_test, y_test):
     return compute(posterior, X_test, y_test)
 
 
-_EVIDENCE_KIND = {"Exact": "exact log marginal likelihood", "VFE": "collapsed variational bound",
-                  "FITC": "FITC approximate log marginal likelihood", "EP": "EP approximation",
-                  "QP": "EP approximation at QP's hyperparameters", "PolyaGamma": "collapsed Polya-Gamma bound",
-                  "Laplace": "Laplace approximation", "SVGP": "ELBO", "VGP": "ELBO"}
 # Arrays longer than this (a method's variational parameters) are summarised, not printed.
 _PRINTED_VALUES = 20
 
@@ -330,8 +326,7 @@ def report(posterior, X, X_test, y_test, data_description, wall_time):
         print(f"  {part:<11} {getattr(model, part)!r}")
 
     print("\nfit")
-    kind = _EVIDENCE_KIND.get(inference, "log evidence")
-    print(f"  log evidence     {posterior.log_evidence:.6g}  ({kind})")
+    print(f"  log evidence     {posterior.log_evidence:.6g}  ({model.inference.log_evidence_kind})")
     if posterior.priors:
         print(f"  log prior        {posterior.log_prior:.6g}")
     state = "converged" if posterior.converged else "NOT converged"

@@ -316,23 +316,42 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
 _Q_KEYS = ("variational.q_mu", "variational.q_sqrt")
 
 
-def minibatch_step(kernel, likelihood, values, X, y, Z, q, *, scale, rho, jitter=None):
+def minibatch_step(kernel, likelihood, values, X, y, Z, q, *, scale, rho, jitter=None, one_pass=False):
     """One stochastic step on a minibatch X (B, D), y (B,) of N = ``scale`` B rows (Hensman et
     al. 2015 section 3; Salimbeni, Eleftheriadis & Hensman 2018): the natural-gradient step of
-    size ``rho`` on q from the batch's sites, the data part of the natural parameters times
-    ``scale`` (an unbiased estimate of the full batch's, see :func:`optimise_q`), halved while
-    the new S^-1 fails to factorise (sites of a likelihood that is not log-concave); then, at the
-    new q, the batch's estimate of the bound, scale E_batch - KL, and its gradient in the kernel
-    and likelihood hyperparameters and Z, which is ``scale`` times the batch's (KL[q(v) || p(v)]
-    does not depend on them in the whitened basis).
+    size ``rho`` on q from the batch's sites (see :func:`optimise_q`), their part of the natural
+    parameters times ``scale`` (an unbiased estimate of the full batch's), halved while the new
+    S^-1 fails to factorise (sites of a likelihood that is not log-concave); and the batch's
+    estimate of the bound, scale E_batch - KL, with its gradient in the kernel and likelihood
+    hyperparameters and Z, which is ``scale`` times the batch's (KL[q(v) || p(v)] does not
+    depend on them in the whitened basis).
 
-    Returns ``(q, elbo_estimate, grads, dZ, jitter)``; ``q`` as in :func:`optimise_q`.
+    ``one_pass=False``: the estimate and gradient are taken at the new q (a second pass over
+    the batch), so that with the whole batch, ``scale`` 1 and ``rho`` 1 on conjugate sites q is
+    at its optimum where the gradient is taken.  ``one_pass=True``: both come from one pass at
+    the q the step starts from (a simultaneous update of q and the hyperparameters, at about
+    half the cost): with the batch's d_n = dE_n/dvar_n, g_n = dE_n/dmean_n, the partials
+    P = A diag(d) A^T and A g of the gradient (:func:`_data_pass`) give the sites' part of the
+    natural parameters, w = -2 d and r = g + w mean (mean = A^T m): A W A^T = -2 P,
+    A r = A g - 2 P m.
+
+    Returns ``(q, elbo_estimate, grads, dZ, jitter)``: the new ``q`` (as in :func:`optimise_q`),
+    the estimate and its gradients (at the new q, or with ``one_pass`` at the starting one).
     """
     M = Z.shape[0]
     m, R = _checked_q(q, M)
     L, jit = cholesky(kernel.gram(values, "kernel", Z, Z), jitter, what="K_uu")
-    (_, AWA, Ar), _ = _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, None, X.shape[0], False,
-                                 natural=True)
+    if one_pass:
+        S = R @ R.T
+        (ell, Ag, P, grads, dZ), _ = _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, S, X.shape[0], True)
+        elbo = scale * float(ell) - _kl(m, R)
+        if not np.isfinite(elbo):
+            raise FloatingPointError("SVGP: non-finite bound")
+        grads, dZ = _gradients(kernel, values, Z, L, m, R, S, jit, Ag, P, grads, dZ)
+        AWA, Ar = -2.0 * P, Ag - 2.0 * (P @ m)
+    else:
+        (_, AWA, Ar), _ = _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, None, X.shape[0], False,
+                                     natural=True)
     Lam_hat = scale * 0.5 * (AWA + AWA.T)
     Lam_hat[np.diag_indices(M)] += 1.0
     Ri = inverse_lower(R)
@@ -346,10 +365,12 @@ def minibatch_step(kernel, likelihood, values, X, y, Z, q, *, scale, rho, jitter
             if rho < NATGRAD_MIN_STEP:
                 raise FloatingPointError("SVGP: no natural-gradient step keeps S positive definite") from None
     q = {"variational.q_mu": m, "variational.q_sqrt": pack_lower(R)}
-    terms, ev = _evaluate_at(kernel, likelihood, {**values, **q}, X, y, Z, m, R, _kl(m, R), jit, X.shape[0],
-                             True, False)
-    grads = {k: scale * g for k, g in ev.grads.items() if k not in _Q_KEYS}
-    return q, scale * terms.expected_log_lik - terms.kl, grads, scale * ev.dZ, jit
+    if not one_pass:
+        terms, ev = _evaluate_at(kernel, likelihood, {**values, **q}, X, y, Z, m, R, _kl(m, R), jit, X.shape[0],
+                                 True, False)
+        elbo, grads, dZ = scale * terms.expected_log_lik - terms.kl, ev.grads, ev.dZ
+    grads = {k: scale * g for k, g in grads.items() if k not in _Q_KEYS}
+    return q, elbo, grads, scale * dZ, jit
 
 
 def _from_natural(Lam, eta):
