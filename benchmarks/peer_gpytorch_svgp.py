@@ -6,8 +6,9 @@ Two steps, two environments (GPyTorch goes in the benchmark's own virtualenv, ne
 
        PYTHONPATH=. python3 benchmarks/peer_gpytorch_svgp.py --make-data /tmp/twonorm_1e5.npz --n 100000 --m 128
 
-   ``gd.datasets.twonorm(n + 10,000, seed)``: the first ``n`` rows train, the last 10,000 test;
-   ``Z0 = gd.inducing.KMeans(m, seed=0)`` on the training inputs (the start gpdsl's fits use).
+   ``bench_large_n.py``'s problem: ``gd.datasets.twonorm(n, seed=0)`` to train on, an
+   independent test draw of ``--test-n`` rows (seed 1), and Z0 its k-means start
+   (``KMeans(m, seed=0)`` on ``--kmeans-rows`` training rows drawn at random; 0: all).
 2. with the peer's interpreter (``python3 -m venv /tmp/gpyt && /tmp/gpyt/bin/pip install
    torch==2.13.0 gpytorch``), fit and print::
 
@@ -26,19 +27,19 @@ import argparse
 import math
 import os
 import resource
-import sys
 import time
 
 import numpy as np
 
 
-def make_data(path, n, m, seed):
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    import gpdsl as gd
-    X, y = gd.datasets.twonorm(n + 10_000, seed=seed)
-    Z0 = gd.inducing.KMeans(m, seed=0).select(X[:n], y[:n]).Z
-    np.savez(path, X=X[:n], y=y[:n], Xte=X[n:], yte=y[n:], Z0=Z0)
-    print(f"wrote {path}: N = {n}, test 10,000, D = {X.shape[1]}, M = {m}")
+def make_data(path, n, m, test_n, kmeans_rows):
+    # bench_large_n.py's data and start (it lies beside this script).
+    from bench_large_n import gd, kmeans_start, test_set
+    X, y = gd.datasets.twonorm(n, seed=0)
+    Xte, yte = test_set(test_n)
+    Z0 = kmeans_start(X, m, kmeans_rows)
+    np.savez(path, X=X, y=y, Xte=Xte, yte=yte, Z0=Z0)
+    print(f"wrote {path}: N = {n}, test {test_n}, D = {X.shape[1]}, M = {m} (k-means on {kmeans_rows or n} rows)")
 
 
 def fit(path, steps, batch, lr, seed):
@@ -100,13 +101,15 @@ def main():
     p.add_argument("--data", metavar="NPZ", help="fit GPyTorch's SVGP on this data (the peer's interpreter)")
     p.add_argument("--n", type=int, default=100_000)
     p.add_argument("--m", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--test-n", type=int, default=100_000)
+    p.add_argument("--kmeans-rows", type=int, default=10_000)
+    p.add_argument("--seed", type=int, default=0, help="GPyTorch's minibatch and initialisation seed")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--lr", type=float, default=0.01)
     args = p.parse_args()
     if args.make_data:
-        make_data(args.make_data, args.n, args.m, args.seed)
+        make_data(args.make_data, args.n, args.m, args.test_n, args.kmeans_rows)
     elif args.data:
         fit(args.data, args.steps, args.batch, args.lr, args.seed)
     else:
