@@ -154,9 +154,14 @@ def check_square_sums_finite(owner, name, a):
         The bound overflows: the message gives the largest magnitude and suggests rescaling.
     """
     # max and -min rather than max(abs(a)): no temporary copy of a large X.
-    peak = float(max(np.max(a, initial=0.0), -np.min(a, initial=0.0)))
+    check_square_bound(owner, name, float(max(np.max(a, initial=0.0), -np.min(a, initial=0.0))), a.size)
+
+
+def check_square_bound(owner, name, peak, size):
+    """:func:`check_square_sums_finite` from the largest magnitude ``peak`` (float) and the number
+    of entries ``size`` (int) of an array (a Dask array's, from one reduction)."""
     with np.errstate(over="ignore"):
-        bound = np.square(np.float64(2.0) * peak) * a.size
+        bound = np.square(np.float64(2.0) * peak) * size
     if not np.isfinite(bound):
         prefix = f"{owner}: " if owner else ""
         raise ValueError(f"{prefix}{name} holds values up to {peak:.3g} in magnitude, too large for float64: "

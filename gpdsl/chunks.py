@@ -1,13 +1,18 @@
-"""Row-chunked map-reduce: every O(N M^2) pass in gpdsl is written through :func:`map_reduce`.
+"""Row-chunked map-reduce: every O(N M^2) pass in gpdsl is written through :func:`map_rows`
+(or, for passes that index their own arrays, :func:`map_reduce`).
 
-A pass is a pure function of one row slice that returns ``(summed, rows)``: ``summed`` is a
+A pass is a pure function of its row blocks that returns ``(summed, rows)``: ``summed`` is a
 tuple of partial sums (arrays, floats or dicts of arrays) added across chunks, ``rows`` a tuple
-of per-row arrays concatenated in order.  Because a chunk depends on nothing but its rows and
-broadcast inputs, the same function can later be mapped over Dask workers.
+of per-row arrays concatenated in order.  Because a chunk depends on nothing but its row blocks
+(and on broadcast inputs the function closes over, which no chunk changes), the same function
+runs on NumPy slices in this process or, when a row input is a Dask array, as one Dask task per
+row block with a tree reduction of the partial sums, on whatever scheduler is active (threads by
+default, a ``distributed.Client`` when one exists).
 """
 import numpy as np
 
 from . import threads
+from .backends import is_dask
 
 # Aim for chunk blocks of about 2**21 doubles (16 MB) of K_uf: big enough for BLAS-3 speed,
 # small enough to stay in cache-friendly memory at N = 10^5..10^6.
@@ -32,18 +37,166 @@ def add_partial(a, b):
     return a + b
 
 
+def _add_sums(a, b):
+    return tuple(add_partial(x, z) for x, z in zip(a, b))
+
+
+class _TreeSum:
+    """Pairwise (tree) sum of the blocks' partial sums, pushed one at a time in block order.
+
+    A binary counter: equal-sized subtrees are merged as soon as both exist, so at most
+    log2(blocks) partials are held, and the tree is the same whether the partials are arrays
+    (in memory) or Dask delayed objects (``add`` then builds the reduction's tasks): a Dask pass
+    with the same blocks as an in-memory one adds in the same order and gives the same bits."""
+
+    def __init__(self, add=_add_sums):
+        self.add, self.stack = add, []
+
+    def push(self, value):
+        level = 0
+        while self.stack and self.stack[-1][0] == level:
+            value, level = self.add(self.stack.pop()[1], value), level + 1
+        self.stack.append((level, value))
+
+    def total(self):
+        total = None
+        for _, value in reversed(self.stack):
+            total = value if total is None else self.add(value, total)
+        return total
+
+
+def _stack(rows):
+    return tuple(np.concatenate(parts) for parts in zip(*rows)) if rows and rows[0] else ()
+
+
 def map_reduce(fn, n, chunk_size, width=0):
-    """Apply ``fn(slice) -> (summed, rows)`` over row chunks; sum ``summed``, concatenate ``rows``.
+    """Apply ``fn(slice) -> (summed, rows)`` over row chunks of ``n`` rows; sum ``summed``,
+    concatenate ``rows``.  For passes over in-memory arrays that ``fn`` indexes itself;
+    :func:`map_rows` is the form that also runs on Dask arrays.
 
     ``width``: M of a pass whose chunks do O(rows M^2) BLAS work; with ``n * width**2`` flops at
     least :data:`gpdsl.threads.BULK_FLOPS` the pass runs with the bulk BLAS thread count
     (:func:`gpdsl.threads.bulk`); 0 keeps one thread (loops of small products).
     """
-    total, rows = None, []
+    total, rows = _TreeSum(), []
     with threads.bulk(float(n) * width * width):
         for slc in row_slices(n, chunk_size):
             summed, per_row = fn(slc)
-            total = summed if total is None else tuple(add_partial(a, b) for a, b in zip(total, summed))
+            total.push(summed)
             rows.append(per_row)
-    stacked = tuple(np.concatenate(parts) for parts in zip(*rows)) if rows and rows[0] else ()
-    return total, stacked
+    return total.total(), _stack(rows)
+
+
+def is_chunked(rows):
+    """True when some array of ``rows`` (a sequence of row-aligned arrays) is a Dask array."""
+    return any(is_dask(a) for a in rows)
+
+
+def map_rows(fn, rows, chunk_size, width=0, carried=None, keep=False):
+    """Apply the pure function ``fn(*row_blocks) -> (summed, per_row)`` over row blocks of
+    ``rows``; sum ``summed`` across blocks, concatenate ``per_row``.
+
+    Parameters
+    ----------
+    fn : callable
+        Called with one block of each array of ``rows`` (in order), then, with ``carried``, that
+        block's carried item.  Returns ``(summed, per_row)``: a tuple of partial sums and a tuple
+        of (block rows,) arrays; with ``keep``, ``(summed, per_row, kept)``.
+    rows : sequence of arrays
+        Row-aligned arrays, first axis N each: NumPy arrays, or Dask arrays in row chunks (one
+        chunk across any further axis).  With any Dask array, the blocks are the first Dask
+        array's row chunks, every pass is one task per block and the partial sums are added in a
+        tree reduction; otherwise blocks of ``chunk_size`` rows are sliced here.
+    chunk_size : int
+        Rows per block of in-memory input.
+    width : int
+        M of a pass whose blocks do O(rows M^2) BLAS work (:func:`map_reduce`); in-memory only:
+        a Dask pass is parallel over its tasks.
+    carried : list or None
+        One item per block from an earlier pass's ``kept`` (what a block may reuse, such as
+        L^-1 K_uf), or None.
+    keep : bool
+        Return the blocks' ``kept`` items as a third result: a list, of Dask delayed objects for
+        Dask input (persisted where their blocks were computed: on the workers of a
+        ``distributed.Client``), for a later pass's ``carried``.
+
+    Returns
+    -------
+    (summed, per_row) or (summed, per_row, kept)
+        ``summed`` the tuple of totals; ``per_row`` a tuple of (N, ...) NumPy arrays.
+    """
+    if is_chunked(rows):
+        total, stacked, kept = _map_rows_dask(fn, rows, carried, keep)
+    else:
+        n = rows[0].shape[0]
+        tree, parts, kept = _TreeSum(), [], []
+        with threads.bulk(float(n) * width * width):
+            for i, slc in enumerate(row_slices(n, chunk_size)):
+                args = tuple(a[slc] for a in rows) + ((carried[i],) if carried is not None else ())
+                out = fn(*args)
+                tree.push(out[0])
+                parts.append(out[1])
+                kept.append(out[2] if keep else None)
+        total, stacked = tree.total(), _stack(parts)
+    return (total, stacked, kept) if keep else (total, stacked)
+
+
+def row_blocks(rows):
+    """The row blocks of ``rows`` (row-aligned arrays, some of them Dask arrays) as a list, one
+    entry per block, of tuples of Dask delayed objects or NumPy slices, and the blocks' sizes."""
+    lead = next(a for a in rows if is_dask(a))
+    sizes = lead.chunks[0]
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    columns = []
+    for a in rows:
+        if is_dask(a):
+            a = a.rechunk((sizes,) + tuple(-1 for _ in a.shape[1:]))
+            columns.append(list(a.to_delayed().reshape(len(sizes), -1)[:, 0]))
+        else:
+            columns.append([a[bounds[i]:bounds[i + 1]] for i in range(len(sizes))])
+    return list(zip(*columns)), sizes
+
+
+def _map_rows_dask(fn, rows, carried, keep):
+    import dask
+
+    blocks, _ = row_blocks(rows)
+    task = dask.delayed(fn, pure=False)
+    outs = [task(*b, *((carried[i],) if carried is not None else ())) for i, b in enumerate(blocks)]
+    if keep:
+        # The blocks' results stay where they were computed (a distributed worker's memory, or
+        # this process's with the local schedulers) for the next pass to take as carried items.
+        outs = list(dask.persist(*outs))
+    # Tree reduction: no task adds more than two partial sums, in the in-memory pass's order.
+    tree = _TreeSum(dask.delayed(_add_sums, pure=False))
+    for o in outs:
+        tree.push(o[0])
+    total, parts = dask.compute(tree.total(), [o[1] for o in outs])
+    return total, _stack(parts), [o[2] for o in outs] if keep else None
+
+
+def lazy_rows(fn, rows, names):
+    """Per-row outputs of ``fn`` over the row blocks of ``rows`` as lazily evaluated Dask arrays.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(*row_blocks) -> dict`` of (block rows,) float arrays, keys ``names``.
+    rows : sequence of arrays
+        Row-aligned arrays, at least one a Dask array (see :func:`map_rows`).
+    names : sequence of str
+        The keys of ``fn``'s dicts.
+
+    Returns
+    -------
+    dict of dask.array.Array
+        name -> (N,) array; one task per block computes every name's block.
+    """
+    import dask
+    import dask.array as da
+
+    blocks, sizes = row_blocks(rows)
+    task = dask.delayed(fn, pure=False)
+    outs = [task(*b) for b in blocks]
+    return {name: da.concatenate([da.from_delayed(o[name], shape=(size,), dtype=float)
+                                  for o, size in zip(outs, sizes)]) for name in names}

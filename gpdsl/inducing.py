@@ -17,6 +17,7 @@ optimisation, and ``reinit`` whether the model re-selects Z between hyperparamet
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -24,7 +25,8 @@ from ._jit import announce_compilation
 from ._jit import greedy as _greedy
 from .checks import (ValueEquality, as_float_array, check_bool, check_positive_int, check_positive_number,
                      check_seed, check_square_sums_finite)
-from .chunks import row_slices
+from .backends import dask_array
+from .chunks import is_chunked, map_rows, row_slices
 
 # Added to diag(K_ff) and at each pivot, as in the thesis code (its ``greedy_variance``).
 _JITTER = 1e-12
@@ -96,6 +98,9 @@ class Selection:
 class InducingSpec:
     optimize = False
     reinit = False
+    # Whether initial_Z/select work on a Dask X without reading all of it (Model.fit computes
+    # X into memory for the specs that do not).
+    lazy_inputs = False
 
     def initial_Z(self, X, y, context=None):
         raise NotImplementedError
@@ -114,6 +119,7 @@ class Fixed(ValueEquality, InducingSpec):
     """
 
     Z: object
+    lazy_inputs = True
 
     def __post_init__(self):
         Z = np.array(as_float_array("Fixed", "Z", self.Z, expected="an (M, D) array of inducing inputs"),
@@ -138,6 +144,7 @@ class Subsample(InducingSpec):
 
     m: int
     seed: int = 0
+    lazy_inputs = True
 
     def __post_init__(self):
         _check_m("Subsample", self.m)
@@ -146,7 +153,8 @@ class Subsample(InducingSpec):
     def initial_Z(self, X, y, context=None):
         _check_m_le_n("Subsample", self.m, X.shape[0])
         idx = np.random.default_rng(self.seed).choice(X.shape[0], size=self.m, replace=False)
-        return X[np.sort(idx)].copy()
+        # np.array copies a NumPy X's rows and computes a Dask X's.
+        return np.array(X[np.sort(idx)])
 
 
 def _squared_distances(X, C):
@@ -218,6 +226,10 @@ class Optimized(InducingSpec):
                                 f"inputs, got {init!r} ({err})") from err
         object.__setattr__(self, "init", init)
 
+    @property
+    def lazy_inputs(self):
+        return self.init.lazy_inputs
+
     def initial_Z(self, X, y, context=None):
         return self.init.initial_Z(X, y, context)
 
@@ -260,6 +272,58 @@ def _residual_start(context, X):
     d = kdiag + _JITTER
     floor = 2.0 * _JITTER + 64.0 * np.finfo(float).eps * np.abs(kdiag)
     return d, floor
+
+
+def _residual_rows(context, X_block):
+    """((), (d, floor)) of :func:`_residual_start` for a row block X_block (n, D) (a map_rows pass)."""
+    return (), _residual_start(context, X_block)
+
+
+class _BlockFactor:
+    """The pivoted Cholesky factor of greedy variance selection for a Dask X, held by X's row
+    blocks: block b keeps its columns C[:, block b] (Dask delayed objects, persisted where they
+    were computed), and the residual d (N,) is in memory.  Adding a pivot is one pass over the
+    blocks (:func:`_factor_block_step`), which needs of the other blocks only the pivot's column
+    C[:m, j] (M,) and x_j, fetched first.  The same O(N M) per pick as the in-memory step."""
+
+    def __init__(self, context, X, d):
+        self.context, self.X, self.d = context, X, d
+        self.index = np.arange(X.shape[0])
+        self.blocks, self.starts = None, np.cumsum((0,) + X.chunks[0][:-1])
+
+    def add(self, m, j):
+        """Add pivot j as row m of the factor; updates ``self.d``."""
+        import dask
+
+        c_j = np.zeros(0)
+        if m > 0:
+            b = int(np.searchsorted(self.starts, j, side="right")) - 1
+            c_j = dask.delayed(_factor_column)(self.blocks[b], m, j - int(self.starts[b])).compute()
+        x_j = np.asarray(self.X[j:j + 1])
+        step = partial(_factor_block_step, self.context, x_j, m, c_j, float(self.d[j]), j)
+        _, (self.d,), self.blocks = map_rows(step, (self.X, self.d, self.index), None, carried=self.blocks,
+                                             keep=True)
+
+
+def _factor_column(C, m, j):
+    """C[:m, j] (m,) of a block's factor columns C (m, n)."""
+    return np.ascontiguousarray(C[:m, j])
+
+
+def _factor_block_step(context, x_j, m, c_j, d_j, j, X_block, d, index, C=None):
+    """One pick on a row block (a pure map_rows pass): the block's factor columns C (m, n) (None
+    before the first pick) grow by row m, its residual d (n,) is updated (copies of both; the
+    in-place kernel then writes the copies).  ``index`` (n,) are the block's global row indices,
+    j the pivot's, x_j (1, D) its input, c_j = C[:m, j] and d_j its residual before the pick."""
+    C_new = np.empty((m + 1, X_block.shape[0]))
+    if m > 0:
+        C_new[:m] = C
+    d = d.copy()
+    # The row K(x_j, X_block), centred at x_j as _kernel_column's: the same bits per element.
+    k = context.kernel.gram(context.values, "kernel", x_j, X_block)[0]
+    local = j - int(index[0]) if index[0] <= j <= index[-1] else -1
+    _greedy.block_step(C_new, m, c_j, d_j, k, local, d, _JITTER)
+    return (), (d,), C_new
 
 
 def _kernel_column(context, X, j):
@@ -328,39 +392,55 @@ class GreedyVariance(InducingSpec):
         if self.first_round_max_m is not None:
             check_positive_int(owner, "first_round_max_m", self.first_round_max_m)
 
+    lazy_inputs = True
+
     def initial_Z(self, X, y, context=None):
         return self.select(X, y, context).Z
 
     def select(self, X, y, context=None):
-        """Greedy (weighted) variance selection: X (N, D) -> :class:`Selection` with M <= m rows."""
-        X = _inputs("GreedyVariance", X)
+        """Greedy (weighted) variance selection: X (N, D) -> :class:`Selection` with M <= m rows.
+
+        For a Dask X (checked by ``Model.fit``) the factor's columns stay with X's row blocks
+        (:class:`_BlockFactor`) and each pick is one pass of Dask tasks over them."""
+        chunked = is_chunked((X,))
+        X = dask_array(X) if chunked else _inputs("GreedyVariance", X)
         n = X.shape[0]
         if self.m is not None:
             _check_m_le_n("GreedyVariance", self.m, n)
         context = _require_context("GreedyVariance", context)
         w = (_per_point("GreedyVariance", "weights", context.weights, n, nonnegative=True)
              if self.weighted and context.weights is not None else np.ones(n))
-        d, floor = _residual_start(context, X)
+        if chunked:
+            _, (d, floor) = map_rows(partial(_residual_rows, context), (X,), None)
+        else:
+            d, floor = _residual_start(context, X)
         j, _, _ = _greedy.weighted_argmax(d, w, floor)
         if j < 0:
             raise NoCandidateError("GreedyVariance: no training point has a positive (weighted) prior variance "
                                    "to select")
         first_cap = (self.first_round_max_m if self.m is None and self.reinit and context.first_round
                      else None)
+        cap = min(self.m or self.max_m, first_cap or n, n)
+        factor = _BlockFactor(context, X, d) if chunked else None
         # np.empty only reserves address space: rows are committed as they are written.
-        C = np.empty((min(self.m or self.max_m, first_cap or n, n), n))
+        C = None if chunked else np.empty((cap, n))
         indices, traces, stopped = [], [], None
         while stopped is None:
-            args = (C, len(indices), j, _kernel_column(context, X, j), d, w, floor, _JITTER)
-            announce_compilation("greedy-variance selection", _COMPILE_SECONDS["GreedyVariance"],
-                                 _greedy.pivoted_cholesky_step, args)
-            nxt, _, trace = _greedy.pivoted_cholesky_step(*args)
+            if chunked:
+                factor.add(len(indices), j)
+                nxt, _, trace = _greedy.weighted_argmax(factor.d, w, floor)
+            else:
+                args = (C, len(indices), j, _kernel_column(context, X, j), d, w, floor, _JITTER)
+                announce_compilation("greedy-variance selection", _COMPILE_SECONDS["GreedyVariance"],
+                                     _greedy.pivoted_cholesky_step, args)
+                nxt, _, trace = _greedy.pivoted_cholesky_step(*args)
             indices.append(j)
             traces.append(trace)
             stopped = self._stop(len(indices), trace, nxt < 0 or len(indices) == n, first_cap)
             j = nxt
         indices = np.array(indices)
-        return Selection(Z=X[indices].copy(), indices=indices, criterion=np.array(traces), stopped=stopped)
+        # np.array copies a NumPy X's rows and computes a Dask X's.
+        return Selection(Z=np.array(X[indices]), indices=indices, criterion=np.array(traces), stopped=stopped)
 
     def _stop(self, count, trace, exhausted, first_cap):
         if self.m is not None and count == self.m:

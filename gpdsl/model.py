@@ -16,7 +16,7 @@ from scipy import optimize as sp_optimize
 
 from . import inference as inf
 from . import likelihoods as lik
-from . import threads
+from . import backends, threads
 from .checks import (as_float_array, check_bool, check_nonnegative_int, check_positive_int, check_seed,
                      check_square_sums_finite)
 from .inducing import InducingSpec
@@ -49,11 +49,17 @@ _SCIPY_CALLBACK_STOP = 99                   # OptimizeResult.status when the cal
 # Objective margin (nats) over the constant model below which a fit is flagged (Model._no_better_than_constant).
 CONSTANT_MODEL_TOL = 1e-3
 
-def validate_inputs(X, name="X", n_features=None):
+def validate_inputs(X, name="X", n_features=None, lazy=False):
     """X as a finite float64 C-contiguous (N, D) array, or a ValueError/TypeError naming ``name``.
 
     Text, complex and ragged input is refused (:func:`gpdsl.checks.as_float_array`), and so are
-    inputs so large that squared distances between rows overflow."""
+    inputs so large that squared distances between rows overflow.  A Dask array (or an xarray
+    object backed by one) is computed into memory, or with ``lazy=True`` checked lazily and
+    returned as a float64 Dask array in row chunks (:func:`gpdsl.backends.validate_lazy_inputs`)."""
+    if backends.is_dask(X):
+        if lazy:
+            return backends.validate_lazy_inputs(X, name, n_features)
+        X = backends.materialize(X)
     X = as_float_array("", name, X)
     if X.ndim != 2:
         raise ValueError(f"{name} must be 2-D (n_points, n_features), got {X.ndim}-D with shape {X.shape}")
@@ -95,7 +101,8 @@ def validate_targets(y, n, name="y"):
     """y as a finite float64 (n,) array ((n, 1) is flattened), or a ValueError/TypeError naming
     ``name``; booleans are accepted (labels), text, complex and ragged input is not, nor are
     targets whose squares overflow (the Gaussian evidence would not be finite)."""
-    y = as_float_array("", name, y)
+    # The targets, O(N), are held in memory; only X's O(N M) work is spread over Dask's tasks.
+    y = as_float_array("", name, backends.materialize(y))
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1:
@@ -212,6 +219,16 @@ class Model:
         hyperparameters and Z are then in those units, while the posterior predicts, and reports
         its log evidence, in the data's (:mod:`gpdsl.scaling`).
 
+        X and y may be Dask arrays (or xarray objects backed by them; ``pip install
+        "gpdsl[dask]"``).  VFE, FITC, Pólya-Gamma, FITC-Laplace and FITC-EP/QP on the parallel
+        schedule then run every O(N M^2) pass as one Dask task per row block of X with a tree
+        reduction of the M x M / M-vector partials, on the active scheduler (threads, or a
+        ``distributed.Client`` when one exists), and ``GreedyVariance`` selects with its factor
+        held by the blocks.  X stays distributed; y and the per-point vectors (O(N)) are held in
+        memory.  With the method's ``chunk_size`` equal to X's row chunks the result is the
+        in-memory fit's to the bit (the partial sums are added in the same tree; EP/QP to
+        rounding); otherwise to rounding.  Other methods and inducing specs compute X into memory.
+
         A fit whose objective is within ``CONSTANT_MODEL_TOL`` nats of the constant model f = 0
         (a classifier's at its bias, white noise at its best variance for Gaussian regression)
         or below it warns ``ConvergenceWarning`` and is flagged ``constant_model=True``.
@@ -219,7 +236,7 @@ class Model:
         from .inducing import SelectionContext
         from .posterior import Posterior
 
-        X = validate_inputs(X)
+        X = validate_inputs(X, lazy=self._chunks_dask())
         y = self.likelihood.prepare_targets(validate_targets(y, X.shape[0]))
         fixed = _check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, callback)
         check_bool("fit", "standardize", standardize, error=TypeError)
@@ -234,7 +251,7 @@ class Model:
             weights, targets = self.likelihood.surrogate(declared, "likelihood", X, y)
             context = SelectionContext(self.kernel, declared, weights=weights, targets=targets,
                                        first_round=True)
-            selection = self.inducing.select(X, y, context)
+            selection = self.inducing.select(self._selection_inputs(X), y, context)
         fit = self._fit_at(X, y, selection, fixed, optimize, restarts, seed, max_iter, progress, callback,
                            start=None, warm=None)
         rounds, reinit_stop = [(selection, fit)], None
@@ -280,7 +297,7 @@ class Model:
             weights, targets = evaluation.pseudo_data
             context = SelectionContext(self.kernel, values, weights=weights, targets=targets)
             try:
-                selection = spec.select(X, y, context)
+                selection = spec.select(self._selection_inputs(X), y, context)
             except NoCandidateError:
                 # The last fit collapsed the kernel variance (below the 1e-12 selection jitter):
                 # nothing to re-select by; the best round so far is kept.
@@ -304,6 +321,25 @@ class Model:
                       "(flagged reinit_stop='max_reinit'); raise max_reinit or reinit_tol",
                       ConvergenceWarning, stacklevel=4)
         return rounds, "max_reinit"
+
+    def _selection_inputs(self, X):
+        """X for the inducing spec's selection: selection from the data (k-means, greedy) reads X
+        in memory, so a Dask X is computed for it; Fixed and Subsample read no more than Z."""
+        return X if self.inducing.lazy_inputs else backends.materialize(X)
+
+    def _chunks_dask(self):
+        """Whether this model's fit runs its O(N M^2) passes as Dask tasks when X is a Dask array:
+        VFE, FITC, Pólya-Gamma and FITC-Laplace, and FITC-EP/QP on the parallel schedule, with a likelihood whose
+        noise does not depend on X's values.  Other methods compute a Dask X into memory (dense
+        methods are O(N^2) anyway; sequential EP is serial by nature)."""
+        if not self.sparse:
+            return False
+        if isinstance(self.likelihood, lik.HeteroscedasticGaussian) and not self.likelihood.known:
+            return False
+        inference = self.inference
+        if isinstance(inference, (inf.VFE, inf.FITC, inf.PolyaGamma, inf.Laplace)):
+            return True
+        return isinstance(inference, (inf.EP, inf.QP)) and inference.schedule == "parallel"
 
     def _no_better_than_constant(self, y, values, log_evidence):
         """Warn (ConvergenceWarning) and return True when the objective is within
@@ -432,7 +468,7 @@ def _random_start(table, u0, X, rng):
         if e.name.startswith("variational."):
             continue
         if e.name == "inducing.Z":
-            values[e.name] = X[rng.choice(X.shape[0], size=e.value.shape[0], replace=False)]
+            values[e.name] = np.asarray(X[rng.choice(X.shape[0], size=e.value.shape[0], replace=False)])
         elif e.positive:
             values[e.name] = values[e.name] * np.exp(rng.standard_normal(e.value.shape))
         else:

@@ -23,7 +23,7 @@ import numpy as np
 from . import threads
 from ._version import __version__
 from .checks import as_float_array, is_integer, is_number
-from .chunks import default_chunk_size, map_reduce
+from .chunks import default_chunk_size, is_chunked, lazy_rows, map_rows
 from .methods.common import PredictiveState
 from .model import validate_inputs
 from .parameters import declared_value
@@ -83,27 +83,41 @@ class Posterior:
         scaling = self.standardization
         return self.state.Z if scaling is None else scaling.x_mean + scaling.x_scale * self.state.Z
 
-    def _fit_inputs(self, X_new):
-        """X_new (n, D) checked and in the fit's units."""
-        X_new = validate_inputs(X_new, "X_new", self.n_features)
+    def _fit_inputs(self, X_new, lazy=False):
+        """X_new (n, D) checked and in the fit's units; a Dask X_new stays one with ``lazy``."""
+        X_new = validate_inputs(X_new, "X_new", self.n_features, lazy=lazy)
         return X_new if self.standardization is None else self.standardization.inputs(X_new)
 
     # -- prediction ------------------------------------------------------------------------------
     @threads.managed
     def predict_f(self, X_new):
-        """Latent predictive mean and variance at X_new (n, D) -> two (n,) arrays."""
-        X_new = self._fit_inputs(X_new)
-        kernel, state = self.model.kernel, self.state
+        """Latent predictive mean and variance at X_new (n, D) -> two (n,) arrays.
 
-        def chunk(slc):
-            b = state.basis(kernel.gram(self.values, "kernel", state.Z, X_new[slc]))
-            mean = b.T @ state.weights
-            var = kernel.diag(self.values, "kernel", X_new[slc]) - np.einsum("ij,ij->j", b, state.correction @ b)
-            return (), (mean, np.maximum(var, 0.0))
+        For a Dask X_new (or an xarray object backed by one) they are lazily evaluated Dask
+        arrays, one task per row block of X_new."""
+        return self._latent(self._fit_inputs(X_new, lazy=True))
 
-        n, m = X_new.shape[0], state.Z.shape[0]
-        _, (mean, var) = map_reduce(chunk, n, default_chunk_size(n, m), width=m)
+    def _latent(self, X_new):
+        """predict_f at checked inputs X_new (n, D) in the fit's units (NumPy, or Dask: lazy)."""
+        if is_chunked((X_new,)):
+            out = lazy_rows(self._latent_block, (X_new,), ("mean", "var"))
+            return self._data_units(out["mean"], out["var"])
+
+        def chunk(X_block):
+            out = self._latent_block(X_block)
+            return (), (out["mean"], out["var"])
+
+        n, m = X_new.shape[0], self.state.Z.shape[0]
+        _, (mean, var) = map_rows(chunk, (X_new,), default_chunk_size(n, m), width=m)
         return self._data_units(mean, var)
+
+    def _latent_block(self, X_block):
+        """{"mean", "var"}: the latent predictive mean and variance (n,) in the fit's units at a
+        block X_block (n, D) of inputs in the fit's units."""
+        kernel, state = self.model.kernel, self.state
+        b = state.basis(kernel.gram(self.values, "kernel", state.Z, X_block))
+        var = kernel.diag(self.values, "kernel", X_block) - np.einsum("ij,ij->j", b, state.correction @ b)
+        return {"mean": b.T @ state.weights, "var": np.maximum(var, 0.0)}
 
     def _data_units(self, mean, var):
         """A latent mean and (co)variance from the fit's units to the data's."""
@@ -147,22 +161,44 @@ class Posterior:
         """
         import xarray as xr
 
-        X_new = validate_inputs(X_new, "X_new", self.n_features)
+        X_new = validate_inputs(X_new, "X_new", self.n_features, lazy=True)
         if noise_variance is not None and not self.gaussian:
             raise ValueError(f"predict: noise_variance applies to Gaussian likelihoods only; "
                              f"{type(self.model.likelihood).__name__} has no observation noise to add")
-        mean, var = self.predict_f(X_new)
-        data = {"f_mean": ("obs", mean), "f_var": ("obs", var)}
-        if self.gaussian:
-            data["y_mean"] = ("obs", mean)
-            noise = self.noise_variance(X_new, noise_variance)
-            if noise is not None:
-                data["y_var"] = ("obs", var + noise)
+        if is_chunked((X_new,)):
+            # Checked here, on the whole X_new; each block then takes its rows of the variances.
+            given = self.noise_variance(X_new, noise_variance) if noise_variance is not None else None
+            rows = (X_new,) if given is None else (X_new, np.ascontiguousarray(given))
+            data = lazy_rows(self._predict_block, rows, self._predict_names(given is not None))
         else:
-            for name, value in self.model.likelihood.predictive(self.values, "likelihood", mean, var).items():
-                data[name] = ("obs", value)
-        return xr.Dataset(data, coords={"obs": np.arange(X_new.shape[0])},
+            data = self._predict_block(X_new, noise_variance)
+        return xr.Dataset({name: ("obs", value) for name, value in data.items()},
+                          coords={"obs": np.arange(X_new.shape[0])},
                           attrs={"inference": type(self.model.inference).__name__})
+
+    def _predict_block(self, X_block, noise_variance=None):
+        """The variables of :meth:`predict` (a dict of (n,) arrays) at a block X_block (n, D) of
+        checked inputs in the data's units, with ``noise_variance`` as :meth:`predict` takes it.
+        (Not a managed entry point: it also runs inside Dask's tasks, where each thread would
+        set and restore the process's BLAS threads under the others.)"""
+        mean, var = self._latent(X_block if self.standardization is None else self.standardization.inputs(X_block))
+        data = {"f_mean": mean, "f_var": var}
+        if self.gaussian:
+            data["y_mean"] = mean
+            noise = self.noise_variance(X_block, noise_variance)
+            if noise is not None:
+                data["y_var"] = var + noise
+        else:
+            data.update(self.model.likelihood.predictive(self.values, "likelihood", mean, var))
+        return data
+
+    def _predict_names(self, noise_given):
+        """The names of :meth:`predict`'s variables, known without the data (for lazy predictions)."""
+        if self.gaussian:
+            known = noise_given or not getattr(self.model.likelihood, "known", False)
+            return ("f_mean", "f_var", "y_mean") + (("y_var",) if known else ())
+        probe = self.model.likelihood.predictive(self.values, "likelihood", np.zeros(1), np.ones(1))
+        return ("f_mean", "f_var") + tuple(probe)
 
     @property
     def gaussian(self):

@@ -34,19 +34,29 @@ def pivoted_cholesky_step(C, m, j, k, d, w, floor, eps):
     Returns :func:`weighted_argmax` of the updated residual: the next greedy-variance pivot,
     its criterion and the weighted trace ``sum_n w_n d_n``.
     """
+    block_step(C, m, np.ascontiguousarray(C[:m, j]), d[j], k, j, d, eps)
+    return weighted_argmax(d, w, floor)
+
+
+@njit(cache=True)
+def block_step(C, m, c_j, d_j, k, j, d, eps):
+    """Add a pivot to the columns of one row block: write row m of C (cap, n) and update the
+    block's residual d (n,) in place.  c_j (m,) is the pivot's column C[:m, j] of the whole
+    factor and d_j its residual before the update, k (n,) the kernel column K(X_block, x_j), and
+    j the pivot's index in this block (-1 when the pivot lies in another block)."""
     e = C[m]
     # An element loop: ``e[:] = k`` compiled Numba's shape-mismatch message, four seconds of a cold
     # start.
     for i in range(e.shape[0]):
         e[i] = k[i]
-    e[j] += eps
+    if j >= 0:
+        e[j] += eps
     if m > 0:
-        e -= np.dot(np.ascontiguousarray(C[:m, j]), C[:m])
-    e /= np.sqrt(d[j])
+        e -= np.dot(c_j, C[:m])
+    e /= np.sqrt(d_j)
     for i in range(d.shape[0]):
         v = d[i] - e[i] * e[i]
         d[i] = v if v > 0.0 else 0.0
-    return weighted_argmax(d, w, floor)
 
 
 @njit(cache=True)

@@ -23,9 +23,11 @@ chunked pass that forms the adjoint of K_uf column by column (derivation in the 
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from ..chunks import add_partial, default_chunk_size, map_reduce
+from ..chunks import add_partial, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t, whiten
 from .common import Evaluation, PredictiveState
 
@@ -33,12 +35,15 @@ _LOG_2PI = np.log(2.0 * np.pi)
 _CACHE_BYTES = 2 ** 28      # 256 MB of cached A = L^-1 K_uf (and K_uf when both fit)
 
 
-def whitened_rows(kernel, values, X, Z, L, slc):
+def whitened_rows(kernel, values, X, Z, L, slc=None):
     """K_uf (M, n), A = L^-1 K_uf (M, n), K_nn (n,) and K_nn - Q_nn = K_nn - |a_n|^2 (n,) for the
-    rows ``slc`` of X, with K_uu = L L^T.  Shared by this engine and the Pólya-Gamma c loop."""
-    Kuf = kernel.gram(values, "kernel", Z, X[slc])
+    row block X (n, D), or for the rows ``slc`` of X when a slice is given, with K_uu = L L^T.
+    Shared by this engine, the Pólya-Gamma c loop, FITC-Laplace and SVGP."""
+    if slc is not None:
+        X = X[slc]
+    Kuf = kernel.gram(values, "kernel", Z, X)
     A = whiten(L, Kuf)
-    kff = kernel.diag(values, "kernel", X[slc])
+    kff = kernel.diag(values, "kernel", X)
     return Kuf, A, kff, kff - np.einsum("ij,ij->j", A, A)
 
 
@@ -79,45 +84,28 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
     if np.any(noise <= 0) or not np.all(np.isfinite(noise)):
         raise FloatingPointError("noise variances must be positive and finite")
 
-    # A = L^-1 K_uf and K_nn - Q_nn chunks (and K_uf too, when both fit the budget) are kept
-    # between the value and gradient passes: the triangular solve costs about twice the kernel's
-    # exp.
-    cache = {} if need_grad and n * m * 8 <= _CACHE_BYTES else None
+    # A = L^-1 K_uf and K_nn - Q_nn of each block (and K_uf too, when both fit the budget) are
+    # kept between the value and gradient passes (the triangular solve costs about twice the
+    # kernel's exp): the statistics pass returns them and the gradient pass takes them back as its
+    # blocks' carried items (for Dask input, persisted where the blocks were computed), so that no
+    # chunk function holds state.
+    cache = need_grad and n * m * 8 <= _CACHE_BYTES
     keep_kuf = 2 * n * m * 8 <= _CACHE_BYTES
+    rows = partial(_block_rows, kernel, values, Z, L, fitc, cache, keep_kuf)
 
-    def rows(slc):
-        """K_uf, A = L^-1 K_uf, K_nn, K_nn - Q_nn and lambda for one chunk.
-
-        Everything downstream is formed from A rather than from K_uf and K_uu^-1: with a long
-        length-scale and a large variance (the near-linear optimum of twonorm, cond K_uu ~ 1e7)
-        P = K_uf W K_fu has entries ~1e15 that L^-1 P L^-T then cancels, which left ~0.1 nats of
-        rounding noise in the bound and ~1 in its gradient; A W A^T loses nothing of that size.
-        """
-        hit = cache.get(slc.start) if cache is not None else None
-        if hit is None:
-            hit = whitened_rows(kernel, values, X, Z, L, slc)
-            if fitc:
-                check_rows_nystrom(hit[3], hit[2])     # VFE checks the weighted trace below
-            if cache is not None:
-                cache[slc.start] = hit if keep_kuf else (None,) + hit[1:]
-        Kuf, A, kff, residual = hit
-        if Kuf is None:
-            Kuf = kernel.gram(values, "kernel", Z, X[slc])
-        lam = residual + noise[slc] if fitc else noise[slc]
-        return Kuf, A, kff, residual, lam
-
-    def statistics_pass(slc):
-        _, A, kff, residual, lam = rows(slc)
+    def statistics_pass(Xb, yb, noise_b, hit=None):
+        (_, A, kff, residual, lam), kept = rows(Xb, noise_b, hit)
         if np.any(lam <= 0):
             raise FloatingPointError("FITC diagonal K_nn - Q_nn + noise is not positive")
         w = 1.0 / lam
-        yc = y[slc]
         As = A * np.sqrt(w)
         # As @ As.T is dispatched to BLAS syrk (half the flops of a general product).
-        return (As @ As.T, A @ (w * yc), np.sum(np.log(lam)), np.sum(w * yc * yc), np.sum(w * kff),
-                np.sum(w * residual)), ()
+        return (As @ As.T, A @ (w * yb), np.sum(np.log(lam)), np.sum(w * yb * yb), np.sum(w * kff),
+                np.sum(w * residual)), (), kept
 
-    (P, r, sum_log_lam, sum_wyy, sum_wkff, sum_wres), _ = map_reduce(statistics_pass, n, chunk, width=m)
+    data = (X, y, noise)
+    (P, r, sum_log_lam, sum_wyy, sum_wkff, sum_wres), _, kept = map_rows(statistics_pass, data, chunk, width=m,
+                                                                         keep=True)
 
     B_minus_I = 0.5 * (P + P.T)           # A Lambda^-1 A^T = L^-1 K_uf Lambda^-1 K_fu L^-T
     B = np.eye(m) + B_minus_I
@@ -142,7 +130,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
 
     grads, dZ = {}, None
     if need_grad:
-        grads, dZ = _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, jit,
+        grads, dZ = _gradient_pass(kernel, likelihood, values, data, Z, rows, kept, chunk, fitc, jit,
                                    alpha, solve_upper_t(L, alpha), B_inv, B_minus_I, Li)
     state = None
     if need_state:
@@ -153,7 +141,30 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
                       pseudo_data=(1.0 / noise, y / noise))
 
 
-def _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, jit,
+def _block_rows(kernel, values, Z, L, fitc, cache, keep_kuf, Xb, noise_b, hit):
+    """((K_uf, A = L^-1 K_uf, K_nn, K_nn - Q_nn, lambda), kept) for the row block Xb (n, D) with
+    noise variances noise_b (n,); ``hit`` is the block's kept item of an earlier pass (None: compute
+    afresh), ``kept`` what a later pass may reuse (None unless ``cache``; without ``keep_kuf``, K_uf
+    is left out of it and recomputed).
+
+    Everything downstream is formed from A rather than from K_uf and K_uu^-1: with a long
+    length-scale and a large variance (the near-linear optimum of twonorm, cond K_uu ~ 1e7)
+    P = K_uf W K_fu has entries ~1e15 that L^-1 P L^-T then cancels, which left ~0.1 nats of
+    rounding noise in the bound and ~1 in its gradient; A W A^T loses nothing of that size.
+    """
+    if hit is None:
+        hit = whitened_rows(kernel, values, Xb, Z, L)
+        if fitc:
+            check_rows_nystrom(hit[3], hit[2])     # VFE checks the weighted trace
+    kept = (hit if keep_kuf else (None,) + hit[1:]) if cache else None
+    Kuf, A, kff, residual = hit
+    if Kuf is None:
+        Kuf = kernel.gram(values, "kernel", Z, Xb)
+    lam = residual + noise_b if fitc else noise_b
+    return (Kuf, A, kff, residual, lam), kept
+
+
+def _gradient_pass(kernel, likelihood, values, data, Z, rows, kept, chunk, fitc, jit,
                    alpha, beta, B_inv, B_minus_I, Li):
     """Adjoints of K_uf (per chunk), K_uu, K_nn and lambda, contracted with the kernel VJPs.
 
@@ -169,17 +180,19 @@ def _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, ji
     Every product with K_uu^-1 or Sigma^-1 is taken in the whitened basis, a_n = L^-1 k_n:
     Sigma^-1 k_n = L^-T B^-1 a_n, K_uu^-1 k_n = L^-T a_n, k_n^T Sigma^-1 k_n = a_n^T B^-1 a_n,
     beta^T k_n = alpha^T a_n, and dF/dK_uu = L^-T G L^-1 with G formed in that basis, so that no
-    two large matrices are subtracted (see ``rows`` in :func:`_evaluate_at`).  ``alpha`` (M,) is
-    B^-1 L^-1 K_uf Lambda^-1 y, ``beta = L^-T alpha``.
+    two large matrices are subtracted (see :func:`_block_rows`).  ``alpha`` (M,) is
+    B^-1 L^-1 K_uf Lambda^-1 y, ``beta = L^-T alpha``; ``data`` the row inputs (X, y, noise),
+    ``rows`` the block function of :func:`_block_rows` and ``kept`` the statistics pass's kept
+    blocks.
     """
     m = Li.shape[0]
     C_white = np.eye(m) - B_inv                  # L^T (K_uu^-1 - Sigma^-1) L
     Li_T_C_white = None if fitc else Li.T @ C_white      # K_uu^-1 - Sigma^-1 = Li_T_C_white Li
 
-    def pass_fn(slc):
-        Kuf, A, kff, residual, lam = rows(slc)
+    def pass_fn(Xb, yb, noise_b, hit):
+        (Kuf, A, kff, residual, lam), _ = rows(Xb, noise_b, hit)
         w = 1.0 / lam
-        e = y[slc] - alpha @ A
+        e = yb - alpha @ A
         if fitc:
             B_inv_A = B_inv @ A
             dF_dw = -0.5 * np.einsum("ij,ij->j", A, B_inv_A) - 0.5 * e * e + 0.5 * lam
@@ -204,11 +217,11 @@ def _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, ji
             G_uf *= w
             g_kff = -0.5 * w
             G_uu_part = 0.0
-        kgrads, dZ = kernel.vjp(values, "kernel", Z, X[slc], G_uf, K=Kuf)
-        kgrads = add_partial(kgrads, kernel.diag_vjp(values, "kernel", X[slc], g_kff))
+        kgrads, dZ = kernel.vjp(values, "kernel", Z, Xb, G_uf, K=Kuf)
+        kgrads = add_partial(kgrads, kernel.diag_vjp(values, "kernel", Xb, g_kff))
         return (kgrads, dZ, G_uu_part), (g_lam,)
 
-    (kgrads, dZ, G_uu_part), (g_lam,) = map_reduce(pass_fn, n, chunk, width=m)
+    (kgrads, dZ, G_uu_part), (g_lam,) = map_rows(pass_fn, data, chunk, width=m, carried=kept)
     G_uu_white = 0.5 * (C_white - np.outer(alpha, alpha)) + G_uu_part
     if not fitc:
         G_uu_white = G_uu_white - 0.5 * B_minus_I           # -1/2 K_uu^-1 P K_uu^-1, whitened
@@ -216,5 +229,5 @@ def _gradient_pass(kernel, likelihood, values, X, y, Z, rows, n, chunk, fitc, ji
     G_uu = jitter_adjoint(0.5 * (G_uu + G_uu.T), jit)
     uu_grads, dZ_uu = kernel.vjp(values, "kernel", Z, Z, G_uu)
     grads = add_partial(kgrads, uu_grads)
-    grads = add_partial(grads, likelihood.noise_vjp(values, "likelihood", X, g_lam))
+    grads = add_partial(grads, likelihood.noise_vjp(values, "likelihood", data[0], g_lam))
     return grads, dZ + 2.0 * dZ_uu

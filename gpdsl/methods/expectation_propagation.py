@@ -29,7 +29,7 @@ import numpy as np
 
 from .._jit import announce_compilation, ep_sweeps, projections
 from .._jit.projections import POISSON_SQUARE, PROBIT
-from ..chunks import default_chunk_size, map_reduce
+from ..chunks import default_chunk_size, is_chunked, map_rows
 from ..likelihoods import HeteroscedasticGaussian
 from ..linalg import cholesky, inverse_from_cholesky, solve_lower, solve_upper_t
 from . import collapsed, exact
@@ -135,17 +135,15 @@ class FITCPrior:
         scale = 1.0 + self.d0 * tau
         w = tau / scale
 
-        def chunk_fn(slc):
-            As = self.A0[slc] * np.sqrt(w[slc])[:, None]
-            return (As.T @ As,), ()
-
-        (B,), _ = map_reduce(chunk_fn, len(tau), self.chunk)
+        (B,), _ = map_rows(_weighted_gram, (self.A0, w), self.chunk)
         B[np.diag_indices_from(B)] += 1.0
         LB, _ = cholesky(B, 0.0, what="I + A0^T W A0")
         self.Minv = inverse_from_cholesky(LB)            # M = B^-1, updated in the sweeps
         self.d = self.d0 / scale
         self.P = np.ascontiguousarray(self.A0 / scale[:, None])
         self.nu_vec = self.d * nu
+        # P^T nu as one product (ChunkedFITCPrior sums it by blocks: the same to rounding; the
+        # blocked sum here tipped a fuzz case's sequential sweep into a division by zero).
         self.gamma = solve_upper_t(LB, solve_lower(LB, self.P.T @ nu))
         self.log_det_B = np.sum(np.log(scale)) + 2.0 * np.sum(np.log(np.diag(LB)))
 
@@ -167,6 +165,70 @@ class FITCPrior:
             # An update would lose definiteness: rebuild from the sites and skip that site this sweep.
             self.refresh(tau, nu)
             start, skipped = stop + 1, skipped + 1
+
+
+def _weighted_gram(A0, w):
+    """(A0^T diag(w) A0,) of a row block A0 (n, M), w = tau / scale >= 0 (n,): the block's
+    partial of B - I."""
+    As = A0 * np.sqrt(w)[:, None]
+    return (As.T @ As,), ()
+
+
+class ChunkedFITCPrior:
+    """:class:`FITCPrior` for a Dask X, whose O(N M) factor A0 = K_fu L_u^-T is never held: each
+    refresh and each marginals call is one pass of Dask tasks over X's row blocks that forms its
+    block of A0 again (O(N M^2) work, as the refresh's own product) and returns M x M / M-vector
+    partial sums or per-row results.  For the parallel schedule only (the sequential sweep
+    updates the factors row by row)."""
+
+    def __init__(self, kernel, values, X, Z, jitter, chunk_size):
+        self.Lu, self.jitter = cholesky(kernel.gram(values, "kernel", Z, Z), jitter, what="K_uu")
+        self.block, self.X = partial(_prior_block, kernel, values, Z, self.Lu), X
+        _, (self.d0,) = map_rows(partial(_residual_block, self.block), (X,), chunk_size)
+        self.chunk = chunk_size
+
+    def refresh(self, tau, nu):
+        """As :meth:`FITCPrior.refresh`: B = I + A0^T W A0 and A0^T (nu / (1 + d0 tau)) from one pass."""
+        scale = 1.0 + self.d0 * tau
+        w = tau / scale
+        (B, Pt_nu), _ = map_rows(partial(_refresh_block, self.block), (self.X, w, nu / scale), self.chunk)
+        B[np.diag_indices_from(B)] += 1.0
+        LB, _ = cholesky(B, 0.0, what="I + A0^T W A0")
+        self.Minv = inverse_from_cholesky(LB)
+        self.scale, self.d = scale, self.d0 / scale
+        self.nu_vec = self.d * nu
+        self.gamma = solve_upper_t(LB, solve_lower(LB, Pt_nu))
+        self.log_det_B = np.sum(np.log(scale)) + 2.0 * np.sum(np.log(np.diag(LB)))
+
+    def marginals(self):
+        _, (quad, shift) = map_rows(partial(_marginal_block, self.block, self.Minv, self.gamma),
+                                    (self.X, self.scale), self.chunk)
+        return self.d + quad, self.nu_vec + shift
+
+
+def _prior_block(kernel, values, Z, Lu, X_block):
+    """(A0 block (n, M), d0 = K_nn - Q_nn clipped at 0 (n,)) of a row block X_block (n, D)."""
+    A0 = np.ascontiguousarray(solve_lower(Lu, kernel.gram(values, "kernel", Z, X_block)).T)
+    return A0, np.maximum(kernel.diag(values, "kernel", X_block) - np.einsum("ij,ij->i", A0, A0), 0.0)
+
+
+def _residual_block(block, X_block):
+    """Per-row d0 = K_nn - Q_nn (clipped at 0) of a row block."""
+    return (), (block(X_block)[1],)
+
+
+def _refresh_block(block, X_block, w, nu_scaled):
+    """The partials (A0^T diag(w) A0, A0^T nu_scaled) of B - I and P^T nu for a row block
+    X_block (n, D), its A0 formed here; w = tau / scale, nu_scaled = nu / scale (n,)."""
+    A0 = block(X_block)[0]
+    (gram,), _ = _weighted_gram(A0, w)
+    return (gram, A0.T @ nu_scaled), ()
+
+
+def _marginal_block(block, Minv, gamma, X_block, scale):
+    """Per-row (p_i^T M p_i, p_i^T gamma) of a row block, p_i = a0_i / scale_i."""
+    P = block(X_block)[0] / scale[:, None]
+    return (), (np.einsum("ij,ij->i", P @ Minv, P), P @ gamma)
 
 
 # "No lookup table" in the array form of the kernels' table arguments (sigma* computed directly),
@@ -307,6 +369,8 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
 def _prior(kernel, values, X, Z, spec):
     if Z is None:
         return DensePrior(kernel, values, X)
+    if is_chunked((X,)):
+        return ChunkedFITCPrior(kernel, values, X, Z, spec.jitter, spec.chunk_size)
     return FITCPrior(kernel, values, X, Z, spec.jitter, spec.chunk_size)
 
 

@@ -53,12 +53,13 @@ results are those of the W >= 0 code alone.
 from __future__ import annotations
 
 import warnings
+from functools import partial
 
 import numpy as np
 from scipy import linalg
 
 from .. import threads
-from ..chunks import add_partial, default_chunk_size, map_reduce
+from ..chunks import add_partial, default_chunk_size, is_chunked, map_rows
 from ..linalg import (JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t)
 from .collapsed import check_rows_nystrom, whitened_rows
 from .common import Evaluation, PredictiveState
@@ -117,32 +118,53 @@ class _DensePrior:
 class FITCCovariance:
     """Kt = D + A^T A (module docstring), held as At = A^T (N, M) and D (N,): O(N M) memory.
 
+    For a Dask X the rows of At stay with X's row blocks (``blocks``: Dask delayed objects,
+    persisted where they were computed; ``At`` is None) and every product with A is a pass of
+    Dask tasks over them; D (N,) is in memory either way.
+
     ``jitter`` None climbs the ladder while K_uu fails to factorise or Q_nn > K_nn (to 1e-8
     relative) somewhere, as the collapsed FITC engine does; a number fixes the rung."""
 
     def __init__(self, kernel, values, X, Z, jitter, chunk_size):
         self.n, self.m = X.shape[0], Z.shape[0]
         self.chunk = chunk_size or default_chunk_size(self.n, self.m)
+        self.X, self.chunked = X, is_chunked((X,))
         Kuu = kernel.gram(values, "kernel", Z, Z)
         rungs = JITTER_LADDER if jitter is None else (float(jitter),)
         for attempt, rung in enumerate(rungs):
             try:
                 self.L, self.jitter = cholesky(Kuu, rung, what="K_uu")
-
-                def rows(slc):
-                    _, A, kff, residual = whitened_rows(kernel, values, X, Z, self.L, slc)
-                    check_rows_nystrom(residual, kff)
-                    return (), (np.ascontiguousarray(A.T), residual)
-
-                _, (self.At, self.D) = map_reduce(rows, self.n, self.chunk, width=self.m)
+                _, (self.D,), blocks = map_rows(partial(_covariance_block, kernel, values, Z, self.L), (X,),
+                                                self.chunk, width=self.m, keep=True)
                 break
             except (np.linalg.LinAlgError, FloatingPointError):
                 if attempt == len(rungs) - 1:
                     raise
+        self.At, self.blocks = (None, blocks) if self.chunked else (np.concatenate(blocks), None)
+
+    def products(self, *vectors):
+        """A v (M,) for each v (N,) of ``vectors``, as a tuple; summed over row blocks in memory
+        too, so that a Dask X with the same blocks gives the same bits."""
+        return self.row_pass(_left_products, vectors, width=0)[0]       # O(n M) per block: one thread
+
+    def combine(self, s):
+        """A^T s (N,) for s (M,)."""
+        if not self.chunked:
+            return self.At @ s
+        _, (out,) = map_rows(partial(_right_product, s), (self.X,), self.chunk, carried=self.blocks)
+        return out
+
+    def row_pass(self, fn, rows, width=None):
+        """:func:`gpdsl.chunks.map_rows` of ``fn(X_block, At_block, *row_blocks)`` over the row
+        blocks of X, At and ``rows`` (a tuple of (N,) arrays); ``width`` as map_rows' (M unless
+        given: O(n M^2) work per block)."""
+        if not self.chunked:
+            return map_rows(fn, (self.X, self.At) + rows, self.chunk, width=self.m if width is None else width)
+        return map_rows(partial(_carried_second, fn), (self.X,) + rows, self.chunk, carried=self.blocks)
 
     def mv(self, v):
         """Kt v, O(N M)."""
-        return self.D * v + self.At @ (self.At.T @ v)
+        return self.D * v + self.combine(self.products(v)[0])
 
     def factor(self, W):
         """(E, r, L_C) with E = 1 + W D, r = W / E and L_C L_C^T = C = I + A diag(r) A^T.
@@ -153,16 +175,7 @@ class FITCCovariance:
         if not np.all(E > 0.0):
             raise FloatingPointError("FITC-Laplace: 1 + W (K_nn - Q_nn) <= 0 (W too negative at the mode)")
         r = W / E
-        nonneg = bool(np.all(r >= 0.0))
-
-        def gram(slc):
-            At = self.At[slc]
-            if nonneg:
-                As = At * np.sqrt(r[slc])[:, None]
-                return (As.T @ As,), ()          # syrk: half the flops of a general product
-            return ((At * r[slc, None]).T @ At,), ()
-
-        (C,), _ = map_reduce(gram, self.n, self.chunk, width=self.m)
+        (C,), _ = self.row_pass(partial(_gram_block, bool(np.all(r >= 0.0))), (r,))
         C = 0.5 * (C + C.T)
         C[np.diag_indices_from(C)] += 1.0
         try:
@@ -173,13 +186,42 @@ class FITCCovariance:
 
     def newton_solver(self, W):
         _, r, LC = self.factor(W)
-        return lambda v: _apply_R(self.At, r, LC, v)
+        return partial(_apply_R, self, r, LC)
 
 
-def _apply_R(At, r, LC, v):
-    """R v = r v - r A^T C^-1 A (r v), O(N M)."""
+def _covariance_block(kernel, values, Z, L, X_block):
+    """((), (D block,), At block (n, M)) of a row block X_block (n, D) (a map_rows pass that keeps At)."""
+    _, A, kff, residual = whitened_rows(kernel, values, X_block, Z, L)
+    check_rows_nystrom(residual, kff)
+    return (), (residual,), np.ascontiguousarray(A.T)
+
+
+def _left_products(X_block, At, *vectors):
+    """(At^T v for each row block v of ``vectors``,) for a row block At (n, M)."""
+    return tuple(At.T @ v for v in vectors), ()
+
+
+def _right_product(s, X_block, At):
+    return (), (At @ s,)
+
+
+def _carried_second(fn, X_block, *rest):
+    """fn(X_block, At_block, *row_blocks) from map_rows' (X_block, *row_blocks, At_block)."""
+    return fn(X_block, rest[-1], *rest[:-1])
+
+
+def _gram_block(nonneg, X_block, At, r):
+    """(At^T diag(r) At,) of a row block At (n, M), r (n,)."""
+    if nonneg:
+        As = At * np.sqrt(r)[:, None]
+        return (As.T @ As,), ()          # syrk: half the flops of a general product
+    return ((At * r[:, None]).T @ At,), ()
+
+
+def _apply_R(prior, r, LC, v):
+    """R v = r v - r A^T C^-1 A (r v), O(N M); ``prior`` a :class:`FITCCovariance`."""
     rv = r * v
-    return rv - r * (At @ solve_upper_t(LC, solve_lower(LC, At.T @ rv)))
+    return rv - r * prior.combine(solve_upper_t(LC, solve_lower(LC, prior.products(rv)[0])))
 
 
 def _newton_weights(W):
@@ -310,36 +352,36 @@ def _evaluate_fitc(kernel, likelihood, values, X, y, Z, tol, max_iter, need_grad
     F = psi - 0.5 * float(np.sum(np.log(E))) - float(np.sum(np.log(np.diag(LC))))
     if not np.isfinite(F):
         raise FloatingPointError("Laplace: non-finite evidence")
-    At, D, L, n, m, chunk = prior.At, prior.D, prior.L, prior.n, prior.m, prior.chunk
+    D, L, m = prior.D, prior.L, prior.m
     grads, dZ = {}, None
     if need_grad:
-        def quadratic_pass(slc):
-            V = solve_lower(LC, At[slc].T)
+        def quadratic_pass(X_block, At):
+            V = solve_lower(LC, At.T)
             return (), (np.einsum("ij,ij->j", V, V),)
 
-        _, (h,) = map_reduce(quadratic_pass, n, chunk, width=m)     # h_i = a_i^T C^-1 a_i
+        _, (h,) = prior.row_pass(quadratic_pass, ())                # h_i = a_i^T C^-1 a_i
         posterior_var = D / E + h / (E * E)                        # diag (Kt^-1 + W)^-1
         s2 = 0.5 * posterior_var * d3
-        u = s2 - _apply_R(At, r, LC, prior.mv(s2))                  # (I - R Kt) s2
+        u = s2 - _apply_R(prior, r, LC, prior.mv(s2))               # (I - R Kt) s2
         # diag of G = 1/2 a a^T - 1/2 R + 1/2 (u g^T + g u^T), with R_ii = r_i - r_i^2 h_i.
         G_diag = 0.5 * a * a - 0.5 * (r - r * r * h) + u * g
-        Aa, Ag, Au = At.T @ a, At.T @ g, At.T @ u
+        Aa, Ag, Au = prior.products(a, g, u)
 
-        def gradient_pass(slc):
+        def gradient_pass(X_block, At, a_b, g_b, u_b, r_b, G_diag_b):
             # 2 A G_off for these columns: A G = 1/2 (A a) a^T - 1/2 C^-1 A diag(r)
             # + 1/2 (A u) g^T + 1/2 (A g) u^T, less A diag(G_diag); then L^-T (dF/dK_uf).
-            As = At[slc].T
-            H = np.outer(Aa, a[slc])
-            H += np.outer(Au, g[slc])
-            H += np.outer(Ag, u[slc])
-            H -= solve_upper_t(LC, solve_lower(LC, As)) * r[slc]
-            ADs = As * G_diag[slc]
+            As = At.T
+            H = np.outer(Aa, a_b)
+            H += np.outer(Au, g_b)
+            H += np.outer(Ag, u_b)
+            H -= solve_upper_t(LC, solve_lower(LC, As)) * r_b
+            ADs = As * G_diag_b
             H -= 2.0 * ADs
-            kg, dZ_part = kernel.vjp(values, "kernel", Z, X[slc], solve_upper_t(L, H))
-            kg = add_partial(kg, kernel.diag_vjp(values, "kernel", X[slc], G_diag[slc]))
+            kg, dZ_part = kernel.vjp(values, "kernel", Z, X_block, solve_upper_t(L, H))
+            kg = add_partial(kg, kernel.diag_vjp(values, "kernel", X_block, G_diag_b))
             return (kg, dZ_part, ADs @ As.T), ()
 
-        (grads, dZ, ADA), _ = map_reduce(gradient_pass, n, chunk, width=m)
+        (grads, dZ, ADA), _ = prior.row_pass(gradient_pass, (a, g, u, r, G_diag))
         # dF/dK_uu = -L^-T (A G A^T - A diag(G_diag) A^T) L^-1 with A R A^T = I - C^-1.
         LCi = inverse_lower(LC)
         AGA = 0.5 * (np.outer(Aa, Aa) - np.eye(m) + LCi.T @ LCi + np.outer(Au, Ag) + np.outer(Ag, Au))
@@ -354,7 +396,7 @@ def _evaluate_fitc(kernel, likelihood, values, X, y, Z, tol, max_iter, need_grad
     state = None
     if need_state:
         LCi = inverse_lower(LC)
-        weights = At.T @ a                                          # E[L^-1 u | y]
+        weights = prior.products(a)[0]                              # E[L^-1 u | y]
         L_LCi = L @ LCi.T
         state = PredictiveState(Z=Z, weights=weights, correction=np.eye(m) - LCi.T @ LCi, chol=L,
                                 q_mean=L @ weights, q_cov=L_LCi @ L_LCi.T)

@@ -25,12 +25,13 @@ optimiser evaluation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from .._jit import announce_compilation
 from .._jit.polya_gamma import pg_marginals_update, pg_theta, pg_theta_kl
-from ..chunks import default_chunk_size, map_reduce
+from ..chunks import default_chunk_size, map_rows
 from ..likelihoods import HeteroscedasticGaussian
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, solve_lower
 from . import collapsed
@@ -115,43 +116,24 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
     bias = float(values["likelihood.bias"])
     chunk = spec.chunk_size or default_chunk_size(n, m)
     L, jit = cholesky(kernel.gram(values, "kernel", Z, Z), jitter, what="K_uu")
-    cache = {} if n * m * 8 <= _CACHE_BYTES else None
+    # L^-1 K_uf and K_nn - Q_nn of each block are kept between the passes when they fit the
+    # budget: every sweep returns them and the next takes them back as its blocks' carried items
+    # (for Dask input, persisted where the blocks were computed), so that no chunk function holds
+    # state.
+    cache = n * m * 8 <= _CACHE_BYTES
+    kept = None
     half_y = 0.5 * y
-
-    def whitened(slc):
-        """L^-1 K_uf and K_nn - Q_nn for one chunk (kept between passes when they fit the budget)."""
-        hit = cache.get(slc.start) if cache is not None else None
-        if hit is not None:
-            return hit
-        _, A, kff, residual = collapsed.whitened_rows(kernel, values, X, Z, L, slc)
-        collapsed.check_rows_nystrom(residual, kff)
-        if cache is not None:
-            cache[slc.start] = (A, residual)
-        return A, residual
 
     def sweep(c, factor=None, accumulate=True):
         """One pass over the rows.  Without a factor: the sums P = A Theta A^T, r,
         tr(Theta (K_ff - Q_ff)), -KL and sum theta of c (the row sums of eq. C.1).  With ``factor = (L_B^-1, g)`` of c:
         the marginal means of q*(f) and the update target of eq. 4.11 (rows), and, if
         ``accumulate``, the sums of that target."""
-
-        def chunk_fn(slc):
-            A, residual = whitened(slc)
-            rows, c_sums = (), c[slc]
-            if factor is not None:
-                # L_B^-1 A as a product with the explicit (M, M) inverse: OpenBLAS's triangular
-                # solve with M ~ 20 and many right-hand sides runs at a quarter of the matmul's
-                # speed, and B = I + A Theta A^T has eigenvalues >= 1, so |L_B^-1| <= 1 (against
-                # an 80-bit evaluation at cond B ~ 5e7, c is as accurate as with the solve).
-                mean, c_sums = pg_marginals_update(factor[0] @ A, factor[1], residual, bias)
-                rows = (c_sums, mean)
-                if not accumulate:
-                    return (), rows
-            theta, negative_kl = pg_theta_kl(c_sums)
-            As = A * np.sqrt(theta)
-            return (As @ As.T, A @ (half_y[slc] - theta * bias), theta @ residual, negative_kl, np.sum(theta)), rows
-
-        return map_reduce(chunk_fn, n, chunk)
+        nonlocal kept
+        fn = partial(_sweep_block, kernel, values, Z, L, bias, factor, accumulate, cache)
+        total, rows, blocks = map_rows(fn, (X, half_y, c), chunk, carried=kept, keep=True)
+        kept = blocks if cache else None
+        return total, rows
 
     # The plain update (eq. 4.11) converges linearly and slowly when the kernel variance is
     # large: 543 updates at variance 86 on the banana data.  Anderson acceleration (Walker & Ni
@@ -220,6 +202,31 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
     local = PolyaGammaState(c=c, c_next=target, sweeps=sweeps, converged=converged, bound_history=history)
     return Evaluation(log_evidence=history[-1], grads=grads, dZ=dZ, jitter=jit, state=state, warm=local,
                       pseudo_data=(theta, half_y - theta * bias))
+
+
+def _sweep_block(kernel, values, Z, L, bias, factor, accumulate, cache, Xb, half_yb, cb, hit=None):
+    """One block of a c sweep (see ``sweep`` in :func:`_evaluate_at`): Xb (n, D), half_yb = y/2
+    and cb = c (n,) each; ``hit`` the block's (L^-1 K_uf, K_nn - Q_nn) from an earlier sweep, or
+    None.  Returns (sums, rows, kept)."""
+    if hit is None:
+        _, A, kff, residual = collapsed.whitened_rows(kernel, values, Xb, Z, L)
+        collapsed.check_rows_nystrom(residual, kff)
+    else:
+        A, residual = hit
+    kept = (A, residual) if cache else None
+    rows, c_sums = (), cb
+    if factor is not None:
+        # L_B^-1 A as a product with the explicit (M, M) inverse: OpenBLAS's triangular
+        # solve with M ~ 20 and many right-hand sides runs at a quarter of the matmul's
+        # speed, and B = I + A Theta A^T has eigenvalues >= 1, so |L_B^-1| <= 1 (against
+        # an 80-bit evaluation at cond B ~ 5e7, c is as accurate as with the solve).
+        mean, c_sums = pg_marginals_update(factor[0] @ A, factor[1], residual, bias)
+        rows = (c_sums, mean)
+        if not accumulate:
+            return (), rows, kept
+    theta, negative_kl = pg_theta_kl(c_sums)
+    As = A * np.sqrt(theta)
+    return (As @ As.T, A @ (half_yb - theta * bias), theta @ residual, negative_kl, np.sum(theta)), rows, kept
 
 
 def _bound(sums, n, bias, sum_y):
