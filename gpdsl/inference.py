@@ -16,7 +16,8 @@ that a method is added in one place (a class here and its numerical module in
 * :meth:`Inference.outer_loop`: an optional loop run after the hyperparameter optimisation (QP's
   Algorithm 1);
 * :meth:`Inference.minimise`: the optimiser (L-BFGS-B, or a method's own: the minibatch steps);
-* ``log_evidence_kind``: what the posterior's ``log_evidence`` is, in words.
+* ``log_evidence_kind``: what the posterior's ``log_evidence`` is, in words;
+* ``supports_dask_chunks``: whether a sparse fit on a Dask X runs its passes as Dask tasks.
 
 :data:`INFERENCE` is the one registry, by class name (model files and the CLI use it).
 """
@@ -48,6 +49,9 @@ class Inference:
     local_state = None
     # What ``Posterior.log_evidence`` is for this method, in words (the CLI prints it).
     log_evidence_kind = "log evidence"
+    # Whether its sparse fit runs its O(N M^2) passes as Dask tasks on a Dask X (gpdsl.chunks.map_rows);
+    # otherwise a Dask X is computed into memory.
+    supports_dask_chunks = False
 
     def check_likelihood(self, likelihood):
         """ValueError unless this method accepts ``likelihood`` (its class and its link)."""
@@ -112,6 +116,7 @@ class _CollapsedGaussian(Inference):
     jitter: float | None = None
     chunk_size: int | None = None
     inducing_rule = "required"
+    supports_dask_chunks = True
     fitc = False
 
     def __post_init__(self):
@@ -176,6 +181,11 @@ class _SiteInference(Inference):
             raise ValueError(f"{name}: schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         check_jitter(name, self.jitter)
         _check_chunk(name, self.chunk_size)
+
+    @property
+    def supports_dask_chunks(self):
+        # Sequential EP is serial by nature; the parallel schedule's passes chunk.
+        return self.schedule == "parallel"
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
         return expectation_propagation.evaluate(kernel, likelihood, values, X, y, Z, spec=self, warm=warm,
@@ -312,6 +322,11 @@ class PolyaGamma(Inference):
                 else "uncollapsed Polya-Gamma bound at the q reached")
 
     @property
+    def supports_dask_chunks(self):
+        # The minibatch steps index rows of an in-memory X.
+        return self.minibatch is None
+
+    @property
     def batch_size(self):
         """The minibatch's rows, under the name :func:`gpdsl.methods.stochastic.minimise` reads."""
         return self.minibatch
@@ -359,6 +374,7 @@ class Laplace(Inference):
     inducing_rule = "optional"
     likelihoods = {lik.Bernoulli: ("probit", "logit"), lik.StudentT: None}
     log_evidence_kind = "Laplace approximation"
+    supports_dask_chunks = True
 
     def __post_init__(self):
         check_positive_number("Laplace", "tol", self.tol)

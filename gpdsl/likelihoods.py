@@ -105,6 +105,9 @@ class Likelihood(ValueEquality):
     standardizes_targets = False
     # Per-point Gaussian noise (noise / noise_vjp; predictions add it).
     observation_noise = False
+    # Whether a method's Dask-chunked passes can run with this likelihood: its per-point terms
+    # need no more of X than the row block they are computed on.
+    supports_dask_chunks = True
     # Nodes of the Gauss-Hermite rule of the default variational expectations: 100 points
     # integrate log Phi and log sigma under latent sds up to ~3 to ~1e-12 (tests/test_likelihoods.py).
     quadrature_points = 100
@@ -319,6 +322,11 @@ class HeteroscedasticGaussian(_GaussianNoise):
     @property
     def known(self):
         return self.variance is not None
+
+    @property
+    def supports_dask_chunks(self):
+        # The noise model's polynomial features of X are formed in memory.
+        return self.known
 
     def features(self, X):
         """Polynomial design matrix (n, 1 + degree * D)."""

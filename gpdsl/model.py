@@ -332,14 +332,7 @@ class Model:
         VFE, FITC, Pólya-Gamma and FITC-Laplace, and FITC-EP/QP on the parallel schedule, with a likelihood whose
         noise does not depend on X's values.  Other methods compute a Dask X into memory (dense
         methods are O(N^2) anyway; sequential EP is serial by nature)."""
-        if not self.sparse:
-            return False
-        if isinstance(self.likelihood, lik.HeteroscedasticGaussian) and not self.likelihood.known:
-            return False
-        inference = self.inference
-        if isinstance(inference, (inf.VFE, inf.FITC, inf.PolyaGamma, inf.Laplace)):
-            return True
-        return isinstance(inference, (inf.EP, inf.QP)) and inference.schedule == "parallel"
+        return self.sparse and self.inference.supports_dask_chunks and self.likelihood.supports_dask_chunks
 
     def _no_better_than_constant(self, y, values, log_evidence):
         """Warn (ConvergenceWarning) and return True when the objective is within

@@ -171,6 +171,21 @@ def test_unchunked_methods_compute_dask_inputs(data):
     assert post.log_evidence == ref.log_evidence
 
 
+@pytest.mark.parametrize("inference", [gd.inference.PolyaGamma(minibatch=40), gd.inference.EP()],
+                         ids=["PolyaGamma-minibatch", "EP-sequential"])
+def test_methods_that_do_not_chunk_compute_dask_inputs(data, inference):
+    """Stochastic PG's minibatch steps and sequential EP read rows of an in-memory X: a Dask X is
+    computed, and the fit equals the in-memory one exactly."""
+    X, _, labels, _ = data
+    model = _model(inference, gd.likelihoods.Bernoulli("logit"))
+    assert not model._chunks_dask()
+    ref = model.fit(X, labels, max_iter=15)
+    post = model.fit(_dask(X), _dask(labels), max_iter=15)
+    assert post.log_evidence == ref.log_evidence
+    for name, value in ref.values.items():
+        np.testing.assert_array_equal(post.values[name], value)
+
+
 def test_dask_inputs_are_checked(data):
     X, y, _, _ = data
     model = _model(gd.inference.VFE())
