@@ -157,49 +157,74 @@ class Subsample(InducingSpec):
         return np.array(X[np.sort(idx)])
 
 
-def _squared_distances(X, C):
-    return np.maximum(np.sum(X * X, 1)[:, None] - 2.0 * X @ C.T + np.sum(C * C, 1)[None, :], 0.0)
+def _squared_distances(X, C, x_sq=None):
+    """(n, k) squared distances between the rows of X and of C; ``x_sq`` the rows' squared norms
+    if already at hand (they are the same numbers as computed here)."""
+    x_sq = np.sum(X * X, 1) if x_sq is None else x_sq
+    return np.maximum(x_sq[:, None] - 2.0 * X @ C.T + np.sum(C * C, 1)[None, :], 0.0)
 
 
 @dataclass(frozen=True)
 class KMeans(InducingSpec):
     """Cluster centres of k-means (k-means++ initialisation, Arthur & Vassilvitskii 2007, then
-    Lloyd iterations until no assignment changes or ``max_iter``)."""
+    Lloyd iterations until no assignment changes or ``max_iter``).
+
+    ``sample``: None clusters every training row; an integer clusters that many rows drawn
+    uniformly without replacement (``np.random.default_rng(seed)``), the usual practice at large
+    N (each Lloyd iteration is O(N M D): k-means of 10^6 twonorm rows at M = 128 takes ~80 s, of
+    10^4 sampled rows 0.6 s), and of a Dask X only those rows are read.
+    """
 
     m: int
     seed: int = 0
     max_iter: int = 100
+    sample: int | None = None
 
     def __post_init__(self):
         _check_m("KMeans", self.m)
         check_seed("KMeans", self.seed)
         check_positive_int("KMeans", "max_iter", self.max_iter)
+        if self.sample is not None:
+            check_positive_int("KMeans", "sample", self.sample)
+            if self.sample < self.m:
+                raise ValueError(f"KMeans: sample must be None or at least m = {self.m}, got {self.sample!r}")
+
+    @property
+    def lazy_inputs(self):
+        return self.sample is not None
 
     def initial_Z(self, X, y, context=None):
         n = X.shape[0]
         _check_m_le_n("KMeans", self.m, n)
+        rng = np.random.default_rng(self.seed)
+        if self.sample is not None and self.sample < n:
+            # np.array copies a NumPy X's rows and computes a Dask X's.
+            X = np.array(X[np.sort(rng.choice(n, size=self.sample, replace=False))])
+            n = self.sample
         # Overflowing distances would reach rng.choice as NaN probabilities.
         check_square_sums_finite("KMeans", "X", X)
-        rng = np.random.default_rng(self.seed)
+        x_sq = np.sum(X * X, 1)
         centres = np.empty((self.m, X.shape[1]))
         centres[0] = X[rng.integers(n)]
-        closest = _squared_distances(X, centres[:1])[:, 0]
+        closest = _squared_distances(X, centres[:1], x_sq)[:, 0]
         for k in range(1, self.m):
             total = closest.sum()
             # All remaining points coincide with a centre: any choice is as good.
             idx = rng.integers(n) if total <= 0 else rng.choice(n, p=closest / total)
             centres[k] = X[idx]
-            closest = np.minimum(closest, _squared_distances(X, centres[k:k + 1])[:, 0])
+            closest = np.minimum(closest, _squared_distances(X, centres[k:k + 1], x_sq)[:, 0])
         labels = np.full(n, -1)
         for _ in range(self.max_iter):
-            new = np.concatenate([np.argmin(_squared_distances(X[s], centres), 1)
+            new = np.concatenate([np.argmin(_squared_distances(X[s], centres, x_sq[s]), 1)
                                   for s in row_slices(n, 8192)])
             if np.array_equal(new, labels):
                 break
             labels = new
             counts = np.bincount(labels, minlength=self.m)
-            sums = np.zeros_like(centres)
-            np.add.at(sums, labels, X)
+            # Per-column bincounts add each cluster's rows in row order, as np.add.at did (the
+            # same sums), at a fraction of its cost.
+            sums = np.stack([np.bincount(labels, weights=X[:, d], minlength=self.m) for d in range(X.shape[1])],
+                            axis=1)
             filled = counts > 0       # an empty cluster keeps its previous centre
             centres[filled] = sums[filled] / counts[filled, None]
         return centres

@@ -186,6 +186,15 @@ def test_methods_that_do_not_chunk_compute_dask_inputs(data, inference):
         np.testing.assert_array_equal(post.values[name], value)
 
 
+def test_kmeans_sample_reads_only_its_rows_of_a_dask_x(data):
+    """KMeans(sample=s) on a Dask X computes only the sampled rows (lazy_inputs) and returns
+    the same centres as on the in-memory X."""
+    X, _, _, _ = data
+    spec = gd.inducing.KMeans(6, seed=1, sample=100)
+    assert spec.lazy_inputs and not gd.inducing.KMeans(6).lazy_inputs
+    np.testing.assert_array_equal(spec.initial_Z(_dask(X), None), spec.initial_Z(X, None))
+
+
 def test_dask_inputs_are_checked(data):
     X, y, _, _ = data
     model = _model(gd.inference.VFE())

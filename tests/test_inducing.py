@@ -19,6 +19,28 @@ def test_kmeans_is_a_lloyd_fixed_point_and_finds_separated_blobs():
     np.testing.assert_allclose(Z[order], truth[np.argsort(truth[:, 0] + 0.1 * truth[:, 1])], atol=1e-12)
 
 
+def test_kmeans_on_a_sample_is_kmeans_of_the_sampled_rows():
+    """KMeans(sample=s) clusters the s rows drawn by default_rng(seed) (sorted), its Lloyd
+    iterations from there identical to KMeans on those rows alone; each centre is a Lloyd fixed
+    point of the sample, and bad samples are refused."""
+    import pytest
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((500, 3))
+    Z = gd.inducing.KMeans(5, seed=2, sample=120).initial_Z(X, None)
+    draw = np.random.default_rng(2)
+    rows = X[np.sort(draw.choice(500, size=120, replace=False))]
+    labels = np.argmin(((rows[:, None, :] - Z[None, :, :]) ** 2).sum(-1), axis=1)
+    for k in range(5):
+        np.testing.assert_allclose(Z[k], rows[labels == k].mean(0), rtol=0, atol=1e-12)
+    # a sample as large as the data is the plain k-means
+    np.testing.assert_array_equal(gd.inducing.KMeans(5, seed=2, sample=500).initial_Z(X, None),
+                                  gd.inducing.KMeans(5, seed=2).initial_Z(X, None))
+    with pytest.raises(ValueError, match="KMeans: sample must be None or at least m = 5, got 3"):
+        gd.inducing.KMeans(5, sample=3)
+    with pytest.raises(ValueError, match="KMeans: sample"):
+        gd.inducing.KMeans(5, sample=0)
+
+
 def test_subsample_draws_distinct_training_rows_reproducibly():
     X = np.arange(40.0).reshape(20, 2)
     Z = gd.inducing.Subsample(7, seed=3).initial_Z(X, None)
