@@ -191,7 +191,7 @@ class Model:
 
     @threads.managed
     def fit(self, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=1000,
-            progress=False, callback=None, standardize=False):
+            progress=False, callback=None, standardize=False, subsample=None):
         """Fit hyperparameters (and Z for ``gd.inducing.Optimized``) by maximising the evidence.
 
         ``fixed``: names such as ``"likelihood.variance"`` held at their declared value.
@@ -229,6 +229,14 @@ class Model:
         in-memory fit's to the bit (the partial sums are added in the same tree; EP/QP to
         rounding); otherwise to rounding.  Other methods and inducing specs compute X into memory.
 
+        ``subsample=n`` fits on n rows drawn at random (``np.random.default_rng(seed)``): the
+        hyperparameters, Z and any greedy selection (with its reinitialisation loop) are those of
+        the fit on the n rows, and the posterior is then computed on all N rows at them, with no
+        further optimisation (for VFE and FITC one pass; for PolyaGamma its c iteration, for EP
+        its sweeps, over all N).  ``Posterior.subsample`` records n and the subsample fit's
+        objective; ``log_evidence`` is the full data's.  None (default), or n >= N, fits on all
+        rows.  Greedy selection's ``indices`` refer to rows of X.
+
         A fit whose objective is within ``CONSTANT_MODEL_TOL`` nats of the constant model f = 0
         (a classifier's at its bias, white noise at its best variance for Gaussian regression)
         or below it warns ``ConvergenceWarning`` and is flagged ``constant_model=True``.
@@ -240,26 +248,37 @@ class Model:
         y = self.likelihood.prepare_targets(validate_targets(y, X.shape[0]))
         fixed = _check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, callback)
         check_bool("fit", "standardize", standardize, error=TypeError)
+        if subsample is not None:
+            check_positive_int("fit", "subsample", subsample)
         scaling = None
         if standardize:
             scaling = Standardization.of(X, y if self.likelihood.standardizes_targets else None)
             X, y = scaling.inputs(X), scaling.targets(y)
+        rows = None
+        if subsample is not None and subsample < X.shape[0]:
+            rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], size=subsample, replace=False))
+        # A subsample's rows are read into memory (of a Dask X, those rows only).
+        X_fit, y_fit = (X, y) if rows is None else (np.array(X[rows]), y[rows])
         # Declared kernel and likelihood values (Z is not chosen yet, so it cannot be named).
-        declared = self.parameter_table(X, None, tuple(f for f in fixed if f != "inducing.Z")).values()
+        declared = self.parameter_table(X_fit, None, tuple(f for f in fixed if f != "inducing.Z")).values()
         selection = None
         if self.sparse:
-            weights, targets = self.likelihood.surrogate(declared, "likelihood", X, y)
+            weights, targets = self.likelihood.surrogate(declared, "likelihood", X_fit, y_fit)
             context = SelectionContext(self.kernel, declared, weights=weights, targets=targets,
                                        first_round=True)
-            selection = self.inducing.select(self._selection_inputs(X), y, context)
-        fit = self._fit_at(X, y, selection, fixed, optimize, restarts, seed, max_iter, progress, callback,
+            selection = self.inducing.select(self._selection_inputs(X_fit), y_fit, context)
+        fit = self._fit_at(X_fit, y_fit, selection, fixed, optimize, restarts, seed, max_iter, progress, callback,
                            start=None, warm=None)
         rounds, reinit_stop = [(selection, fit)], None
         if self.sparse and self.inducing.reinit:
-            rounds, reinit_stop = self._reinit_loop(X, y, fixed, optimize, restarts, seed, max_iter, progress,
-                                                    callback, rounds)
+            rounds, reinit_stop = self._reinit_loop(X_fit, y_fit, fixed, optimize, restarts, seed, max_iter,
+                                                    progress, callback, rounds)
         # The thesis author's reinitialisation loop returns the best round, not the last.
         selection, fit = max(rounds, key=lambda r: r[1]["objective"])
+        subsample_record = None
+        if rows is not None:
+            selection, fit, subsample_record = self._finish_on_all_rows(X, y, rows, selection, fit, fixed,
+                                                                        max_iter)
         evaluation, converged = fit["evaluation"], fit["converged"]
         local = evaluation.warm
         if local is not None and not local.converged:
@@ -279,7 +298,25 @@ class Model:
                          fixed=[e.name for e in fit["table"].entries if e.fixed],
                          sites=local, total_sweeps=sum(f["total_sweeps"] for _, f in rounds),
                          selection=selection, reinit_history=history, constant_model=constant_model,
-                         ridge=fit["ridge"], reinit_stop=reinit_stop, standardization=scaling)
+                         ridge=fit["ridge"], reinit_stop=reinit_stop, standardization=scaling,
+                         subsample=subsample_record)
+
+    def _finish_on_all_rows(self, X, y, rows, selection, fit, fixed, max_iter):
+        """fit(subsample=n)'s last step: the posterior on all rows of X at the hyperparameters and
+        Z of ``fit`` (the subsample's best round), with no optimisation.  Returns the selection
+        (its indices mapped to rows of X), the full data's fit record (the subsample fit's
+        iterations and convergence kept) and the Posterior's ``subsample`` record."""
+        from dataclasses import replace
+        if selection is not None:
+            selection = replace(selection, Z=fit["Z"],
+                                indices=None if selection.indices is None else rows[selection.indices])
+        # The subsample's local state (per-row sites, c) does not carry over; q(u) would, but a
+        # fresh start is what optimize=False gives every method.
+        finish = self._fit_at(X, y, selection, fixed, False, 0, 0, max_iter, False, None,
+                              start=fit["values"], warm=None)
+        finish.update(converged=fit["converged"] and finish["converged"], n_iterations=fit["n_iterations"],
+                      ridge=fit["ridge"], total_sweeps=fit["total_sweeps"] + finish["total_sweeps"])
+        return selection, finish, {"rows": int(rows.size), "objective": float(fit["objective"])}
 
     def _reinit_loop(self, X, y, fixed, optimize, restarts, seed, max_iter, progress, callback, rounds):
         """Re-select Z at the last fit's hyperparameters (weighted by its pseudo-data) and re-fit,

@@ -44,12 +44,14 @@ class Posterior:
     :meth:`gpdsl.Model.fit`), else None.  ``standardization`` (a
     :class:`gpdsl.scaling.Standardization`, or None) is the map from the data's units to those
     of the fit (``fit(standardize=True)``): Z, the hyperparameters and q(u) are in the fit's
-    units, every prediction and the log evidence in the data's."""
+    units, every prediction and the log evidence in the data's.  ``subsample`` is None, or for
+    ``fit(subsample=n)`` a dict: ``rows`` (n) and ``objective`` (the subsample fit's log evidence
+    plus log prior, in the fit's units)."""
 
     def __init__(self, model, values, state, log_evidence, log_prior=0.0, converged=True,
                  n_iterations=0, jitter=0.0, priors=None, fixed=(), sites=None, total_sweeps=0,
                  selection=None, reinit_history=None, constant_model=False, ridge=None, reinit_stop=None,
-                 standardization=None):
+                 standardization=None, subsample=None):
         self.model = model
         self.values = {k: np.asarray(v, dtype=float) for k, v in values.items()}
         self.state = state
@@ -68,6 +70,7 @@ class Posterior:
         self.ridge = ridge
         self.reinit_stop = reinit_stop
         self.standardization = standardization
+        self.subsample = subsample
 
     def __repr__(self):
         return (f"Posterior({type(self.model.inference).__name__}, log_evidence={self.log_evidence:.6g}, "
@@ -275,6 +278,9 @@ class Posterior:
         if self.reinit_history is not None:
             selection_attrs["reinit_history"] = json.dumps(self.reinit_history)
             selection_attrs["reinit_stop"] = str(self.reinit_stop)
+        if self.subsample is not None:
+            selection_attrs["subsample_rows"] = self.subsample["rows"]
+            selection_attrs["subsample_objective"] = self.subsample["objective"]
         scaling_attrs = {}
         if self.standardization is not None:
             scaling = self.standardization
@@ -517,7 +523,10 @@ def _posterior_from(ds, source):
                      fixed=json.loads(ds.attrs["fixed"]), sites=sites, total_sweeps=total_sweeps,
                      selection=selection, reinit_history=history,
                      constant_model=bool(ds.attrs["constant_model"]), ridge=ds.attrs["ridge"] or None,
-                     reinit_stop=ds.attrs.get("reinit_stop"), standardization=standardization)
+                     reinit_stop=ds.attrs.get("reinit_stop"), standardization=standardization,
+                     subsample=({"rows": int(ds.attrs["subsample_rows"]),
+                                 "objective": float(ds.attrs["subsample_objective"])}
+                                if "subsample_rows" in ds.attrs else None))
 
 
 def _standardization(ds, source):
@@ -733,8 +742,9 @@ _LAYOUT = {
         {"selected_index": (("inducing",), "count"), "selection_criterion": (("inducing",), "float")},
         {"selection_stopped": "str"}),
     "reinit": _Part({}, {"reinit_history": "json-list", "reinit_stop": "str"}),
+    "subsample": _Part({}, {"subsample_rows": "count", "subsample_objective": "real"}),
     "standardization": _Part(
         {"standardization_x_mean": (("feature",), "float"), "standardization_x_scale": (("feature",), "float")},
         {"standardization_y_mean": "real", "standardization_y_scale": "real"}),
 }
-_OPTIONAL_PARTS = ("selection", "reinit", "standardization")
+_OPTIONAL_PARTS = ("selection", "reinit", "subsample", "standardization")
