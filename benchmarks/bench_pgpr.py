@@ -19,6 +19,8 @@ GPC none).  Rows:
   each reinitialisation round (the first round, at the declared hyperparameters, stops at CAP
   points), and the round with the best bound is kept.  ``--tol`` takes absolute values or
   multiples of N (``1e-3N``), ``--first-round-max-m`` numbers or ``none``; one row per pair.
+  With ``--subsample n`` each HGV row is repeated as ``fit(subsample=n)``: selection, loop and
+  hyperparameters on n random rows, the posterior (c iteration) on all N at them.
 * ``PGPR K-means``: ``KMeans(M, seed=0)`` (fixed Z) at the same M as SVGP.
 * ``SVGP``: ``gpflow.models.SVGP`` (whitened, full q_sqrt), ``Bernoulli(invlink=tf.sigmoid)``,
   Z = the same k-means centres (``gd.inducing.KMeans(M, seed=0)``) held fixed (``--svgp-train-z``
@@ -120,18 +122,18 @@ def gpdsl_warmup():
     return time.perf_counter() - t
 
 
-def run_gpdsl(label, inducing, X, y, Xte, yte):
+def run_gpdsl(label, inducing, X, y, Xte, yte, subsample=None):
     steps = []     # (round, seconds since the start) at each L-BFGS iteration; a round restarts at 1
 
     def callback(step):
         rnd = (steps[-1][0] if steps else 0) + (step["iteration"] == 1)
         steps.append((rnd, time.perf_counter() - t))
 
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        post = gpdsl_model(inducing).fit(X, y, fixed=("likelihood.bias",), callback=callback)
-    fit_s = time.perf_counter() - t
+        post = gpdsl_model(inducing).fit(X, y, fixed=("likelihood.bias",), callback=callback, subsample=subsample)
+    fit_s, cpu = time.perf_counter() - t, time.process_time() - cpu
     t = time.perf_counter()
     p = post.predict(Xte)["p"].values
     point = -np.asarray(post.log_predictive(Xte, yte), dtype=float).ravel()
@@ -148,7 +150,10 @@ def run_gpdsl(label, inducing, X, y, Xte, yte):
             ends[rnd] = sec
         marks = " ".join(f"{ends[r]:.1f}" for r in sorted(ends))
         notes.append(f"clock at each round's last L-BFGS iteration (s): {marks}")
-    notes.append(f"{post.total_sweeps} c-sweeps, converged={post.converged}")
+    notes.append(f"{post.total_sweeps} c-sweeps, converged={post.converged}, process CPU {cpu:.1f} s")
+    if post.subsample is not None:
+        notes.append(f"fitted on {post.subsample['rows']} random rows (bound there {post.subsample['objective']:.2f}), "
+                     "posterior on all rows")
     notes.append("lengthscale %.4g, variance %.4g, bound %.3f" % (
         float(post.values["kernel.lengthscale"]), float(post.values["kernel.variance"]), post.log_evidence))
     for w in caught:
@@ -298,6 +303,9 @@ def main():
     p.add_argument("--tol", default="1e-3N",
                    help="HGV trace threshold(s), comma-separated; a trailing N multiplies by N (default 1e-3N)")
     p.add_argument("--max-m", type=int, default=300, help="HGV max_m (default 300)")
+    p.add_argument("--subsample", default="",
+                   help="comma list of row counts: each HGV row again fitted with fit(subsample=n), the "
+                        "posterior finished on all N (default: none)")
     p.add_argument("--first-round-max-m", default="20",
                    help="HGV first_round_max_m values, comma-separated; 'none' = uncapped first round (default 20)")
     p.add_argument("--peers", default="svgp,sklearn", help="comma list of svgp, sklearn ('' for gpdsl only)")
@@ -335,10 +343,12 @@ def main():
         print(f"\n--- {label}, max_m={args.max_m}  [load {loadavg()}]", flush=True)
         spec = gd.inducing.GreedyVariance(tol=tol, max_m=args.max_m, weighted=True, reinit=True,
                                           first_round_max_m=cap)
-        row = run_gpdsl(label, spec, X, y, Xte, yte)
-        rows.append(row)
-        print(f"    {row['time']:.1f} s, M={row['M']}, err {100 * row['err']:.2f} %, NLL {row['nll']:.4f}; "
-              + "; ".join(row["notes"]), flush=True)
+        for subsample in [None] + [int(v) for v in args.subsample.split(",") if v.strip()]:
+            name = label if subsample is None else f"{label}, subsample {subsample}"
+            row = run_gpdsl(name, spec, X, y, Xte, yte, subsample=subsample)
+            rows.append(row)
+            print(f"    {name}: {row['time']:.1f} s, M={row['M']}, err {100 * row['err']:.2f} %, NLL {row['nll']:.4f}; "
+                  + "; ".join(row["notes"]), flush=True)
     m_peer = args.svgp_m or (rows[0]["M"] if rows else args.max_m)
 
     if not args.no_kmeans:
