@@ -670,3 +670,25 @@ def test_ep_evidence_gradients_for_the_quadrature_likelihoods(synth, likelihood,
     model = gd.Model(SE(np.array([0.7, 1.2]), 1.4), lik, gd.inducing.Optimized(Z0) if sparse else None,
                      gd.inference.EP(tol=1e-13, jitter=1e-6))
     _check_evidence_gradients(model, X, lik.prepare_targets(y), Z0)
+
+
+def test_site_updates_whose_denominator_rounds_to_zero_skip_or_stop(monkeypatch):
+    """1 + (tau_new - tau_i) v_i is v_i (tau_cav + tau_new) > 0 in exact arithmetic but rounds to
+    0 when the cavity precision is at rounding level and tau_new is clamped at 0 (a fuzz case of
+    Poisson QP reached it): with tau_i = 3, v_i = 1/3 it is 1 - 3 (1/3) = 0.0.  The dense sweep
+    skips the site and the FITC site update asks for a refresh (_STOP) instead of dividing by
+    zero (Numba's ZeroDivisionError); nothing is changed.  Run through the kernels' Python
+    functions with the projection replaced by one returning tau_new = 0."""
+    from gpdsl._jit import ep_sweeps
+    monkeypatch.setattr(ep_sweeps, "_site_update", lambda i, *args: (0.0, 0.5, True))
+    assert 1.0 + (0.0 - 3.0) * (1.0 / 3.0) == 0.0
+    Sigma, mu = np.array([[1.0 / 3.0]]), np.array([0.2])
+    tau, nu = np.array([3.0]), np.array([0.1])
+    change, skipped = ep_sweeps.dense_sequential_sweep.py_func(Sigma, mu, tau, nu, np.ones(1), (0.0,), 0, None,
+                                                               0.0, None, None)
+    assert (change, skipped) == (0.0, 1) and tau[0] == 3.0 and Sigma[0, 0] == 1.0 / 3.0
+    # FITC: v_i = d_i + s = 1/6 + 1/6 = 1/3 exactly, while 1 + pi d_i = 1/2 passes its own test.
+    d, P = np.array([1.0 / 6.0]), np.zeros((1, 2))
+    status, *_ = ep_sweeps._fitc_site.py_func(0, 1.0 / 6.0, 0.2, d, P, np.zeros(1), tau, nu, np.ones(1), (0.0,), 0,
+                                              None, 0.0, None, None)
+    assert status == ep_sweeps._STOP and tau[0] == 3.0 and d[0] == 1.0 / 6.0

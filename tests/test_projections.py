@@ -743,3 +743,16 @@ def test_dense_ep_fixed_point_matches_brute_force_moments(kind):
             assert mu[i] == pytest.approx(want[1], rel=1e-8, abs=1e-10)
             continue
         np.testing.assert_allclose([mu[i], Sigma[i, i]], want[1:], rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("y, mu, var", [(17.0, 8.458416057343502e26, 14903.908635701833),
+                                        (9583.0, -3.7913856741581453e23, 81231.08608349772),
+                                        (3.0, 1e12, 1.0)])
+def test_poisson_square_qp_far_out_is_ep(y, mu, var):
+    """A cavity mean far beyond its sd (a broken line-search state of a fuzz case, mean 1e26)
+    makes the tilted distribution Gaussian: sigma* equals EP's sd (1e-6 relative).  The minor
+    mode f_lo = (b - sqrt(b^2 + 4 n v)) / 2 cancelled to 0 there and divided by zero; it is
+    now -n v / f_hi."""
+    from gpdsl._jit import projections as pj
+    _, _, var_ep = pj.poisson_square_tilted_moments(y, mu, var)
+    assert pj.poisson_square_qp_sd(y, mu, math.sqrt(var)) == pytest.approx(math.sqrt(var_ep), rel=1e-6)

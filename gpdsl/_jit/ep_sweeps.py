@@ -97,9 +97,16 @@ def dense_sequential_sweep(Sigma, mu, tau, nu, y, param, kind, quantile, damping
             continue
         d_tau = tau_new - tau[i]
         d_nu = nu_new - nu[i]
-        max_change = max(max_change, abs(d_tau), abs(d_nu))
         s_ii = Sigma[i, i]
-        c = d_tau / (1.0 + d_tau * s_ii)
+        # 1 + d_tau s_ii = s_ii (tau_cav + tau_new) > 0 in exact arithmetic; with a cavity
+        # precision at rounding level and tau_new clamped at 0 it can round to 0 (or below):
+        # the update would break the posterior, so the site is skipped as an improper one is.
+        denom = 1.0 + d_tau * s_ii
+        if not denom > 0.0:
+            skipped += 1
+            continue
+        max_change = max(max_change, abs(d_tau), abs(d_nu))
+        c = d_tau / denom
         s = Sigma[:, i].copy()
         # mu_new = (Sigma - c s s^T)(nu + d_nu e_i) = mu + s (d_nu (1 - c s_ii) - c mu_i)
         coef = d_nu * (1.0 - c * s_ii) - c * mu[i]
@@ -198,7 +205,13 @@ def _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, kind, quantile, dampi
     denom = 1.0 + pi * d[i]
     if not ok or denom <= 0.0:
         return _SKIPPED, 0.0, 0.0, 0.0
-    c = pi / (1.0 + pi * a_ii)
+    # 1 + pi a_ii = a_ii (tau_cav + tau_new) > 0 in exact arithmetic, but rounds to 0 (Numba
+    # would raise ZeroDivisionError) when the cavity precision is at rounding level and tau_new
+    # is clamped at 0: M would lose definiteness, so the caller refreshes, as for keep <= 0.
+    marginal_denom = 1.0 + pi * a_ii
+    if not marginal_denom > 0.0:
+        return _STOP, 0.0, 0.0, 0.0
+    c = pi / marginal_denom
     keep = 1.0 - c * s
     if not keep > 0.0:
         return _STOP, 0.0, 0.0, 0.0

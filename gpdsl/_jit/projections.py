@@ -787,6 +787,8 @@ def poisson_square_tilted_cdf(t, y, mu, sd):
 @njit(cache=True)
 def _mode_log_weight(f, n, b, v):
     """Laplace estimate of the log mass of f^n N(f | b, v) around a mode f (unnormalised)."""
+    if f == 0.0:                              # f^n vanishes there (and n / f^2 would divide by 0)
+        return -math.inf
     return n * math.log(abs(f)) - 0.5 * (f - b) ** 2 / v - 0.5 * math.log(n / (f * f) + 1.0 / v)
 
 
@@ -801,7 +803,8 @@ def _poisson_square_qp_sd(ny, mu, sd, var_t):
     sv = math.sqrt(v)
     root = math.sqrt(b * b + 4.0 * n * v)     # modes solve f^2 - b f - n v = 0
     f_hi = 0.5 * (b + root)
-    f_lo = 0.5 * (b - root)
+    # The product of the roots is -n v: b - root would cancel to 0 when b^2 >> n v.
+    f_lo = -n * v / f_hi
     if not (math.isfinite(f_hi) and math.isfinite(f_lo) and v > 0.0):
         return math.nan
     lo = f_lo if _mode_log_weight(f_lo, n, b, v) >= _mode_log_weight(f_hi, n, b, v) - _MINOR_MODE_LOG else f_hi

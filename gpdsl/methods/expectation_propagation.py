@@ -135,16 +135,16 @@ class FITCPrior:
         scale = 1.0 + self.d0 * tau
         w = tau / scale
 
-        (B,), _ = map_rows(_weighted_gram, (self.A0, w), self.chunk)
+        # B - I and P^T nu = A0^T (nu / scale) summed over row blocks as ChunkedFITCPrior sums
+        # them, so that a Dask X's fit is this one's to the bit.
+        (B, Pt_nu), _ = map_rows(_refresh_partials, (self.A0, w, nu / scale), self.chunk)
         B[np.diag_indices_from(B)] += 1.0
         LB, _ = cholesky(B, 0.0, what="I + A0^T W A0")
         self.Minv = inverse_from_cholesky(LB)            # M = B^-1, updated in the sweeps
         self.d = self.d0 / scale
         self.P = np.ascontiguousarray(self.A0 / scale[:, None])
         self.nu_vec = self.d * nu
-        # P^T nu as one product (ChunkedFITCPrior sums it by blocks: the same to rounding; the
-        # blocked sum here tipped a fuzz case's sequential sweep into a division by zero).
-        self.gamma = solve_upper_t(LB, solve_lower(LB, self.P.T @ nu))
+        self.gamma = solve_upper_t(LB, solve_lower(LB, Pt_nu))
         self.log_det_B = np.sum(np.log(scale)) + 2.0 * np.sum(np.log(np.diag(LB)))
 
     def marginals(self):
@@ -167,11 +167,11 @@ class FITCPrior:
             start, skipped = stop + 1, skipped + 1
 
 
-def _weighted_gram(A0, w):
-    """(A0^T diag(w) A0,) of a row block A0 (n, M), w = tau / scale >= 0 (n,): the block's
-    partial of B - I."""
+def _refresh_partials(A0, w, nu_scaled):
+    """The partials (A0^T diag(w) A0, A0^T nu_scaled) of B - I and P^T nu for a row block A0
+    (n, M) of the whitened factor; w = tau / scale >= 0, nu_scaled = nu / scale (n,)."""
     As = A0 * np.sqrt(w)[:, None]
-    return (As.T @ As,), ()
+    return (As.T @ As, A0.T @ nu_scaled), ()
 
 
 class ChunkedFITCPrior:
@@ -220,9 +220,7 @@ def _residual_block(block, X_block):
 def _refresh_block(block, X_block, w, nu_scaled):
     """The partials (A0^T diag(w) A0, A0^T nu_scaled) of B - I and P^T nu for a row block
     X_block (n, D), its A0 formed here; w = tau / scale, nu_scaled = nu / scale (n,)."""
-    A0 = block(X_block)[0]
-    (gram,), _ = _weighted_gram(A0, w)
-    return (gram, A0.T @ nu_scaled), ()
+    return _refresh_partials(block(X_block)[0], w, nu_scaled)
 
 
 def _marginal_block(block, Minv, gamma, X_block, scale):
