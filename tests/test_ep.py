@@ -684,11 +684,12 @@ def test_site_updates_whose_denominator_rounds_to_zero_skip_or_stop(monkeypatch)
     assert 1.0 + (0.0 - 3.0) * (1.0 / 3.0) == 0.0
     Sigma, mu = np.array([[1.0 / 3.0]]), np.array([0.2])
     tau, nu = np.array([3.0]), np.array([0.1])
-    change, skipped = ep_sweeps.dense_sequential_sweep.py_func(Sigma, mu, tau, nu, np.ones(1), (0.0,), 0, None,
+    plain = lambda f: getattr(f, "py_func", f)          # noqa: E731  (NUMBA_DISABLE_JIT=1: already plain)
+    change, skipped = plain(ep_sweeps.dense_sequential_sweep)(Sigma, mu, tau, nu, np.ones(1), (0.0,), 0, None,
                                                                0.0, None, None)
     assert (change, skipped) == (0.0, 1) and tau[0] == 3.0 and Sigma[0, 0] == 1.0 / 3.0
     # FITC: v_i = d_i + s = 1/6 + 1/6 = 1/3 exactly, while 1 + pi d_i = 1/2 passes its own test.
     d, P = np.array([1.0 / 6.0]), np.zeros((1, 2))
-    status, *_ = ep_sweeps._fitc_site.py_func(0, 1.0 / 6.0, 0.2, d, P, np.zeros(1), tau, nu, np.ones(1), (0.0,), 0,
+    status, *_ = plain(ep_sweeps._fitc_site)(0, 1.0 / 6.0, 0.2, d, P, np.zeros(1), tau, nu, np.ones(1), (0.0,), 0,
                                               None, 0.0, None, None)
     assert status == ep_sweeps._STOP and tau[0] == 3.0 and d[0] == 1.0 / 6.0

@@ -28,12 +28,13 @@ import numpy as np
 from numba import njit, types
 from numba.extending import get_cython_function_address, overload
 
-from .projections import project_tabulated, site_projection
+from .projections import project_tabulated, run_overload, site_projection
 
 
 def _project(kind, y, mu, var, param, quantile, table, grid):
     """The projection of one site, chosen by the type of ``table`` (see the module docstring);
-    implemented for jitted callers only, by :func:`_project_by_table`."""
+    implemented for jitted callers by :func:`_project_by_table`."""
+    return run_overload(_project_by_table, kind, y, mu, var, param, quantile, table, grid)
 
 
 @overload(_project, inline="always")

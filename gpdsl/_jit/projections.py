@@ -228,6 +228,14 @@ _GL_CUMULATIVE = np.array([
 # shared quadrature
 
 
+
+def run_overload(implementation, *args):
+    """The body of an @overload stub when it runs as plain Python (``NUMBA_DISABLE_JIT=1``, or a
+    Python caller): the implementation ``implementation`` returns for the arguments' Numba types,
+    called on them.  Jitted callers never run it: Numba compiles the overload in its place."""
+    return implementation(*[typeof(a) for a in args])(*args)
+
+
 @njit(cache=True)
 def _panel_count(length, width):
     """Number of equal panels of width <= width covering a length >= 0, capped at _MAX_PANELS."""
@@ -280,6 +288,7 @@ def _edge_log_density(kind, x, loc, scale2, power, log_norm):
     (The probit's and Poisson's rule keeps its own _log_density with a run-time kind, shared by the
     two, which keeps a probit fit's QP kernel what it was before these kinds.)
     """
+    return run_overload(_edge_log_density_by_kind, kind, x, loc, scale2, power, log_norm)
 
 
 @njit(cache=True)
@@ -312,6 +321,7 @@ def _edge_log_density_by_kind(kind, x, loc, scale2, power, log_norm):
 def _extra_terms(kind, x, loc, power):
     """The integrands (e1, e2) of _moments_on_edges's extra expectations at x; for jitted callers
     only (chosen by the literal kind like _log_density)."""
+    return run_overload(_extra_terms_by_kind, kind, x, loc, power)
 
 
 @njit(cache=True)
@@ -1195,6 +1205,7 @@ def gaussian_tilted_moments(y, mu, var, noise):
 def _project_any(kind, y, mu, var, param, qp):
     """The projection of :func:`project`, chosen by the type of ``param``; for jitted callers
     only (implemented by :func:`_project_by_param`)."""
+    return run_overload(_project_by_param, kind, y, mu, var, param, qp)
 
 
 @overload(_project_any, inline="always")
@@ -1268,6 +1279,7 @@ _PLAIN_LOGIT = ("site_projection / tilted_log_z_param_gradient / project_tabulat
 def _one_parameter_projection(kind, y, mu, var, param, quantile):
     """site_projection's one-parameter kinds, chosen by the types of ``kind`` and ``quantile``;
     for jitted callers only (implemented by :func:`_one_parameter_by_type`)."""
+    return run_overload(_one_parameter_by_type, kind, y, mu, var, param, quantile)
 
 
 @overload(_one_parameter_projection, inline="always")
@@ -1365,6 +1377,7 @@ def tilted_log_z_param_gradient(kind, y, mu, var, params):
 
 def _one_parameter_gradient(kind, y, mu, var, param):
     """tilted_log_z_param_gradient's one-parameter kinds, chosen like _one_parameter_projection."""
+    return run_overload(_one_parameter_gradient_by_type, kind, y, mu, var, param)
 
 
 @overload(_one_parameter_gradient, inline="always")
@@ -1443,6 +1456,7 @@ def project_tabulated(kind, y, mu, var, param, qp, table, grid):
 def _tabulated_fallback(kind, y, mu, var, param, qp):
     """project_tabulated's projection without the table, chosen by the type of ``kind``; for
     jitted callers only (implemented by :func:`_tabulated_fallback_by_type`)."""
+    return run_overload(_tabulated_fallback_by_type, kind, y, mu, var, param, qp)
 
 
 @overload(_tabulated_fallback, inline="always")
