@@ -25,7 +25,7 @@ from ._jit import announce_compilation
 from ._jit import greedy as _greedy
 from .checks import (ValueEquality, as_float_array, check_bool, check_positive_int, check_positive_number,
                      check_seed, check_square_sums_finite)
-from .backends import dask_array
+from .backends import dask_array, materialize
 from .chunks import is_chunked, map_rows, row_slices
 
 # Added to diag(K_ff) and at each pivot, as in the thesis code (its ``greedy_variance``).
@@ -201,6 +201,8 @@ class KMeans(InducingSpec):
             # np.array copies a NumPy X's rows and computes a Dask X's.
             X = np.array(X[np.sort(rng.choice(n, size=self.sample, replace=False))])
             n = self.sample
+        else:                                  # all rows (lazy_inputs leaves a Dask X as it is)
+            X = materialize(X)
         # Overflowing distances would reach rng.choice as NaN probabilities.
         check_square_sums_finite("KMeans", "X", X)
         x_sq = np.sum(X * X, 1)

@@ -52,6 +52,8 @@ class Inference:
     # Whether its sparse fit runs its O(N M^2) passes as Dask tasks on a Dask X (gpdsl.chunks.map_rows);
     # otherwise a Dask X is computed into memory.
     supports_dask_chunks = False
+    # Whether variational_entries adds q's parameters to the optimised hyperparameters.
+    optimises_variational_parameters = False
 
     def check_likelihood(self, likelihood):
         """ValueError unless this method accepts ``likelihood`` (its class and its link)."""
@@ -431,6 +433,10 @@ class _Variational(Inference):
     @property
     def local_state(self):
         return self._state_format if self.q_updates == "natural" else None
+
+    @property
+    def optimises_variational_parameters(self):
+        return self.q_updates == "joint"
 
     @property
     def tol(self):

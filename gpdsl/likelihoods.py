@@ -108,6 +108,8 @@ class Likelihood(ValueEquality):
     # Whether a method's Dask-chunked passes can run with this likelihood: its per-point terms
     # need no more of X than the row block they are computed on.
     supports_dask_chunks = True
+    # Whether it holds values per training row (fit(subsample=) cannot subsample them).
+    per_row_parameters = False
     # Nodes of the Gauss-Hermite rule of the default variational expectations: 100 points
     # integrate log Phi and log sigma under latent sds up to ~3 to ~1e-12 (tests/test_likelihoods.py).
     quadrature_points = 100
@@ -171,7 +173,7 @@ class Likelihood(ValueEquality):
         yy = np.broadcast_to(y[:, None], f.shape)
         derivatives = self.log_density_derivatives(values, prefix, yy, f)
         logp, d1, d2, _ = derivatives
-        params = self.log_density_param_derivatives(values, prefix, yy, f, derivatives)
+        params = self.log_density_param_derivatives(values, prefix, yy, f, derivatives=derivatives)
         grads = {name: np.array(np.sum(parts[0] * weights)) for name, parts in params.items()}
         d_var = 0.5 * np.sum(d2 * weights, axis=1)
         if nodes is not None:
@@ -326,6 +328,10 @@ class HeteroscedasticGaussian(_GaussianNoise):
     @property
     def supports_dask_chunks(self):
         # The noise model's polynomial features of X are formed in memory.
+        return self.known
+
+    @property
+    def per_row_parameters(self):
         return self.known
 
     def features(self, X):

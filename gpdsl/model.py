@@ -227,7 +227,7 @@ class Model:
         held by the blocks.  X stays distributed; y and the per-point vectors (O(N)) are held in
         memory.  With the method's ``chunk_size`` equal to X's row chunks the result is the
         in-memory fit's to the bit (the partial sums are added in the same tree; EP/QP within
-        1e-10); otherwise to rounding.  Other methods and inducing specs compute X into memory.
+        1e-10, FITC-Laplace to rounding); otherwise to rounding.  Other methods and inducing specs compute X into memory.
 
         ``subsample=n`` fits on n rows drawn at random (``np.random.default_rng(seed)``): the
         hyperparameters, Z and any greedy selection (with its reinitialisation loop) are those of
@@ -235,7 +235,9 @@ class Model:
         further optimisation (for VFE and FITC one pass; for PolyaGamma its c iteration, for EP
         its sweeps, over all N).  ``Posterior.subsample`` records n and the subsample fit's
         objective; ``log_evidence`` is the full data's.  None (default), or n >= N, fits on all
-        rows.  Greedy selection's ``indices`` refer to rows of X.
+        rows.  Greedy selection's ``indices`` refer to rows of X; ``standardize=True`` scales by
+        all N rows.  Refused (ValueError) for a likelihood with per-row parameters
+        (``HeteroscedasticGaussian(variance=...)``) and for ``q_updates="joint"``.
 
         A fit whose objective is within ``CONSTANT_MODEL_TOL`` nats of the constant model f = 0
         (a classifier's at its bias, white noise at its best variance for Gaussian regression)
@@ -256,6 +258,7 @@ class Model:
             X, y = scaling.inputs(X), scaling.targets(y)
         rows = None
         if subsample is not None and subsample < X.shape[0]:
+            self._check_subsample()
             rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], size=subsample, replace=False))
         # A subsample's rows are read into memory (of a Dask X, those rows only).
         X_fit, y_fit = (X, y) if rows is None else (np.array(X[rows]), y[rows])
@@ -296,10 +299,24 @@ class Model:
                          converged=converged, n_iterations=fit["n_iterations"], jitter=evaluation.jitter,
                          priors=fit["table"].prior_descriptions(),
                          fixed=[e.name for e in fit["table"].entries if e.fixed],
-                         sites=local, total_sweeps=sum(f["total_sweeps"] for _, f in rounds),
+                         sites=local,
+                         total_sweeps=sum(f["total_sweeps"] for _, f in rounds)
+                         + (fit["total_sweeps"] if subsample_record is not None else 0),
                          selection=selection, reinit_history=history, constant_model=constant_model,
                          ridge=fit["ridge"], reinit_stop=reinit_stop, standardization=scaling,
                          subsample=subsample_record)
+
+    def _check_subsample(self):
+        """fit(subsample=n)'s refusals: a likelihood with per-row parameters (they would have to be
+        subsampled with the rows) and q optimised as hyperparameters (the finish does not optimise,
+        so q would stay the subsample's)."""
+        if self.likelihood.per_row_parameters:
+            raise ValueError(f"fit: subsample cannot subsample the per-row parameters of "
+                             f"{self.likelihood!r}; draw the rows of X, y and those parameters yourself")
+        if self.inference.optimises_variational_parameters:
+            raise ValueError(f"fit: subsample needs q moved to its optimum on all rows, which "
+                             f"{type(self.inference).__name__}(q_updates='joint') does only by optimising; use "
+                             "q_updates='natural'")
 
     def _finish_on_all_rows(self, X, y, rows, selection, fit, fixed, max_iter):
         """fit(subsample=n)'s last step: the posterior on all rows of X at the hyperparameters and
@@ -315,7 +332,7 @@ class Model:
         finish = self._fit_at(X, y, selection, fixed, False, 0, 0, max_iter, False, None,
                               start=fit["values"], warm=None)
         finish.update(converged=fit["converged"] and finish["converged"], n_iterations=fit["n_iterations"],
-                      ridge=fit["ridge"], total_sweeps=fit["total_sweeps"] + finish["total_sweeps"])
+                      ridge=fit["ridge"])
         return selection, finish, {"rows": int(rows.size), "objective": float(fit["objective"])}
 
     def _reinit_loop(self, X, y, fixed, optimize, restarts, seed, max_iter, progress, callback, rounds):
@@ -410,9 +427,13 @@ class Model:
             rng = np.random.default_rng(seed)
             starts = [u0] + [_random_start(table, u0, X, rng) for _ in range(restarts)]
             for u_start in starts:
+                # Each start from the same local state, and the best start's kept: a minibatch
+                # method's q is its result (the posterior is evaluated at it as it stands).
+                run.warm = warm
                 res = self.inference.minimise(run, u_start, max_iter, progress, callback)
                 if result is None or res.fun < result.fun:
-                    result = res
+                    result, best_warm = res, run.warm
+            run.warm = best_warm
             if not np.all(np.isfinite(result.x)):
                 raise _out_of_range("L-BFGS-B stepped to non-finite hyperparameters (the objective and its "
                                     "gradient at the start are too large for its float64 arithmetic)", X, y)

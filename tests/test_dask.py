@@ -227,3 +227,9 @@ def test_import_does_not_import_dask():
     code = "import sys, gpdsl; sys.exit(int(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules)))"
     root = Path(__file__).resolve().parents[1]
     assert subprocess.run([sys.executable, "-c", code], cwd=root, env={"PYTHONPATH": str(root)}).returncode == 0
+
+
+def test_kmeans_sample_at_least_n_reads_a_dask_x_whole(data):
+    X, _, _, _ = data
+    spec = gd.inducing.KMeans(6, seed=1, sample=X.shape[0] + 10)
+    np.testing.assert_array_equal(spec.initial_Z(_dask(X), None), gd.inducing.KMeans(6, seed=1).initial_Z(X, None))

@@ -80,3 +80,27 @@ def test_subsample_of_a_dask_x_reads_its_rows(regression):
     for name, value in ref.values.items():
         np.testing.assert_array_equal(post.values[name], value)
     assert post.log_evidence == pytest.approx(ref.log_evidence, rel=1e-10)
+
+
+def test_subsample_refuses_per_row_parameters_and_joint_q(regression):
+    X, y = regression
+    hetero = gd.Model(SE(1.0, 1.0), gd.likelihoods.HeteroscedasticGaussian(variance=np.full(400, 0.01)),
+                      gd.inducing.KMeans(5), gd.inference.VFE())
+    with pytest.raises(ValueError, match="fit: subsample cannot subsample the per-row parameters"):
+        hetero.fit(X, y, subsample=100)
+    labels = np.where(y > 0, 1.0, -1.0)
+    for inducing, inference in ((None, gd.inference.VGP(q_updates="joint")),
+                                (gd.inducing.KMeans(5), gd.inference.SVGP(q_updates="joint"))):
+        model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Bernoulli("logit"), inducing, inference)
+        with pytest.raises(ValueError, match=r"fit: subsample needs q .*q_updates='joint'"):
+            model.fit(X, labels, subsample=100)
+
+
+def test_subsample_counts_the_finishing_sweeps():
+    """EP's sweeps on all rows after the subsample fit are counted in total_sweeps."""
+    X, y = gd.datasets.banana(300, seed=2)
+    model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Bernoulli("probit"), gd.inducing.KMeans(8, seed=0),
+                     gd.inference.EP())
+    post = model.fit(X, y, subsample=100, max_iter=5)
+    sub = model.fit(X[_rows(300, 100, 0)], y[_rows(300, 100, 0)], max_iter=5)
+    assert post.total_sweeps == sub.total_sweeps + post.sites.sweeps and post.sites.sweeps > 0
