@@ -358,3 +358,13 @@ def test_restarts_keep_the_q_of_the_chosen_start():
                 np.testing.assert_array_equal(post.sites.q[name], value)
             assert post.log_evidence == plain.log_evidence
     assert first_won >= 1
+
+
+def test_expectations_at_a_huge_latent_mean_do_not_overflow():
+    """c = hypot(z, sd): at |z| = 1e200 (z^2 overflows) the bound is ~0 on the right side and
+    its slope 0, as the limit of the formulas."""
+    from gpdsl.methods.stochastic_polya_gamma import jaakkola_jordan_expectations
+    bound, d_mean, d_var = jaakkola_jordan_expectations(np.array([1.0, -1.0]), np.array([1e200, 1e200]),
+                                                        np.array([1.0, 1.0]))
+    assert np.all(np.isfinite(bound[:1])) and abs(bound[0]) < 1e-100 and d_mean[0] == 0.0
+    assert d_mean[1] == -1.0 and bound[1] < -1e199

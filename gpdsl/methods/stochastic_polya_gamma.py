@@ -62,7 +62,7 @@ def jaakkola_jordan_expectations(y, shifted_mean, var):
     subtraction keeps 5 digits).
     """
     var = np.maximum(var, 0.0)
-    c = np.sqrt(shifted_mean * shifted_mean + var)
+    c = np.hypot(shifted_mean, np.sqrt(var))          # no overflow of z^2 for |z| > 1e154
     theta = pg_theta(c)
     margin = y * shifted_mean
     half_gap = np.where(margin > 0.0, -0.5 * var / (np.abs(shifted_mean) + c + (c == 0.0)), 0.5 * (margin - c))
