@@ -15,15 +15,30 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 TESTS_DATA = Path(__file__).resolve().parent / "data"
 
 
+def data_root():
+    """Where the data sets are: ``GPDSL_DATA`` if set (as ``gd.datasets.data_home`` reads it),
+    else ``shared/data`` beside the checkout."""
+    env = os.environ.get("GPDSL_DATA")
+    return Path(env) if env else SHARED / "data"
+
+
 def shared_path(*parts):
-    """A file or folder of ../shared, looked up first in tests/data (which holds a copy of
-    ../shared/oracles: reference numbers and Ripley's synth, 1.5 MB), so that the oracle tests
-    run on a fresh clone; anything else of ../shared skips the test where it is absent."""
-    for root in (TESTS_DATA, SHARED):
-        path = root.joinpath(*parts)
+    """A file or folder of gpdsl's ``shared/`` directory (``shared/data/...`` for the data sets,
+    ``shared/oracles/...`` for reference numbers).  Looked up in tests/data first (a copy of the
+    oracles and Ripley's synth, 1.5 MB, so that those tests run on a fresh clone), then, for a
+    data set, under ``GPDSL_DATA``, then in ``shared/`` beside the checkout; the test skips with
+    what to set where it is absent."""
+    candidates = [TESTS_DATA.joinpath(*parts)]
+    if parts[:1] == ("data",):
+        candidates.append(data_root().joinpath(*parts[1:]))
+    candidates.append(SHARED.joinpath(*parts))
+    for path in candidates:
         if path.exists():
             return path
-    pytest.skip(f"{SHARED.joinpath(*parts)} not available (../shared is beside the checkout in our workplace)")
+    if parts[:1] == ("data",):
+        pytest.skip(f"needs the data set file {'/'.join(parts[1:]) or '(any)'}: set GPDSL_DATA to the directory "
+                    "that holds gpdsl's data sets (shared/data; README, 'Datasets')")
+    pytest.skip(f"needs {'/'.join(parts)} from gpdsl's shared/ directory, which is not part of the repository")
 
 
 @pytest.fixture

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from gpdsl import datasets
-from conftest import shared_path
+from conftest import data_root, shared_path
 
-# ../shared next to the repository (tests/ -> repo -> parent).
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-DATA = SHARED / "data"
+# The data sets: GPDSL_DATA, else shared/data beside the repository.
+DATA = data_root()
 
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"{DATA} not available")
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs gpdsl's data sets: set GPDSL_DATA to the "
+                                "directory that holds them (shared/data; README, 'Datasets')")
 
 # (generator, kwargs, expected number of input dimensions, is classification)
 GENERATORS = [
