@@ -36,8 +36,9 @@ def shared_path(*parts):
         if path.exists():
             return path
     if parts[:1] == ("data",):
-        pytest.skip(f"needs the data set file {'/'.join(parts[1:]) or '(any)'}: set GPDSL_DATA to the directory "
-                    "that holds gpdsl's data sets (shared/data; README, 'Datasets')")
+        what = f"the data set file {'/'.join(parts[1:])}" if parts[1:] else "gpdsl's data sets"
+        pytest.skip(f"needs {what}: set GPDSL_DATA to the directory that holds gpdsl's data sets (shared/data; "
+                    "README, 'Datasets')")
     pytest.skip(f"needs {'/'.join(parts)} from gpdsl's shared/ directory, which is not part of the repository")
 
 
