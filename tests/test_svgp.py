@@ -12,7 +12,7 @@ from gpdsl.methods import collapsed, svgp
 
 from conftest import shared_path
 from naive import central_difference
-from variational_cases import KERNELS, LIKELIHOODS, predict_f
+from variational_cases import KERNELS, LIKELIHOODS, Counting, predict_f
 
 SE = gd.kernels.SquaredExponential
 GPFLOW_JITTER = 1e-6 / 2.0       # GPflow adds 1e-6 to K_uu; gpdsl's jitter is relative to mean(diag K_uu) = 2
@@ -296,28 +296,17 @@ def test_singular_q_raises_floating_point_error_before_any_pass():
     values = {**kernel_values, "likelihood.variance": np.array(0.2), **q, "variational.q_sqrt": svgp.pack_lower(R)}
     calls = []
 
-    class Counting(gd.likelihoods.Gaussian):
+    class CountingGaussian(gd.likelihoods.Gaussian):
         def variational_expectations(self, *args):
             calls.append(1)
             return super().variational_expectations(*args)
 
     with pytest.raises(FloatingPointError, match="S singular"):
-        svgp.evaluate(kernel, Counting(0.2), values, X, y, Z)
+        svgp.evaluate(kernel, CountingGaussian(0.2), values, X, y, Z)
     assert not calls
 
 
 # -- natural-gradient updates of q (optimise_q) ---------------------------------------------------
-class _Counting:
-    """A likelihood wrapper that counts the passes (calls of variational_expectations)."""
-
-    def __init__(self, likelihood):
-        self.likelihood, self.calls = likelihood, 0
-
-    def variational_expectations(self, *args):
-        self.calls += 1
-        return self.likelihood.variational_expectations(*args)
-
-
 def _natgrad_problem(lik, seed=3, n=40, m=8, variance=1.4):
     rng = np.random.default_rng(seed)
     X = rng.uniform(-2, 2, size=(n, 2))
@@ -369,7 +358,7 @@ def test_optimise_q_reaches_a_stationary_point_monotonically(lik, variance):
     if lik == "student-t":
         y = y.copy()
         y[:3] += 6.0
-    counting = _Counting(likelihood)
+    counting = Counting(likelihood)
     q, steps, converged = svgp.optimise_q(kernel, counting, values, X, y, Z, jitter=1e-8, chunk_size=1000,
                                           tol=1e-12)
     assert converged and 1 < steps < 50

@@ -9,7 +9,7 @@ import gpdsl as gd
 from gpdsl.methods import exact, svgp, vgp
 
 from naive import central_difference
-from variational_cases import KERNELS, LIKELIHOODS, predict_f
+from variational_cases import KERNELS, LIKELIHOODS, Counting, predict_f
 
 SE = gd.kernels.SquaredExponential
 
@@ -243,22 +243,13 @@ def test_optimise_q_gaussian_one_step_is_the_closed_form(jitter):
             assert ev.log_evidence == pytest.approx(ref, rel=1e-11)
 
 
-class _Counting:
-    def __init__(self, likelihood):
-        self.likelihood, self.calls = likelihood, 0
-
-    def variational_expectations(self, *args):
-        self.calls += 1
-        return self.likelihood.variational_expectations(*args)
-
-
 @pytest.mark.parametrize("lik", ["probit", "logit"])
 def test_optimise_q_reaches_the_optimum_monotonically(lik):
     """Bernoulli: the converged q(f) has |dELBO/d(alpha, lambda)| < 1e-6 by evaluate's gradients,
     the bound after k steps never decreases in k (max_iter=k gives the run's first k steps), and
     a warm start from the optimum (q=None: the variational entries of ``values``) stops at once."""
     kernel, likelihood, values, X, y = _natgrad_problem(lik)
-    counting = _Counting(likelihood)
+    counting = Counting(likelihood)
     q, steps, converged = vgp.optimise_q(kernel, counting, values, X, y, jitter=0.0, tol=1e-12)
     assert converged and 1 < steps < 30 and counting.calls >= steps + 1
     ev = vgp.evaluate(kernel, likelihood, {**values, **q}, X, y, jitter=0.0)

@@ -1,4 +1,4 @@
-"""Kernels, likelihoods and the whitened prediction shared by the SVGP and VGP tests."""
+"""Kernels, likelihoods, the whitened prediction and a pass counter shared by the SVGP and VGP tests."""
 import numpy as np
 
 import gpdsl as gd
@@ -23,3 +23,15 @@ def predict_f(kernel, values, state, Xs):
     Posterior.predict_f: b = chol^-1 K_z*, mean b^T weights, variance k_** - b^T correction b."""
     b = state.basis(kernel.gram(values, "kernel", state.Z, Xs))
     return b.T @ state.weights, kernel.diag(values, "kernel", Xs) - np.einsum("ij,ij->j", b, state.correction @ b)
+
+
+class Counting:
+    """A likelihood wrapper that counts the passes over the data (calls of
+    variational_expectations)."""
+
+    def __init__(self, likelihood):
+        self.likelihood, self.calls = likelihood, 0
+
+    def variational_expectations(self, *args):
+        self.calls += 1
+        return self.likelihood.variational_expectations(*args)
