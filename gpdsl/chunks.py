@@ -1,5 +1,4 @@
-"""Row-chunked map-reduce: every O(N M^2) pass in gpdsl is written through :func:`map_rows`
-(or, for passes that index their own arrays, :func:`map_reduce`).
+"""Row-chunked map-reduce: every O(N M^2) pass in gpdsl is written through :func:`map_rows`.
 
 A pass is a pure function of its row blocks that returns ``(summed, rows)``: ``summed`` is a
 tuple of partial sums (arrays, floats or dicts of arrays) added across chunks, ``rows`` a tuple
@@ -69,24 +68,6 @@ def _stack(rows):
     return tuple(np.concatenate(parts) for parts in zip(*rows)) if rows and rows[0] else ()
 
 
-def map_reduce(fn, n, chunk_size, width=0):
-    """Apply ``fn(slice) -> (summed, rows)`` over row chunks of ``n`` rows; sum ``summed``,
-    concatenate ``rows``.  For passes over in-memory arrays that ``fn`` indexes itself;
-    :func:`map_rows` is the form that also runs on Dask arrays.
-
-    ``width``: M of a pass whose chunks do O(rows M^2) BLAS work; with ``n * width**2`` flops at
-    least :data:`gpdsl.threads.BULK_FLOPS` the pass runs with the bulk BLAS thread count
-    (:func:`gpdsl.threads.bulk`); 0 keeps one thread (loops of small products).
-    """
-    total, rows = _TreeSum(), []
-    with threads.bulk(float(n) * width * width):
-        for slc in row_slices(n, chunk_size):
-            summed, per_row = fn(slc)
-            total.push(summed)
-            rows.append(per_row)
-    return total.total(), _stack(rows)
-
-
 def is_chunked(rows):
     """True when some array of ``rows`` (a sequence of row-aligned arrays) is a Dask array."""
     return any(is_dask(a) for a in rows)
@@ -110,8 +91,9 @@ def map_rows(fn, rows, chunk_size, width=0, carried=None, keep=False):
     chunk_size : int
         Rows per block of in-memory input.
     width : int
-        M of a pass whose blocks do O(rows M^2) BLAS work (:func:`map_reduce`); in-memory only:
-        a Dask pass is parallel over its tasks.
+        M of a pass whose blocks do O(rows M^2) BLAS work: with ``N width^2`` flops at least
+        :data:`gpdsl.threads.BULK_FLOPS` an in-memory pass runs with the bulk BLAS thread count
+        (:func:`gpdsl.threads.bulk`); 0 keeps one thread.  A Dask pass is parallel over its tasks.
     carried : list or None
         One item per block from an earlier pass's ``kept`` (what a block may reuse, such as
         L^-1 K_uf), or None.

@@ -8,7 +8,7 @@ example took 136 s against 10.4 s with one thread (benchmarks/RESULTS.md).
 
 So every public entry point that computes (``Model.fit``, ``Model.evaluate``, the predictions
 of a ``Posterior``) runs inside :func:`managed`, which sets the BLAS libraries to one thread
-and restores them afterwards.  Only the row-chunked O(N M^2) passes (:func:`gpdsl.chunks.map_reduce`
+and restores them afterwards.  Only the row-chunked O(N M^2) passes (:func:`gpdsl.chunks.map_rows`
 with enough work, see :data:`BULK_FLOPS`) run with more, in :func:`bulk`:
 
 * ``gd.set_num_threads(n)`` if the user called it, else
@@ -31,7 +31,7 @@ from contextlib import contextmanager
 
 from .checks import is_integer
 
-# A map_reduce pass of at least this many flops (about N M^2) may use bulk(); below it
+# A map_rows pass of at least this many flops (about N M^2) may use bulk(); below it
 # the wake-up of the BLAS threads costs more than they win.
 BULK_FLOPS = 1e8
 

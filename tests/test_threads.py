@@ -1,5 +1,5 @@
 """BLAS threads under gpdsl's control (gpdsl.threads): one thread inside fits and sweeps, the
-bulk count for large map_reduce passes, the user's setting respected and restored."""
+bulk count for large map_rows passes, the user's setting respected and restored."""
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits

@@ -35,12 +35,10 @@ _LOG_2PI = np.log(2.0 * np.pi)
 _CACHE_BYTES = 2 ** 28      # 256 MB of cached A = L^-1 K_uf (and K_uf when both fit)
 
 
-def whitened_rows(kernel, values, X, Z, L, slc=None):
+def whitened_rows(kernel, values, X, Z, L):
     """K_uf (M, n), A = L^-1 K_uf (M, n), K_nn (n,) and K_nn - Q_nn = K_nn - |a_n|^2 (n,) for the
-    row block X (n, D), or for the rows ``slc`` of X when a slice is given, with K_uu = L L^T.
-    Shared by this engine, the Pólya-Gamma c loop, FITC-Laplace and SVGP."""
-    if slc is not None:
-        X = X[slc]
+    row block X (n, D), with K_uu = L L^T.  Shared by this engine, the Pólya-Gamma c loop,
+    FITC-Laplace and SVGP."""
     Kuf = kernel.gram(values, "kernel", Z, X)
     A = whiten(L, Kuf)
     kff = kernel.diag(values, "kernel", X)

@@ -11,7 +11,7 @@ a sum of one-dimensional expectations less one KL divergence, reads in the white
 
 The expectations are the likelihood's ``variational_expectations``; the whole data term is one
 pure map over row chunks (``A = L^-1 K_uf`` is formed chunk by chunk and never stored), reduced
-with :func:`gpdsl.chunks.map_reduce`.  Its gradient needs no second pass: the chunk that forms
+with :func:`gpdsl.chunks.map_rows`.  Its gradient needs no second pass: the chunk that forms
 the marginals also forms the adjoint of its K_uf columns and the O(M^2) partials that the
 adjoint of L (hence of K_uu, through the Cholesky factorisation) is built from after the
 reduction (derivations in :func:`_data_pass` and :func:`_gradients`).
@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import linalg as sp_linalg
 
-from ..chunks import add_partial, default_chunk_size, map_reduce
+from ..chunks import add_partial, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_upper_t
 from .collapsed import check_rows_nystrom, whitened_rows
 from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps
@@ -169,15 +169,15 @@ def _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, S, chunk, need_grad
         beta = solve_upper_t(L, m)
         Li_T_C = solve_upper_t(L, np.eye(L.shape[0]) - S)      # L^-T (I - S)
 
-    def chunk_pass(slc):
-        Kuf, A, kff, residual = whitened_rows(kernel, values, X, Z, L, slc)
+    def chunk_pass(X_block, y_block):
+        Kuf, A, kff, residual = whitened_rows(kernel, values, X_block, Z, L)
         check_rows_nystrom(residual, kff)
         # var_n = (k_nn - |a_n|^2) + |R^T a_n|^2: a sum of two non-negative parts, where
         # k_nn - a_n^T (I - S) a_n would cancel when S is near I.
         U = R.T @ A
         mean = m @ A
         var = residual + np.einsum("ij,ij->j", U, U)
-        ve, g, d, lik_grads = likelihood.variational_expectations(values, "likelihood", y[slc], mean, var)
+        ve, g, d, lik_grads = likelihood.variational_expectations(values, "likelihood", y_block, mean, var)
         if natural:
             w = -2.0 * d                  # not clipped: see optimise_q
             return (np.sum(ve), (A * w) @ A.T, A @ (g + w * mean)), ()
@@ -187,8 +187,8 @@ def _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, S, chunk, need_grad
         G_uf = Li_T_C @ Ad
         G_uf *= -2.0
         G_uf += np.outer(beta, g)
-        kgrads, dZ = kernel.vjp(values, "kernel", Z, X[slc], G_uf, K=Kuf)
-        grads = add_partial(add_partial(kgrads, kernel.diag_vjp(values, "kernel", X[slc], d)), lik_grads)
+        kgrads, dZ = kernel.vjp(values, "kernel", Z, X_block, G_uf, K=Kuf)
+        grads = add_partial(add_partial(kgrads, kernel.diag_vjp(values, "kernel", X_block, d)), lik_grads)
         return (np.sum(ve), A @ g, Ad @ A.T, grads, dZ), (mean, g, d)
 
     # One BLAS thread (width 0): the chunks' elementwise work (K_uf's exp, the likelihood's
@@ -196,7 +196,7 @@ def _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, S, chunk, need_grad
     # beside it made the pass slower, not faster: twonorm full-batch probit fit in the default
     # environment 30.6 s CPU / 15.5 s wall with the bulk thread count, 10.2 / 10.2 with one; the
     # final pass of stochastic PG at N = 10^6, 3.33 s wall against 2.53.
-    return map_reduce(chunk_pass, X.shape[0], chunk, width=0)
+    return map_rows(chunk_pass, (X, y), chunk, width=0)
 
 
 def _gradients(kernel, values, Z, L, m, R, S, jit, Ag, P, grads, dZ):
