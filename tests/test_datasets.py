@@ -246,19 +246,6 @@ def test_load_csv_missing_file(tmp_path):
         datasets.load_csv(tmp_path / "absent.csv")
 
 
-@needs_data
-@pytest.mark.parametrize(
-    "name, shape, binary",
-    [("raetsch_banana", (5300, 2), True), ("boston-housing", (506, 13), False)],
-)
-def test_load_csv_shared_data(name, shape, binary):
-    X, y = datasets.load_csv(name, data_home=DATA)
-    assert X.shape == shape and y.shape == (shape[0],)
-    assert X.dtype == np.float64 and y.dtype == np.float64
-    if binary:
-        assert set(np.unique(y)) == {-1.0, 1.0}
-
-
 # --- load_split -------------------------------------------------------------
 
 def test_load_split_tiny(tiny_home):
@@ -282,18 +269,25 @@ def test_load_split_without_split_files(tiny_home):
 
 
 @needs_data
-def test_load_split_raetsch_banana():
+def test_shared_files_match_the_manifest():
+    """The loaders on the real files, against the facts shared/data/MANIFEST.md states: shapes and
+    labels of a classification and a regression CSV; a Rätsch CSV is realisation 1's training rows
+    followed by its test rows; every realisation partitions the rows; twonorm has one realisation.
+    One test, so that a checkout without the data sets skips it once."""
+    for name, shape, binary in [("raetsch_banana", (5300, 2), True), ("boston-housing", (506, 13), False)]:
+        X, y = datasets.load_csv(name, data_home=DATA)
+        assert X.shape == shape and y.shape == (shape[0],), name
+        assert X.dtype == np.float64 and y.dtype == np.float64
+        if binary:
+            assert set(np.unique(y)) == {-1.0, 1.0}
+
     Xtr, ytr, Xte, yte = datasets.load_split("raetsch_banana", 1, data_home=DATA)
     assert Xtr.shape == (400, 2) and ytr.shape == (400,)
     assert Xte.shape == (4900, 2) and yte.shape == (4900,)
-    # MANIFEST: <name>.csv is realisation 1's train rows followed by its test rows.
     X, y = datasets.load_csv("raetsch_banana", data_home=DATA)
     np.testing.assert_array_equal(np.vstack([Xtr, Xte]), X)
     np.testing.assert_array_equal(np.concatenate([ytr, yte]), y)
 
-
-@needs_data
-def test_raetsch_banana_split_indices_disjoint():
     folder = DATA / "raetsch_banana"
     train = np.loadtxt(folder / "raetsch_banana_train_idx.csv", delimiter=",", dtype=int)
     test = np.loadtxt(folder / "raetsch_banana_test_idx.csv", delimiter=",", dtype=int)
@@ -303,9 +297,6 @@ def test_raetsch_banana_split_indices_disjoint():
     assert train.shape == (10, 400) and test.shape == (10, 4900)
     assert not np.array_equal(train[0], train[1])
 
-
-@needs_data
-def test_load_split_raetsch_twonorm_has_one_realisation():
     with pytest.raises(ValueError, match=r"has 1 realisation\(s\) \(1-1\), got realisation=2"):
         datasets.load_split("raetsch_twonorm", 2, data_home=DATA)
 

@@ -364,10 +364,6 @@ def test_fitc_refuses_a_too_negative_w():
         prior.factor(np.array([0.5, -2.0]))
 
 
-_LAPLACE_HAS_FITC_OPTIONS = {"jitter", "chunk_size"} <= {f.name for f in dataclasses.fields(gd.inference.Laplace)}
-
-
-@pytest.mark.skipif(not _LAPLACE_HAS_FITC_OPTIONS, reason="gd.inference.Laplace has no jitter/chunk_size yet")
 def test_fitc_laplace_through_the_model(synth, tmp_path):
     """gd.Model with an inducing spec runs FITC-Laplace (inducing_rule "optional"): a fit with
     optimised Z converges, classifies synth, predicts from the FITC state, and survives a
