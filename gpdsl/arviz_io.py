@@ -17,6 +17,38 @@ from .model import validate_inputs, validate_targets
 
 
 def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
+    """An ArviZ InferenceData of joint latent draws at new inputs and the targets' log-likelihood.
+
+    Parameters
+    ----------
+    posterior : gpdsl.Posterior
+        A fitted posterior.
+    X_new : array_like, shape (n, D)
+        Inputs where f is drawn.
+    y_new : array_like, shape (n,)
+        Targets at ``X_new``, for ``observed_data`` and the pointwise log-likelihood.
+    draws : int, default 1000
+        Draws per chain.
+    seed : int or None, default 0
+        Seed of ``np.random.default_rng``.
+    chains : int, default 4
+        Number of chains (independent blocks of draws).
+
+    Returns
+    -------
+    arviz.InferenceData
+        ``posterior.f`` (chains, draws, n) drawn from N(mean, cov) of ``predict_f_full_cov``;
+        ``posterior_predictive.y`` (chains, draws, n) with observation noise added;
+        ``log_likelihood.y`` (chains, draws, n) of ``y_new`` given each draw (for ``az.loo``);
+        ``observed_data.y`` (n,); ``constant_data`` with X (n, D) and the hyperparameters.
+
+    Raises
+    ------
+    ValueError
+        If the inputs or targets are invalid, ``draws``/``chains`` not positive integers,
+        ``seed`` not a non-negative integer or None, or the noise variance at ``X_new`` is
+        unknown (a heteroscedastic likelihood with known variances).
+    """
     X_new = validate_inputs(X_new, "X_new", posterior.n_features)
     y_new = validate_targets(y_new, X_new.shape[0], "y_new")
     check_positive_int("to_inference_data", "draws", draws)
@@ -51,5 +83,17 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
 
 
 def summary(idata, **kwargs):
-    """``az.summary``: kept here so that no other module imports ArviZ."""
+    """``az.summary``: kept here so that no other module imports ArviZ.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        E.g. from :func:`to_inference_data`.
+    **kwargs
+        Passed on to ``arviz.summary``.
+
+    Returns
+    -------
+    pandas.DataFrame
+    """
     return az.summary(idata, **kwargs)

@@ -10,29 +10,81 @@ import numpy as np
 
 
 def is_dask(x):
-    """True for a Dask array or an xarray DataArray (or Variable) whose data is one."""
+    """Whether ``x`` is a Dask array or an xarray DataArray (or Variable) whose data is one.
+
+    Parameters
+    ----------
+    x : object
+        Anything; Dask is not imported to tell.
+
+    Returns
+    -------
+    bool
+    """
     if type(x).__module__.startswith("dask"):
         return True
     return type(x).__module__.startswith("xarray") and type(getattr(x, "data", None)).__module__.startswith("dask")
 
 
 def dask_array(x):
-    """The Dask array behind ``x`` (a Dask array, or an xarray object backed by one)."""
+    """The Dask array behind ``x``.
+
+    Parameters
+    ----------
+    x : dask.array.Array or xarray.DataArray
+        A Dask array, or an xarray object backed by one.
+
+    Returns
+    -------
+    dask.array.Array
+    """
     return x if type(x).__module__.startswith("dask") else x.data
 
 
 def materialize(x):
-    """``x`` computed into memory (a NumPy array) if it is Dask-backed, else ``x`` as it is."""
+    """``x`` computed into memory (a NumPy array) if it is Dask-backed, else ``x`` as it is.
+
+    Parameters
+    ----------
+    x : object
+        An array, possibly Dask-backed.
+
+    Returns
+    -------
+    ndarray or object
+    """
     return np.asarray(dask_array(x)) if is_dask(x) else x
 
 
 def validate_lazy_inputs(X, name, n_features=None):
-    """A Dask-backed X (N, D) checked as :func:`gpdsl.model.validate_inputs` checks NumPy input,
-    returned as a float64 Dask array in row chunks with one chunk across the features.
+    """A Dask-backed X checked as :func:`gpdsl.model.validate_inputs` checks NumPy input.
 
     Shape and dtype are checked from the metadata; finiteness and the overflow bound of
     :func:`gpdsl.checks.check_square_sums_finite` from one reduction over the chunks (the
-    active scheduler computes it)."""
+    active scheduler computes it).
+
+    Parameters
+    ----------
+    X : dask.array.Array or Dask-backed xarray.DataArray, shape (N, D)
+        The inputs, with known chunk sizes.
+    name : str
+        The argument's name, for messages.
+    n_features : int, optional
+        D the model was fitted on, which X must match.
+
+    Returns
+    -------
+    dask.array.Array, shape (N, D)
+        float64, in row chunks with one chunk across the features.
+
+    Raises
+    ------
+    TypeError
+        If X is complex or not numeric.
+    ValueError
+        If X is not 2-D, has unknown chunk sizes, no rows or features, the wrong number of
+        features, a non-finite entry, or entries whose squares overflow float64.
+    """
     import dask
     import dask.array as da
     from .checks import check_square_bound

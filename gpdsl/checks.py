@@ -13,37 +13,138 @@ import numpy as np
 
 
 def is_integer(value):
-    """An int or NumPy integer, not a bool."""
+    """Whether ``value`` is an int or NumPy integer, not a bool.
+
+    Parameters
+    ----------
+    value : object
+        Anything.
+
+    Returns
+    -------
+    bool
+    """
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def is_number(value):
-    """A real int/float or NumPy scalar, not a bool."""
+    """Whether ``value`` is a real int/float or NumPy scalar, not a bool.
+
+    Parameters
+    ----------
+    value : object
+        Anything.
+
+    Returns
+    -------
+    bool
+    """
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
 def check_bool(owner, name, value, error=ValueError):
+    """Raise unless ``value`` is True or False (a NumPy bool included).
+
+    Parameters
+    ----------
+    owner : str
+        The class or function the value is given to, for messages.
+    name : str
+        The argument's name, for messages.
+    value : object
+        The value to check.
+    error : type of Exception, default ValueError
+        The exception raised.
+
+    Raises
+    ------
+    ValueError
+        (or ``error``) If ``value`` is not a bool.
+    """
     if not isinstance(value, (bool, np.bool_)):
         raise error(f"{owner}: {name} must be True or False, got {value!r}")
 
 
 def check_positive_int(owner, name, value):
+    """Raise unless ``value`` is an integer >= 1 (not a bool).
+
+    Parameters
+    ----------
+    owner : str
+        The class or function the value is given to, for messages.
+    name : str
+        The argument's name, for messages.
+    value : object
+        The value to check.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not a positive integer.
+    """
     if not is_integer(value) or value < 1:
         raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
 
 
 def check_positive_number(owner, name, value):
+    """Raise unless ``value`` is a finite real number > 0 (not a bool).
+
+    Parameters
+    ----------
+    owner : str
+        The class or function the value is given to, for messages.
+    name : str
+        The argument's name, for messages.
+    value : object
+        The value to check.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not a positive finite number.
+    """
     if not is_number(value) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{owner}: {name} must be a positive finite number, got {value!r}")
 
 
 def check_nonnegative_int(owner, name, value):
+    """Raise unless ``value`` is an integer >= 0 (not a bool).
+
+    Parameters
+    ----------
+    owner : str
+        The class or function the value is given to, for messages.
+    name : str
+        The argument's name, for messages.
+    value : object
+        The value to check.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not a non-negative integer.
+    """
     if not is_integer(value) or value < 0:
         raise ValueError(f"{owner}: {name} must be a non-negative integer, got {value!r}")
 
 
 def check_seed(owner, value):
-    """A seed for ``np.random.default_rng``: a non-negative integer, or None for fresh entropy."""
+    """Raise unless ``value`` is a seed for ``np.random.default_rng``.
+
+    A seed is a non-negative integer, or None for fresh entropy.
+
+    Parameters
+    ----------
+    owner : str
+        The class or function the seed is given to, for messages.
+    value : object
+        The seed.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is neither None nor a non-negative integer.
+    """
     if value is not None and (not is_integer(value) or value < 0):
         raise ValueError(f"{owner}: seed must be a non-negative integer or None, got {value!r}")
 
@@ -158,8 +259,26 @@ def check_square_sums_finite(owner, name, a):
 
 
 def check_square_bound(owner, name, peak, size):
-    """:func:`check_square_sums_finite` from the largest magnitude ``peak`` (float) and the number
-    of entries ``size`` (int) of an array (a Dask array's, from one reduction)."""
+    """:func:`check_square_sums_finite` from an array's largest magnitude and number of entries.
+
+    Used where the array is lazy (a Dask array's two numbers come from one reduction).
+
+    Parameters
+    ----------
+    owner : str
+        The class or function the array is given to, for messages; ``""`` for none.
+    name : str
+        The argument's name, for messages.
+    peak : float
+        The largest magnitude max |a|.
+    size : int
+        The number of entries of the array.
+
+    Raises
+    ------
+    ValueError
+        If ``(2 peak)^2 * size`` overflows float64.
+    """
     with np.errstate(over="ignore"):
         bound = np.square(np.float64(2.0) * peak) * size
     if not np.isfinite(bound):
@@ -171,7 +290,18 @@ def check_square_bound(owner, name, peak, size):
 
 
 def is_frozen_scipy(value):
-    """A frozen ``scipy.stats`` distribution (``scipy.stats.gamma(2.0)``), usable as a prior."""
+    """Whether ``value`` is a frozen ``scipy.stats`` distribution (``scipy.stats.gamma(2.0)``), usable as a prior.
+
+    Parameters
+    ----------
+    value : object
+        Anything.
+
+    Returns
+    -------
+    bool
+        True when it has ``logpdf`` and ``dist`` attributes.
+    """
     return hasattr(value, "logpdf") and hasattr(value, "dist")
 
 

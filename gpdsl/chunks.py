@@ -19,15 +19,53 @@ _TARGET_BLOCK = 2 ** 21
 
 
 def default_chunk_size(n, m):
+    """Rows per block of a row-chunked pass: about 2**21 doubles of K_uf per block.
+
+    Parameters
+    ----------
+    n : int
+        Number of rows N.
+    m : int
+        Number of inducing points M (the block's width).
+
+    Returns
+    -------
+    int
+        ``2**21 // M`` clipped to [256, N] (at least 256).
+    """
     return int(max(256, min(n, _TARGET_BLOCK // max(m, 1))))
 
 
 def row_slices(n, chunk_size):
+    """Consecutive row slices covering ``range(n)``.
+
+    Parameters
+    ----------
+    n : int
+        Number of rows.
+    chunk_size : int
+        Rows per slice (the last one may be shorter).
+
+    Returns
+    -------
+    list of slice
+    """
     return [slice(i, min(i + chunk_size, n)) for i in range(0, n, chunk_size)]
 
 
 def add_partial(a, b):
-    """a + b for partial results; dicts (of gradients) are added key by key into a new dict."""
+    """a + b for partial results; dicts (of gradients) are added key by key into a new dict.
+
+    Parameters
+    ----------
+    a, b : float, ndarray or dict of str to ndarray
+        Two partial results of the same kind; for dicts, a key of only one of them is kept.
+
+    Returns
+    -------
+    float, ndarray or dict
+        The sum (a new dict for dicts; ``a`` is not changed).
+    """
     if isinstance(a, dict):
         out = dict(a)
         for k, v in b.items():
@@ -69,7 +107,17 @@ def _stack(rows):
 
 
 def is_chunked(rows):
-    """True when some array of ``rows`` (a sequence of row-aligned arrays) is a Dask array."""
+    """Whether some array of ``rows`` is a Dask array (or Dask-backed xarray object).
+
+    Parameters
+    ----------
+    rows : sequence of arrays
+        Row-aligned arrays, first axis N each.
+
+    Returns
+    -------
+    bool
+    """
     return any(is_dask(a) for a in rows)
 
 
@@ -124,8 +172,22 @@ def map_rows(fn, rows, chunk_size, width=0, carried=None, keep=False):
 
 
 def row_blocks(rows):
-    """The row blocks of ``rows`` (row-aligned arrays, some of them Dask arrays) as a list, one
-    entry per block, of tuples of Dask delayed objects or NumPy slices, and the blocks' sizes."""
+    """The row blocks of row-aligned arrays, some of them Dask arrays.
+
+    Parameters
+    ----------
+    rows : sequence of arrays
+        Row-aligned arrays, first axis N each, at least one a Dask array; the first Dask array's
+        row chunks define the blocks (the other Dask arrays are rechunked to them).
+
+    Returns
+    -------
+    blocks : list of tuple
+        One entry per block: a tuple with one item per array of ``rows``, a Dask delayed object
+        for a Dask array, a NumPy slice for an in-memory one.
+    sizes : tuple of int
+        The blocks' row counts.
+    """
     lead = next(a for a in rows if is_dask(a))
     sizes = lead.chunks[0]
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int)

@@ -44,7 +44,27 @@ class RunError(Exception):
 
 # -- data ---------------------------------------------------------------------------------------
 def split(X, y, n_test, seed=SPLIT_SEED):
-    """Seeded random train / held-out split with ``n_test`` held-out rows."""
+    """Seeded random train / held-out split with ``n_test`` held-out rows.
+
+    Parameters
+    ----------
+    X : ndarray, shape (N, D)
+        Inputs.
+    y : ndarray, shape (N,)
+        Targets.
+    n_test : int
+        Held-out rows.
+    seed : int, default SPLIT_SEED
+        Seed of the permutation.
+
+    Returns
+    -------
+    X_train : ndarray, shape (N - n_test, D)
+    y_train : ndarray, shape (N - n_test,)
+    X_test : ndarray, shape (n_test, D)
+    y_test : ndarray, shape (n_test,)
+        Each part's rows in their original order.
+    """
     perm = np.random.default_rng(seed).permutation(X.shape[0])
     test, train = np.sort(perm[:n_test]), np.sort(perm[n_test:])
     return X[train], y[train], X[test], y[test]
@@ -73,7 +93,28 @@ def _check_table_keys(where, table, known):
 
 
 def load_table(data):
-    """(X, y, feature names, description) from the ``[data]`` table of a model file."""
+    """(X, y, feature names, description) from the ``[data]`` table of a model file.
+
+    Parameters
+    ----------
+    data : dict
+        The ``[data]`` table: ``path`` and ``target`` (strings), optional ``features`` (a list
+        of column names; default every column but the target), ``test_fraction``, ``seed``,
+        ``standardize``.
+
+    Returns
+    -------
+    X : ndarray, shape (N, D)
+    y : ndarray, shape (N,)
+    features : list of str
+    description : str
+        The file, target and features, for the report.
+
+    Raises
+    ------
+    UsageError
+        A missing or malformed key, a missing file or column, or an unreadable table.
+    """
     from .datasets import read_table
 
     if not isinstance(data, dict) or not data:
@@ -133,6 +174,24 @@ def check_targets(model, y, target):
 
 
 def held_out_size(data, n):
+    """The number of held-out rows: ``round(test_fraction * n)`` (``[data] test_fraction``).
+
+    Parameters
+    ----------
+    data : dict
+        The ``[data]`` table; ``test_fraction`` in [0, 1) (default ``DEFAULT_TEST_FRACTION``).
+    n : int
+        Rows in the data.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    UsageError
+        A ``test_fraction`` outside [0, 1) or one that leaves no training rows.
+    """
     fraction = data.get("test_fraction", DEFAULT_TEST_FRACTION)
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
         raise UsageError(f"[data]: test_fraction must be a number in [0, 1), got {fraction!r}")
@@ -143,7 +202,24 @@ def held_out_size(data, n):
 
 
 def fit_options(fit):
-    """Keyword arguments for Model.fit from the ``[fit]`` table (checked against its signature)."""
+    """Keyword arguments for Model.fit from the ``[fit]`` table (checked against its signature).
+
+    Parameters
+    ----------
+    fit : dict
+        The ``[fit]`` table: keyword-only arguments of :meth:`gpdsl.Model.fit` except
+        ``callback`` and ``standardize`` (which belongs to ``[data]``).
+
+    Returns
+    -------
+    dict
+        The options, ``fixed`` as a tuple.
+
+    Raises
+    ------
+    UsageError
+        If ``fit`` is not a table or has an unknown key.
+    """
     from .model import Model
 
     if not isinstance(fit, dict):
@@ -197,7 +273,29 @@ def output_names(output):
 
 
 def problem_from_toml(path):
-    """(model, (X, y, X_test, y_test), data description, fit options, output names)."""
+    """Everything ``gpdsl run MODEL.toml`` needs from a model file.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The TOML model file (:mod:`gpdsl.spec`).
+
+    Returns
+    -------
+    model : gpdsl.Model
+    data : tuple of ndarray
+        ``(X, y, X_test, y_test)`` from :func:`split`.
+    description : str
+    options : dict
+        Keyword arguments of ``Model.fit`` (``standardize`` from ``[data]``, default True).
+    names : dict
+        Output file names, ``posterior`` and ``plot``.
+
+    Raises
+    ------
+    UsageError
+        Any problem with the file or its data, naming the file.
+    """
     from .spec import model_from_toml
 
     try:
@@ -317,6 +415,23 @@ def _format_value(value):
 
 
 def report(posterior, X, X_test, y_test, data_description, wall_time):
+    """Print the run's report: data, model, fit, hyperparameters and held-out metrics.
+
+    Parameters
+    ----------
+    posterior : gpdsl.Posterior
+        The fitted posterior.
+    X : ndarray, shape (N, D)
+        Training inputs.
+    X_test : ndarray, shape (n, D)
+        Held-out inputs (n may be 0: no held-out section).
+    y_test : ndarray, shape (n,)
+        Held-out targets.
+    data_description : str
+        What the data are, printed first.
+    wall_time : float
+        The fit's wall time in seconds.
+    """
     model = posterior.model
     inference = type(model.inference).__name__
     print(f"data         {data_description}")
@@ -383,6 +498,26 @@ def report(posterior, X, X_test, y_test, data_description, wall_time):
 
 # -- commands -------------------------------------------------------------------------------------
 def run(args):
+    """The ``run`` command: fit, report, write the posterior and the plot.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``model`` (a TOML path, or None for the built-in default model) and ``out`` (the
+        output directory).
+
+    Returns
+    -------
+    int
+        0 (exit status).
+
+    Raises
+    ------
+    UsageError
+        Bad model file, data or fit arguments.
+    RunError
+        A failed fit (not positive definite) or an output that cannot be written.
+    """
     import gpdsl as gd
 
     if args.model is None:
@@ -436,6 +571,12 @@ def run(args):
 
 
 def build_parser():
+    """The ``gpdsl`` argument parser, with its ``run`` command.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+    """
     from ._version import __version__
 
     parser = argparse.ArgumentParser(
@@ -455,6 +596,18 @@ def build_parser():
 
 
 def main(argv=None) -> int:
+    """The ``gpdsl`` command line; errors are printed as one line.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        Exit status: 0 on success, 2 for a usage error, 1 for a run error or a closed pipe.
+    """
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

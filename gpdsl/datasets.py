@@ -81,6 +81,15 @@ def twonorm(n=400, dim=20, seed=0):
     (+1 has positive mean) matches the Rätsch IDA copy ``raetsch_twonorm``,
     which is the same problem after column standardisation.
 
+    Parameters
+    ----------
+    n : int, default 400
+        Number of points (a positive integer).
+    dim : int, default 20
+        Number of input dimensions.
+    seed : int or None, default 0
+        Seed of ``np.random.default_rng``.
+
     Returns
     -------
     X : ndarray, shape (n, dim), float64
@@ -104,6 +113,15 @@ def ringnorm(n=400, dim=20, seed=0):
     ``a = 1 / sqrt(dim)``.  Each point's label is drawn independently with
     probability 1/2 per class.  The sign convention (+1 is the wide class)
     matches the Rätsch IDA copy ``raetsch_ringnorm`` (standardised columns).
+
+    Parameters
+    ----------
+    n : int, default 400
+        Number of points (a positive integer).
+    dim : int, default 20
+        Number of input dimensions.
+    seed : int or None, default 0
+        Seed of ``np.random.default_rng``.
 
     Returns
     -------
@@ -136,6 +154,15 @@ def xor(n=200, noise=1.0, seed=0):
     (-1.5, -1.5) (the paper does not say which pair is which class).  With
     ``noise=1`` the rule ``-sign(x1 * x2)`` errs on about 12.5% of points.
 
+    Parameters
+    ----------
+    n : int, default 200
+        Number of points (a positive integer).
+    noise : float, default 1.0
+        Standard deviation of each cluster (non-negative).
+    seed : int or None, default 0
+        Seed of ``np.random.default_rng``.
+
     Returns
     -------
     X : ndarray, shape (n, 2), float64
@@ -162,6 +189,15 @@ def banana(n=400, noise=0.2, seed=0):
 
     and isotropic Gaussian noise with standard deviation ``noise`` is added to
     both coordinates.  Labels are drawn with probability 1/2 per class.
+
+    Parameters
+    ----------
+    n : int, default 400
+        Number of points (a positive integer).
+    noise : float, default 0.2
+        Standard deviation of the Gaussian noise added to both coordinates (non-negative).
+    seed : int or None, default 0
+        Seed of ``np.random.default_rng``.
 
     Returns
     -------
@@ -204,6 +240,13 @@ def platform(n=50, seed=0):
     ``p_on = 0.95``: a plateau of high probability between two low ends, so
     that occasional outliers occur on both.  Labels are mapped to {-1, +1}.
 
+    Parameters
+    ----------
+    n : int, default 50
+        Number of points (a positive integer).
+    seed : int or None, default 0
+        Seed of ``np.random.default_rng``.
+
     Returns
     -------
     X : ndarray, shape (n, 1), float64
@@ -239,6 +282,15 @@ def snelson_like(n=200, noise=0.3, seed=0):
     training points (coefficients rounded; residual sd about 0.33, hence the
     default ``noise=0.3``).
 
+    Parameters
+    ----------
+    n : int, default 200
+        Number of points (a positive integer).
+    noise : float, default 0.3
+        Standard deviation of the target noise (non-negative).
+    seed : int or None, default 0
+        Seed of ``np.random.default_rng``.
+
     Returns
     -------
     X : ndarray, shape (n, 1), float64
@@ -266,6 +318,15 @@ def sine(n=50, noise=0.1, seed=0):
 
     Source: the project's oracle recipe (``shared/oracles/data/README_data.json``);
     ``sine()`` reproduces ``shared/oracles/data/sine_train.csv`` exactly.
+
+    Parameters
+    ----------
+    n : int, default 50
+        Number of points (a positive integer).
+    noise : float, default 0.1
+        Standard deviation of the target noise (non-negative).
+    seed : int or None, default 0
+        Seed of ``np.random.default_rng``.
 
     Returns
     -------
@@ -296,6 +357,15 @@ def data_home(data_home=None):
 
     An explicit argument or environment variable naming a missing directory is
     an error rather than silently falling through, so typos are caught.
+
+    Parameters
+    ----------
+    data_home : str or os.PathLike, optional
+        An explicit directory, which must exist.
+
+    Returns
+    -------
+    pathlib.Path
 
     Raises
     ------
@@ -335,7 +405,25 @@ def _dataset_dir(func, name, data_home_):
 
 
 def read_table(path):
-    """Header names and a float64 array of the rows of a numeric CSV file."""
+    """Header names and a float64 array of the rows of a numeric CSV file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A CSV file with a header row; blank lines are skipped.
+
+    Returns
+    -------
+    header : list of str
+        The column names, stripped.
+    data : ndarray, shape (n, n_columns), float64
+
+    Raises
+    ------
+    ValueError
+        An empty file, a row with a number of fields other than the header's, or a
+        non-numeric value (the message names the column and line).
+    """
     # utf-8-sig drops a byte-order mark that would otherwise stick to the first name.
     with open(path, newline="", encoding="utf-8-sig") as fh:
         rows = list(csv.reader(fh))
@@ -372,6 +460,15 @@ def load_csv(name, data_home=None, target="y"):
     path to a ``.csv`` file, which is read directly.  The file must have a
     header row and numeric columns; ``target`` names the column returned as
     ``y`` and all other columns, in file order, form ``X``.
+
+    Parameters
+    ----------
+    name : str or os.PathLike
+        A dataset folder name, or a path to a ``.csv`` file.
+    data_home : str or os.PathLike, optional
+        Where the dataset folders are (see :func:`data_home`).
+    target : str, default "y"
+        The header name of the target column.
 
     Returns
     -------
@@ -414,6 +511,15 @@ def load_split(name, realisation=1, data_home=None):
     ``<name>_test_idx.csv`` in ``<data_home>/<name>/`` (line k holds the
     comma-separated 0-based row indices of realisation k); see
     ``shared/data/MANIFEST.md``.
+
+    Parameters
+    ----------
+    name : str
+        A dataset folder name with split files (``raetsch_banana``, ...).
+    realisation : int, default 1
+        The split number, 1-based.
+    data_home : str or os.PathLike, optional
+        Where the dataset folders are (see :func:`data_home`).
 
     Returns
     -------

@@ -67,6 +67,19 @@ class SelectionContext:
       None = not available;
     * ``first_round``: True for the selection at the declared hyperparameters that starts a
       reinitialisation loop (``GreedyVariance.first_round_max_m`` caps it).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The model's kernel.
+    values : dict of str to ndarray
+        Natural hyperparameter values.
+    weights : ndarray, shape (N,), optional
+        HGV weights w_n >= 0.
+    targets : ndarray, shape (N,), optional
+        Weighted pseudo-targets r_n.
+    first_round : bool, default False
+        The first selection of a reinitialisation loop.
     """
 
     kernel: object
@@ -87,6 +100,17 @@ class Selection:
     * ``stopped``: why selection ended, ``"m"``, ``"tol"``, ``"max_m"``,
       ``"first_round_max_m"`` (see :class:`GreedyVariance`) or ``"exhausted"`` (no candidate
       left with positive residual variance); None for non-greedy specs.
+
+    Parameters
+    ----------
+    Z : ndarray, shape (M, D)
+        The inducing inputs.
+    indices : ndarray of int, shape (M,), or None
+        Row indices into X in pick order.
+    criterion : ndarray, shape (M,), or None
+        The rule's criterion after each pick.
+    stopped : str or None
+        Why selection ended.
     """
 
     Z: np.ndarray
@@ -96,6 +120,13 @@ class Selection:
 
 
 class InducingSpec:
+    """Base class of the inducing-point specifications: ``initial_Z`` and ``select``.
+
+    Class attributes: ``optimize`` (Z joins the gradient optimisation), ``reinit`` (the model
+    re-selects Z between fits) and ``lazy_inputs`` (the spec works on a Dask X without reading
+    all of it).
+    """
+
     optimize = False
     reinit = False
     # Whether initial_Z/select work on a Dask X without reading all of it (Model.fit computes
@@ -103,10 +134,48 @@ class InducingSpec:
     lazy_inputs = False
 
     def initial_Z(self, X, y, context=None):
+        """The initial inducing inputs.
+
+        Parameters
+        ----------
+        X : ndarray or Dask array, shape (N, D)
+            Training inputs (in the fit's units).
+        y : ndarray, shape (N,)
+            Training targets (unused by the specs that look at X only).
+        context : SelectionContext, optional
+            The kernel, its hyperparameter values and per-point weights/targets; required by
+            the greedy rules.
+
+        Returns
+        -------
+        ndarray, shape (M, D)
+
+        Raises
+        ------
+        ValueError
+            If the spec cannot be met by X (more points than rows, Z of another width).
+        TypeError
+            If a greedy rule is given no :class:`SelectionContext`.
+        """
         raise NotImplementedError
 
     def select(self, X, y, context=None):
-        """:class:`Selection` with Z = ``initial_Z`` and no indices, criterion or stop reason."""
+        """:class:`Selection` with Z = ``initial_Z`` and no indices, criterion or stop reason.
+
+        Parameters
+        ----------
+        X : ndarray or Dask array, shape (N, D)
+            Training inputs (in the fit's units).
+        y : ndarray, shape (N,)
+            Training targets (unused by the specs that look at X only).
+        context : SelectionContext, optional
+            The kernel, its hyperparameter values and per-point weights/targets; required by
+            the greedy rules.
+
+        Returns
+        -------
+        Selection
+        """
         return Selection(Z=self.initial_Z(X, y, context), indices=None, criterion=None, stopped=None)
 
 
@@ -116,6 +185,16 @@ class Fixed(ValueEquality, InducingSpec):
 
     Z is stored as a read-only float copy, so that the frozen spec cannot change through the
     caller's array; two specs are equal when their Z are.
+
+    Parameters
+    ----------
+    Z : array_like, shape (M, D)
+        Finite inducing inputs, M >= 1.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If Z is not a finite numeric 2-D array with at least one row.
     """
 
     Z: object
@@ -140,7 +219,20 @@ class Fixed(ValueEquality, InducingSpec):
 
 @dataclass(frozen=True)
 class Subsample(InducingSpec):
-    """m training inputs drawn uniformly without replacement (``np.random.default_rng(seed)``)."""
+    """m training inputs drawn uniformly without replacement (``np.random.default_rng(seed)``).
+
+    Parameters
+    ----------
+    m : int
+        Number of inducing points M (at most N).
+    seed : int or None, default 0
+        Seed of the draw.
+
+    Raises
+    ------
+    ValueError
+        If ``m`` is not a positive integer or ``seed`` not a valid seed.
+    """
 
     m: int
     seed: int = 0
@@ -173,6 +265,22 @@ class KMeans(InducingSpec):
     uniformly without replacement (``np.random.default_rng(seed)``), the usual practice at large
     N (each Lloyd iteration is O(N M D): k-means of 10^6 twonorm rows at M = 128 takes ~80 s, of
     10^4 sampled rows 0.6 s), and of a Dask X only those rows are read.
+
+    Parameters
+    ----------
+    m : int
+        Number of clusters M (at most N).
+    seed : int or None, default 0
+        Seed of the k-means++ draws and of ``sample``.
+    max_iter : int, default 100
+        Most Lloyd iterations.
+    sample : int, optional
+        Cluster this many rows drawn at random (at least ``m``); None clusters all rows.
+
+    Raises
+    ------
+    ValueError
+        If an argument is out of range.
     """
 
     m: int
@@ -234,8 +342,21 @@ class KMeans(InducingSpec):
 
 @dataclass(frozen=True)
 class Optimized(InducingSpec):
-    """Start from ``init`` (another spec, or an (M, D) array) and optimise Z with the
-    hyperparameters (pseudo-inputs, Snelson & Ghahramani 2006; Titsias 2009 section 3)."""
+    """Start from ``init`` (another spec, or an (M, D) array) and optimise Z with the hyperparameters.
+
+    Pseudo-inputs (Snelson & Ghahramani 2006; Titsias 2009 section 3; Naish-Guzman & Holden
+    (2007) section 4 for the FITC-EP gradient in Z).
+
+    Parameters
+    ----------
+    init : InducingSpec or array_like of shape (M, D)
+        Where Z starts; an array is taken as ``Fixed(init)``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``init`` is itself ``Optimized``, or neither a spec nor a valid (M, D) array.
+    """
 
     init: object
     optimize = True
@@ -261,6 +382,22 @@ class Optimized(InducingSpec):
         return self.init.initial_Z(X, y, context)
 
     def select(self, X, y, context=None):
+        """The ``init`` spec's selection (Z is then optimised by ``Model.fit``).
+
+        Parameters
+        ----------
+        X : ndarray or Dask array, shape (N, D)
+            Training inputs (in the fit's units).
+        y : ndarray, shape (N,)
+            Training targets (unused by the specs that look at X only).
+        context : SelectionContext, optional
+            The kernel, its hyperparameter values and per-point weights/targets; required by
+            the greedy rules.
+
+        Returns
+        -------
+        Selection
+        """
         return self.init.select(X, y, context)
 
 
@@ -391,6 +528,30 @@ class GreedyVariance(InducingSpec):
     fitted ~800), so without the cap it runs to ``max_m`` and that first fit dominates the
     whole loop (396 of 416 s at N = 100,000, max_m = 300); later rounds select at fitted
     hyperparameters up to ``max_m``.  None: no cap (the thesis' loop as written).
+
+    Parameters
+    ----------
+    m : int, optional
+        Number of points to select (at most ``max_m`` and N).
+    tol : float, optional
+        Trace threshold that chooses M (thesis 4.3.2); at least one of ``m`` and ``tol``.
+    max_m : int, default 500
+        Cap on M.
+    weighted : bool, default False
+        HGV: weight the residual variances by ``context.weights``.
+    reinit : bool, default False
+        Re-select Z after each hyperparameter fit (the reinitialisation loop, thesis 4.3.2).
+    reinit_tol : float, default 1e-3
+        The loop stops when the objective changes by at most this times its magnitude.
+    max_reinit : int, default 10
+        Most re-selection rounds (ending there warns).
+    first_round_max_m : int or None, default 20
+        Cap on the loop's first selection when M is chosen by ``tol``.
+
+    Raises
+    ------
+    ValueError
+        Neither ``m`` nor ``tol``, ``m`` above ``max_m``, or an argument out of range.
     """
 
     m: int | None = None
@@ -428,7 +589,32 @@ class GreedyVariance(InducingSpec):
         """Greedy (weighted) variance selection: X (N, D) -> :class:`Selection` with M <= m rows.
 
         For a Dask X (checked by ``Model.fit``) the factor's columns stay with X's row blocks
-        (:class:`_BlockFactor`) and each pick is one pass of Dask tasks over them."""
+        (:class:`_BlockFactor`) and each pick is one pass of Dask tasks over them.
+
+        Parameters
+        ----------
+        X : ndarray or Dask array, shape (N, D)
+            Training inputs (in the fit's units).
+        y : ndarray, shape (N,)
+            Training targets (unused by the specs that look at X only).
+        context : SelectionContext, optional
+            The kernel, its hyperparameter values and per-point weights/targets; required by
+            the greedy rules.
+
+        Returns
+        -------
+        Selection
+            With indices, the weighted trace after each pick and the stop reason.
+
+        Raises
+        ------
+        TypeError
+            If ``context`` is not a :class:`SelectionContext`.
+        ValueError
+            ``m`` above N, or weights of the wrong shape, negative or not finite.
+        NoCandidateError
+            If no point has a positive (weighted) prior variance.
+        """
         chunked = is_chunked((X,))
         X = dask_array(X) if chunked else _inputs("GreedyVariance", X)
         n = X.shape[0]
@@ -503,6 +689,26 @@ class GreedyBound(InducingSpec):
     ``const = -N/2 log 2 pi + 1/2 sum_n log w_n - 1/2 sum_n r_n^2 / w_n``; before any pick it is
     ``-1/2 sum_n w_n (K_nn + 1e-12)``.  Selection stops at ``m`` points ("m") or when no
     candidate is left ("exhausted").  ``reinit*`` as for :class:`GreedyVariance`.
+
+    Parameters
+    ----------
+    m : int
+        Number of points to select (at most N).
+    working_set : int, default 100
+        Candidates scored per step.
+    seed : int or None, default 0
+        Seed of the working-set draws.
+    reinit : bool, default False
+        Re-select Z after each hyperparameter fit (the reinitialisation loop, thesis 4.3.2).
+    reinit_tol : float, default 1e-3
+        The loop stops when the objective changes by at most this times its magnitude.
+    max_reinit : int, default 10
+        Most re-selection rounds (ending there warns).
+
+    Raises
+    ------
+    ValueError
+        If an argument is out of range.
     """
 
     m: int
@@ -523,7 +729,32 @@ class GreedyBound(InducingSpec):
         return self.select(X, y, context).Z
 
     def select(self, X, y, context=None):
-        """Greedy bound maximisation: X (N, D) -> :class:`Selection` with M <= m rows."""
+        """Greedy bound maximisation: X (N, D) -> :class:`Selection` with M <= m rows.
+
+        Parameters
+        ----------
+        X : ndarray or Dask array, shape (N, D)
+            Training inputs (in the fit's units).
+        y : ndarray, shape (N,)
+            Training targets (unused by the specs that look at X only).
+        context : SelectionContext, optional
+            The kernel, its hyperparameter values and per-point weights/targets; required by
+            the greedy rules.
+
+        Returns
+        -------
+        Selection
+            With indices, the bound F (less its constant) after each pick and the stop reason.
+
+        Raises
+        ------
+        TypeError
+            If ``context`` is not a :class:`SelectionContext` or lacks weights or targets.
+        ValueError
+            ``m`` above N, or weights/targets of the wrong shape or not finite.
+        NoCandidateError
+            If no point has a positive prior variance.
+        """
         owner = "GreedyBound"
         X = _inputs(owner, X)
         n = X.shape[0]

@@ -72,7 +72,17 @@ def _composite_legendre():
 class SiteModel(NamedTuple):
     """What EP's and QP's jitted site sweeps need of a likelihood: the code of its tilted-moment
     routine in :mod:`gpdsl._jit.projections` and its parameters, a tuple of floats whose order
-    is ``names`` (the hyperparameter names the evidence gradients go to)."""
+    is ``names`` (the hyperparameter names the evidence gradients go to).
+
+    Parameters
+    ----------
+    kind : int
+        The tilted-moment routine's code in :mod:`gpdsl._jit.projections`.
+    params : tuple of float
+        The likelihood's parameters, in the order of ``names``.
+    names : tuple of str
+        The hyperparameter names the evidence gradients go to.
+    """
 
     kind: int
     params: tuple
@@ -88,7 +98,20 @@ def _check_real_targets(owner, y):
 @lru_cache(maxsize=4)
 def gauss_hermite(points):
     """The probabilists' Gauss-Hermite rule of ``points`` nodes, weights normalised to sum to 1
-    (E_N(0,1)[g] ~ sum w_k g(x_k)), computed once per size."""
+    (E_N(0,1)[g] ~ sum w_k g(x_k)), computed once per size.
+
+    Parameters
+    ----------
+    points : int
+        Number of nodes K.
+
+    Returns
+    -------
+    nodes : ndarray, shape (K,)
+        Nodes x_k of the probabilists' (weight exp(-x^2/2)) rule.
+    weights : ndarray, shape (K,)
+        Weights summing to 1.
+    """
     nodes, weights = np.polynomial.hermite_e.hermegauss(points)
     return nodes, weights / np.sqrt(2.0 * np.pi)
 
@@ -118,26 +141,112 @@ class Likelihood(ValueEquality):
         return NotImplementedError(f"{type(self).__name__} does not provide {operation}")
 
     def entries(self, prefix, X, fixed_names=()):
-        """The hyperparameter entries (:class:`gpdsl.parameters.Entry`), named ``prefix.<name>``."""
+        """The hyperparameter entries (:class:`gpdsl.parameters.Entry`), named ``prefix.<name>``.
+
+        Parameters
+        ----------
+        prefix : str
+            Name prefix of the entries (``"likelihood"``).
+        X : ndarray, shape (N, D)
+            Training inputs (their number and width size per-point or per-feature parameters).
+        fixed_names : collection of str, optional
+            Entry names held at their declared value.
+
+        Returns
+        -------
+        list of gpdsl.parameters.Entry
+        """
         return []
 
     def prepare_targets(self, y):
-        """Validated targets in the coding the other operations use."""
+        """Validated targets in the coding the other operations use.
+
+        Parameters
+        ----------
+        y : ndarray, shape (N,)
+            Checked float targets.
+
+        Returns
+        -------
+        ndarray, shape (N,)
+
+        Raises
+        ------
+        ValueError
+            If the targets are not valid for the likelihood.
+        """
         return _check_real_targets(type(self).__name__, y)
 
     def log_density(self, values, prefix, y, f):
-        """log p(y | f), elementwise (any shape broadcasting y against f)."""
+        """log p(y | f), elementwise (any shape broadcasting y against f).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+
+        Returns
+        -------
+        ndarray
+            The broadcast shape of y and f.
+        """
         return self.log_density_derivatives(values, prefix, y, f)[0]
 
     def log_density_derivatives(self, values, prefix, y, f):
-        """(log p, d/df, d^2/df^2, d^3/df^3 of log p(y | f)), elementwise, arrays (n,)."""
+        """(log p, d/df, d^2/df^2, d^3/df^3 of log p(y | f)), elementwise, arrays (n,).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+
+        Returns
+        -------
+        tuple of 4 ndarray
+            log p, d log p/df, d^2 log p/df^2, d^3 log p/df^3, each of the broadcast shape of y and f.
+
+        References
+        ----------
+        Rasmussen & Williams (2006), Algorithms 3.1 and 5.1 (Laplace's Newton steps and gradients).
+        """
         raise self._unsupported("derivatives of its log density")
 
     def log_density_param_derivatives(self, values, prefix, y, f, derivatives=None):
         """{``prefix.<name>``: (d log p / d theta, d^2 log p / df d theta, d^3 log p / df^2 d theta)}
         for each scalar hyperparameter theta, arrays (n,); empty without hyperparameters.
         ``derivatives``: :meth:`log_density_derivatives` at the same arguments when the caller
-        has them (a parameter that shifts f, the Bernoulli bias, reuses them)."""
+        has them (a parameter that shifts f, the Bernoulli bias, reuses them).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+        derivatives : tuple of 4 ndarray, optional
+            :meth:`log_density_derivatives` at the same arguments.
+
+        Returns
+        -------
+        dict of str to tuple of 3 ndarray
+            ``{"<prefix>.<name>": (d log p/d theta, d^2 log p/df d theta, d^3 log p/df^2 d theta)}``.
+        """
         raise self._unsupported("derivatives of its log density in its hyperparameters")
 
     def expectation_rule(self, values, prefix, y, mean, var):
@@ -145,7 +254,30 @@ class Likelihood(ValueEquality):
         (n, K) or (K,) (sum_k w_nk g(f_nk)), and the standard nodes x (K,) where f = mean + sd x
         (None for a rule placed otherwise).  The default is the ``quadrature_points``
         Gauss-Hermite rule, exact for polynomials and accurate for log densities that are smooth
-        on the scale of the latent sd (probit, logit); likelihoods narrower than that override it."""
+        on the scale of the latent sd (probit, logit); likelihoods narrower than that override it.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,)
+            Targets as :meth:`prepare_targets` codes them.
+        mean : ndarray, shape (n,)
+            Means of q(f_n).
+        var : ndarray, shape (n,)
+            Variances of q(f_n), >= 0.
+
+        Returns
+        -------
+        f : ndarray, shape (n, K)
+            Nodes in f.
+        weights : ndarray, shape (n, K) or (K,)
+            Weights.
+        nodes : ndarray, shape (K,), or None
+            Standard nodes x with f = mean + sd x, or None.
+        """
         nodes, weights = gauss_hermite(self.quadrature_points)
         return mean[:, None] + np.sqrt(np.maximum(var, 0.0))[:, None] * nodes[None, :], weights, nodes
 
@@ -160,6 +292,30 @@ class Likelihood(ValueEquality):
         consistent function (1/2 E_q[d^2 log p / df^2], Opper & Archambeau 2009 eq. 8, differs
         from it by the rule's error: 1e-3 for the probit at var 80 with 100 nodes); otherwise, and
         at var = 0, 1/2 E_q[d^2 log p / df^2].
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,)
+            Targets as :meth:`prepare_targets` codes them.
+        mean : ndarray, shape (n,)
+            Means of q(f_n).
+        var : ndarray, shape (n,)
+            Variances of q(f_n), >= 0.
+
+        Returns
+        -------
+        ve : ndarray, shape (n,)
+            E_q[log p(y_n | f_n)].
+        d_mean : ndarray, shape (n,)
+            d ve_n / d mean_n.
+        d_var : ndarray, shape (n,)
+            d ve_n / d var_n.
+        param_grads : dict of str to ndarray
+            d sum_n ve_n / d theta for each hyperparameter theta.
         """
         n = mean.shape[0]
         if n > _EXPECTATION_BLOCK_ROWS:
@@ -183,31 +339,136 @@ class Likelihood(ValueEquality):
         return np.sum(logp * weights, axis=1), np.sum(d1 * weights, axis=1), d_var, grads
 
     def site_model(self, values, prefix):
-        """The :class:`SiteModel` of EP's and QP's jitted site updates."""
+        """The :class:`SiteModel` of EP's and QP's jitted site updates.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+
+        Returns
+        -------
+        SiteModel
+        """
         raise self._unsupported("EP/QP tilted moments")
 
     def predictive(self, values, prefix, f_mean, f_var):
-        """Predictive summaries of y* under f* ~ N(f_mean, f_var): a dict of arrays (n,)."""
+        """Predictive summaries of y* under f* ~ N(f_mean, f_var): a dict of arrays (n,).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f_mean : ndarray, shape (n,)
+            Latent predictive means.
+        f_var : ndarray, shape (n,)
+            Latent predictive variances.
+
+        Returns
+        -------
+        dict of str to ndarray
+            Arrays (n,): ``y_mean``/``y_var`` or ``p``.
+        """
         raise self._unsupported("a predictive distribution")
 
     def log_predictive(self, values, prefix, f_mean, f_var, y):
-        """log p(y* | x*) = log E_N(f*|f_mean,f_var)[p(y* | f*)], arrays (n,)."""
+        """log p(y* | x*) = log E_N(f*|f_mean,f_var)[p(y* | f*)], arrays (n,).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f_mean : ndarray, shape (n,)
+            Latent predictive means.
+        f_var : ndarray, shape (n,)
+            Latent predictive variances.
+        y : ndarray, shape (n,)
+            Targets at the new inputs, coded as :meth:`prepare_targets` returns them.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+            log p(y_n | x_n) under f ~ N(f_mean, f_var).
+        """
         raise self._unsupported("a log predictive density")
 
     def sample(self, values, prefix, f, rng):
-        """Draws of y given draws of f (any shape), for posterior-predictive checks."""
+        """Draws of y given draws of f (any shape), for posterior-predictive checks.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f : ndarray
+            Draws of the latent function (any shape, e.g. (chains, draws, n)).
+        rng : numpy.random.Generator
+            The random generator.
+
+        Returns
+        -------
+        ndarray
+            Draws of y, the shape of ``f``.
+        """
         raise self._unsupported("sampling")
 
     def surrogate(self, values, prefix, X, y):
         """(weights w (N,), weighted targets r (N,)) of a Gaussian pseudo-regression (noise 1/w,
-        targets r/w) that greedy inducing selection scores before the first fit."""
+        targets r/w) that greedy inducing selection scores before the first fit.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        X : ndarray, shape (N, D)
+            Training inputs.
+        y : ndarray, shape (N,)
+            Training targets, coded.
+
+        Returns
+        -------
+        weights : ndarray, shape (N,)
+            Pseudo-noise precisions w_n (noise 1/w_n).
+        targets : ndarray, shape (N,)
+            Weighted pseudo-targets r_n (targets r_n / w_n).
+        """
         raise self._unsupported("a surrogate regression for greedy selection")
 
     def constant_model_log_likelihood(self, values, prefix, y):
-        """The objective of the constant model f = 0 that ``Model.fit`` flags fits against, or None."""
+        """The objective of the constant model f = 0 that ``Model.fit`` flags fits against, or None.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (N,)
+            Training targets, coded.
+
+        Returns
+        -------
+        float or None
+        """
         return None
 
     def describe(self):
+        """A short text for summaries and attrs.
+
+        Returns
+        -------
+        str
+            The class name (with its link or noise model where it has one).
+        """
         return type(self).__name__
 
 
@@ -218,14 +479,44 @@ class _GaussianNoise(Likelihood):
 
     def surrogate(self, values, prefix, X, y):
         """Weights 1/lambda_n and weighted targets y_n/lambda_n: the regression itself, which is
-        what greedy inducing selection scores before the first fit."""
+        what greedy inducing selection scores before the first fit.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        X : ndarray, shape (N, D)
+            Training inputs.
+        y : ndarray, shape (N,)
+            Training targets, coded.
+
+        Returns
+        -------
+        weights : ndarray, shape (N,)
+            Pseudo-noise precisions w_n (noise 1/w_n).
+        targets : ndarray, shape (N,)
+            Weighted pseudo-targets r_n (targets r_n / w_n).
+        """
         w = 1.0 / self.noise(values, prefix, X)
         return w, w * y
 
 
 @dataclass(frozen=True, eq=False)
 class Gaussian(_GaussianNoise):
-    """Homoscedastic noise: y_n = f(x_n) + eps_n, eps_n ~ N(0, variance)."""
+    """Homoscedastic noise: y_n = f(x_n) + eps_n, eps_n ~ N(0, variance).
+
+    Parameters
+    ----------
+    variance : float, Fixed or prior, default 1.0
+        Positive noise variance (a scalar).
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``variance`` is not a positive finite scalar, ``Fixed`` or prior.
+    """
 
     variance: object = 1.0
     # fit(standardize=True) may shift and scale the targets: y -> a + b y maps this model to
@@ -239,24 +530,120 @@ class Gaussian(_GaussianNoise):
         return [entry(f"{prefix}.variance", self.variance, fixed_names=fixed_names)]
 
     def noise(self, values, prefix, X):
+        """Per-point noise variances lambda_n at X (the homoscedastic variance).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        X : ndarray, shape (n, D)
+            Inputs.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+            The variance at every input.
+        """
         return np.full(X.shape[0], float(values[f"{prefix}.variance"]))
 
     def noise_vjp(self, values, prefix, X, g):
+        """Vector-Jacobian product of :meth:`noise`: sum_n g_n d lambda_n / d theta.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        X : ndarray, shape (n, D)
+            Inputs.
+        g : ndarray, shape (n,)
+            The adjoint d objective / d lambda.
+
+        Returns
+        -------
+        dict of str to ndarray
+            ``{"<prefix>.variance": sum_n g_n}``.
+        """
         return {f"{prefix}.variance": np.array(np.sum(g))}
 
     def log_density_derivatives(self, values, prefix, y, f):
-        """log N(y | f, s2), (y - f)/s2, -1/s2, 0."""
+        """log N(y | f, s2), (y - f)/s2, -1/s2, 0.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+
+        Returns
+        -------
+        tuple of 4 ndarray
+            log p, d log p/df, d^2 log p/df^2, d^3 log p/df^3, each of the broadcast shape of y and f.
+        """
         s2 = float(values[f"{prefix}.variance"])
         r = y - f
         return -0.5 * (_LOG_2PI + np.log(s2) + r * r / s2), r / s2, np.full_like(r, -1.0 / s2), np.zeros_like(r)
 
     def log_density_param_derivatives(self, values, prefix, y, f, derivatives=None):
+        """Derivatives of log N(y | f, s2) in s2 and their f-derivatives.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+        derivatives : tuple of 4 ndarray, optional
+            Not used.
+
+        Returns
+        -------
+        dict of str to tuple of 3 ndarray
+            ``{"<prefix>.<name>": (d log p/d theta, d^2 log p/df d theta, d^3 log p/df^2 d theta)}``.
+        """
         s2 = float(values[f"{prefix}.variance"])
         r = y - f
         return {f"{prefix}.variance": (0.5 * (r * r / s2 - 1.0) / s2, -r / (s2 * s2), np.full_like(r, 1.0 / (s2 * s2)))}
 
     def variational_expectations(self, values, prefix, y, mean, var):
-        """Closed form: -1/2 log 2 pi s2 - ((y - m)^2 + v) / (2 s2)."""
+        """Closed form: -1/2 log 2 pi s2 - ((y - m)^2 + v) / (2 s2).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,)
+            Targets as :meth:`prepare_targets` codes them.
+        mean : ndarray, shape (n,)
+            Means of q(f_n).
+        var : ndarray, shape (n,)
+            Variances of q(f_n), >= 0.
+
+        Returns
+        -------
+        ve : ndarray, shape (n,)
+            E_q[log p(y_n | f_n)].
+        d_mean : ndarray, shape (n,)
+            d ve_n / d mean_n.
+        d_var : ndarray, shape (n,)
+            d ve_n / d var_n.
+        param_grads : dict of str to ndarray
+            d sum_n ve_n / d theta for each hyperparameter theta.
+        """
         s2 = float(values[f"{prefix}.variance"])
         r2v = (y - mean) ** 2 + var
         ve = -0.5 * (_LOG_2PI + np.log(s2) + r2v / s2)
@@ -264,23 +651,106 @@ class Gaussian(_GaussianNoise):
         return ve, (y - mean) / s2, np.full_like(mean, -0.5 / s2), grads
 
     def site_model(self, values, prefix):
+        """The Gaussian site model, parameter (variance,).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+
+        Returns
+        -------
+        SiteModel
+        """
         return SiteModel(projections.GAUSSIAN, (float(values[f"{prefix}.variance"]),), (f"{prefix}.variance",))
 
     def predictive(self, values, prefix, f_mean, f_var):
+        """Predictive mean and variance of y* under f* ~ N(f_mean, f_var).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f_mean : ndarray, shape (n,)
+            Latent predictive means.
+        f_var : ndarray, shape (n,)
+            Latent predictive variances.
+
+        Returns
+        -------
+        dict of str to ndarray
+            Arrays (n,): ``y_mean`` = f_mean, ``y_var`` = f_var + variance.
+        """
         return {"y_mean": f_mean, "y_var": f_var + float(values[f"{prefix}.variance"])}
 
     def log_predictive(self, values, prefix, f_mean, f_var, y):
+        """log N(y | f_mean, f_var + variance).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f_mean : ndarray, shape (n,)
+            Latent predictive means.
+        f_var : ndarray, shape (n,)
+            Latent predictive variances.
+        y : ndarray, shape (n,)
+            Targets at the new inputs, coded as :meth:`prepare_targets` returns them.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+            log p(y_n | x_n) under f ~ N(f_mean, f_var).
+        """
         total = f_var + float(values[f"{prefix}.variance"])
         return -0.5 * (np.log(2.0 * np.pi * total) + (y - f_mean) ** 2 / total)
 
     def sample(self, values, prefix, f, rng):
+        """y = f + sqrt(variance) eps, eps ~ N(0, 1).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f : ndarray
+            Draws of the latent function (any shape, e.g. (chains, draws, n)).
+        rng : numpy.random.Generator
+            The random generator.
+
+        Returns
+        -------
+        ndarray
+            Draws of y, the shape of ``f``.
+        """
         return f + np.sqrt(float(values[f"{prefix}.variance"])) * rng.standard_normal(np.shape(f))
 
     def constant_model_log_likelihood(self, values, prefix, y):
         """log N(y | 0, s^2 I) at its best s^2 = mean(y^2): white noise (f = 0), where VFE and
         the exact GP go as the kernel variance goes to 0 and FITC as the inducing points stop
         explaining anything (``Model.fit`` flags fits no better than it; raw Boston housing:
-        VFE noise 582, FITC kernel variance = noise = 292, mean(y^2) = 584)."""
+        VFE noise 582, FITC kernel variance = noise = 292, mean(y^2) = 584).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (N,)
+            Training targets.
+
+        Returns
+        -------
+        float
+        """
         return -0.5 * y.size * (np.log(2.0 * np.pi * np.mean(y * y)) + 1.0)
 
 
@@ -299,6 +769,23 @@ class HeteroscedasticGaussian(_GaussianNoise):
 
     The noise depends on x, so the per-point operations of :class:`Likelihood` (which see only
     y and f) are not provided: it is a model for the exact GP and the collapsed engines.
+
+    Parameters
+    ----------
+    variance : array_like of shape (N,), optional
+        Known positive per-point variances of the training targets.
+    degree : int, optional
+        Degree (>= 0) of the learnable log-polynomial noise model.
+    coefficients : array_like of shape (1 + degree * D,), Fixed or prior, optional
+        Starting coefficients of the noise model (with ``degree``).
+
+    Raises
+    ------
+    TypeError
+        Unless exactly one of ``variance`` and ``degree`` is given.
+    ValueError
+        A ``variance``, ``degree`` or ``coefficients`` out of range; a ``variance`` or
+        ``coefficients`` of the wrong shape is reported when the model is fitted.
     """
 
     # The known variances and the noise model are in the targets' units: fit(standardize=True)
@@ -323,6 +810,7 @@ class HeteroscedasticGaussian(_GaussianNoise):
 
     @property
     def known(self):
+        """bool: True when the variances are given (``variance=``), not learned."""
         return self.variance is not None
 
     @property
@@ -335,7 +823,18 @@ class HeteroscedasticGaussian(_GaussianNoise):
         return self.known
 
     def features(self, X):
-        """Polynomial design matrix (n, 1 + degree * D)."""
+        """Polynomial design matrix (n, 1 + degree * D).
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+            Inputs.
+
+        Returns
+        -------
+        ndarray, shape (n, 1 + degree * D)
+            Columns [1, X, X^2, ..., X^degree] (elementwise powers).
+        """
         cols = [np.ones((X.shape[0], 1))] + [X ** k for k in range(1, self.degree + 1)]
         return np.hstack(cols)
 
@@ -359,17 +858,57 @@ class HeteroscedasticGaussian(_GaussianNoise):
         return [entry(f"{prefix}.coefficients", self.coefficients, positive=False, fixed_names=fixed_names)]
 
     def noise(self, values, prefix, X):
+        """Per-point noise variances lambda_n at X.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        X : ndarray, shape (n, D)
+            Inputs.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+            The known variances (training inputs only), or exp(features(X) @ coefficients).
+        """
         if self.known:
             return declared_value(self.variance)
         return np.exp(self.features(X) @ values[f"{prefix}.coefficients"])
 
     def noise_vjp(self, values, prefix, X, g):
+        """Vector-Jacobian product of :meth:`noise` in the coefficients.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        X : ndarray, shape (n, D)
+            Inputs.
+        g : ndarray, shape (n,)
+            The adjoint d objective / d lambda.
+
+        Returns
+        -------
+        dict of str to ndarray
+            ``{"<prefix>.coefficients": features(X)^T (g * lambda)}``; empty for known variances.
+        """
         if self.known:
             return {}
         lam = self.noise(values, prefix, X)
         return {f"{prefix}.coefficients": self.features(X).T @ (g * lam)}
 
     def describe(self):
+        """``HeteroscedasticGaussian(known)`` or ``HeteroscedasticGaussian(degree=k)``.
+
+        Returns
+        -------
+        str
+        """
         return "HeteroscedasticGaussian(known)" if self.known else f"HeteroscedasticGaussian(degree={self.degree})"
 
 
@@ -377,7 +916,22 @@ class HeteroscedasticGaussian(_GaussianNoise):
 class Bernoulli(Likelihood):
     """Binary labels through a link: p(y | f) = Phi(y (f + bias)) for ``link="probit"``
     (Naish-Guzman & Holden eq. 4; the bias beta is a learnable, unconstrained hyperparameter)
-    or sigma(y (f + bias)) for ``link="logit"``.  Labels may be {0, 1}, {-1, +1} or bool."""
+    or sigma(y (f + bias)) for ``link="logit"``.  Labels may be {0, 1}, {-1, +1} or bool.
+
+    Parameters
+    ----------
+    link : {"probit", "logit"}, default "probit"
+        The link from f to p(y = +1 | f).
+    bias : float, Fixed or prior, default 0.0
+        The learnable bias beta added to f (unconstrained scalar).
+
+    Raises
+    ------
+    ValueError
+        An unknown link.
+    TypeError, ValueError
+        A bias that is not a finite scalar, ``Fixed`` or prior.
+    """
 
     link: str = "probit"
     bias: object = 0.0
@@ -393,7 +947,23 @@ class Bernoulli(Likelihood):
     def prepare_targets(self, y):
         """Labels as float +-1; raises unless y is coded 0/1, -1/+1 or bool.  Labels of one class
         only are accepted (as GPML and GPflow do): the fit then drives p towards that class, and a
-        classifier fit no better than the constant model warns (``Model.fit``)."""
+        classifier fit no better than the constant model warns (``Model.fit``).
+
+        Parameters
+        ----------
+        y : ndarray, shape (N,)
+            Checked float targets.
+
+        Returns
+        -------
+        ndarray, shape (N,)
+            Labels -1.0 / +1.0.
+
+        Raises
+        ------
+        ValueError
+            If the targets are not valid for the likelihood.
+        """
         values = set(np.unique(y).tolist())
         if not values <= {-1.0, 1.0} and not values <= {0.0, 1.0}:
             raise ValueError(f"Bernoulli: y must be binary, coded {{0, 1}}, {{-1, +1}} or bool; "
@@ -404,12 +974,42 @@ class Bernoulli(Likelihood):
         return float(values[f"{prefix}.bias"])
 
     def site_model(self, values, prefix):
+        """The probit or logit site model, parameter (bias,).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+
+        Returns
+        -------
+        SiteModel
+        """
         kind = projections.PROBIT if self.link == "probit" else projections.LOGIT
         return SiteModel(kind, (self._bias(values, prefix),), (f"{prefix}.bias",))
 
     def predictive(self, values, prefix, f_mean, f_var):
         """p(y* = +1) = E[p(+1 | f*)] under N(f_mean, f_var), arrays (n,) -> {"p": (n,)}; see
-        :meth:`log_predictive` for how it is computed."""
+        :meth:`log_predictive` for how it is computed.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f_mean : ndarray, shape (n,)
+            Latent predictive means.
+        f_var : ndarray, shape (n,)
+            Latent predictive variances.
+
+        Returns
+        -------
+        dict of str to ndarray
+            Arrays (n,): ``p`` = p(y* = +1).
+        """
         return {"p": np.exp(self.log_predictive(values, prefix, f_mean, f_var, np.ones_like(f_mean)))}
 
     def log_predictive(self, values, prefix, f_mean, f_var, y):
@@ -421,7 +1021,26 @@ class Bernoulli(Likelihood):
         up to latent sd 1 and, beyond, a composite Gauss-Legendre rule that resolves sigma's
         transition (:func:`gpdsl._jit.special.logit_normal_logp`; relative error < 1e-15 against
         50-digit quadrature for any mean and sd, where 100-point Gauss-Hermite alone is 1e-2 off at
-        sd 20)."""
+        sd 20).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f_mean : ndarray, shape (n,)
+            Latent predictive means.
+        f_var : ndarray, shape (n,)
+            Latent predictive variances.
+        y : ndarray, shape (n,)
+            Targets at the new inputs, in {-1, +1}.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+            log p(y_n | x_n) under f ~ N(f_mean, f_var).
+        """
         shifted = y * (f_mean + self._bias(values, prefix))
         if self.link == "probit":
             return special.log_ndtr(shifted / np.sqrt(1.0 + f_var))
@@ -431,7 +1050,24 @@ class Bernoulli(Likelihood):
                                       nodes, np.log(weights))
 
     def log_density(self, values, prefix, y, f):
-        """log p(y | f) for labels y in {-1, +1}, elementwise."""
+        """log p(y | f) for labels y in {-1, +1}, elementwise.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+
+        Returns
+        -------
+        ndarray
+            The broadcast shape of y and f.
+        """
         z = y * (f + self._bias(values, prefix))
         return special.log_ndtr(z) if self.link == "probit" else -np.logaddexp(0.0, -z)
 
@@ -439,7 +1075,24 @@ class Bernoulli(Likelihood):
         """log p(y | f) and its first three derivatives in f, elementwise.  With
         z = y (f + bias): probit, r = phi(z) / Phi(z) from log space, d1 = y r, d2 = -r (z + r),
         d3 = y r ((z + r)(z + 2 r) - 1); logit, p = sigma(z), d1 = y (1 - p), d2 = -p (1 - p),
-        d3 = -y p (1 - p)(1 - 2 p)."""
+        d3 = -y p (1 - p)(1 - 2 p).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+
+        Returns
+        -------
+        tuple of 4 ndarray
+            log p, d log p/df, d^2 log p/df^2, d^3 log p/df^3, each of the broadcast shape of y and f.
+        """
         z = y * (f + self._bias(values, prefix))
         if self.link == "probit":
             log_cdf = special.log_ndtr(z)
@@ -449,33 +1102,120 @@ class Bernoulli(Likelihood):
         return -np.logaddexp(0.0, -z), y * q, -p * q, -y * p * q * (q - p)
 
     def log_density_param_derivatives(self, values, prefix, y, f, derivatives=None):
-        """The bias shifts f: its derivatives are d1, d2, d3."""
+        """The bias shifts f: its derivatives are d1, d2, d3.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+        derivatives : tuple of 4 ndarray, optional
+            :meth:`log_density_derivatives` at the same arguments.
+
+        Returns
+        -------
+        dict of str to tuple of 3 ndarray
+            ``{"<prefix>.<name>": (d log p/d theta, d^2 log p/df d theta, d^3 log p/df^2 d theta)}``.
+        """
         if derivatives is None:
             derivatives = self.log_density_derivatives(values, prefix, y, f)
         return {f"{prefix}.bias": derivatives[1:]}
 
     def sample(self, values, prefix, f, rng):
+        """Labels drawn with p(y = +1 | f).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f : ndarray
+            Draws of the latent function (any shape, e.g. (chains, draws, n)).
+        rng : numpy.random.Generator
+            The random generator.
+
+        Returns
+        -------
+        ndarray
+            Labels -1.0 / +1.0, the shape of ``f``.
+        """
         p = np.exp(self.log_density(values, prefix, np.ones_like(f), f))
         return np.where(rng.uniform(size=np.shape(f)) < p, 1.0, -1.0)
 
     def surrogate(self, values, prefix, X, y):
         """The Pólya-Gamma pseudo-regression at c = 0 (theta = 1/4, weighted targets
-        y/2 - bias/4): what greedy inducing selection scores before the first fit."""
+        y/2 - bias/4): what greedy inducing selection scores before the first fit.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        X : ndarray, shape (N, D)
+            Training inputs.
+        y : ndarray, shape (N,)
+            Training targets, coded.
+
+        Returns
+        -------
+        weights : ndarray, shape (N,)
+            Pseudo-noise precisions w_n (noise 1/w_n).
+        targets : ndarray, shape (N,)
+            Weighted pseudo-targets r_n (targets r_n / w_n).
+        """
         w = np.full(X.shape[0], 0.25)
         return w, 0.5 * y - w * self._bias(values, prefix)
 
     def constant_model_log_likelihood(self, values, prefix, y):
         """sum_n log p(y_n | f_n = 0): the classifier's limit as the kernel variance goes to 0
-        (``Model.fit`` flags fits no better than it)."""
+        (``Model.fit`` flags fits no better than it).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (N,)
+            Labels -1 / +1.
+
+        Returns
+        -------
+        float
+        """
         return float(np.sum(self.log_density(values, prefix, y, np.zeros_like(y))))
 
     def describe(self):
+        """``Bernoulli(probit)`` or ``Bernoulli(logit)``.
+
+        Returns
+        -------
+        str
+        """
         return f"Bernoulli({self.link})"
 
 
 @dataclass(frozen=True, eq=False)
 class Poisson(Likelihood):
-    """Counts with rate f^2 (``link="square"``, QP paper Appendix C.2): p(y | f) = f^(2y) e^(-f^2) / y!."""
+    """Counts with rate f^2 (``link="square"``, QP paper Appendix C.2): p(y | f) = f^(2y) e^(-f^2) / y!.
+
+    Parameters
+    ----------
+    link : {"square"}, default "square"
+        The link: rate f^2.
+
+    Raises
+    ------
+    ValueError
+        Any other link.
+    """
 
     link: str = "square"
 
@@ -484,44 +1224,184 @@ class Poisson(Likelihood):
             raise ValueError(f"Poisson: link must be 'square', got {self.link!r}")
 
     def prepare_targets(self, y):
+        """The counts as they are; raises unless they are non-negative integers.
+
+        Parameters
+        ----------
+        y : ndarray, shape (N,)
+            Checked float targets.
+
+        Returns
+        -------
+        ndarray, shape (N,)
+
+        Raises
+        ------
+        ValueError
+            If the targets are not valid for the likelihood.
+        """
         if np.any(y < 0) or np.any(y != np.round(y)):
             raise ValueError("Poisson: y must hold non-negative integer counts")
         return y
 
     def site_model(self, values, prefix):
+        """The square-link Poisson site model (QP paper Appendix C.2), no parameters.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+
+        Returns
+        -------
+        SiteModel
+        """
         return SiteModel(projections.POISSON_SQUARE, (), ())
 
     def surrogate(self, values, prefix, X, y):
         """Unit weights and targets sqrt(y + 1/2), the positive branch f ~ sqrt(y) that EP's
-        sites start from: what greedy inducing selection scores before the first fit."""
+        sites start from: what greedy inducing selection scores before the first fit.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        X : ndarray, shape (N, D)
+            Training inputs.
+        y : ndarray, shape (N,)
+            Training targets, coded.
+
+        Returns
+        -------
+        weights : ndarray, shape (N,)
+            Pseudo-noise precisions w_n (noise 1/w_n).
+        targets : ndarray, shape (N,)
+            Weighted pseudo-targets r_n (targets r_n / w_n).
+        """
         return np.ones(X.shape[0]), np.sqrt(y + 0.5)
 
     @staticmethod
     def negative_binomial(f_mean, f_var):
-        """Shape k and scale c of the Gamma law matched to g = f^2 (QP paper Appendix H, eq. 119)."""
+        """Shape k and scale c of the Gamma law matched to g = f^2 (QP paper Appendix H, eq. 119).
+
+        Parameters
+        ----------
+        f_mean : ndarray, shape (n,)
+            Latent predictive means.
+        f_var : ndarray, shape (n,)
+            Latent predictive variances.
+
+        Returns
+        -------
+        k : ndarray, shape (n,)
+            Shape (m^2 + v)^2 / (2 v (2 m^2 + v)).
+        c : ndarray, shape (n,)
+            Scale 2 v (2 m^2 + v) / (m^2 + v).
+        """
         m2 = f_mean * f_mean
         spread = 2.0 * f_var * (2.0 * m2 + f_var)
         return (m2 + f_var) ** 2 / spread, spread / (m2 + f_var)
 
     def predictive(self, values, prefix, f_mean, f_var):
-        """Mean and variance of the count under the negative-binomial predictive NB(k, c/(1+c)) (eq. 122)."""
+        """Mean and variance of the count under the negative-binomial predictive NB(k, c/(1+c)) (eq. 122).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f_mean : ndarray, shape (n,)
+            Latent predictive means.
+        f_var : ndarray, shape (n,)
+            Latent predictive variances.
+
+        Returns
+        -------
+        dict of str to ndarray
+            Arrays (n,): ``y_mean`` = k c, ``y_var`` = k c (1 + c).
+        """
         k, c = self.negative_binomial(f_mean, f_var)
         return {"y_mean": k * c, "y_var": k * c * (1.0 + c)}
 
     def log_predictive(self, values, prefix, f_mean, f_var, y):
-        """log NB(y | k, c / (1 + c)) of eq. (122), elementwise."""
+        """log NB(y | k, c / (1 + c)) of eq. (122), elementwise.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f_mean : ndarray, shape (n,)
+            Latent predictive means.
+        f_var : ndarray, shape (n,)
+            Latent predictive variances.
+        y : ndarray, shape (n,)
+            Targets at the new inputs, coded as :meth:`prepare_targets` returns them.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+            log p(y_n | x_n) under f ~ N(f_mean, f_var).
+        """
         k, c = self.negative_binomial(f_mean, f_var)
         return (special.gammaln(k + y) - special.gammaln(k) - special.gammaln(y + 1.0)
                 + y * np.log(c) - (k + y) * np.log1p(c))
 
     def log_density(self, values, prefix, y, f):
-        """log Poisson(y | f^2), elementwise."""
+        """log Poisson(y | f^2), elementwise.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+
+        Returns
+        -------
+        ndarray
+            The broadcast shape of y and f.
+        """
         return special.xlogy(2.0 * y, np.abs(f)) - f * f - special.gammaln(y + 1.0)
 
     def sample(self, values, prefix, f, rng):
+        """Counts drawn from Poisson(f^2).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f : ndarray
+            Draws of the latent function (any shape, e.g. (chains, draws, n)).
+        rng : numpy.random.Generator
+            The random generator.
+
+        Returns
+        -------
+        ndarray
+            Draws of y, the shape of ``f``.
+        """
         return rng.poisson(f * f).astype(float)
 
     def describe(self):
+        """``Poisson(square)``.
+
+        Returns
+        -------
+        str
+        """
         return f"Poisson({self.link})"
 
 
@@ -534,6 +1414,18 @@ class StudentT(Likelihood):
 
     Not log-concave: EP keeps its site precisions non-negative (as GPML's infEP), and the
     variational methods integrate it by Gauss-Hermite quadrature.
+
+    Parameters
+    ----------
+    df : float, Fixed or prior, default 4.0
+        Positive degrees of freedom.
+    scale : float, Fixed or prior, default 1.0
+        Positive scale.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``df`` or ``scale`` is not a positive finite scalar, ``Fixed`` or prior.
     """
 
     df: object = 4.0
@@ -544,6 +1436,21 @@ class StudentT(Likelihood):
         check_hyperparameter("StudentT", "scale", self.scale, ndim_max=0)
 
     def entries(self, prefix, X, fixed_names=()):
+        """The entries ``<prefix>.df`` and ``<prefix>.scale`` (positive scalars).
+
+        Parameters
+        ----------
+        prefix : str
+            Name prefix of the entries (``"likelihood"``).
+        X : ndarray, shape (N, D)
+            Training inputs (their number and width size per-point or per-feature parameters).
+        fixed_names : collection of str, optional
+            Entry names held at their declared value.
+
+        Returns
+        -------
+        list of gpdsl.parameters.Entry
+        """
         return [entry(f"{prefix}.df", self.df, fixed_names=fixed_names),
                 entry(f"{prefix}.scale", self.scale, fixed_names=fixed_names)]
 
@@ -551,11 +1458,41 @@ class StudentT(Likelihood):
         return float(values[f"{prefix}.df"]), float(values[f"{prefix}.scale"])
 
     def site_model(self, values, prefix):
+        """The Student-t site model, parameters (df, scale).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+
+        Returns
+        -------
+        SiteModel
+        """
         return SiteModel(projections.STUDENT_T, self._params(values, prefix), (f"{prefix}.df", f"{prefix}.scale"))
 
     def log_density_derivatives(self, values, prefix, y, f):
         """With r = y - f and D = df scale^2 + r^2: d1 = (df + 1) r / D,
-        d2 = (df + 1)(r^2 - df scale^2) / D^2, d3 = 2 (df + 1) r (r^2 - 3 df scale^2) / D^3."""
+        d2 = (df + 1)(r^2 - df scale^2) / D^2, d3 = 2 (df + 1) r (r^2 - 3 df scale^2) / D^3.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+
+        Returns
+        -------
+        tuple of 4 ndarray
+            log p, d log p/df, d^2 log p/df^2, d^3 log p/df^3, each of the broadcast shape of y and f.
+        """
         nu, s = self._params(values, prefix)
         r = y - f
         a = nu * s * s
@@ -566,6 +1503,26 @@ class StudentT(Likelihood):
                 2.0 * (nu + 1.0) * r * (r * r - 3.0 * a) / D ** 3)
 
     def log_density_param_derivatives(self, values, prefix, y, f, derivatives=None):
+        """Derivatives of log p in df and scale and their f-derivatives.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+        derivatives : tuple of 4 ndarray, optional
+            Not used.
+
+        Returns
+        -------
+        dict of str to tuple of 3 ndarray
+            ``{"<prefix>.<name>": (d log p/d theta, d^2 log p/df d theta, d^3 log p/df^2 d theta)}``.
+        """
         nu, s = self._params(values, prefix)
         r = y - f
         r2 = r * r
@@ -581,7 +1538,24 @@ class StudentT(Likelihood):
         return {f"{prefix}.df": (d_nu, d1_nu, d2_nu), f"{prefix}.scale": (d_s, d1_s, d2_s)}
 
     def predictive(self, values, prefix, f_mean, f_var):
-        """Mean f_mean and variance f_var + scale^2 df / (df - 2) of y* (infinite for df <= 2)."""
+        """Mean f_mean and variance f_var + scale^2 df / (df - 2) of y* (infinite for df <= 2).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f_mean : ndarray, shape (n,)
+            Latent predictive means.
+        f_var : ndarray, shape (n,)
+            Latent predictive variances.
+
+        Returns
+        -------
+        dict of str to ndarray
+            Arrays (n,): ``y_mean``, ``y_var``.
+        """
         nu, s = self._params(values, prefix)
         noise = s * s * nu / (nu - 2.0) if nu > 2.0 else np.inf
         return {"y_mean": f_mean, "y_var": f_var + noise}
@@ -594,7 +1568,30 @@ class StudentT(Likelihood):
         latent sd (100 points: 4% off in log_predictive at sd 5, scale 0.7); this rule (256 nodes)
         is within 3e-10 relative of 30-digit quadrature over means -1..2, sds 0.001..50, y in
         {-4, 0, 10} and (df, scale) in {(1.5, 0.05), (3, 0.7), (30, 2)}, the worst with y 8 sds
-        out (tests/test_likelihoods.py checks it).  A point with var = 0 gets the one node f = mean."""
+        out (tests/test_likelihoods.py checks it).  A point with var = 0 gets the one node f = mean.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        y : ndarray, shape (n,)
+            Targets as :meth:`prepare_targets` codes them.
+        mean : ndarray, shape (n,)
+            Means of q(f_n).
+        var : ndarray, shape (n,)
+            Variances of q(f_n), >= 0.
+
+        Returns
+        -------
+        f : ndarray, shape (n, 256)
+            Nodes in f.
+        weights : ndarray, shape (n, 256)
+            Weights (including the Gaussian density and the change of variables).
+        nodes : None
+            The rule is not placed at standard nodes.
+        """
         nu, s = self._params(values, prefix)
         width = np.sqrt(nu) * s
         sd = np.sqrt(np.maximum(var, 0.0))
@@ -611,18 +1608,74 @@ class StudentT(Likelihood):
         return f, weights, None
 
     def log_predictive(self, values, prefix, f_mean, f_var, y):
-        """log E[p(y* | f*)] by :meth:`expectation_rule`, summed in log space."""
+        """log E[p(y* | f*)] by :meth:`expectation_rule`, summed in log space.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f_mean : ndarray, shape (n,)
+            Latent predictive means.
+        f_var : ndarray, shape (n,)
+            Latent predictive variances.
+        y : ndarray, shape (n,)
+            Targets at the new inputs, coded as :meth:`prepare_targets` returns them.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+            log p(y_n | x_n) under f ~ N(f_mean, f_var).
+        """
         f, weights, _ = self.expectation_rule(values, prefix, y, f_mean, f_var)
         logp = self.log_density(values, prefix, np.broadcast_to(y[:, None], f.shape), f)
         with np.errstate(divide="ignore"):
             return special.logsumexp(logp + np.log(weights), axis=1)
 
     def sample(self, values, prefix, f, rng):
+        """y = f + scale t, t ~ Student-t(df).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        f : ndarray
+            Draws of the latent function (any shape, e.g. (chains, draws, n)).
+        rng : numpy.random.Generator
+            The random generator.
+
+        Returns
+        -------
+        ndarray
+            Draws of y, the shape of ``f``.
+        """
         nu, s = self._params(values, prefix)
         return f + s * rng.standard_t(nu, size=np.shape(f))
 
     def surrogate(self, values, prefix, X, y):
-        """Gaussian regression at the Student-t's variance (scale^2 for df <= 2)."""
+        """Gaussian regression at the Student-t's variance (scale^2 for df <= 2).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural hyperparameter values.
+        prefix : str
+            The name the likelihood's entries are stored under (``"likelihood"``).
+        X : ndarray, shape (N, D)
+            Training inputs.
+        y : ndarray, shape (N,)
+            Training targets, coded.
+
+        Returns
+        -------
+        weights : ndarray, shape (N,)
+            Pseudo-noise precisions w_n (noise 1/w_n).
+        targets : ndarray, shape (N,)
+            Weighted pseudo-targets r_n (targets r_n / w_n).
+        """
         nu, s = self._params(values, prefix)
         w = np.full(X.shape[0], 1.0 / (s * s * (nu / (nu - 2.0) if nu > 2.0 else 1.0)))
         return w, w * y

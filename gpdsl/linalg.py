@@ -20,22 +20,61 @@ class NotPositiveDefiniteError(np.linalg.LinAlgError, ValueError):
 
 
 def check_jitter(owner, jitter):
-    """Raise a ValueError naming ``owner`` unless ``jitter`` is None or a finite number >= 0
-    (text and booleans are not numbers)."""
+    """Raise a ValueError naming ``owner`` unless ``jitter`` is None or a finite number >= 0.
+
+    Parameters
+    ----------
+    owner : str
+        The class the jitter is given to, for messages.
+    jitter : object
+        None (the dynamic ladder of thesis section 5.1.3) or a multiple of the mean diagonal;
+        text and booleans are not numbers.
+
+    Raises
+    ------
+    ValueError
+        If ``jitter`` is not None and not a finite non-negative number.
+    """
     if jitter is not None and not (is_number(jitter) and np.isfinite(jitter) and jitter >= 0):
         raise ValueError(f"{owner}: jitter must be None (dynamic ladder) or a non-negative number, "
                          f"got {jitter!r}")
 
 
 def add_jitter(K, jitter):
-    """K + jitter * mean(diag K) * I (a new array)."""
+    """K + jitter * mean(diag K) * I (a new array).
+
+    Parameters
+    ----------
+    K : ndarray, shape (M, M)
+        A symmetric matrix.
+    jitter : float
+        The multiple of the mean diagonal added to the diagonal.
+
+    Returns
+    -------
+    ndarray, shape (M, M)
+    """
     out = np.array(K, dtype=float)
     out[np.diag_indices_from(out)] += jitter * np.mean(np.diag(K))
     return out
 
 
 def jitter_adjoint(G, jitter):
-    """Adjoint of K from the adjoint G of K + jitter * mean(diag K) * I (the jitter moves with K)."""
+    """Adjoint of K from the adjoint G of K + jitter * mean(diag K) * I (the jitter moves with K).
+
+    Parameters
+    ----------
+    G : ndarray, shape (M, M)
+        d objective / d (K + jitter mean(diag K) I).
+    jitter : float
+        The multiple of the mean diagonal that was added.
+
+    Returns
+    -------
+    ndarray, shape (M, M)
+        d objective / d K: G plus ``jitter * trace(G) / M`` on the diagonal (G itself when the
+        jitter is 0).
+    """
     if jitter == 0.0:
         return G
     out = np.array(G, dtype=float)
@@ -44,7 +83,33 @@ def jitter_adjoint(G, jitter):
 
 
 def cholesky(K, jitter=None, what="matrix"):
-    """Lower Cholesky factor of K + jitter * mean(diag K) * I; returns ``(L, jitter_used)``."""
+    """Lower Cholesky factor of K + jitter * mean(diag K) * I, with the dynamic jitter ladder.
+
+    Passerello (2021), section 5.1.3 (dynamic jitter): with ``jitter=None`` the rungs of
+    ``JITTER_LADDER`` are tried in turn, from no jitter up.
+
+    Parameters
+    ----------
+    K : ndarray, shape (M, M)
+        A symmetric positive semi-definite matrix.
+    jitter : float or None, optional
+        A fixed multiple of the mean diagonal, or None for the ladder.
+    what : str, optional
+        What K is, for the error message.
+
+    Returns
+    -------
+    L : ndarray, shape (M, M)
+        Lower-triangular, L L^T = K + jitter_used mean(diag K) I.
+    jitter_used : float
+        The rung that succeeded.
+
+    Raises
+    ------
+    NotPositiveDefiniteError
+        If every rung fails; the message names the likely cause read off K (non-finite
+        entries, duplicate rows, a length-scale far longer than the inputs' spread).
+    """
     rungs = JITTER_LADDER if jitter is None else (float(jitter),)
     for rung in rungs:
         try:
@@ -92,6 +157,20 @@ def _likely_cause(K, fixed):
 
 
 def solve_lower(L, B):
+    """Solve L X = B for lower-triangular L.
+
+    Parameters
+    ----------
+    L : ndarray, shape (M, M)
+        Lower-triangular.
+    B : ndarray, shape (M,) or (M, k)
+        Right-hand side(s).
+
+    Returns
+    -------
+    ndarray, shape of B
+        L^-1 B.
+    """
     return linalg.solve_triangular(L, B, lower=True, check_finite=False)
 
 
@@ -102,6 +181,18 @@ def whiten(L, K):
     (Fortran-ordered, so not copied) view: OpenBLAS runs that form 1.6x (M = 256) to 2.3x
     (M = 21) faster than the left-sided solve that SciPy makes from a C-ordered K.  A 1-D K
     (M,) gives L^-1 K (M,).  K is not overwritten.
+
+    Parameters
+    ----------
+    L : ndarray, shape (M, M)
+        Lower-triangular.
+    K : ndarray, shape (M, n) or (M,)
+        Right-hand side(s).
+
+    Returns
+    -------
+    ndarray, shape of K
+        L^-1 K, C-ordered.
     """
     K = np.asarray(K, dtype=float)
     if K.ndim == 1:
@@ -110,16 +201,51 @@ def whiten(L, K):
 
 
 def solve_upper_t(L, B):
-    """Solve L^T X = B for lower-triangular L."""
+    """Solve L^T X = B for lower-triangular L.
+
+    Parameters
+    ----------
+    L : ndarray, shape (M, M)
+        Lower-triangular.
+    B : ndarray, shape (M,) or (M, k)
+        Right-hand side(s).
+
+    Returns
+    -------
+    ndarray, shape of B
+        L^-T B.
+    """
     return linalg.solve_triangular(L, B, lower=True, trans="T", check_finite=False)
 
 
 def inverse_lower(L):
-    """L^-1 for lower-triangular L (M, M)."""
+    """L^-1 for lower-triangular L.
+
+    Parameters
+    ----------
+    L : ndarray, shape (M, M)
+        Lower-triangular.
+
+    Returns
+    -------
+    ndarray, shape (M, M)
+        Lower-triangular L^-1.
+    """
     return solve_lower(L, np.eye(L.shape[0]))
 
 
 def inverse_from_cholesky(L):
-    """(L L^T)^{-1} as a symmetric array."""
+    """(L L^T)^{-1} as a symmetric array.
+
+    Parameters
+    ----------
+    L : ndarray, shape (M, M)
+        Lower Cholesky factor.
+
+    Returns
+    -------
+    ndarray, shape (M, M)
+        L^-T L^-1.
+    """
     Li = inverse_lower(L)
     return Li.T @ Li

@@ -55,7 +55,32 @@ def validate_inputs(X, name="X", n_features=None, lazy=False):
     Text, complex and ragged input is refused (:func:`gpdsl.checks.as_float_array`), and so are
     inputs so large that squared distances between rows overflow.  A Dask array (or an xarray
     object backed by one) is computed into memory, or with ``lazy=True`` checked lazily and
-    returned as a float64 Dask array in row chunks (:func:`gpdsl.backends.validate_lazy_inputs`)."""
+    returned as a float64 Dask array in row chunks (:func:`gpdsl.backends.validate_lazy_inputs`).
+
+    Parameters
+    ----------
+    X : array_like, shape (N, D)
+        Inputs: an array, nested list, pandas/xarray object or Dask array.
+    name : str, default "X"
+        The argument's name, for messages.
+    n_features : int, optional
+        D the model was fitted on, which X must match.
+    lazy : bool, default False
+        Keep a Dask-backed X as a Dask array (checked by one reduction) instead of computing it.
+
+    Returns
+    -------
+    ndarray or dask.array.Array, shape (N, D)
+        float64 (C-contiguous when in memory).
+
+    Raises
+    ------
+    TypeError
+        Text, complex numbers or other non-numbers.
+    ValueError
+        A ragged sequence, not 2-D, no rows or columns, a non-finite entry, the wrong number of
+        features, or entries whose squared differences overflow float64.
+    """
     if backends.is_dask(X):
         if lazy:
             return backends.validate_lazy_inputs(X, name, n_features)
@@ -98,9 +123,34 @@ def _check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, ca
 
 
 def validate_targets(y, n, name="y"):
-    """y as a finite float64 (n,) array ((n, 1) is flattened), or a ValueError/TypeError naming
-    ``name``; booleans are accepted (labels), text, complex and ragged input is not, nor are
-    targets whose squares overflow (the Gaussian evidence would not be finite)."""
+    """y as a finite float64 (n,) array, or a ValueError/TypeError naming ``name``.
+
+    Booleans are accepted (labels); text, complex and ragged input is not, nor are targets
+    whose squares overflow (the Gaussian evidence would not be finite).  A Dask-backed y is
+    computed into memory.
+
+    Parameters
+    ----------
+    y : array_like, shape (n,) or (n, 1)
+        Targets, one per row of X; (n, 1) is flattened.
+    n : int
+        The number of rows of X.
+    name : str, default "y"
+        The argument's name, for messages.
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        float64, C-contiguous.
+
+    Raises
+    ------
+    TypeError
+        Text, complex numbers or other non-numbers.
+    ValueError
+        A ragged sequence, not 1-D, a length other than ``n``, a non-finite entry, or targets
+        whose squares overflow float64.
+    """
     # The targets, O(N), are held in memory; only X's O(N M) work is spread over Dask's tasks.
     y = as_float_array("", name, backends.materialize(y))
     if y.ndim == 2 and y.shape[1] == 1:
@@ -117,7 +167,29 @@ def validate_targets(y, n, name="y"):
 
 @dataclass(frozen=True)
 class Model:
-    """A GP model declared from its four parts; ``fit(X, y)`` returns a Posterior."""
+    """A GP model declared from its four parts; ``fit(X, y)`` returns a Posterior.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function (``gd.kernels``).
+    likelihood : gpdsl.likelihoods.Likelihood
+        One of ``gd.likelihoods.LIKELIHOODS``.
+    inducing : gpdsl.inducing.InducingSpec or None, default None
+        How the inducing inputs Z are chosen: required by VFE, FITC, PolyaGamma and SVGP,
+        optional for EP, QP and Laplace (FITC prior with it, dense without), refused by Exact
+        and VGP.
+    inference : gpdsl.inference.Inference, default Exact()
+        One of ``gd.inference.INFERENCE``; it must accept the likelihood.
+
+    Raises
+    ------
+    TypeError
+        A part of the wrong type, or a method that needs an inducing spec given none.
+    ValueError
+        A likelihood the method does not support, or an inducing spec given to a method that
+        uses none.
+    """
 
     kernel: Kernel
     likelihood: object
@@ -152,23 +224,94 @@ class Model:
     # -- construction from files --------------------------------------------------------------
     @classmethod
     def from_dict(cls, spec):
+        """The model declared by a plain dict (the inverse of :meth:`to_dict`).
+
+        Parameters
+        ----------
+        spec : dict
+            ``{"kernel": {...}, "likelihood": {...}, "inducing": {...}, "inference": {...}}``,
+            each part ``{"type": "<ClassName>", <field>: <value>, ...}`` (:mod:`gpdsl.spec`);
+            ``data``, ``fit`` and ``output`` sections are allowed and ignored.
+
+        Returns
+        -------
+        Model
+
+        Raises
+        ------
+        ValueError
+            An unknown section, a missing kernel or likelihood, or a bad part (the message
+            names the table).
+        """
         from .spec import model_from_dict
         return model_from_dict(spec)
 
     @classmethod
     def from_toml(cls, path):
+        """The model declared by a TOML model file (its ``[data]``/``[fit]``/``[output]`` ignored).
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            The model file (:mod:`gpdsl.spec` describes its tables).
+
+        Returns
+        -------
+        Model
+
+        Raises
+        ------
+        FileNotFoundError
+            If there is no such file.
+        ValueError
+            Invalid TOML or a bad table.
+        """
         from .spec import model_from_toml
         return model_from_toml(path)[0]
 
     def to_dict(self):
+        """The model as a plain dict of its four parts, for TOML and ``from_dict``.
+
+        Returns
+        -------
+        dict
+            ``{part: {"type": "<ClassName>", <field>: <value>, ...}}``; a part left at None is
+            omitted.
+
+        Raises
+        ------
+        ValueError
+            A scipy prior whose distribution cannot be found by name in ``scipy.stats``.
+        """
         from .spec import model_to_dict
         return model_to_dict(self)
 
     # -- compilation ----------------------------------------------------------------------------
     def parameter_table(self, X, Z=None, fixed=()):
-        """The hyperparameters (kernel, likelihood), the method's variational parameters and, for
-        optimised inducing inputs, Z, as a :class:`gpdsl.parameters.ParameterTable`; X (N, D)
-        (its rows matter only to likelihoods and methods with per-point parameters)."""
+        """The model's parameters as a :class:`gpdsl.parameters.ParameterTable`.
+
+        The hyperparameters (kernel, likelihood), the method's variational parameters and, for
+        optimised inducing inputs, Z.
+
+        Parameters
+        ----------
+        X : ndarray, shape (N, D)
+            Training inputs (their rows matter only to likelihoods and methods with per-point
+            parameters).
+        Z : ndarray, shape (M, D), optional
+            Inducing inputs; entered as ``"inducing.Z"`` when the spec optimises them.
+        fixed : sequence of str, optional
+            Names held at their declared value.
+
+        Returns
+        -------
+        gpdsl.parameters.ParameterTable
+
+        Raises
+        ------
+        ValueError
+            If a name in ``fixed`` is not a parameter of the model.
+        """
         entries = (self.kernel.entries("kernel", X.shape[1], fixed)
                    + self.likelihood.entries("likelihood", X, fixed)
                    + self.inference.variational_entries(X.shape[0], Z, fixed))
@@ -184,8 +327,32 @@ class Model:
 
     @threads.managed
     def evaluate(self, values, X, y, Z, need_grad=True, need_state=False, warm=None):
-        """Run the inference method at natural hyperparameter ``values``; ``warm``: its local
-        state from the previous evaluation (EP/QP sites, Pólya-Gamma c) or None."""
+        """Run the inference method once at natural hyperparameter ``values``.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural-scale values keyed as in :meth:`parameter_table` (``"kernel.variance"``, ...).
+        X : ndarray, shape (N, D)
+            Training inputs.
+        y : ndarray, shape (N,)
+            Training targets (as ``likelihood.prepare_targets`` returns them).
+        Z : ndarray, shape (M, D) or None
+            Inducing inputs (None for methods without).
+        need_grad : bool, default True
+            Compute the gradients of the log evidence.
+        need_state : bool, default False
+            Build the predictive state a Posterior needs.
+        warm : object, optional
+            The method's local state from a previous evaluation (EP/QP sites, Pólya-Gamma c),
+            to start from; None starts afresh.
+
+        Returns
+        -------
+        gpdsl.methods.common.Evaluation
+            The log evidence (or bound), its gradients by name and d/dZ, the jitter used, and
+            the requested state.
+        """
         return self.inference.evaluate(self.kernel, self.likelihood, values, X, y, Z, need_grad=need_grad,
                                        need_state=need_state, warm=warm)
 
@@ -194,11 +361,52 @@ class Model:
             progress=False, callback=None, standardize=False, subsample=None):
         """Fit hyperparameters (and Z for ``gd.inducing.Optimized``) by maximising the evidence.
 
-        ``fixed``: names such as ``"likelihood.variance"`` held at their declared value.
-        ``restarts``: extra L-BFGS-B runs from random starts (log-hyperparameters perturbed by
-        N(0, 1); optimised Z re-drawn from the training inputs), the best by objective kept.
-        ``progress=True`` prints iteration, objective and gradient norm; ``callback`` receives
-        the same as a dict per iteration.
+        The objective is the method's log evidence or bound (e.g. Titsias (2009) eq. 16 for VFE)
+        plus the log prior of hyperparameters that carry one, maximised by L-BFGS-B on its
+        analytic gradient over the log of positive hyperparameters.
+
+        Parameters
+        ----------
+        X : array_like or Dask array, shape (N, D)
+            Training inputs.
+        y : array_like, shape (N,)
+            Training targets: reals for ``Gaussian``/``StudentT``, labels for ``Bernoulli``,
+            counts for ``Poisson``.
+        optimize : bool, default True
+            False evaluates the posterior at the declared hyperparameters without optimising.
+        fixed : str or sequence of str, default ()
+            Names such as ``"likelihood.variance"`` held at their declared value.
+        restarts : int, default 0
+            Extra L-BFGS-B runs from random starts (log-hyperparameters perturbed by N(0, 1);
+            optimised Z re-drawn from the training inputs), the best by objective kept.
+        seed : int or None, default 0
+            Seed of the restarts' and the subsample's random draws.
+        max_iter : int, default 1000
+            L-BFGS-B iteration cap per run.
+        progress : bool, default False
+            Print iteration, objective and gradient norm.
+        callback : callable, optional
+            Called each iteration with ``{"iteration", "objective", "grad_norm"}``.
+        standardize : bool, default False
+            Fit in standardised units (see below).
+        subsample : int, optional
+            Fit on this many rows drawn at random (see below).
+
+        Returns
+        -------
+        gpdsl.Posterior
+            The fitted hyperparameters, the optimal posterior's predictive state and the fit's
+            record (evidence, convergence, selection, ridge and constant-model flags).
+
+        Raises
+        ------
+        TypeError, ValueError
+            Invalid data or keyword arguments (the message names the argument); a ``fixed``
+            name that is not a parameter; ``subsample`` with per-row likelihood parameters or
+            ``q_updates="joint"``; an objective or evidence that leaves float64's range.
+
+        Notes
+        -----
 
         Inducing specs that select from the data (``gd.inducing.GreedyVariance``,
         ``GreedyBound``) select with the declared hyperparameters; with ``reinit=True`` the

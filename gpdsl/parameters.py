@@ -18,7 +18,19 @@ from .priors import as_prior, describe
 
 @dataclass(frozen=True, eq=False)
 class Fixed(ValueEquality):
-    """Hold a hyperparameter at ``value`` during fitting: ``SquaredExponential(variance=Fixed(1.0))``."""
+    """Hold a hyperparameter at ``value`` during fitting: ``SquaredExponential(variance=Fixed(1.0))``.
+
+    Parameters
+    ----------
+    value : float or ndarray
+        The value the hyperparameter keeps (a number, or an array such as ARD length-scales of
+        shape (D,)).
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is a prior, another ``Fixed``, a bool or not numeric.
+    """
 
     value: object
 

@@ -31,22 +31,60 @@ from .scaling import Standardization
 
 
 class Posterior:
-    """A fitted model.  ``log_evidence`` is the exact LML (Exact), the collapsed bound (VFE),
-    FITC's approximate LML, EP's approximation (EP, and QP, whose hyperparameters maximise EP's
-    evidence formula at EP's sites, or at QP's own with ``QP(hyperparameters="qp")``) or
-    the collapsed Pólya-Gamma bound (PolyaGamma); ``values`` holds the fitted natural
-    hyperparameters by name, ``sites`` the method's local state (EP/QP sites, Pólya-Gamma c),
-    ``selection`` the greedy inducing selection (indices, criterion) and ``reinit_history`` the
-    objective and M of each re-selection round and ``reinit_stop`` why that loop stopped
-    ("objective", "repeated_selection", "no_candidate" or "max_reinit"; None without the loop).
-    ``constant_model`` is True when the fit is no better than the constant model f = 0, and
-    ``ridge`` names a hyperparameter that ran away along an evidence ridge (see
-    :meth:`gpdsl.Model.fit`), else None.  ``standardization`` (a
-    :class:`gpdsl.scaling.Standardization`, or None) is the map from the data's units to those
-    of the fit (``fit(standardize=True)``): Z, the hyperparameters and q(u) are in the fit's
-    units, every prediction and the log evidence in the data's.  ``subsample`` is None, or for
-    ``fit(subsample=n)`` a dict: ``rows`` (n) and ``objective`` (the subsample fit's log evidence
-    plus log prior, in the fit's units)."""
+    """A fitted model, as ``Model.fit``, :func:`load` and :func:`from_xarray` return it.
+
+    Every argument is kept as the attribute of the same name.
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+        The fitted model's declaration.
+    values : dict of str to array_like
+        The fitted natural hyperparameters by name (``"kernel.lengthscale"``, ...).
+    state : gpdsl.methods.common.PredictiveState
+        What prediction needs: Z (M, D), whitened weights (M,) and correction (M, M), q(u), the
+        Cholesky factor.
+    log_evidence : float
+        The exact LML (Exact), the collapsed bound (VFE, Titsias (2009) eq. 16), FITC's
+        approximate LML, EP's approximation (EP, and QP, whose hyperparameters maximise EP's
+        evidence formula at EP's sites, or at QP's own with ``QP(hyperparameters="qp")``), the
+        collapsed Pólya-Gamma bound (PolyaGamma, Passerello (2021) eq. 4.7), the Laplace
+        approximation or the ELBO (SVGP, VGP); in the data's units.
+    log_prior : float, default 0.0
+        The log prior of the hyperparameters that carry one, at ``values``.
+    converged : bool, default True
+        Whether the optimiser and the method's own iteration converged.
+    n_iterations : int, default 0
+        L-BFGS-B iterations.
+    jitter : float, default 0.0
+        The jitter used, as a multiple of the mean diagonal.
+    priors : dict of str to str, optional
+        Descriptions of the priors by hyperparameter name.
+    fixed : sequence of str, default ()
+        Names of the hyperparameters held fixed.
+    sites : object, optional
+        The method's local state (EP/QP ``SiteState``, ``PolyaGammaState``, ``VariationalState``).
+    total_sweeps : int, default 0
+        Sweeps (or passes) of the method's local iteration over the whole fit.
+    selection : gpdsl.inducing.Selection, optional
+        The greedy inducing selection (indices, criterion).
+    reinit_history : list of dict, optional
+        ``{"M", "objective"}`` of each re-selection round.
+    constant_model : bool, default False
+        True when the fit is no better than the constant model f = 0.
+    ridge : str, optional
+        A hyperparameter that ran away along an evidence ridge (see :meth:`gpdsl.Model.fit`).
+    reinit_stop : str, optional
+        Why the re-selection loop stopped: "objective", "repeated_selection", "no_candidate" or
+        "max_reinit"; None without the loop.
+    standardization : gpdsl.scaling.Standardization, optional
+        The map from the data's units to those of the fit (``fit(standardize=True)``): Z, the
+        hyperparameters and q(u) are in the fit's units, every prediction and the log evidence
+        in the data's.
+    subsample : dict, optional
+        For ``fit(subsample=n)``: ``rows`` (n) and ``objective`` (the subsample fit's log
+        evidence plus log prior, in the fit's units).
+    """
 
     def __init__(self, model, values, state, log_evidence, log_prior=0.0, converged=True,
                  n_iterations=0, jitter=0.0, priors=None, fixed=(), sites=None, total_sweeps=0,
@@ -78,6 +116,7 @@ class Posterior:
 
     @property
     def n_features(self):
+        """int: the number of input features D the model was fitted on."""
         return self.state.Z.shape[1]
 
     @property
@@ -97,7 +136,29 @@ class Posterior:
         """Latent predictive mean and variance at X_new (n, D) -> two (n,) arrays.
 
         For a Dask X_new (or an xarray object backed by one) they are lazily evaluated Dask
-        arrays, one task per row block of X_new."""
+        arrays, one task per row block of X_new.
+
+        With b_* = L^-1 K_z* (L the state's Cholesky factor): mean b_*^T weights and variance
+        k_** - b_*^T correction b_* (:class:`gpdsl.methods.common.PredictiveState`); for VFE this
+        is Titsias (2009) eq. 17's phi(f_m) carried to f_*.
+
+        Parameters
+        ----------
+        X_new : array_like, shape (n, D)
+            New inputs in the data's units.
+
+        Returns
+        -------
+        mean : ndarray or dask.array.Array, shape (n,)
+            Latent predictive mean, in the data's units.
+        var : ndarray or dask.array.Array, shape (n,)
+            Latent predictive variance (clipped at 0), in the data's units.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Invalid inputs or a number of features other than the fit's.
+        """
         return self._latent(self._fit_inputs(X_new, lazy=True))
 
     def _latent(self, X_new):
@@ -129,7 +190,25 @@ class Posterior:
 
     @threads.managed
     def predict_f_full_cov(self, X_new):
-        """Latent predictive mean (n,) and full covariance (n, n) at X_new (joint, for sampling and KL)."""
+        """Latent predictive mean and full covariance at X_new (joint, for sampling and KL).
+
+        Parameters
+        ----------
+        X_new : array_like, shape (n, D)
+            New inputs in the data's units.
+
+        Returns
+        -------
+        mean : ndarray, shape (n,)
+            Latent predictive mean, in the data's units.
+        cov : ndarray, shape (n, n)
+            Symmetrised latent predictive covariance, in the data's units.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Invalid inputs or a number of features other than the fit's.
+        """
         X_new = self._fit_inputs(X_new)
         kernel, state = self.model.kernel, self.state
         with threads.bulk(float(X_new.shape[0]) ** 2 * state.Z.shape[0]):
@@ -138,8 +217,27 @@ class Posterior:
         return self._data_units(b.T @ state.weights, 0.5 * (cov + cov.T))
 
     def noise_variance(self, X_new, noise_variance=None):
-        """Observation-noise variances at X_new (the data's units), or None when they cannot be
-        known; ``noise_variance`` given is used as it is."""
+        """Observation-noise variances at X_new (the data's units), or None when they cannot be known.
+
+        Parameters
+        ----------
+        X_new : ndarray, shape (n, D)
+            Checked new inputs in the data's units.
+        noise_variance : float or array_like of shape (n,), optional
+            Variances to use as they are (checked and broadcast to (n,)).
+
+        Returns
+        -------
+        ndarray, shape (n,), or None
+            ``noise_variance`` if given; None for ``HeteroscedasticGaussian`` with known
+            training variances (they say nothing about new inputs); else the likelihood's noise
+            at X_new.
+
+        Raises
+        ------
+        TypeError, ValueError
+            A ``noise_variance`` that is not numeric, of another shape, negative or not finite.
+        """
         if noise_variance is not None:
             nv = as_float_array("predict", "noise_variance", noise_variance, allow_bool=False,
                                 expected="a number or an (n_new,) array of variances")
@@ -161,6 +259,25 @@ class Posterior:
 
         For ``HeteroscedasticGaussian(variance=...)`` (known training variances) y_var needs
         ``noise_variance=`` at the new inputs and is left out otherwise.
+
+        Parameters
+        ----------
+        X_new : array_like or Dask array, shape (n, D)
+            New inputs in the data's units; a Dask X_new gives lazily evaluated variables.
+        noise_variance : float or array_like of shape (n,), optional
+            Observation-noise variances at X_new (Gaussian likelihoods only), used instead of
+            the likelihood's.
+
+        Returns
+        -------
+        xarray.Dataset
+            Variables of dim ``obs`` (n,): ``f_mean``, ``f_var`` and the likelihood's
+            predictive (``y_mean``/``y_var``, or ``p``), in the data's units.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Invalid inputs, or ``noise_variance`` given to a non-Gaussian likelihood or invalid.
         """
         import xarray as xr
 
@@ -214,6 +331,24 @@ class Posterior:
 
         Gaussian: log N(y | f_mean, f_var + noise); Bernoulli: log p(y | x) for y in {0, 1},
         {-1, +1} or bool; Poisson: the negative-binomial predictive of the QP paper (eq. 122).
+
+        Parameters
+        ----------
+        X_new : array_like, shape (n, D)
+            New inputs in the data's units.
+        y_new : array_like, shape (n,)
+            Targets at X_new, coded as for ``fit``.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+            log p(y_new_i | X_new_i, training data), in the data's units.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Invalid inputs or targets, or an unknown noise variance at X_new (known-variance
+            heteroscedastic likelihood).
         """
         from .model import validate_targets
         X_new = validate_inputs(X_new, "X_new", self.n_features)
@@ -231,7 +366,34 @@ class Posterior:
 
     @threads.managed
     def to_inference_data(self, X_new, y_new, draws=1000, seed=0, chains=4):
-        """arviz.InferenceData at X_new, y_new: ``chains`` x ``draws`` independent draws (see :mod:`gpdsl.arviz_io`)."""
+        """arviz.InferenceData at X_new, y_new: ``chains`` x ``draws`` joint draws of f.
+
+        See :mod:`gpdsl.arviz_io`.
+
+        Parameters
+        ----------
+        X_new : array_like, shape (n, D)
+            Inputs where the latent function is drawn jointly.
+        y_new : array_like, shape (n,)
+            Targets at X_new, for the pointwise log-likelihood (``az.loo``, ``az.waic``).
+        draws : int, default 1000
+            Draws per chain.
+        seed : int or None, default 0
+            Seed of ``np.random.default_rng``.
+        chains : int, default 4
+            Number of chains.
+
+        Returns
+        -------
+        arviz.InferenceData
+            Groups posterior (``f``), posterior_predictive (``y``), log_likelihood (``y``), each
+            (chains, draws, n); observed_data; constant_data (X and the hyperparameters).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`gpdsl.arviz_io.to_inference_data`.
+        """
         from .arviz_io import to_inference_data
         return to_inference_data(self, X_new, y_new, draws=draws, seed=seed, chains=chains)
 
@@ -328,6 +490,13 @@ class Posterior:
         path : str or os.PathLike
             The file to write, ending in ``.nc``.  A symbolic link is followed: its target is
             replaced.  An existing file keeps its permission bits.
+
+        Raises
+        ------
+        TypeError
+            If ``path`` is not a str or os.PathLike.
+        ValueError
+            If ``path`` does not end in ``.nc``.
         """
         path = _check_path("save", path)
         if os.path.splitext(path)[1].lower() != ".nc":
@@ -442,6 +611,7 @@ def from_xarray(ds):
     Parameters
     ----------
     ds : xarray.Dataset
+        As :meth:`Posterior.to_xarray` wrote it.
 
     Returns
     -------
@@ -467,6 +637,7 @@ def load(path):
     Parameters
     ----------
     path : str or os.PathLike
+        A ``.nc`` file written by :meth:`Posterior.save`.
 
     Returns
     -------

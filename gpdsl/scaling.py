@@ -64,28 +64,93 @@ class Standardization(ValueEquality):
 
     @classmethod
     def of(cls, X, y=None):
-        """The standardisation of the training inputs X (N, D) and, if given, targets y (N,)."""
+        """The standardisation of the training inputs and, if given, targets.
+
+        Parameters
+        ----------
+        X : ndarray, shape (N, D)
+            Training inputs: column means and standard deviations (0 replaced by 1).
+        y : ndarray, shape (N,), optional
+            Training targets; without them the targets are left as they are (mean 0, scale 1).
+
+        Returns
+        -------
+        Standardization
+        """
         x_mean, x_scale = X.mean(axis=0), _scale(X.std(axis=0))
         if y is None:
             return cls(x_mean, x_scale)
         return cls(x_mean, x_scale, float(np.mean(y)), float(_scale(np.std(y))))
 
     def inputs(self, X):
-        """Inputs in standardised units, (n, D)."""
+        """Inputs in standardised units, (x - x_mean) / x_scale.
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+            Inputs in the data's units.
+
+        Returns
+        -------
+        ndarray, shape (n, D)
+        """
         return (X - self.x_mean) / self.x_scale
 
     def targets(self, y):
-        """Targets in standardised units, (n,)."""
+        """Targets in standardised units, (y - y_mean) / y_scale.
+
+        Parameters
+        ----------
+        y : ndarray, shape (n,)
+            Targets in the data's units.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+        """
         return (y - self.y_mean) / self.y_scale
 
     def mean(self, f):
-        """A mean (or draw) from standardised units back to the data's."""
+        """A mean (or draw) from standardised units back to the data's: y_mean + y_scale f.
+
+        Parameters
+        ----------
+        f : float or ndarray
+            Latent or observation means (or draws) in standardised units.
+
+        Returns
+        -------
+        float or ndarray
+            Same shape as ``f``.
+        """
         return self.y_mean + self.y_scale * f
 
     def variance(self, v):
-        """A variance (or covariance) from standardised units back to the data's."""
+        """A variance (or covariance) from standardised units back to the data's: y_scale^2 v.
+
+        Parameters
+        ----------
+        v : float or ndarray
+            Variances, shape (n,), or a covariance, shape (n, n), in standardised units.
+
+        Returns
+        -------
+        float or ndarray
+            Same shape as ``v``.
+        """
         return self.y_scale ** 2 * v
 
     def log_jacobian(self, n):
-        """log |d y_std / d y| of n targets: added to a standardised log density to give the data's."""
+        """log |d y_std / d y| of n targets: added to a standardised log density to give the data's.
+
+        Parameters
+        ----------
+        n : int
+            Number of targets.
+
+        Returns
+        -------
+        float
+            -n log y_scale.
+        """
         return -n * np.log(self.y_scale)

@@ -109,8 +109,26 @@ def _decode_scipy(value, where):
 
 
 def check_keys(where, table, known, required=()):
-    """Raise a ValueError naming ``where`` for a key of ``table`` outside ``known`` or a missing
-    ``required`` one: a misspelt key would otherwise be dropped and its default used silently."""
+    """Raise a ValueError naming ``where`` for a key of ``table`` outside ``known`` or a missing ``required`` one.
+
+    A misspelt key would otherwise be dropped and its default used silently.
+
+    Parameters
+    ----------
+    where : str
+        The table's place in the model (``kernel.kernels[1] (Matern52)``), for messages.
+    table : dict
+        The table as read.
+    known : collection of str
+        The keys it may have.
+    required : sequence of str, optional
+        The keys it must have.
+
+    Raises
+    ------
+    ValueError
+        An unknown or a missing key.
+    """
     unknown = sorted(set(table) - set(known))
     if unknown:
         raise ValueError(f"{where}: unknown keys {unknown}; known: {sorted(known)}")
@@ -159,6 +177,26 @@ def _decode(value, where="value"):
 
 
 def component_to_dict(obj):
+    """One component as a ``{"type": "<ClassName>", <field>: <value>, ...}`` dict.
+
+    Parameters
+    ----------
+    obj : Kernel, Likelihood, InducingSpec or Inference
+        A component dataclass; ``Sum``/``Product`` write ``kernels`` as a list of tables,
+        ``Optimized`` its ``init``.
+
+    Returns
+    -------
+    dict
+        Field values encoded for TOML: arrays as lists, ``Fixed`` as ``{"fixed": ...}``, priors
+        as ``{"prior": ...}`` tables; a None field is omitted where None is its default and
+        written as ``"none"`` otherwise.
+
+    Raises
+    ------
+    ValueError
+        A scipy prior whose distribution cannot be found by name in ``scipy.stats``.
+    """
     if isinstance(obj, ker._Composite):
         return {"type": type(obj).__name__, "kernels": [component_to_dict(k) for k in obj.kernels]}
     if isinstance(obj, ind.Optimized):
@@ -241,11 +279,42 @@ def _component(part, spec, where):
 
 
 def model_to_dict(model):
+    """A model as a plain dict of its parts (what ``Model.to_dict`` returns).
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+        The model.
+
+    Returns
+    -------
+    dict
+        ``{"kernel": ..., "likelihood": ..., "inducing": ..., "inference": ...}``, each as
+        :func:`component_to_dict` writes it; a part that is None is omitted.
+    """
     return {part: component_to_dict(getattr(model, part)) for part in _PARTS
             if getattr(model, part) is not None}
 
 
 def model_from_dict(spec):
+    """The model a plain dict declares (what ``Model.from_dict`` returns).
+
+    Parameters
+    ----------
+    spec : dict
+        Sections ``kernel`` and ``likelihood`` (required), ``inducing`` and ``inference``
+        (optional), each a component table; ``data``, ``fit`` and ``output`` are allowed and
+        ignored.
+
+    Returns
+    -------
+    gpdsl.Model
+
+    Raises
+    ------
+    ValueError
+        An unknown section, a missing kernel or likelihood, or a bad component table.
+    """
     from .model import Model
     unknown = set(spec) - set(_PARTS) - {"data", "fit", "output"}
     if unknown:
@@ -258,7 +327,27 @@ def model_from_dict(spec):
 
 
 def model_from_toml(path):
-    """Read a TOML model file; returns ``(model, config)`` where config has data/fit/output."""
+    """Read a TOML model file.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The model file; a relative ``[data] path`` in it is taken relative to the file's folder.
+
+    Returns
+    -------
+    model : gpdsl.Model
+        The declared model.
+    config : dict
+        ``{"data": {...}, "fit": {...}, "output": {...}}``, each table empty where absent.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no such file.
+    ValueError
+        Invalid TOML, a data/fit/output entry that is not a table, or a bad component table.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"model file not found: {path}")

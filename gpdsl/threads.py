@@ -50,6 +50,11 @@ def set_num_threads(n=None):
         when gpdsl is called (environment variables, an enclosing
         ``threadpoolctl.threadpool_limits``), reduced to the cores other processes leave free.
         gpdsl's loops of small products use one thread either way.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is neither None nor a positive integer.
     """
     global _requested
     if n is not None and (not is_integer(n) or n < 1):
@@ -60,7 +65,14 @@ def set_num_threads(n=None):
 
 
 def get_num_threads():
-    """The number of BLAS threads gpdsl's large products would use if called now."""
+    """The number of BLAS threads gpdsl's large products would use if called now.
+
+    Returns
+    -------
+    int
+        Inside a running fit, that fit's bulk count; else ``set_num_threads``'s value, or the
+        automatic count (the BLAS setting in force, capped by the cores and the free cores).
+    """
     bulk = getattr(_state, "bulk", None)
     return bulk if bulk is not None else _bulk_count(_ambient_threads())
 
@@ -94,7 +106,13 @@ def _bulk_count(ambient):
 
 @contextmanager
 def limit(n):
-    """BLAS limited to ``n`` threads inside the block (a no-op without BLAS libraries)."""
+    """Context manager: BLAS limited to ``n`` threads inside the block (a no-op without BLAS libraries).
+
+    Parameters
+    ----------
+    n : int
+        The thread count.
+    """
     with _blas_controller().limit(limits=int(n)):
         yield
 
@@ -103,7 +121,18 @@ def managed(func):
     """Run ``func`` with one BLAS thread, remembering the bulk thread count for :func:`bulk`.
 
     Nested managed calls keep the outermost region's count (the inner one would read the one
-    thread the outer one set)."""
+    thread the outer one set).
+
+    Parameters
+    ----------
+    func : callable
+        The entry point to wrap (``Model.fit``, ``Posterior.predict``, ...).
+
+    Returns
+    -------
+    callable
+        ``func`` wrapped, with its name and docstring.
+    """
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         if getattr(_state, "bulk", None) is not None:
@@ -119,9 +148,17 @@ def managed(func):
 
 @contextmanager
 def bulk(flops):
-    """Inside a :func:`managed` region, raise BLAS to the region's bulk thread count for a pass
-    of ``flops`` flops if that is at least :data:`BULK_FLOPS`; otherwise leave it as it is (one
-    thread inside a region; the user's own setting outside one)."""
+    """Context manager: raise BLAS to the region's bulk thread count for a large pass.
+
+    Inside a :func:`managed` region, a pass of at least :data:`BULK_FLOPS` flops runs with the
+    region's bulk count; otherwise BLAS is left as it is (one thread inside a region; the
+    user's own setting outside one).
+
+    Parameters
+    ----------
+    flops : float
+        The pass's work, about N M^2.
+    """
     count = getattr(_state, "bulk", None)
     if count is None or count == 1 or flops < BULK_FLOPS:
         yield

@@ -27,6 +27,21 @@ class PredictiveState:
       reached 1000x the kernel variance once the fitted noise fell to ~1e-29).
 
     ``q_mean`` (M,) and ``q_cov`` (M, M) are the Gaussian q(u) (for Exact: the posterior of f at X).
+
+    Parameters
+    ----------
+    Z : ndarray, shape (M, D)
+        Inducing inputs (X for the dense methods, M = N).
+    weights : ndarray, shape (M,)
+        Whitened predictive weights.
+    correction : ndarray, shape (M, M)
+        Whitened variance correction (I - B^-1, or I for the dense methods).
+    q_mean : ndarray, shape (M,)
+        Mean of q(u).
+    q_cov : ndarray, shape (M, M)
+        Covariance of q(u).
+    chol : ndarray, shape (M, M)
+        Lower Cholesky factor L that whitens K_z*.
     """
 
     Z: np.ndarray
@@ -37,13 +52,43 @@ class PredictiveState:
     chol: np.ndarray
 
     def basis(self, Kzs):
-        """b_* (M, n) from K_z* (M, n)."""
+        """The whitened basis b_* = chol^-1 K_z*.
+
+        Parameters
+        ----------
+        Kzs : ndarray, shape (M, n)
+            Cross-covariance K_z* between Z and n new inputs.
+
+        Returns
+        -------
+        ndarray, shape (M, n)
+        """
         return whiten(self.chol, Kzs)
 
 
 @dataclass
 class Evaluation:
-    """One evaluation of an inference method at fixed hyperparameters."""
+    """One evaluation of an inference method at fixed hyperparameters.
+
+    Parameters
+    ----------
+    log_evidence : float
+        The method's log evidence or bound.
+    grads : dict of str to ndarray
+        d log_evidence / d natural hyperparameter value, by name.
+    dZ : ndarray, shape (M, D), or None
+        d log_evidence / d Z (None when not computed).
+    jitter : float
+        Multiple of mean(diag) actually added (ladder or fixed).
+    state : PredictiveState or None
+        The predictive state (with ``need_state``).
+    warm : object, optional
+        EP/QP sites, Pólya-Gamma c, variational q: the local state that warm-starts the next
+        evaluation.
+    pseudo_data : tuple of ndarray, optional
+        (weights w (N,), weighted targets r (N,)) of the Gaussian pseudo-regression the method
+        amounts to (noise 1/w, targets r/w), read by greedy inducing selection.
+    """
 
     log_evidence: float
     grads: dict                 # d log_evidence / d natural hyperparameter value
@@ -70,6 +115,19 @@ class LocalStateFormat:
     kinds :mod:`gpdsl.posterior` validates; ``export(state, total) -> (variables, attributes)``
     gives xarray's (dims, values) pairs and the attributes, where ``total`` counts the passes of
     the whole fit; ``load(ds) -> (state, total)`` reads them back.
+
+    Parameters
+    ----------
+    name : str
+        The ``local_state`` attribute.
+    variables : dict of str to (tuple of str, str)
+        Variable name -> (dims, kind).
+    attributes : dict of str to str
+        Attribute name -> kind.
+    export : callable
+        ``export(state, total) -> (variables, attributes)``.
+    load : callable
+        ``load(ds) -> (state, total)``.
     """
 
     name: str
@@ -84,7 +142,17 @@ class VariationalState:
     """A variational method's q, moved to its optimum at each evaluation by natural-gradient
     steps (SVGP, VGP with ``q_updates="natural"``): ``q`` maps the ``"variational.*"`` names to
     arrays; ``sweeps`` counts the steps of the last evaluation, ``converged`` says whether its last
-    step gained less than the method's ``q_tol``."""
+    step gained less than the method's ``q_tol``.
+
+    Parameters
+    ----------
+    q : dict of str to ndarray
+        The variational parameters by name (``"variational.q_mu"``, ...).
+    sweeps : int, default 0
+        Natural-gradient steps of the last evaluation.
+    converged : bool, default False
+        Whether those steps converged.
+    """
 
     q: dict
     sweeps: int = 0
@@ -92,9 +160,20 @@ class VariationalState:
 
 
 def variational_state_format(dims):
-    """The :class:`LocalStateFormat` of a :class:`VariationalState` whose arrays are named
-    ``"variational.<name>"`` with ``dims`` = {name: dimension}; in the file they are the
-    variables ``variational_<name>``."""
+    """The :class:`LocalStateFormat` of a :class:`VariationalState`.
+
+    Parameters
+    ----------
+    dims : dict of str to str
+        ``{name: dimension}`` of the arrays named ``"variational.<name>"``; in the file they
+        are the variables ``variational_<name>`` along that dimension.
+
+    Returns
+    -------
+    LocalStateFormat
+        Named ``"variational_q"``, with attributes ``q_steps_final``, ``q_converged`` and
+        ``q_total_steps``.
+    """
 
     def export(state, total_steps):
         variables = {f"variational_{name}": (dim, state.q[f"variational.{name}"]) for name, dim in dims.items()}
@@ -142,6 +221,20 @@ def next_step_size(rho, before, after):
     contracts without oscillating (mu in [0, 1)), ~1/2 for an oscillating mode (mu ~ -1, which
     rho = 1 leaves at |lambda| ~ 1 step after step while the bound creeps up); where the residual
     grew along itself (mu >= 1) rho is kept.
+
+    Parameters
+    ----------
+    rho : float
+        The step size just taken, in (0, 1].
+    before : ndarray, shape (P,)
+        The flattened residual before the step.
+    after : ndarray, shape (P,)
+        The flattened residual after it.
+
+    Returns
+    -------
+    float
+        The next step size (``rho`` itself when ``before`` is 0).
     """
     bb = float(before @ before)
     if bb == 0.0:
@@ -162,8 +255,33 @@ def damped_natural_steps(natural, target, elbo, at, tol, max_iter, polish=False)
     the largest natural parameter; the gain is quadratic in the residual, so a gain test alone
     leaves a gradient of order sqrt(tol) in q, measured 1e-5 at tol = 1e-10), or loses less than ``tol`` (rounding
     at the optimum; that step is not taken); after a step the next rho is
-    :func:`next_step_size`.  Returns (the ``point`` of the last step taken or None, steps taken,
-    converged)."""
+    :func:`next_step_size`.
+
+    Parameters
+    ----------
+    natural : tuple of ndarray
+        The starting natural parameters.
+    target : tuple of ndarray
+        The fixed-point map's value at ``natural`` (same shapes).
+    elbo : float
+        The bound at ``natural``.
+    at : callable
+        ``at(candidate) -> (elbo, target, point)``; may raise LinAlgError or FloatingPointError.
+    tol : float
+        Gain (nats) below which the steps are converged.
+    max_iter : int
+        Most steps taken.
+    polish : bool, default False
+        Also require the fixed-point residual below ``NATGRAD_RESIDUAL_PER_TOL * tol``.
+
+    Returns
+    -------
+    point : object or None
+        ``at``'s ``point`` of the last step taken (None when none was).
+    n_steps : int
+        Steps taken.
+    converged : bool
+    """
     def flat(parts):
         return np.concatenate([np.ravel(p) for p in parts])
 

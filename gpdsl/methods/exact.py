@@ -20,7 +20,36 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, jitter=None, chunk_siz
              need_grad=True, need_state=False):
     """Exact log marginal likelihood; X (N, D), y (N,).  ``Z`` and ``chunk_size`` are unused.
 
-    The O(N^3) factorisation and inverse use the bulk BLAS thread count (gpdsl.threads)."""
+    The O(N^3) factorisation and inverse use the bulk BLAS thread count (gpdsl.threads).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    likelihood : gpdsl.likelihoods.Likelihood
+        Gaussian or HeteroscedasticGaussian (its ``noise``).
+    values : dict of str to ndarray
+        Natural hyperparameter values.
+    X : ndarray, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Targets.
+    Z : None, optional
+        Unused.
+    jitter : float or None, optional
+        Jitter of K_ff + noise (None: the ladder).
+    chunk_size : int, optional
+        Unused.
+    need_grad : bool, default True
+        Compute the gradients (kernel and noise hyperparameters).
+    need_state : bool, default False
+        Build the predictive state (Z = X).
+
+    Returns
+    -------
+    gpdsl.methods.common.Evaluation
+        log p(y) of R&W eq. 2.30, its gradients (eq. 5.9), the pseudo-data (1/noise, y/noise).
+    """
     with threads.bulk(float(X.shape[0]) ** 3):
         return _evaluate(kernel, likelihood, values, X, y, jitter, need_grad, need_state)
 

@@ -50,7 +50,23 @@ def _announce(kernel, args, quantile):
 
 @dataclass
 class SiteState:
-    """Site parameters carried between evaluations (warm start) and reported in the result."""
+    """Site parameters carried between evaluations (warm start) and reported in the result.
+
+    Parameters
+    ----------
+    tau : ndarray, shape (N,)
+        Site precisions.
+    nu : ndarray, shape (N,)
+        Site locations (precision x mean).
+    sweeps : int, default 0
+        Sweeps of the last run.
+    converged : bool, default False
+        Whether the largest site change fell below the tolerance.
+    damping : float, default 0.0
+        The damping in force at the end (raised by the oscillation guard).
+    skipped : int, default 0
+        Sites skipped in the last sweep.
+    """
 
     tau: np.ndarray
     nu: np.ndarray
@@ -82,7 +98,17 @@ SITES_FORMAT = LocalStateFormat(
 
 
 class DensePrior:
-    """Posterior Sigma = (K^-1 + T)^-1 through B = I + T^1/2 K T^1/2 (GPML's stable form)."""
+    """Posterior Sigma = (K^-1 + T)^-1 through B = I + T^1/2 K T^1/2 (GPML's stable form).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    values : dict of str to ndarray
+        Natural hyperparameter values.
+    X : ndarray, shape (N, D)
+        Training inputs.
+    """
 
     # B is positive definite for any PSD K and tau >= 0, so the dense prior needs no jitter.
     jitter = 0.0
@@ -91,6 +117,15 @@ class DensePrior:
         self.K = kernel.gram(values, "kernel", X, X)
 
     def refresh(self, tau, nu):
+        """Sigma = K - V^T V, mu = Sigma nu and log |B| from the sites (GPML's stable form, R&W section 3.6).
+
+        Parameters
+        ----------
+        tau : ndarray, shape (N,)
+            Site precisions, >= 0.
+        nu : ndarray, shape (N,)
+            Site locations.
+        """
         sw = np.sqrt(tau)
         B = np.eye(len(tau)) + sw[:, None] * self.K * sw[None, :]
         LB, _ = cholesky(B, 0.0, what="I + T^1/2 K T^1/2")
@@ -100,9 +135,44 @@ class DensePrior:
         self.log_det_B = 2.0 * np.sum(np.log(np.diag(LB)))
 
     def marginals(self):
+        """Copies of diag(Sigma) and mu.
+
+        Returns
+        -------
+        var : ndarray, shape (N,)
+            Posterior marginal variances.
+        mean : ndarray, shape (N,)
+            Posterior marginal means.
+        """
         return np.diag(self.Sigma).copy(), self.mu.copy()
 
     def sequential_sweep(self, tau, nu, y, param, kind, quantile, damping, table, grid):
+        """One sequential sweep with rank-1 updates of Sigma and mu (R&W Algorithm 3.5).
+
+        Parameters
+        ----------
+        tau, nu : ndarray, shape (N,)
+            Site precisions and locations, updated in place.
+        y : ndarray, shape (N,)
+            Coded targets.
+        param : tuple of float or float
+            The likelihood's parameters (see :mod:`gpdsl._jit.ep_sweeps`).
+        kind : int
+            The tilted-moment routine's code.
+        quantile : bool or None
+            QP's projection (True), EP's (False or None; None compiles EP's alone).
+        damping : float
+            Weight kept on the old site, in [0, 1).
+        table, grid : ndarray or None
+            The QP probit lookup table and its grid, or None.
+
+        Returns
+        -------
+        max_change : float
+            Largest change of a site parameter.
+        skipped : int
+            Sites skipped because their cavity precision was not positive.
+        """
         args = (self.Sigma, self.mu, tau, nu, y, param, kind, quantile, damping, table, grid)
         _announce(ep_sweeps.dense_sequential_sweep, args, quantile)
         return ep_sweeps.dense_sequential_sweep(*args)
@@ -118,7 +188,28 @@ class FITCPrior:
     p -> L_u^-1 p, M -> L_u^T M L_u, gamma -> L_u^T gamma.  In the natural basis M carries
     cond(K_uu) (~1e17 for duplicated inputs or length-scales of hundreds) and the marginals lost
     every digit; in the whitened basis M = B^-1 with B = I + A0^T W A0, whose eigenvalues lie in
-    (0, 1]."""
+    (0, 1].
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    values : dict of str to ndarray
+        Natural hyperparameter values.
+    X : ndarray, shape (N, D)
+        Training inputs.
+    Z : ndarray, shape (M, D)
+        Inducing inputs.
+    jitter : float or None
+        Jitter of K_uu (None: the dynamic ladder).
+    chunk_size : int or None
+        Rows per block of the O(N M^2) passes (None: automatic).
+
+    Raises
+    ------
+    gpdsl.NotPositiveDefiniteError
+        If K_uu cannot be factorised.
+    """
 
     def __init__(self, kernel, values, X, Z, jitter, chunk_size):
         Lu, self.jitter = cholesky(kernel.gram(values, "kernel", Z, Z), jitter, what="K_uu")
@@ -131,7 +222,15 @@ class FITCPrior:
 
         With W = diag(tau / (1 + d0 tau)): B = I + A0^T W A0 (the whitened Sigma_u), M = B^-1,
         P = diag(1 / (1 + d0 tau)) A0 and gamma = M P^T nu; log |B| is the log-determinant the
-        evidence needs.  B's eigenvalues are >= 1, so its Cholesky cannot fail."""
+        evidence needs.  B's eigenvalues are >= 1, so its Cholesky cannot fail.
+
+        Parameters
+        ----------
+        tau : ndarray, shape (N,)
+            Site precisions, >= 0.
+        nu : ndarray, shape (N,)
+            Site locations.
+        """
         scale = 1.0 + self.d0 * tau
         w = tau / scale
 
@@ -148,9 +247,46 @@ class FITCPrior:
         self.log_det_B = np.sum(np.log(scale)) + 2.0 * np.sum(np.log(np.diag(LB)))
 
     def marginals(self):
+        """Marginals d_i + p_i^T M p_i and nu_i + p_i^T gamma (Naish-Guzman & Holden section 3).
+
+        Returns
+        -------
+        var : ndarray, shape (N,)
+            Posterior marginal variances.
+        mean : ndarray, shape (N,)
+            Posterior marginal means.
+        """
         return self.d + np.einsum("ij,ij->i", self.P @ self.Minv, self.P), self.nu_vec + self.P @ self.gamma
 
     def sequential_sweep(self, tau, nu, y, param, kind, quantile, damping, table, grid):
+        """One sequential sweep with O(M^2) site updates in blocks (Naish-Guzman & Holden section 3).
+
+        A site whose update would lose definiteness triggers a refresh and is skipped.
+
+        Parameters
+        ----------
+        tau, nu : ndarray, shape (N,)
+            Site precisions and locations, updated in place.
+        y : ndarray, shape (N,)
+            Coded targets.
+        param : tuple of float or float
+            The likelihood's parameters (see :mod:`gpdsl._jit.ep_sweeps`).
+        kind : int
+            The tilted-moment routine's code.
+        quantile : bool or None
+            QP's projection (True), EP's (False or None; None compiles EP's alone).
+        damping : float
+            Weight kept on the old site, in [0, 1).
+        table, grid : ndarray or None
+            The QP probit lookup table and its grid, or None.
+
+        Returns
+        -------
+        max_change : float
+            Largest change of a site parameter.
+        skipped : int
+            Sites skipped because their cavity precision was not positive.
+        """
         max_change, skipped, start = 0.0, 0, 0
         while True:
             # Blocked delayed updates (ep_sweeps.FITC_BLOCK sites per level-3 BLAS block), the same
@@ -179,7 +315,23 @@ class ChunkedFITCPrior:
     refresh and each marginals call is one pass of Dask tasks over X's row blocks that forms its
     block of A0 again (O(N M^2) work, as the refresh's own product) and returns M x M / M-vector
     partial sums or per-row results.  For the parallel schedule only (the sequential sweep
-    updates the factors row by row)."""
+    updates the factors row by row).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    values : dict of str to ndarray
+        Natural hyperparameter values.
+    X : Dask array, shape (N, D)
+        Training inputs.
+    Z : ndarray, shape (M, D)
+        Inducing inputs.
+    jitter : float or None
+        Jitter of K_uu (None: the dynamic ladder).
+    chunk_size : int or None
+        Rows per block of the O(N M^2) passes (None: automatic).
+    """
 
     def __init__(self, kernel, values, X, Z, jitter, chunk_size):
         self.Lu, self.jitter = cholesky(kernel.gram(values, "kernel", Z, Z), jitter, what="K_uu")
@@ -188,7 +340,15 @@ class ChunkedFITCPrior:
         self.chunk = chunk_size
 
     def refresh(self, tau, nu):
-        """As :meth:`FITCPrior.refresh`: B = I + A0^T W A0 and A0^T (nu / (1 + d0 tau)) from one pass."""
+        """As :meth:`FITCPrior.refresh`: B = I + A0^T W A0 and A0^T (nu / (1 + d0 tau)) from one pass.
+
+        Parameters
+        ----------
+        tau : ndarray, shape (N,)
+            Site precisions, >= 0.
+        nu : ndarray, shape (N,)
+            Site locations.
+        """
         scale = 1.0 + self.d0 * tau
         w = tau / scale
         (B, Pt_nu), _ = map_rows(partial(_refresh_block, self.block), (self.X, w, nu / scale), self.chunk)
@@ -201,6 +361,15 @@ class ChunkedFITCPrior:
         self.log_det_B = np.sum(np.log(scale)) + 2.0 * np.sum(np.log(np.diag(LB)))
 
     def marginals(self):
+        """As :meth:`FITCPrior.marginals`, from one pass over X's row blocks.
+
+        Returns
+        -------
+        var : ndarray, shape (N,)
+            Posterior marginal variances.
+        mean : ndarray, shape (N,)
+            Posterior marginal means.
+        """
         _, (quad, shift) = map_rows(partial(_marginal_block, self.block, self.Minv, self.gamma),
                                     (self.X, self.scale), self.chunk)
         return self.d + quad, self.nu_vec + shift
@@ -248,7 +417,35 @@ def qp_lookup_table():
 def run_sites(prior, y, site, spec, warm, quantile):
     """Sweep until the largest site change is below ``spec.tol`` or ``spec.max_sweeps``;
     ``site`` is the likelihood's :class:`gpdsl.likelihoods.SiteModel`; ``quantile`` selects the QP
-    projection instead of EP's moment matching."""
+    projection instead of EP's moment matching.
+
+    Parameters
+    ----------
+    prior : DensePrior, FITCPrior or ChunkedFITCPrior
+        The prior, refreshed after every sweep.
+    y : ndarray, shape (N,)
+        Coded targets.
+    site : gpdsl.likelihoods.SiteModel
+        The likelihood's site model.
+    spec : gpdsl.inference.EP or gpdsl.inference.QP
+        The declaration.
+    warm : SiteState, optional
+        Sites to start from (used when there are N of them); None starts from zero sites (Poisson:
+        from the positive branch).
+    quantile : bool or None
+        True for QP's projection; False or None for EP's (None when the caller wants EP only).
+
+    Returns
+    -------
+    SiteState
+        The sites, the sweep count, whether they converged and the final damping.
+
+    References
+    ----------
+    Rasmussen & Williams (2006), Algorithm 3.5 (dense sweeps); Naish-Guzman & Holden (2007),
+    section 3 (FITC site updates and refresh); Zhang et al. (2020), eq. 7 and Appendix C (QP's
+    projection, sigma* = int phi(Phi^-1(F(f))) df).
+    """
     # The kernels' projection arguments (gpdsl._jit.ep_sweeps): without a lookup table, the
     # likelihood's parameters as a tuple and quantile=None for EP select at compile time, so that
     # a fit compiles only its likelihood's and method's code; QP's fits choose EP or QP at run
@@ -304,7 +501,37 @@ def cavity_terms(prior, state, y, site, quantile=None):
     marginals.
 
     EP's moments whatever ``quantile``: False (QP's fits) instead of None only reuses the
-    projection compiled for the sweeps of a QP fit (gpdsl._jit.projections.site_projection)."""
+    projection compiled for the sweeps of a QP fit (gpdsl._jit.projections.site_projection).
+
+    Parameters
+    ----------
+    prior : DensePrior, FITCPrior or ChunkedFITCPrior
+        The prior, refreshed at ``state``'s sites.
+    state : SiteState
+        The converged sites.
+    y : ndarray, shape (N,)
+        Coded targets.
+    site : gpdsl.likelihoods.SiteModel
+        The likelihood's site model.
+    quantile : bool or None, optional
+        As for the sweeps; the moments are EP's either way.
+
+    Returns
+    -------
+    log_z : ndarray, shape (N,)
+        log Z_i of the tilted distributions.
+    param_grads : ndarray, shape (len(site.params),)
+        d sum_i log Z_i / d theta at fixed cavities.
+    tau_cav, nu_cav : ndarray, shape (N,)
+        Cavity precisions and locations.
+    mean : ndarray, shape (N,)
+        Posterior marginal means.
+
+    Raises
+    ------
+    FloatingPointError
+        If the posterior lost positive definiteness (a cavity precision <= 0).
+    """
     var, mean = prior.marginals()
     with np.errstate(divide="ignore", invalid="ignore"):
         tau_cav = 1.0 / var - state.tau
@@ -325,7 +552,25 @@ def cavity_terms(prior, state, y, site, quantile=None):
 
 
 def log_evidence(prior, state, log_z, tau_cav, nu_cav, mean):
-    """EP log evidence (Rasmussen & Williams eq. 3.65; GPML infEP's stable form, zero prior mean)."""
+    """EP log evidence (Rasmussen & Williams eq. 3.65; GPML infEP's stable form, zero prior mean).
+
+    Parameters
+    ----------
+    prior : DensePrior, FITCPrior or ChunkedFITCPrior
+        The prior refreshed at the sites (its ``log_det_B``).
+    state : SiteState
+        The sites.
+    log_z : ndarray, shape (N,)
+        log Z_i of the tilted distributions.
+    tau_cav, nu_cav : ndarray, shape (N,)
+        Cavity precisions and locations.
+    mean : ndarray, shape (N,)
+        Posterior marginal means.
+
+    Returns
+    -------
+    float
+    """
     tt, tn = state.tau, state.nu
     return float(-0.5 * prior.log_det_B + np.sum(log_z) + 0.5 * tn @ mean
                  + 0.5 * nu_cav @ ((tt / tau_cav * nu_cav - 2.0 * tn) / (tt + tau_cav))
@@ -337,6 +582,40 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
 
     ``spec`` is the gd.inference.EP / QP declaration; ``warm`` a :class:`SiteState` to start from.
     ``spec.jitter`` applies to K_uu of FITC-EP (the dense form needs none).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    likelihood : gpdsl.likelihoods.Likelihood
+        The observation model (its :meth:`~gpdsl.likelihoods.Likelihood.site_model`).
+    values : dict of str to ndarray
+        Natural hyperparameter values.
+    X : ndarray or Dask array, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Coded targets.
+    Z : ndarray, shape (M, D), optional
+        Inducing inputs: the FITC prior with them, the dense prior without.
+    spec : gpdsl.inference.EP or gpdsl.inference.QP
+        The declaration (damping, max_sweeps, tol, schedule, jitter, chunk_size, QP options).
+    warm : SiteState, optional
+        Sites to start from (used when there are N of them); None starts from zero sites (Poisson:
+        from the positive branch).
+    need_grad : bool, default True
+        Compute the gradients.
+    need_state : bool, default False
+        Build the predictive state.
+
+    Returns
+    -------
+    gpdsl.methods.common.Evaluation
+
+    References
+    ----------
+    Rasmussen & Williams (2006), section 3.6 and eq. 3.65 (dense EP evidence); Naish-Guzman &
+    Holden (2007), sections 3-4 (FITC-EP, its evidence gradients in the kernel, Z and the probit
+    bias); Zhang et al. (2020), eq. 4 (QP's hyperparameters by EP's evidence formula).
     """
     site = likelihood.site_model(values, "likelihood")
     prior = _prior(kernel, values, X, Z, spec)
@@ -373,7 +652,32 @@ def _prior(kernel, values, X, Z, spec):
 
 
 def qp_sites(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None):
-    """QP's sites swept to convergence at ``values`` from ``warm`` (Algorithm 1's inner loop)."""
+    """QP's sites swept to convergence at ``values`` from ``warm`` (Algorithm 1's inner loop).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    likelihood : gpdsl.likelihoods.Likelihood
+        The observation model (its :meth:`~gpdsl.likelihoods.Likelihood.site_model`).
+    values : dict of str to ndarray
+        Natural hyperparameter values.
+    X : ndarray or Dask array, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Coded targets.
+    Z : ndarray, shape (M, D), optional
+        Inducing inputs: the FITC prior with them, the dense prior without.
+    spec : gpdsl.inference.EP or gpdsl.inference.QP
+        The declaration (damping, max_sweeps, tol, schedule, jitter, chunk_size, QP options).
+    warm : SiteState, optional
+        Sites to start from (used when there are N of them); None starts from zero sites (Poisson:
+        from the positive branch).
+
+    Returns
+    -------
+    SiteState
+    """
     prior = _prior(kernel, values, X, Z, spec)
     return run_sites(prior, y, likelihood.site_model(values, "likelihood"), spec, warm, quantile=True)
 
@@ -388,7 +692,26 @@ def qp_outer_loop(objective, u, max_iter, *, spec):
     Eq. 4 at fixed sites does not involve the likelihood's parameters: the steps hold them at
     their value.  A step that L-BFGS-B reports as failed away from a stationary point (gradient
     above 1e-3 per unit log-parameter; at ~1e-5 its line search can fail on rounding alone) ends
-    the loop, flagged not converged."""
+    the loop, flagged not converged.
+
+    Parameters
+    ----------
+    objective : gpdsl.model._Objective
+        The model's objective (its ``warm`` and ``total_sweeps`` are updated).
+    u : ndarray, shape (P,)
+        Free log-space parameters at EP's optimum.
+    max_iter : int
+        L-BFGS-B iteration cap per round.
+    spec : gpdsl.inference.QP
+        The declaration (``max_outer``, ``outer_tol``).
+
+    Returns
+    -------
+    u : ndarray, shape (P,)
+    converged : bool
+    iterations : int
+        L-BFGS-B iterations over all rounds.
+    """
     model, table, iterations = objective.model, objective.table, 0
     for _ in range(spec.max_outer):
         values = table.unpack(u)
@@ -422,7 +745,37 @@ def evaluate_at_sites(kernel, likelihood, values, X, y, Z=None, *, spec, sites, 
     """Zhang et al.'s eq. (4) with the sites (tau, nu) held fixed, less its constant
     sum_i log(Z~_i / sqrt(2 pi)): log N(nu/tau | 0, K + diag(1/tau)) with the dense or FITC
     prior K, and its gradient (kernel hyperparameters, Z).  The objective of Algorithm 1's line
-    15; ``likelihood``, ``y`` and ``warm`` are unused (the sites carry the data)."""
+    15; ``likelihood``, ``y`` and ``warm`` are unused (the sites carry the data).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    likelihood : gpdsl.likelihoods.Likelihood
+        The observation model (its :meth:`~gpdsl.likelihoods.Likelihood.site_model`).
+    values : dict of str to ndarray
+        Natural hyperparameter values.
+    X : ndarray or Dask array, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Coded targets.
+    Z : ndarray, shape (M, D), optional
+        Inducing inputs: the FITC prior with them, the dense prior without.
+    spec : gpdsl.inference.EP or gpdsl.inference.QP
+        The declaration (damping, max_sweeps, tol, schedule, jitter, chunk_size, QP options).
+    sites : SiteState
+        The sites held fixed.
+    warm : object, optional
+        Unused.
+    need_grad : bool, default True
+        Compute the gradients.
+    need_state : bool, default False
+        Build the predictive state.
+
+    Returns
+    -------
+    gpdsl.methods.common.Evaluation
+    """
     ev = site_regression(kernel, values, X, Z, sites.tau, sites.nu, jitter=spec.jitter, chunk_size=spec.chunk_size,
                          need_grad=need_grad, need_state=need_state)
     return Evaluation(log_evidence=ev.log_evidence, grads=dict(ev.grads), dZ=ev.dZ, jitter=ev.jitter,
@@ -432,7 +785,36 @@ def evaluate_at_sites(kernel, likelihood, values, X, y, Z=None, *, spec, sites, 
 def site_regression(kernel, values, X, Z, tau, nu, *, jitter, chunk_size, need_grad, need_state):
     """The Gaussian regression whose posterior is that of Gaussian sites with precisions tau and
     locations nu (N,) each: targets nu/tau, noise 1/tau, dense (Z None) or FITC.  EP's and QP's
-    sites, and the Laplace approximation's (tau = W, nu = W f_hat + d log p), go through it."""
+    sites, and the Laplace approximation's (tau = W, nu = W f_hat + d log p), go through it.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    values : dict of str to ndarray
+        Natural hyperparameter values.
+    X : ndarray or Dask array, shape (N, D)
+        Training inputs.
+    Z : ndarray, shape (M, D) or None
+        Inducing inputs (None: dense).
+    tau : ndarray, shape (N,)
+        Site precisions (floored at 1e-12).
+    nu : ndarray, shape (N,)
+        Site locations.
+    jitter : float or None
+        Jitter of K_uu.
+    chunk_size : int or None
+        Rows per block.
+    need_grad : bool
+        Compute the gradients (kernel hyperparameters and Z).
+    need_state : bool
+        Build the predictive state.
+
+    Returns
+    -------
+    gpdsl.methods.common.Evaluation
+        Of log N(nu/tau | 0, K + diag(1/tau)) (K dense or FITC).
+    """
     tau = np.maximum(tau, _TAU_FLOOR)
     pseudo = HeteroscedasticGaussian(variance=1.0 / tau)
     kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}

@@ -77,6 +77,44 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, tol, max_iter, need_gr
     multiple of mean(diag K_uu); ``chunk_size`` rows per O(N M^2) chunk.  ``tol``: Newton stops
     when a step raises Psi by less than this (nats); ``max_iter`` steps at most, else
     FloatingPointError (the optimiser's signal to step back).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    likelihood : gpdsl.likelihoods.Likelihood
+        Bernoulli or StudentT (its log-density derivatives).
+    values : dict of str to ndarray
+        Natural hyperparameter values.
+    X : ndarray or Dask array, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Coded targets.
+    Z : ndarray, shape (M, D), optional
+        Inducing inputs (FITC-Laplace); None for the dense method.
+    tol : float
+        Newton stops when a step raises Psi by less than this (nats).
+    max_iter : int
+        Most Newton steps.
+    need_grad : bool, default True
+        Compute the gradients.
+    need_state : bool, default False
+        Build the predictive state.
+    jitter : float or None, optional
+        K_uu's jitter (FITC only).
+    chunk_size : int, optional
+        Rows per O(N M^2) chunk (FITC only).
+
+    Returns
+    -------
+    gpdsl.methods.common.Evaluation
+        log q(y) of R&W eq. 3.32, its gradients (Algorithm 5.1), the sites (W, W f_hat + g) as
+        pseudo-data and, with ``need_state``, the predictive state.
+
+    Raises
+    ------
+    FloatingPointError
+        Newton did not converge in ``max_iter`` steps, or the mode is not a maximum.
     """
     if Z is not None:
         return _evaluate_fitc(kernel, likelihood, values, X, y, Z, tol, max_iter, need_grad, need_state,
@@ -123,7 +161,28 @@ class FITCCovariance:
     Dask tasks over them; D (N,) is in memory either way.
 
     ``jitter`` None climbs the ladder while K_uu fails to factorise or Q_nn > K_nn (to 1e-8
-    relative) somewhere, as the collapsed FITC engine does; a number fixes the rung."""
+    relative) somewhere, as the collapsed FITC engine does; a number fixes the rung.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    values : dict of str to ndarray
+        Natural hyperparameter values.
+    X : ndarray or Dask array, shape (N, D)
+        Training inputs.
+    Z : ndarray, shape (M, D)
+        Inducing inputs.
+    jitter : float or None
+        K_uu's jitter (None: the ladder).
+    chunk_size : int or None
+        Rows per block (None: automatic).
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError, FloatingPointError
+        If the last rung still fails.
+    """
 
     def __init__(self, kernel, values, X, Z, jitter, chunk_size):
         self.n, self.m = X.shape[0], Z.shape[0]
@@ -148,7 +207,16 @@ class FITCCovariance:
         return self.row_pass(_left_products, vectors, width=0)[0]       # O(n M) per block: one thread
 
     def combine(self, s):
-        """A^T s (N,) for s (M,)."""
+        """A^T s (N,) for s (M,).
+
+        Parameters
+        ----------
+        s : ndarray, shape (M,)
+
+        Returns
+        -------
+        ndarray, shape (N,)
+        """
         if not self.chunked:
             return self.At @ s
         _, (out,) = map_rows(partial(_right_product, s), (self.X,), self.chunk, carried=self.blocks)
@@ -157,20 +225,61 @@ class FITCCovariance:
     def row_pass(self, fn, rows, width=None):
         """:func:`gpdsl.chunks.map_rows` of ``fn(X_block, At_block, *row_blocks)`` over the row
         blocks of X, At and ``rows`` (a tuple of (N,) arrays); ``width`` as map_rows' (M unless
-        given: O(n M^2) work per block)."""
+        given: O(n M^2) work per block).
+
+        Parameters
+        ----------
+        fn : callable
+            ``fn(X_block, At_block, *row_blocks) -> (summed, per_row)``.
+        rows : tuple of ndarray
+            Row-aligned (N,) arrays.
+        width : int, optional
+            The pass's M for the BLAS thread choice.
+
+        Returns
+        -------
+        tuple
+            ``(summed, per_row)`` of :func:`gpdsl.chunks.map_rows`.
+        """
         if not self.chunked:
             return map_rows(fn, (self.X, self.At) + rows, self.chunk, width=self.m if width is None else width)
         return map_rows(partial(_carried_second, fn), (self.X,) + rows, self.chunk, carried=self.blocks)
 
     def mv(self, v):
-        """Kt v, O(N M)."""
+        """Kt v, O(N M).
+
+        Parameters
+        ----------
+        v : ndarray, shape (N,)
+
+        Returns
+        -------
+        ndarray, shape (N,)
+        """
         return self.D * v + self.combine(self.products(v)[0])
 
     def factor(self, W):
         """(E, r, L_C) with E = 1 + W D, r = W / E and L_C L_C^T = C = I + A diag(r) A^T.
 
         FloatingPointError where some E <= 0 or C is not positive definite (possible for W < 0
-        only: then the mode is no maximum of the Laplace objective)."""
+        only: then the mode is no maximum of the Laplace objective).
+
+        Parameters
+        ----------
+        W : ndarray, shape (N,)
+            Negative Hessian of log p at f.
+
+        Returns
+        -------
+        E : ndarray, shape (N,)
+        r : ndarray, shape (N,)
+        L_C : ndarray, shape (M, M)
+
+        Raises
+        ------
+        FloatingPointError
+            Some E <= 0 or C not positive definite.
+        """
         E = 1.0 + W * self.D
         if not np.all(E > 0.0):
             raise FloatingPointError("FITC-Laplace: 1 + W (K_nn - Q_nn) <= 0 (W too negative at the mode)")
@@ -185,6 +294,23 @@ class FITCCovariance:
         return E, r, LC
 
     def newton_solver(self, W):
+        """The map v -> R v = W (I + Kt W)^-1 v used by the Newton step.
+
+        Parameters
+        ----------
+        W : ndarray, shape (N,)
+            Negative Hessian of log p at f.
+
+        Returns
+        -------
+        callable
+            v (N,) -> R v (N,), O(N M).
+
+        Raises
+        ------
+        FloatingPointError
+            As :meth:`factor`.
+        """
         _, r, LC = self.factor(W)
         return partial(_apply_R, self, r, LC)
 
@@ -235,7 +361,39 @@ def _newton_weights(W):
 
 def find_mode(likelihood, values, K, y, tol, max_iter):
     """Algorithm 3.1 from f = 0: returns (a, f_hat, Psi, derivatives at f_hat).  ``K``: the dense
-    prior covariance (N, N) or a :class:`FITCCovariance`."""
+    prior covariance (N, N) or a :class:`FITCCovariance`.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+        Its ``log_density_derivatives`` give g and W.
+    values : dict of str to ndarray
+        Natural hyperparameter values.
+    K : ndarray of shape (N, N), or FITCCovariance
+        The prior covariance.
+    y : ndarray, shape (N,)
+        Coded targets.
+    tol : float
+        Stop when a step raises Psi by less than this.
+    max_iter : int
+        Most Newton steps.
+
+    Returns
+    -------
+    a : ndarray, shape (N,)
+        K^-1 f_hat.
+    f_hat : ndarray, shape (N,)
+        The mode.
+    psi : float
+        Psi(a) = -1/2 a^T f_hat + sum log p(y | f_hat).
+    derivatives : tuple of 4 ndarray
+        :meth:`~gpdsl.likelihoods.Likelihood.log_density_derivatives` at f_hat.
+
+    Raises
+    ------
+    FloatingPointError
+        If the mode is not reached in ``max_iter`` steps.
+    """
     prior = K if isinstance(K, FITCCovariance) else _DensePrior(K)
     n = prior.n
     a, f = np.zeros(n), np.zeros(n)

@@ -52,6 +52,19 @@ class PolyaGammaState:
     ``c`` (N,) is where the bound, gradients and posterior were evaluated; ``c_next`` the one
     further update (the warm start of the next evaluation); ``sweeps`` the O(N M^2) passes over
     the data; ``bound_history`` the bound at each accepted c (non-decreasing).
+
+    Parameters
+    ----------
+    c : ndarray, shape (N,)
+        The PG parameters c_n at which the bound was evaluated.
+    c_next : ndarray, shape (N,)
+        One further eq. 4.11 update (the next warm start).
+    sweeps : int, default 0
+        O(N M^2) passes over the data.
+    converged : bool, default False
+        Whether the c iteration converged.
+    bound_history : list of float, optional
+        The bound at each accepted c.
     """
 
     c: np.ndarray
@@ -62,6 +75,7 @@ class PolyaGammaState:
 
     @property
     def theta(self):
+        """ndarray, shape (N,): theta_n = E[omega_n] = tanh(c_n / 2) / (2 c_n) (Passerello section 4.1.1)."""
         return pg_theta(self.c)
 
 
@@ -93,6 +107,41 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, spec, warm=None, need_grad=
     ``warm`` a :class:`PolyaGammaState` to start c from.  With ``spec.jitter=None`` the jitter
     ladder of thesis 5.1.3 moves to its next rung when K_uu or B fails or K_uu is too
     ill-conditioned for Q_nn <= K_nn to hold.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    likelihood : gpdsl.likelihoods.Likelihood
+        Bernoulli with the logit link.
+    values : dict of str to ndarray
+        Natural hyperparameter values.
+    X : ndarray or Dask array, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Labels in {-1, +1}.
+    Z : ndarray, shape (M, D)
+        Inducing inputs.
+    spec : gpdsl.inference.PolyaGamma
+        The declaration (tol, max_iter, acceleration, jitter, chunk_size).
+    warm : PolyaGammaState, optional
+        State to start c from (``c_next``); None starts at c_n = 0.1.
+    need_grad : bool, default True
+        Compute the gradients.
+    need_state : bool, default False
+        Build the predictive state (Passerello eq. C.2).
+
+    Returns
+    -------
+    gpdsl.methods.common.Evaluation
+        The bound L* (Passerello eq. 4.7 in the stable form of eq. C.1), its gradients at the
+        converged c (eq. 4.11 updates), the :class:`PolyaGammaState` as ``warm`` and the
+        pseudo-data (theta, y/2 - theta bias).
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError, FloatingPointError
+        If the last jitter rung fails.
     """
     rungs = JITTER_LADDER if spec.jitter is None else (float(spec.jitter),)
     progress = {"warm": warm, "passes": 0}

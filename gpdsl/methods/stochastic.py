@@ -42,7 +42,33 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, likelihood=No
     batch's expected log-likelihood is integrated by (its ``variational_expectations``); None:
     the model's likelihood.  ``one_pass``: each step's gradient is taken at the q it starts
     from, one pass over the batch, rather than at the q it moves to (see
-    :func:`gpdsl.methods.svgp.minibatch_step`)."""
+    :func:`gpdsl.methods.svgp.minibatch_step`).
+
+    Parameters
+    ----------
+    objective : gpdsl.model._Objective
+        The model's objective; its ``warm`` is set to the final :class:`VariationalState`.
+    u0 : ndarray, shape (P,)
+        Free log-space starting vector.
+    max_iter : int
+        Number of minibatch steps.
+    progress : bool
+        Print each step.
+    callback : callable or None
+        Called each step with ``{"iteration", "objective", "grad_norm"}``.
+    spec : gpdsl.inference.SVGP or gpdsl.inference.PolyaGamma
+        The declaration.
+    likelihood : gpdsl.likelihoods.Likelihood, optional
+        What the expected log-likelihood integrates (None: the model's).
+    one_pass : bool, default False
+        Take the gradient at the q each step starts from.
+
+    Returns
+    -------
+    scipy.optimize.OptimizeResult
+        With ``x``, ``fun``, ``success`` (True), ``nit``, and gpdsl's ``plateau``, ``runaway``
+        and ``start`` fields.
+    """
     model, table, X, y = objective.model, objective.table, objective.X, objective.y
     likelihood = model.likelihood if likelihood is None else likelihood
     n = X.shape[0]

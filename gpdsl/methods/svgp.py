@@ -36,7 +36,17 @@ from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natura
 
 
 class ElboTerms(NamedTuple):
-    """The bound and its two parts: ``elbo = expected_log_lik - kl``."""
+    """The bound and its two parts: ``elbo = expected_log_lik - kl``.
+
+    Parameters
+    ----------
+    elbo : float
+        The bound.
+    kl : float
+        KL[q(v) || p(v)].
+    expected_log_lik : float
+        sum_n E_q[log p(y_n | f_n)].
+    """
 
     elbo: float
     kl: float
@@ -44,12 +54,32 @@ class ElboTerms(NamedTuple):
 
 
 def pack_lower(R):
-    """The lower triangle of R (M, M) as a vector (M (M + 1) / 2,), ``np.tril_indices`` order."""
+    """The lower triangle of R (M, M) as a vector (M (M + 1) / 2,), ``np.tril_indices`` order.
+
+    Parameters
+    ----------
+    R : ndarray, shape (M, M)
+
+    Returns
+    -------
+    ndarray, shape (M (M + 1) / 2,)
+    """
     return np.asarray(R, dtype=float)[np.tril_indices(R.shape[0])]
 
 
 def unpack_lower(v, M):
-    """The lower-triangular R (M, M) whose lower triangle is the vector v (M (M + 1) / 2,)."""
+    """The lower-triangular R (M, M) whose lower triangle is the vector v (M (M + 1) / 2,).
+
+    Parameters
+    ----------
+    v : ndarray, shape (M (M + 1) / 2,)
+    M : int
+
+    Returns
+    -------
+    ndarray, shape (M, M)
+        Zero above the diagonal.
+    """
     v = np.asarray(v, dtype=float)
     if v.shape != (M * (M + 1) // 2,):
         raise ValueError(f"SVGP: variational.q_sqrt must hold the {M * (M + 1) // 2} entries of the lower "
@@ -61,7 +91,18 @@ def unpack_lower(v, M):
 
 def initial_values(M):
     """q(v) = N(0, I), i.e. q(u) = p(u) (GPflow's whitened default): q_mu zeros, q_sqrt the
-    packed identity.  The KL term is then 0 and the first gradient is the data's alone."""
+    packed identity.  The KL term is then 0 and the first gradient is the data's alone.
+
+    Parameters
+    ----------
+    M : int
+        Number of inducing points.
+
+    Returns
+    -------
+    dict of str to ndarray
+        ``"variational.q_mu"`` (M,) zeros and ``"variational.q_sqrt"`` the packed identity.
+    """
     return {"variational.q_mu": np.zeros(M), "variational.q_sqrt": pack_lower(np.eye(M))}
 
 
@@ -81,12 +122,69 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, jitter=None, chunk_size=Non
     q_cov = L S L^T are q(u)).  ``pseudo_data``: the Gaussian sites of the conjugate-computation
     view of q (Khan & Lin 2017), precision w_n = -2 dE/dv_n (clipped at 0 where log p is not
     concave) and r_n = dE/dm_n + w_n mean_n; for a Gaussian likelihood (1/s2, y/s2).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    likelihood : gpdsl.likelihoods.Likelihood
+        Its ``variational_expectations`` give the data term.
+    values : dict of str to ndarray
+        Natural hyperparameter values (for :func:`evaluate` also ``"variational.q_mu"`` (M,)
+        and ``"variational.q_sqrt"`` (M (M + 1) / 2,)).
+    X : ndarray or Dask array, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Targets in the likelihood's coding.
+    Z : ndarray, shape (M, D)
+        Inducing inputs.
+    jitter : float or None, optional
+        Multiple of mean(diag K_uu) (None: the ladder).
+    chunk_size : int, optional
+        Rows per block of the O(N M^2) passes.
+    need_grad : bool, default True
+        Compute the gradients.
+    need_state : bool, default False
+        Build the predictive state.
+    warm : object, optional
+        Unused.
+
+    Returns
+    -------
+    gpdsl.methods.common.Evaluation
+        The whitened ELBO (Hensman, Matthews & Ghahramani 2015, in v = L^-1 u), its gradients
+        and dZ.
     """
     return _with_ladder(kernel, likelihood, values, X, y, Z, jitter, chunk_size, need_grad, need_state)[1]
 
 
 def elbo_terms(kernel, likelihood, values, X, y, Z, *, jitter=None, chunk_size=None):
-    """:class:`ElboTerms` (elbo, kl, expected_log_lik) at ``values``; arguments as :func:`evaluate`."""
+    """:class:`ElboTerms` (elbo, kl, expected_log_lik) at ``values``; arguments as :func:`evaluate`.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    likelihood : gpdsl.likelihoods.Likelihood
+        Its ``variational_expectations`` give the data term.
+    values : dict of str to ndarray
+        Natural hyperparameter values (for :func:`evaluate` also ``"variational.q_mu"`` (M,)
+        and ``"variational.q_sqrt"`` (M (M + 1) / 2,)).
+    X : ndarray or Dask array, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Targets in the likelihood's coding.
+    Z : ndarray, shape (M, D)
+        Inducing inputs.
+    jitter : float or None, optional
+        Multiple of mean(diag K_uu) (None: the ladder).
+    chunk_size : int, optional
+        Rows per block of the O(N M^2) passes.
+
+    Returns
+    -------
+    ElboTerms
+    """
     return _with_ladder(kernel, likelihood, values, X, y, Z, jitter, chunk_size, False, False)[0]
 
 
@@ -275,6 +373,40 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
     and a q_sqrt gradient of 0.05 on a 60-point Student-t problem with three outliers).  The new
     R is U^-T for S^-1 = U U^T, U upper-triangular (a Cholesky factorisation of the reversed
     S^-1), so that S is never formed or re-factorised.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    likelihood : gpdsl.likelihoods.Likelihood
+        Its ``variational_expectations`` give the data term.
+    values : dict of str to ndarray
+        Natural hyperparameter values (for :func:`evaluate` also ``"variational.q_mu"`` (M,)
+        and ``"variational.q_sqrt"`` (M (M + 1) / 2,)).
+    X : ndarray or Dask array, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Targets in the likelihood's coding.
+    Z : ndarray, shape (M, D)
+        Inducing inputs.
+    q : dict of str to ndarray, optional
+        The starting q.
+    jitter : float or None, optional
+        Multiple of mean(diag K_uu) (None: the ladder).
+    chunk_size : int, optional
+        Rows per block of the O(N M^2) passes.
+    tol : float, default 1e-8
+        Gain (nats) below which the steps are converged.
+    max_iter : int, default 100
+        Most natural-gradient steps.
+    polish : bool, default False
+        Also require a small fixed-point residual.
+
+    Returns
+    -------
+    q : dict of str to ndarray
+    n_steps : int
+    converged : bool
     """
     n, M = X.shape[0], Z.shape[0]
     if q is None:
@@ -342,6 +474,42 @@ def minibatch_step(kernel, likelihood, values, X, y, Z, q, *, scale, rho, jitter
 
     Returns ``(q, elbo_estimate, grads, dZ, jitter)``: the new ``q`` (as in :func:`optimise_q`),
     the estimate and its gradients (at the new q, or with ``one_pass`` at the starting one).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    likelihood : gpdsl.likelihoods.Likelihood
+        Its ``variational_expectations`` give the data term.
+    values : dict of str to ndarray
+        Natural hyperparameter values (for :func:`evaluate` also ``"variational.q_mu"`` (M,)
+        and ``"variational.q_sqrt"`` (M (M + 1) / 2,)).
+    X : ndarray, shape (B, D)
+        Training inputs.
+    y : ndarray, shape (B,)
+        Targets in the likelihood's coding.
+    Z : ndarray, shape (M, D)
+        Inducing inputs.
+    q : dict of str to ndarray
+        The current q.
+    scale : float
+        N / B.
+    rho : float
+        Natural-gradient step size.
+    jitter : float or None, optional
+        Multiple of mean(diag K_uu) (None: the ladder).
+    one_pass : bool, default False
+        Take the estimate and gradient at the starting q.
+
+    Returns
+    -------
+    q : dict of str to ndarray
+    elbo : float
+        The batch's estimate of the bound.
+    grads : dict of str to ndarray
+        Its gradients in the hyperparameters.
+    dZ : ndarray, shape (M, D)
+    jitter : float
     """
     M = Z.shape[0]
     m, R = _checked_q(q, M)

@@ -36,6 +36,16 @@ def initial_values(N):
     order for standardised Gaussian targets (1/s2) and for the Bernoulli links at f = 0 (probit
     2/pi, logit 1/4).  A start near q = p(f) (lambda -> 0) would stall: dELBO/dlambda is O(lambda)
     there (Sigma moves with lambda^2), so its gradient in log lambda vanishes as lambda^2.
+
+    Parameters
+    ----------
+    N : int
+        Number of training points.
+
+    Returns
+    -------
+    dict of str to ndarray
+        ``"variational.alpha"`` (N,) zeros and ``"variational.lambda"`` (N,) ones.
     """
     return {"variational.alpha": np.zeros(N), "variational.lambda": np.ones(N)}
 
@@ -55,6 +65,40 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, jitter=None, need_grad
     noise 1/lambda^2, targets t = (K + Lam^-2) alpha, so that f_* has mean k_*^T alpha and
     variance k_** - k_*^T (K + Lam^-2)^-1 k_*; ``pseudo_data`` = (lambda^2, lambda^2 t) =
     (lambda^2, lambda^2 K alpha + alpha) is that regression.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    likelihood : gpdsl.likelihoods.Likelihood
+        Its ``variational_expectations`` give the data term.
+    values : dict of str to ndarray
+        Natural hyperparameter values (for :func:`evaluate` also ``"variational.alpha"`` and
+        ``"variational.lambda"``, (N,) each).
+    X : ndarray, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Targets in the likelihood's coding.
+    Z : None, optional
+        Unused.
+    jitter : float or None, optional
+        Multiple of mean(diag K) (None: the ladder).
+    need_grad : bool, default True
+        Compute the gradients.
+    need_state : bool, default False
+        Build the predictive state.
+    warm : object, optional
+        Unused.
+
+    Returns
+    -------
+    gpdsl.methods.common.Evaluation
+        The Opper & Archambeau (2009) bound, its gradients and the pseudo-data.
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError, FloatingPointError
+        If the last jitter rung fails or the bound is not finite.
     """
     rungs = JITTER_LADDER if jitter is None else (float(jitter),)
     with threads.bulk(float(X.shape[0]) ** 3):
@@ -199,6 +243,36 @@ def optimise_q(kernel, likelihood, values, X, y, q=None, *, jitter=None, tol=1e-
     (alpha, log lambda)).  SVGP's :func:`~gpdsl.methods.svgp.optimise_q`, whose S is a full
     matrix, does not clip.  For log-concave likelihoods the fixed point is the optimum of the
     bound.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function.
+    likelihood : gpdsl.likelihoods.Likelihood
+        Its ``variational_expectations`` give the data term.
+    values : dict of str to ndarray
+        Natural hyperparameter values (for :func:`evaluate` also ``"variational.alpha"`` and
+        ``"variational.lambda"``, (N,) each).
+    X : ndarray, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Targets in the likelihood's coding.
+    q : dict of str to ndarray, optional
+        The starting q.
+    jitter : float or None, optional
+        Multiple of mean(diag K) (None: the ladder).
+    tol : float, default 1e-8
+        Gain (nats) below which the steps are converged.
+    max_iter : int, default 100
+        Most natural-gradient steps.
+    polish : bool, default False
+        Also require a small fixed-point residual.
+
+    Returns
+    -------
+    q : dict of str to ndarray
+    n_steps : int
+    converged : bool
     """
     n = X.shape[0]
     if q is None:
