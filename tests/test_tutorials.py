@@ -1,22 +1,33 @@
-"""The tutorials in tutorials/ run top to bottom, and write only to their own temporary directory.
+"""The tutorials in tutorials/ run top to bottom, give results inside stated bounds, write only to
+their own temporary directory, and their committed notebooks are in sync with them and executed.
 
-Each tutorial is run with ``runpy.run_path`` from an empty working directory, with Python's
-temporary directory pointed at a pytest tmp_path, so a file written anywhere else, or a temporary
-directory left behind, is caught. The plotting cells need matplotlib. The tutorials skip them
-themselves when it is missing, and the second test checks that path by hiding matplotlib.
+Each tutorial is run with ``runpy.run_path`` at its small size (``GPDSL_TUTORIAL_SMALL=1``) from an
+empty working directory, with Python's temporary directory pointed at a pytest tmp_path, so a file
+written anywhere else, or a temporary directory left behind, is caught.  The plotting cells need
+matplotlib; the tutorials skip them themselves when it is missing, and one test checks that path
+by hiding matplotlib.  The notebooks ``tutorials/<name>.ipynb`` are built by
+``tutorials/build_notebooks.py`` (jupytext, then nbconvert --execute) at full size.
 """
 import importlib.util
+import json
 import runpy
 import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
 SCRIPTS = ["01_sparse_regression.py", "02_heteroscedastic_and_model_files.py",
-           "03_classification_pgpr_and_greedy.py"]
+           "03_classification_side_by_side.py", "04_inducing_points.py",
+           "05_counts_coal_mining.py", "06_large_n_stochastic_and_dask.py"]
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+SMALL_SIZE_NOTE = "small size: GPDSL_TUTORIAL_SMALL=1"
+
+
+def test_every_tutorial_is_listed():
+    assert sorted(p.name for p in TUTORIALS.glob("[0-9][0-9]_*.py")) == SCRIPTS
 
 
 def run_tutorial(name, tmp_path, monkeypatch):
@@ -27,6 +38,9 @@ def run_tutorial(name, tmp_path, monkeypatch):
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     monkeypatch.delenv("GPDSL_TUTORIAL_KEEP", raising=False)
+    monkeypatch.delenv("GPDSL_TUTORIAL_N", raising=False)
+    monkeypatch.delenv("GPDSL_TUTORIAL_BANANA", raising=False)
+    monkeypatch.setenv("GPDSL_TUTORIAL_SMALL", "1")
     namespace = runpy.run_path(str(TUTORIALS / name), run_name="__main__")   # one BLAS thread: conftest.py
     assert list(cwd.iterdir()) == [], "a tutorial wrote into the working directory"
     assert list(scratch.iterdir()) == [], "a tutorial left its temporary directory behind"
@@ -34,6 +48,7 @@ def run_tutorial(name, tmp_path, monkeypatch):
 
 
 def check_results(name, ns):
+    """Each tutorial's key numbers against bounds (small size)."""
     if name.startswith("01"):
         assert ns["vfe"].log_evidence <= ns["exact"].log_evidence
         assert ns["gap"] >= 0.0
@@ -46,6 +61,57 @@ def check_results(name, ns):
         scores = ns["scores"]
         assert scores["log-quadratic"]["MNLPD"] < scores["homoscedastic"]["MNLPD"]
         assert ns["post"].values["likelihood.coefficients"].shape == (3,)
+    elif name.startswith("03"):
+        scores = ns["scores"]
+        assert set(scores) == {"FITC-EP", "QP", "PGPR", "SVGP", "Laplace"}
+        # Banana with noise sd 0.3: every classifier's test error is near 0.08 (measured
+        # 0.077-0.080 at the small size, 0.084-0.086 at full size); 0.12 leaves room for seeds.
+        for method, row in scores.items():
+            assert row["test error"] < 0.12, method
+            assert row["test NLPD"] < 0.30, method
+        # QP's latent variance is at most EP's at every test input (QP paper, Figure 1a).
+        assert np.all(ns["qp_test"]["f_var"].values <= ns["ep_test"]["f_var"].values * (1 + 1e-10))
+        assert ns["ratio"].min() > 0.9                          # QP shrinks the variance by a few % here
+        comparison = ns["comparison"]
+        assert set(comparison.index) == set(scores) and comparison["rank"].min() == 0
+        for method, elpd in ns["elpds"].items():                # the Monte Carlo ELPD against quadrature
+            exact = np.sum(ns["posteriors"][method].log_predictive(ns["X_test"], ns["y_test"]))
+            assert abs(elpd["elpd_loo"] - exact) < 0.01 * abs(exact), method
+    elif name.startswith("04"):
+        bound = ns["sweep"].sel(metric="bound")
+        # Every sparse bound lies below the non-sparse (M = N) one ...
+        assert np.all(bound.values <= ns["full_bound"] + 1e-6)
+        # ... HGV's is at least uniform subsampling's mean at the larger M (thesis Figure 5.7) ...
+        for m in (16, 32):
+            assert bound.sel(selection="HGV", M=m) >= bound.sel(selection="uniform", M=m) - 1e-6, m
+        # ... and at M = 32 every selection is within 0.5 nats of the non-sparse bound.
+        assert np.all(bound.sel(M=32).values >= ns["full_bound"] - 0.5)
+        assert np.all(ns["sweep"].sel(metric="test error", M=32).values < 0.12)
+        for post in ns["auto_fits"].values():
+            assert post.selection.stopped == "tol"
+        assert ns["hgv"].log_evidence == max(r["objective"] for r in ns["hgv"].reinit_history)
+    elif name.startswith("05"):
+        assert ns["counts"].sum() == 191 and len(ns["counts"]) == 112
+        # The 95% interval of each era's average rate contains its observed mean count.
+        for era, (observed, low, high) in ns["era_rates"].items():
+            assert low <= observed <= high, era
+        assert ns["era_rates"]["1851-1889"][0] > 2 * ns["era_rates"]["1890-1962"][0]
+        # QP's latent variance is at most EP's at every test input (QP paper, Figure 1b).
+        assert np.all(ns["variances"]["QP"] <= ns["variances"]["EP"] * (1 + 1e-10))
+        for method in ("EP", "QP"):
+            assert 0.5 < np.mean(ns["split_scores"][method]["TE"]) < 1.0
+            assert 1.0 < np.mean(ns["split_scores"][method]["NTLL"]) < 1.4
+    elif name.startswith("06"):
+        results = ns["results"]
+        reference = results["collapsed PG (reference)"]["test NLPD"]
+        # The minibatch fits' test NLPD within 0.006 of the collapsed bound's (measured: +0.002)
+        # and of the Bayes classifier's floor (measured: +0.0025).
+        for method in ("stochastic PG", "minibatch SVGP"):
+            assert abs(results[method]["test NLPD"] - reference) < 0.006, method
+            assert results[method]["test NLPD"] - ns["bayes_nlpd"] < 0.006, method
+            assert results[method]["test error"] < 0.03, method
+        assert ns["difference"] < 1e-10                          # Dask fit = in-memory fit
+        assert ns["rmse"] < 0.03                                 # the noise sd is 0.1
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -58,7 +124,8 @@ def test_tutorial_runs(name, tmp_path, monkeypatch, capsys):
         assert any(line.startswith("wrote ") and line.endswith(".png") for line in out.splitlines())
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+# One tutorial is enough for the no-matplotlib path: all share the same guard.
+@pytest.mark.parametrize("name", ["05_counts_coal_mining.py"])
 def test_tutorial_runs_without_matplotlib(name, tmp_path, monkeypatch, capsys):
     # Hide matplotlib (and any submodule already imported) so that importing it fails.
     for module in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
@@ -69,3 +136,27 @@ def test_tutorial_runs_without_matplotlib(name, tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "matplotlib is not installed: figure skipped" in out
     assert not any(line.startswith("wrote ") and line.endswith(".png") for line in out.splitlines())
+
+
+def _cells(notebook):
+    return [(cell.cell_type, cell.source.strip()) for cell in notebook.cells]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_notebook_in_sync_and_executed(name):
+    jupytext = pytest.importorskip("jupytext")
+    nbformat = pytest.importorskip("nbformat")
+    notebook_path = (TUTORIALS / name).with_suffix(".ipynb")
+    assert notebook_path.is_file(), f"{notebook_path.name} is missing: run python tutorials/build_notebooks.py"
+    notebook = nbformat.read(notebook_path, as_version=4)
+    # The script's code and markdown cells equal the notebook's.
+    assert _cells(notebook) == _cells(jupytext.read(TUTORIALS / name)), (
+        f"{notebook_path.name} is out of date: run python tutorials/build_notebooks.py {Path(name).stem}")
+    # Executed, top to bottom, without errors, at full size, with its figures inline.
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1))
+    outputs = [output for cell in code for output in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = json.dumps([o.get("text", "") for o in outputs])
+    assert "finished in" in text and SMALL_SIZE_NOTE not in text
+    assert any("image/png" in o.get("data", {}) for o in outputs), "no inline figure"
