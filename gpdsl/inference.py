@@ -56,7 +56,19 @@ class Inference:
     optimises_variational_parameters = False
 
     def check_likelihood(self, likelihood):
-        """ValueError unless this method accepts ``likelihood`` (its class and its link)."""
+        """Check that this method accepts ``likelihood``: its class, and its link where that matters.
+
+        Parameters
+        ----------
+        likelihood : gpdsl.likelihoods.Likelihood
+            The model's likelihood.
+
+        Raises
+        ------
+        ValueError
+            The pair is not supported (the message lists the supported pairs), or the link is not
+            one this method handles.
+        """
         name = type(self).__name__
         links = self.likelihoods.get(type(likelihood), ())
         if type(likelihood) not in self.likelihoods:
@@ -67,33 +79,117 @@ class Inference:
             raise ValueError(f"Model: {name} needs {type(likelihood).__name__}({wanted}), got link={likelihood.link!r}")
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
-        """One evaluation at natural hyperparameter ``values``: a :class:`gpdsl.methods.common.Evaluation`.
+        """One evaluation of the method's objective at fixed hyperparameters.
 
-        X (N, D), y (N,) prepared by the likelihood, Z (M, D) or None; ``warm``: the local state
-        of the previous evaluation (``Evaluation.warm``) or None."""
+        Parameters
+        ----------
+        kernel : gpdsl.kernels.Kernel
+            The covariance function.
+        likelihood : gpdsl.likelihoods.Likelihood
+            The likelihood (one this method accepts, :meth:`check_likelihood`).
+        values : dict
+            Natural hyperparameter values by name (``"kernel.*"``, ``"likelihood.*"`` and, for
+            ``q_updates="joint"``, ``"variational.*"``), each a float array of its entry's shape.
+        X : ndarray or dask.array.Array, shape (N, D)
+            Training inputs.
+        y : ndarray, shape (N,)
+            Training targets as prepared by the likelihood.
+        Z : ndarray, shape (M, D), or None
+            Inducing inputs (None for a dense method).
+        need_grad : bool
+            Compute the gradients in every free hyperparameter (and Z).
+        need_state : bool
+            Compute the predictive state.
+        warm : object or None
+            The local state of the previous evaluation (``Evaluation.warm``: EP/QP sites,
+            Pólya-Gamma c, q), or None to start afresh.
+
+        Returns
+        -------
+        gpdsl.methods.common.Evaluation
+            The objective (``log_evidence``: the log evidence, bound or approximation the
+            method's ``log_evidence_kind`` names), its gradients, the jitter used, the state and
+            the local state.
+        """
         raise NotImplementedError
 
     def variational_entries(self, n, Z, fixed_names=()):
-        """Entries of the variational parameters optimised with the hyperparameters (none here)."""
+        """Entries of the variational parameters optimised with the hyperparameters (none here).
+
+        Parameters
+        ----------
+        n : int
+            Number of training points N.
+        Z : ndarray, shape (M, D), or None
+            Inducing inputs.
+        fixed_names : sequence of str
+            Names held fixed in the fit (``Model.fit(fixed=...)``).
+
+        Returns
+        -------
+        list of gpdsl.parameters.Entry
+            The extra entries (empty unless the method optimises q with the hyperparameters).
+        """
         return []
 
     def minimise(self, objective, u0, max_iter, progress, callback):
-        """Maximise the objective over the free log-space vector from ``u0``: L-BFGS-B under
-        gpdsl's stopping rule (gpdsl.model's objective) unless the method has its own optimiser
-        (minibatch SVGP).  Returns SciPy's OptimizeResult with the fields the model reads."""
+        """Maximise the objective over the free log-space vector from ``u0``.
+
+        L-BFGS-B under gpdsl's stopping rule (gpdsl.model's objective) unless the method has its
+        own optimiser (minibatch SVGP and Pólya-Gamma).
+
+        Parameters
+        ----------
+        objective : gpdsl.model._Objective
+            The negative objective (plus log prior) over the free log-space vector, with its
+            gradient.
+        u0 : ndarray, shape (P,)
+            The starting point.
+        max_iter : int
+            Iteration (or, for minibatch methods, step) limit.
+        progress : bool
+            Show a progress bar.
+        callback : callable or None
+            Called after each iteration, as ``Model.fit`` documents.
+
+        Returns
+        -------
+        scipy.optimize.OptimizeResult
+            With the fields the model reads (``x``, ``nit``, ``success``, ``message``).
+        """
         return objective.minimise(u0, max_iter, progress, callback)
 
     def outer_loop(self, objective, u, max_iter):
-        """An optional loop after the hyperparameter optimisation, from its optimum ``u`` (the
-        free log-space vector of ``objective``, gpdsl.model's objective): returns (u, converged,
-        iterations), or None when the method has none."""
+        """An optional loop run after the hyperparameter optimisation (QP's Algorithm 1).
+
+        Parameters
+        ----------
+        objective : gpdsl.model._Objective
+            The fit's objective.
+        u : ndarray, shape (P,)
+            Its optimum, the free log-space vector.
+        max_iter : int
+            The fit's iteration limit, for the loop's inner optimisations.
+
+        Returns
+        -------
+        tuple or None
+            ``(u, converged, iterations)``, or None when the method has no outer loop.
+        """
         return None
 
 
 @dataclass(frozen=True)
 class Exact(Inference):
-    """Dense GP regression, O(N^3): the reference.  ``jitter`` as for the sparse methods
-    (the noise variance usually makes it unnecessary)."""
+    """Dense GP regression, O(N^3): the reference, log N(y | 0, K_ff + sigma^2 I) (Rasmussen &
+    Williams eq. 2.30; Titsias 2009 eq. 4), with gradients and the exact predictive (eq. 3).
+
+    Parameters
+    ----------
+    jitter : float or None, default None
+        As for the sparse methods, on K_ff + noise: None for the dynamic ladder, or a fixed
+        multiple of its mean diagonal (the noise variance usually makes it unnecessary).
+    """
 
     jitter: float | None = None
     likelihoods = {lik.Gaussian: None, lik.HeteroscedasticGaussian: None}
@@ -107,40 +203,81 @@ class Exact(Inference):
                               need_state=need_state)
 
 
+_COLLAPSED_PARAMETERS = """
+    Parameters
+    ----------
+    jitter : float or None, default None
+        None for the dynamic ladder (thesis 5.1.3), or a fixed multiple of mean(diag K_uu)
+        added to K_uu (GPML's apxSparse uses 1e-6).
+    chunk_size : int or None, default None
+        Rows per O(N M^2) chunk (None: chosen from N and M).
+    """
+
+
 @dataclass(frozen=True)
 class _CollapsedGaussian(Inference):
-    """Options shared by VFE and FITC.
-
-    ``jitter``: None for the dynamic ladder (thesis 5.1.3), or a fixed multiple of
-    mean(diag K_uu) (GPML's apxSparse uses 1e-6).  ``chunk_size``: rows per O(N M^2) chunk.
+    """Options shared by VFE, DTC and FITC (:mod:`gpdsl.methods.collapsed`).
     """
+
+    __doc__ += _COLLAPSED_PARAMETERS
 
     jitter: float | None = None
     chunk_size: int | None = None
     inducing_rule = "required"
     supports_dask_chunks = True
     fitc = False
+    dtc = False
 
     def __post_init__(self):
         check_jitter(type(self).__name__, self.jitter)
         _check_chunk(type(self).__name__, self.chunk_size)
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
-        return collapsed.evaluate(kernel, likelihood, values, X, y, Z, fitc=self.fitc, jitter=self.jitter,
-                                  chunk_size=self.chunk_size, need_grad=need_grad, need_state=need_state)
+        return collapsed.evaluate(kernel, likelihood, values, X, y, Z, fitc=self.fitc, dtc=self.dtc,
+                                  jitter=self.jitter, chunk_size=self.chunk_size, need_grad=need_grad,
+                                  need_state=need_state)
 
 
 @dataclass(frozen=True)
 class VFE(_CollapsedGaussian):
-    """Titsias' collapsed variational bound (2009, eq. 16) with the optimal q(u) (eq. 17)."""
+    """Titsias' collapsed variational bound (2009, eq. 16) with the optimal q(u) (eq. 17).
 
+    ``F_V = log N(y | 0, Q_ff + sigma^2 I) - tr(K_ff - Q_ff) / (2 sigma^2)`` with
+    ``Q_ff = K_fu K_uu^-1 K_uf``: a lower bound on the exact log marginal likelihood for every Z.
+    Gaussian and heteroscedastic Gaussian likelihoods (sigma^2 then per point).
+    """
+
+    __doc__ += _COLLAPSED_PARAMETERS
     likelihoods = {lik.Gaussian: None, lik.HeteroscedasticGaussian: None}
     log_evidence_kind = "collapsed variational bound"
 
 
 @dataclass(frozen=True)
+class DTC(_CollapsedGaussian):
+    """The projected-process (PP) / deterministic training conditional approximate log marginal
+    likelihood (Seeger, Williams & Lawrence 2003; Titsias 2009 eq. 5 with the Nyström Q_ff).
+
+    ``F_PP = log N(y | 0, Q_ff + sigma^2 I)``, ``Q_ff = K_fu K_uu^-1 K_uf``: the VFE bound
+    (eq. 16) without its trace term, so ``F_PP = F_V + tr(K_ff - Q_ff) / (2 sigma^2) >= F_V``; it is
+    not a bound on the exact log marginal likelihood and can exceed it (Titsias' Figure 2(c)).  Its
+    predictive is VFE's (Titsias section 3.1: the optimal q(u) of eq. 17 gives the PP predictive).
+    The inducing inputs act as extra kernel hyperparameters; fitting them with the
+    hyperparameters overfits (Titsias sections 4 and 5).  Gaussian likelihood only.
+    """
+
+    __doc__ += _COLLAPSED_PARAMETERS
+    likelihoods = {lik.Gaussian: None}
+    log_evidence_kind = "DTC (projected process) approximate log marginal likelihood"
+    dtc = True
+
+
+@dataclass(frozen=True)
 class FITC(_CollapsedGaussian):
-    """The FITC / SPGP approximate marginal likelihood (Snelson & Ghahramani 2006)."""
+    """The FITC / SPGP approximate marginal likelihood (Snelson & Ghahramani 2006; Titsias 2009
+    eq. 5): ``log N(y | 0, Q_ff + diag(K_ff - Q_ff) + sigma^2 I)``.  Gaussian likelihood only.
+    """
+
+    __doc__ += _COLLAPSED_PARAMETERS
 
     likelihoods = {lik.Gaussian: None}
     log_evidence_kind = "FITC approximate log marginal likelihood"
@@ -149,6 +286,24 @@ class FITC(_CollapsedGaussian):
 
 SCHEDULES = ("sequential", "parallel")
 QP_HYPERPARAMETERS = ("ep", "qp")
+_SITE_PARAMETERS = """
+    Parameters
+    ----------
+    damping : float in [0, 1), default 0
+        Weight kept on the old site parameters in each update (0 = undamped); raised
+        automatically when the site changes oscillate.
+    max_sweeps : int, default 200
+        Sweeps per EP run.
+    tol : float, default 1e-6
+        Convergence when the largest change of a site parameter in a sweep is below it.
+    schedule : {"sequential", "parallel"}, default "sequential"
+        One site at a time with rank-1 updates (Naish-Guzman & Holden section 3), or all sites
+        from the current marginals, then one refresh.
+    jitter : float or None, default None
+        As for VFE (K_uu, or K_ff for the dense method).
+    chunk_size : int or None, default None
+        Rows per O(N M^2) chunk (FITC-EP).
+    """
 
 
 @dataclass(frozen=True)
@@ -196,7 +351,11 @@ class _SiteInference(Inference):
 
 @dataclass(frozen=True)
 class EP(_SiteInference):
-    """Expectation propagation: sites by moment matching (KL projection)."""
+    """Expectation propagation: sites by moment matching (KL projection); dense without an
+    inducing spec, FITC-EP (Naish-Guzman & Holden 2007, section 3) with one.
+    """
+
+    __doc__ += _SITE_PARAMETERS
 
     quantile = False
     lookup = False
@@ -221,6 +380,16 @@ class QP(_SiteInference):
     Either way ``log_evidence`` is EP's at the returned hyperparameters; the posterior and
     predictions are QP's.  ``lookup=True`` reads the probit sigma* from the Appendix J table
     (bilinear, ~1e-5 relative; outside the grid it is computed directly).
+    """
+
+    __doc__ += _SITE_PARAMETERS + """lookup : bool, default False
+        Read the probit sigma* from the Appendix J table.
+    hyperparameters : {"ep", "qp"}, default "ep"
+        Whose sites EP's evidence formula is maximised at (see above).
+    max_outer : int, default 200
+        Rounds of Algorithm 1's outer loop at most (``hyperparameters="qp"``).
+    outer_tol : float, default 1e-5
+        The outer loop stops when the free log-space parameters move by less than this.
     """
 
     lookup: bool = False
@@ -287,6 +456,28 @@ class PolyaGamma(Inference):
     one O(N M^2) pass.  Where no q has been reached (``optimize=False``) q is moved to its
     optimum by full-batch natural steps, at most ``max_iter``.  ``tol`` and ``acceleration``
     belong to the collapsed method and are unused here.
+
+    Parameters
+    ----------
+    tol : float, default 1e-6
+        Collapsed: convergence of the c updates (largest change of a c_n).
+    max_iter : int, default 1000
+        Collapsed: passes over the data per evaluation; stochastic without a reached q: natural
+        steps at most.
+    acceleration : bool, default True
+        Collapsed: safeguarded Anderson acceleration of the c updates.
+    jitter : float or None, default None
+        As for VFE.
+    chunk_size : int or None, default None
+        Rows per O(N M^2) chunk.
+    minibatch : int or None, default None
+        None: collapsed; B: the stochastic method with batches of B rows.
+    learning_rate : float, default 0.01
+        Stochastic: Adam's step on the log-hyperparameters.
+    natural_step : float in (0, 1], default 0.2
+        Stochastic: the natural-gradient step on q.
+    seed : int, default 0
+        Stochastic: the seed of the batches.
     """
 
     tol: float = 1e-6
@@ -316,6 +507,7 @@ class PolyaGamma(Inference):
 
     @property
     def local_state(self):
+        """How the local state is saved: the c of the collapsed method, q of the stochastic one."""
         return polya_gamma.STATE_FORMAT if self.minibatch is None else SVGP._state_format
 
     @property
@@ -366,8 +558,19 @@ class Laplace(Inference):
     Q + diag(K - Q) with one (GPML's ``infLaplace`` with ``apxSparse``, O(N M^2), gradients in Z
     too).  Newton's method finds the mode from f = 0 at every evaluation and stops when a step
     gains less than ``tol`` nats, after ``max_iter`` steps at most.  A likelihood that is not
-    log-concave (Student-t) gives negative W at outliers, handled as GPML does.  ``jitter`` and
-    ``chunk_size`` as for FITC (K_uu only)."""
+    log-concave (Student-t) gives negative W at outliers, handled as GPML does.
+
+    Parameters
+    ----------
+    tol : float, default 1e-10
+        Newton stops when a step gains less than this many nats.
+    max_iter : int, default 100
+        Newton steps at most per evaluation.
+    jitter : float or None, default None
+        As for FITC (K_uu only).
+    chunk_size : int or None, default None
+        Rows per O(N M^2) chunk (FITC prior).
+    """
 
     tol: float = 1e-10
     max_iter: int = 100
@@ -394,6 +597,18 @@ class Laplace(Inference):
 # log|f| is singular at f = 0, which a quadrature rule over q(f) does not resolve.
 _VARIATIONAL_LIKELIHOODS = {lik.Gaussian: None, lik.Bernoulli: ("probit", "logit"), lik.StudentT: None}
 Q_UPDATES = ("natural", "joint")
+_Q_PARAMETERS = """
+    Parameters
+    ----------
+    q_updates : {"natural", "joint"}, default "natural"
+        How q is optimised (see above).
+    q_tol : float, default 1e-10
+        Natural updates stop when a step gains less than this many nats.
+    q_max_iter : int, default 100
+        Natural steps at most per evaluation.
+    jitter : float or None, default None
+        As for VFE (SVGP) or Exact (VGP).
+    """
 
 
 @dataclass(frozen=True)
@@ -432,6 +647,7 @@ class _Variational(Inference):
 
     @property
     def local_state(self):
+        """How q is saved with a posterior when it is the local state (``q_updates="natural"``)."""
         return self._state_format if self.q_updates == "natural" else None
 
     @property
@@ -495,6 +711,16 @@ class SVGP(_Variational):
     and an Adam step of size ``learning_rate`` on the log-hyperparameters (and optimised Z) along
     the batch's gradient; the posterior is then the full-batch bound (``log_evidence``) and
     prediction at that q, one O(N M^2) pass.  Needs ``q_updates="natural"``.
+    """ + _Q_PARAMETERS + """chunk_size : int or None, default None
+        Rows per O(N M^2) chunk.
+    batch_size : int or None, default None
+        None: full batch; B: the stochastic optimiser with batches of B rows.
+    learning_rate : float, default 0.01
+        Stochastic: Adam's step on the log-hyperparameters (and optimised Z).
+    natural_step : float in (0, 1], default 0.1
+        Stochastic: the natural-gradient step on q.
+    seed : int, default 0
+        Stochastic: the seed of the batches.
     """
     jitter: float | None = None
     chunk_size: int | None = None
@@ -543,7 +769,7 @@ class VGP(_Variational):
     the ELBO.  ``jitter`` as for Exact.
     """
 
-    __doc__ += _Variational.__doc__
+    __doc__ += _Variational.__doc__ + _Q_PARAMETERS
     jitter: float | None = None
     _state_format = variational_state_format({"alpha": "obs", "lambda": "obs"})
 
@@ -559,12 +785,18 @@ class VGP(_Variational):
                             need_state=need_state)
 
 
-INFERENCE = {cls.__name__: cls for cls in (Exact, VFE, FITC, EP, QP, PolyaGamma, Laplace, SVGP, VGP)}
+INFERENCE = {cls.__name__: cls for cls in (Exact, VFE, DTC, FITC, EP, QP, PolyaGamma, Laplace, SVGP, VGP)}
 
 
 def supported_pairs():
-    """"Likelihood + Inference" for every pair the registry accepts, sorted."""
+    """Every likelihood-inference pair the registry accepts.
+
+    Returns
+    -------
+    list of str
+        ``"Likelihood + Inference"`` (e.g. ``"Gaussian + DTC"``), sorted.
+    """
     return sorted(f"{l.__name__} + {name}" for name, cls in INFERENCE.items() for l in cls.likelihoods)
 
 
-__all__ = ["Inference", "Exact", "VFE", "FITC", "EP", "QP", "PolyaGamma", "Laplace", "SVGP", "VGP", "INFERENCE"]
+__all__ = ["Inference", "Exact", "VFE", "DTC", "FITC", "EP", "QP", "PolyaGamma", "Laplace", "SVGP", "VGP", "INFERENCE"]

