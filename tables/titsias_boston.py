@@ -55,7 +55,7 @@ if str(REPO) not in sys.path:          # run as a script from anywhere without i
     sys.path.insert(0, str(REPO))
 
 import gpdsl as gd  # noqa: E402
-from _report import Unavailable, emit, load_boston, provenance, write_csv  # noqa: E402  (tables/ is on sys.path)
+from _report import emit, load_boston, provenance, write_csv  # noqa: E402  (tables/ is on sys.path)
 
 N_TRAIN = 455                           # Titsias (2009) section 5: 455 training, 51 test points
 M_VALUES = (10, 25, 50, 100, 200)

@@ -4,7 +4,6 @@ the mode's defining equation.  FITC-Laplace (inducing inputs Z): against a slow 
 the FITC covariance written out in full (tests/naive_laplace.py), the dense method at Z = X, the
 exact FITC regression for a Gaussian likelihood, finite differences of its own evidence, chunking;
 and the W < 0 branch (Student-t) of both."""
-import dataclasses
 
 import numpy as np
 import pytest
