@@ -309,10 +309,27 @@ def _value_key(value):
     """What ``==`` and ``hash`` see of one field value of a :class:`ValueEquality` component.
 
     Arrays compare by shape and values (``ndarray ==`` is elementwise, so the dataclass
-    ``__eq__`` raised "truth value ... is ambiguous"), frozen ``scipy.stats`` distributions by
-    family and parameters (they compare by identity, so a copy read back from a model file
-    differed); sequences element by element; anything else as itself.
+    ``__eq__`` raised "truth value ... is ambiguous"), and so do real numbers and lists or tuples
+    of them, so that ``SquaredExponential([0.9, 1.5])`` equals ``SquaredExponential(np.array([0.9,
+    1.5]))`` and a 0-d array equals its float (a model read back from a file holds arrays where the
+    declaration had lists or floats); frozen ``scipy.stats`` distributions by family and parameters
+    (they compare by identity, so a copy read back from a model file differed); other sequences
+    element by element; anything else as itself.
+
+    Parameters
+    ----------
+    value : object
+        A field value of a component.
+
+    Returns
+    -------
+    hashable
+        The key ``==`` and ``hash`` compare.
     """
+    if isinstance(value, (list, tuple, numbers.Real)) and not isinstance(value, bool):
+        numeric = np.asarray(value, dtype=object)
+        if numeric.size and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in numeric.ravel()):
+            value = np.asarray(value, dtype=float)
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
         # + 0.0 folds -0.0 into 0.0, which == treats as equal and the hash must too.
         return ("array", value.shape, tuple((value.astype(float) + 0.0).ravel().tolist()))

@@ -107,6 +107,10 @@ def test_components_holding_arrays_compare_by_value():
     assert model(Z) == model(Z.copy()) and len({model(Z), model(Z.copy())}) == 1
     assert model(Z) != model(Z + 1.0)
     assert SE(np.ones(2)) != SE(np.ones(2) * 2.0)
+    # A list and the array it declares are one model (a model read back from a file holds arrays).
+    assert SE([0.9, 1.5], 1.2) == SE(np.array([0.9, 1.5]), 1.2)
+    assert hash(SE([0.9, 1.5], 1.2)) == hash(SE(np.array([0.9, 1.5]), 1.2))
+    assert SE(1.0, 1.2) == SE(np.array(1.0), np.float64(1.2)) and SE([0.9, 1.5]) != SE([0.9, 1.6])
     assert gd.likelihoods.HeteroscedasticGaussian(variance=np.ones(3)) == \
         gd.likelihoods.HeteroscedasticGaussian(variance=np.ones(3))
 
