@@ -494,8 +494,15 @@ class Model:
         local = evaluation.warm
         if local is not None and not local.converged:
             converged = False
-            warnings.warn(f"{type(self.inference).__name__} did not converge in {local.sweeps} sweeps "
-                          f"(tol {self.inference.tol:g}); the result is flagged converged=False",
+            # ``sweeps`` counts the method's accepted local iterations (EP/QP site sweeps, c
+            # updates, natural-gradient steps): below the cap they stopped because no step could
+            # raise the objective any more, which the message must not call running out of sweeps.
+            name = type(self.inference).__name__
+            cap = next((getattr(self.inference, a) for a in ("max_sweeps", "max_iter", "q_max_iter")
+                        if hasattr(self.inference, a)), None)
+            why = (f"did not converge in {local.sweeps} sweeps" if cap is None or local.sweeps >= cap
+                   else f"stalled after {local.sweeps} accepted local updates (no step raised the objective)")
+            warnings.warn(f"{name} {why} (tol {self.inference.tol:g}); the result is flagged converged=False",
                           ConvergenceWarning, stacklevel=3)
         constant_model = self._no_better_than_constant(y, fit["values"], evaluation.log_evidence)
         history = None
