@@ -1,5 +1,12 @@
-"""PNG plots of a fitted posterior (matplotlib is optional: ``pip install gpdsl[plot]``)."""
+"""PNG plots of a fitted posterior, and the figure helpers of the tutorials.
+
+matplotlib is optional (``pip install gpdsl[plot]``) and imported only when a figure is made, so
+``import gpdsl`` and ``import gpdsl.plotting`` never load it.  Figures are drawn on matplotlib's
+Agg canvas directly: no display is needed and the global pyplot backend is left alone.
+"""
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -16,6 +23,67 @@ def _matplotlib():
     except ImportError as err:
         raise ImportError(_INSTALL_HINT) from err
     return Figure, FigureCanvasAgg
+
+
+# Printed by new_figure without matplotlib; the tutorials' tests look for it.
+FIGURE_SKIPPED = "matplotlib is not installed: figure skipped"
+
+
+def new_figure(width, height):
+    """A matplotlib Figure on the Agg canvas, or None (after a one-line note) without matplotlib.
+
+    For scripts and notebooks whose figures are optional, such as the tutorials: they draw only
+    when a figure comes back, and without matplotlib print :data:`FIGURE_SKIPPED` in its place.
+    No pyplot is used, so no global state changes and no display is needed.
+
+    Parameters
+    ----------
+    width, height : float
+        Size of the figure in inches.
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        A new figure with the constrained layout, attached to an Agg canvas; None when
+        matplotlib cannot be imported, after printing ``"matplotlib is not installed: figure
+        skipped"`` to stdout.
+    """
+    try:
+        Figure, FigureCanvasAgg = _matplotlib()
+    except ImportError:
+        print(FIGURE_SKIPPED)
+        return None
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def show_figure(fig, path, dpi=72):
+    """Save ``fig`` as a PNG at ``path``, print ``wrote <path>``, and show it inline in Jupyter.
+
+    The figure is displayed (as the saved PNG) only when running under an IPython kernel
+    (``ipykernel`` is imported); a plain script just writes the file.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure, e.g. from :func:`new_figure`.
+    path : str or os.PathLike
+        Where the PNG is written; its directory must exist.
+    dpi : float, default 72
+        Resolution of the PNG, in dots per inch.
+
+    Returns
+    -------
+    path
+        ``path``, unchanged.
+    """
+    fig.savefig(path, dpi=dpi)
+    print(f"wrote {path}")
+    if sys.modules.get("ipykernel") is not None:       # imported (and not hidden): in a Jupyter kernel
+        from IPython.display import Image, display
+        display(Image(filename=str(path)))
+    return path
 
 
 def plot_fit(posterior, X, y, path, X_test=None, y_test=None):

@@ -4,8 +4,8 @@ their own temporary directory, and their committed notebooks are in sync with th
 Each tutorial is run with ``runpy.run_path`` at its small size (``GPDSL_TUTORIAL_SMALL=1``) from an
 empty working directory, with Python's temporary directory pointed at a pytest tmp_path, so a file
 written anywhere else, or a temporary directory left behind, is caught.  The plotting cells need
-matplotlib; the tutorials skip them themselves when it is missing, and one test checks that path
-by hiding matplotlib.  The notebooks ``tutorials/<name>.ipynb`` are built by
+matplotlib; ``gpdsl.plotting.new_figure`` skips them with a note when it is missing, and one
+test checks that path by hiding matplotlib.  The notebooks ``tutorials/<name>.ipynb`` are built by
 ``tutorials/build_notebooks.py`` (jupytext, then nbconvert --execute) at full size.
 """
 import importlib.util
@@ -124,7 +124,7 @@ def test_tutorial_runs(name, tmp_path, monkeypatch, capsys):
         assert any(line.startswith("wrote ") and line.endswith(".png") for line in out.splitlines())
 
 
-# One tutorial is enough for the no-matplotlib path: all share the same guard.
+# One tutorial is enough for the no-matplotlib path: all take it through gpdsl.plotting.new_figure.
 @pytest.mark.parametrize("name", ["05_counts_coal_mining.py"])
 def test_tutorial_runs_without_matplotlib(name, tmp_path, monkeypatch, capsys):
     # Hide matplotlib (and any submodule already imported) so that importing it fails.

@@ -45,34 +45,10 @@ except ImportError:              # not installed: use the checkout this tutorial
     here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()  # script or notebook
     sys.path.insert(0, str(here.parent))
     import gpdsl as gd
-
-try:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    HAVE_MATPLOTLIB = True
-except ImportError:
-    HAVE_MATPLOTLIB = False
+from gpdsl.plotting import new_figure, show_figure
 
 T_START = time.perf_counter()
 workdir = Path(tempfile.mkdtemp(prefix="gpdsl_tutorial01_"))   # all files go here
-
-
-def new_figure(width, height):
-    """A matplotlib Figure on the Agg canvas (no pyplot, no global state)."""
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def show_figure(fig, name):
-    """Save ``fig`` as ``name`` in the temporary directory; in Jupyter, also show it inline."""
-    path = workdir / name
-    fig.savefig(path, dpi=72)
-    print(f"wrote {path}")
-    if "ipykernel" in sys.modules:
-        from IPython.display import Image, display
-        display(Image(filename=str(path)))
-
 
 # %% [markdown]
 # ## Data
@@ -275,11 +251,9 @@ assert again.log_evidence == vfe.log_evidence
 # The figure is drawn on matplotlib's Agg canvas and saved to the temporary directory.
 
 # %%
-if not HAVE_MATPLOTLIB:
-    print("matplotlib is not installed: figure skipped")
-else:
+fig = new_figure(12, 3.6)
+if fig is not None:
     grid = np.linspace(-0.5, 6.5, 300)[:, None]
-    fig = new_figure(12, 3.6)
     panels = {"Exact": exact, "VFE (k-means Z)": vfe, "FITC (k-means Z)": fitc,
               f"VFE, {M_SMALL} optimised Z": vfe_opt}
     axes = fig.subplots(1, len(panels), sharey=True)
@@ -292,7 +266,7 @@ else:
         if post.model.inducing is not None:
             ax.plot(post.state.Z[:, 0], np.full(post.state.Z.shape[0], y.min() - 0.4), "k|", ms=10)
         ax.set_title(f"{title}\nlog evidence {post.log_evidence:.2f}", fontsize=9)
-    show_figure(fig, "sparse_regression.png")
+    show_figure(fig, workdir / "sparse_regression.png")
 
 # %% [markdown]
 # ## Clean up

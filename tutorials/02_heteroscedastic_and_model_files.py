@@ -46,34 +46,10 @@ except ImportError:              # not installed: use the checkout this tutorial
     sys.path.insert(0, str(here.parent))
     import gpdsl as gd
 from gpdsl import cli
-
-try:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    HAVE_MATPLOTLIB = True
-except ImportError:
-    HAVE_MATPLOTLIB = False
+from gpdsl.plotting import new_figure, show_figure
 
 T_START = time.perf_counter()
 workdir = Path(tempfile.mkdtemp(prefix="gpdsl_tutorial02_"))
-
-
-def new_figure(width, height):
-    """A matplotlib Figure on the Agg canvas (no pyplot, no global state)."""
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def show_figure(fig, name):
-    """Save ``fig`` as ``name`` in the temporary directory; in Jupyter, also show it inline."""
-    path = workdir / name
-    fig.savefig(path, dpi=72)
-    print(f"wrote {path}")
-    if "ipykernel" in sys.modules:
-        from IPython.display import Image, display
-        display(Image(filename=str(path)))
-
 
 # %% [markdown]
 # ## Data with quadratically growing noise
@@ -181,11 +157,9 @@ assert posteriors["log-quadratic"].log_evidence > posteriors["homoscedastic"].lo
 # ## A figure (only if matplotlib is installed)
 
 # %%
-if not HAVE_MATPLOTLIB:
-    print("matplotlib is not installed: figure skipped")
-else:
+fig = new_figure(12, 3.6)
+if fig is not None:
     grid = np.linspace(0.0, 6.0, 200)[:, None]
-    fig = new_figure(12, 3.6)
     axes = fig.subplots(1, 3, sharey=True)
     for ax, (name, post) in zip(axes, posteriors.items()):
         extra = {"noise_variance": noise_variance(grid[:, 0])} if name == "known variances" else {}
@@ -196,7 +170,7 @@ else:
         ax.plot(grid[:, 0], mean, "C0")
         ax.fill_between(grid[:, 0], mean - 2 * sd, mean + 2 * sd, color="C0", alpha=0.2)
         ax.set_title(f"{name}\nVFE bound {post.log_evidence:.1f}", fontsize=9)
-    show_figure(fig, "heteroscedastic.png")
+    show_figure(fig, workdir / "heteroscedastic.png")
 
 # %% [markdown]
 # ## Part 2: a model file

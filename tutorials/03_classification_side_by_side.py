@@ -52,35 +52,11 @@ except ImportError:              # not installed: use the checkout this tutorial
     here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()  # script or notebook
     sys.path.insert(0, str(here.parent))
     import gpdsl as gd
-
-try:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    HAVE_MATPLOTLIB = True
-except ImportError:
-    HAVE_MATPLOTLIB = False
+from gpdsl.plotting import new_figure, show_figure
 
 T_START = time.perf_counter()
 SMALL = os.environ.get("GPDSL_TUTORIAL_SMALL") == "1"          # the test suite's quick run
 workdir = Path(tempfile.mkdtemp(prefix="gpdsl_tutorial03_"))   # all files go here
-
-
-def new_figure(width, height):
-    """A matplotlib Figure on the Agg canvas (no pyplot, no global state)."""
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def show_figure(fig, name):
-    """Save ``fig`` as ``name`` in the temporary directory; in Jupyter, also show it inline."""
-    path = workdir / name
-    fig.savefig(path, dpi=72)
-    print(f"wrote {path}")
-    if "ipykernel" in sys.modules:
-        from IPython.display import Image, display
-        display(Image(filename=str(path)))
-
 
 # %% [markdown]
 # ## Data
@@ -172,10 +148,8 @@ grid = np.column_stack([g0.ravel(), g1.ravel()])
 grid_pred = {name: post.predict(grid) for name, post in posteriors.items()}
 Z_start = gd.inducing.KMeans(M, seed=0).initial_Z(X_train, None)
 
-if not HAVE_MATPLOTLIB:
-    print("matplotlib is not installed: figure skipped")
-else:
-    fig = new_figure(15, 3.4)
+fig = new_figure(15, 3.4)
+if fig is not None:
     axes = fig.subplots(1, len(posteriors), sharex=True, sharey=True)
     for ax, (name, post) in zip(axes, posteriors.items()):
         p = grid_pred[name]["p"].values.reshape(g0.shape)
@@ -186,7 +160,7 @@ else:
         ax.plot(*Z_start.T, "o", color="0.5", ms=3)
         ax.plot(*post.inducing_inputs.T, "kx", ms=7, mew=1.5)
         ax.set_title(f"{name}\ntest error {scores[name]['test error']:.3f}", fontsize=9)
-    show_figure(fig, "decision_maps.png")
+    show_figure(fig, workdir / "decision_maps.png")
 
 # %% [markdown]
 # The five boundaries nearly coincide between the data; they part where there are no data. The
@@ -209,13 +183,11 @@ for name in posteriors:
     sd = np.sqrt(grid_pred[name]["f_var"].values)
     print(f"{name:8s} latent sd on the grid: median {np.median(sd):6.3f}, max {sd.max():6.3f}")
 
-if not HAVE_MATPLOTLIB:
-    print("matplotlib is not installed: figure skipped")
-else:
+fig = new_figure(15, 3.4)
+if fig is not None:
     from matplotlib.colors import LogNorm
     sds = {name: np.sqrt(grid_pred[name]["f_var"].values).reshape(g0.shape) for name in posteriors}
     norm = LogNorm(vmin=min(s.min() for s in sds.values()), vmax=max(s.max() for s in sds.values()))
-    fig = new_figure(15, 3.4)
     axes = fig.subplots(1, len(posteriors), sharex=True, sharey=True)
     for ax, (name, post) in zip(axes, posteriors.items()):
         image = ax.pcolormesh(g0, g1, sds[name], norm=norm, cmap="viridis", shading="auto")
@@ -224,7 +196,7 @@ else:
         ax.plot(*post.inducing_inputs.T, "wx", ms=6, mew=1.2)
         ax.set_title(f"{name}: latent sd", fontsize=9)
     fig.colorbar(image, ax=axes, shrink=0.8, label="sd of f(x*)")
-    show_figure(fig, "latent_sd_maps.png")
+    show_figure(fig, workdir / "latent_sd_maps.png")
 
 # %% [markdown]
 # ## QP against EP
@@ -244,10 +216,8 @@ print(f"QP / EP latent variance at the {len(y_test)} test inputs: min {ratio.min
 print(f"largest |QP mean - EP mean|: {np.max(np.abs(qp_test['f_mean'].values - ep_test['f_mean'].values)):.4f}")
 assert np.all(qp_test["f_var"].values <= ep_test["f_var"].values * (1 + 1e-10))
 
-if not HAVE_MATPLOTLIB:
-    print("matplotlib is not installed: figure skipped")
-else:
-    fig = new_figure(4.2, 4)
+fig = new_figure(4.2, 4)
+if fig is not None:
     ax = fig.subplots()
     ax.loglog(ep_test["f_var"].values, qp_test["f_var"].values, ".", ms=3)
     lims = [min(ep_test["f_var"].values.min(), qp_test["f_var"].values.min()), ep_test["f_var"].values.max()]
@@ -255,7 +225,7 @@ else:
     ax.set_xlabel("EP latent variance")
     ax.set_ylabel("QP latent variance")
     ax.set_title("test inputs (cf. QP paper, Fig. 1a)", fontsize=9)
-    show_figure(fig, "qp_vs_ep_variance.png")
+    show_figure(fig, workdir / "qp_vs_ep_variance.png")
 
 # %% [markdown]
 # ## Comparing held-out predictive densities with ArviZ

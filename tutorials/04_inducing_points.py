@@ -52,35 +52,11 @@ except ImportError:              # not installed: use the checkout this tutorial
     here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()  # script or notebook
     sys.path.insert(0, str(here.parent))
     import gpdsl as gd
-
-try:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    HAVE_MATPLOTLIB = True
-except ImportError:
-    HAVE_MATPLOTLIB = False
+from gpdsl.plotting import new_figure, show_figure
 
 T_START = time.perf_counter()
 SMALL = os.environ.get("GPDSL_TUTORIAL_SMALL") == "1"          # the test suite's quick run
 workdir = Path(tempfile.mkdtemp(prefix="gpdsl_tutorial04_"))   # all files go here
-
-
-def new_figure(width, height):
-    """A matplotlib Figure on the Agg canvas (no pyplot, no global state)."""
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def show_figure(fig, name):
-    """Save ``fig`` as ``name`` in the temporary directory; in Jupyter, also show it inline."""
-    path = workdir / name
-    fig.savefig(path, dpi=72)
-    print(f"wrote {path}")
-    if "ipykernel" in sys.modules:
-        from IPython.display import Image, display
-        display(Image(filename=str(path)))
-
 
 # %% [markdown]
 # ## Data
@@ -339,15 +315,13 @@ print(xr.Dataset({k: ("fit", [comparison[n][k] for n in comparison]) for k in ("
 # which is largest near the boundary (thesis section 5.5.2), so some of its points sit on it.
 
 # %%
-if not HAVE_MATPLOTLIB:
-    print("matplotlib is not installed: figure skipped")
-else:
+fig = new_figure(12, 4)
+if fig is not None:
     g0, g1 = np.meshgrid(np.linspace(X[:, 0].min() - 0.3, X[:, 0].max() + 0.3, 60),
                          np.linspace(X[:, 1].min() - 0.3, X[:, 1].max() + 0.3, 60))
     grid = np.column_stack([g0.ravel(), g1.ravel()])
     panels = {f"k-means, M = {M}": pgpr, f"HGV + reinit, M = {M}": hgv,
               f"HGV, tol 1e-3 N: M = {auto.state.Z.shape[0]}": auto}
-    fig = new_figure(12, 4)
     axes = fig.subplots(1, len(panels), sharex=True, sharey=True)
     for ax, (title, post) in zip(axes, panels.items()):
         p = post.predict(grid)["p"].values.reshape(g0.shape)
@@ -357,7 +331,7 @@ else:
         ax.plot(*X_train[y_train < 0].T, ".", color="C0", ms=3)
         ax.plot(*post.state.Z.T, "kx", ms=7, mew=1.5)
         ax.set_title(f"{title}\nbound {post.log_evidence:.2f}", fontsize=9)
-    show_figure(fig, "pgpr_decision_boundaries.png")
+    show_figure(fig, workdir / "pgpr_decision_boundaries.png")
 
 # %% [markdown]
 # ## How many inducing points? The bound against M
@@ -427,10 +401,8 @@ assert np.all(sweep.sel(metric="bound").values <= full_bound + 1e-6)      # ever
 # near its maximum the test NLPD and error stop changing too: extra inducing points buy nothing.
 
 # %%
-if not HAVE_MATPLOTLIB:
-    print("matplotlib is not installed: figure skipped")
-else:
-    fig = new_figure(13, 3.6)
+fig = new_figure(13, 3.6)
+if fig is not None:
     axes = fig.subplots(1, 3, sharex=True)
     for i, name in enumerate(sweep["selection"].values):
         axes[0].semilogy(M_VALUES, full_bound - sweep.sel(selection=name, metric="bound"), "o-", color=f"C{i}",
@@ -444,7 +416,7 @@ else:
     for ax in axes:
         ax.set_xlabel("M")
     axes[1].legend(fontsize=8)
-    show_figure(fig, "bound_against_m.png")
+    show_figure(fig, workdir / "bound_against_m.png")
 
 # %% [markdown]
 # ## Save and load

@@ -46,35 +46,11 @@ except ImportError:              # not installed: use the checkout this tutorial
     here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()  # script or notebook
     sys.path.insert(0, str(here.parent))
     import gpdsl as gd
-
-try:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    HAVE_MATPLOTLIB = True
-except ImportError:
-    HAVE_MATPLOTLIB = False
+from gpdsl.plotting import new_figure, show_figure
 
 T_START = time.perf_counter()
 SMALL = os.environ.get("GPDSL_TUTORIAL_SMALL") == "1"          # the test suite's quick run
 workdir = Path(tempfile.mkdtemp(prefix="gpdsl_tutorial05_"))   # all files go here
-
-
-def new_figure(width, height):
-    """A matplotlib Figure on the Agg canvas (no pyplot, no global state)."""
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def show_figure(fig, name):
-    """Save ``fig`` as ``name`` in the temporary directory; in Jupyter, also show it inline."""
-    path = workdir / name
-    fig.savefig(path, dpi=72)
-    print(f"wrote {path}")
-    if "ipykernel" in sys.modules:
-        from IPython.display import Image, display
-        display(Image(filename=str(path)))
-
 
 # %% [markdown]
 # ## The data
@@ -190,10 +166,8 @@ for era, in_era in eras.items():
     assert era_rates[era][1] <= era_rates[era][0] <= era_rates[era][2]
 
 # %%
-if not HAVE_MATPLOTLIB:
-    print("matplotlib is not installed: figure skipped")
-else:
-    fig = new_figure(10, 3.6)
+fig = new_figure(10, 3.6)
+if fig is not None:
     ax = fig.subplots()
     ax.bar(years, counts, width=1.0, color="0.8", label="events per year")
     ep_mean, ep_low, ep_high = rates["EP"]
@@ -206,7 +180,7 @@ else:
     ax.set_xlabel("year")
     ax.set_ylabel("disasters per year")
     ax.legend(fontsize=8, ncol=2)
-    show_figure(fig, "coal_rate.png")
+    show_figure(fig, workdir / "coal_rate.png")
 
 # %% [markdown]
 # The rate falls from about three and a half disasters a year in the 1860s to about one after
@@ -258,10 +232,8 @@ assert np.all(variances["QP"] <= variances["EP"] * (1 + 1e-10))
 # at most EP's at every test input, as in the paper's Figure 1b:
 
 # %%
-if not HAVE_MATPLOTLIB:
-    print("matplotlib is not installed: figure skipped")
-else:
-    fig = new_figure(4.2, 4)
+fig = new_figure(4.2, 4)
+if fig is not None:
     ax = fig.subplots()
     ax.loglog(variances["EP"], variances["QP"], ".", ms=3)
     lims = [variances["QP"].min(), variances["EP"].max()]
@@ -269,7 +241,7 @@ else:
     ax.set_xlabel("EP latent variance")
     ax.set_ylabel("QP latent variance")
     ax.set_title(f"test inputs, {N_SPLITS} splits (cf. QP paper, Fig. 1b)", fontsize=9)
-    show_figure(fig, "coal_qp_vs_ep_variance.png")
+    show_figure(fig, workdir / "coal_qp_vs_ep_variance.png")
 
 # %% [markdown]
 # ## Clean up

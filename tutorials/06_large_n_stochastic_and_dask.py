@@ -55,36 +55,12 @@ except ImportError:              # not installed: use the checkout this tutorial
     here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()  # script or notebook
     sys.path.insert(0, str(here.parent))
     import gpdsl as gd
-
-try:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    HAVE_MATPLOTLIB = True
-except ImportError:
-    HAVE_MATPLOTLIB = False
+from gpdsl.plotting import new_figure, show_figure
 
 T_START = time.perf_counter()
 SMALL = os.environ.get("GPDSL_TUTORIAL_SMALL") == "1"          # the test suite's quick run
 N = int(os.environ.get("GPDSL_TUTORIAL_N", 20_000 if SMALL else 1_000_000))
 workdir = Path(tempfile.mkdtemp(prefix="gpdsl_tutorial06_"))   # all files go here
-
-
-def new_figure(width, height):
-    """A matplotlib Figure on the Agg canvas (no pyplot, no global state)."""
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def show_figure(fig, name):
-    """Save ``fig`` as ``name`` in the temporary directory; in Jupyter, also show it inline."""
-    path = workdir / name
-    fig.savefig(path, dpi=72)
-    print(f"wrote {path}")
-    if "ipykernel" in sys.modules:
-        from IPython.display import Image, display
-        display(Image(filename=str(path)))
-
 
 print(f"N = {N:,}" + ("  (small size: GPDSL_TUTORIAL_SMALL=1)" if SMALL else ""))
 
@@ -168,14 +144,12 @@ for name in stochastic:
 # as it must: at any q(u) the Pólya-Gamma (Jaakkola-Jordan) bound is below E_q[log σ(y f)].
 
 # %%
-if not HAVE_MATPLOTLIB:
-    print("matplotlib is not installed: figure skipped")
-else:
+fig = new_figure(10, 3.5)
+if fig is not None:
     # The latent mean along the direction that separates the classes: the Bayes classifier's
     # logit 2a s with s = Σ_d x_d is a straight line.
     s = X_test.sum(axis=1)
     order = np.argsort(s)
-    fig = new_figure(10, 3.5)
     ax_f, ax_t = fig.subplots(1, 2)
     ax_f.plot(s[order], (4.0 / np.sqrt(20.0)) * s[order], "k--", lw=1, label="Bayes classifier")
     for i, (name, post) in enumerate({**posts, "collapsed PG (reference)": collapsed}.items()):
@@ -189,7 +163,7 @@ else:
     for i, n in enumerate(names):
         ax_t.text(results[n]["wall s"], i, f"  N = {results[n]['N']:,}", va="center", fontsize=8)
     ax_t.set_xlim(0, 1.4 * max(results[n]["wall s"] for n in names))
-    show_figure(fig, "large_n_classification.png")
+    show_figure(fig, workdir / "large_n_classification.png")
 
 # %% [markdown]
 # ## Part 2: Dask, without holding X
