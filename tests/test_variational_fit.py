@@ -89,8 +89,9 @@ def test_variational_options_are_validated():
         gd.inference.SVGP(batch_size=0)
     with pytest.raises(ValueError, match="VGP: q_tol must be a positive"):
         gd.inference.VGP(q_tol=0.0)
-    with pytest.raises(ValueError, match="Poisson with SVGP is not supported"):
-        gd.Model(SE(1.0, 1.0), gd.likelihoods.Poisson(), gd.inducing.KMeans(4), gd.inference.SVGP())
+    with pytest.raises(ValueError, match="HeteroscedasticGaussian with SVGP is not supported"):
+        gd.Model(SE(1.0, 1.0), gd.likelihoods.HeteroscedasticGaussian(degree=1), gd.inducing.KMeans(4),
+                 gd.inference.SVGP())
     with pytest.raises(TypeError, match="SVGP needs an inducing spec"):
         gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(), None, gd.inference.SVGP())
 
