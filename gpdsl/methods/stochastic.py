@@ -83,8 +83,8 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, likelihood=No
     # does not fit, and the steps start from the prior, as a fresh fit does.
     if objective.warm is not None and all(np.shape(objective.warm.q[k]) == np.shape(v) for k, v in q.items()):
         q = objective.warm.q
-    elif likelihood.sign_symmetric:
-        q = spec.surrogate_q(model.kernel, likelihood, {k: v for k, v in values.items() if k != "inducing.Z"},
+    elif model.likelihood.sign_symmetric:
+        q = spec.surrogate_q(model.kernel, model.likelihood, {k: v for k, v in values.items() if k != "inducing.Z"},
                              X, y, Z)
     estimate = np.nan
     for step in range(1, max_iter + 1):

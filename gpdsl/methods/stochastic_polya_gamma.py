@@ -81,6 +81,9 @@ class PolyaGammaExpectations:
         The model's logit Bernoulli.
     """
 
+    # As the Likelihood attribute: the logit bound is not even in f, q starts from the prior.
+    sign_symmetric = False
+
     def __init__(self, likelihood):
         self.likelihood = likelihood
 
