@@ -225,16 +225,26 @@ def load_coal_counts(shared):
 
 
 # ----------------------------------------------------------------------------------------- fits
-def _fit_ep_qp(likelihood, X, y, max_iter):
-    """EP fitted from lengthscale 1, variance 1, then QP's posterior at EP's hyperparameters.
-    Returns (ep, qp, warning messages)."""
+def _fit_ep_qp_vb(likelihood, X, y, X_test, max_iter):
+    """EP fitted from lengthscale 1, variance 1, QP's posterior at EP's hyperparameters, and VB
+    (``VGP``) fitted from the same start.  Returns ((ep, qp, vb), diagnostics): ``ridge`` (EP/VB
+    fits stopped on an evidence ridge), ``not_converged``, ``warnings`` (other than ridge stops)
+    and ``var_ratio`` (largest QP / EP latent variance at ``X_test``, <= 1 by the paper's
+    Theorem 2)."""
     ep, warned = caught_fit(gd.Model(kernel=SE(1.0, 1.0), likelihood=likelihood, inference=gd.inference.EP()),
                             X, y, max_iter=max_iter)
     v = ep.values
     qp_model = gd.Model(kernel=SE(float(v["kernel.lengthscale"]), float(v["kernel.variance"])),
                         likelihood=likelihood, inference=gd.inference.QP())
     qp, qwarned = caught_fit(qp_model, X, y, optimize=False)
-    return ep, qp, warned + qwarned
+    vb, vwarned = caught_fit(gd.Model(kernel=SE(1.0, 1.0), likelihood=likelihood, inference=gd.inference.VGP()),
+                             X, y, max_iter=max_iter)
+    diagnostics = {"ridge": int(ep.ridge is not None) + int(vb.ridge is not None),
+                   "not_converged": sum(not p.converged for p in (ep, qp, vb)),
+                   "warnings": [w for w in warned + qwarned + vwarned if "evidence ridge" not in w],
+                   "var_ratio": float(np.max(qp.predict(X_test)["f_var"].values
+                                             / ep.predict(X_test)["f_var"].values))}
+    return (ep, qp, vb), diagnostics
 
 
 def classification_round(X, y, round_, max_iter):
@@ -263,14 +273,8 @@ def classification_round(X, y, round_, max_iter):
     for train, test in authors_folds(len(y), round_):
         started = time.process_time()
         Xtr, Xte = standardise(X, train, test)
-        ep, qp, warned = _fit_ep_qp(probit, Xtr, y[train], max_iter)
-        vb, vwarned = caught_fit(gd.Model(kernel=SE(1.0, 1.0), likelihood=probit, inference=gd.inference.VGP()),
-                                 Xtr, y[train], max_iter=max_iter)
-        fold = {"ridge": int(ep.ridge is not None) + int(vb.ridge is not None),
-                "not_converged": sum(not p.converged for p in (ep, qp, vb)),
-                "warnings": [w for w in warned + vwarned if "evidence ridge" not in w],
-                "var_ratio": float(np.max(qp.predict(Xte)["f_var"].values / ep.predict(Xte)["f_var"].values))}
-        for method, post in zip(METHODS, (ep, qp, vb)):
+        posteriors, fold = _fit_ep_qp_vb(probit, Xtr, y[train], Xte, max_iter)
+        for method, post in zip(METHODS, posteriors):
             fold[f"{method}_te"], fold[f"{method}_ntll"] = classification_scores(post, Xte, y[test])
         fold["cpu"] = time.process_time() - started
         folds.append(fold)
@@ -334,15 +338,8 @@ def mining_split(years, counts, seed, max_iter):
     started = time.process_time()
     train = np.random.RandomState(seed).rand(len(years)) > 0.5
     Xtr, Xte = standardise(years[:, None], train, ~train)
-    poisson = gd.likelihoods.Poisson()
-    ep, qp, warned = _fit_ep_qp(poisson, Xtr, counts[train], max_iter)
-    vb, vwarned = caught_fit(gd.Model(kernel=SE(1.0, 1.0), likelihood=poisson, inference=gd.inference.VGP()),
-                             Xtr, counts[train], max_iter=max_iter)
-    out = {"ridge": int(ep.ridge is not None) + int(vb.ridge is not None),
-           "not_converged": sum(not p.converged for p in (ep, qp, vb)),
-           "warnings": [w for w in warned + vwarned if "evidence ridge" not in w],
-           "var_ratio": float(np.max(qp.predict(Xte)["f_var"].values / ep.predict(Xte)["f_var"].values))}
-    for method, post in zip(METHODS, (ep, qp, vb)):
+    posteriors, out = _fit_ep_qp_vb(gd.likelihoods.Poisson(), Xtr, counts[train], Xte, max_iter)
+    for method, post in zip(METHODS, posteriors):
         out[f"{method}_te"], out[f"{method}_ntll"], out[f"{method}_ntll_exact"] = poisson_scores(post, Xte, counts[~train])
     out["cpu"] = time.process_time() - started
     return out
