@@ -20,9 +20,14 @@ operation                                 used by
                                           tuple the site sweeps take (:class:`SiteModel`)
 ``predictive`` / ``log_predictive``       Posterior.predict and Posterior.log_predictive
 ``sample(values, prefix, f, rng)``        posterior-predictive draws for ArviZ
-``surrogate``                             greedy inducing selection before the first fit
+``surrogate``                             greedy inducing selection before the first fit; the
+                                          start of q where ``sign_symmetric`` (below)
 ``constant_model_log_likelihood``         the constant-model flag of ``Model.fit``
 ========================================  ==========================================================
+
+A likelihood even in f (``sign_symmetric = True``: Poisson's square link) makes q's mean 0 a
+saddle of a variational bound, so SVGP and VGP start q from the Gaussian fit to its surrogate
+targets instead of from the prior.
 
 Gaussian-noise likelihoods (``observation_noise = True``) also give their per-point noise
 variances ``noise`` and its vector-Jacobian product ``noise_vjp``: the exact GP and the collapsed
