@@ -674,7 +674,11 @@ class _Variational(Inference):
         stationary point of the bound that the natural steps never leave.  The start is instead
         the optimal q of a Gaussian likelihood on the likelihood's surrogate targets
         (:meth:`gpdsl.likelihoods.Likelihood.surrogate`, for Poisson sqrt(y + 1/2), the positive
-        branch EP starts from) with noise 1 / mean(weights): exact in one natural step.
+        branch EP starts from) with noise 1 / mean(weights): exact in one natural step.  The
+        bound is then maximised on that branch: where the best latent function changes sign (the
+        rate passes through 0) a q whose mean changes sign can be better, which this start, like
+        EP's, does not look for (f = 2.5 x on 60 points: -158.6 against -162.1 at the same
+        hyperparameters).
 
         Parameters
         ----------

@@ -75,10 +75,11 @@ def _composite_legendre():
 
 
 # E[log f^2] under N(m, v): Gauss-Legendre nodes of Dawson's integral (a = m^2 / 2v below
-# 1 / _LOG_SQUARE_ASYMPTOTIC_S) and the terms of the asymptotic series in s = 2v / m^2 above it,
-# whose truncation error at the switch (s = 0.02) is ~1e-14.
+# 1 / _LOG_SQUARE_ASYMPTOTIC_S) and the terms of the asymptotic series in s = 2v / m^2 above it.
+# At the switch (s = 0.01) both are accurate to ~1e-14 relative in the value and both
+# derivatives (at s = 0.02 the series' d/dv was off by 1e-11: its 13th term).
 _LOG_SQUARE_NODES = 40
-_LOG_SQUARE_ASYMPTOTIC_S = 0.02
+_LOG_SQUARE_ASYMPTOTIC_S = 0.01
 _LOG_SQUARE_SERIES_TERMS = 12
 
 
@@ -106,8 +107,9 @@ def expected_log_square(mean, var):
     through scipy's ``dawsn``): d/dm = g m / v, d/dv = (1 - a g) / v.  For large a (s = 1/a
     small, v -> 0 included) the asymptotic series of D gives
     E = log m^2 - sum_k c_k s^k, c_k = (2k - 1)!! / (2^k k), d/dm = (2/m)(1 + sum_k k c_k s^k),
-    d/dv = -(2/m^2) sum_k k c_k s^(k-1); it is used below s = 0.02, where its truncation error
-    is ~1e-14.  At m = v = 0 the expectation is -inf.
+    d/dv = -(2/m^2) sum_k k c_k s^(k-1); it is used below s = 0.01, where its truncation error
+    is ~1e-14.  At m = v = 0 the expectation is -inf; a NaN mean or variance gives NaNs; a
+    variance below 0 (rounding in a marginal variance) is taken as 0.
 
     Parameters
     ----------
@@ -126,7 +128,7 @@ def expected_log_square(mean, var):
         d value / d var.
     """
     x, w, c = _log_square_rule()
-    mean, var = np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
+    mean, var = np.broadcast_arrays(np.asarray(mean, dtype=float), np.maximum(np.asarray(var, dtype=float), 0.0))
     m2 = mean * mean
     with np.errstate(divide="ignore", invalid="ignore"):
         s = np.where(m2 > 0.0, 2.0 * var / np.where(m2 > 0.0, m2, 1.0), np.inf)
@@ -149,6 +151,9 @@ def expected_log_square(mean, var):
             value[near] = np.log(2.0 * v) + special.digamma(0.5) + 4.0 * dawson_integral
             d_mean[near] = g * m / v
             d_var[near] = (1.0 - a * g) / v
+    unknown = np.isnan(mean) | np.isnan(var)   # m2 > 0 is False for NaN: it took the m = 0 branch
+    for out in (value, d_mean, d_var):
+        out[unknown] = np.nan
     return value, d_mean, d_var
 
 
