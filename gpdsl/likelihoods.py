@@ -103,7 +103,7 @@ def expected_log_square(mean, var):
         E[log f^2] = log(2v) + h(a),   h(a) = psi(1/2) + 4 int_0^sqrt(a) D(x) dx,
         h'(a) = g(a) = 2 D(sqrt a) / sqrt a
 
-    with D Dawson's integral (the same function as the G~ of Lloyd et al. 2015, eq. 12, written
+    with D Dawson's integral (the quantity Lloyd et al. 2015 write through their G~ function, here
     through scipy's ``dawsn``): d/dm = g m / v, d/dv = (1 - a g) / v.  For large a (s = 1/a
     small, v -> 0 included) the asymptotic series of D gives
     E = log m^2 - sum_k c_k s^k, c_k = (2k - 1)!! / (2^k k), d/dm = (2/m)(1 + sum_k k c_k s^k),
