@@ -19,6 +19,7 @@ from . import likelihoods as lik
 from . import backends, threads
 from .checks import (as_float_array, check_bool, check_nonnegative_int, check_positive_int, check_seed,
                      check_square_sums_finite)
+from .diagnostics import FitDiagnostics, gradient_tolerance, largest_gradient
 from .inducing import InducingSpec
 from .inference import supported_pairs  # noqa: F401  (public here before the registry moved)
 from .kernels import Kernel
@@ -44,6 +45,8 @@ PLATEAU_STEADY = 0.5
 # plateau rule or the iteration cap is named in a ridge warning (and Posterior.ridge).
 RUNAWAY_FACTOR = 1e3
 _SCIPY_CALLBACK_STOP = 99                   # OptimizeResult.status when the callback raised StopIteration
+# Restarts of L-BFGS-B with empty memory after SciPy's test stopped it at a large gradient.
+MEMORY_RESTARTS = 2
 
 
 # Objective margin (nats) over the constant model below which a fit is flagged (Model._no_better_than_constant).
@@ -417,8 +420,12 @@ class Model:
         greedy-variance reinitialisation); ``reinit_stop`` in the result says which.
 
         L-BFGS-B stops by SciPy's tests or by the plateau rule (:data:`PLATEAU_WINDOW`); a run
-        that ends on an evidence ridge warns and names the runaway hyperparameter
-        (``Posterior.ridge``).  The fit runs with one BLAS thread except in its large passes
+        that SciPy's test stopped with the gradient still large restarts from its last point
+        (:meth:`_Objective.minimise`); a run that ends on an evidence ridge warns and names the
+        runaway hyperparameter (``Posterior.ridge``).  How the fit ended is recorded in
+        ``Posterior.diagnostics`` (:class:`gpdsl.diagnostics.FitDiagnostics`), and ``converged``
+        is derived from it by :func:`gpdsl.diagnostics.converged_rule`; every way of falling
+        short of it warns ``ConvergenceWarning``.  The fit runs with one BLAS thread except in its large passes
         (:mod:`gpdsl.threads`).
         With M chosen by ``tol`` the first selection stops at ``first_round_max_m`` points.
 
@@ -442,8 +449,8 @@ class Model:
         the fit on the n rows, and the posterior is then computed on all N rows at them, with no
         further optimisation (for VFE and FITC one pass; for PolyaGamma its c iteration, for EP
         its sweeps, over all N).  ``Posterior.subsample`` records n and the subsample fit's
-        objective; ``log_evidence`` is the full data's.  None (default), or n >= N, fits on all
-        rows.  Greedy selection's ``indices`` refer to rows of X; ``standardize=True`` scales by
+        objective; ``log_evidence`` is the full data's.  None (default) fits on all rows; n >= N
+        is refused (ValueError), since it would silently mean all rows.  Greedy selection's ``indices`` refer to rows of X; ``standardize=True`` scales by
         all N rows.  Refused (ValueError) for a likelihood with per-row parameters
         (``HeteroscedasticGaussian(variance=...)``) and for ``q_updates="joint"``.
 
@@ -465,7 +472,10 @@ class Model:
             scaling = Standardization.of(X, y if self.likelihood.standardizes_targets else None)
             X, y = scaling.inputs(X), scaling.targets(y)
         rows = None
-        if subsample is not None and subsample < X.shape[0]:
+        if subsample is not None and subsample >= X.shape[0]:
+            raise ValueError(f"fit: subsample = {subsample} must be smaller than the number of rows, "
+                             f"N = {X.shape[0]} (leave it None to fit on all rows)")
+        if subsample is not None:
             self._check_subsample()
             rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], size=subsample, replace=False))
         # A subsample's rows are read into memory (of a Dask X, those rows only).
@@ -490,36 +500,75 @@ class Model:
         if rows is not None:
             selection, fit, subsample_record = self._finish_on_all_rows(X, y, rows, selection, fit, fixed,
                                                                         max_iter)
-        evaluation, converged = fit["evaluation"], fit["converged"]
-        local = evaluation.warm
-        if local is not None and not local.converged:
-            converged = False
-            # ``sweeps`` counts the method's accepted local iterations (EP/QP site sweeps, c
-            # updates, natural-gradient steps): below the cap they stopped because no step could
-            # raise the objective any more, which the message must not call running out of sweeps.
-            name = type(self.inference).__name__
-            cap = next((getattr(self.inference, a) for a in ("max_sweeps", "max_iter", "q_max_iter")
-                        if hasattr(self.inference, a)), None)
-            why = (f"did not converge in {local.sweeps} sweeps" if cap is None or local.sweeps >= cap
-                   else f"stalled after {local.sweeps} accepted local updates (no step raised the objective)")
-            warnings.warn(f"{name} {why} (tol {self.inference.tol:g}); the result is flagged converged=False",
-                          ConvergenceWarning, stacklevel=3)
+        evaluation = fit["evaluation"]
         constant_model = self._no_better_than_constant(y, fit["values"], evaluation.log_evidence)
+        diagnostics = self._diagnostics(fit, rounds, reinit_stop, selection, subsample_record, constant_model)
+        self._warn_unconverged(diagnostics, fit, evaluation.warm)
         history = None
         if self.sparse and self.inducing.reinit:
             history = [{"M": int(f["Z"].shape[0]), "objective": float(f["objective"])} for _, f in rounds]
         log_evidence = evaluation.log_evidence + (scaling.log_jacobian(y.size) if scaling is not None else 0.0)
         return Posterior(model=self, values=fit["values"], state=evaluation.state,
-                         log_evidence=log_evidence, log_prior=fit["log_prior"],
-                         converged=converged, n_iterations=fit["n_iterations"], jitter=evaluation.jitter,
+                         log_evidence=log_evidence, log_prior=fit["log_prior"], diagnostics=diagnostics,
                          priors=fit["table"].prior_descriptions(),
                          fixed=[e.name for e in fit["table"].entries if e.fixed],
-                         sites=local,
-                         total_sweeps=sum(f["total_sweeps"] for _, f in rounds)
-                         + (fit["total_sweeps"] if subsample_record is not None else 0),
-                         selection=selection, reinit_history=history, constant_model=constant_model,
-                         ridge=fit["ridge"], reinit_stop=reinit_stop, standardization=scaling,
-                         subsample=subsample_record)
+                         sites=evaluation.warm, selection=selection, reinit_history=history,
+                         standardization=scaling, subsample=subsample_record)
+
+    def _diagnostics(self, fit, rounds, reinit_stop, selection, subsample_record, constant_model):
+        """The :class:`gpdsl.diagnostics.FitDiagnostics` of the kept round ``fit``."""
+        local = fit["evaluation"].warm
+        record = dict(fit["optimiser"])
+        caps = record.pop("caps_reached") + (["max_iter"] if record["stop_reason"] == "max_iter" else [])
+        if local is not None and not local.converged and self._local_cap_reached(local):
+            caps.append("max_sweeps")
+        if reinit_stop == "max_reinit":
+            caps.append("max_reinit")
+        if selection is not None and selection.stopped == "max_m":
+            caps.append("max_m")
+        total_sweeps = (sum(f["total_sweeps"] for _, f in rounds)
+                        + (fit["total_sweeps"] if subsample_record is not None else 0))
+        return FitDiagnostics(**record, caps_reached=tuple(caps), jitter=float(fit["evaluation"].jitter),
+                              ridge=fit["ridge"], local_sweeps=int(total_sweeps),
+                              local_converged=None if local is None else bool(local.converged),
+                              clamped_sites=int(getattr(local, "clamped", 0) or 0),
+                              reinit_rounds=len(rounds) - 1, reinit_stop=reinit_stop,
+                              subsample=None if subsample_record is None else subsample_record["rows"],
+                              constant_model=constant_model)
+
+    def _local_cap_reached(self, local):
+        """Whether the method's local iteration stopped at its cap (else it stalled below it)."""
+        cap = next((getattr(self.inference, a) for a in ("max_sweeps", "max_iter", "q_max_iter")
+                    if hasattr(self.inference, a)), None)
+        return cap is None or local.sweeps >= cap
+
+    def _warn_unconverged(self, diagnostics, fit, local):
+        """One ConvergenceWarning for each way the fit fell short that its record holds: a ridge (not
+        for a fit already flagged as the constant model, which its own warning explains), the
+        optimiser's stop, the final gradient, the local iteration.  A cap of the reinit loop or the
+        selection warns where it is reached (``_reinit_loop``, the inducing spec)."""
+        name = type(self.inference).__name__
+        if diagnostics.ridge is not None and not diagnostics.constant_model:
+            _warn_ridge(diagnostics.ridge, *fit["ridge_move"], diagnostics.message)
+        stop = diagnostics.stop_reason
+        if stop in ("max_iter", "line_search") and diagnostics.ridge is None:
+            warnings.warn(f"{name}: the hyperparameter optimisation did not converge ({stop}: {diagnostics.message}); "
+                          "the result is flagged converged=False", ConvergenceWarning, stacklevel=4)
+        elif (stop not in ("max_iter", "line_search", "outer_loop") and diagnostics.ridge is None
+              and not diagnostics.converged and not diagnostics.grad_norm <= diagnostics.grad_tol):
+            warnings.warn(f"{name}: the optimiser stopped ({stop}: {diagnostics.message}) after "
+                          f"{diagnostics.optimizer_restarts} restart(s) with the gradient still large: "
+                          f"|d objective / d {diagnostics.grad_name}| = {diagnostics.grad_norm:.3g} > "
+                          f"{diagnostics.grad_tol:.3g}; the result is flagged converged=False (raise max_iter, "
+                          "or refit from post.values)", ConvergenceWarning, stacklevel=4)
+        if local is not None and not local.converged:
+            # ``sweeps`` counts the method's accepted local iterations (EP/QP site sweeps, c
+            # updates, natural-gradient steps): below the cap they stopped because no step could
+            # raise the objective any more, which the message must not call running out of sweeps.
+            why = (f"did not converge in {local.sweeps} sweeps" if self._local_cap_reached(local)
+                   else f"stalled after {local.sweeps} accepted local updates (no step raised the objective)")
+            warnings.warn(f"{name} {why} (tol {self.inference.tol:g}); the result is flagged converged=False",
+                          ConvergenceWarning, stacklevel=4)
 
     def _check_subsample(self):
         """fit(subsample=n)'s refusals: a likelihood with per-row parameters (they would have to be
@@ -537,7 +586,7 @@ class Model:
         """fit(subsample=n)'s last step: the posterior on all rows of X at the hyperparameters and
         Z of ``fit`` (the subsample's best round), with no optimisation.  Returns the selection
         (its indices mapped to rows of X), the full data's fit record (the subsample fit's
-        iterations and convergence kept) and the Posterior's ``subsample`` record."""
+        optimiser record and ridge kept) and the Posterior's ``subsample`` record."""
         from dataclasses import replace
         if selection is not None:
             selection = replace(selection, Z=fit["Z"],
@@ -546,8 +595,8 @@ class Model:
         # fresh start is what optimize=False gives every method.
         finish = self._fit_at(X, y, selection, fixed, False, 0, 0, max_iter, False, None,
                               start=fit["values"], warm=None)
-        finish.update(converged=fit["converged"] and finish["converged"], n_iterations=fit["n_iterations"],
-                      ridge=fit["ridge"])
+        # The record is the subsample fit's: its optimiser's stop, gradient and ridge.
+        finish.update(optimiser=fit["optimiser"], ridge=fit["ridge"], ridge_move=fit["ridge_move"])
         return selection, finish, {"rows": int(rows.size), "objective": float(fit["objective"])}
 
     def _reinit_loop(self, X, y, fixed, optimize, restarts, seed, max_iter, progress, callback, rounds):
@@ -652,18 +701,25 @@ class Model:
             if not np.all(np.isfinite(result.x)):
                 raise _out_of_range("L-BFGS-B stepped to non-finite hyperparameters (the objective and its "
                                     "gradient at the start are too large for its float64 arithmetic)", X, y)
-            u_best, converged, n_iter, ridge = result.x, bool(result.success), int(result.nit), result.runaway
-            if ridge is not None:
-                _warn_ridge(table, result.start, u_best, ridge, result.message)
-            elif not converged:
-                warnings.warn(f"L-BFGS-B did not converge: {result.message}", ConvergenceWarning,
-                              stacklevel=4)
+            u_best, runaway = result.x, result.runaway
+            ridge, ridge_move = (None, None) if runaway is None else (runaway[0], runaway[1:])
+            optimiser = {"stop_reason": result.get("stop_reason", "max_iter"),  # TEMP until stochastic merge
+                         "message": str(result.message),
+                         "n_iterations": int(result.nit), "grad_norm": float(result.get("grad_norm", np.nan)),
+                         "grad_tol": gradient_tolerance(X.shape[0]), "grad_name": result.get("grad_name", ""),
+                         "optimizer_restarts": int(getattr(result, "optimizer_restarts", 0)), "caps_reached": []}
             outer = self.inference.outer_loop(run, u_best, max_iter)
             if outer is not None:
                 u_best, outer_converged, outer_iter = outer
-                converged, n_iter = converged and outer_converged, n_iter + outer_iter
+                # Algorithm 1 maximises eq. 4 at fixed sites: its own test, not the gradient, decides.
+                optimiser.update(stop_reason="outer_loop", caps_reached=[] if outer_converged else ["max_outer"],
+                                 n_iterations=optimiser["n_iterations"] + outer_iter,
+                                 message=f"{optimiser['message']}; then QP's outer loop "
+                                         f"{'converged' if outer_converged else 'did not converge'}")
         else:
-            u_best, converged, n_iter, ridge = u0, True, 0, None
+            u_best, ridge, ridge_move = u0, None, None
+            optimiser = {"stop_reason": "not_optimised", "caps_reached": [],
+                         "message": "no optimisation (optimize=False or no free hyperparameter)"}
         values = table.unpack(u_best)
         Z = values.pop("inducing.Z", Z0)
         evaluation = self._final_evaluation(values, X, y, Z, run.warm, optimize)
@@ -674,8 +730,9 @@ class Model:
         if evaluation.warm is not None:
             run.total_sweeps += evaluation.warm.sweeps
         log_prior, _ = table.log_prior({**values, "inducing.Z": Z})
-        return {"values": values, "Z": Z, "evaluation": evaluation, "table": table, "converged": converged,
-                "n_iterations": n_iter, "log_prior": log_prior, "total_sweeps": run.total_sweeps, "ridge": ridge,
+        return {"values": values, "Z": Z, "evaluation": evaluation, "table": table, "optimiser": optimiser,
+                "log_prior": log_prior, "total_sweeps": run.total_sweeps, "ridge": ridge,
+                "ridge_move": ridge_move,
                 "objective": evaluation.log_evidence + log_prior}
 
 
@@ -715,15 +772,27 @@ def _on_plateau(trail, plateau):
     return first + second < plateau and second >= PLATEAU_STEADY * first
 
 
-def _warn_ridge(table, u_start, u_end, name, how):
-    """One ConvergenceWarning for a run that ended (``how``) with hyperparameter ``name`` run away."""
-    start, end = np.ravel(table.unpack(u_start)[name]), np.ravel(table.unpack(u_end)[name])
-    i = int(np.argmax(np.abs(np.log(end / start))))
-    warnings.warn(f"L-BFGS-B stopped on an evidence ridge ({how}): {name} ran from {start[i]:.3g} to {end[i]:.3g} "
-                  "while the objective barely changed, and would keep running (a classifier's latent scale "
-                  "grows without bound when the classes are nearly separable). The fit is usable; to pin "
-                  f"{name} down put a prior on it, e.g. {name.split('.')[-1]}=gd.priors.LogNormal(0.0, 2.0) "
-                  f"(flagged ridge={name!r})", ConvergenceWarning, stacklevel=5)
+def _stop_reason(result):
+    """Which rule ended SciPy's L-BFGS-B run (a key of gpdsl.diagnostics.STOP_REASONS)."""
+    if result.status == _SCIPY_CALLBACK_STOP:
+        return "plateau"
+    if result.status == 1:
+        return "max_iter"
+    if result.status == 0:
+        return "gradient" if "GRADIENT" in result.message.upper() else "objective_change"
+    return "line_search"
+
+
+def _warn_ridge(name, start, end, how):
+    """One ConvergenceWarning for a run that ended (``how``) with hyperparameter ``name`` run away
+    from ``start`` to ``end``."""
+    prior = ("gd.priors.LogNormal(0.0, 2.0)" if start > 0 and end > 0
+             else "gd.priors.ScipyPrior(scipy.stats.norm(0.0, 3.0), initial=0.0)")
+    warnings.warn(f"L-BFGS-B stopped on an evidence ridge ({how}): {name} ran from {start:.3g} to {end:.3g} "
+                  "while the objective barely changed, and would keep running (a kernel variance, or a bias with "
+                  "it, that grows without bound: nearly separable classes, or a trend the kernel can only follow "
+                  f"by growing). The fit is usable; to pin {name} down put a prior on it, e.g. "
+                  f"{name.split('.')[-1]}={prior} (flagged ridge={name!r})", ConvergenceWarning, stacklevel=5)
 
 
 def _random_start(table, u0, X, rng):
@@ -791,12 +860,21 @@ class _Objective:
     def minimise(self, u0, max_iter, progress, callback):
         """L-BFGS-B from ``u0`` under gpdsl's stopping rule (see :data:`PLATEAU_WINDOW`).
 
-        Returns SciPy's OptimizeResult with three more fields: ``plateau`` (True when the plateau
-        rule stopped the run, which counts as converged), ``runaway`` (the name of a
-        hyperparameter that moved by more than RUNAWAY_FACTOR from ``u0`` in a run stopped by
-        the plateau rule or the iteration cap, else None) and ``start`` (``u0``)."""
+        A run that SciPy's relative-reduction test or a failed line search ends while the
+        gradient is above :func:`gpdsl.diagnostics.gradient_tolerance` (the test fires on a step
+        that was cut to nothing, which says nothing about the gradient) is restarted from its last
+        point with L-BFGS-B's memory emptied, at most :data:`MEMORY_RESTARTS` times and only while
+        the restarts gain: a first step along the gradient is cheap and usually all it takes.
+
+        Returns SciPy's OptimizeResult (``nit`` over all restarts) with more fields:
+        ``stop_reason`` (a key of :data:`gpdsl.diagnostics.STOP_REASONS`), ``plateau`` (True when
+        the plateau rule stopped the run), ``grad_norm`` and ``grad_name`` (the largest final
+        gradient entry, :func:`gpdsl.diagnostics.largest_gradient`), ``optimizer_restarts``,
+        ``runaway`` (the hyperparameter that ran away from ``u0`` in a run stopped by the plateau
+        rule or the iteration cap, else None; see :meth:`_runaway`) and ``start`` (``u0``)."""
         trail = []                # objectives of the accepted iterates
         plateau = PLATEAU_WINDOW * PLATEAU_PER_POINT * self.X.shape[0]
+        tolerance = gradient_tolerance(self.X.shape[0])
 
         def report(intermediate_result):
             u_last, _, g = self.last
@@ -813,13 +891,29 @@ class _Objective:
             if _on_plateau(trail, plateau):
                 raise StopIteration
 
-        result = sp_optimize.minimize(self, u0, jac=True, method="L-BFGS-B", callback=report,
-                                      options={"maxiter": max_iter})
-        result.plateau = result.status == _SCIPY_CALLBACK_STOP
+        u, iterations, restarts = u0, 0, 0
+        while True:
+            result = sp_optimize.minimize(self, u, jac=True, method="L-BFGS-B", callback=report,
+                                          options={"maxiter": max_iter - iterations})
+            iterations += int(result.nit)
+            result.stop_reason = _stop_reason(result)
+            result.grad_norm, result.grad_name = (largest_gradient(self.table, result.jac, self.X)
+                                                  if result.jac is not None else (np.nan, ""))
+            stuck = result.stop_reason in ("objective_change", "line_search") and not result.grad_norm <= tolerance
+            gained = restarts == 0 or result.nit > 0
+            if not (stuck and gained and restarts < MEMORY_RESTARTS and iterations < max_iter):
+                break
+            u, restarts = result.x, restarts + 1
+        result.nit, result.optimizer_restarts = iterations, restarts
+        result.plateau = result.stop_reason == "plateau"
         if result.plateau:
             result.success = True
             result.message = (f"the objective gained less than {plateau:.3g} in the last {PLATEAU_WINDOW} "
                               "iterations (plateau rule)")
+        elif result.stop_reason == "line_search" and result.message.rstrip().endswith(":"):
+            # SciPy's ABNORMAL termination carries no reason of its own.
+            result.message = (f"{result.message.rstrip()} the line search found no lower objective along "
+                              "L-BFGS-B's direction (an objective or gradient that is inaccurate or not smooth)")
         # A run that SciPy's own tests ended is taken as converged, however far it went: on breast
         # cancer the Pólya-Gamma optimum has kernel variance ~5e3-1e4 from every start.
         result.runaway = self._runaway(u0, result.x) if result.plateau or not result.success else None
@@ -827,20 +921,32 @@ class _Objective:
         return result
 
     def _runaway(self, u0, u):
-        """The free positive hyperparameter that moved furthest from its start, by a factor above
-        RUNAWAY_FACTOR, or None.  Moves towards a simpler model are not counted: a length-scale
-        that grows switches its feature off (automatic relevance determination, the intended
-        answer), and a kernel variance that collapses is the constant model, which
-        ``_no_better_than_constant`` reports."""
+        """``(name, start, end)`` of the free hyperparameter that moved furthest from its start, by
+        a factor above RUNAWAY_FACTOR (with its element's values at ``u0`` and ``u``), or None.
+
+        A positive hyperparameter's move is the factor it changed by.  A real one (a
+        classifier's bias, which on an evidence ridge grows with the kernel variance: FITC-EP on
+        Rätsch titanic, variance 6e3 with bias -30) moves on the latent scale, the square root of
+        the variance's, so its move is the square of the factor by which its magnitude (counted
+        from 1) changed: a bias from 0 to -31.6 counts as a variance growing 1e3-fold.  Moves
+        towards a simpler model are not counted: a length-scale that grows switches its feature
+        off (automatic relevance determination, the intended answer), and a kernel variance that
+        collapses is the constant model, which ``_no_better_than_constant`` reports."""
         start, end = self.table.unpack(u0), self.table.unpack(u)
         moves = {}
         for e in self.table.free:
-            if e.positive and not e.name.startswith("variational."):
+            if e.name.startswith("variational.") or e.name == "inducing.Z":
+                continue
+            if e.positive:
                 log_ratio = np.log(end[e.name] / start[e.name])
                 if e.name.endswith("lengthscale"):
                     log_ratio = np.minimum(log_ratio, 0.0)
                 elif e.name.startswith("kernel.") and e.name.endswith("variance"):
                     log_ratio = np.maximum(log_ratio, 0.0)
-                moves[e.name] = float(np.max(np.abs(log_ratio)))
-        name = max(moves, key=moves.get, default=None)
-        return name if name is not None and moves[name] > np.log(RUNAWAY_FACTOR) else None
+            else:
+                log_ratio = 2.0 * np.log(np.maximum(np.abs(end[e.name]), 1.0) / np.maximum(np.abs(start[e.name]), 1.0))
+            i = int(np.argmax(np.abs(np.ravel(log_ratio))))
+            moves[e.name] = (float(np.abs(np.ravel(log_ratio)[i])), float(np.ravel(start[e.name])[i]),
+                             float(np.ravel(end[e.name])[i]))
+        name = max(moves, key=lambda k: moves[k][0], default=None)
+        return (name, *moves[name][1:]) if name is not None and moves[name][0] > np.log(RUNAWAY_FACTOR) else None

@@ -24,6 +24,7 @@ from . import threads
 from ._version import __version__
 from .checks import as_float_array, is_integer, is_number
 from .chunks import default_chunk_size, is_chunked, lazy_rows, map_rows
+from .diagnostics import FitDiagnostics
 from .methods.common import PredictiveState
 from .model import validate_inputs
 from .parameters import declared_value
@@ -52,31 +53,20 @@ class Posterior:
         approximation or the ELBO (SVGP, VGP); in the data's units.
     log_prior : float, default 0.0
         The log prior of the hyperparameters that carry one, at ``values``.
-    converged : bool, default True
-        Whether the optimiser and the method's own iteration converged.
-    n_iterations : int, default 0
-        L-BFGS-B iterations.
-    jitter : float, default 0.0
-        The jitter used, as a multiple of the mean diagonal.
+    diagnostics : gpdsl.diagnostics.FitDiagnostics, optional
+        How the fit ended (stop reason, iterations, final gradient, caps, jitter, ridge, local
+        sweeps, reinit and subsample records) and ``converged`` derived from it; default: a
+        posterior that was not optimised.
     priors : dict of str to str, optional
         Descriptions of the priors by hyperparameter name.
     fixed : sequence of str, default ()
         Names of the hyperparameters held fixed.
     sites : object, optional
         The method's local state (EP/QP ``SiteState``, ``PolyaGammaState``, ``VariationalState``).
-    total_sweeps : int, default 0
-        Sweeps (or passes) of the method's local iteration over the whole fit.
     selection : gpdsl.inducing.Selection, optional
         The greedy inducing selection (indices, criterion).
     reinit_history : list of dict, optional
         ``{"M", "objective"}`` of each re-selection round.
-    constant_model : bool, default False
-        True when the fit is no better than the constant model f = 0.
-    ridge : str, optional
-        A hyperparameter that ran away along an evidence ridge (see :meth:`gpdsl.Model.fit`).
-    reinit_stop : str, optional
-        Why the re-selection loop stopped: "objective", "repeated_selection", "no_candidate" or
-        "max_reinit"; None without the loop.
     standardization : gpdsl.scaling.Standardization, optional
         The map from the data's units to those of the fit (``fit(standardize=True)``): Z, the
         hyperparameters and q(u) are in the fit's units, every prediction and the log evidence
@@ -84,35 +74,68 @@ class Posterior:
     subsample : dict, optional
         For ``fit(subsample=n)``: ``rows`` (n) and ``objective`` (the subsample fit's log
         evidence plus log prior, in the fit's units).
+
+    Notes
+    -----
+    ``converged``, ``n_iterations``, ``jitter``, ``ridge``, ``reinit_stop``, ``constant_model``
+    and ``total_sweeps`` are read-only views of ``diagnostics``.
     """
 
-    def __init__(self, model, values, state, log_evidence, log_prior=0.0, converged=True,
-                 n_iterations=0, jitter=0.0, priors=None, fixed=(), sites=None, total_sweeps=0,
-                 selection=None, reinit_history=None, constant_model=False, ridge=None, reinit_stop=None,
-                 standardization=None, subsample=None):
+    def __init__(self, model, values, state, log_evidence, log_prior=0.0, diagnostics=None, priors=None,
+                 fixed=(), sites=None, selection=None, reinit_history=None, standardization=None,
+                 subsample=None):
         self.model = model
         self.values = {k: np.asarray(v, dtype=float) for k, v in values.items()}
         self.state = state
         self.log_evidence = float(log_evidence)
         self.log_prior = float(log_prior)
-        self.converged = bool(converged)
-        self.n_iterations = int(n_iterations)
-        self.jitter = float(jitter)
+        self.diagnostics = FitDiagnostics("not_optimised") if diagnostics is None else diagnostics
         self.priors = dict(priors or {})
         self.fixed = list(fixed)
         self.sites = sites                  # EP/QP SiteState, PolyaGammaState, or None
-        self.total_sweeps = int(total_sweeps)
         self.selection = selection
         self.reinit_history = reinit_history
-        self.constant_model = bool(constant_model)
-        self.ridge = ridge
-        self.reinit_stop = reinit_stop
         self.standardization = standardization
         self.subsample = subsample
 
     def __repr__(self):
         return (f"Posterior({type(self.model.inference).__name__}, log_evidence={self.log_evidence:.6g}, "
-                f"M={self.state.Z.shape[0]}, converged={self.converged})")
+                f"M={self.state.Z.shape[0]}, converged={self.converged}; {self.diagnostics.summary()})")
+
+    @property
+    def converged(self):
+        """bool: ``diagnostics.converged`` (:func:`gpdsl.diagnostics.converged_rule`)."""
+        return self.diagnostics.converged
+
+    @property
+    def n_iterations(self):
+        """int: ``diagnostics.n_iterations``, the optimiser's iterations."""
+        return self.diagnostics.n_iterations
+
+    @property
+    def jitter(self):
+        """float: ``diagnostics.jitter``, the jitter used as a multiple of the mean diagonal."""
+        return self.diagnostics.jitter
+
+    @property
+    def ridge(self):
+        """str or None: ``diagnostics.ridge``, a hyperparameter that ran away along an evidence ridge."""
+        return self.diagnostics.ridge
+
+    @property
+    def reinit_stop(self):
+        """str or None: ``diagnostics.reinit_stop``, why the re-selection loop stopped."""
+        return self.diagnostics.reinit_stop
+
+    @property
+    def constant_model(self):
+        """bool: ``diagnostics.constant_model``, the fit is no better than the constant model f = 0."""
+        return self.diagnostics.constant_model
+
+    @property
+    def total_sweeps(self):
+        """int: ``diagnostics.local_sweeps``, the local iteration's sweeps over the whole fit."""
+        return self.diagnostics.local_sweeps
 
     @property
     def n_features(self):
@@ -462,6 +485,7 @@ class Posterior:
             "ridge": self.ridge or "",
             "n_iterations": self.n_iterations,
             "jitter": self.jitter,
+            "diagnostics": self.diagnostics.to_json(),
             "gpdsl_version": __version__,
             "priors": json.dumps(self.priors),
             "fixed": json.dumps(self.fixed),
@@ -532,8 +556,9 @@ class Posterior:
                 os.close(dir_fd)
 
 
-# Version of the layout that to_xarray writes; raise it when the layout changes.
-FORMAT_VERSION = 1
+# Version of the layout that to_xarray writes; raise it when the layout changes.  Version 2 added
+# the "diagnostics" attribute; version-1 files still load (their record says "unrecorded").
+FORMAT_VERSION = 2
 
 
 class PosteriorFileError(ValueError):
@@ -600,7 +625,7 @@ def from_xarray(ds):
     """Rebuild a working :class:`Posterior` from :meth:`Posterior.to_xarray` output.
 
     The dataset is checked before anything is built from it: its ``format_version`` must
-    be :data:`FORMAT_VERSION` and its ``checksum`` must match the content (so a dataset
+    be :data:`FORMAT_VERSION` (or 1, without the fit record) and its ``checksum`` must match the content (so a dataset
     edited after ``to_xarray`` is refused); ``model_spec`` must describe a model that the
     ``inference``, ``likelihood`` and ``kernel`` attributes describe too; the variables and
     attributes must be exactly those that ``to_xarray`` writes for that model's method, the
@@ -689,15 +714,35 @@ def _posterior_from(ds, source):
     standardization = _standardization(ds, source)
     return Posterior(model=model, values={name: ds[name].values for name in names}, state=state,
                      log_evidence=ds.attrs["log_evidence"], log_prior=ds.attrs["log_prior"],
-                     converged=bool(ds.attrs["converged"]), n_iterations=ds.attrs["n_iterations"],
-                     jitter=ds.attrs["jitter"], priors=json.loads(ds.attrs["priors"]),
-                     fixed=json.loads(ds.attrs["fixed"]), sites=sites, total_sweeps=total_sweeps,
-                     selection=selection, reinit_history=history,
-                     constant_model=bool(ds.attrs["constant_model"]), ridge=ds.attrs["ridge"] or None,
-                     reinit_stop=ds.attrs.get("reinit_stop"), standardization=standardization,
+                     diagnostics=_diagnostics(ds, source, total_sweeps), priors=json.loads(ds.attrs["priors"]),
+                     fixed=json.loads(ds.attrs["fixed"]), sites=sites, selection=selection, reinit_history=history,
+                     standardization=standardization,
                      subsample=({"rows": int(ds.attrs["subsample_rows"]),
                                  "objective": float(ds.attrs["subsample_objective"])}
                                 if "subsample_rows" in ds.attrs else None))
+
+
+def _diagnostics(ds, source, total_sweeps):
+    """The FitDiagnostics in ``ds``: its ``diagnostics`` attribute, which must agree with the flat
+    attributes that repeat its fields for xarray readers; a file written before the record existed
+    (no such attribute) gets one with ``stop_reason="unrecorded"`` and the flags it holds."""
+    attrs = ds.attrs
+    flat = {"converged": bool(attrs["converged"]), "n_iterations": int(attrs["n_iterations"]),
+            "jitter": float(attrs["jitter"]), "ridge": attrs["ridge"] or None,
+            "constant_model": bool(attrs["constant_model"]), "reinit_stop": attrs.get("reinit_stop"),
+            "subsample": int(attrs["subsample_rows"]) if "subsample_rows" in attrs else None}
+    if "diagnostics" not in attrs:
+        return FitDiagnostics("unrecorded", recorded_converged=flat.pop("converged"), local_sweeps=int(total_sweeps),
+                              **flat)
+    try:
+        diagnostics = FitDiagnostics.from_json(attrs["diagnostics"])
+    except (TypeError, ValueError, KeyError) as err:
+        raise _error(source, "attribute 'diagnostics'", f"not a fit record: {err}") from err
+    for name, value in flat.items():
+        if getattr(diagnostics, name) != value:
+            raise _error(source, "attribute 'diagnostics'",
+                         f"its {name} is {getattr(diagnostics, name)!r} but the attribute {name!r} is {value!r}")
+    return diagnostics
 
 
 def _standardization(ds, source):
@@ -722,8 +767,9 @@ def _validated(ds, source):
         raise _error(source, "attribute 'format_version'",
                      f"missing: not a gpdsl posterior of format version {FORMAT_VERSION} (one written "
                      "by an older gpdsl lacks it and its checksum: load it with that version and save it again)")
-    if not is_integer(version) or version != FORMAT_VERSION:
-        raise _error(source, "attribute 'format_version'", f"expected {FORMAT_VERSION}, got {version!r}")
+    if not is_integer(version) or version not in (1, FORMAT_VERSION):
+        raise _error(source, "attribute 'format_version'",
+                     f"expected {FORMAT_VERSION} (files of version 1 are read too), got {version!r}")
     checksum = attrs.get("checksum")
     if not isinstance(checksum, str) or checksum != _checksum(ds):
         raise _error(source, "attribute 'checksum'", "missing or not the checksum of the content: the file "
@@ -736,7 +782,9 @@ def _validated(ds, source):
         raise _error(source, "attribute 'model_spec'", f"does not describe a model: {err}") from err
     local = model.inference.local_state
     layout = {**_LAYOUT, **({local.name: _Part(local.variables, local.attributes)} if local is not None else {})}
-    parts = ["common", "whitened"] + ([local.name] if local is not None else [])
+    # Version 2 added the fit's record ("diagnostics"); a version-1 file has none.
+    parts = (["common", "whitened"] + (["diagnostics"] if version >= 2 else [])
+             + ([local.name] if local is not None else []))
     # An optional part is expected whole as soon as one of its items is there.
     parts += [part for part in _OPTIONAL_PARTS
               if any(name in ds.variables for name in _LAYOUT[part].variables)
@@ -914,6 +962,8 @@ _LAYOUT = {
         {"selection_stopped": "str"}),
     "reinit": _Part({}, {"reinit_history": "json-list", "reinit_stop": "str"}),
     "subsample": _Part({}, {"subsample_rows": "count", "subsample_objective": "real"}),
+    # The fit's record (gpdsl.diagnostics.FitDiagnostics as JSON), from format version 2 on.
+    "diagnostics": _Part({}, {"diagnostics": "json-object"}),
     "standardization": _Part(
         {"standardization_x_mean": (("feature",), "float"), "standardization_x_scale": (("feature",), "float")},
         {"standardization_y_mean": "real", "standardization_y_scale": "real"}),
