@@ -1,0 +1,157 @@
+"""Issue 25: every posterior carries a record of how its fit ended (gpdsl.diagnostics.FitDiagnostics),
+``converged`` is derived from it by one rule, and a fit never says "converged" with a large gradient."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import gpdsl as gd
+from gpdsl.diagnostics import STOP_REASONS, FitDiagnostics, converged_rule, gradient_tolerance, largest_gradient
+
+SE = gd.kernels.SquaredExponential
+
+
+def _final_gradient(post, X, y):
+    """max |d objective / d u| at the fitted values, computed afresh (log space for positive
+    entries, Z scaled by the columns' sd), as an independent check of the record."""
+    model = post.model
+    table = model.parameter_table(X, post.state.Z)
+    values = {**post.values, **({"inducing.Z": post.state.Z} if "inducing.Z" in table.names() else {})}
+    ev = model.evaluate(post.values, X, model.likelihood.prepare_targets(y), post.state.Z)
+    grads = dict(ev.grads)
+    if ev.dZ is not None:
+        grads["inducing.Z"] = ev.dZ
+    _, prior_grads = table.log_prior(values)
+    for name, g in prior_grads.items():
+        grads[name] = grads[name] + g
+    return largest_gradient(table, -table.chain(values, grads), X)
+
+
+def test_item2_scipy_stop_on_a_zero_step_restarts_and_never_claims_convergence():
+    """Issue 25 item 2, its reproduction: at 126e8de this VFE fit stopped after 10 iterations at
+    evidence 773.8, converged=True, with |dLE/dlog lengthscale| = 9.5e3.  Now L-BFGS-B is restarted
+    from its last point, which climbs far higher, and converged=True only with a small gradient."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (5000, 3))
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(5000)
+    model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.Fixed(X[:20].copy()), gd.inference.VFE())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        post = model.fit(X, y)
+    d = post.diagnostics
+    assert post.log_evidence > 3000.0                 # was 773.8
+    assert d.optimizer_restarts >= 1
+    grad, name = _final_gradient(post, X, y)
+    np.testing.assert_allclose(d.grad_norm, grad, rtol=1e-6)
+    assert d.grad_name == name
+    assert d.grad_tol == pytest.approx(5.0)           # 1e-3 * N
+    if post.converged:
+        assert grad <= d.grad_tol
+    else:
+        assert any(issubclass(w.category, gd.ConvergenceWarning) for w in caught)
+
+
+def test_converged_rule_table():
+    """The documented rule, case by case."""
+    tol = 1.0
+    assert converged_rule("gradient", 0.5, tol, (), None)
+    assert not converged_rule("gradient", 2.0, tol, (), None)            # large final gradient
+    assert converged_rule("plateau", 0.5, tol, (), True)
+    assert not converged_rule("plateau", 0.5, tol, (), False)            # local iteration not converged
+    assert not converged_rule("max_iter", 0.0, tol, ("max_iter",), None)
+    assert not converged_rule("line_search", 0.0, tol, (), None)
+    assert not converged_rule("objective_change", 0.5, tol, ("max_reinit",), None)
+    assert converged_rule("objective_change", 0.5, tol, ("max_m",), None)   # a size cap, recorded only
+    assert converged_rule("stochastic_rule", np.nan, tol, (), True)       # its rule is not on the gradient
+    assert converged_rule("not_optimised", np.nan, tol, (), None)
+    assert not converged_rule("gradient", np.nan, tol, (), None)          # no gradient, no claim
+    assert converged_rule("unrecorded", np.nan, tol, (), None, recorded=True)
+    assert gradient_tolerance(10) == pytest.approx(0.1) and gradient_tolerance(5000) == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="stop_reason must be one of"):
+        FitDiagnostics("tired")
+
+
+def test_every_fit_has_a_record_shown_saved_and_loaded(toy_regression, tmp_path):
+    X, y = toy_regression
+    model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.KMeans(10, seed=0), gd.inference.VFE())
+    post = model.fit(X, y)
+    d = post.diagnostics
+    assert d.stop_reason in STOP_REASONS and d.stop_reason in ("gradient", "objective_change")
+    assert post.converged == d.converged and d.converged
+    assert d.grad_norm <= d.grad_tol and d.n_iterations == post.n_iterations > 0
+    assert (post.jitter, post.ridge, post.constant_model) == (d.jitter, d.ridge, d.constant_model)
+    assert f"stop={d.stop_reason}" in repr(post) and "max|grad|=" in repr(post)
+    path = tmp_path / "p.nc"
+    post.save(path)
+    assert gd.load(path).diagnostics == d
+    attrs = post.to_xarray().attrs
+    assert json.loads(attrs["diagnostics"])["converged"] is True and attrs["converged"] == 1
+    unoptimised = model.fit(X, y, optimize=False).diagnostics
+    assert unoptimised.stop_reason == "not_optimised" and unoptimised.converged and np.isnan(unoptimised.grad_norm)
+
+
+def test_a_version_1_file_loads_with_its_flags_and_an_unrecorded_stop(toy_regression):
+    """Files written before the record (format version 1) still load: their converged flag is kept."""
+    from gpdsl.posterior import _checksum
+    X, y = toy_regression
+    post = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.KMeans(10, seed=0),
+                    gd.inference.VFE()).fit(X, y)
+    ds = post.to_xarray()
+    del ds.attrs["diagnostics"]
+    ds.attrs["format_version"] = 1
+    del ds.attrs["checksum"]
+    ds.attrs["checksum"] = _checksum(ds)
+    old = gd.from_xarray(ds)
+    assert old.diagnostics.stop_reason == "unrecorded" and old.converged and old.n_iterations == post.n_iterations
+    np.testing.assert_array_equal(old.predict_f(X[:5])[0], post.predict_f(X[:5])[0])
+    ds2 = post.to_xarray()
+    ds2.attrs["converged"] = 0                       # disagrees with the record
+    del ds2.attrs["checksum"]
+    ds2.attrs["checksum"] = _checksum(ds2)
+    with pytest.raises(gd.PosteriorFileError, match="'diagnostics'"):
+        gd.from_xarray(ds2)
+
+
+def test_item3_the_stopping_rule_is_recorded_and_a_bias_that_runs_away_is_a_ridge():
+    """Issue 25 item 3: fits stopped by the plateau rule said nothing, and a likelihood bias that grew
+    with the kernel variance was not looked at.  Imbalanced, separable labels (a probit
+    classifier with a free bias: one class beyond x = 1.5) send the kernel variance and the bias
+    up together; the record names the rule and the ridge, and the warning the parameter."""
+    rng = np.random.default_rng(3)
+    X = np.sort(rng.uniform(-3, 3, (60, 1)), axis=0)
+    y = np.where(X[:, 0] > 1.5, 1.0, -1.0)
+    model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Bernoulli("probit", bias=0.0),
+                     gd.inducing.Optimized(gd.inducing.KMeans(6, seed=0)), gd.inference.EP())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        post = model.fit(X, y)
+    d = post.diagnostics
+    assert d.stop_reason in STOP_REASONS
+    assert d.ridge in ("kernel.variance", "likelihood.bias")
+    ridge = [str(w.message) for w in caught if "evidence ridge" in str(w.message)]
+    assert len(ridge) == 1 and d.ridge in ridge[0] and "classes are nearly separable" in ridge[0]
+
+
+def test_item3_a_regression_ridge_is_not_explained_as_a_classifier():
+    """Issue 25 item 3: the ridge message spoke of "a classifier's latent scale" when it stopped a
+    Gaussian regression on a linear trend."""
+    X = np.linspace(0, 10, 80)[:, None]
+    y = 3.0 * X[:, 0] + 0.05 * np.random.default_rng(0).standard_normal(80)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        post = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1)).fit(X, y)
+    messages = [str(w.message) for w in caught if issubclass(w.category, gd.ConvergenceWarning)]
+    assert all("classif" not in m and "classes" not in m for m in messages)
+    if post.ridge is not None:
+        assert any("evidence ridge" in m and "trend" in m for m in messages)
+
+
+def test_subsample_at_or_above_n_is_refused(toy_regression):
+    """Issue 25 item 8: fit(subsample=n) with n >= N was accepted silently."""
+    X, y = toy_regression
+    model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.KMeans(5, seed=0), gd.inference.VFE())
+    for n in (X.shape[0], X.shape[0] + 1):
+        with pytest.raises(ValueError, match=rf"subsample = {n} must be smaller than the number of rows, N = 40"):
+            model.fit(X, y, subsample=n)
