@@ -5,9 +5,10 @@ hyperparameters, held-out metrics and an ArviZ summary, and writes the posterior
 plot (PNG) to DIR.  Without MODEL.toml it fits the built-in default model to embedded data
 (:func:`gpdsl.datasets.snelson_like`), so it needs no download.
 
-Bad input (a missing file, invalid TOML, an unknown component, a missing column, ...) prints one
-line ``gpdsl: error: <message>`` on stderr and exits with status 2; a numerical failure while
-fitting or a failure to write the outputs exits with status 1.
+Bad input (a missing file, invalid TOML, an unknown component, a missing column, a
+``[fit] subsample`` not below the training rows, an output name the writers would refuse, ...)
+prints one line ``gpdsl: error: <message>`` on stderr and exits with status 2, before any fitting;
+a numerical failure while fitting or a failure to write the outputs exits with status 1.
 """
 from __future__ import annotations
 
@@ -259,7 +260,9 @@ def output_names(output):
     ------
     UsageError
         A key is unknown, or a name is not a plain file name: empty, ``.`` or ``..``, or
-        holding a path separator (which also covers absolute paths).
+        holding a path separator (which also covers absolute paths); a name holds a NUL or is
+        longer than a file system takes; ``posterior`` does not end in ``.nc`` or ``plot`` in
+        one of :data:`PLOT_FORMATS` (matplotlib picks the format from the extension).
     """
     if not isinstance(output, dict):
         raise UsageError(f"[output] must be a table, got {output!r}")
