@@ -5,9 +5,10 @@ hyperparameters, held-out metrics and an ArviZ summary, and writes the posterior
 plot (PNG) to DIR.  Without MODEL.toml it fits the built-in default model to embedded data
 (:func:`gpdsl.datasets.snelson_like`), so it needs no download.
 
-Bad input (a missing file, invalid TOML, an unknown component, a missing column, ...) prints one
-line ``gpdsl: error: <message>`` on stderr and exits with status 2; a numerical failure while
-fitting or a failure to write the outputs exits with status 1.
+Bad input (a missing file, invalid TOML, an unknown component, a missing column, a
+``[fit] subsample`` not below the training rows, an output name the writers would refuse, ...)
+prints one line ``gpdsl: error: <message>`` on stderr and exits with status 2, before any fitting;
+a numerical failure while fitting or a failure to write the outputs exits with status 1.
 """
 from __future__ import annotations
 
@@ -32,6 +33,13 @@ SUMMARY_POINTS = 10
 SUMMARY_DRAWS = 500
 _DATA_KEYS = {"path", "target", "features", "test_fraction", "seed", "standardize"}
 _OUTPUT_KEYS = {"posterior", "plot"}
+# The plot's formats: those matplotlib writes with its own backends and Pillow (one of its
+# dependencies), chosen by the name's extension; pgf (needs LaTeX) and raw pixel dumps are left out.
+PLOT_FORMATS = (".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg", ".jpeg", ".tif", ".tiff", ".webp")
+# Longest file name most file systems take (ext4, XFS, APFS, NTFS: 255 bytes or UTF-16 units).
+_NAME_MAX = 255
+# save() writes the posterior first as ".<name>.<12 hex digits>.tmp": 18 more bytes.
+_SAVE_TEMPORARY_EXTRA = 18
 
 
 class UsageError(Exception):
@@ -252,7 +260,9 @@ def output_names(output):
     ------
     UsageError
         A key is unknown, or a name is not a plain file name: empty, ``.`` or ``..``, or
-        holding a path separator (which also covers absolute paths).
+        holding a path separator (which also covers absolute paths); a name holds a NUL or is
+        longer than a file system takes; ``posterior`` does not end in ``.nc`` or ``plot`` in
+        one of :data:`PLOT_FORMATS` (matplotlib picks the format from the extension).
     """
     if not isinstance(output, dict):
         raise UsageError(f"[output] must be a table, got {output!r}")
@@ -266,10 +276,83 @@ def output_names(output):
         if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
             raise UsageError(f"[output]: {key} must be a plain file name inside --out "
                              f"(no path separator, no '..'), got {name!r}")
+        # Every check that a name can fail is made here, before the fit: a name the writer
+        # refuses would otherwise surface as a traceback after minutes of fitting (issue 25).
+        if "\0" in name:
+            raise UsageError(f"[output]: {key} must not contain a NUL character, got {name!r}")
+        extra = _SAVE_TEMPORARY_EXTRA if key == "posterior" else 0
+        if len(name.encode("utf-8", "surrogateescape")) + extra > _NAME_MAX:
+            raise UsageError(f"[output]: {key} must be at most {_NAME_MAX - extra} bytes long "
+                             f"(a file system limit), got {len(name.encode('utf-8', 'surrogateescape'))}")
         if key == "posterior" and not name.lower().endswith(".nc"):
             raise UsageError(f"[output]: posterior must end in .nc (it is written as netCDF), got {name!r}")
+        if key == "plot" and os.path.splitext(name)[1].lower() not in PLOT_FORMATS:
+            raise UsageError(f"[output]: plot must end in an image format's extension "
+                             f"({', '.join(PLOT_FORMATS)}; the extension picks the format), got {name!r}")
         names[key] = name
     return names
+
+
+def check_output_paths(out, names):
+    """Raise a UsageError, before any fitting, where the outputs cannot be written to ``out``.
+
+    Parameters
+    ----------
+    out : pathlib.Path
+        The ``--out`` directory; it need not exist yet (it is created after the fit).
+    names : dict
+        The output file names, ``posterior`` and ``plot`` (:func:`output_names`).
+
+    Raises
+    ------
+    UsageError
+        ``--out`` or the nearest of its parents that exists is not a directory, or an output's
+        path inside it is a directory.
+    """
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a directory")
+    if not out.exists():
+        parent = out.absolute().parent
+        while not parent.exists():
+            parent = parent.parent
+        if not parent.is_dir():
+            raise UsageError(f"--out {out}: cannot create it, {parent} is not a directory")
+        return
+    for key, name in sorted(names.items()):
+        if (out / name).is_dir():
+            raise UsageError(f"[output]: {key} {out / name} is a directory, not a file")
+
+
+def check_subsample(options, n_train, n_test):
+    """Raise a UsageError unless ``[fit] subsample`` (if given) is fewer rows than the training rows.
+
+    ``Model.fit(subsample=n)`` fits on n of the N training rows and then finishes on all N; with
+    n >= N there is nothing to subsample, and a model file saying so is most likely written for
+    other data, so it is refused rather than read as "all rows".
+
+    Parameters
+    ----------
+    options : dict
+        The ``[fit]`` options (:func:`fit_options`).
+    n_train : int
+        Training rows N (the data's rows less the held-out ones).
+    n_test : int
+        Held-out rows, for the message.
+
+    Raises
+    ------
+    UsageError
+        ``subsample`` is not a positive integer less than ``n_train``.
+    """
+    n = options.get("subsample")
+    if n is None:
+        return
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise UsageError(f"[fit] subsample must be a positive integer (rows to fit on), got {n!r}")
+    if n >= n_train:
+        held_out = f" ({n_train + n_test} rows less {n_test} held out)" if n_test else ""
+        raise UsageError(f"[fit] subsample = {n} is not less than the N = {n_train} training rows"
+                         f"{held_out}; give a smaller subsample, or leave it out to fit on all rows")
 
 
 def problem_from_toml(path):
@@ -317,6 +400,7 @@ def problem_from_toml(path):
         if not isinstance(standardize, bool):
             raise UsageError(f"[data]: standardize must be true or false, got {standardize!r}")
         options = {**fit_options(config["fit"]), "standardize": standardize}
+        check_subsample(options, X.shape[0] - n_test, n_test)
         return model, split(X, y, n_test, seed), description, options, output_names(config["output"])
     except UsageError as err:
         raise UsageError(f"{path}: {err}") from err
@@ -526,6 +610,8 @@ def run(args):
         description += " (embedded)"
     else:
         model, (X, y, X_test, y_test), description, options, names = problem_from_toml(args.model)
+    out = Path(args.out)
+    check_output_paths(out, names)
 
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -541,7 +627,6 @@ def run(args):
         if issubclass(w.category, gd.ConvergenceWarning):
             print(f"gpdsl: warning: {w.message}", file=sys.stderr)
 
-    out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -506,8 +506,14 @@ class Posterior:
         The file is written under a temporary name in the target's directory, flushed to
         disk (fsync) and renamed over ``path`` in one step (``os.replace``).  A save that is
         interrupted -- an exception, SIGINT, SIGKILL, a crash -- leaves at ``path`` either the
-        file that was there before or the complete new one.  A save killed outright may leave
-        its temporary file, ``.<name>.<random hex>.tmp``, beside the target.
+        file that was there before or the complete new one.
+
+        Called from the main thread, the save holds back SIGINT (Ctrl-C) until it is over: an
+        interrupt that arrives meanwhile is delivered to the caller's handler once the file is
+        in place (or the failed save's temporary file is removed), so it surfaces as a
+        KeyboardInterrupt from ``save`` and is never lost inside the netCDF writer's
+        destructors, and no temporary file is left behind.  A save killed outright (SIGKILL, a
+        crash) may leave its temporary file, ``.<name>.<random hex>.tmp``, beside the target.
 
         Parameters
         ----------
@@ -521,39 +527,99 @@ class Posterior:
             If ``path`` is not a str or os.PathLike.
         ValueError
             If ``path`` does not end in ``.nc``.
+        KeyboardInterrupt
+            A SIGINT arrived during the save (with Python's default handler); the save was
+            completed or failed first, as above.
         """
         path = _check_path("save", path)
         if os.path.splitext(path)[1].lower() != ".nc":
             # The file is netCDF whatever its name: "p.pkl" would promise a pickle it is not.
             raise ValueError(f"save: path must end in .nc (the posterior is written as netCDF), got {path!r}")
         target = os.path.realpath(path)
-        content = self.to_xarray().to_netcdf(engine="scipy")
-        directory, name = os.path.split(target)
-        temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
-        # O_EXCL: never write into a file that someone else created under this name; mode 0o666
-        # (less the umask) gives the permissions of any new file, where mkstemp's are 0o600.
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        # The whole save, serialisation included, runs with SIGINT held back: a KeyboardInterrupt
+        # raised inside xarray's writer can land in a destructor (__del__), where Python prints
+        # and drops it, and one raised between creating the temporary file and its removal
+        # leaves the file behind.  A save takes well under a second per 10 MB, so Ctrl-C waits
+        # at most that long.
+        with _sigint_deferred():
+            _write_replacing(target, _netcdf_bytes(self))
+
+
+def _netcdf_bytes(posterior):
+    """The netCDF-3 bytes of ``posterior.to_xarray()`` (scipy backend), built in memory."""
+    return posterior.to_xarray().to_netcdf(engine="scipy")
+
+
+def _write_replacing(target, content):
+    """Write ``content`` to ``target`` through a temporary file in its directory, fsynced and
+    renamed over it (``os.replace``); the temporary file is removed on any failure."""
+    directory, name = os.path.split(target)
+    temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
+    # O_EXCL: never write into a file that someone else created under this name; mode 0o666
+    # (less the umask) gives the permissions of any new file, where mkstemp's are 0o600.
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if os.path.exists(target):
+            os.chmod(temporary, stat.S_IMODE(os.stat(target).st_mode))
+        os.replace(temporary, target)
+    except BaseException:
+        # Remove the partial file (already gone if the rename ran).
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    # The rename changes the directory: sync it too, or a crash can undo it (POSIX only:
+    # Windows cannot open a directory as a file).
+    if hasattr(os, "O_DIRECTORY"):
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(content)
-                fh.flush()
-                os.fsync(fh.fileno())
-            if os.path.exists(target):
-                os.chmod(temporary, stat.S_IMODE(os.stat(target).st_mode))
-            os.replace(temporary, target)
-        except BaseException:
-            # KeyboardInterrupt included: remove the partial file (already gone if the rename ran).
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
-            raise
-        # The rename changes the directory: sync it too, or a crash can undo it (POSIX only:
-        # Windows cannot open a directory as a file).
-        if hasattr(os, "O_DIRECTORY"):
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold back SIGINT for the duration of the block, then deliver it to the previous handler.
+
+    Inside the block SIGINT only records that it came (a handler that sets a flag cannot fail,
+    wherever the interpreter runs it, destructors included).  On leaving -- normally or by an
+    exception -- the previous handler is put back first and then, if SIGINT came, called once
+    with it: Python's default handler raises KeyboardInterrupt there, a caller's own handler
+    runs as it would have, ``SIG_DFL`` is re-raised as the signal itself.
+
+    Python runs signal handlers in the main thread only and lets only the main thread install
+    them, so elsewhere (and where SIGINT is ignored or its handler was not installed from
+    Python) the block runs unchanged.
+    """
+    import signal
+    import threading
+
+    if not hasattr(signal, "SIGINT") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None or previous is signal.SIG_IGN:
+        yield
+        return
+    received = []
+
+    def hold(signum, frame):
+        received.append(frame)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            if previous is signal.SIG_DFL:
+                signal.raise_signal(signal.SIGINT)
+            else:
+                previous(signal.SIGINT, received[0])
 
 
 # Version of the layout that to_xarray writes; raise it when the layout changes.  Version 2 added
