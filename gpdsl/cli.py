@@ -530,6 +530,8 @@ def report(posterior, X, X_test, y_test, data_description, wall_time):
         print(f"  log prior        {posterior.log_prior:.6g}")
     state = "converged" if posterior.converged else "NOT converged"
     print(f"  optimiser        {state} after {posterior.n_iterations} iteration(s)")
+    print(f"  diagnostics      {posterior.diagnostics.summary()}")
+    print(f"  stopped by       {posterior.diagnostics.message}")
     if model.sparse:
         print(f"  inducing points  {posterior.state.Z.shape[0]}")
     else:
