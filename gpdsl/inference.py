@@ -513,7 +513,8 @@ class PolyaGamma(Inference):
     seed: int = 0
     # The stopping rule of gpdsl.methods.stochastic.  Measured at these defaults against the fixed
     # 1,000 steps (issue 25 item 4, issue 29): twonorm (20-D, N = 20,000, M = 64, batches of 1,024)
-    # stops after 740 steps (SVGP 720) at test NLPD +0.0001 (SVGP -0.0004); 5-D, N = 2,000, batches
+    # stops after 740 steps (SVGP 720) at test NLPD +0.0001 (SVGP -0.0004); at N = 1e5 (SVGP,
+    # M = 64, batches of 256: benchmarks/bench_svgp_minibatch.py) after 420 at +0.0018; 5-D, N = 2,000, batches
     # of 100, after 500 (SVGP 520) at +0.0012 (SVGP +0.0002); banana (N = 400, batches of 32, 5
     # batch seeds) after 560 to 720 (SVGP 640 to 840) at +0.0035 on average (SVGP +0.0041), where a
     # single iterate's test NLPD moves by +-0.007 from one step count to the next (q's batch
