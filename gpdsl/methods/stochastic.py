@@ -17,8 +17,29 @@ Eleftheriadis & Hensman 2018, "Natural gradients in practice"):
    included.
 
 Every step is O(B M^2 + M^3); nothing of size N is formed.  The q reached is left as the
-objective's warm start (flagged converged: the run has no convergence test); the model's final
-evaluation reports the full-batch bound and the prediction at that q, one O(N M^2) pass.
+objective's warm start; the model's final evaluation reports the full-batch bound and the
+prediction at that q, one O(N M^2) pass.
+
+The stopping rule.  Each step's batch estimate of the negative objective, divided by N (the
+batch noise of the N-scaled bound grows with N; per data point it depends on B only), is
+e_t.  The smoothed objective is its mean over a window of W = ``stop_window`` steps.  Every
+W / 10 steps from step 2 W on, the means of the last two windows, ebar_prev and ebar_last, give
+the change d = ebar_prev - ebar_last, and the standard error of that change is taken from the
+last window alone, split into K = 10 blocks of W / K steps (batch means: the spread of block
+means, not of single steps, carries the correlation between successive steps that q's memory of
+about 1 / natural_step steps gives):
+
+    se(d) = sqrt(2) * sd(block means of the last window) / sqrt(K).
+
+The run stops (``success``, stop reason ``"stochastic_rule"``) at the first check with
+
+    |d| < max(stop_tol, 2 se(d)),
+
+i.e. once the objective per data point changes by less than ``stop_tol`` nats per window, or by
+less than the batch noise can tell from no change at about 95 %.  The noise is read from the
+last window only: the first window of a run holds the transient from the starting q, whose
+spread would mask a real change.  A run that reaches ``max_iter`` first reports so
+(``success`` False, stop reason ``"max_iter"``), with the change it was still making.
 """
 from __future__ import annotations
 
@@ -29,33 +50,85 @@ from .common import VariationalState
 from .svgp import initial_values, minibatch_step
 
 _ADAM_BETA1, _ADAM_BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
+# Blocks per window of the stopping rule (batch means): 10 blocks of 20 steps at the default window
+# of 200 are longer than q's memory (about 1 / natural_step = 5 to 10 steps) and leave 9 degrees
+# of freedom to the noise estimate.
+STOP_BLOCKS = 10
+# Standard errors within which a change of the smoothed objective is taken for batch noise (a
+# two-sided test at about 95 %).
+STOP_Z = 2.0
+
+
+def window_change(trail, window):
+    """The change of the smoothed objective between the last two windows of a run.
+
+    Parameters
+    ----------
+    trail : sequence of float
+        The per-step, per-data-point batch estimates of the negative objective, at least
+        ``2 * window`` of them.
+    window : int
+        Steps per window, a multiple of :data:`STOP_BLOCKS`.
+
+    Returns
+    -------
+    change : float
+        Mean of the second-to-last window minus mean of the last (positive while the objective,
+        which is minimised, still falls).
+    se : float
+        Its standard error, sqrt(2) times the standard error of the last window's mean by batch
+        means over :data:`STOP_BLOCKS` blocks.
+    """
+    last = np.asarray(trail[-window:], dtype=float)
+    previous = np.asarray(trail[-2 * window:-window], dtype=float)
+    blocks = last.reshape(STOP_BLOCKS, -1).mean(axis=1)
+    se = np.sqrt(2.0) * np.std(blocks, ddof=1) / np.sqrt(STOP_BLOCKS)
+    return float(previous.mean() - last.mean()), float(se)
+
+
+def _cap_message(trail, max_iter, window):
+    """The message of a run whose ``max_iter`` steps ran out before the stopping rule fired: the
+    change per 100 steps it was still making (over the last two windows, or over the two halves
+    of a run too short for them)."""
+    head = f"max_iter={max_iter} steps ran out before the stochastic stopping rule fired"
+    if len(trail) >= 2 * window:
+        change, se = window_change(trail, window)
+        return (f"{head} (smoothed objective per data point still changing by {100.0 * change / window:.3g} nats "
+                f"per 100 steps: {change:.3g} between the last two {window}-step windows, not below "
+                f"max(stop_tol, {STOP_Z:g} SE = {STOP_Z * se:.3g}))")
+    half = len(trail) // 2
+    if half == 0:
+        return f"{head} (it needs 2 x stop_window = {2 * window} steps)"
+    change = float(np.mean(trail[-2 * half:-half]) - np.mean(trail[-half:]))
+    return (f"{head} (it needs 2 x stop_window = {2 * window} steps; smoothed objective per data point still "
+            f"changing by {100.0 * change / half:.3g} nats per 100 steps, between the two halves of the run)")
 
 
 def minimise(objective, u0, max_iter, progress, callback, *, spec, likelihood=None, one_pass=False):
-    """``max_iter`` minibatch steps from ``u0`` on ``objective`` (gpdsl.model's objective: its
-    parameter table, data, Z and warm start); returns an OptimizeResult as L-BFGS-B's run does
-    (``fun``: the last batch's estimate of the negative objective, ``success`` True: a stochastic
-    run has no convergence test, it runs its steps).
+    """Minibatch steps from ``u0`` on ``objective`` (gpdsl.model's objective: its parameter table,
+    data, Z and warm start) until the stopping rule of the module docstring fires or ``max_iter``
+    steps have been taken; returns an OptimizeResult as L-BFGS-B's run does.
 
     ``spec``: the inference declaration, read for ``batch_size``, ``seed``, ``natural_step``,
-    ``learning_rate`` and ``jitter`` (its class names it in errors).  ``likelihood``: what the
-    batch's expected log-likelihood is integrated by (its ``variational_expectations``); None:
-    the model's likelihood.  ``one_pass``: each step's gradient is taken at the q it starts
-    from, one pass over the batch, rather than at the q it moves to (see
-    :func:`gpdsl.methods.svgp.minibatch_step`).
+    ``learning_rate``, ``jitter``, ``stop_tol`` and ``stop_window`` (its class names it in
+    errors).  ``likelihood``: what the batch's expected log-likelihood is integrated by (its
+    ``variational_expectations``); None: the model's likelihood.  ``one_pass``: each step's
+    gradient is taken at the q it starts from, one pass over the batch, rather than at the q it
+    moves to (see :func:`gpdsl.methods.svgp.minibatch_step`).
 
     Parameters
     ----------
     objective : gpdsl.model._Objective
-        The model's objective; its ``warm`` is set to the final :class:`VariationalState`.
+        The model's objective; its ``warm`` is set to the final :class:`VariationalState`
+        (``sweeps``: the steps taken, ``converged``: whether the rule fired).
     u0 : ndarray, shape (P,)
         Free log-space starting vector.
     max_iter : int
-        Number of minibatch steps.
+        The cap on the minibatch steps.
     progress : bool
         Print each step.
     callback : callable or None
-        Called each step with ``{"iteration", "objective", "grad_norm"}``.
+        Called each step with ``{"iteration", "objective", "grad_norm"}`` (the batch's).
     spec : gpdsl.inference.SVGP or gpdsl.inference.PolyaGamma
         The declaration.
     likelihood : gpdsl.likelihoods.Likelihood, optional
@@ -66,13 +139,20 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, likelihood=No
     Returns
     -------
     scipy.optimize.OptimizeResult
-        With ``x``, ``fun``, ``success`` (True), ``nit``, and gpdsl's ``plateau``, ``runaway``
-        and ``start`` fields.
+        ``x`` (the last iterate), ``fun`` (the smoothed objective: N times the mean per-point
+        batch estimate over the last ``stop_window`` steps, or all steps if fewer, so that
+        restarts are compared by less than one batch's noise), ``nit`` (steps taken),
+        ``success`` (True only when the stopping rule fired), ``stop_reason``
+        (``"stochastic_rule"`` or ``"max_iter"``), ``message`` (the rule's numbers),
+        ``grad_norm`` (the norm of Adam's bias-corrected first moment, the smoothed gradient of
+        the N-scaled objective in the free vector, at the end), ``jac`` (None), and gpdsl's
+        ``plateau`` (False), ``runaway`` (None) and ``start`` (``u0``).
     """
     model, table, X, y = objective.model, objective.table, objective.X, objective.y
     likelihood = model.likelihood if likelihood is None else likelihood
     n = X.shape[0]
     batch = min(spec.batch_size, n)
+    window, check_every = spec.stop_window, spec.stop_window // STOP_BLOCKS
     rng = np.random.default_rng(spec.seed)
     u = np.array(u0, dtype=float)
     first, second = np.zeros_like(u), np.zeros_like(u)
@@ -86,7 +166,8 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, likelihood=No
     elif model.likelihood.sign_symmetric:
         q = spec.surrogate_q(model.kernel, model.likelihood, {k: v for k, v in values.items() if k != "inducing.Z"},
                              X, y, Z)
-    estimate = np.nan
+    trail = []               # per-step batch estimates of the negative objective, per data point
+    fired, message, step = False, "", 0
     for step in range(1, max_iter + 1):
         rows = rng.choice(n, size=batch, replace=False)
         values = table.unpack(u)
@@ -102,6 +183,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, likelihood=No
         for name, g in prior_grads.items():
             grads[name] = grads[name] + g
         estimate = -(elbo + log_prior)
+        trail.append(float(estimate) / n)
         g = -table.chain(values, grads)
         first = _ADAM_BETA1 * first + (1.0 - _ADAM_BETA1) * g
         second = _ADAM_BETA2 * second + (1.0 - _ADAM_BETA2) * g * g
@@ -113,6 +195,23 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, likelihood=No
                   flush=True)
         if callback is not None:
             callback(report)
-    objective.warm = VariationalState(q, sweeps=max_iter, converged=True)
-    return OptimizeResult(x=u, fun=float(estimate), success=True, nit=max_iter, jac=None, plateau=False,
-                          runaway=None, start=u0, message=f"{max_iter} minibatch steps of {batch} rows")
+        if step >= 2 * window and step % check_every == 0:
+            change, se = window_change(trail, window)
+            threshold = max(spec.stop_tol, STOP_Z * se)
+            # A NaN change (an overflowed estimate) compares False: the run goes on to its cap.
+            if abs(change) < threshold:
+                fired = True
+                message = (f"stochastic stopping rule after {step} steps: the smoothed objective per data point "
+                           f"changed by {change:.3g} nats between the last two {window}-step windows "
+                           f"(|change| < {threshold:.3g} = max(stop_tol {spec.stop_tol:g}, {STOP_Z:g} SE "
+                           f"{STOP_Z * se:.3g}))")
+                break
+    if progress and fired:
+        print(message, flush=True)
+    if not fired:
+        message = _cap_message(trail, max_iter, window)
+    objective.warm = VariationalState(q, sweeps=step, converged=fired)
+    smoothed = n * float(np.mean(trail[-window:])) if trail else np.nan
+    return OptimizeResult(x=u, fun=smoothed, success=fired, stop_reason="stochastic_rule" if fired else "max_iter",
+                          nit=step, jac=None, grad_norm=float(np.linalg.norm(first / (1.0 - _ADAM_BETA1 ** step))),
+                          plateau=False, runaway=None, start=u0, message=message)
