@@ -149,7 +149,8 @@ class FitDiagnostics:
         Optimiser iterations (L-BFGS-B iterations, minibatch steps), restarts of its memory included.
     grad_norm : float
         Largest entry of the objective's final gradient in scale-free units
-        (:func:`largest_gradient`); NaN where none was computed.
+        (:func:`largest_gradient`); for a minibatch run, the norm of its smoothed (Adam
+        first-moment) gradient, which its stopping rule does not use; NaN where none was computed.
     grad_tol : float
         Its tolerance (:func:`gradient_tolerance`).
     grad_name : str

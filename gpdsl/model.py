@@ -561,7 +561,9 @@ class Model:
                           f"|d objective / d {diagnostics.grad_name}| = {diagnostics.grad_norm:.3g} > "
                           f"{diagnostics.grad_tol:.3g}; the result is flagged converged=False (raise max_iter, "
                           "or refit from post.values)", ConvergenceWarning, stacklevel=4)
-        if local is not None and not local.converged:
+        # A minibatch run leaves no local iteration of its own (0 sweeps): its q's flag is the
+        # optimiser's, already warned about above.
+        if local is not None and not local.converged and not (stop == "max_iter" and local.sweeps == 0):
             # ``sweeps`` counts the method's accepted local iterations (EP/QP site sweeps, c
             # updates, natural-gradient steps): below the cap they stopped because no step could
             # raise the objective any more, which the message must not call running out of sweeps.
@@ -703,9 +705,8 @@ class Model:
                                     "gradient at the start are too large for its float64 arithmetic)", X, y)
             u_best, runaway = result.x, result.runaway
             ridge, ridge_move = (None, None) if runaway is None else (runaway[0], runaway[1:])
-            optimiser = {"stop_reason": result.get("stop_reason", "max_iter"),  # TEMP until stochastic merge
-                         "message": str(result.message),
-                         "n_iterations": int(result.nit), "grad_norm": float(result.get("grad_norm", np.nan)),
+            optimiser = {"stop_reason": result.stop_reason, "message": str(result.message),
+                         "n_iterations": int(result.nit), "grad_norm": float(result.grad_norm),
                          "grad_tol": gradient_tolerance(X.shape[0]), "grad_name": result.get("grad_name", ""),
                          "optimizer_restarts": int(getattr(result, "optimizer_restarts", 0)), "caps_reached": []}
             outer = self.inference.outer_loop(run, u_best, max_iter)
