@@ -48,7 +48,8 @@ import numpy as np
 from scipy import special
 
 from ._jit import projections
-from ._jit.special import logit_normal_logp_many
+from ._jit.special import (digamma_half_excess, log1p_excess_array, logit_normal_logp_many,
+                           student_t_log_norm_excess)
 from .checks import ValueEquality, check_nonnegative_int
 from .chunks import row_slices
 from .parameters import check_hyperparameter, declared_value, entry
@@ -620,6 +621,19 @@ class Gaussian(_GaussianNoise):
     def entries(self, prefix, X, fixed_names=()):
         return [entry(f"{prefix}.variance", self.variance, fixed_names=fixed_names)]
 
+    @staticmethod
+    def _variance(values, prefix):
+        """The noise variance as a float; FloatingPointError where it is not positive, which the
+        declaration rules out and only an optimiser's exp(log variance) underflowing to 0 (a
+        constant or noiseless target drives it there) produces: the optimiser's signal to step
+        back, where the divisions by it would raise a bare ZeroDivisionError."""
+        s2 = float(values[f"{prefix}.variance"])
+        if not s2 > 0.0:
+            raise FloatingPointError(f"Gaussian: the noise variance {s2!r} is not positive (it underflowed to 0: "
+                                     "the target looks noiseless to the model; fix a small variance or add a "
+                                     "prior on it)")
+        return s2
+
     def noise(self, values, prefix, X):
         """Per-point noise variances lambda_n at X (the homoscedastic variance).
 
@@ -679,7 +693,7 @@ class Gaussian(_GaussianNoise):
         tuple of 4 ndarray
             log p, d log p/df, d^2 log p/df^2, d^3 log p/df^3, each of the broadcast shape of y and f.
         """
-        s2 = float(values[f"{prefix}.variance"])
+        s2 = self._variance(values, prefix)
         r = y - f
         return -0.5 * (_LOG_2PI + np.log(s2) + r * r / s2), r / s2, np.full_like(r, -1.0 / s2), np.zeros_like(r)
 
@@ -704,7 +718,7 @@ class Gaussian(_GaussianNoise):
         dict of str to tuple of 3 ndarray
             ``{"<prefix>.<name>": (d log p/d theta, d^2 log p/df d theta, d^3 log p/df^2 d theta)}``.
         """
-        s2 = float(values[f"{prefix}.variance"])
+        s2 = self._variance(values, prefix)
         r = y - f
         return {f"{prefix}.variance": (0.5 * (r * r / s2 - 1.0) / s2, -r / (s2 * s2), np.full_like(r, 1.0 / (s2 * s2)))}
 
@@ -735,7 +749,7 @@ class Gaussian(_GaussianNoise):
         param_grads : dict of str to ndarray
             d sum_n ve_n / d theta for each hyperparameter theta.
         """
-        s2 = float(values[f"{prefix}.variance"])
+        s2 = self._variance(values, prefix)
         r2v = (y - mean) ** 2 + var
         ve = -0.5 * (_LOG_2PI + np.log(s2) + r2v / s2)
         grads = {f"{prefix}.variance": np.array(0.5 * np.sum(r2v / s2 - 1.0) / s2)}
@@ -1542,10 +1556,17 @@ class StudentT(Likelihood):
     Not log-concave: EP keeps its site precisions non-negative (as GPML's infEP), and the
     variational methods integrate it by Gauss-Hermite quadrature.
 
+    The density and its derivatives are computed stably for any df, the Gaussian limit
+    N(y | f, scale^2) included: the Gamma-function ratio by an asymptotic series in 1/df
+    (:func:`gpdsl._jit.special.student_t_log_norm_excess`) and every df scale^2 + r^2 divided by df.
+    A df above ``DF_MAX`` = 1e100 is used as 1e100: the density is then the Gaussian limit to a
+    relative 1e-100 (r / scale)^4, and the bound keeps scale sqrt(df) and the tilted rule's
+    coordinates of EP / QP (:mod:`gpdsl._jit.projections`) inside float64's range.
+
     Parameters
     ----------
     df : float, Fixed or prior, default 4.0
-        Positive degrees of freedom.
+        Positive degrees of freedom (used as min(df, 1e100)).
     scale : float, Fixed or prior, default 1.0
         Positive scale.
 
@@ -1581,8 +1602,19 @@ class StudentT(Likelihood):
         return [entry(f"{prefix}.df", self.df, fixed_names=fixed_names),
                 entry(f"{prefix}.scale", self.scale, fixed_names=fixed_names)]
 
+    DF_MAX = 1e100
+
     def _params(self, values, prefix):
-        return float(values[f"{prefix}.df"]), float(values[f"{prefix}.scale"])
+        """(min(df, DF_MAX), scale) as floats; FloatingPointError where one is not positive, which
+        the declaration rules out and only an optimiser's exp(log value) underflowing to 0
+        produces (a scale driven to 0 by a constant or noiseless target): the optimiser's signal
+        to step back, where the divisions by them would raise a bare ZeroDivisionError."""
+        nu, s = float(values[f"{prefix}.df"]), float(values[f"{prefix}.scale"])
+        if not (nu > 0.0 and s > 0.0):
+            raise FloatingPointError(f"StudentT: df = {nu!r} and scale = {s!r} must be positive (one underflowed to "
+                                     "0: a scale there means the target looks noiseless to the model; fix the "
+                                     "scale or add a prior on it)")
+        return min(nu, self.DF_MAX), s
 
     def site_model(self, values, prefix):
         """The Student-t site model, parameters (df, scale).
@@ -1602,7 +1634,12 @@ class StudentT(Likelihood):
 
     def log_density_derivatives(self, values, prefix, y, f):
         """With r = y - f and D = df scale^2 + r^2: d1 = (df + 1) r / D,
-        d2 = (df + 1)(r^2 - df scale^2) / D^2, d3 = 2 (df + 1) r (r^2 - 3 df scale^2) / D^3.
+        d2 = (df + 1)(r^2 - df scale^2) / D^2, d3 = 2 (df + 1) r (r^2 - 3 df scale^2) / D^3, each
+        evaluated with numerator and denominator divided by df (finite for any df), and
+        log p = c(df) - log(2 pi) / 2 - log(scale) - (df + 1) / 2 log1p(r^2 / (df scale^2)) with
+        c(df) = lgamma((df+1)/2) - lgamma(df/2) - log(df/2) / 2 from its series at large df
+        (:func:`gpdsl._jit.special.student_t_log_norm_excess`): the Gaussian's log density to
+        rounding as df grows.
 
         Parameters
         ----------
@@ -1622,12 +1659,12 @@ class StudentT(Likelihood):
         """
         nu, s = self._params(values, prefix)
         r = y - f
-        a = nu * s * s
-        D = a + r * r
-        logp = (special.gammaln(0.5 * (nu + 1.0)) - special.gammaln(0.5 * nu) - 0.5 * np.log(nu * np.pi) - np.log(s)
-                - 0.5 * (nu + 1.0) * np.log1p(r * r / a))
-        return (logp, (nu + 1.0) * r / D, (nu + 1.0) * (r * r - a) / D ** 2,
-                2.0 * (nu + 1.0) * r * (r * r - 3.0 * a) / D ** 3)
+        rn = r * r / nu                        # r^2 / df: D / df = s^2 + rn never overflows
+        Dn = s * s + rn
+        rho = 1.0 + 1.0 / nu                   # (df + 1) / df
+        logp = (student_t_log_norm_excess(nu) - 0.5 * _LOG_2PI - np.log(s)
+                - 0.5 * (nu + 1.0) * np.log1p((r / s) ** 2 / nu))
+        return (logp, rho * r / Dn, rho * (rn - s * s) / Dn ** 2, 2.0 * rho * r * (rn - 3.0 * s * s) / (nu * Dn ** 3))
 
     def log_density_param_derivatives(self, values, prefix, y, f, derivatives=None):
         """Derivatives of log p in df and scale and their f-derivatives.
@@ -1653,19 +1690,25 @@ class StudentT(Likelihood):
         nu, s = self._params(values, prefix)
         r = y - f
         r2 = r * r
-        a = nu * s * s
-        D = a + r2
-        d_nu = 0.5 * (special.digamma(0.5 * (nu + 1.0)) - special.digamma(0.5 * nu) - 1.0 / nu
-                      - np.log1p(r2 / a) + (nu + 1.0) * r2 / (nu * D))
-        d1_nu = r * (r2 - s * s) / D ** 2
-        d2_nu = ((r2 - a - (nu + 1.0) * s * s) * D - 2.0 * s * s * (nu + 1.0) * (r2 - a)) / D ** 3
-        d_s = -1.0 / s + (nu + 1.0) * r2 / (s * D)
-        d1_s = -2.0 * nu * s * (nu + 1.0) * r / D ** 2
-        d2_s = -2.0 * nu * s * (nu + 1.0) * (3.0 * r2 - a) / D ** 3
+        rn = r2 / nu
+        Dn = s * s + rn                        # (df scale^2 + r^2) / df, as log_density_derivatives
+        rho = 1.0 + 1.0 / nu
+        x = (r / s) ** 2 / nu                  # r^2 / (df scale^2)
+        # d/d df = (psi((df+1)/2) - psi(df/2) - 1/df - [log1p(x) - x/(1+x)] + x / (df (1 + x))) / 2:
+        # two differences of terms ~1/df and ~x that tend to 0 like 1/df^2, each formed without
+        # the cancellation (digamma_half_excess, log1p_excess).
+        d_nu = 0.5 * (digamma_half_excess(nu) - log1p_excess_array(np.ravel(x).astype(float)).reshape(np.shape(x)) + x / (nu * (1.0 + x)))
+        d1_nu = r * (r2 - s * s) / (nu * nu * Dn ** 2)
+        d2_nu = ((rn - (2.0 + 1.0 / nu) * s * s) * Dn - 2.0 * s * s * rho * (rn - s * s)) / (nu * Dn ** 3)
+        d_s = (-1.0 + rho * r2 / Dn) / s
+        d1_s = -2.0 * s * rho * r / Dn ** 2
+        d2_s = -2.0 * s * rho * (3.0 * rn - s * s) / Dn ** 3
         return {f"{prefix}.df": (d_nu, d1_nu, d2_nu), f"{prefix}.scale": (d_s, d1_s, d2_s)}
 
     def predictive(self, values, prefix, f_mean, f_var):
-        """Mean f_mean and variance f_var + scale^2 df / (df - 2) of y* (infinite for df <= 2).
+        """Mean f_mean and variance f_var + scale^2 df / (df - 2) of y*: the mean is NaN for
+        df <= 1 (the Student-t has no mean there: E|y*| is infinite), the variance infinite for
+        df <= 2.
 
         Parameters
         ----------
@@ -1681,11 +1724,12 @@ class StudentT(Likelihood):
         Returns
         -------
         dict of str to ndarray
-            Arrays (n,): ``y_mean``, ``y_var``.
+            Arrays (n,): ``y_mean`` (NaN for df <= 1), ``y_var`` (inf for df <= 2).
         """
         nu, s = self._params(values, prefix)
         noise = s * s * nu / (nu - 2.0) if nu > 2.0 else np.inf
-        return {"y_mean": f_mean, "y_var": f_var + noise}
+        mean = f_mean if nu > 1.0 else np.full(np.shape(f_mean), np.nan)
+        return {"y_mean": mean, "y_var": f_var + noise}
 
     def expectation_rule(self, values, prefix, y, mean, var):
         """Composite Gauss-Legendre in s, where f = y + w sinh(s) and w = sqrt(df) scale is the

@@ -165,8 +165,9 @@ def _reference(likelihood, values, X, y, Z, jitter=JITTER):
 
 
 def _reference_prediction(values, X, Z, X_test, ref, jitter=JITTER):
-    """Mean Q_*f a and variance k_** - Q_*f W (I + Kt W)^-1 Q_f* of the FITC (Z) or dense (Z None)
-    Laplace posterior at X_test, from the dense reference."""
+    """Mean Q_*f a and variance k_** - Q_*f W_+ (I + Kt W_+)^-1 Q_f* of the FITC (Z) or dense (Z None)
+    Laplace posterior at X_test, from the dense reference; W_+ = max(W, 0), the posterior's site
+    precisions where W < 0 (laplace's module docstring: the variance stays within the prior's)."""
     k = _se(values)
     if Z is None:
         cross, K = k(X_test, X), k(X, X)
@@ -174,7 +175,7 @@ def _reference_prediction(values, X, Z, X_test, ref, jitter=JITTER):
         Kj = k(Z, Z) + jitter * np.mean(np.diag(k(Z, Z))) * np.eye(len(Z))
         cross = k(X_test, Z) @ np.linalg.solve(Kj, k(Z, X))
         K = naive_laplace.fitc_covariance(k(X, X), k(Z, X), k(Z, Z), jitter)
-    W = ref["W"]
+    W = np.maximum(ref["W"], 0.0)
     R = W[:, None] * np.linalg.inv(np.eye(len(W)) + K * W[None, :])
     return cross @ ref["a"], np.diag(k(X_test, X_test)) - np.einsum("ij,jk,ik->i", cross, R, cross)
 
@@ -330,8 +331,8 @@ def outliers():
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "fitc"])
 def test_negative_w_student_t(outliers, sparse):
     """A likelihood that is not log-concave (GPML's infLaplace / infFITC_Laplace: Newton with
-    max(W, 0), evidence and gradients at the unclipped W): evidence (1e-9) and predictions (1e-9)
-    against the dense reference, whose W < 0 at the outliers, and the gradients (kernel, df,
+    max(W, 0), evidence and gradients at the unclipped W, the posterior at max(W, 0)): evidence
+    (1e-9) and predictions (1e-9) against the dense reference, whose W < 0 at the outliers, and the gradients (kernel, df,
     scale, Z) against its finite differences (1e-6 relative)."""
     X, y, Z, X_test = outliers
     Z = Z if sparse else None

@@ -84,8 +84,9 @@ import numpy as np
 from numba import njit, typeof, types
 from numba.extending import overload
 
-from .special import (GL_NODES, GL_WEIGHTS, MILLS_CF_MIN, bvn_cdf, digamma_half_difference, log_sigmoid,
-                      logit_normal_edges, logit_normal_mode, mills_cf, norm_cdf, norm_logcdf, norm_pdf, norm_ppf)
+from .special import (GL_NODES, GL_WEIGHTS, MILLS_CF_MIN, bvn_cdf, digamma_half_excess, log1p_excess, log_sigmoid,
+                      logit_normal_edges, logit_normal_mode, mills_cf, norm_cdf, norm_logcdf, norm_pdf, norm_ppf,
+                      student_t_log_norm_excess)
 
 PROBIT = 0
 POISSON_SQUARE = 1
@@ -116,6 +117,13 @@ _T_PANEL_GAUSS = 2.0        # Student-t panel width / cavity sd
 _T_PANEL_CORE = 1.0         # ... / (sqrt(1 + x^2) / sqrt(df + 1)), the likelihood's local scale
 _T_PANEL_POLE = 1.0         # ... / sqrt(1 + x^2), the distance to its branch points (at most)
 _T_MAX_PANELS = 4096        # reached only far outside the ranges of the module docstring
+# The cavity's variance in the rule's x = (f - y) / (scale sqrt(df)): below _T_S2_POINT the cavity is a
+# point mass on the likelihood's scale (the tilted law is the cavity to a relative df s2 < 1e-100 for
+# df <= 1e100, StudentT's bound), above _T_S2_MAX (a scale ~1e-125 cavity sds or less; scale^2 df
+# underflowing to 0 among them) the rule's x^2 would overflow: refused as nan, the site skipped.
+# Without these tests var / (scale^2 df) or 1 / s2 raised Numba's bare ZeroDivisionError.
+_T_S2_POINT = 1e-200
+_T_S2_MAX = 1e250
 
 # S[i, j] = int_{-1}^{x_i} l_j(x) dx for the Lagrange basis l_j of GL_NODES (20-point rule), so
 # that half * S @ q integrates the degree-19 interpolant of q from a panel's left end to its nodes
@@ -332,7 +340,7 @@ def _logit_extra_terms(x, loc, power):
 @njit(cache=True)
 def _student_t_extra_terms(x, loc, power):
     x2 = x * x
-    return math.log1p(x2), x2 / (1.0 + x2)
+    return log1p_excess(x2), x2 / (1.0 + x2)
 
 
 @njit(cache=True)
@@ -465,7 +473,8 @@ def _moments_on_edges(kind, loc, scale2, power, edges, count, extra):
     one panel, whatever the distance between the tilted mean and the coordinates' origin, and
     no h under- or overflows (log Z of -1e4 is fine).  With ``extra``, e1 and e2 are tilted
     expectations for the likelihood-parameter gradients (all terms non-negative): LOGIT
-    e1 = E[sigma(-g)]; STUDENT_T e1 = E[log(1 + x^2)], e2 = E[x^2 / (1 + x^2)].
+    e1 = E[sigma(-g)]; STUDENT_T e1 = E[log(1 + x^2) - x^2 / (1 + x^2)] (formed without cancellation at
+    small x, as the df gradient at large df needs), e2 = E[x^2 / (1 + x^2)].
     """
     n_panels = count - 1
     nq = GL_NODES.shape[0]
@@ -1114,38 +1123,48 @@ def _student_t_rule(y, mu, var, df, scale):
 
 @njit(cache=True)
 def _student_t_log_norm(df, scale):
-    """log of Gamma((df+1)/2) / (Gamma(df/2) sqrt(df pi) scale), the Student-t density at 0."""
-    return math.lgamma(0.5 * (df + 1.0)) - math.lgamma(0.5 * df) - 0.5 * math.log(df * math.pi) - math.log(scale)
+    """log of Gamma((df+1)/2) / (Gamma(df/2) sqrt(df pi) scale), the Student-t density at 0, without
+    the lgammas' cancellation at large df (:func:`gpdsl._jit.special.student_t_log_norm_excess`)."""
+    return student_t_log_norm_excess(df) - 0.5 * math.log(2.0 * math.pi) - math.log(scale)
 
 
 @njit(cache=True)
 def _student_t_ok(y, mu, var, df, scale):
-    return (math.isfinite(y) and math.isfinite(mu) and var > 0.0 and math.isfinite(var) and df > 0.0
-            and math.isfinite(df) and scale > 0.0 and math.isfinite(scale))
+    """Whether the rule applies: finite positive parameters and the cavity's x-variance
+    var / (scale^2 df) in [_T_S2_POINT, _T_S2_MAX]."""
+    if not (math.isfinite(y) and math.isfinite(mu) and var > 0.0 and math.isfinite(var) and df > 0.0
+            and math.isfinite(df) and scale > 0.0 and math.isfinite(scale)):
+        return False
+    a2 = df * scale * scale
+    return a2 > 0.0 and _T_S2_POINT <= var / a2 <= _T_S2_MAX
 
 
 @njit(cache=True)
 def _student_t_degenerate(y, mu, var, df, scale):
-    """The Student-t site's (log Z, mean, variance, E[log(1 + u)], E[u / (1 + u)]) where the rule
-    does not apply: a cavity of variance 0 (a point mass), else nan."""
-    if var == 0.0 and math.isfinite(y) and math.isfinite(mu) and 0.0 < df < math.inf and 0.0 < scale < math.inf:
-        u = (y - mu) ** 2 / (df * scale * scale)
-        return (_student_t_log_norm(df, scale) - 0.5 * (df + 1.0) * math.log1p(u), mu, 0.0, math.log1p(u),
+    """The Student-t site's (log Z, mean, variance, E[log(1 + u) - u / (1 + u)], E[u / (1 + u)]) where
+    the rule does not apply: a cavity of variance 0, or one so narrow on the likelihood's scale
+    (var < _T_S2_POINT scale^2 df) that it is a point mass there (log Z = log p(y | mu), the
+    cavity's moments), else nan (the sweeps skip such a site and the evidence is refused)."""
+    if (math.isfinite(y) and math.isfinite(mu) and 0.0 <= var < math.inf and 0.0 < df < math.inf
+            and 0.0 < scale < math.inf and (var == 0.0 or var < _T_S2_POINT * (df * scale * scale))):
+        u = ((y - mu) / scale) ** 2 / df
+        return (_student_t_log_norm(df, scale) - 0.5 * (df + 1.0) * math.log1p(u), mu, var, log1p_excess(u),
                 u / (1.0 + u))
     return math.nan, math.nan, math.nan, math.nan, math.nan
 
 
 @njit(cache=True)
 def _student_t_moments(y, mu, var, df, scale, extra):
-    """(log Z, mean, variance, E[log(1 + u)], E[u / (1 + u)], edges, count, loc, scale2, power, a,
+    """(log Z, mean, variance, E[log(1 + u) - u / (1 + u)], E[u / (1 + u)], edges, count, loc, scale2, power, a,
     log mass) of Student-t(y | f, df, scale) N(f | mu, var) / Z, u = (y - f)^2 / (df scale^2), on
     the panels of :func:`_student_t_rule`; without ``extra`` the two expectations are nan.
     Parameters as checked by _student_t_ok."""
     edges, count, loc, s2, power, a = _student_t_rule(y, mu, var, df, scale)
     log_mass, mean_x, var_x, e1, e2 = _moments_on_edges(STUDENT_T, loc, s2, power, edges, count, extra)
     # Z = a C / sqrt(2 pi var) int (1 + x^2)^-power exp(-(x - loc)^2 / (2 s2)) dx, a C = Gamma(power) /
-    # (Gamma(df/2) sqrt(pi))
-    log_z = (log_mass + math.lgamma(power) - math.lgamma(0.5 * df) - 0.5 * math.log(math.pi)
+    # (Gamma(df/2) sqrt(pi)); log Gamma(power) - log Gamma(df/2) by the excess, which is stable at
+    # large df (the two lgammas differenced lose ~1e-16 df log df: an evidence of +22 at df 1e20).
+    log_z = (log_mass + student_t_log_norm_excess(df) + 0.5 * math.log(0.5 * df) - 0.5 * math.log(math.pi)
              - 0.5 * math.log(2.0 * math.pi * var))
     return log_z, y + a * mean_x, a * a * var_x, e1, e2, edges, count, loc, s2, power, a, log_mass
 
@@ -1342,16 +1361,17 @@ def gaussian_log_z_noise_gradient(y, mu, var, noise):
 def student_t_log_z_gradient(y, mu, var, df, scale):
     """(d log Z / d df, d log Z / d scale) of the Student-t site: the tilted expectations of
     d log p / d theta, with u = (y - f)^2 / (df scale^2),
-    d/d df = (psi((df+1)/2) - psi(df/2) - 1/df - log(1 + u) + (df+1) u / (df (1 + u))) / 2 and
-    d/d scale = ((df + 1) u / (1 + u) - 1) / scale.  The df gradient is a difference of terms of
-    size 1/df that tends to 0 like 1/df^2, so its relative accuracy is ~1e-16 df^2 (absolute
-    ~1e-16 / df in d/d log df)."""
+    d/d df = (psi((df+1)/2) - psi(df/2) - 1/df - [log(1 + u) - u / (1 + u)] + u / (df (1 + u))) / 2 and
+    d/d scale = ((df + 1) u / (1 + u) - 1) / scale.  The df gradient tends to 0 like 1/df^2; its
+    two differences (of the digammas less 1/df, and in the bracket) are formed without
+    cancellation (gpdsl._jit.special's digamma_half_excess and log1p_excess), so it keeps its
+    relative accuracy at any df."""
     if _student_t_ok(y, mu, var, df, scale):
         r = _student_t_moments(y, mu, var, df, scale, bool(True))
         e1, e2 = r[3], r[4]
     else:
         _, _, _, e1, e2 = _student_t_degenerate(y, mu, var, df, scale)
-    g_df = 0.5 * (digamma_half_difference(df) - 1.0 / df - e1 + (df + 1.0) / df * e2)
+    g_df = 0.5 * (digamma_half_excess(df) - e1 + e2 / df)
     g_scale = ((df + 1.0) * e2 - 1.0) / scale
     return g_df, g_scale
 

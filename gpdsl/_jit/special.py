@@ -5,7 +5,9 @@ integral.
 projections of :mod:`gpdsl._jit.projections` (scipy.special cannot be called from nopython code);
 ``logit_normal_logp`` (log E[sigmoid(f)] under a normal f) for the logit classifier's predictive,
 whose composite rule (``logit_normal_mode``, ``logit_normal_edges``) the logit site projections
-share; ``digamma`` for the Student-t likelihood's gradient in its degrees of freedom.
+share; ``digamma`` and the stable differences ``digamma_half_excess``, ``student_t_log_norm_excess``
+and ``log1p_excess`` for the Student-t likelihood at any degrees of freedom (its Gaussian limit
+included).
 All functions take and return float scalars.  Accuracy, checked against scipy.special and mpmath
 in ``tests/test_projections.py``:
 
@@ -408,15 +410,78 @@ def digamma(x):
 
 
 @njit(cache=True)
-def digamma_half_difference(nu):
-    """psi((nu + 1) / 2) - psi(nu / 2) for nu > 0 without the cancellation of the difference at
-    large nu: below nu = 30 as that difference (absolute error ~1e-15, relative < 1e-13), beyond
-    by its expansion 1/nu + 1/(2 nu^2) - 1/(4 nu^4) + 1/(2 nu^6) - 17/(8 nu^8) + 31/(2 nu^10)
-    - 691/(4 nu^12), relative error < 2e-16 there (checked against 40-digit mpmath)."""
+def digamma_half_excess(nu):
+    """psi((nu + 1) / 2) - psi(nu / 2) - 1 / nu for nu > 0 (nan otherwise), the d/d nu of twice
+    :func:`student_t_log_norm_excess`.  It tends to 0 like 1 / (2 nu^2): the difference of the
+    digammas minus 1/nu would lose all of it to cancellation from nu ~ 1e8 on (the Student-t
+    df gradient at large df), so beyond nu = 30 it is the expansion 1/(2 nu^2) - 1/(4 nu^4)
+    + 1/(2 nu^6) - 17/(8 nu^8) + 31/(2 nu^10) - 691/(4 nu^12), relative error < 2e-14 at nu = 30
+    and < 2e-16 from nu = 100 on (checked against 50-digit mpmath); below, the difference
+    (absolute error ~1e-15)."""
     if not nu > 0.0:
         return math.nan
     if nu < 30.0:
-        return digamma(0.5 * (nu + 1.0)) - digamma(0.5 * nu)
+        return digamma(0.5 * (nu + 1.0)) - digamma(0.5 * nu) - 1.0 / nu
+    if math.isinf(nu):
+        return 0.0
     t = 1.0 / nu
     t2 = t * t
-    return t * (1.0 + t * (0.5 + t2 * (-0.25 + t2 * (0.5 + t2 * (-17.0 / 8.0 + t2 * (31.0 / 2.0 - t2 * 691.0 / 4.0))))))
+    return t2 * (0.5 + t2 * (-0.25 + t2 * (0.5 + t2 * (-17.0 / 8.0 + t2 * (31.0 / 2.0 - t2 * 691.0 / 4.0)))))
+
+
+@njit(cache=True)
+def digamma_half_difference(nu):
+    """psi((nu + 1) / 2) - psi(nu / 2) for nu > 0 without the cancellation of the difference at
+    large nu: 1 / nu + :func:`digamma_half_excess` (relative error < 2e-16 beyond nu = 30,
+    absolute ~1e-15 below)."""
+    return 1.0 / nu + digamma_half_excess(nu) if nu > 0.0 else math.nan
+
+
+@njit(cache=True)
+def student_t_log_norm_excess(nu):
+    """lgamma((nu + 1) / 2) - lgamma(nu / 2) - log(nu / 2) / 2 for nu > 0 (nan otherwise), so that
+    the Student-t log density at 0 is this - log(2 pi) / 2 - log(scale).
+
+    The two lgammas are ~nu log(nu) / 2 each and their difference ~log(nu) / 2: differenced,
+    they lose ~1e-16 nu log(nu) absolute (all of it from nu ~ 1e15: a log evidence of -547
+    where the Gaussian limit is -4.5).  Beyond nu = 30 this is the asymptotic series of
+    lgamma(z + 1/2) - lgamma(z) - log(z) / 2 in z = nu / 2 (sum over n of (-1)^n (2^(1-n) - 2)
+    B_n / (n (n - 1) z^(n-1)), B_n the Bernoulli numbers): -1/(4 nu) + 1/(24 nu^3) - 1/(20 nu^5)
+    + 17/(112 nu^7) - 31/(36 nu^9) + 691/(88 nu^11), whose first omitted term is below 1e-17
+    relative at nu = 30; 0 at nu = inf (the Gaussian limit).  Below nu = 30 the lgamma difference
+    (absolute error < 1e-14)."""
+    if not nu > 0.0:
+        return math.nan
+    if nu < 30.0:
+        return math.lgamma(0.5 * (nu + 1.0)) - math.lgamma(0.5 * nu) - 0.5 * math.log(0.5 * nu)
+    if math.isinf(nu):
+        return 0.0
+    t = 1.0 / nu
+    t2 = t * t
+    return t * (-0.25 + t2 * (1.0 / 24.0 + t2 * (-0.05 + t2 * (17.0 / 112.0 + t2 * (-31.0 / 36.0 + t2 * 691.0 / 88.0)))))
+
+
+@njit(cache=True)
+def log1p_excess(x):
+    """log(1 + x) - x / (1 + x) >= 0 for x >= 0 (nan below -1): the Student-t df gradient's
+    difference of two terms ~x, whose value ~x^2 / 2 would be lost to cancellation for small x
+    (large df), so below x = 0.01 it is the series sum_k>=2 (-1)^k (k - 1) / k x^k to k = 10
+    (first omitted term < 1e-20 x^2)."""
+    if not x >= -1.0:
+        return math.nan
+    if abs(x) < 0.01:
+        total = 0.0
+        for k in range(10, 1, -1):
+            total = total * x + (1.0 - 1.0 / k) * (1.0 if k % 2 == 0 else -1.0)
+        return total * x * x
+    return math.log1p(x) - x / (1.0 + x)
+
+
+@njit(cache=True)
+def log1p_excess_array(x):
+    """:func:`log1p_excess` elementwise over a 1-D float array, for the NumPy code of
+    :class:`gpdsl.likelihoods.StudentT`."""
+    out = np.empty(x.shape[0])
+    for i in range(x.shape[0]):
+        out[i] = log1p_excess(x[i])
+    return out

@@ -44,11 +44,20 @@ step with max(W, 0) (GPML's Wmin = 0: an ascent direction everywhere, but only l
 convergent).  The evidence, gradients and posterior use the unclipped W at the mode: the formulas
 above hold for any W with I + K W invertible (R = W (I + K W)^-1, s2 and the implicit term are
 the implicit-function derivatives as before).  Dense, log|I + K W| and R come from an LU of
-I + K W and the predictive state from the Cholesky factor L_K of K (b_* = L_K^-1 k_*, weights
-L_K^T a, correction L_K^T R L_K: exact whatever jitter L_K needed); FITC needs E > 0 (GPML
-returns NaN otherwise) and C positive definite.  A mode where these fail, or where
-(K^-1 + W)^-1 is not positive, is a FloatingPointError.  Probit and logit have W > 0: their
-results are those of the W >= 0 code alone.
+I + K W; FITC needs E > 0 (GPML returns NaN otherwise) and C positive definite.  A mode where
+these fail, or where (K^-1 + W)^-1 is not positive, is a FloatingPointError.
+
+The posterior (predictive state, q(f)) is N(f_hat, (K^-1 + W_+)^-1) with W_+ = max(W, 0), not
+the unclipped (K^-1 + W)^-1: a negative W_i makes the Gaussian wider than the prior in some
+direction, and near an outlier of a small-df Student-t (K^-1 + W nearly singular at the mode)
+GPML's k_** - k_*^T (K + W^-1)^-1 k_* reached 62 times the prior variance k_** (1402 where
+k_** = 22.7 in the issue's fuzz case).  With W_+ >= 0 the site precisions are non-negative, as
+EP's (GPML's infEP), so 0 <= f_var <= k_** at every input; the mean k_*^T a is the mode's
+whatever W (the sites (W_+, W_+ f_hat + g) have the mean f_hat, since g = K^-1 f_hat there).
+Dense, the state is written with the Cholesky factor L_K of K (b_* = L_K^-1 k_*, weights
+L_K^T a, correction L_K^T R_+ L_K with R_+ = W_+^1/2 B_+^-1 W_+^1/2: exact whatever jitter L_K
+needed); FITC, with C_+ = I + A diag(W_+ / (1 + W_+ D)) A^T.  Probit and logit have W > 0:
+their results are those of the W >= 0 code alone.
 """
 from __future__ import annotations
 
@@ -474,10 +483,11 @@ def _dense_gradients(kernel, likelihood, values, X, y, K, a, f, g, d3, R, poster
 
 def _evaluate_negative_w(kernel, likelihood, values, X, y, K, a, f, psi, g, W, d3, need_grad, need_state):
     """The dense method at a mode where some W_i < 0 (GPML's infLaplace with an LU of I + K W):
-    log|I + K W| by LU, R = W (I + K W)^-1 and (K^-1 + W)^-1 = (I + K W)^-1 K.  The Gaussian
-    pseudo-regression has negative noise there, so the predictive state is written with the
-    Cholesky factor L_K of K (+ jitter, which cancels): b_* = L_K^-1 k_*, weights L_K^T a
-    (mean k_*^T a) and correction L_K^T R L_K (variance k_** - k_*^T R k_*)."""
+    log|I + K W| by LU, R = W (I + K W)^-1 and (K^-1 + W)^-1 = (I + K W)^-1 K for the evidence
+    and its gradients.  The predictive state is that of W_+ = max(W, 0) (module docstring),
+    written with the Cholesky factor L_K of K (+ jitter, which cancels): b_* = L_K^-1 k_*,
+    weights L_K^T a (mean k_*^T a) and correction L_K^T R_+ L_K (variance k_** - k_*^T R_+ k_*,
+    in [0, k_**] since 0 <= R_+ <= K^-1)."""
     n = K.shape[0]
     IKW = np.eye(n) + K * W[None, :]
     sign, log_det = np.linalg.slogdet(IKW)
@@ -494,11 +504,15 @@ def _evaluate_negative_w(kernel, likelihood, values, X, y, K, a, f, psi, g, W, d
     if need_grad:
         grads = _dense_gradients(kernel, likelihood, values, X, y, K, a, f, g, d3, R, posterior_var)
     state = None
+    Wp = np.maximum(W, 0.0)
     if need_state:
         LK, _ = cholesky(K, None, what="K")
-        state = PredictiveState(Z=X, weights=LK.T @ a, correction=LK.T @ R @ LK, chol=LK, q_mean=f.copy(),
-                                q_cov=0.5 * (Sigma + Sigma.T))
-    Wp = np.maximum(W, 0.0)
+        sw, L = _newton_system(K, Wp)
+        V = solve_lower(L, sw[:, None] * LK)                  # L^-1 W_+^1/2 L_K: L_K^T R_+ L_K = V^T V
+        C = solve_lower(L, sw[:, None] * K)                   # K - C^T C = (K^-1 + W_+)^-1
+        q_cov = K - C.T @ C
+        state = PredictiveState(Z=X, weights=LK.T @ a, correction=V.T @ V, chol=LK, q_mean=f.copy(),
+                                q_cov=0.5 * (q_cov + q_cov.T))
     return Evaluation(log_evidence=F, grads=grads, dZ=None, jitter=0.0, state=state, pseudo_data=(Wp, Wp * f + g))
 
 
@@ -553,7 +567,8 @@ def _evaluate_fitc(kernel, likelihood, values, X, y, Z, tol, max_iter, need_grad
             grads[name] = np.array(np.sum(dlp) + 0.5 * posterior_var @ d2p + u @ prior.mv(d1p))
     state = None
     if need_state:
-        LCi = inverse_lower(LC)
+        # The posterior of W_+ = max(W, 0) (module docstring): C_+ >= I, so 0 <= f_var <= k_**.
+        LCi = inverse_lower(prior.factor(np.maximum(W, 0.0))[2] if np.any(W < 0.0) else LC)
         weights = prior.products(a)[0]                              # E[L^-1 u | y]
         L_LCi = L @ LCi.T
         state = PredictiveState(Z=Z, weights=weights, correction=np.eye(m) - LCi.T @ LCi, chol=L,
