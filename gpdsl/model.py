@@ -837,6 +837,8 @@ class _Objective:
         try:
             if not all(np.all(np.isfinite(v)) for v in values.values()):
                 raise FloatingPointError("a hyperparameter overflowed")
+            if any(e.positive and not np.all(values[e.name] > 0) for e in self.table.free):
+                raise FloatingPointError("a positive hyperparameter underflowed to 0")
             ev = self.evaluate(values, self.X, self.y, Z, warm=self.warm)
         except (np.linalg.LinAlgError, FloatingPointError):
             # Numerically impossible point: tell the line search to step back.
