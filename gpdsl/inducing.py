@@ -16,6 +16,7 @@ optimisation, and ``reinit`` whether the model re-selects Z between hyperparamet
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from functools import partial
 
@@ -27,11 +28,22 @@ from .checks import (ValueEquality, as_float_array, check_bool, check_positive_i
                      check_seed, check_square_sums_finite)
 from .backends import dask_array, materialize
 from .chunks import is_chunked, map_rows, row_slices
+from .methods.common import ConvergenceWarning
 
 # Added to diag(K_ff) and at each pivot, as in the thesis code (its ``greedy_variance``).
 _JITTER = 1e-12
 # Rough first-selection compile times on a 2-core machine, quoted by the notice (gpdsl._jit).
 _COMPILE_SECONDS = {"GreedyVariance": 2, "GreedyBound": 5}
+# GreedyVariance(first_round_max_m="auto"): the first round of an automatic-M loop selects at
+# least this many points per input dimension (and at least _FIRST_ROUND_MIN points).  At long
+# lengthscales the SE kernel is ~ sigma^2 (1 - |x - x'|^2 / 2 l^2): rank ~D + 2, so about D + 2
+# points make its trace term vanish, while a short lengthscale needs many more.  With M ~ D in
+# the first round the bound therefore prefers the near-linear model, the next selection at that
+# lengthscale reaches tol at M ~ D again, and the loop never leaves it (an 18-D image-like set:
+# 9 of 10 draws ended at M = 15-20, lengthscale 97-320, test error 0.11-0.30 against 0.07-0.11
+# at a first round of 3 D points).  2 D points also escaped on that set; 3 D leaves a margin.
+_FIRST_ROUND_PER_DIM = 3
+_FIRST_ROUND_MIN = 20
 
 
 def _check_m(owner, m):
@@ -510,31 +522,49 @@ class GreedyVariance(InducingSpec):
     permutes the data at random first; this spec does not, so the result is deterministic).
 
     Selection stops at the first of: ``m`` points ("m"); the weighted trace
-    ``sum_n w_n d_n`` below ``tol`` ("tol" -- the point that took it below is kept, so M is the
-    number selected at that moment; at least one point is always selected); ``max_m`` points
-    ("max_m"); no point left whose residual exceeds the duplicate floor of 2e-12 (plus
+    ``sum_n w_n d_n`` below the threshold ("tol" -- the point that took it below is kept, so M
+    is the number selected at that moment; at least one point is always selected); ``max_m``
+    points ("max_m"); no point left whose residual exceeds the duplicate floor of 2e-12 (plus
     rounding) with a positive weighted residual ("exhausted", e.g. m larger than the number of
     distinct inputs).  ``criterion[i]`` is the weighted trace ``Tr(W (K_ff - Q_ff))`` (of the
     jittered K) after pick i.
+
+    The threshold is ``tol`` (absolute) or ``tol_per_point * n`` with n the number of rows the
+    selection sums over.  The trace is a sum over those rows, so an absolute ``tol`` asks for a
+    different residual per point at each N, and under ``Model.fit(subsample=n)`` (where the
+    selection sums over the n rows) ``tol = 1e-3 N`` asked N / n times too little: twonorm at
+    N = 10^6 with a 5,000-row subsample kept M = 4 and then 1 (test error 4.0 %, Bayes 2.25 %).
+    ``tol_per_point`` means the same mean weighted residual (about twice the bound's loss per
+    point, thesis 2.7.2) at any N and with or without a subsample.
+
+    With M chosen by the threshold (``m=None``), reaching ``max_m`` warns
+    (:class:`gpdsl.ConvergenceWarning`): the threshold was not met, so the approximation is
+    coarser than asked for; ``stopped == "max_m"`` records it.
 
     ``reinit``, ``reinit_tol``, ``max_reinit`` configure the model's reinitialisation loop:
     re-select Z after each hyperparameter fit until the objective changes by at most
     ``reinit_tol`` times its magnitude, at most ``max_reinit`` times (ending there warns).
 
-    ``first_round_max_m`` caps the first selection of that loop when M is chosen by ``tol``
-    (``m=None``, ``reinit=True``, ``context.first_round``), stop reason "first_round_max_m".
-    The first selection is made at the declared hyperparameters, where the trace rarely
-    reaches a threshold meant for fitted ones (on twonorm, lengthscale sqrt(20) against a
-    fitted ~800), so without the cap it runs to ``max_m`` and that first fit dominates the
-    whole loop (396 of 416 s at N = 100,000, max_m = 300); later rounds select at fitted
-    hyperparameters up to ``max_m``.  None: no cap (the thesis' loop as written).
+    ``first_round_max_m`` caps the first selection of that loop when M is chosen by the
+    threshold (``m=None``, ``reinit=True``, ``context.first_round``), stop reason
+    "first_round_max_m".  The first selection is made at the declared hyperparameters, where the
+    trace rarely reaches a threshold meant for fitted ones (on twonorm, lengthscale sqrt(20)
+    against a fitted ~800), so without the cap it runs to ``max_m`` and that first fit dominates
+    the whole loop (396 of 416 s at N = 100,000, max_m = 300); later rounds select at fitted
+    hyperparameters up to ``max_m``.  The cap must not be so small that the first fit cannot
+    represent a short lengthscale: at M ~ D the bound prefers a near-linear model (the SE kernel
+    at long lengthscales has rank ~D + 2), every later selection at its lengthscale reaches the
+    threshold at M ~ D again, and the loop stays there (an 18-D image-like set, tol 1e-3 N: 9
+    of 10 draws ended at M = 15-20, lengthscale 97-320, test error up to 0.30 against 0.11 at
+    a first round of 3 D points).  ``"auto"`` (default) caps at ``max(20, 3 D)``; an integer is
+    taken as it is; None: no cap (the thesis' loop as written).
 
     Parameters
     ----------
     m : int, optional
         Number of points to select (at most ``max_m`` and N).
     tol : float, optional
-        Trace threshold that chooses M (thesis 4.3.2); at least one of ``m`` and ``tol``.
+        Absolute trace threshold that chooses M (thesis 4.3.2).
     max_m : int, default 500
         Cap on M.
     weighted : bool, default False
@@ -545,13 +575,17 @@ class GreedyVariance(InducingSpec):
         The loop stops when the objective changes by at most this times its magnitude.
     max_reinit : int, default 10
         Most re-selection rounds (ending there warns).
-    first_round_max_m : int or None, default 20
-        Cap on the loop's first selection when M is chosen by ``tol``.
+    first_round_max_m : int, "auto" or None, default "auto"
+        Cap on the loop's first selection when M is chosen by the threshold.
+    tol_per_point : float, optional
+        Threshold on the mean weighted residual ``sum_n w_n d_n / n``; at most one of ``tol``
+        and ``tol_per_point``, and at least one of them or ``m``.
 
     Raises
     ------
     ValueError
-        Neither ``m`` nor ``tol``, ``m`` above ``max_m``, or an argument out of range.
+        Neither ``m`` nor a threshold, both thresholds, ``m`` above ``max_m``, or an argument
+        out of range.
     """
 
     m: int | None = None
@@ -561,24 +595,63 @@ class GreedyVariance(InducingSpec):
     reinit: bool = False
     reinit_tol: float = 1e-3
     max_reinit: int = 10
-    first_round_max_m: int | None = 20
+    first_round_max_m: int | str | None = "auto"
+    tol_per_point: float | None = None
 
     def __post_init__(self):
         owner = "GreedyVariance"
-        if self.m is None and self.tol is None:
-            raise ValueError(f"{owner}: give m (the number of points), tol (a trace threshold) or both, "
-                             f"got m={self.m!r}, tol={self.tol!r}")
+        if self.m is None and self.tol is None and self.tol_per_point is None:
+            raise ValueError(f"{owner}: give m (the number of points), tol or tol_per_point (a trace threshold) "
+                             f"or both, got m={self.m!r}, tol={self.tol!r}")
+        if self.tol is not None and self.tol_per_point is not None:
+            raise ValueError(f"{owner}: give tol (absolute) or tol_per_point (per row selected from), not both; got "
+                             f"tol={self.tol!r}, tol_per_point={self.tol_per_point!r}")
         if self.m is not None:
             _check_m(owner, self.m)
         if self.tol is not None:
             check_positive_number(owner, "tol", self.tol)
+        if self.tol_per_point is not None:
+            check_positive_number(owner, "tol_per_point", self.tol_per_point)
         check_positive_int(owner, "max_m", self.max_m)
         if self.m is not None and self.m > self.max_m:
             raise ValueError(f"{owner}: m = {self.m!r} is larger than max_m = {self.max_m!r}")
         check_bool(owner, "weighted", self.weighted)
         _check_reinit(owner, self)
-        if self.first_round_max_m is not None:
+        if self.first_round_max_m is not None and self.first_round_max_m != "auto":
             check_positive_int(owner, "first_round_max_m", self.first_round_max_m)
+
+    def threshold(self, n):
+        """The trace threshold for a selection over n rows: ``tol``, ``tol_per_point * n``, or
+        None when M is given by ``m`` alone.
+
+        Parameters
+        ----------
+        n : int
+            Number of rows the selection sums over.
+
+        Returns
+        -------
+        float or None
+        """
+        if self.tol_per_point is not None:
+            return self.tol_per_point * n
+        return self.tol
+
+    def first_round_cap(self, n_features):
+        """The first round's cap on M for inputs with ``n_features`` columns (None: no cap).
+
+        Parameters
+        ----------
+        n_features : int
+            D, the number of input columns.
+
+        Returns
+        -------
+        int or None
+        """
+        if self.first_round_max_m == "auto":
+            return max(_FIRST_ROUND_MIN, _FIRST_ROUND_PER_DIM * int(n_features))
+        return self.first_round_max_m
 
     lazy_inputs = True
 
@@ -631,8 +704,9 @@ class GreedyVariance(InducingSpec):
         if j < 0:
             raise NoCandidateError("GreedyVariance: no training point has a positive (weighted) prior variance "
                                    "to select")
-        first_cap = (self.first_round_max_m if self.m is None and self.reinit and context.first_round
+        first_cap = (self.first_round_cap(X.shape[1]) if self.m is None and self.reinit and context.first_round
                      else None)
+        tol = self.threshold(n)
         cap = min(self.m or self.max_m, first_cap or n, n)
         factor = _BlockFactor(context, X, d) if chunked else None
         # np.empty only reserves address space: rows are committed as they are written.
@@ -649,16 +723,23 @@ class GreedyVariance(InducingSpec):
                 nxt, _, trace = _greedy.pivoted_cholesky_step(*args)
             indices.append(j)
             traces.append(trace)
-            stopped = self._stop(len(indices), trace, nxt < 0 or len(indices) == n, first_cap)
+            stopped = self._stop(len(indices), trace, tol, nxt < 0 or len(indices) == n, first_cap)
             j = nxt
         indices = np.array(indices)
+        if stopped == "max_m" and self.m is None:
+            # M was to be chosen by the threshold and was not: the approximation is coarser
+            # than asked for, and nothing else in the fit would say so.
+            warnings.warn(f"GreedyVariance: selection stopped at max_m={self.max_m} points with the weighted "
+                          f"trace {traces[-1]:.4g} still above the threshold {tol:.4g} ({traces[-1] / n:.3g} per "
+                          f"row against {tol / n:.3g}; flagged selection.stopped='max_m'); raise max_m or the "
+                          "threshold", ConvergenceWarning, stacklevel=2)
         # np.array copies a NumPy X's rows and computes a Dask X's.
         return Selection(Z=np.array(X[indices]), indices=indices, criterion=np.array(traces), stopped=stopped)
 
-    def _stop(self, count, trace, exhausted, first_cap):
+    def _stop(self, count, trace, tol, exhausted, first_cap):
         if self.m is not None and count == self.m:
             return "m"
-        if self.tol is not None and trace < self.tol:
+        if tol is not None and trace < tol:
             return "tol"
         if count == self.max_m:
             return "max_m"
