@@ -18,7 +18,9 @@ GPC none).  Rows:
   first_round_max_m=CAP)`` with ``PolyaGamma()`` -- M is chosen by the weighted-trace threshold in
   each reinitialisation round (the first round, at the declared hyperparameters, stops at CAP
   points), and the round with the best bound is kept.  ``--tol`` takes absolute values or
-  multiples of N (``1e-3N``), ``--first-round-max-m`` numbers or ``none``; one row per pair.
+  per-row values (``1e-3N``: ``tol_per_point=1e-3``, a threshold of 1e-3 per row selected from,
+  so the same under ``--subsample``), ``--first-round-max-m`` numbers, ``auto`` or ``none``; one
+  row per pair.
   With ``--subsample n`` each HGV row is repeated as ``fit(subsample=n)``: selection, loop and
   hyperparameters on n random rows, the posterior (c iteration) on all N at them.
 * ``PGPR K-means``: ``KMeans(M, seed=0)`` (fixed Z) at the same M as SVGP.
@@ -95,11 +97,13 @@ def metrics(p, y):
     return err, float(np.mean(point)), point
 
 
-def parse_tol(text, n):
+def parse_tol(text):
+    """``{"tol_per_point": v}`` for "vN" (a threshold per row selected from, which means the same
+    under fit(subsample=n)), else ``{"tol": v}`` (absolute)."""
     text = text.strip()
     if text.endswith("N"):
-        return float(text[:-1]) * n
-    return float(text)
+        return {"tol_per_point": float(text[:-1])}
+    return {"tol": float(text)}
 
 
 # ----------------------------------------------------------------------------------------- gpdsl
@@ -306,8 +310,9 @@ def main():
     p.add_argument("--subsample", default="",
                    help="comma list of row counts: each HGV row again fitted with fit(subsample=n), the "
                         "posterior finished on all N (default: none)")
-    p.add_argument("--first-round-max-m", default="20",
-                   help="HGV first_round_max_m values, comma-separated; 'none' = uncapped first round (default 20)")
+    p.add_argument("--first-round-max-m", default="auto",
+                   help="HGV first_round_max_m values, comma-separated; 'auto' = max(20, 3 D), 'none' = uncapped "
+                        "first round (default auto)")
     p.add_argument("--peers", default="svgp,sklearn", help="comma list of svgp, sklearn ('' for gpdsl only)")
     p.add_argument("--no-kmeans", action="store_true", help="skip the fixed-M PGPR K-means row")
     p.add_argument("--svgp-m", type=int, default=None, help="SVGP / PGPR K-means M (default: first HGV row's M)")
@@ -321,8 +326,9 @@ def main():
     unknown = peers - {"svgp", "sklearn"}
     if unknown:
         p.error(f"unknown peers {sorted(unknown)}")
-    tols = [(t.strip(), parse_tol(t, args.n)) for t in args.tol.split(",") if t.strip()]
-    caps = [None if c.strip().lower() == "none" else int(c) for c in args.first_round_max_m.split(",") if c.strip()]
+    tols = [(t.strip(), parse_tol(t)) for t in args.tol.split(",") if t.strip()]
+    caps = [None if c.strip().lower() == "none" else "auto" if c.strip().lower() == "auto" else int(c)
+            for c in args.first_round_max_m.split(",") if c.strip()]
 
     t_script = time.perf_counter()
     print(f"bench_pgpr  {datetime.datetime.now().isoformat(timespec='seconds')}  {platform.node()}  "
@@ -339,9 +345,9 @@ def main():
 
     rows = []
     for (text, tol), cap in [(t, c) for t in tols for c in caps]:
-        label = f"PGPR HGV (tol={text}={tol:g}, first_round_max_m={cap})"
+        label = f"PGPR HGV (tol={text}, first_round_max_m={cap})"
         print(f"\n--- {label}, max_m={args.max_m}  [load {loadavg()}]", flush=True)
-        spec = gd.inducing.GreedyVariance(tol=tol, max_m=args.max_m, weighted=True, reinit=True,
+        spec = gd.inducing.GreedyVariance(**tol, max_m=args.max_m, weighted=True, reinit=True,
                                           first_round_max_m=cap)
         for subsample in [None] + [int(v) for v in args.subsample.split(",") if v.strip()]:
             name = label if subsample is None else f"{label}, subsample {subsample}"

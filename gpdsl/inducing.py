@@ -17,7 +17,7 @@ optimisation, and ``reinit`` whether the model re-selects Z between hyperparamet
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -189,6 +189,37 @@ class InducingSpec:
         Selection
         """
         return Selection(Z=self.initial_Z(X, y, context), indices=None, criterion=None, stopped=None)
+
+    def small_m_probe(self, n_features, m_kept, n_rows):
+        """A spec that selects a moderate fixed M, when this spec chose M itself and kept fewer;
+        else None.  ``Model.fit`` fits it once at the kept round's hyperparameters to see whether
+        the automatic M stopped in a near-linear optimum far below a moderate M's bound.
+
+        Parameters
+        ----------
+        n_features : int
+            D, the number of input columns.
+        m_kept : int
+            M of the round the fit kept.
+        n_rows : int
+            N, the rows the selection chooses from.
+
+        Returns
+        -------
+        InducingSpec or None
+            None for specs with a given M (the default).
+        """
+        return None
+
+    def check_subsample(self, n_rows, n_total):
+        """Warn when a setting means something else on ``fit(subsample=n_rows)`` than on all
+        ``n_total`` rows; nothing by default.
+
+        Parameters
+        ----------
+        n_rows, n_total : int
+            The subsample's and the data's number of rows.
+        """
 
 
 @dataclass(frozen=True, eq=False)
@@ -654,6 +685,21 @@ class GreedyVariance(InducingSpec):
         return self.first_round_max_m
 
     lazy_inputs = True
+
+    def small_m_probe(self, n_features, m_kept, n_rows):
+        # The moderate M is the "auto" first round's (see _FIRST_ROUND_PER_DIM): where the
+        # near-linear optimum cannot win by making the trace term vanish.
+        moderate = min(max(_FIRST_ROUND_MIN, _FIRST_ROUND_PER_DIM * int(n_features)), self.max_m, int(n_rows))
+        if self.m is not None or m_kept >= moderate:
+            return None
+        return replace(self, m=moderate, tol=None, tol_per_point=None, reinit=False)
+
+    def check_subsample(self, n_rows, n_total):
+        if self.tol is not None:
+            warnings.warn(f"GreedyVariance: tol = {self.tol:g} is an absolute threshold on a sum over the "
+                          f"{n_rows} subsampled rows (not all {n_total}), so it allows {n_total / n_rows:.3g} times "
+                          "the residual per row it would on all rows; tol_per_point means the same on both",
+                          ConvergenceWarning, stacklevel=4)
 
     def initial_Z(self, X, y, context=None):
         return self.select(X, y, context).Z

@@ -51,6 +51,11 @@ MEMORY_RESTARTS = 2
 
 # Objective margin (nats) over the constant model below which a fit is flagged (Model._no_better_than_constant).
 CONSTANT_MODEL_TOL = 1e-3
+# Gap (nats per training row) by which a moderate fixed M must beat an automatic M that ended
+# smaller for the fit to call the automatic one a different optimum (Model._probe_small_m).  The
+# trace rule's default tol (1e-3 per row) costs the bound about half that, so a gap of 1e-2 per
+# row is far beyond what the rule allows.
+SMALL_M_GAP_PER_POINT = 1e-2
 
 def validate_inputs(X, name="X", n_features=None, lazy=False):
     """X as a finite float64 C-contiguous (N, D) array, or a ValueError/TypeError naming ``name``.
@@ -477,6 +482,8 @@ class Model:
                              f"N = {X.shape[0]} (leave it None to fit on all rows)")
         if subsample is not None:
             self._check_subsample()
+            if self.sparse:
+                self.inducing.check_subsample(subsample, X.shape[0])
             rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], size=subsample, replace=False))
         # A subsample's rows are read into memory (of a Dask X, those rows only).
         X_fit, y_fit = (X, y) if rows is None else (np.array(X[rows]), y[rows])
@@ -494,6 +501,8 @@ class Model:
         if self.sparse and self.inducing.reinit:
             rounds, reinit_stop = self._reinit_loop(X_fit, y_fit, fixed, optimize, restarts, seed, max_iter,
                                                     progress, callback, rounds)
+        if self.sparse and optimize:
+            rounds, reinit_stop = self._probe_small_m(X_fit, y_fit, fixed, seed, max_iter, rounds, reinit_stop)
         # The thesis author's reinitialisation loop returns the best round, not the last.
         selection, fit = max(rounds, key=lambda r: r[1]["objective"])
         subsample_record = None
@@ -571,6 +580,35 @@ class Model:
                    else f"stalled after {local.sweeps} accepted local updates (no step raised the objective)")
             warnings.warn(f"{name} {why} (tol {self.inference.tol:g}); the result is flagged converged=False",
                           ConvergenceWarning, stacklevel=4)
+
+    def _probe_small_m(self, X, y, fixed, seed, max_iter, rounds, reinit_stop):
+        """An automatic M that ended small is checked against one fit at a moderate M (the
+        inducing spec's ``small_m_probe``), selected and started at the best round's
+        hyperparameters.  Where the probe's objective is above the best round's by more than
+        SMALL_M_GAP_PER_POINT * N nats, the automatic rule stopped in another optimum (an 18-D
+        image-like set: M = 15-20 at length-scales of 100-300, 120-250 nats below the fits at
+        M >= 54); the probe round is kept, the loop's stop is recorded as "small_m" and a
+        ConvergenceWarning says so.  Returns the rounds and the reinit stop."""
+        from .inducing import SelectionContext
+
+        selection, best = max(rounds, key=lambda r: r[1]["objective"])
+        probe = self.inducing.small_m_probe(X.shape[1], best["Z"].shape[0], X.shape[0])
+        if probe is None:
+            return rounds, reinit_stop
+        weights, targets = best["evaluation"].pseudo_data
+        context = SelectionContext(self.kernel, best["values"], weights=weights, targets=targets)
+        probe_selection = probe.select(self._selection_inputs(X), y, context)
+        probed = self._fit_at(X, y, probe_selection, fixed, True, 0, seed, max_iter, False, None,
+                              start=best["values"], warm=None)
+        gap = probed["objective"] - best["objective"]
+        if gap <= SMALL_M_GAP_PER_POINT * X.shape[0]:
+            return rounds, reinit_stop
+        warnings.warn(f"{type(self.inducing).__name__}: the automatic M = {best['Z'].shape[0]} stopped "
+                      f"{gap:.4g} nats below a fit at M = {probe_selection.Z.shape[0]} (a near-linear optimum: "
+                      f"the first rounds at small M ran the length-scale to {_largest(best['values'], 'lengthscale')}); "
+                      f"the M = {probe_selection.Z.shape[0]} round is kept (flagged reinit_stop='small_m'); give m "
+                      "or a smaller tol", ConvergenceWarning, stacklevel=4)
+        return rounds + [(probe_selection, probed)], "small_m"
 
     def _check_subsample(self):
         """fit(subsample=n)'s refusals: a likelihood with per-row parameters (they would have to be
@@ -753,6 +791,12 @@ class Model:
         where = "fitted" if optimize else "declared"
         raise _out_of_range(f"the posterior at the {where} hyperparameters cannot be computed ({failure})",
                             X, y) from failure
+
+
+def _largest(values, suffix):
+    """The largest value of the hyperparameters whose names end in ``suffix``, as text."""
+    found = [float(np.max(v)) for k, v in values.items() if k.endswith(suffix)]
+    return f"{max(found):.3g}" if found else "?"
 
 
 def _out_of_range(what, X, y):

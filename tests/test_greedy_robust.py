@@ -136,3 +136,23 @@ def test_automatic_m_reaching_max_m_warns_and_is_recorded():
     with warnings.catch_warnings():
         warnings.simplefilter("error", gd.ConvergenceWarning)
         assert GreedyVariance(m=60, max_m=60).select(X, None, first).stopped == "m"
+
+
+def test_an_automatic_m_that_stays_small_is_checked_against_a_moderate_m():
+    """Issue 25 item 1: "warn when the automatic M stays so small that the bound is far from the
+    fixed-M bound at a moderate M".  With the old 20-point first round (first_round_max_m=20) the
+    image-like set's loop still collapses (M ~ 20, long length-scale); the fit then tries M = 54
+    (3 D) at the kept hyperparameters, finds a bound far above (more than 0.01 nats per row),
+    keeps that round, records reinit_stop="small_m" and warns."""
+    X, y, Xt, yt = _image_like(seed=3)
+    spec = GreedyVariance(tol_per_point=1e-3, max_m=150, weighted=True, reinit=True, first_round_max_m=20)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        post = _pgpr(spec, X.shape[1]).fit(X, y)
+    small = [str(w.message) for w in caught if "automatic M" in str(w.message)]
+    assert post.reinit_stop == "small_m" and post.diagnostics.reinit_stop == "small_m"
+    assert len(small) == 1 and "M = 54" in small[0]
+    assert post.state.Z.shape[0] == 54 and post.reinit_history[-1]["M"] == 54
+    collapsed = max(post.reinit_history[:-1], key=lambda r: r["objective"])
+    assert post.reinit_history[-1]["objective"] > collapsed["objective"] + 1e-2 * X.shape[0]
+    assert _error(post, Xt, yt) < 0.15                              # the collapse tested at ~0.2
