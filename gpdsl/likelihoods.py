@@ -222,6 +222,10 @@ class Likelihood(ValueEquality):
     supports_dask_chunks = True
     # Whether it holds values per training row (fit(subsample=) cannot subsample them).
     per_row_parameters = False
+    # The usual cause of an evidence ridge (a kernel variance that grows without bound while the
+    # objective barely changes) with this likelihood, for the fit's warning.
+    ridge_cause = ("the kernel explains the targets ever better by growing (a trend or a scale it can only follow "
+                   "that way: try standardize=True or a kernel with that structure)")
     # Whether p(y | f) = p(y | -f): q(f) centred at 0 is then a stationary point (a saddle) of a
     # variational bound, and the variational methods start q from the surrogate regression.
     sign_symmetric = False
@@ -1039,6 +1043,7 @@ class Bernoulli(Likelihood):
     """
 
     link: str = "probit"
+    ridge_cause = "the latent scale (with the bias) grows without bound when the classes are nearly separable"
     bias: object = 0.0
 
     def __post_init__(self):

@@ -558,7 +558,7 @@ class Model:
         selection warns where it is reached (``_reinit_loop``, the inducing spec)."""
         name = type(self.inference).__name__
         if diagnostics.ridge is not None and not diagnostics.constant_model:
-            _warn_ridge(diagnostics.ridge, *fit["ridge_move"], diagnostics.message, self.likelihood.observation_noise)
+            _warn_ridge(diagnostics.ridge, *fit["ridge_move"], diagnostics.message, self.likelihood.ridge_cause)
         stop = diagnostics.stop_reason
         if stop in ("max_iter", "line_search") and diagnostics.ridge is None:
             warnings.warn(f"{name}: the hyperparameter optimisation did not converge ({stop}: {diagnostics.message}); "
@@ -828,14 +828,11 @@ def _stop_reason(result):
     return "line_search"
 
 
-def _warn_ridge(name, start, end, how, observation_noise):
+def _warn_ridge(name, start, end, how, cause):
     """One ConvergenceWarning for a run that ended (``how``) with hyperparameter ``name`` run away
-    from ``start`` to ``end``; ``observation_noise`` (the likelihood's flag) picks the usual cause."""
+    from ``start`` to ``end``; ``cause`` is the likelihood's usual one (``Likelihood.ridge_cause``)."""
     prior = ("gd.priors.LogNormal(0.0, 2.0)" if start > 0 and end > 0
              else "gd.priors.ScipyPrior(scipy.stats.norm(0.0, 3.0), initial=0.0)")
-    cause = ("the kernel explains the targets ever better by growing (a trend or a scale the kernel can only "
-             "follow that way: try standardize=True or a kernel with that structure)" if observation_noise else
-             "the latent scale (with any bias) grows without bound when the classes are nearly separable")
     warnings.warn(f"L-BFGS-B stopped on an evidence ridge ({how}): {name} ran from {start:.3g} to {end:.3g} "
                   f"while the objective barely changed, and would keep running: {cause}. The fit is usable; to "
                   f"pin {name} down put a prior on it, e.g. {name.split('.')[-1]}={prior} (flagged ridge={name!r})",
