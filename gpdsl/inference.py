@@ -435,6 +435,17 @@ def _check_minibatch_options(spec, batch_name, batch):
                          f"got {spec.stop_window!r}")
 
 
+# The minibatch stopping rule's fields (gpdsl.methods.stochastic), shared by SVGP and PolyaGamma.
+_STOCHASTIC_STOP_PARAMETERS = """stop_tol : float, default 1e-3
+        Stochastic: the stopping rule's tolerance, in nats per data point, on the change of the
+        smoothed objective between two windows of ``stop_window`` steps (the run also stops where
+        the change is within 2 standard errors of its batch noise).
+    stop_window : int, default 200
+        Stochastic: steps per window of the stopping rule, a multiple of 10 (the run takes at
+        least 2 ``stop_window`` steps before it can stop, unless ``max_iter`` is smaller).
+"""
+
+
 @dataclass(frozen=True)
 class PolyaGamma(Inference):
     """Pólya-Gamma classification for the logit link: collapsed (PGPR, Passerello thesis ch. 4)
@@ -490,14 +501,8 @@ class PolyaGamma(Inference):
         Stochastic: the natural-gradient step on q.
     seed : int, default 0
         Stochastic: the seed of the batches.
-    stop_tol : float, default 1e-3
-        Stochastic: the stopping rule's tolerance, in nats per data point, on the change of the
-        smoothed objective between two windows of ``stop_window`` steps (the run also stops where
-        the change is within 2 standard errors of its batch noise).
-    stop_window : int, default 200
-        Stochastic: steps per window of the stopping rule, a multiple of 10 (the run takes at
-        least 2 ``stop_window`` steps before it can stop, unless ``max_iter`` is smaller).
     """
+    __doc__ += _STOCHASTIC_STOP_PARAMETERS
 
     tol: float = 1e-6
     max_iter: int = 1000
@@ -808,14 +813,7 @@ class SVGP(_Variational):
         Stochastic: the natural-gradient step on q.
     seed : int, default 0
         Stochastic: the seed of the batches.
-    stop_tol : float, default 1e-3
-        Stochastic: the stopping rule's tolerance, in nats per data point, on the change of the
-        smoothed objective between two windows of ``stop_window`` steps (the run also stops where
-        the change is within 2 standard errors of its batch noise).
-    stop_window : int, default 200
-        Stochastic: steps per window of the stopping rule, a multiple of 10 (the run takes at
-        least 2 ``stop_window`` steps before it can stop, unless ``max_iter`` is smaller).
-    """
+    """ + _STOCHASTIC_STOP_PARAMETERS
     jitter: float | None = None
     chunk_size: int | None = None
     batch_size: int | None = None
