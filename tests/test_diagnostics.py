@@ -155,3 +155,26 @@ def test_subsample_at_or_above_n_is_refused(toy_regression):
     for n in (X.shape[0], X.shape[0] + 1):
         with pytest.raises(ValueError, match=rf"subsample = {n} must be smaller than the number of rows, N = 40"):
             model.fit(X, y, subsample=n)
+
+
+def test_an_abnormal_line_search_stop_is_named_and_explained(toy_regression, monkeypatch):
+    """Issue 25 item 8: a full VFE fit on 180,000 rows reported "ABNORMAL: " with an empty reason
+    (SciPy's L-BFGS-B gives none for a failed line search).  The record names the rule, the
+    message explains it, and the fit is not converged (with a warning)."""
+    from scipy.optimize import OptimizeResult
+
+    import gpdsl.model as model_module
+
+    X, y = toy_regression
+
+    def abnormal(fun, x0, **kwargs):
+        f, g = fun(x0)
+        return OptimizeResult(x=x0, fun=f, jac=g, nit=3, status=2, success=False, message="ABNORMAL: ")
+
+    monkeypatch.setattr(model_module.sp_optimize, "minimize", abnormal)
+    model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.KMeans(10, seed=0), gd.inference.VFE())
+    with pytest.warns(gd.ConvergenceWarning, match="line_search: ABNORMAL: the line search found no lower objective"):
+        post = model.fit(X, y)
+    d = post.diagnostics
+    assert d.stop_reason == "line_search" and not post.converged
+    assert d.message.startswith("ABNORMAL: the line search found no lower objective")

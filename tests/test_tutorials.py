@@ -110,6 +110,9 @@ def check_results(name, ns):
             assert abs(results[method]["test NLPD"] - reference) < 0.006, method
             assert results[method]["test NLPD"] - ns["bayes_nlpd"] < 0.006, method
             assert results[method]["test error"] < 0.03, method
+            # Stopped by the minibatch stopping rule (issue 25 item 4), not the step cap.
+            assert ns["posts"][method].diagnostics.stop_reason == "stochastic_rule", method
+            assert ns["posts"][method].converged, method
         assert ns["difference"] < 1e-10                          # Dask fit = in-memory fit
         assert ns["rmse"] < 0.03                                 # the noise sd is 0.1
 
