@@ -176,6 +176,9 @@ class FitDiagnostics:
         Re-selection rounds run after the first fit (0 without the loop).
     reinit_stop : str or None
         Why the re-selection loop stopped, or None.
+    small_m_replaced : int or None
+        M of the moderate fixed-M round that replaced an automatic M far below its bound
+        (``Model._probe_small_m``), or None.
     subsample : int or None
         Rows the hyperparameters were fitted on (``fit(subsample=n)``), or None.
     constant_model : bool
@@ -200,6 +203,7 @@ class FitDiagnostics:
     clamped_sites: int = 0
     reinit_rounds: int = 0
     reinit_stop: str | None = None
+    small_m_replaced: int | None = None
     subsample: int | None = None
     constant_model: bool = False
     recorded_converged: bool | None = None
@@ -233,7 +237,7 @@ class FitDiagnostics:
                          + (f", {self.grad_name})" if self.grad_name else ")"))
         for label, value in (("restarts", self.optimizer_restarts), ("caps", ",".join(self.caps_reached)),
                              ("ridge", self.ridge), ("sweeps", self.local_sweeps), ("clamped", self.clamped_sites),
-                             ("reinit", self.reinit_stop), ("subsample", self.subsample),
+                             ("reinit", self.reinit_stop), ("small M replaced by", self.small_m_replaced), ("subsample", self.subsample),
                              ("jitter", self.jitter)):
             if value:
                 parts.append(f"{label}={value:g}" if isinstance(value, float) else f"{label}={value}")

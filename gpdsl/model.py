@@ -501,8 +501,12 @@ class Model:
         if self.sparse and self.inducing.reinit:
             rounds, reinit_stop = self._reinit_loop(X_fit, y_fit, fixed, optimize, restarts, seed, max_iter,
                                                     progress, callback, rounds)
-        if self.sparse and optimize:
-            rounds, reinit_stop = self._probe_small_m(X_fit, y_fit, fixed, seed, max_iter, rounds, reinit_stop)
+        # Only a loop that settled (or none) is probed: one stopped at max_reinit has warned already,
+        # and one that found no candidate collapsed the kernel variance.
+        if self.sparse and optimize and reinit_stop in (None, "objective", "repeated_selection"):
+            rounds, small_m_replaced = self._probe_small_m(X_fit, y_fit, fixed, seed, max_iter, rounds)
+        else:
+            small_m_replaced = None
         # The thesis author's reinitialisation loop returns the best round, not the last.
         selection, fit = max(rounds, key=lambda r: r[1]["objective"])
         subsample_record = None
@@ -511,7 +515,8 @@ class Model:
                                                                         max_iter)
         evaluation = fit["evaluation"]
         constant_model = self._no_better_than_constant(y, fit["values"], evaluation.log_evidence)
-        diagnostics = self._diagnostics(fit, rounds, reinit_stop, selection, subsample_record, constant_model)
+        diagnostics = self._diagnostics(fit, rounds, reinit_stop, selection, subsample_record, constant_model,
+                                        small_m_replaced)
         self._warn_unconverged(diagnostics, fit, evaluation.warm)
         history = None
         if self.sparse and self.inducing.reinit:
@@ -524,7 +529,8 @@ class Model:
                          sites=evaluation.warm, selection=selection, reinit_history=history,
                          standardization=scaling, subsample=subsample_record)
 
-    def _diagnostics(self, fit, rounds, reinit_stop, selection, subsample_record, constant_model):
+    def _diagnostics(self, fit, rounds, reinit_stop, selection, subsample_record, constant_model,
+                     small_m_replaced):
         """The :class:`gpdsl.diagnostics.FitDiagnostics` of the kept round ``fit``."""
         local = fit["evaluation"].warm
         record = dict(fit["optimiser"])
@@ -542,6 +548,7 @@ class Model:
                               local_converged=None if local is None else bool(local.converged),
                               clamped_sites=int(getattr(local, "clamped", 0) or 0),
                               reinit_rounds=len(rounds) - 1, reinit_stop=reinit_stop,
+                              small_m_replaced=small_m_replaced,
                               subsample=None if subsample_record is None else subsample_record["rows"],
                               constant_model=constant_model)
 
@@ -581,20 +588,20 @@ class Model:
             warnings.warn(f"{name} {why} (tol {self.inference.tol:g}); the result is flagged converged=False",
                           ConvergenceWarning, stacklevel=4)
 
-    def _probe_small_m(self, X, y, fixed, seed, max_iter, rounds, reinit_stop):
+    def _probe_small_m(self, X, y, fixed, seed, max_iter, rounds):
         """An automatic M that ended small is checked against one fit at a moderate M (the
         inducing spec's ``small_m_probe``), selected and started at the best round's
         hyperparameters.  Where the probe's objective is above the best round's by more than
         SMALL_M_GAP_PER_POINT * N nats, the automatic rule stopped in another optimum (an 18-D
         image-like set: M = 15-20 at length-scales of 100-300, 120-250 nats below the fits at
-        M >= 54); the probe round is kept, the loop's stop is recorded as "small_m" and a
-        ConvergenceWarning says so.  Returns the rounds and the reinit stop."""
+        M >= 54); the probe round is appended to the rounds (and so kept as the best), and a
+        ConvergenceWarning says so.  Returns the rounds and the probe's M where it was kept, else None."""
         from .inducing import SelectionContext
 
         selection, best = max(rounds, key=lambda r: r[1]["objective"])
         probe = self.inducing.small_m_probe(X.shape[1], best["Z"].shape[0], X.shape[0])
         if probe is None:
-            return rounds, reinit_stop
+            return rounds, None
         weights, targets = best["evaluation"].pseudo_data
         context = SelectionContext(self.kernel, best["values"], weights=weights, targets=targets)
         probe_selection = probe.select(self._selection_inputs(X), y, context)
@@ -602,13 +609,13 @@ class Model:
                               start=best["values"], warm=None)
         gap = probed["objective"] - best["objective"]
         if gap <= SMALL_M_GAP_PER_POINT * X.shape[0]:
-            return rounds, reinit_stop
+            return rounds, None
         warnings.warn(f"{type(self.inducing).__name__}: the automatic M = {best['Z'].shape[0]} stopped "
-                      f"{gap:.4g} nats below a fit at M = {probe_selection.Z.shape[0]} (a near-linear optimum: "
-                      f"the first rounds at small M ran the length-scale to {_largest(best['values'], 'lengthscale')}); "
-                      f"the M = {probe_selection.Z.shape[0]} round is kept (flagged reinit_stop='small_m'); give m "
-                      "or a smaller tol", ConvergenceWarning, stacklevel=4)
-        return rounds + [(probe_selection, probed)], "small_m"
+                      f"{gap:.4g} nats below a fit at M = {probe_selection.Z.shape[0]} (the small M held the fit in a "
+                      f"smoother optimum, length-scale up to {_largest(best['values'], 'lengthscale')}); the "
+                      f"M = {probe_selection.Z.shape[0]} round is kept (diagnostics.small_m_replaced); give m or a "
+                      "smaller tol", ConvergenceWarning, stacklevel=4)
+        return rounds + [(probe_selection, probed)], int(probe_selection.Z.shape[0])
 
     def _check_subsample(self):
         """fit(subsample=n)'s refusals: a likelihood with per-row parameters (they would have to be

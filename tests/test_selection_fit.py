@@ -189,7 +189,11 @@ def test_reinit_loop_ending_at_max_reinit_warns_and_is_flagged(banana, tmp_path)
     assert gd.load(tmp_path / "reinit.nc").reinit_stop == "max_reinit"
     objectives = [r["objective"] for r in post.reinit_history]
     loose = replace(spec, max_reinit=10, reinit_tol=2 * abs(objectives[1] - objectives[0]) / abs(objectives[0]))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", gd.ConvergenceWarning)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always", gd.ConvergenceWarning)
         stopped = _pg_model(loose).fit(X, y, fixed=("likelihood.bias",))
-    assert stopped.reinit_stop == "objective" and len(stopped.reinit_history) == 2
+    assert stopped.reinit_stop == "objective" and len(stopped.reinit_history) >= 2
+    # Issue 25: the settled loop ended at M = 5, 27 nats below a fit at M = 20 (the probe), which
+    # is then kept and is the one warning; the loop itself stopped silently.
+    assert [str(w.message).split(":")[0] for w in record] == ["GreedyVariance"]
+    assert stopped.diagnostics.small_m_replaced == 20 and len(stopped.reinit_history) == 3

@@ -41,11 +41,10 @@ def test_vfe_subsample_fit_is_the_subsample_optimum_evaluated_on_all_rows(regres
     post.save(tmp_path / "post.nc")
     loaded = gd.load(tmp_path / "post.nc")
     assert loaded.subsample == post.subsample
-    # All rows or more: the plain fit (no record).
-    plain = model.fit(X, y)
+    # All rows or more would silently mean all rows: refused (issue 25 item 8).
     for n in (400, 1000):
-        again = model.fit(X, y, subsample=n)
-        assert again.log_evidence == plain.log_evidence and again.subsample is None
+        with pytest.raises(ValueError, match=f"subsample = {n} must be smaller than the number of rows, N = 400"):
+            model.fit(X, y, subsample=n)
 
 
 def test_pgpr_hgv_subsample_selects_rows_of_x_and_finishes_the_c_iteration_on_all_rows():

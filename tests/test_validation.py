@@ -48,7 +48,9 @@ def test_bad_fit_arguments(kwargs, match):
 
 def test_fit_arguments_accept_numpy_scalars():
     post = _model().fit(X, y, max_iter=np.int64(300), seed=np.int64(2), optimize=np.bool_(True), restarts=np.int32(0))
-    assert post.converged
+    # y = x0 - x1 has no noise, so the evidence has no maximum (the noise variance runs to 0): the fit
+    # ran, within its cap, and says it did not converge (it claimed to before issue 25).
+    assert 0 < post.n_iterations <= 300 and not post.converged
 
 
 def test_bad_inducing():
