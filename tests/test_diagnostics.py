@@ -178,3 +178,22 @@ def test_an_abnormal_line_search_stop_is_named_and_explained(toy_regression, mon
     d = post.diagnostics
     assert d.stop_reason == "line_search" and not post.converged
     assert d.message.startswith("ABNORMAL: the line search found no lower objective")
+
+
+def test_a_constant_model_fit_gets_no_ridge_warning_on_top(monkeypatch):
+    """Issue 25 item 8: the ridge warning fired on a fit already flagged as the constant model
+    (whose own warning explains it).  The xor FITC-EP fit of tests/test_fit.py runs up a ridge;
+    flagged constant (as a collapsed fit would be), it keeps its ridge record but warns only once."""
+    X, y = gd.datasets.xor(40, seed=0)
+    model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Bernoulli("probit", bias=gd.Fixed(0.0)),
+                     gd.inducing.Optimized(gd.inducing.KMeans(8, seed=0)), gd.inference.EP())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ridge = model.fit(X, y)
+    assert ridge.ridge == "kernel.variance" and any("evidence ridge" in str(w.message) for w in caught)
+    monkeypatch.setattr(gd.Model, "_no_better_than_constant", lambda self, y, values, log_evidence: True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        flagged = model.fit(X, y)
+    assert flagged.constant_model and flagged.ridge == "kernel.variance"
+    assert not any("evidence ridge" in str(w.message) for w in caught)
