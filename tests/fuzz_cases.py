@@ -526,7 +526,10 @@ def _check_final_gradient(case, post):
         # Methods with a local iteration start it from the posterior's local state, as the fit's
         # evaluations start from the previous one's: a non-log-concave likelihood (Student-t) can
         # give q or the sites several fixed points, and a start from the prior may reach another.
-        grad, name = _final_gradient(post.model, post.values, post.state.Z, case.X, case.y,
+        # A dense method's state may hold X as its Z (for prediction): evaluate passes Z only to a
+        # sparse model, else a dense method would be evaluated as its FITC form with Z = X.
+        Z = post.state.Z if post.model.inducing is not None else None
+        grad, name = _final_gradient(post.model, post.values, Z, case.X, case.y,
                                      warm=post.sites if local else None)
     except Exception as err:  # noqa: BLE001 -- a converged posterior's objective must evaluate
         return Outcome(f"failure: gradient recomputation raised {type(err).__name__}", str(err)[:300])

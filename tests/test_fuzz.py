@@ -22,7 +22,7 @@ from fuzz_cases import VARIANT_FORMS, VARIANTS, check_case, describe, make_case
 
 # Seeds 0..n-1 of each variant, n by its cost per case (measured on the 2-core machine, Numba cache
 # warm: below 15 ms, 15-50 ms, above 50 ms), so that the whole test stays under a minute there.
-_CHEAP, _MEDIUM, _COSTLY = 100, 40, 10
+_CHEAP, _MEDIUM, _COSTLY = 50, 20, 5
 SEEDS_PER_VARIANT = {
     **dict.fromkeys(("vfe", "fitc", "ep_dense", "pg_kmeans", "pg_greedy", "dtc", "hetero_exact", "hetero_vfe",
                      "svgp", "svgp_minibatch", "vgp", "laplace_dense", "laplace_fitc", "bernoulli_svgp",
