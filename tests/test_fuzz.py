@@ -5,9 +5,11 @@ Each case is a random small problem from ``tests/fuzz_cases.py`` (shared with th
 properties listed there: no exception but gpdsl's documented refusals, finite outputs,
 0 <= f_var <= k(x, x), 0 <= p <= 1, and a ConvergenceWarning with every converged=False.
 
-A case takes 3-30 ms once the Numba kernels are cached (QP and the Poisson variants the most), so
-:data:`SEEDS_PER_VARIANT` seeds of each variant keep the whole test near half a minute on a 2-core
-machine, and a cold run (compiling the kernels first) well within two.
+A case takes 4-210 ms once the Numba kernels are cached (EP/QP with the logit link, Student-t or
+Poisson the most), so :data:`SEEDS_PER_VARIANT` gives each variant a number of seeds by its cost,
+keeping the whole test under a minute on a 2-core machine.  Since issue 25 the variants cover every
+pair of ``gd.inference.supported_pairs()`` (checked by :func:`test_variants_cover_every_supported_pair`)
+and a converged fit's final gradient is checked too.
 
 Cases that the long run found failing are kept in :data:`FIXED_FAILURES` beside the seeded
 range, so that each stays checked.  A new failure found by the long run goes there too, as a
@@ -15,9 +17,23 @@ strict xfail with its exact failure until it is fixed.
 """
 import pytest
 
-from fuzz_cases import VARIANTS, check_case, describe, make_case
+import gpdsl as gd
+from fuzz_cases import VARIANT_FORMS, VARIANTS, check_case, describe, make_case
 
-SEEDS_PER_VARIANT = 200
+# Seeds 0..n-1 of each variant, n by its cost per case (measured on the 2-core machine, Numba cache
+# warm: below 15 ms, 15-50 ms, above 50 ms), so that the whole test stays under a minute there.
+_CHEAP, _MEDIUM, _COSTLY = 50, 20, 5
+SEEDS_PER_VARIANT = {
+    **dict.fromkeys(("vfe", "fitc", "ep_dense", "pg_kmeans", "pg_greedy", "dtc", "hetero_exact", "hetero_vfe",
+                     "svgp", "svgp_minibatch", "vgp", "laplace_dense", "laplace_fitc", "bernoulli_svgp",
+                     "bernoulli_vgp", "studentt_laplace_dense"), _CHEAP),
+    **dict.fromkeys(("exact", "ep_fitc", "qp_fitc", "poisson_ep_dense", "poisson_ep_fitc", "pg_minibatch",
+                     "bernoulli_svgp_minibatch", "poisson_svgp", "poisson_svgp_minibatch", "poisson_vgp",
+                     "studentt_laplace_fitc", "studentt_svgp_minibatch", "studentt_vgp"), _MEDIUM),
+    **dict.fromkeys(("qp_dense", "poisson_qp_dense", "poisson_qp_fitc", "logit_ep", "logit_qp",
+                     "studentt_ep_dense", "studentt_ep_fitc", "studentt_qp_dense", "studentt_qp_fitc",
+                     "studentt_svgp"), _COSTLY),
+}
 
 # (variant, seed) -> what fit raised before the fix: every failure found by
 # `python3 benchmarks/bench_fuzz.py --cases 13000 --seed 0` (seeds 0..999 of each variant) and
@@ -44,7 +60,7 @@ def _params():
     pytest.param
         ``(variant, seed)`` with id ``"<variant>-<seed>"``.
     """
-    cases = {(variant, seed) for variant in VARIANTS for seed in range(SEEDS_PER_VARIANT)}
+    cases = {(variant, seed) for variant in VARIANTS for seed in range(SEEDS_PER_VARIANT[variant])}
     for variant, seed in sorted(cases | set(FIXED_FAILURES), key=lambda c: (VARIANTS.index(c[0]), c[1])):
         yield pytest.param(variant, seed, id=f"{variant}-{seed}")
 
@@ -55,3 +71,40 @@ def test_fuzz_properties(variant, seed):
     case = make_case(variant, seed)
     outcome = check_case(case)
     assert not outcome.failed, f"{outcome.kind}: {outcome.detail}\n{describe(case)}"
+
+
+def _forms(variant, seeds=range(8)):
+    """{(likelihood, inference, form)} that make_case builds for ``variant`` over some seeds."""
+    built = set()
+    for seed in seeds:
+        model = make_case(variant, seed).model
+        inference = model.inference
+        minibatch = getattr(inference, "batch_size", None) is not None
+        form = "minibatch" if minibatch else ("dense" if model.inducing is None else "sparse")
+        built.add((type(model.likelihood).__name__, type(inference).__name__, form))
+    return built
+
+
+def test_variants_cover_every_supported_pair():
+    """Issue 25: every supported (likelihood, inference) pair has a variant, and so have the dense and
+    sparse forms of every method with optional inducing inputs (per likelihood) and the minibatch
+    form of every method with one (per likelihood); each variant builds the form it declares."""
+    assert set(VARIANT_FORMS) == set(VARIANTS) and len(set(VARIANTS)) == len(VARIANTS)
+    built = set()
+    for variant in VARIANTS:
+        forms = _forms(variant)
+        likelihood, inference, form = VARIANT_FORMS[variant]
+        assert {(l, i) for l, i, _ in forms} == {(likelihood, inference)}, variant
+        if form is not None:
+            assert {f for _, _, f in forms} == {form}, variant
+        built |= forms
+    assert {f"{l} + {i}" for l, i, _ in built} == set(gd.inference.supported_pairs())
+    for name, cls in gd.inference.INFERENCE.items():
+        for likelihood_cls in cls.likelihoods:
+            wanted = {"sparse"} if cls.inducing_rule == "required" else {"dense"}
+            if cls.inducing_rule == "optional":
+                wanted = {"dense", "sparse"}
+            if name in ("SVGP", "PolyaGamma"):
+                wanted.add("minibatch")
+            have = {f for l, i, f in built if (l, i) == (likelihood_cls.__name__, name)}
+            assert wanted <= have, f"{likelihood_cls.__name__} + {name}: {sorted(wanted - have)} missing"
