@@ -61,6 +61,9 @@ _LOG_2PI = np.log(2.0 * np.pi)
 # _PANEL_NODES Gauss-Legendre nodes each.
 # Rows per block of the default variational expectations (their (rows, nodes) temporaries).
 _EXPECTATION_BLOCK_ROWS = 8192
+# Latent sds at or below this fraction of the Student-t width are treated as a point mass by its
+# expectation rule.
+_POINT_SD = 1e-8
 _WINDOW_SDS = 12.0
 _PANELS = 32
 _PANEL_NODES = 8
@@ -1436,8 +1439,10 @@ class Poisson(Likelihood):
         dict of str to ndarray
             Arrays (n,): ``y_mean`` = k c, ``y_var`` = k c (1 + c).
         """
-        k, c = self.negative_binomial(f_mean, f_var)
-        return {"y_mean": k * c, "y_var": k * c * (1.0 + c)}
+        # k c = m^2 + v and k c^2 = the spread, written out: at f_var = 0 (k infinite, c = 0) the
+        # products would be NaN where the limit is the Poisson law of rate m^2.
+        rate = f_mean * f_mean + f_var
+        return {"y_mean": rate, "y_var": rate + 2.0 * f_var * (2.0 * f_mean * f_mean + f_var)}
 
     def log_predictive(self, values, prefix, f_mean, f_var, y):
         """log NB(y | k, c / (1 + c)) of eq. (122), elementwise.
@@ -1460,9 +1465,16 @@ class Poisson(Likelihood):
         ndarray, shape (n,)
             log p(y_n | x_n) under f ~ N(f_mean, f_var).
         """
-        k, c = self.negative_binomial(f_mean, f_var)
-        return (special.gammaln(k + y) - special.gammaln(k) - special.gammaln(y + 1.0)
-                + y * np.log(c) - (k + y) * np.log1p(c))
+        rate = f_mean * f_mean + f_var
+        poisson = special.xlogy(y, rate) - rate - special.gammaln(y + 1.0)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            k, c = self.negative_binomial(f_mean, f_var)
+            # log Gamma(k + y) - log Gamma(k) = log Gamma(y) - log B(k, y): no cancellation of two
+            # numbers of size k log k when the variance is small and k huge (0 for y = 0).
+            log_rising = np.where(y > 0, special.gammaln(np.maximum(y, 1.0)) - special.betaln(k, np.maximum(y, 1.0)), 0.0)
+            nb = log_rising - special.gammaln(y + 1.0) + special.xlogy(y, c) - (k + y) * np.log1p(c)
+        # At f_var = 0 (c = 0, k infinite) the NB is its limit, the Poisson law of rate m^2.
+        return np.where((c > 0.0) & np.isfinite(k), nb, poisson)
 
     def variational_expectations(self, values, prefix, y, mean, var):
         """Closed form: y E[log f^2] - (m^2 + v) - log y! (:func:`expected_log_square`); no
@@ -1779,7 +1791,10 @@ class StudentT(Likelihood):
         with np.errstate(divide="ignore", invalid="ignore"):
             z = (f - mean[:, None]) / sd[:, None]
             weights = np.exp(-0.5 * z * z) / (np.sqrt(2.0 * np.pi) * sd[:, None]) * width * np.cosh(s_nodes) * (hi - lo) * omega
-        point = sd == 0.0
+        # A latent sd far below the likelihood's width is a point mass for it (the error is of order
+        # (sd / width)^2); below ~1e-16 of |mean - y| the window also rounds to one value of s
+        # (hi = lo), where the weights above vanish (fuzz: StudentT EP at kernel variance 5e-42).
+        point = (sd <= _POINT_SD * width) | ~(hi[:, 0] > lo[:, 0])
         f[point], weights[point] = mean[point, None], np.where(np.arange(u.size) == 0, 1.0, 0.0)
         return f, weights, None
 

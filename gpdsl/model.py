@@ -19,7 +19,7 @@ from . import likelihoods as lik
 from . import backends, threads
 from .checks import (as_float_array, check_bool, check_nonnegative_int, check_positive_int, check_seed,
                      check_square_sums_finite)
-from .diagnostics import FitDiagnostics, gradient_tolerance, largest_gradient
+from .diagnostics import GRADIENT_FREE_STOPS, FitDiagnostics, gradient_tolerance, largest_gradient
 from .inducing import InducingSpec
 from .inference import supported_pairs  # noqa: F401  (public here before the registry moved)
 from .kernels import Kernel
@@ -741,7 +741,14 @@ class Model:
                 # Each start from the same local state, and the best start's kept: a minibatch
                 # method's q is its result (the posterior is evaluated at it as it stands).
                 run.warm = warm
-                res = self.inference.minimise(run, u_start, max_iter, progress, callback)
+                try:
+                    res = self.inference.minimise(run, u_start, max_iter, progress, callback)
+                except FloatingPointError as err:
+                    # L-BFGS-B steps back from such points (the objective returns inf); a minibatch
+                    # optimiser has no line search to do so (fuzz: minibatch SVGP, Poisson counts
+                    # to 4e5 with Z 1e-3 apart).
+                    raise _out_of_range(f"the optimiser stepped to a numerically impossible point ({err})",
+                                        X, y) from err
                 if result is None or res.fun < result.fun:
                     result, best_warm = res, run.warm
             run.warm = best_warm
@@ -749,6 +756,8 @@ class Model:
                 raise _out_of_range("L-BFGS-B stepped to non-finite hyperparameters (the objective and its "
                                     "gradient at the start are too large for its float64 arithmetic)", X, y)
             u_best, runaway = result.x, result.runaway
+            # A minibatch run has no full-batch gradient (jac None), and its rule does not use one.
+            gradient_based = result.jac is not None
             ridge, ridge_move = (None, None) if runaway is None else (runaway[0], runaway[1:])
             optimiser = {"stop_reason": result.stop_reason, "message": str(result.message),
                          "n_iterations": int(result.nit), "grad_norm": float(result.grad_norm),
@@ -763,18 +772,26 @@ class Model:
                                  message=f"{optimiser['message']}; then QP's outer loop "
                                          f"{'converged' if outer_converged else 'did not converge'}")
         else:
-            u_best, ridge, ridge_move = u0, None, None
+            u_best, ridge, ridge_move, gradient_based = u0, None, None, False
             optimiser = {"stop_reason": "not_optimised", "caps_reached": [],
                          "message": "no optimisation (optimize=False or no free hyperparameter)"}
         values = table.unpack(u_best)
         Z = values.pop("inducing.Z", Z0)
-        evaluation = self._final_evaluation(values, X, y, Z, run.warm, optimize)
+        # The final gradient is the posterior's own: where the method has a local state (EP/QP
+        # sites), the optimiser's last gradient may belong to another of its fixed points (fuzz:
+        # Poisson FITC-EP, 1.4e-6 at the optimiser's sites, 3e6 at the posterior's).
+        need_grad = gradient_based and optimiser["stop_reason"] not in GRADIENT_FREE_STOPS
+        evaluation = self._final_evaluation(values, X, y, Z, run.warm, optimize, need_grad)
         if not np.isfinite(evaluation.log_evidence):
             # A posterior must never carry a NaN or infinite evidence.
             raise _out_of_range(f"the log evidence at the {'fitted' if optimize else 'declared'} hyperparameters "
                                 f"is {evaluation.log_evidence}", X, y)
         if evaluation.warm is not None:
             run.total_sweeps += evaluation.warm.sweeps
+        if need_grad:
+            _, gradient = run.negated({**values, **({"inducing.Z": Z} if "inducing.Z" in table.names() else {})},
+                                      evaluation)
+            optimiser["grad_norm"], optimiser["grad_name"] = largest_gradient(table, gradient, X)
         log_prior, _ = table.log_prior({**values, "inducing.Z": Z})
         return {"values": values, "Z": Z, "evaluation": evaluation, "table": table, "optimiser": optimiser,
                 "log_prior": log_prior, "total_sweeps": run.total_sweeps, "ridge": ridge,
@@ -782,7 +799,7 @@ class Model:
                 "objective": evaluation.log_evidence + log_prior}
 
 
-    def _final_evaluation(self, values, X, y, Z, warm, optimize):
+    def _final_evaluation(self, values, X, y, Z, warm, optimize, need_grad=False):
         """The evaluation (with its predictive state) a posterior is built from.
 
         It warm-starts from the local state (EP/QP sites, Pólya-Gamma c) of the optimiser's last
@@ -792,7 +809,7 @@ class Model:
         the ValueError of :func:`_out_of_range`."""
         for start in ((warm, None) if warm is not None else (None,)):
             try:
-                return self.evaluate(values, X, y, Z, need_grad=False, need_state=True, warm=start)
+                return self.evaluate(values, X, y, Z, need_grad=need_grad, need_state=True, warm=start)
             except FloatingPointError as err:
                 failure = err
         where = "fitted" if optimize else "declared"
@@ -887,13 +904,23 @@ class _Objective:
                 raise FloatingPointError("a hyperparameter overflowed")
             if any(e.positive and not np.all(values[e.name] > 0) for e in self.table.free):
                 raise FloatingPointError("a positive hyperparameter underflowed to 0")
-            ev = self.evaluate(values, self.X, self.y, Z, warm=self.warm)
+            ev = self._evaluate_from_warm_or_cold(values, Z)
         except (np.linalg.LinAlgError, FloatingPointError):
             # Numerically impossible point: tell the line search to step back.
             return np.inf, np.zeros_like(u)
         if ev.warm is not None:
             self.warm = ev.warm
             self.total_sweeps += ev.warm.sweeps
+        f, g = self.negated(values, ev)
+        if not (np.isfinite(f) and np.all(np.isfinite(g))):
+            # Overflowed (NaN or inf) like the failures above: step back rather than mislead L-BFGS-B.
+            return np.inf, np.zeros_like(u)
+        self.last = (u.copy(), f, g)
+        return f, g
+
+    def negated(self, values, ev):
+        """``(-(log evidence + log prior), its gradient on the free log-space vector)`` of the
+        evaluation ``ev`` at natural ``values`` (with "inducing.Z" where Z is optimised)."""
         log_prior, prior_grads = self.table.log_prior(values)
         grads = dict(ev.grads)
         if ev.dZ is not None:
@@ -902,13 +929,20 @@ class _Objective:
         self.table.check_gradients(type(self.model.inference).__name__, grads)
         for name, g in prior_grads.items():
             grads[name] = grads[name] + g
-        f = -(ev.log_evidence + log_prior)
-        g = -self.table.chain(values, grads)
-        if not (np.isfinite(f) and np.all(np.isfinite(g))):
-            # Overflowed (NaN or inf) like the failures above: step back rather than mislead L-BFGS-B.
-            return np.inf, np.zeros_like(u)
-        self.last = (u.copy(), f, g)
-        return f, g
+        return -(ev.log_evidence + log_prior), -self.table.chain(values, grads)
+
+    def _evaluate_from_warm_or_cold(self, values, Z):
+        """The evaluation at ``values`` from the warm local state (EP/QP sites, c, q), or, where
+        that start fails numerically, from a fresh one.  A warm state left by an extreme line-search
+        point can fail where the point itself is fine (Poisson EP: sites from u = (94, -168) broke
+        the evaluation at an accepted point whose gradient was 65 times the tolerance, and the
+        failure's zero gradient ended L-BFGS-B as "converged")."""
+        if self.warm is None:
+            return self.evaluate(values, self.X, self.y, Z, warm=None)
+        try:
+            return self.evaluate(values, self.X, self.y, Z, warm=self.warm)
+        except (np.linalg.LinAlgError, FloatingPointError):
+            return self.evaluate(values, self.X, self.y, Z, warm=None)
 
     def minimise(self, u0, max_iter, progress, callback):
         """L-BFGS-B from ``u0`` under gpdsl's stopping rule (see :data:`PLATEAU_WINDOW`).
@@ -949,6 +983,11 @@ class _Objective:
             result = sp_optimize.minimize(self, u, jac=True, method="L-BFGS-B", callback=report,
                                           options={"maxiter": max_iter - iterations})
             iterations += int(result.nit)
+            if not (np.isfinite(result.fun) and np.any(result.jac)):
+                # SciPy's last gradient is a failed evaluation's zeros (or the point failed): the
+                # gradient at the point it returns, evaluated afresh, or none (inf) if that fails.
+                fun, jac = self(result.x)
+                result.jac = jac if np.isfinite(fun) else np.full_like(jac, np.inf)
             result.stop_reason = _stop_reason(result)
             result.grad_norm, result.grad_name = (largest_gradient(self.table, result.jac, self.X)
                                                   if result.jac is not None else (np.nan, ""))

@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
+from scipy import stats
 
 import gpdsl as gd
 from gpdsl._jit import projections, special
@@ -201,3 +202,43 @@ def test_student_t_y_mean_undefined_for_df_at_most_one():
         if mean_ok:
             np.testing.assert_array_equal(out["y_mean"], f_mean)
         assert np.all(np.isfinite(out["y_var"])) == var_ok
+
+
+def test_poisson_negative_binomial_predictive_against_mpmath_and_its_poisson_limit():
+    """Fuzz of issue 25 (poisson_svgp seed 45): at f_var = 0 the negative-binomial predictive's
+    k c and log pmf were NaN (k infinite, c = 0); and at small f_var the gammaln difference of
+    two numbers of size k log k lost up to all digits (m = 300, v = 1e-14, y = 9e4: off by 4.6e3
+    relative).  Now within 1e-7 of 60-digit arithmetic on a grid, and the Poisson law at v = 0."""
+    mpmath = pytest.importorskip("mpmath")
+    lik = gd.likelihoods.Poisson("square")
+    mpmath.mp.dps = 60
+    for m in (0.3, 3.0, 300.0):
+        for v in (1e-14, 1e-8, 1e-3, 1.0, 50.0):
+            for y in (0.0, 1.0, 7.0, 1e4, 9e4):
+                got = lik.log_predictive({}, "likelihood", np.array([m]), np.array([v]), np.array([y]))[0]
+                M, V, Y = mpmath.mpf(m), mpmath.mpf(v), mpmath.mpf(y)
+                spread = 2 * V * (2 * M * M + V)
+                k, c = (M * M + V) ** 2 / spread, spread / (M * M + V)
+                ref = float(mpmath.loggamma(k + Y) - mpmath.loggamma(k) - mpmath.loggamma(Y + 1)
+                            + Y * mpmath.log(c) - (k + Y) * mpmath.log1p(c))
+                assert abs(got - ref) <= 1e-7 * max(1.0, abs(ref)), (m, v, y, got, ref)
+    m, y = np.array([559.75, 2.0, 0.0]), np.array([3.0, 5.0, 0.0])
+    limit = lik.log_predictive({}, "likelihood", m, np.zeros(3), y)
+    np.testing.assert_allclose(limit, stats.poisson.logpmf(y, m * m), rtol=1e-12)
+    moments = lik.predictive({}, "likelihood", m, np.zeros(3))
+    np.testing.assert_allclose(moments["y_mean"], m * m, rtol=1e-15)
+    np.testing.assert_allclose(moments["y_var"], m * m, rtol=1e-15)
+
+
+def test_student_t_expectation_rule_with_a_latent_sd_far_below_its_width():
+    """Fuzz of issue 25 (studentt_ep_dense seeds 160, 171; studentt_vgp 33): at a latent sd of
+    ~1e-21 the rule's window rounded to one value of s and every weight vanished, so
+    log_predictive was -inf.  Such a Gaussian is a point mass for the likelihood."""
+    lik = gd.likelihoods.StudentT(df=1.67, scale=0.022)
+    values = {"likelihood.df": np.array(1.67), "likelihood.scale": np.array(0.022)}
+    y = np.array([-0.06, 0.07, 5.0])
+    mean = np.full(3, -5e-19)
+    for sd in (0.0, 1e-30, 1e-21, 1e-12):
+        got = lik.log_predictive(values, "likelihood", mean, np.full(3, sd * sd), y)
+        point = lik.log_density(values, "likelihood", y, mean)
+        np.testing.assert_allclose(got, point, rtol=1e-10)

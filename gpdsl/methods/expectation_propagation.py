@@ -486,13 +486,21 @@ def run_sites(prior, y, site, spec, warm, quantile):
     prior.refresh(tau, nu)
     state = SiteState(tau, nu, damping=damping)
     for sweep in range(1, spec.max_sweeps + 1):
-        if spec.schedule == "sequential":
-            change, skipped = prior.sequential_sweep(tau, nu, y, param, kind, quantile, damping, table, grid)
-        else:
-            var, mean = prior.marginals()
-            args = (var, mean, tau, nu, y, param, kind, quantile, damping, table, grid)
-            _announce(ep_sweeps.parallel_site_updates, args, quantile)
-            change, skipped = ep_sweeps.parallel_site_updates(*args)
+        try:
+            if spec.schedule == "sequential":
+                change, skipped = prior.sequential_sweep(tau, nu, y, param, kind, quantile, damping, table, grid)
+            else:
+                var, mean = prior.marginals()
+                args = (var, mean, tau, nu, y, param, kind, quantile, damping, table, grid)
+                _announce(ep_sweeps.parallel_site_updates, args, quantile)
+                change, skipped = ep_sweeps.parallel_site_updates(*args)
+        except ZeroDivisionError as err:
+            # Numba's kernels raise Python's error on a float division by zero, which here means
+            # sites or cavities that left float64's range (fuzz: Poisson FITC-EP with a count of
+            # 1.9e5 at length-scale 115): a numerically impossible point, which the optimiser
+            # steps back from and a final evaluation reports as the data's scale.
+            raise FloatingPointError(f"an EP sweep divided by zero at sweep {sweep}: the sites left float64's "
+                                     "range") from err
         prior.refresh(tau, nu)
         state.sweeps, state.skipped = sweep, skipped
         # The fixed-point residual is the undamped update: a damped step is (1 - damping) times
