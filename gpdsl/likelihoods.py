@@ -1791,10 +1791,11 @@ class StudentT(Likelihood):
         with np.errstate(divide="ignore", invalid="ignore"):
             z = (f - mean[:, None]) / sd[:, None]
             weights = np.exp(-0.5 * z * z) / (np.sqrt(2.0 * np.pi) * sd[:, None]) * width * np.cosh(s_nodes) * (hi - lo) * omega
-        # A latent sd far below the likelihood's width is a point mass for it (the error is of order
-        # (sd / width)^2); below ~1e-16 of |mean - y| the window also rounds to one value of s
+        # A latent sd far below the scale on which log p turns, s sqrt(df / (df + 1)) at its mode
+        # (the width above only spreads the nodes), is a point mass for it (the error is of order
+        # (sd / that)^2); below ~1e-16 of |mean - y| the window also rounds to one value of s
         # (hi = lo), where the weights above vanish (fuzz: StudentT EP at kernel variance 5e-42).
-        point = (sd <= _POINT_SD * width) | ~(hi[:, 0] > lo[:, 0])
+        point = (sd <= _POINT_SD * s * np.sqrt(nu / (nu + 1.0))) | ~(hi[:, 0] > lo[:, 0])
         f[point], weights[point] = mean[point, None], np.where(np.arange(u.size) == 0, 1.0, 0.0)
         return f, weights, None
 

@@ -59,10 +59,12 @@ def _one_interrupted_save(post, target, delay):
     except KeyboardInterrupt:
         where = "save"
     # The signal may still be on its way: wait for the thread to send it, then give the main
-    # thread a few bytecodes (and interruptible sleeps) to run its handler.
+    # thread time to run its handler: a few interruptible sleeps where save raised already (to
+    # catch a second KeyboardInterrupt), up to a second where it has not (on a loaded machine the
+    # handler of a signal sent after save returned ran more than 2.5 ms later).
     try:
         sender.join()
-        for _ in range(5):
+        for _ in range(5 if where == "save" else 2000):
             time.sleep(0.0005)
     except KeyboardInterrupt:
         assert where is None, "two KeyboardInterrupts for one SIGINT"
