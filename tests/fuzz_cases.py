@@ -23,7 +23,7 @@ parallel, and QP sometimes runs Algorithm 1 (``hyperparameters="qp"``, at most 5
 * a posterior with ``converged=False`` came with a ``gd.ConvergenceWarning``;
 * (issue 25) a posterior with ``converged=True`` whose stop is not in
   ``gpdsl.diagnostics.GRADIENT_FREE_STOPS`` has a final gradient, recomputed by a fresh
-  ``model.evaluate`` (:func:`_final_gradient`), within its ``grad_tol`` (see
+  ``model.evaluate`` (:func:`final_gradient`), within its ``grad_tol`` (see
   :data:`GRADIENT_RTOL` and :data:`LOCAL_ITERATION_GRADIENT_FACTOR`).
 
 Documented exceptions: a Student-t's y_mean is NaN for df <= 1 and its y_var inf for df <= 2, and
@@ -498,10 +498,10 @@ GRADIENT_RTOL, GRADIENT_ATOL = 1.01, 1e-8
 LOCAL_ITERATION_GRADIENT_FACTOR = 2.0
 
 
-def _final_gradient(model, values, Z, X, y, warm=None):
+def final_gradient(model, values, Z, X, y, warm=None):
     """max |d (objective + log prior) / d u| at ``values`` by a fresh evaluation (from the local state
-    ``warm``), u the optimiser's free vector (log of positive entries, Z per input column sd):
-    tests/test_diagnostics.py's recipe."""
+    ``warm``), u the optimiser's free vector (log of positive entries, Z per input column sd);
+    tests/test_diagnostics.py uses it too."""
     table = model.parameter_table(X, Z)
     full = {**values, **({"inducing.Z": Z} if "inducing.Z" in table.names() else {})}
     ev = model.evaluate(values, X, model.likelihood.prepare_targets(y), Z, warm=warm)
@@ -529,7 +529,7 @@ def _check_final_gradient(case, post):
         # A dense method's state may hold X as its Z (for prediction): evaluate passes Z only to a
         # sparse model, else a dense method would be evaluated as its FITC form with Z = X.
         Z = post.state.Z if post.model.inducing is not None else None
-        grad, name = _final_gradient(post.model, post.values, Z, case.X, case.y,
+        grad, name = final_gradient(post.model, post.values, Z, case.X, case.y,
                                      warm=post.sites if local else None)
     except Exception as err:  # noqa: BLE001 -- a converged posterior's objective must evaluate
         return Outcome(f"failure: gradient recomputation raised {type(err).__name__}", str(err)[:300])
