@@ -51,6 +51,10 @@ MEMORY_RESTARTS = 2
 
 # Objective margin (nats) over the constant model below which a fit is flagged (Model._no_better_than_constant).
 CONSTANT_MODEL_TOL = 1e-3
+# Nats per row by which a log evidence may exceed the likelihood's bound on any marginal likelihood
+# (Likelihood.log_density_bound) before it counts as a numerical failure: EP's and Laplace's
+# approximations come within a small fraction of a nat per row of the true evidence, far below it.
+EVIDENCE_BOUND_SLACK_PER_POINT = 0.1
 # Gap (nats per training row) by which a moderate fixed M must beat an automatic M that ended
 # smaller for the fit to call the automatic one a different optimum (Model._probe_small_m).  The
 # trace rule's default tol (1e-3 per row) costs the bound about half that, so a gap of 1e-2 per
@@ -809,12 +813,25 @@ class Model:
         the ValueError of :func:`_out_of_range`."""
         for start in ((warm, None) if warm is not None else (None,)):
             try:
-                return self.evaluate(values, X, y, Z, need_grad=need_grad, need_state=True, warm=start)
+                evaluation = self.evaluate(values, X, y, Z, need_grad=need_grad, need_state=True, warm=start)
+                _check_evidence_bound(self.likelihood, values, y, evaluation.log_evidence)
+                return evaluation
             except FloatingPointError as err:
                 failure = err
         where = "fitted" if optimize else "declared"
         raise _out_of_range(f"the posterior at the {where} hyperparameters cannot be computed ({failure})",
                             X, y) from failure
+
+
+def _check_evidence_bound(likelihood, values, y, log_evidence):
+    """FloatingPointError when ``log_evidence`` exceeds the likelihood's upper bound on any marginal
+    likelihood (``Likelihood.log_density_bound``) by more than EVIDENCE_BOUND_SLACK_PER_POINT per
+    row plus one nat: no approximation comes near that, only arithmetic that lost its precision
+    (EP with Student-t sites at a prior variance of 5e-42: 3e8 on 31 points, bound 14)."""
+    bound = likelihood.log_density_bound(values, "likelihood", y)
+    if bound is not None and log_evidence > bound + EVIDENCE_BOUND_SLACK_PER_POINT * y.size + 1.0:
+        raise FloatingPointError(f"the log evidence {log_evidence:.6g} is above sum_n max_f log p(y_n | f) = "
+                                 f"{bound:.6g}, which no marginal likelihood can exceed: the method lost its precision")
 
 
 def _largest(values, suffix):
@@ -931,6 +948,13 @@ class _Objective:
             grads[name] = grads[name] + g
         return -(ev.log_evidence + log_prior), -self.table.chain(values, grads)
 
+    def _checked_evaluation(self, values, Z, warm):
+        """model.evaluate at ``values`` from ``warm``, with an evidence above the likelihood's bound
+        (:func:`_check_evidence_bound`) raised as FloatingPointError."""
+        ev = self.evaluate(values, self.X, self.y, Z, warm=warm)
+        _check_evidence_bound(self.model.likelihood, values, self.y, ev.log_evidence)
+        return ev
+
     def _evaluate_from_warm_or_cold(self, values, Z):
         """The evaluation at ``values`` from the warm local state (EP/QP sites, c, q), or, where
         that start fails numerically, from a fresh one.  A warm state left by an extreme line-search
@@ -938,11 +962,11 @@ class _Objective:
         the evaluation at an accepted point whose gradient was 65 times the tolerance, and the
         failure's zero gradient ended L-BFGS-B as "converged")."""
         if self.warm is None:
-            return self.evaluate(values, self.X, self.y, Z, warm=None)
+            return self._checked_evaluation(values, Z, None)
         try:
-            return self.evaluate(values, self.X, self.y, Z, warm=self.warm)
+            return self._checked_evaluation(values, Z, self.warm)
         except (np.linalg.LinAlgError, FloatingPointError):
-            return self.evaluate(values, self.X, self.y, Z, warm=None)
+            return self._checked_evaluation(values, Z, None)
 
     def minimise(self, u0, max_iter, progress, callback):
         """L-BFGS-B from ``u0`` under gpdsl's stopping rule (see :data:`PLATEAU_WINDOW`).

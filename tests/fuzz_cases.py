@@ -471,6 +471,13 @@ def check_case(case):
         bad = bad or _nonfinite(f"hyperparameter {name}", value)
     if bad:
         return bad
+    # No marginal likelihood exceeds sum_n max_f log p(y_n | f); the fit refuses an evidence 0.1
+    # nats per row above it (gpdsl.model.EVIDENCE_BOUND_SLACK_PER_POINT), which only lost precision gives.
+    lik = post.model.likelihood
+    bound = lik.log_density_bound(post.values, "likelihood", lik.prepare_targets(case.y))
+    if bound is not None and post.log_evidence > bound + 0.1 * case.y.size + 1.0:
+        return Outcome("failure: log evidence above the likelihood's bound",
+                       f"log evidence {post.log_evidence:.6g} > sum_n max_f log p(y_n | f) = {bound:.6g}")
     try:
         bad = (_check_predictions(post, case.X_test, case.y_test, "held-out")
                or _check_predictions(post, case.X, case.y, "training"))

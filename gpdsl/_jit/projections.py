@@ -117,12 +117,16 @@ _T_PANEL_GAUSS = 2.0        # Student-t panel width / cavity sd
 _T_PANEL_CORE = 1.0         # ... / (sqrt(1 + x^2) / sqrt(df + 1)), the likelihood's local scale
 _T_PANEL_POLE = 1.0         # ... / sqrt(1 + x^2), the distance to its branch points (at most)
 _T_MAX_PANELS = 4096        # reached only far outside the ranges of the module docstring
-# The cavity's variance in the rule's x = (f - y) / (scale sqrt(df)): below _T_S2_POINT the cavity is a
-# point mass on the likelihood's scale (the tilted law is the cavity to a relative df s2 < 1e-100 for
-# df <= 1e100, StudentT's bound), above _T_S2_MAX (a scale ~1e-125 cavity sds or less; scale^2 df
-# underflowing to 0 among them) the rule's x^2 would overflow: refused as nan, the site skipped.
-# Without these tests var / (scale^2 df) or 1 / s2 raised Numba's bare ZeroDivisionError.
-_T_S2_POINT = 1e-200
+# The cavity's variance over the likelihood's curvature scale^2 df / (df + 1) (_t_curvature_scale2),
+# or for _T_S2_MAX over scale^2 df, the rule's x = (f - y) / (scale sqrt(df)): below _T_S2_POINT the
+# cavity is narrow on the likelihood's scale and the tilted moments are its expansion in the cavity variance
+# (_student_t_degenerate; its error is O(s2^2), within 1e-16 of 40-digit quadrature from s2 = 1e-8
+# down, where the panels' rounding had grown to 1e-12 and at s2 ~ 1e-38 gave log Z 7.7 for 0.14
+# and a tilted variance 2e6 times the cavity's: fuzz, StudentT EP at kernel variance 5e-42);
+# above _T_S2_MAX (a scale ~1e-125 cavity sds or less; scale^2 df underflowing to 0 among them)
+# the rule's x^2 would overflow: refused as nan, the site skipped.  Without these tests
+# var / (scale^2 df) or 1 / s2 raised Numba's bare ZeroDivisionError.
+_T_S2_POINT = 1e-8
 _T_S2_MAX = 1e250
 
 # S[i, j] = int_{-1}^{x_i} l_j(x) dx for the Lagrange basis l_j of GL_NODES (20-point rule), so
@@ -1128,27 +1132,45 @@ def _student_t_log_norm(df, scale):
     return student_t_log_norm_excess(df) - 0.5 * math.log(2.0 * math.pi) - math.log(scale)
 
 
+@njit(cache=True, inline="always")
+def _t_curvature_scale2(df, scale):
+    """scale^2 df / (df + 1): the squared scale on which log p(y | f) turns at its mode (the inverse
+    of its curvature there), the narrowest it turns anywhere; scale^2 for large df."""
+    return scale * scale * (df / (df + 1.0))
+
+
 @njit(cache=True)
 def _student_t_ok(y, mu, var, df, scale):
-    """Whether the rule applies: finite positive parameters and the cavity's x-variance
-    var / (scale^2 df) in [_T_S2_POINT, _T_S2_MAX]."""
+    """Whether the rule applies: finite positive parameters, the cavity's variance at least
+    _T_S2_POINT times the likelihood's curvature scale^2 and var / (scale^2 df) at most _T_S2_MAX."""
     if not (math.isfinite(y) and math.isfinite(mu) and var > 0.0 and math.isfinite(var) and df > 0.0
             and math.isfinite(df) and scale > 0.0 and math.isfinite(scale)):
         return False
     a2 = df * scale * scale
-    return a2 > 0.0 and _T_S2_POINT <= var / a2 <= _T_S2_MAX
+    return a2 > 0.0 and var >= _T_S2_POINT * _t_curvature_scale2(df, scale) and var / a2 <= _T_S2_MAX
+
 
 
 @njit(cache=True)
 def _student_t_degenerate(y, mu, var, df, scale):
     """The Student-t site's (log Z, mean, variance, E[log(1 + u) - u / (1 + u)], E[u / (1 + u)]) where
     the rule does not apply: a cavity of variance 0, or one so narrow on the likelihood's scale
-    (var < _T_S2_POINT scale^2 df) that it is a point mass there (log Z = log p(y | mu), the
-    cavity's moments), else nan (the sweeps skip such a site and the evidence is refused)."""
+    (var < _T_S2_POINT scale^2 df / (df + 1)) that the moments are their expansion in var about f = mu,
+    log Z = log p + var (g^2 + h) / 2, mean = mu + var g, variance = var + var^2 h, with g and h the
+    first two derivatives of log p(y | f) at mu (so that the site keeps the likelihood's
+    curvature -h as its precision); else nan (the sweeps skip such a site and the evidence is
+    refused).  The two expectations are taken at f = mu."""
     if (math.isfinite(y) and math.isfinite(mu) and 0.0 <= var < math.inf and 0.0 < df < math.inf
-            and 0.0 < scale < math.inf and (var == 0.0 or var < _T_S2_POINT * (df * scale * scale))):
-        u = ((y - mu) / scale) ** 2 / df
-        return (_student_t_log_norm(df, scale) - 0.5 * (df + 1.0) * math.log1p(u), mu, var, log1p_excess(u),
+            and 0.0 < scale < math.inf and (var == 0.0 or var < _T_S2_POINT * _t_curvature_scale2(df, scale))):
+        r = y - mu
+        width2 = df * scale * scale
+        u = r * r / width2
+        # d/df log p = (df + 1) r / (df s^2 + r^2), d2 = (df + 1) (r^2 - df s^2) / (df s^2 + r^2)^2,
+        # written with u so that no r^2 + df s^2 overflows.
+        g = (df + 1.0) * r / width2 / (1.0 + u)
+        h = (df + 1.0) * (u - 1.0) / width2 / ((1.0 + u) * (1.0 + u))
+        log_p = _student_t_log_norm(df, scale) - 0.5 * (df + 1.0) * math.log1p(u)
+        return (log_p + 0.5 * var * (g * g + h), mu + var * g, var + var * var * h, log1p_excess(u),
                 u / (1.0 + u))
     return math.nan, math.nan, math.nan, math.nan, math.nan
 
