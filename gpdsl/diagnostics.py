@@ -237,7 +237,8 @@ class FitDiagnostics:
                          + (f", {self.grad_name})" if self.grad_name else ")"))
         for label, value in (("restarts", self.optimizer_restarts), ("caps", ",".join(self.caps_reached)),
                              ("ridge", self.ridge), ("sweeps", self.local_sweeps), ("clamped", self.clamped_sites),
-                             ("reinit", self.reinit_stop), ("small M replaced by", self.small_m_replaced), ("subsample", self.subsample),
+                             ("reinit", self.reinit_stop), ("small M replaced by", self.small_m_replaced),
+                             ("subsample", self.subsample),
                              ("jitter", self.jitter)):
             if value:
                 parts.append(f"{label}={value:g}" if isinstance(value, float) else f"{label}={value}")

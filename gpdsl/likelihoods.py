@@ -1500,7 +1500,8 @@ class Poisson(Likelihood):
             k, c = self.negative_binomial(f_mean, f_var)
             # log Gamma(k + y) - log Gamma(k) = log Gamma(y) - log B(k, y): no cancellation of two
             # numbers of size k log k when the variance is small and k huge (0 for y = 0).
-            log_rising = np.where(y > 0, special.gammaln(np.maximum(y, 1.0)) - special.betaln(k, np.maximum(y, 1.0)), 0.0)
+            y_pos = np.maximum(y, 1.0)
+            log_rising = np.where(y > 0, special.gammaln(y_pos) - special.betaln(k, y_pos), 0.0)
             nb = log_rising - special.gammaln(y + 1.0) + special.xlogy(y, c) - (k + y) * np.log1p(c)
         # At f_var = 0 (c = 0, k infinite) the NB is its limit, the Poisson law of rate m^2.
         return np.where((c > 0.0) & np.isfinite(k), nb, poisson)
@@ -1751,7 +1752,8 @@ class StudentT(Likelihood):
         # d/d df = (psi((df+1)/2) - psi(df/2) - 1/df - [log1p(x) - x/(1+x)] + x / (df (1 + x))) / 2:
         # two differences of terms ~1/df and ~x that tend to 0 like 1/df^2, each formed without
         # the cancellation (digamma_half_excess, log1p_excess).
-        d_nu = 0.5 * (digamma_half_excess(nu) - log1p_excess_array(np.ravel(x).astype(float)).reshape(np.shape(x)) + x / (nu * (1.0 + x)))
+        excess = log1p_excess_array(np.ravel(x).astype(float)).reshape(np.shape(x))
+        d_nu = 0.5 * (digamma_half_excess(nu) - excess + x / (nu * (1.0 + x)))
         d1_nu = r * (r2 - s * s) / (nu * nu * Dn ** 2)
         d2_nu = ((rn - (2.0 + 1.0 / nu) * s * s) * Dn - 2.0 * s * s * rho * (rn - s * s)) / (nu * Dn ** 3)
         d_s = (-1.0 + rho * r2 / Dn) / s

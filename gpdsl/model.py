@@ -434,7 +434,8 @@ class Model:
         runaway hyperparameter (``Posterior.ridge``).  How the fit ended is recorded in
         ``Posterior.diagnostics`` (:class:`gpdsl.diagnostics.FitDiagnostics`), and ``converged``
         is derived from it by :func:`gpdsl.diagnostics.converged_rule`; every way of falling
-        short of it warns ``ConvergenceWarning``.  The fit runs with one BLAS thread except in its large passes
+        short of it warns ``ConvergenceWarning``.  The fit runs with one BLAS thread except in its
+        large passes
         (:mod:`gpdsl.threads`).
         With M chosen by ``tol`` the first selection stops at ``first_round_max_m`` points.
 
@@ -459,7 +460,8 @@ class Model:
         further optimisation (for VFE and FITC one pass; for PolyaGamma its c iteration, for EP
         its sweeps, over all N).  ``Posterior.subsample`` records n and the subsample fit's
         objective; ``log_evidence`` is the full data's.  None (default) fits on all rows; n >= N
-        is refused (ValueError), since it would silently mean all rows.  Greedy selection's ``indices`` refer to rows of X; ``standardize=True`` scales by
+        is refused (ValueError), since it would silently mean all rows.  Greedy selection's
+        ``indices`` refer to rows of X; ``standardize=True`` scales by
         all N rows.  Refused (ValueError) for a likelihood with per-row parameters
         (``HeteroscedasticGaussian(variance=...)``) and for ``q_updates="joint"``.
 
@@ -602,7 +604,7 @@ class Model:
         ConvergenceWarning says so.  Returns the rounds and the probe's M where it was kept, else None."""
         from .inducing import SelectionContext
 
-        selection, best = max(rounds, key=lambda r: r[1]["objective"])
+        _, best = max(rounds, key=lambda r: r[1]["objective"])
         probe = self.inducing.small_m_probe(X.shape[1], best["Z"].shape[0], X.shape[0])
         if probe is None:
             return rounds, None
