@@ -2,6 +2,7 @@
 backed by them) give the in-memory results, every O(N M^2) pass running as Dask tasks."""
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -233,3 +234,45 @@ def test_kmeans_sample_at_least_n_reads_a_dask_x_whole(data):
     X, _, _, _ = data
     spec = gd.inducing.KMeans(6, seed=1, sample=X.shape[0] + 10)
     np.testing.assert_array_equal(spec.initial_Z(_dask(X), None), gd.inducing.KMeans(6, seed=1).initial_Z(X, None))
+
+
+def test_fitc_laplace_on_a_local_cluster_equals_in_memory_when_the_blocks_match():
+    """Issue 25 item 8: "FITC-Laplace on a 2-worker LocalCluster differs from in-memory by 6.6e-4
+    in predictions (the threaded scheduler is bit-identical)".  Measured: the difference is the
+    partition of the rows, not the scheduler.  With ``chunk_size`` equal to X's row chunks the
+    fit on two processes is the in-memory fit to the bit (evidence, predictions); with the
+    default chunk_size the sums run over other blocks and differ by rounding (3.5e-9 in
+    predictions here) on the threaded scheduler just as on the cluster, which a longer
+    optimisation can grow (Model.fit's docstring says so)."""
+    distributed = pytest.importorskip("distributed")
+    dask = pytest.importorskip("dask")
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (400, 2))
+    y = np.where(np.sin(X[:, 0]) + 0.3 * rng.standard_normal(400) > 0, 1.0, -1.0)
+    X_new = rng.uniform(-3, 3, (50, 2))
+
+    def model(chunk_size):
+        return gd.Model(gd.kernels.SquaredExponential(1.0, 1.0), gd.likelihoods.Bernoulli("logit"),
+                        gd.inducing.KMeans(16, seed=0), gd.inference.Laplace(chunk_size=chunk_size))
+
+    def fit(chunk_size, X):
+        # Five iterations keep the cluster's many small tasks within seconds (the cap warns).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", gd.ConvergenceWarning)
+            return model(chunk_size).fit(X, y, max_iter=5)
+
+    X_dask = da.from_array(X, chunks=(100, 2))
+    matched, unmatched = fit(100, X), fit(None, X)
+    with dask.config.set(scheduler="threads"):
+        threaded = fit(None, X_dask)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        on_cluster = fit(100, X_dask)
+    assert on_cluster.log_evidence == matched.log_evidence
+    np.testing.assert_array_equal(on_cluster.predict_f(X_new)[0], matched.predict_f(X_new)[0])
+    np.testing.assert_array_equal(on_cluster.predict_f(X_new)[1], matched.predict_f(X_new)[1])
+    # Unmatched blocks on the threaded scheduler: rounding only.  Not the scheduler: on full fits
+    # (no max_iter) a cluster fit with unmatched blocks equalled the threaded one to the bit, both
+    # 3.5e-9 from in-memory in predictions (measured for issue 25).
+    assert np.max(np.abs(threaded.predict_f(X_new)[0] - unmatched.predict_f(X_new)[0])) > 0.0
+    np.testing.assert_allclose(threaded.predict_f(X_new)[0], unmatched.predict_f(X_new)[0], rtol=0, atol=1e-7)
