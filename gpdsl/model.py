@@ -583,13 +583,12 @@ class Model:
                           f"|d objective / d {diagnostics.grad_name}| = {diagnostics.grad_norm:.3g} > "
                           f"{diagnostics.grad_tol:.3g}; the result is flagged converged=False (raise max_iter, "
                           "or refit from post.values)", ConvergenceWarning, stacklevel=4)
-        # A minibatch run leaves no local iteration of its own (0 sweeps): its q's flag is the
-        # optimiser's, already warned about above.
-        if local is not None and not local.converged and not (stop == "max_iter" and local.sweeps == 0):
+        # A minibatch run's q is the optimiser's (its flag is the stopping rule's, warned about above).
+        if local is not None and not local.converged and not fit["minibatch"]:
             # ``sweeps`` counts the method's accepted local iterations (EP/QP site sweeps, c
             # updates, natural-gradient steps): below the cap they stopped because no step could
             # raise the objective any more, which the message must not call running out of sweeps.
-            why = (f"did not converge in {local.sweeps} sweeps" if self._local_cap_reached(local)
+            why = (f"did not converge in {local.sweeps} sweeps" if "max_sweeps" in diagnostics.caps_reached
                    else f"stalled after {local.sweeps} accepted local updates (no step raised the objective)")
             warnings.warn(f"{name} {why} (tol {self.inference.tol:g}); the result is flagged converged=False",
                           ConvergenceWarning, stacklevel=4)
@@ -762,8 +761,9 @@ class Model:
                 raise _out_of_range("L-BFGS-B stepped to non-finite hyperparameters (the objective and its "
                                     "gradient at the start are too large for its float64 arithmetic)", X, y)
             u_best, runaway = result.x, result.runaway
-            # A minibatch run has no full-batch gradient (jac None), and its rule does not use one.
-            gradient_based = result.jac is not None
+            # A minibatch run has no full-batch gradient (jac None), and its rule does not use one;
+            # its steps move q too, so q's convergence is the optimiser's.
+            minibatch = result.jac is None
             ridge, ridge_move = (None, None) if runaway is None else (runaway[0], runaway[1:])
             optimiser = {"stop_reason": result.stop_reason, "message": str(result.message),
                          "n_iterations": int(result.nit), "grad_norm": float(result.grad_norm),
@@ -778,7 +778,7 @@ class Model:
                                  message=f"{optimiser['message']}; then QP's outer loop "
                                          f"{'converged' if outer_converged else 'did not converge'}")
         else:
-            u_best, ridge, ridge_move, gradient_based = u0, None, None, False
+            u_best, ridge, ridge_move, minibatch = u0, None, None, False
             optimiser = {"stop_reason": "not_optimised", "caps_reached": [],
                          "message": "no optimisation (optimize=False or no free hyperparameter)"}
         values = table.unpack(u_best)
@@ -786,7 +786,7 @@ class Model:
         # The final gradient is the posterior's own: where the method has a local state (EP/QP
         # sites), the optimiser's last gradient may belong to another of its fixed points (fuzz:
         # Poisson FITC-EP, 1.4e-6 at the optimiser's sites, 3e6 at the posterior's).
-        need_grad = gradient_based and optimiser["stop_reason"] not in GRADIENT_FREE_STOPS
+        need_grad = not minibatch and optimiser["stop_reason"] not in GRADIENT_FREE_STOPS
         evaluation = self._final_evaluation(values, X, y, Z, run.warm, optimize, need_grad)
         if not np.isfinite(evaluation.log_evidence):
             # A posterior must never carry a NaN or infinite evidence.
@@ -801,7 +801,7 @@ class Model:
         log_prior, _ = table.log_prior({**values, "inducing.Z": Z})
         return {"values": values, "Z": Z, "evaluation": evaluation, "table": table, "optimiser": optimiser,
                 "log_prior": log_prior, "total_sweeps": run.total_sweeps, "ridge": ridge,
-                "ridge_move": ridge_move,
+                "ridge_move": ridge_move, "minibatch": minibatch,
                 "objective": evaluation.log_evidence + log_prior}
 
 
