@@ -21,6 +21,10 @@ pytestmark = pytest.mark.skipif(
 
 TRIALS = 400
 MIN_TRIALS = 150
+# Interrupts that must land inside a save (the rest land after it returns).  On an idle machine
+# most do; with the machine loaded (two test suites at once) the timer thread's wake-up is late and
+# only 88 of 400 did, so the test counts them instead of asking for a share.
+MIN_IN_SAVE = 60
 # The timer's delay is drawn from [0, SPREAD x the median save time]: a few land after the save,
 # to check that an interrupt arriving late still surfaces.
 SPREAD = 1.2
@@ -97,7 +101,7 @@ def test_sigint_at_random_moments_surfaces_and_leaves_old_or_new(tmp_path):
     trials = 0
     try:
         for trial in range(TRIALS):
-            if trial >= MIN_TRIALS and time.perf_counter() > deadline:
+            if trial >= MIN_TRIALS and outcomes["save"] >= MIN_IN_SAVE and time.perf_counter() > deadline:
                 break
             trials += 1
             target.write_bytes(contents["old"])
@@ -115,8 +119,8 @@ def test_sigint_at_random_moments_surfaces_and_leaves_old_or_new(tmp_path):
     # Both files loaded and checked once (checksums included); every trial matched one byte for byte.
     for label, post in (("old", old), ("new", new)):
         assert gd.load(tmp_path / f"{label}.nc").log_evidence == post.log_evidence
-    # The interrupts must mostly land inside saves, or the test tested little.
-    assert outcomes["save"] >= trials // 2, outcomes
+    # Enough interrupts must land inside saves, or the test tested little.
+    assert outcomes["save"] >= MIN_IN_SAVE, outcomes
     assert labels["old"] + labels["new"] == trials
 
 
