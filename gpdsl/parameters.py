@@ -81,6 +81,7 @@ class Entry:
     positive: bool
     fixed: bool
     prior: object = None       # a gpdsl.priors.Prior or None
+    dims: tuple | None = None  # the value's dims in the xarray view (None: named after the entry)
 
     @property
     def size(self):

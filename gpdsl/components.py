@@ -1,0 +1,303 @@
+"""What every model component shares: declared parameters, binding to values, and a registry.
+
+A component (a kernel, a likelihood, a mean function, an inference method) is a frozen
+dataclass validated on construction.  Its hyperparameters are dataclass fields that hold what
+the user declared (a number, an array, ``Fixed(...)`` or a prior); :meth:`Component.parameters`
+says which fields those are, with their constraint and their dims.  The model compiles them into
+a flat table (:class:`gpdsl.parameters.ParameterTable`) and, at every evaluation, *binds* each
+component to the current values: :meth:`Component.bind` returns a copy whose parameter fields
+hold natural-scale float arrays, so that a component's code reads ``self.variance`` (as tinygp
+and GPJax do) and never sees a table or a name prefix.
+
+Gradients come back from a component keyed by its own parameter names (``{"variance": ...}``);
+:class:`Bound`, the object the inference methods receive, adds the component's place in the
+model (``"kernel."``, ``"likelihood."``) to those keys, for the operations the component's
+family lists in ``gradient_outputs``.  A new component therefore writes no prefix anywhere.
+
+Every concrete subclass registers itself when its class statement runs (``__init_subclass__``),
+under its class name in its family's registry, so that save/load, model files and the
+conformance suite (``tests/test_conformance.py``) find it without a list kept by hand.  A class
+defined outside gpdsl is also registered as ``"module:QualName"``, which is how it is written to
+files and how :func:`lookup` imports it back.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+from typing import ClassVar
+
+import numpy as np
+
+from .checks import ValueEquality
+from .parameters import Entry, declared_value, entry
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """One hyperparameter a component declares.
+
+    Parameters
+    ----------
+    name : str
+        The field (for a composite, ``"<i>.<field>"``); entries are named ``"<prefix>.<name>"``.
+    spec : object
+        The declared field value: a number, an array, ``Fixed(...)`` or a prior.
+    positive : bool, default True
+        Optimised as its logarithm (a variance, a length-scale) rather than as is (a bias).
+    shape : tuple of int or None, default None
+        Broadcast the declared value to this shape (an ARD length-scale of a scalar start).
+    dims : tuple of str, default ()
+        The value's dimension names in the posterior's xarray view (``("feature",)``).
+    """
+
+    name: str
+    spec: object
+    positive: bool = True
+    shape: tuple | None = None
+    dims: tuple = ()
+
+
+class Component(ValueEquality):
+    """Base of every component family.  A family's base class is declared with
+    ``class Kernel(Component, family="kernel")``; its subclasses then register themselves in
+    ``Kernel.registry``, except those declared ``abstract=True`` in the class statement or named
+    with a leading underscore.
+    """
+
+    family: ClassVar[str] = ""
+    registry: ClassVar[dict] = {}
+    # Operation name -> function (output, qualify) returning the output with its gradient keys
+    # qualified by ``qualify`` (a function of a local name): what :class:`Bound` rewrites.
+    gradient_outputs: ClassVar[dict] = {}
+
+    def __init_subclass__(cls, family=None, abstract=False, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if family is not None:
+            cls.family = family
+            cls.registry = {}
+            return
+        if abstract or cls.__name__.startswith("_") or not cls.family:
+            return
+        key = type_name(cls)
+        cls.registry[key] = cls
+        if ":" in key and cls.__name__ not in cls.registry:
+            cls.registry[cls.__name__] = cls
+
+    # Names of the dataclass fields that hold hyperparameters, and those of them that are not
+    # positive (optimised as they are, not as their logarithm).
+    hyperparameters: ClassVar[tuple] = ()
+    unconstrained: ClassVar[tuple] = ()
+
+    def parameters(self, X):
+        """The declared hyperparameters: by default one scalar-or-array :class:`Parameter` per
+        field in ``hyperparameters`` that is not None; a component whose parameters depend on the
+        data (an ARD length-scale's width) overrides this.
+
+        Parameters
+        ----------
+        X : ndarray, shape (N, D)
+            Training inputs (their number and width size per-row or per-feature parameters).
+
+        Returns
+        -------
+        list of Parameter
+        """
+        return [Parameter(name, getattr(self, name), positive=name not in self.unconstrained)
+                for name in self.hyperparameters if getattr(self, name) is not None]
+
+    def entries(self, prefix, X, fixed_names=()):
+        """The model table's entries of :meth:`parameters`, named ``"<prefix>.<name>"``.
+
+        Parameters
+        ----------
+        prefix : str
+            The component's place in the model (``"kernel"``).
+        X : ndarray, shape (N, D)
+            Training inputs.
+        fixed_names : collection of str, optional
+            Entry names held at their declared value.
+
+        Returns
+        -------
+        list of gpdsl.parameters.Entry
+        """
+        made = []
+        for p in self.parameters(X):
+            e = entry(f"{prefix}.{p.name}", p.spec, positive=p.positive, shape=p.shape, fixed_names=fixed_names)
+            made.append(dataclasses.replace(e, dims=_dims(p, e)))
+        return made
+
+    def bind(self, values=None):
+        """A copy whose parameter fields hold natural-scale float arrays.
+
+        Parameters
+        ----------
+        values : mapping of str to array_like, optional
+            Values by local parameter name (a name left out keeps its declared value).
+
+        Returns
+        -------
+        Component
+            The bound copy (not validated again: the values come from the model's table).
+        """
+        values = values or {}
+        bound = copy.copy(self)
+        for name in self.hyperparameters:
+            if name in values:
+                object.__setattr__(bound, name, np.asarray(values[name], dtype=float))
+            elif getattr(self, name) is not None:
+                object.__setattr__(bound, name, declared_value(getattr(self, name)))
+        return bound
+
+    def describe(self):
+        """A short text for summaries and attrs.
+
+        Returns
+        -------
+        str
+        """
+        return type(self).__name__
+
+
+def _dims(parameter, made):
+    if parameter.dims or made.value.ndim == 0:
+        return tuple(parameter.dims)
+    return tuple(f"{parameter.name.rsplit('.', 1)[-1]}_index{'' if i == 0 else i}" for i in range(made.value.ndim))
+
+
+def type_name(cls):
+    """The name a component class is registered and written to files under: the class name for
+    gpdsl's own classes, ``"module:QualName"`` for one defined elsewhere.
+
+    Parameters
+    ----------
+    cls : type
+
+    Returns
+    -------
+    str
+    """
+    module = cls.__module__
+    if module == "gpdsl" or module.startswith("gpdsl."):
+        return cls.__name__
+    return f"{module}:{cls.__qualname__}"
+
+
+def lookup(family_base, name, where):
+    """The registered class ``name`` of a family, importing ``module`` for ``"module:QualName"``.
+
+    Parameters
+    ----------
+    family_base : type
+        The family's base class (``Kernel``).
+    name : str
+        A registered name.
+    where : str
+        What is being read, for the error message.
+
+    Returns
+    -------
+    type
+
+    Raises
+    ------
+    ValueError
+        An unknown name, or a module that cannot be imported.
+    """
+    registry = family_base.registry
+    if name in registry:
+        return registry[name]
+    if isinstance(name, str) and ":" in name:
+        module = name.split(":", 1)[0]
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ValueError(f"{where}: {family_base.family} type {name!r} names module {module!r}, which cannot be "
+                             f"imported ({err}); import it before loading") from err
+        if name in registry:
+            return registry[name]
+    raise ValueError(f"{where}: unknown {family_base.family} type {name!r}; known: {sorted(k for k in registry if ':' not in k)}")
+
+
+class Bound:
+    """A bound component as the inference methods receive it: its operations, with the gradient
+    keys of those its family lists in ``gradient_outputs`` qualified by its place in the model.
+
+    Parameters
+    ----------
+    component : Component
+        A bound component (:meth:`Component.bind`).
+    prefix : str
+        Its place in the model (``"kernel"``, ``"likelihood"``).
+    """
+
+    __slots__ = ("component", "prefix")
+
+    def __init__(self, component, prefix):
+        self.component = component
+        self.prefix = prefix
+
+    def qualify(self, name):
+        """``"<prefix>.<name>"``.
+
+        Parameters
+        ----------
+        name : str
+            A local parameter name.
+
+        Returns
+        -------
+        str
+        """
+        return f"{self.prefix}.{name}"
+
+    def __getattr__(self, name):
+        attr = getattr(self.component, name)
+        rewrite = type(self.component).gradient_outputs.get(name)
+        if rewrite is None:
+            return attr
+
+        def qualified(*args, **kwargs):
+            return rewrite(attr(*args, **kwargs), self.qualify)
+        return qualified
+
+    def __repr__(self):
+        return f"Bound({self.component!r}, {self.prefix!r})"
+
+
+def qualify_keys(grads, qualify):
+    """A dict of gradients with its keys passed through ``qualify``.
+
+    Parameters
+    ----------
+    grads : dict
+    qualify : callable of str to str
+
+    Returns
+    -------
+    dict
+    """
+    return {qualify(k): v for k, v in grads.items()}
+
+
+def bind(component, values, prefix):
+    """The :class:`Bound` ``component`` at the model's ``values`` (keys ``"<prefix>.<name>"``).
+
+    Parameters
+    ----------
+    component : Component
+    values : mapping of str to ndarray
+        The model's natural values by qualified name.
+    prefix : str
+
+    Returns
+    -------
+    Bound
+    """
+    start = len(prefix) + 1
+    local = {k[start:]: v for k, v in values.items() if k.startswith(prefix + ".")}
+    return Bound(component.bind(local), prefix)
+
+
+__all__ = ["Component", "Parameter", "Bound", "bind", "lookup", "type_name"]

@@ -1,0 +1,233 @@
+"""Stationary kernels of the length-scaled distance r: squared exponential and Matérn 3/2, 5/2.
+
+Distances go through a BLAS cross term, profile values through NumPy's vectorised exp, and the
+fused elementwise sweep of the gradient through the jitted
+:func:`gpdsl._jit.covariance.slope_adjoint`.  A scalar ``lengthscale`` is isotropic (one
+hyperparameter); an array of length D is ARD (one per input feature).  ``variance`` is the
+signal variance sf^2.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from .._jit import covariance as _cov
+from ..parameters import check_hyperparameter, declared_value
+from .base import Kernel, Parameter
+
+_PARAMETERS_DOC = """
+    Parameters
+    ----------
+    lengthscale : float, array of shape (D,), Fixed or prior, default 1.0
+        Positive length-scale: a scalar is isotropic, an array of length D is ARD (one per
+        input feature).
+    variance : float, Fixed or prior, default 1.0
+        Positive signal variance sf^2 (a scalar).
+
+    Raises
+    ------
+    TypeError
+        If a field is not a number, an array, ``Fixed(...)`` or a prior.
+    ValueError
+        If a field is not finite and positive, ``lengthscale`` has more than one dimension or
+        ``variance`` is not a scalar.
+"""
+
+
+@dataclass(frozen=True, eq=False)
+class Stationary(Kernel, abstract=True):
+    """Base of the kernels of the length-scaled distance r; a subclass sets ``profile``."""
+
+    lengthscale: object = 1.0
+    variance: object = 1.0
+    hyperparameters = ("lengthscale", "variance")
+    profile: ClassVar[int] = -1
+
+    def __post_init__(self):
+        name = type(self).__name__
+        check_hyperparameter(name, "lengthscale", self.lengthscale)
+        check_hyperparameter(name, "variance", self.variance)
+        if declared_value(self.variance).ndim != 0:
+            raise ValueError(f"{name}: variance must be a scalar, got shape "
+                             f"{declared_value(self.variance).shape}")
+
+    @property
+    def ard(self):
+        """bool: True when ``lengthscale`` is an array (one length-scale per input feature)."""
+        return np.ndim(declared_value(self.lengthscale)) == 1
+
+    def parameters(self, X):
+        """The length-scale (shape (D,) if ARD, dims ``("feature",)``) and the variance (scalar).
+
+        Parameters
+        ----------
+        X : ndarray, shape (N, D)
+
+        Returns
+        -------
+        list of Parameter
+
+        Raises
+        ------
+        ValueError
+            If an ARD length-scale has a number of entries other than D.
+        """
+        dim = X.shape[1]
+        if self.ard and declared_value(self.lengthscale).shape[0] != dim:
+            raise ValueError(f"{type(self).__name__}: lengthscale has {declared_value(self.lengthscale).shape[0]} "
+                             f"entries but X has {dim} features (give a scalar for an isotropic kernel)")
+        return [Parameter("lengthscale", self.lengthscale, shape=(dim,) if self.ard else None,
+                          dims=("feature",) if self.ard else ()),
+                Parameter("variance", self.variance)]
+
+    def _scaled_sqdist(self, X1, X2):
+        """r2 (n1, n2) by the BLAS cross term |a|^2 - 2 a.b + |b|^2 on inputs centred at the
+        mean of X1 (centring keeps the cancellation error at eps * spread, not eps * |x|^2)."""
+        centre = X1.mean(axis=0)
+        A = (X1 - centre) / self.lengthscale
+        B = (X2 - centre) / self.lengthscale
+        r2 = A @ B.T
+        r2 *= -2.0
+        r2 += np.einsum("ij,ij->i", A, A)[:, None]
+        r2 += np.einsum("ij,ij->i", B, B)[None, :]
+        return np.maximum(r2, 0.0, out=r2)
+
+    def _profile(self, r2):
+        """Unit-variance profile p(r2) with NumPy's vectorised exp (a new array)."""
+        if self.profile == _cov.SQUARED_EXPONENTIAL:
+            p = np.multiply(r2, -0.5)
+            return np.exp(p, out=p)
+        root = np.sqrt(3.0) if self.profile == _cov.MATERN32 else np.sqrt(5.0)
+        r = np.sqrt(r2) * root                      # sqrt(3) r or sqrt(5) r
+        p = np.exp(-r)
+        poly = 1.0 + r if self.profile == _cov.MATERN32 else 1.0 + r + r * r / 3.0
+        return np.multiply(poly, p, out=p)
+
+    def gram(self, X1, X2):
+        """``variance * p(r^2)`` with ``r^2 = sum_d (x1_d - x2_d)^2 / lengthscale_d^2`` and the
+        class's unit-variance profile ``p`` (Rasmussen & Williams (2006), eqs. 4.9 and 4.17).
+
+        Parameters
+        ----------
+        X1 : ndarray, shape (n1, D)
+        X2 : ndarray, shape (n2, D)
+
+        Returns
+        -------
+        ndarray, shape (n1, n2)
+        """
+        K = self._profile(self._scaled_sqdist(X1, X2))
+        K *= float(self.variance)
+        return K
+
+    def diag(self, X):
+        """The signal variance at every input (a stationary kernel's k(x, x)).
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+
+        Returns
+        -------
+        ndarray, shape (n,)
+        """
+        return np.full(X.shape[0], float(self.variance))
+
+    def vjp(self, X1, X2, G, K=None):
+        """d/d lengthscale (shape (D,) if ARD, else scalar), d/d variance and d/d X1 of
+        sum_ij G_ij K_ij, through the jitted slope sweep.
+
+        Parameters
+        ----------
+        X1 : ndarray, shape (n1, D)
+        X2 : ndarray, shape (n2, D)
+        G : ndarray, shape (n1, n2)
+        K : ndarray, shape (n1, n2), optional
+
+        Returns
+        -------
+        grads : dict of str to ndarray
+        d_X1 : ndarray, shape (n1, D)
+        """
+        var = float(self.variance)
+        if K is not None and self.profile == _cov.SQUARED_EXPONENTIAL:
+            r2 = K      # the SE slope is -K/2: slope_adjoint never reads r2, skip the cross term
+        else:
+            r2 = self._scaled_sqdist(X1, X2)
+            if K is None:
+                K = self._profile(r2)
+                K *= var
+        S, d_var = _cov.slope_adjoint(r2, K, np.ascontiguousarray(G), var, self.profile)
+        # dr2_ij/dx1_id = 2 (x1_id - x2_jd) / ls_d^2 and dr2_ij/dls_d = -2 (x1_id - x2_jd)^2 / ls_d^3:
+        # contract S with them through row/column sums and one thin product S @ X2.
+        centre = X1.mean(axis=0)
+        A1, A2 = X1 - centre, X2 - centre
+        row, col = S.sum(axis=1), S.sum(axis=0)
+        SA2 = S @ A2
+        inv_ls = 1.0 / np.broadcast_to(self.lengthscale, (X1.shape[1],))   # (1/ls)^2 underflows quietly
+        inv_ls2 = inv_ls * inv_ls
+        d_X1 = 2.0 * (A1 * row[:, None] - SA2) * inv_ls2
+        d_ls = -2.0 * inv_ls2 * inv_ls * (row @ (A1 * A1) - 2.0 * np.einsum("ij,ij->j", A1, SA2) + col @ (A2 * A2))
+        if np.ndim(self.lengthscale) == 0:
+            d_ls = np.array(d_ls.sum())
+        return {"lengthscale": d_ls, "variance": np.array(d_var)}, d_X1
+
+    def diag_vjp(self, X, g):
+        """d/d variance of sum_i g_i diag_i; the diagonal does not depend on the length-scales.
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+        g : ndarray, shape (n,)
+
+        Returns
+        -------
+        dict of str to ndarray
+        """
+        return {"variance": np.array(np.sum(g))}
+
+    def describe(self):
+        """E.g. ``"SquaredExponential(ARD)"`` or ``"Matern32(isotropic)"``.
+
+        Returns
+        -------
+        str
+        """
+        return f"{type(self).__name__}({'ARD' if self.ard else 'isotropic'})"
+
+
+@dataclass(frozen=True, eq=False)
+class SquaredExponential(Stationary):
+    """Squared-exponential kernel k(x, z) = variance * exp(-r^2 / 2), r^2 = sum_d (x_d - z_d)^2 /
+    lengthscale_d^2 (Rasmussen & Williams (2006), eq. 4.9, with ARD length-scales as in their
+    eq. 5.2).
+    """
+
+    profile: ClassVar[int] = _cov.SQUARED_EXPONENTIAL
+
+
+@dataclass(frozen=True, eq=False)
+class Matern32(Stationary):
+    """Matérn 3/2 kernel k = variance * (1 + sqrt(3) r) exp(-sqrt(3) r), r the length-scaled
+    distance of :class:`SquaredExponential` (Rasmussen & Williams (2006), eq. 4.17, nu = 3/2).
+    """
+
+    profile: ClassVar[int] = _cov.MATERN32
+
+
+@dataclass(frozen=True, eq=False)
+class Matern52(Stationary):
+    """Matérn 5/2 kernel k = variance * (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r), r the
+    length-scaled distance of :class:`SquaredExponential` (Rasmussen & Williams (2006), eq. 4.17,
+    nu = 5/2).
+    """
+
+    profile: ClassVar[int] = _cov.MATERN52
+
+
+for _kernel in (SquaredExponential, Matern32, Matern52):
+    _kernel.__doc__ += _PARAMETERS_DOC
+
+__all__ = ["SquaredExponential", "Matern32", "Matern52", "Stationary"]
