@@ -30,7 +30,7 @@ from typing import ClassVar
 import numpy as np
 
 from .checks import ValueEquality
-from .parameters import Entry, declared_value, entry
+from .parameters import declared_value, entry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +105,18 @@ class Component(ValueEquality):
         """
         return [Parameter(name, getattr(self, name), positive=name not in self.unconstrained)
                 for name in self.hyperparameters if getattr(self, name) is not None]
+
+    @classmethod
+    def variants(cls):
+        """Example instances covering the class's branches (one per link, isotropic and ARD), at
+        non-default values: what :func:`gpdsl.inference.supported_pairs` asks and what the
+        conformance suite tests.  Inputs of two features are assumed.
+
+        Returns
+        -------
+        tuple of Component
+        """
+        return (cls(),)
 
     def entries(self, prefix, X, fixed_names=()):
         """The model table's entries of :meth:`parameters`, named ``"<prefix>.<name>"``.

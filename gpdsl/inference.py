@@ -4,7 +4,9 @@ Each class declares, beside its options, everything :class:`gpdsl.Model` needs t
 that a method is added in one place (a class here and its numerical module in
 :mod:`gpdsl.methods`) and ``Model`` holds no method-specific branch:
 
-* ``likelihoods``: the likelihood classes it accepts, each with the links it accepts (None: any);
+* ``requires``: the capability it asks of a likelihood (:meth:`gpdsl.likelihoods.Likelihood.provides`:
+  ``"noise"``, ``"log_density_derivatives"``, ``"site_model"``, ``"variational_expectations"``,
+  ``"polya_gamma"``); any likelihood that provides it is accepted, a user's subclass included;
 * ``inducing_rule``: ``"required"``, ``"optional"`` or ``"forbidden"`` inducing inputs;
 * :meth:`Inference.evaluate`: objective (log evidence or bound), its gradients in every free
   hyperparameter (a missing one is an error, :class:`gpdsl.MissingGradientError`), the
@@ -19,20 +21,23 @@ that a method is added in one place (a class here and its numerical module in
 * ``log_evidence_kind``: what the posterior's ``log_evidence`` is, in words;
 * ``supports_dask_chunks``: whether a sparse fit on a Dask X runs its passes as Dask tasks.
 
-:data:`INFERENCE` is the one registry, by class name (model files and the CLI use it).
+:data:`INFERENCE` is the one registry, by class name (model files and the CLI use it); a class
+registers itself when defined.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from . import likelihoods as lik
 import numpy as np
 
+from .components import Component, type_name
+from .likelihoods import Likelihood
 from .checks import check_positive_int, check_positive_number, check_seed, is_integer, is_number
 from .linalg import check_jitter
 from .methods import (collapsed, exact, expectation_propagation, laplace, polya_gamma, stochastic,
                       stochastic_polya_gamma, svgp, vgp)
-from .methods.common import VariationalState, variational_state_format
+from .methods.common import VariationalState, gaussian_noise, variational_state_format
 from .parameters import entry
 
 
@@ -41,10 +46,10 @@ def _check_chunk(owner, chunk_size):
         raise ValueError(f"{owner}: chunk_size must be None or a positive integer, got {chunk_size!r}")
 
 
-class Inference:
+class Inference(Component, family="inference"):
     """Base class of the inference declarations: the interface of the module docstring."""
 
-    likelihoods = {}
+    requires = ""
     inducing_rule = "forbidden"
     local_state = None
     # What ``Posterior.log_evidence`` is for this method, in words (the CLI prints it).
@@ -55,8 +60,21 @@ class Inference:
     # Whether variational_entries adds q's parameters to the optimised hyperparameters.
     optimises_variational_parameters = False
 
+    def accepts(self, likelihood):
+        """Whether ``likelihood`` provides the capability this method ``requires``.
+
+        Parameters
+        ----------
+        likelihood : gpdsl.likelihoods.Likelihood
+
+        Returns
+        -------
+        bool
+        """
+        return likelihood.provides(self.requires)
+
     def check_likelihood(self, likelihood):
-        """Check that this method accepts ``likelihood``: its class, and its link where that matters.
+        """Check that this method accepts ``likelihood`` (:meth:`accepts`).
 
         Parameters
         ----------
@@ -66,17 +84,18 @@ class Inference:
         Raises
         ------
         ValueError
-            The pair is not supported (the message lists the supported pairs), or the link is not
-            one this method handles.
+            The pair is not supported: where another variant of the likelihood's class would be
+            (another link), the message names it; otherwise it lists the supported pairs.
         """
+        if self.accepts(likelihood):
+            return
         name = type(self).__name__
-        links = self.likelihoods.get(type(likelihood), ())
-        if type(likelihood) not in self.likelihoods:
-            raise ValueError(f"Model: {type(likelihood).__name__} with {name} is not supported; supported pairs: "
-                             f"{', '.join(supported_pairs())}")
-        if links is not None and likelihood.link not in links:
-            wanted = " or ".join(f"link={link!r}" for link in links)
-            raise ValueError(f"Model: {name} needs {type(likelihood).__name__}({wanted}), got link={likelihood.link!r}")
+        others = [v for v in type(likelihood).variants() if self.accepts(v)]
+        if others:
+            wanted = " or ".join(_variant_text(v, likelihood) for v in others)
+            raise ValueError(f"Model: {name} needs {wanted}, got {_variant_text(likelihood, others[0])}")
+        raise ValueError(f"Model: {type(likelihood).__name__} with {name} is not supported (it needs a likelihood "
+                         f"that provides {self.requires!r}); supported pairs: {', '.join(supported_pairs())}")
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
         """One evaluation of the method's objective at fixed hyperparameters.
@@ -192,14 +211,14 @@ class Exact(Inference):
     """
 
     jitter: float | None = None
-    likelihoods = {lik.Gaussian: None, lik.HeteroscedasticGaussian: None}
+    requires = "noise"
     log_evidence_kind = "exact log marginal likelihood"
 
     def __post_init__(self):
         check_jitter("Exact", self.jitter)
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
-        return exact.evaluate(kernel, likelihood, values, X, y, jitter=self.jitter, need_grad=need_grad,
+        return exact.evaluate(kernel, likelihood, X, y, jitter=self.jitter, need_grad=need_grad,
                               need_state=need_state)
 
 
@@ -233,7 +252,7 @@ class _CollapsedGaussian(Inference):
         _check_chunk(type(self).__name__, self.chunk_size)
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
-        return collapsed.evaluate(kernel, likelihood, values, X, y, Z, fitc=self.fitc, dtc=self.dtc,
+        return collapsed.evaluate(kernel, likelihood, X, y, Z, fitc=self.fitc, dtc=self.dtc,
                                   jitter=self.jitter, chunk_size=self.chunk_size, need_grad=need_grad,
                                   need_state=need_state)
 
@@ -248,7 +267,6 @@ class VFE(_CollapsedGaussian):
     """
 
     __doc__ += _COLLAPSED_PARAMETERS
-    likelihoods = {lik.Gaussian: None, lik.HeteroscedasticGaussian: None}
     log_evidence_kind = "collapsed variational bound"
 
 
@@ -262,11 +280,10 @@ class DTC(_CollapsedGaussian):
     not a bound on the exact log marginal likelihood and can exceed it (Titsias' Figure 2(c)).  Its
     predictive is VFE's (Titsias section 3.1: the optimal q(u) of eq. 17 gives the PP predictive).
     The inducing inputs act as extra kernel hyperparameters; fitting them with the
-    hyperparameters overfits (Titsias sections 4 and 5).  Gaussian likelihood only.
+    hyperparameters overfits (Titsias sections 4 and 5).  Gaussian noise, homoscedastic or per point.
     """
 
     __doc__ += _COLLAPSED_PARAMETERS
-    likelihoods = {lik.Gaussian: None}
     log_evidence_kind = "DTC (projected process) approximate log marginal likelihood"
     dtc = True
 
@@ -274,12 +291,12 @@ class DTC(_CollapsedGaussian):
 @dataclass(frozen=True)
 class FITC(_CollapsedGaussian):
     """The FITC / SPGP approximate marginal likelihood (Snelson & Ghahramani 2006; Titsias 2009
-    eq. 5): ``log N(y | 0, Q_ff + diag(K_ff - Q_ff) + sigma^2 I)``.  Gaussian likelihood only.
+    eq. 5): ``log N(y | 0, Q_ff + diag(K_ff - Q_ff) + sigma^2 I)``.  Gaussian noise, homoscedastic or per
+    point (sigma^2 then diagonal).
     """
 
     __doc__ += _COLLAPSED_PARAMETERS
 
-    likelihoods = {lik.Gaussian: None}
     log_evidence_kind = "FITC approximate log marginal likelihood"
     fitc = True
 
@@ -326,7 +343,7 @@ class _SiteInference(Inference):
     chunk_size: int | None = None
     inducing_rule = "optional"
     local_state = expectation_propagation.SITES_FORMAT
-    likelihoods = {lik.Bernoulli: ("probit", "logit"), lik.Poisson: ("square",), lik.StudentT: None}
+    requires = "site_model"
 
     def __post_init__(self):
         name = type(self).__name__
@@ -345,7 +362,7 @@ class _SiteInference(Inference):
         return self.schedule == "parallel"
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
-        return expectation_propagation.evaluate(kernel, likelihood, values, X, y, Z, spec=self, warm=warm,
+        return expectation_propagation.evaluate(kernel, likelihood, X, y, Z, spec=self, warm=warm,
                                                 need_grad=need_grad, need_state=need_state)
 
 
@@ -528,7 +545,7 @@ class PolyaGamma(Inference):
     stop_window: int = 200
     inducing_rule = "required"
     # The Pólya-Gamma augmentation exists for the logistic link only.
-    likelihoods = {lik.Bernoulli: ("logit",)}
+    requires = "polya_gamma"
 
     def __post_init__(self):
         check_positive_number("PolyaGamma", "tol", self.tol)
@@ -572,16 +589,16 @@ class PolyaGamma(Inference):
             return self._variational().evaluate(kernel, stochastic_polya_gamma.PolyaGammaExpectations(likelihood),
                                                 values, X, y, Z, need_grad=need_grad, need_state=need_state,
                                                 warm=warm)
-        return polya_gamma.evaluate(kernel, likelihood, values, X, y, Z, spec=self, warm=warm, need_grad=need_grad,
+        return polya_gamma.evaluate(kernel, likelihood, X, y, Z, spec=self, warm=warm, need_grad=need_grad,
                                     need_state=need_state)
 
     def minimise(self, objective, u0, max_iter, progress, callback):
         if self.minibatch is None:
             return super().minimise(objective, u0, max_iter, progress, callback)
-        expectations = stochastic_polya_gamma.PolyaGammaExpectations(objective.model.likelihood)
         # One pass per step: the hyperparameters' gradient at the q the step starts from costs half
         # of the gradient at the q it moves to, and reached the same test NLPD on twonorm (N = 1e6).
-        return stochastic.minimise(objective, u0, max_iter, progress, callback, spec=self, likelihood=expectations,
+        return stochastic.minimise(objective, u0, max_iter, progress, callback, spec=self,
+                                  expectations=stochastic_polya_gamma.PolyaGammaExpectations,
                                    one_pass=True)
 
 
@@ -611,7 +628,7 @@ class Laplace(Inference):
     jitter: float | None = None
     chunk_size: int | None = None
     inducing_rule = "optional"
-    likelihoods = {lik.Bernoulli: ("probit", "logit"), lik.StudentT: None}
+    requires = "log_density_derivatives"
     log_evidence_kind = "Laplace approximation"
     supports_dask_chunks = True
 
@@ -622,15 +639,11 @@ class Laplace(Inference):
         _check_chunk("Laplace", self.chunk_size)
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
-        return laplace.evaluate(kernel, likelihood, values, X, y, Z, tol=self.tol, max_iter=self.max_iter,
+        return laplace.evaluate(kernel, likelihood, X, y, Z, tol=self.tol, max_iter=self.max_iter,
                                 jitter=self.jitter, chunk_size=self.chunk_size, need_grad=need_grad,
                                 need_state=need_state)
 
 
-# Likelihoods the variational methods integrate by their variational_expectations (Poisson's in
-# closed form: its log|f| is singular at f = 0, which a quadrature rule over q(f) does not resolve).
-_VARIATIONAL_LIKELIHOODS = {lik.Gaussian: None, lik.Bernoulli: ("probit", "logit"), lik.StudentT: None,
-                            lik.Poisson: ("square",)}
 Q_UPDATES = ("natural", "joint")
 _Q_PARAMETERS = """
     Parameters
@@ -666,7 +679,7 @@ class _Variational(Inference):
     q_updates: str = "natural"
     q_tol: float = 1e-10
     q_max_iter: int = 100
-    likelihoods = _VARIATIONAL_LIKELIHOODS
+    requires = "variational_expectations"
     log_evidence_kind = "ELBO"
 
     def __post_init__(self):
@@ -701,7 +714,7 @@ class _Variational(Inference):
                              f"saddle of the bound for {likelihood.describe()} (p(y | f) = p(y | -f)), and stays "
                              "there; use q_updates='natural'")
 
-    def surrogate_q(self, kernel, likelihood, values, X, y, Z):
+    def surrogate_q(self, kernel, likelihood, X, y, Z):
         """q's start for a sign-symmetric likelihood: q fitted to its Gaussian surrogate regression.
 
         Where p(y | f) = p(y | -f) (Poisson with the square link) the prior's q, centred at 0, is a
@@ -721,8 +734,6 @@ class _Variational(Inference):
             The prior covariance function.
         likelihood : gpdsl.likelihoods.Likelihood
             The model's (sign-symmetric) likelihood.
-        values : dict of str to ndarray
-            Natural ``"kernel.*"`` (and ``"likelihood.*"``) values.
         X : ndarray, shape (N, D)
             Training inputs.
         y : ndarray, shape (N,)
@@ -735,10 +746,8 @@ class _Variational(Inference):
         dict of str to ndarray
             The ``"variational.*"`` entries of the start.
         """
-        weights, targets = likelihood.surrogate(values, "likelihood", X, y)
-        regression = {k: v for k, v in values.items() if k.startswith("kernel.")}
-        regression["likelihood.variance"] = np.array(1.0 / np.mean(weights))
-        q, _, _ = self._optimise_q(kernel, lik.Gaussian(), regression, X, targets / weights, Z,
+        weights, targets = likelihood.surrogate(X, y)
+        q, _, _ = self._optimise_q(kernel, gaussian_noise(1.0 / np.mean(weights)), {}, X, targets / weights, Z,
                                    self._initial_q(X.shape[0], Z), polish=False)
         return q
 
@@ -765,7 +774,7 @@ class _Variational(Inference):
             # Not from the previous q: one that an extreme line-search point (a tiny prior
             # variance) drew towards 0 stays near the saddle there (coal mining: ELBO -290.7
             # against -177.8 from the surrogate).
-            start = self.surrogate_q(kernel, likelihood, values, X, y, Z)
+            start = self.surrogate_q(kernel, likelihood, X, y, Z)
         elif warm_fits:
             start = warm.q
         # The posterior's q (need_state) is polished to a small fixed-point residual; within a
@@ -880,18 +889,38 @@ class VGP(_Variational):
                             need_state=need_state)
 
 
-INFERENCE = {cls.__name__: cls for cls in (Exact, VFE, DTC, FITC, EP, QP, PolyaGamma, Laplace, SVGP, VGP)}
+# The registry model files (TOML), saved posteriors and the CLI read: every concrete method.
+INFERENCE = Inference.registry
+
+
+def _variant_text(variant, other):
+    """``Bernoulli(link='logit')``: the class and the fields in which ``variant`` differs from ``other``."""
+    fields = [f.name for f in dataclasses.fields(variant) if type(other) is type(variant)
+              and not _same(getattr(variant, f.name), getattr(other, f.name))]
+    return f"{type(variant).__name__}({', '.join(f'{f}={getattr(variant, f)!r}' for f in fields)})"
+
+
+def _same(a, b):
+    try:
+        return bool(np.all(a == b))
+    except (TypeError, ValueError):
+        return a is b
 
 
 def supported_pairs():
-    """Every likelihood-inference pair the registry accepts.
+    """Every pair of gpdsl's likelihoods and inference methods that the methods accept: a pair is
+    listed when some variant of the likelihood class (:meth:`Likelihood.variants`, e.g. one per
+    link) provides what the method requires.  (A class defined outside gpdsl is accepted by the
+    same rule but not listed here.)
 
     Returns
     -------
     list of str
         ``"Likelihood + Inference"`` (e.g. ``"Gaussian + DTC"``), sorted.
     """
-    return sorted(f"{l.__name__} + {name}" for name, cls in INFERENCE.items() for l in cls.likelihoods)
+    own = [cls for name, cls in Likelihood.registry.items() if name == type_name(cls) and ":" not in name]
+    return sorted(f"{cls.__name__} + {name}" for name, method in INFERENCE.items() if name == type_name(method)
+                  for cls in own if any(variant.provides(method.requires) for variant in cls.variants()))
 
 
 __all__ = ["Inference", "Exact", "VFE", "DTC", "FITC", "EP", "QP", "PolyaGamma", "Laplace", "SVGP", "VGP", "INFERENCE"]

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import gpdsl as gd
+from gpdsl.components import bind
 from gpdsl.diagnostics import GRADIENT_FREE_STOPS, largest_gradient
 from gpdsl.inducing import NoCandidateError
 
@@ -424,7 +425,7 @@ def _check_predictions(post, X, y, where):
         if bad:
             return bad
     f_var = pred["f_var"].values
-    prior = post.model.kernel.diag(post.values, "kernel", X)
+    prior = bind(post.model.kernel, post.values, "kernel").diag(X)
     if np.any(f_var < 0):
         return Outcome("failure: f_var < 0", f"{where}: min f_var {f_var.min():.3g}")
     excess = f_var - prior * (1.0 + PRIOR_VARIANCE_RTOL)

@@ -321,3 +321,10 @@ def expected_log_square_series(m, v):
     j = np.arange(0, int(a + 40.0 * np.sqrt(a) + 200))
     weights = stats.poisson.pmf(j, a)
     return float(np.log(2.0 * v) + np.sum(weights * special.digamma(0.5 + j)) / np.sum(weights))
+
+
+def bound(kernel, likelihood, values):
+    """The (kernel, likelihood) pair bound to a model's qualified ``values``, as the inference
+    methods receive them (``Model.bind``)."""
+    from gpdsl.components import bind
+    return bind(kernel, values, "kernel"), bind(likelihood, values, "likelihood")

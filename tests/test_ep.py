@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import gpdsl as gd
+from gpdsl.components import bind
 from conftest import shared_path
 import naive
 from naive import central_difference
@@ -67,14 +68,14 @@ def test_fitc_ep_equals_dense_ep_on_the_fitc_prior(synth, schedule, quantile):
     kernel = SE(0.8, 1.3)
     values = {"kernel.lengthscale": np.array(0.8), "kernel.variance": np.array(1.3)}
     spec = (gd.inference.QP if quantile else gd.inference.EP)(tol=1e-12, schedule=schedule, jitter=1e-6)
-    fitc = epm.FITCPrior(kernel, values, X, Z, 1e-6, None)
+    fitc = epm.FITCPrior(bind(kernel, values, "kernel"), X, Z, 1e-6, None)
     fitc_state = epm.run_sites(fitc, y, _site(0, 0.3), spec, None, quantile)
-    dense = epm.DensePrior(kernel, values, X)
-    Kuu = kernel.gram(values, "kernel", Z, Z)
+    dense = epm.DensePrior(bind(kernel, values, "kernel"), X)
+    Kuu = bind(kernel, values, "kernel").gram(Z, Z)
     Kuu += 1e-6 * np.mean(np.diag(Kuu)) * np.eye(len(Z))
-    Kfu = kernel.gram(values, "kernel", X, Z)
+    Kfu = bind(kernel, values, "kernel").gram(X, Z)
     Q = Kfu @ np.linalg.solve(Kuu, Kfu.T)
-    dense.K = Q + np.diag(kernel.diag(values, "kernel", X) - np.diag(Q))
+    dense.K = Q + np.diag(bind(kernel, values, "kernel").diag(X) - np.diag(Q))
     dense_state = epm.run_sites(dense, y, _site(0, 0.3), spec, None, quantile)
     assert fitc_state.converged and dense_state.converged
     np.testing.assert_allclose(fitc_state.tau, dense_state.tau, rtol=1e-8, atol=1e-10)
@@ -160,7 +161,7 @@ def test_gaussian_projection_reproduces_exact_regression_in_one_sweep():
     values = {"kernel.lengthscale": np.array(0.7), "kernel.variance": np.array(1.0)}
     exact = gd.Model(kernel=SE(0.7, 1.0), likelihood=gd.likelihoods.Gaussian(0.01)).fit(X, y, optimize=False)
     for schedule in ("sequential", "parallel"):
-        prior = epm.DensePrior(SE(0.7, 1.0), values, X)
+        prior = epm.DensePrior(bind(SE(0.7, 1.0), values, "kernel"), X)
         one = epm.run_sites(prior, y, _site(GAUSSIAN, 0.01), gd.inference.EP(max_sweeps=1, schedule=schedule), None, False)
         np.testing.assert_allclose(prior.mu, exact.predict(X).f_mean, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(np.diag(prior.Sigma), exact.predict(X).f_var, rtol=1e-8)
@@ -279,7 +280,7 @@ def _fitc_problem(name, synth, counts):
         X, y = counts
         Z, kernel, bias, kind = X[::10] + 0.05, SE(1.0, 1.5), 0.0, POISSON_SQUARE
     values = {"kernel.lengthscale": np.array(kernel.lengthscale), "kernel.variance": np.array(kernel.variance)}
-    return epm.FITCPrior(kernel, values, X, Z, 1e-6, None), y, bias, kind
+    return epm.FITCPrior(bind(kernel, values, "kernel"), X, Z, 1e-6, None), y, bias, kind
 
 
 def _fitc_state(prior):
@@ -383,7 +384,7 @@ def test_blocked_fitc_sweep_equals_dense_sweep_on_the_fitc_prior(synth):
     from gpdsl.methods import expectation_propagation as epm
     prior, y, bias, kind = _fitc_problem("probit", synth, None)
     warm = epm.run_sites(prior, y, _site(kind, bias), gd.inference.EP(max_sweeps=1), None, False)
-    dense = epm.DensePrior(SE(0.8, 1.3), {"kernel.lengthscale": np.array(0.8), "kernel.variance": np.array(1.3)},
+    dense = epm.DensePrior(bind(SE(0.8, 1.3), {"kernel.lengthscale": np.array(0.8), "kernel.variance": np.array(1.3)}, "kernel"),
                            synth[0][:80])
     dense.K = prior.A0 @ prior.A0.T + np.diag(prior.d0)
     tau_d, nu_d = warm.tau.copy(), warm.nu.copy()
@@ -409,7 +410,7 @@ def _abort_problem(n=23, m=9, site=12):
     rng = np.random.default_rng(5)
     X = rng.uniform(-1, 1, size=(n, 1))
     values = {"kernel.lengthscale": np.array(0.5), "kernel.variance": np.array(1.0)}
-    prior = epm.FITCPrior(SE(0.5, 1.0), values, X, X[:m], 0.0, None)
+    prior = epm.FITCPrior(bind(SE(0.5, 1.0), values, "kernel"), X, X[:m], 0.0, None)
     prior.A0 = np.ascontiguousarray(0.3 * rng.standard_normal((n, m)))
     prior.A0[:, 0] = 0.0
     prior.A0[site] = 0.0
@@ -612,17 +613,17 @@ def test_fitc_ep_where_k_uu_is_singular_to_rounding(poisson, inference):
     values = {"kernel.lengthscale": np.array(kernel.lengthscale), "kernel.variance": np.array(kernel.variance)}
     Z = gd.inducing.KMeans(8, seed=0).select(X, y).Z
     spec = inference(tol=1e-10)
-    fitc = epm.FITCPrior(kernel, values, X, Z, None, None)
-    assert np.linalg.cond(kernel.gram(values, "kernel", Z, Z)) > 1e14 and fitc.jitter == 0.0
+    fitc = epm.FITCPrior(bind(kernel, values, "kernel"), X, Z, None, None)
+    assert np.linalg.cond(bind(kernel, values, "kernel").gram(Z, Z)) > 1e14 and fitc.jitter == 0.0
     site = lik.site_model({"likelihood.bias": np.array(0.0)}, "likelihood")
     fitc_state = epm.run_sites(fitc, y, site, spec, None, inference is gd.inference.QP)
     with mpmath.workdps(50):
-        Kuu = mpmath.matrix(kernel.gram(values, "kernel", Z, Z).tolist())
-        Kuf = mpmath.matrix(kernel.gram(values, "kernel", Z, X).tolist())
+        Kuu = mpmath.matrix(bind(kernel, values, "kernel").gram(Z, Z).tolist())
+        Kuf = mpmath.matrix(bind(kernel, values, "kernel").gram(Z, X).tolist())
         Q = Kuf.T * mpmath.inverse(Kuu) * Kuf
         Q = np.array(Q.tolist(), dtype=float)
-    dense = epm.DensePrior(kernel, values, X)
-    dense.K = Q + np.diag(np.maximum(kernel.diag(values, "kernel", X) - np.diag(Q), 0.0))
+    dense = epm.DensePrior(bind(kernel, values, "kernel"), X)
+    dense.K = Q + np.diag(np.maximum(bind(kernel, values, "kernel").diag(X) - np.diag(Q), 0.0))
     dense_state = epm.run_sites(dense, y, site, spec, None, inference is gd.inference.QP)
     assert fitc_state.converged and dense_state.converged
     np.testing.assert_allclose(fitc.marginals()[0], dense.marginals()[0], rtol=1e-6)
@@ -717,7 +718,7 @@ def test_poisson_ep_with_clamped_sites_is_neither_falsely_converged_nor_silent()
     assert sites.converged and sites.clamped > 20
     # The sites are a fixed point of the undamped sweep, not frozen by damping.
     tau, nu = sites.tau.copy(), sites.nu.copy()
-    prior = epm.DensePrior(model.kernel, values, X)
+    prior = epm.DensePrior(bind(model.kernel, values, "kernel"), X)
     prior.refresh(tau, nu)
     site = model.likelihood.site_model(values, "likelihood")
     step, _ = prior.sequential_sweep(tau, nu, COAL_COUNTS, site.params, site.kind, None, 0.0, None, None)

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 import gpdsl as gd
+from gpdsl.components import bind
 import naive
 import naive_laplace
 from gpdsl.methods import collapsed, exact, laplace
 from gpdsl.methods.expectation_propagation import site_regression
 from conftest import shared_path
-from naive import central_difference
+from naive import bound, central_difference
 
 SE = gd.kernels.SquaredExponential
 
@@ -88,8 +89,8 @@ def test_the_mode_solves_its_equation(synth):
     X, y = synth[0], np.where(synth[1] > 0, 1.0, -1.0)
     lik = gd.likelihoods.Bernoulli(link="logit", bias=-0.2)
     values = {"likelihood.bias": np.array(-0.2)}
-    K = SE(1.0, 1.0).gram({"kernel.lengthscale": np.array(1.0), "kernel.variance": np.array(1.0)}, "kernel", X, X)
-    a, f, psi, (lp, g, _, _) = laplace.find_mode(lik, values, K, y, tol=1e-12, max_iter=100)
+    K = bind(SE(1.0, 1.0), {"kernel.lengthscale": np.array(1.0), "kernel.variance": np.array(1.0)}, "kernel").gram(X, X)
+    a, f, psi, (lp, g, _, _) = laplace.find_mode(bind(lik, values, 'likelihood'), K, y, tol=1e-12, max_iter=100)
     np.testing.assert_allclose(f, K @ g, rtol=0, atol=1e-9)
     np.testing.assert_allclose(a, g, rtol=0, atol=1e-9)
     assert psi == pytest.approx(-0.5 * g @ K @ g + np.sum(lp), abs=1e-9)
@@ -183,14 +184,14 @@ def _reference_prediction(values, X, Z, X_test, ref, jitter=JITTER):
 def _predict(state, values, X_test):
     """f_* | y from a PredictiveState (its documented form)."""
     kern = SE(values["kernel.lengthscale"], values["kernel.variance"])
-    b = state.basis(kern.gram(values, "kernel", state.Z, X_test))
-    return b.T @ state.weights, kern.diag(values, "kernel", X_test) - np.einsum("ij,ij->j", b, state.correction @ b)
+    b = state.basis(bind(kern, values, "kernel").gram(state.Z, X_test))
+    return b.T @ state.weights, bind(kern, values, "kernel").diag(X_test) - np.einsum("ij,ij->j", b, state.correction @ b)
 
 
 def _fitc(likelihood, values, X, y, Z, **options):
     kern = SE(values["kernel.lengthscale"], values["kernel.variance"])
     options = {"tol": 1e-15, "max_iter": 200, "jitter": JITTER, **options}
-    return laplace.evaluate(kern, likelihood, values, X, y, Z, **options)
+    return laplace.evaluate(*bound(kern, likelihood, values), X, y, Z, **options)
 
 
 @pytest.mark.parametrize("link", ["probit", "logit"])
@@ -278,14 +279,14 @@ def test_fitc_mode_and_state_are_the_site_regressions(synth_fitc, link):
     lik = gd.likelihoods.Bernoulli(link=link, bias=0.4)
     values = SYNTH_VALUES
     ev = _fitc(lik, values, X, y, Z, need_state=True)
-    prior = laplace.FITCCovariance(SE(1.0, 1.0), values, X, Z, JITTER, None)
-    a, f, _, (_, g, _, _) = laplace.find_mode(lik, values, prior, y, tol=1e-15, max_iter=100)
+    prior = laplace.FITCCovariance(bind(SE(1.0, 1.0), values, "kernel"), X, Z, JITTER, None)
+    a, f, _, (_, g, _, _) = laplace.find_mode(bind(lik, values, 'likelihood'), prior, y, tol=1e-15, max_iter=100)
     k = _se(values)
     Kt = naive_laplace.fitc_covariance(k(X, X), k(Z, X), k(Z, Z), JITTER)
     np.testing.assert_allclose(f, Kt @ g, rtol=0, atol=1e-10)
     np.testing.assert_allclose(a, g, rtol=0, atol=1e-9)
     W, nu = ev.pseudo_data
-    state = site_regression(SE(1.0, 1.0), values, X, Z, W, nu, jitter=JITTER, chunk_size=None, need_grad=False,
+    state = site_regression(bind(SE(1.0, 1.0), values, "kernel"), X, Z, W, nu, jitter=JITTER, chunk_size=None, need_grad=False,
                             need_state=True).state
     for field in ("weights", "correction", "q_mean", "q_cov", "chol"):
         np.testing.assert_allclose(getattr(ev.state, field), getattr(state, field), rtol=0, atol=1e-10,
@@ -304,11 +305,11 @@ def test_gaussian_likelihood_gives_the_exact_and_fitc_regressions(toy_regression
     kern = SE(values["kernel.lengthscale"], values["kernel.variance"])
     X_test = np.random.default_rng(5).uniform(-3, 3, size=(20, 2))
     for Zi in (None, Z):
-        ev = laplace.evaluate(kern, lik, values, X, y, Zi, tol=1e-15, max_iter=50, jitter=JITTER, need_state=True)
+        ev = laplace.evaluate(*bound(kern, lik, values), X, y, Zi, tol=1e-15, max_iter=50, jitter=JITTER, need_state=True)
         if Zi is None:
-            want = exact.evaluate(kern, lik, values, X, y, jitter=None, need_grad=True, need_state=True)
+            want = exact.evaluate(*bound(kern, lik, values), X, y, jitter=None, need_grad=True, need_state=True)
         else:
-            want = collapsed.evaluate(kern, lik, values, X, y, Zi, fitc=True, jitter=JITTER, need_grad=True,
+            want = collapsed.evaluate(*bound(kern, lik, values), X, y, Zi, fitc=True, jitter=JITTER, need_grad=True,
                                       need_state=True)
             np.testing.assert_allclose(ev.dZ, want.dZ, rtol=0, atol=1e-9)
         assert ev.log_evidence == pytest.approx(want.log_evidence, abs=1e-9)
@@ -359,7 +360,7 @@ def test_fitc_refuses_a_too_negative_w():
     """FITC: 1 + W (K_nn - Q_nn) <= 0 at the mode is a FloatingPointError (GPML returns NaN)."""
     X = np.array([[0.0], [5.0]])
     values = {"kernel.lengthscale": np.array(1.0), "kernel.variance": np.array(1.0)}
-    prior = laplace.FITCCovariance(SE(1.0, 1.0), values, X, np.array([[0.0]]), 0.0, None)
+    prior = laplace.FITCCovariance(bind(SE(1.0, 1.0), values, "kernel"), X, np.array([[0.0]]), 0.0, None)
     with pytest.raises(FloatingPointError, match="W too negative"):
         prior.factor(np.array([0.5, -2.0]))
 

@@ -2,6 +2,7 @@
 import numpy as np
 
 import gpdsl as gd
+from gpdsl.components import bind
 
 SE = gd.kernels.SquaredExponential
 KERNELS = {
@@ -21,8 +22,8 @@ LIKELIHOODS = {
 def predict_f(kernel, values, state, Xs):
     """Latent mean and variance at Xs from a PredictiveState, written out independently of
     Posterior.predict_f: b = chol^-1 K_z*, mean b^T weights, variance k_** - b^T correction b."""
-    b = state.basis(kernel.gram(values, "kernel", state.Z, Xs))
-    return b.T @ state.weights, kernel.diag(values, "kernel", Xs) - np.einsum("ij,ij->j", b, state.correction @ b)
+    b = state.basis(bind(kernel, values, "kernel").gram(state.Z, Xs))
+    return b.T @ state.weights, bind(kernel, values, "kernel").diag(Xs) - np.einsum("ij,ij->j", b, state.correction @ b)
 
 
 class Counting:

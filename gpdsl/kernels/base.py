@@ -145,6 +145,11 @@ class _Composite(Kernel):
         bound = dataclasses.replace(self, kernels=tuple(parts))
         return bound
 
+    @classmethod
+    def variants(cls):
+        parts = Kernel.registry
+        return (cls((parts["SquaredExponential"](0.7, 1.2), parts["Matern52"](np.array([1.0, 0.5]), 0.6))),)
+
     @staticmethod
     def _named(i, grads):
         return {f"{i}.{name}": g for name, g in grads.items()}

@@ -82,6 +82,10 @@ class Stationary(Kernel, abstract=True):
                           dims=("feature",) if self.ard else ()),
                 Parameter("variance", self.variance)]
 
+    @classmethod
+    def variants(cls):
+        return (cls(lengthscale=0.8, variance=1.3), cls(lengthscale=np.array([0.6, 1.4]), variance=0.9))
+
     def _scaled_sqdist(self, X1, X2):
         """r2 (n1, n2) by the BLAS cross term |a|^2 - 2 a.b + |b|^2 on inputs centred at the
         mean of X1 (centring keeps the cancellation error at eps * spread, not eps * |x|^2)."""

@@ -41,7 +41,7 @@ _LOG_2PI = np.log(2.0 * np.pi)
 _CACHE_BYTES = 2 ** 28      # 256 MB of cached A = L^-1 K_uf (and K_uf when both fit)
 
 
-def whitened_rows(kernel, values, X, Z, L):
+def whitened_rows(kernel, X, Z, L):
     """The whitened cross-covariances of one row block, ``A = L^-1 K_uf`` (thesis B.1).
 
     Shared by this engine, the Pólya-Gamma c loop, FITC-Laplace and SVGP.
@@ -50,8 +50,6 @@ def whitened_rows(kernel, values, X, Z, L):
     ----------
     kernel : gpdsl.kernels.Kernel
         The covariance function.
-    values : dict
-        Natural hyperparameter values by name (the kernel's under the prefix ``"kernel"``).
     X : ndarray, shape (n, D)
         The row block's inputs.
     Z : ndarray, shape (M, D)
@@ -71,9 +69,9 @@ def whitened_rows(kernel, values, X, Z, L):
         K_nn - Q_nn = K_nn - |a_n|^2, the diagonal of the conditional prior covariance
         (Titsias 2009 eq. 14's trace summand).
     """
-    Kuf = kernel.gram(values, "kernel", Z, X)
+    Kuf = kernel.gram(Z, X)
     A = whiten(L, Kuf)
-    kff = kernel.diag(values, "kernel", X)
+    kff = kernel.diag(X)
     return Kuf, A, kff, kff - np.einsum("ij,ij->j", A, A)
 
 
@@ -97,7 +95,7 @@ def check_rows_nystrom(residual, kff):
         raise FloatingPointError("K_uu too ill-conditioned: Q_nn > K_nn")
 
 
-def evaluate(kernel, likelihood, values, X, y, Z, *, fitc, dtc=False, jitter=None, chunk_size=None,
+def evaluate(kernel, likelihood, X, y, Z, *, fitc, dtc=False, jitter=None, chunk_size=None,
              need_grad=True, need_state=False):
     """The collapsed objective, its gradients and, if asked, the posterior q(u).
 
@@ -110,8 +108,6 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, fitc, dtc=False, jitter=Non
         The covariance function.
     likelihood : gpdsl.likelihoods.Gaussian or HeteroscedasticGaussian
         Supplies the noise variances (``noise``) and their adjoint (``noise_vjp``).
-    values : dict
-        Natural hyperparameter values by name (``"kernel.*"``, ``"likelihood.*"``).
     X : ndarray or dask.array.Array, shape (N, D)
         Training inputs (a Dask array runs the row passes as Dask tasks).
     y : ndarray, shape (N,)
@@ -155,19 +151,19 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, fitc, dtc=False, jitter=Non
     rungs = JITTER_LADDER if jitter is None else (float(jitter),)
     for attempt, rung in enumerate(rungs):
         try:
-            return _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, dtc, rung, chunk_size, need_grad,
+            return _evaluate_at(kernel, likelihood, X, y, Z, fitc, dtc, rung, chunk_size, need_grad,
                                 need_state)
         except (np.linalg.LinAlgError, FloatingPointError):
             if attempt == len(rungs) - 1:
                 raise
 
 
-def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, dtc, jitter, chunk_size, need_grad, need_state):
+def _evaluate_at(kernel, likelihood, X, y, Z, fitc, dtc, jitter, chunk_size, need_grad, need_state):
     n, m = X.shape[0], Z.shape[0]
     chunk = chunk_size or default_chunk_size(n, m)
-    Kuu = kernel.gram(values, "kernel", Z, Z)
+    Kuu = kernel.gram(Z, Z)
     L, jit = cholesky(Kuu, jitter, what="K_uu")
-    noise = likelihood.noise(values, "likelihood", X)
+    noise = likelihood.noise(X)
     if np.any(noise <= 0) or not np.all(np.isfinite(noise)):
         raise FloatingPointError("noise variances must be positive and finite")
 
@@ -178,7 +174,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, dtc, jitter, chunk_s
     # chunk function holds state.
     cache = need_grad and n * m * 8 <= _CACHE_BYTES
     keep_kuf = 2 * n * m * 8 <= _CACHE_BYTES
-    rows = partial(_block_rows, kernel, values, Z, L, fitc, cache, keep_kuf)
+    rows = partial(_block_rows, kernel, Z, L, fitc, cache, keep_kuf)
 
     def statistics_pass(Xb, yb, noise_b, hit=None):
         (_, A, kff, residual, lam), kept = rows(Xb, noise_b, hit)
@@ -218,7 +214,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, dtc, jitter, chunk_s
 
     grads, dZ = {}, None
     if need_grad:
-        grads, dZ = _gradient_pass(kernel, likelihood, values, data, Z, rows, kept, chunk, fitc, dtc, jit,
+        grads, dZ = _gradient_pass(kernel, likelihood, data, Z, rows, kept, chunk, fitc, dtc, jit,
                                    alpha, solve_upper_t(L, alpha), B_inv, B_minus_I, Li)
     state = None
     if need_state:
@@ -229,7 +225,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, fitc, dtc, jitter, chunk_s
                       pseudo_data=(1.0 / noise, y / noise))
 
 
-def _block_rows(kernel, values, Z, L, fitc, cache, keep_kuf, Xb, noise_b, hit):
+def _block_rows(kernel, Z, L, fitc, cache, keep_kuf, Xb, noise_b, hit):
     """((K_uf, A = L^-1 K_uf, K_nn, K_nn - Q_nn, lambda), kept) for the row block Xb (n, D) with
     noise variances noise_b (n,); ``hit`` is the block's kept item of an earlier pass (None: compute
     afresh), ``kept`` what a later pass may reuse (None unless ``cache``; without ``keep_kuf``, K_uf
@@ -241,18 +237,18 @@ def _block_rows(kernel, values, Z, L, fitc, cache, keep_kuf, Xb, noise_b, hit):
     rounding noise in the bound and ~1 in its gradient; A W A^T loses nothing of that size.
     """
     if hit is None:
-        hit = whitened_rows(kernel, values, Xb, Z, L)
+        hit = whitened_rows(kernel, Xb, Z, L)
         if fitc:
             check_rows_nystrom(hit[3], hit[2])     # VFE checks the weighted trace
     kept = (hit if keep_kuf else (None,) + hit[1:]) if cache else None
     Kuf, A, kff, residual = hit
     if Kuf is None:
-        Kuf = kernel.gram(values, "kernel", Z, Xb)
+        Kuf = kernel.gram(Z, Xb)
     lam = residual + noise_b if fitc else noise_b
     return (Kuf, A, kff, residual, lam), kept
 
 
-def _gradient_pass(kernel, likelihood, values, data, Z, rows, kept, chunk, fitc, dtc, jit,
+def _gradient_pass(kernel, likelihood, data, Z, rows, kept, chunk, fitc, dtc, jit,
                    alpha, beta, B_inv, B_minus_I, Li):
     """Adjoints of K_uf (per chunk), K_uu, K_nn and lambda, contracted with the kernel VJPs.
 
@@ -309,9 +305,9 @@ def _gradient_pass(kernel, likelihood, values, data, Z, rows, kept, chunk, fitc,
             G_uf += np.outer(beta, e)
             G_uf *= w
             g_kff = -0.5 * w
-        kgrads, dZ = kernel.vjp(values, "kernel", Z, Xb, G_uf, K=Kuf)
+        kgrads, dZ = kernel.vjp(Z, Xb, G_uf, K=Kuf)
         if g_kff is not None:                    # DTC's objective does not involve K_nn
-            kgrads = add_partial(kgrads, kernel.diag_vjp(values, "kernel", Xb, g_kff))
+            kgrads = add_partial(kgrads, kernel.diag_vjp(Xb, g_kff))
         return (kgrads, dZ, G_uu_part), (g_lam,)
 
     (kgrads, dZ, G_uu_part), (g_lam,) = map_rows(pass_fn, data, chunk, width=m, carried=kept)
@@ -320,7 +316,7 @@ def _gradient_pass(kernel, likelihood, values, data, Z, rows, kept, chunk, fitc,
         G_uu_white = G_uu_white - 0.5 * B_minus_I           # -1/2 K_uu^-1 P K_uu^-1, whitened
     G_uu = Li.T @ G_uu_white @ Li
     G_uu = jitter_adjoint(0.5 * (G_uu + G_uu.T), jit)
-    uu_grads, dZ_uu = kernel.vjp(values, "kernel", Z, Z, G_uu)
+    uu_grads, dZ_uu = kernel.vjp(Z, Z, G_uu)
     grads = add_partial(kgrads, uu_grads)
-    grads = add_partial(grads, likelihood.noise_vjp(values, "likelihood", data[0], g_lam))
+    grads = add_partial(grads, likelihood.noise_vjp(data[0], g_lam))
     return grads, dZ + 2.0 * dZ_uu

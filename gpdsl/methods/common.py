@@ -6,6 +6,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..components import Bound
+from ..likelihoods import Gaussian, HeteroscedasticGaussian
 from ..linalg import whiten
 
 
@@ -100,6 +102,37 @@ class Evaluation:
     # amounts to at these hyperparameters -- noise 1/w, targets r/w.  Greedy inducing selection
     # reads them (HGV weights, GreedyBound's bound); None where the method does not provide them.
     pseudo_data: tuple | None = None
+
+
+def known_noise(variance):
+    """The bound per-point Gaussian noise of a pseudo-regression (EP's and Laplace's sites, the
+    Pólya-Gamma targets), as the Gaussian engines take a likelihood.
+
+    Parameters
+    ----------
+    variance : ndarray, shape (N,)
+        Positive noise variances.
+
+    Returns
+    -------
+    gpdsl.components.Bound
+    """
+    return Bound(HeteroscedasticGaussian(variance=variance).bind(), "likelihood")
+
+
+def gaussian_noise(variance):
+    """The bound homoscedastic Gaussian likelihood of a surrogate regression.
+
+    Parameters
+    ----------
+    variance : float
+        The noise variance.
+
+    Returns
+    -------
+    gpdsl.components.Bound
+    """
+    return Bound(Gaussian(variance=variance).bind(), "likelihood")
 
 
 class ConvergenceWarning(UserWarning):

@@ -16,7 +16,7 @@ from .common import Evaluation, PredictiveState
 _LOG_2PI = np.log(2.0 * np.pi)
 
 
-def evaluate(kernel, likelihood, values, X, y, Z=None, *, jitter=None, chunk_size=None,
+def evaluate(kernel, likelihood, X, y, Z=None, *, jitter=None, chunk_size=None,
              need_grad=True, need_state=False):
     """Exact log marginal likelihood; X (N, D), y (N,).  ``Z`` and ``chunk_size`` are unused.
 
@@ -28,8 +28,6 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, jitter=None, chunk_siz
         The prior covariance function.
     likelihood : gpdsl.likelihoods.Likelihood
         Gaussian or HeteroscedasticGaussian (its ``noise``).
-    values : dict of str to ndarray
-        Natural hyperparameter values.
     X : ndarray, shape (N, D)
         Training inputs.
     y : ndarray, shape (N,)
@@ -51,13 +49,13 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, jitter=None, chunk_siz
         log p(y) of R&W eq. 2.30, its gradients (eq. 5.9), the pseudo-data (1/noise, y/noise).
     """
     with threads.bulk(float(X.shape[0]) ** 3):
-        return _evaluate(kernel, likelihood, values, X, y, jitter, need_grad, need_state)
+        return _evaluate(kernel, likelihood, X, y, jitter, need_grad, need_state)
 
 
-def _evaluate(kernel, likelihood, values, X, y, jitter, need_grad, need_state):
+def _evaluate(kernel, likelihood, X, y, jitter, need_grad, need_state):
     n = X.shape[0]
-    Kff = kernel.gram(values, "kernel", X, X)
-    noise = likelihood.noise(values, "likelihood", X)
+    Kff = kernel.gram(X, X)
+    noise = likelihood.noise(X)
     K = Kff + np.diag(noise)
     L, jit = cholesky(K, jitter, what="K_ff + noise")
     alpha = linalg.cho_solve((L, True), y, check_finite=False)
@@ -66,8 +64,8 @@ def _evaluate(kernel, likelihood, values, X, y, jitter, need_grad, need_state):
     grads = {}
     if need_grad:
         G = jitter_adjoint(0.5 * (np.outer(alpha, alpha) - K_inv), jit)
-        grads, _ = kernel.vjp(values, "kernel", X, X, G)
-        grads = add_partial(grads, likelihood.noise_vjp(values, "likelihood", X, np.diag(G).copy()))
+        grads, _ = kernel.vjp(X, X, G)
+        grads = add_partial(grads, likelihood.noise_vjp(X, np.diag(G).copy()))
     state = None
     if need_state:
         # Whitened (b_* = L^-1 k_*): var_* = k_** - |b_*|^2 can never exceed the prior variance,

@@ -30,11 +30,10 @@ import numpy as np
 from .._jit import announce_compilation, ep_sweeps, projections
 from .._jit.projections import POISSON_SQUARE, PROBIT
 from ..chunks import default_chunk_size, is_chunked, map_rows
-from ..likelihoods import HeteroscedasticGaussian
 from ..linalg import cholesky, inverse_from_cholesky, solve_lower, solve_upper_t
 from . import collapsed, exact
 from ..parameters import ParameterTable
-from .common import ConvergenceWarning, Evaluation, LocalStateFormat
+from .common import ConvergenceWarning, Evaluation, LocalStateFormat, known_noise
 
 # Site precisions below this are treated as this when the pseudo-data noise 1/tau is formed.
 _TAU_FLOOR = 1e-12
@@ -116,8 +115,6 @@ class DensePrior:
     ----------
     kernel : gpdsl.kernels.Kernel
         The prior covariance function.
-    values : dict of str to ndarray
-        Natural hyperparameter values.
     X : ndarray, shape (N, D)
         Training inputs.
     """
@@ -125,8 +122,8 @@ class DensePrior:
     # B is positive definite for any PSD K and tau >= 0, so the dense prior needs no jitter.
     jitter = 0.0
 
-    def __init__(self, kernel, values, X):
-        self.K = kernel.gram(values, "kernel", X, X)
+    def __init__(self, kernel, X):
+        self.K = kernel.gram(X, X)
 
     def refresh(self, tau, nu):
         """Sigma = K - V^T V, mu = Sigma nu and log |B| from the sites (GPML's stable form, R&W section 3.6).
@@ -206,8 +203,6 @@ class FITCPrior:
     ----------
     kernel : gpdsl.kernels.Kernel
         The prior covariance function.
-    values : dict of str to ndarray
-        Natural hyperparameter values.
     X : ndarray, shape (N, D)
         Training inputs.
     Z : ndarray, shape (M, D)
@@ -223,10 +218,10 @@ class FITCPrior:
         If K_uu cannot be factorised.
     """
 
-    def __init__(self, kernel, values, X, Z, jitter, chunk_size):
-        Lu, self.jitter = cholesky(kernel.gram(values, "kernel", Z, Z), jitter, what="K_uu")
-        self.A0 = np.ascontiguousarray(solve_lower(Lu, kernel.gram(values, "kernel", Z, X)).T)
-        self.d0 = np.maximum(kernel.diag(values, "kernel", X) - np.einsum("ij,ij->i", self.A0, self.A0), 0.0)
+    def __init__(self, kernel, X, Z, jitter, chunk_size):
+        Lu, self.jitter = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
+        self.A0 = np.ascontiguousarray(solve_lower(Lu, kernel.gram(Z, X)).T)
+        self.d0 = np.maximum(kernel.diag(X) - np.einsum("ij,ij->i", self.A0, self.A0), 0.0)
         self.chunk = chunk_size or default_chunk_size(X.shape[0], Z.shape[0])
 
     def refresh(self, tau, nu):
@@ -333,8 +328,6 @@ class ChunkedFITCPrior:
     ----------
     kernel : gpdsl.kernels.Kernel
         The prior covariance function.
-    values : dict of str to ndarray
-        Natural hyperparameter values.
     X : Dask array, shape (N, D)
         Training inputs.
     Z : ndarray, shape (M, D)
@@ -345,9 +338,9 @@ class ChunkedFITCPrior:
         Rows per block of the O(N M^2) passes (None: automatic).
     """
 
-    def __init__(self, kernel, values, X, Z, jitter, chunk_size):
-        self.Lu, self.jitter = cholesky(kernel.gram(values, "kernel", Z, Z), jitter, what="K_uu")
-        self.block, self.X = partial(_prior_block, kernel, values, Z, self.Lu), X
+    def __init__(self, kernel, X, Z, jitter, chunk_size):
+        self.Lu, self.jitter = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
+        self.block, self.X = partial(_prior_block, kernel, Z, self.Lu), X
         _, (self.d0,) = map_rows(partial(_residual_block, self.block), (X,), chunk_size)
         self.chunk = chunk_size
 
@@ -387,10 +380,10 @@ class ChunkedFITCPrior:
         return self.d + quad, self.nu_vec + shift
 
 
-def _prior_block(kernel, values, Z, Lu, X_block):
+def _prior_block(kernel, Z, Lu, X_block):
     """(A0 block (n, M), d0 = K_nn - Q_nn clipped at 0 (n,)) of a row block X_block (n, D)."""
-    A0 = np.ascontiguousarray(solve_lower(Lu, kernel.gram(values, "kernel", Z, X_block)).T)
-    return A0, np.maximum(kernel.diag(values, "kernel", X_block) - np.einsum("ij,ij->i", A0, A0), 0.0)
+    A0 = np.ascontiguousarray(solve_lower(Lu, kernel.gram(Z, X_block)).T)
+    return A0, np.maximum(kernel.diag(X_block) - np.einsum("ij,ij->i", A0, A0), 0.0)
 
 
 def _residual_block(block, X_block):
@@ -610,7 +603,7 @@ def log_evidence(prior, state, log_z, tau_cav, nu_cav, mean):
                  - 0.5 * np.sum(tn ** 2 / (tau_cav + tt)) + 0.5 * np.sum(np.log1p(tt / tau_cav)))
 
 
-def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_grad=True, need_state=False):
+def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=True, need_state=False):
     """EP / QP log evidence, gradients (kernel, Z, bias) and posterior; dense without Z, FITC with Z.
 
     ``spec`` is the gd.inference.EP / QP declaration; ``warm`` a :class:`SiteState` to start from.
@@ -622,8 +615,6 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
         The prior covariance function.
     likelihood : gpdsl.likelihoods.Likelihood
         The observation model (its :meth:`~gpdsl.likelihoods.Likelihood.site_model`).
-    values : dict of str to ndarray
-        Natural hyperparameter values.
     X : ndarray or Dask array, shape (N, D)
         Training inputs.
     y : ndarray, shape (N,)
@@ -650,8 +641,8 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
     Holden (2007), sections 3-4 (FITC-EP, its evidence gradients in the kernel, Z and the probit
     bias); Zhang et al. (2020), eq. 4 (QP's hyperparameters by EP's evidence formula).
     """
-    site = likelihood.site_model(values, "likelihood")
-    prior = _prior(kernel, values, X, Z, spec)
+    site = likelihood.site_model()
+    prior = _prior(kernel, X, Z, spec)
     # The evidence and its gradients are EP's for QP too (Zhang et al. fit hyperparameters with
     # EP's evidence): the gradient identity needs the moment-matching fixed point.
     state = run_sites(prior, y, site, spec, warm, quantile=False)
@@ -672,7 +663,7 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
                       "(flagged ep_clamped)", ConvergenceWarning, stacklevel=4)
     grads, dZ = {}, None
     if need_grad:
-        ev = site_regression(kernel, values, X, Z, state.tau, state.nu, jitter=prior.jitter,
+        ev = site_regression(kernel, X, Z, state.tau, state.nu, jitter=prior.jitter,
                              chunk_size=spec.chunk_size, need_grad=True, need_state=False)
         grads, dZ = dict(ev.grads), ev.dZ
         # The sites depend on the likelihood's parameters, but at an EP fixed point the evidence
@@ -682,21 +673,21 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None, need_
     if need_state:
         if spec.quantile:
             sites = run_sites(prior, y, site, spec, state, quantile=True)
-        post_state = site_regression(kernel, values, X, Z, sites.tau, sites.nu, jitter=prior.jitter,
+        post_state = site_regression(kernel, X, Z, sites.tau, sites.nu, jitter=prior.jitter,
                                      chunk_size=spec.chunk_size, need_grad=False, need_state=True).state
     return Evaluation(log_evidence=F, grads=grads, dZ=dZ, jitter=prior.jitter, state=post_state, warm=sites,
                       pseudo_data=(sites.tau, sites.nu))
 
 
-def _prior(kernel, values, X, Z, spec):
+def _prior(kernel, X, Z, spec):
     if Z is None:
-        return DensePrior(kernel, values, X)
+        return DensePrior(kernel, X)
     if is_chunked((X,)):
-        return ChunkedFITCPrior(kernel, values, X, Z, spec.jitter, spec.chunk_size)
-    return FITCPrior(kernel, values, X, Z, spec.jitter, spec.chunk_size)
+        return ChunkedFITCPrior(kernel, X, Z, spec.jitter, spec.chunk_size)
+    return FITCPrior(kernel, X, Z, spec.jitter, spec.chunk_size)
 
 
-def qp_sites(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None):
+def qp_sites(kernel, likelihood, X, y, Z=None, *, spec, warm=None):
     """QP's sites swept to convergence at ``values`` from ``warm`` (Algorithm 1's inner loop).
 
     Parameters
@@ -705,8 +696,6 @@ def qp_sites(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None):
         The prior covariance function.
     likelihood : gpdsl.likelihoods.Likelihood
         The observation model (its :meth:`~gpdsl.likelihoods.Likelihood.site_model`).
-    values : dict of str to ndarray
-        Natural hyperparameter values.
     X : ndarray or Dask array, shape (N, D)
         Training inputs.
     y : ndarray, shape (N,)
@@ -723,8 +712,8 @@ def qp_sites(kernel, likelihood, values, X, y, Z=None, *, spec, warm=None):
     -------
     SiteState
     """
-    prior = _prior(kernel, values, X, Z, spec)
-    return run_sites(prior, y, likelihood.site_model(values, "likelihood"), spec, warm, quantile=True)
+    prior = _prior(kernel, X, Z, spec)
+    return run_sites(prior, y, likelihood.site_model(), spec, warm, quantile=True)
 
 
 def qp_outer_loop(objective, u, max_iter, *, spec):
@@ -761,13 +750,12 @@ def qp_outer_loop(objective, u, max_iter, *, spec):
     for _ in range(spec.max_outer):
         values = table.unpack(u)
         Z = values.pop("inducing.Z", objective.Z0)
-        sites = qp_sites(model.kernel, model.likelihood, values, objective.X, objective.y, Z, spec=spec,
-                         warm=objective.warm)
+        kernel, likelihood = model.bind(values)
+        sites = qp_sites(kernel, likelihood, objective.X, objective.y, Z, spec=spec, warm=objective.warm)
         objective.warm, objective.total_sweeps = sites, objective.total_sweeps + sites.sweeps
         held = ParameterTable([replace(e, value=np.asarray(values[e.name], dtype=float), fixed=True)
                                if e.name.startswith("likelihood.") else e for e in table.entries])
-        step = objective.restricted(held, partial(evaluate_at_sites, model.kernel, model.likelihood, spec=spec,
-                                                  sites=sites))
+        step = objective.restricted(held, partial(evaluate_at_sites, model, spec=spec, sites=sites))
         result = step.minimise(held.pack({**values, "inducing.Z": Z}), max_iter, False, None)
         iterations += int(result.nit)
         u_new = table.pack(held.unpack(result.x))
@@ -785,21 +773,19 @@ def qp_outer_loop(objective, u, max_iter, *, spec):
     return u, False, iterations
 
 
-def evaluate_at_sites(kernel, likelihood, values, X, y, Z=None, *, spec, sites, warm=None, need_grad=True,
+def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, warm=None, need_grad=True,
                       need_state=False):
     """Zhang et al.'s eq. (4) with the sites (tau, nu) held fixed, less its constant
     sum_i log(Z~_i / sqrt(2 pi)): log N(nu/tau | 0, K + diag(1/tau)) with the dense or FITC
     prior K, and its gradient (kernel hyperparameters, Z).  The objective of Algorithm 1's line
-    15; ``likelihood``, ``y`` and ``warm`` are unused (the sites carry the data).
+    15; ``y`` and ``warm`` are unused (the sites carry the data).
 
     Parameters
     ----------
-    kernel : gpdsl.kernels.Kernel
-        The prior covariance function.
-    likelihood : gpdsl.likelihoods.Likelihood
-        The observation model (its :meth:`~gpdsl.likelihoods.Likelihood.site_model`).
+    model : gpdsl.model.Model
+        The model (its kernel is bound to ``values``).
     values : dict of str to ndarray
-        Natural hyperparameter values.
+        Natural hyperparameter values by qualified name.
     X : ndarray or Dask array, shape (N, D)
         Training inputs.
     y : ndarray, shape (N,)
@@ -821,13 +807,14 @@ def evaluate_at_sites(kernel, likelihood, values, X, y, Z=None, *, spec, sites, 
     -------
     gpdsl.methods.common.Evaluation
     """
-    ev = site_regression(kernel, values, X, Z, sites.tau, sites.nu, jitter=spec.jitter, chunk_size=spec.chunk_size,
+    kernel, _ = model.bind(values)
+    ev = site_regression(kernel, X, Z, sites.tau, sites.nu, jitter=spec.jitter, chunk_size=spec.chunk_size,
                          need_grad=need_grad, need_state=need_state)
     return Evaluation(log_evidence=ev.log_evidence, grads=dict(ev.grads), dZ=ev.dZ, jitter=ev.jitter,
                       state=ev.state)
 
 
-def site_regression(kernel, values, X, Z, tau, nu, *, jitter, chunk_size, need_grad, need_state):
+def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, need_state):
     """The Gaussian regression whose posterior is that of Gaussian sites with precisions tau and
     locations nu (N,) each: targets nu/tau, noise 1/tau, dense (Z None) or FITC.  EP's and QP's
     sites, and the Laplace approximation's (tau = W, nu = W f_hat + d log p), go through it.
@@ -836,8 +823,6 @@ def site_regression(kernel, values, X, Z, tau, nu, *, jitter, chunk_size, need_g
     ----------
     kernel : gpdsl.kernels.Kernel
         The prior covariance function.
-    values : dict of str to ndarray
-        Natural hyperparameter values.
     X : ndarray or Dask array, shape (N, D)
         Training inputs.
     Z : ndarray, shape (M, D) or None
@@ -861,10 +846,8 @@ def site_regression(kernel, values, X, Z, tau, nu, *, jitter, chunk_size, need_g
         Of log N(nu/tau | 0, K + diag(1/tau)) (K dense or FITC).
     """
     tau = np.maximum(tau, _TAU_FLOOR)
-    pseudo = HeteroscedasticGaussian(variance=1.0 / tau)
-    kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
+    pseudo = known_noise(1.0 / tau)
     if Z is None:
-        return exact.evaluate(kernel, pseudo, kernel_values, X, nu / tau, jitter=None,
-                              need_grad=need_grad, need_state=need_state)
-    return collapsed.evaluate(kernel, pseudo, kernel_values, X, nu / tau, Z, fitc=True, jitter=jitter,
+        return exact.evaluate(kernel, pseudo, X, nu / tau, jitter=None, need_grad=need_grad, need_state=need_state)
+    return collapsed.evaluate(kernel, pseudo, X, nu / tau, Z, fitc=True, jitter=jitter,
                               chunk_size=chunk_size, need_grad=need_grad, need_state=need_state)

@@ -75,7 +75,7 @@ from .common import Evaluation, PredictiveState
 from .expectation_propagation import site_regression
 
 
-def evaluate(kernel, likelihood, values, X, y, Z=None, *, tol, max_iter, need_grad=True, need_state=False,
+def evaluate(kernel, likelihood, X, y, Z=None, *, tol, max_iter, need_grad=True, need_state=False,
              jitter=None, chunk_size=None):
     """Laplace log evidence, its gradients (kernel hyperparameters, likelihood's, Z) and posterior.
 
@@ -93,8 +93,6 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, tol, max_iter, need_gr
         The prior covariance function.
     likelihood : gpdsl.likelihoods.Likelihood
         Bernoulli or StudentT (its log-density derivatives).
-    values : dict of str to ndarray
-        Natural hyperparameter values.
     X : ndarray or Dask array, shape (N, D)
         Training inputs.
     y : ndarray, shape (N,)
@@ -126,10 +124,10 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, tol, max_iter, need_gr
         Newton did not converge in ``max_iter`` steps, or the mode is not a maximum.
     """
     if Z is not None:
-        return _evaluate_fitc(kernel, likelihood, values, X, y, Z, tol, max_iter, need_grad, need_state,
+        return _evaluate_fitc(kernel, likelihood, X, y, Z, tol, max_iter, need_grad, need_state,
                               jitter, chunk_size)
     with threads.bulk(float(X.shape[0]) ** 3):
-        return _evaluate(kernel, likelihood, values, X, y, tol, max_iter, need_grad, need_state)
+        return _evaluate(kernel, likelihood, X, y, tol, max_iter, need_grad, need_state)
 
 
 def _newton_system(K, W):
@@ -176,8 +174,6 @@ class FITCCovariance:
     ----------
     kernel : gpdsl.kernels.Kernel
         The prior covariance function.
-    values : dict of str to ndarray
-        Natural hyperparameter values.
     X : ndarray or Dask array, shape (N, D)
         Training inputs.
     Z : ndarray, shape (M, D)
@@ -193,16 +189,16 @@ class FITCCovariance:
         If the last rung still fails.
     """
 
-    def __init__(self, kernel, values, X, Z, jitter, chunk_size):
+    def __init__(self, kernel, X, Z, jitter, chunk_size):
         self.n, self.m = X.shape[0], Z.shape[0]
         self.chunk = chunk_size or default_chunk_size(self.n, self.m)
         self.X, self.chunked = X, is_chunked((X,))
-        Kuu = kernel.gram(values, "kernel", Z, Z)
+        Kuu = kernel.gram(Z, Z)
         rungs = JITTER_LADDER if jitter is None else (float(jitter),)
         for attempt, rung in enumerate(rungs):
             try:
                 self.L, self.jitter = cholesky(Kuu, rung, what="K_uu")
-                _, (self.D,), blocks = map_rows(partial(_covariance_block, kernel, values, Z, self.L), (X,),
+                _, (self.D,), blocks = map_rows(partial(_covariance_block, kernel, Z, self.L), (X,),
                                                 self.chunk, width=self.m, keep=True)
                 break
             except (np.linalg.LinAlgError, FloatingPointError):
@@ -324,9 +320,9 @@ class FITCCovariance:
         return partial(_apply_R, self, r, LC)
 
 
-def _covariance_block(kernel, values, Z, L, X_block):
+def _covariance_block(kernel, Z, L, X_block):
     """((), (D block,), At block (n, M)) of a row block X_block (n, D) (a map_rows pass that keeps At)."""
-    _, A, kff, residual = whitened_rows(kernel, values, X_block, Z, L)
+    _, A, kff, residual = whitened_rows(kernel, X_block, Z, L)
     check_rows_nystrom(residual, kff)
     return (), (residual,), np.ascontiguousarray(A.T)
 
@@ -368,7 +364,7 @@ def _newton_weights(W):
     return (W, clipped) if np.any(W < 0.0) else (clipped,)
 
 
-def find_mode(likelihood, values, K, y, tol, max_iter):
+def find_mode(likelihood, K, y, tol, max_iter):
     """Algorithm 3.1 from f = 0: returns (a, f_hat, Psi, derivatives at f_hat).  ``K``: the dense
     prior covariance (N, N) or a :class:`FITCCovariance`.
 
@@ -376,8 +372,6 @@ def find_mode(likelihood, values, K, y, tol, max_iter):
     ----------
     likelihood : gpdsl.likelihoods.Likelihood
         Its ``log_density_derivatives`` give g and W.
-    values : dict of str to ndarray
-        Natural hyperparameter values.
     K : ndarray of shape (N, N), or FITCCovariance
         The prior covariance.
     y : ndarray, shape (N,)
@@ -406,7 +400,7 @@ def find_mode(likelihood, values, K, y, tol, max_iter):
     prior = K if isinstance(K, FITCCovariance) else _DensePrior(K)
     n = prior.n
     a, f = np.zeros(n), np.zeros(n)
-    derivs = likelihood.log_density_derivatives(values, "likelihood", y, f)
+    derivs = likelihood.log_density_derivatives(y, f)
     psi = float(np.sum(derivs[0]))
     for _ in range(max_iter):
         _, d1, d2, _ = derivs
@@ -422,7 +416,7 @@ def find_mode(likelihood, values, K, y, tol, max_iter):
             for _ in range(60):            # halve until Psi rises (it is concave in a for W >= 0)
                 a_try = a + step
                 f_try = prior.mv(a_try)
-                d_try = likelihood.log_density_derivatives(values, "likelihood", y, f_try)
+                d_try = likelihood.log_density_derivatives(y, f_try)
                 psi_try = float(-0.5 * a_try @ f_try + np.sum(d_try[0]))
                 if psi_try >= psi:
                     break
@@ -439,11 +433,11 @@ def find_mode(likelihood, values, K, y, tol, max_iter):
     raise FloatingPointError(f"Laplace: Newton's method did not reach the mode in {max_iter} steps")
 
 
-def _evaluate(kernel, likelihood, values, X, y, tol, max_iter, need_grad, need_state):
-    K = kernel.gram(values, "kernel", X, X)
-    a, f, psi, (_, g, d2, d3) = find_mode(likelihood, values, K, y, tol, max_iter)
+def _evaluate(kernel, likelihood, X, y, tol, max_iter, need_grad, need_state):
+    K = kernel.gram(X, X)
+    a, f, psi, (_, g, d2, d3) = find_mode(likelihood, K, y, tol, max_iter)
     if np.any(-d2 < 0.0):
-        return _evaluate_negative_w(kernel, likelihood, values, X, y, K, a, f, psi, g, -d2, d3, need_grad,
+        return _evaluate_negative_w(kernel, likelihood, X, y, K, a, f, psi, g, -d2, d3, need_grad,
                                     need_state)
     W = np.maximum(-d2, 0.0)
     sw, L = _newton_system(K, W)
@@ -456,32 +450,32 @@ def _evaluate(kernel, likelihood, values, X, y, tol, max_iter, need_grad, need_s
         R = Li.T @ Li                                         # W^1/2 B^-1 W^1/2
         C = solve_lower(L, sw[:, None] * K)                   # L^-1 W^1/2 K
         posterior_var = np.diag(K) - np.einsum("ij,ij->j", C, C)   # diag (K^-1 + W)^-1
-        grads = _dense_gradients(kernel, likelihood, values, X, y, K, a, f, g, d3, R, posterior_var)
+        grads = _dense_gradients(kernel, likelihood, X, y, K, a, f, g, d3, R, posterior_var)
     state = None
     if need_state:
-        state = site_regression(kernel, values, X, None, W, W * f + g, jitter=None, chunk_size=None,
+        state = site_regression(kernel, X, None, W, W * f + g, jitter=None, chunk_size=None,
                                 need_grad=False, need_state=True).state
     return Evaluation(log_evidence=F, grads=grads, dZ=None, jitter=0.0, state=state, pseudo_data=(W, W * f + g))
 
 
-def _dense_gradients(kernel, likelihood, values, X, y, K, a, f, g, d3, R, posterior_var):
+def _dense_gradients(kernel, likelihood, X, y, K, a, f, g, d3, R, posterior_var):
     """Algorithm 5.1's gradients, given R = W^1/2 B^-1 W^1/2 = (K + W^-1)^-1 (any sign of W) and
     diag((K^-1 + W)^-1): the kernel hyperparameters and each likelihood hyperparameter."""
     s2 = 0.5 * posterior_var * d3
     # Adjoint of K: 1/2 a a^T - 1/2 R from the explicit terms, (I - R K) s2 g^T from the
     # implicit change of f_hat (symmetrised: dK is symmetric).
     G = 0.5 * np.outer(a, a) - 0.5 * R + np.outer(s2 - R @ (K @ s2), g)
-    grads, _ = kernel.vjp(values, "kernel", X, X, 0.5 * (G + G.T))
+    grads, _ = kernel.vjp(X, X, 0.5 * (G + G.T))
     # GPML's infLaplace for each likelihood hyperparameter theta: the explicit terms
     # sum d log p / d theta + 1/2 diag((K^-1 + W)^-1)^T d^3 log p / df^2 d theta and the
     # implicit change of f_hat through b = K d^2 log p / df d theta.
-    for name, (dlp, d1p, d2p) in likelihood.log_density_param_derivatives(values, "likelihood", y, f).items():
+    for name, (dlp, d1p, d2p) in likelihood.log_density_param_derivatives(y, f).items():
         b = K @ d1p
         grads[name] = np.array(np.sum(dlp) + 0.5 * posterior_var @ d2p + s2 @ (b - K @ (R @ b)))
     return grads
 
 
-def _evaluate_negative_w(kernel, likelihood, values, X, y, K, a, f, psi, g, W, d3, need_grad, need_state):
+def _evaluate_negative_w(kernel, likelihood, X, y, K, a, f, psi, g, W, d3, need_grad, need_state):
     """The dense method at a mode where some W_i < 0 (GPML's infLaplace with an LU of I + K W):
     log|I + K W| by LU, R = W (I + K W)^-1 and (K^-1 + W)^-1 = (I + K W)^-1 K for the evidence
     and its gradients.  The predictive state is that of W_+ = max(W, 0) (module docstring),
@@ -502,7 +496,7 @@ def _evaluate_negative_w(kernel, likelihood, values, X, y, K, a, f, psi, g, W, d
     R = 0.5 * (R + R.T)
     grads = {}
     if need_grad:
-        grads = _dense_gradients(kernel, likelihood, values, X, y, K, a, f, g, d3, R, posterior_var)
+        grads = _dense_gradients(kernel, likelihood, X, y, K, a, f, g, d3, R, posterior_var)
     state = None
     Wp = np.maximum(W, 0.0)
     if need_state:
@@ -516,9 +510,9 @@ def _evaluate_negative_w(kernel, likelihood, values, X, y, K, a, f, psi, g, W, d
     return Evaluation(log_evidence=F, grads=grads, dZ=None, jitter=0.0, state=state, pseudo_data=(Wp, Wp * f + g))
 
 
-def _evaluate_fitc(kernel, likelihood, values, X, y, Z, tol, max_iter, need_grad, need_state, jitter, chunk_size):
-    prior = FITCCovariance(kernel, values, X, Z, jitter, chunk_size)
-    a, f, psi, (_, g, d2, d3) = find_mode(likelihood, values, prior, y, tol, max_iter)
+def _evaluate_fitc(kernel, likelihood, X, y, Z, tol, max_iter, need_grad, need_state, jitter, chunk_size):
+    prior = FITCCovariance(kernel, X, Z, jitter, chunk_size)
+    a, f, psi, (_, g, d2, d3) = find_mode(likelihood, prior, y, tol, max_iter)
     W = -d2                       # unclipped at the mode (module docstring)
     E, r, LC = prior.factor(W)
     F = psi - 0.5 * float(np.sum(np.log(E))) - float(np.sum(np.log(np.diag(LC))))
@@ -549,8 +543,8 @@ def _evaluate_fitc(kernel, likelihood, values, X, y, Z, tol, max_iter, need_grad
             H -= solve_upper_t(LC, solve_lower(LC, As)) * r_b
             ADs = As * G_diag_b
             H -= 2.0 * ADs
-            kg, dZ_part = kernel.vjp(values, "kernel", Z, X_block, solve_upper_t(L, H))
-            kg = add_partial(kg, kernel.diag_vjp(values, "kernel", X_block, G_diag_b))
+            kg, dZ_part = kernel.vjp(Z, X_block, solve_upper_t(L, H))
+            kg = add_partial(kg, kernel.diag_vjp(X_block, G_diag_b))
             return (kg, dZ_part, ADs @ As.T), ()
 
         (grads, dZ, ADA), _ = prior.row_pass(gradient_pass, (a, g, u, r, G_diag))
@@ -560,10 +554,10 @@ def _evaluate_fitc(kernel, likelihood, values, X, y, Z, tol, max_iter, need_grad
         Li = inverse_lower(L)
         G_uu = -(Li.T @ (AGA - ADA) @ Li)
         G_uu = jitter_adjoint(0.5 * (G_uu + G_uu.T), prior.jitter)
-        uu_grads, dZ_uu = kernel.vjp(values, "kernel", Z, Z, G_uu)
+        uu_grads, dZ_uu = kernel.vjp(Z, Z, G_uu)
         grads = add_partial(grads, uu_grads)
         dZ = dZ + 2.0 * dZ_uu
-        for name, (dlp, d1p, d2p) in likelihood.log_density_param_derivatives(values, "likelihood", y, f).items():
+        for name, (dlp, d1p, d2p) in likelihood.log_density_param_derivatives(y, f).items():
             grads[name] = np.array(np.sum(dlp) + 0.5 * posterior_var @ d2p + u @ prior.mv(d1p))
     state = None
     if need_state:

@@ -32,10 +32,9 @@ import numpy as np
 from .._jit import announce_compilation
 from .._jit.polya_gamma import pg_marginals_update, pg_theta, pg_theta_kl
 from ..chunks import default_chunk_size, map_rows
-from ..likelihoods import HeteroscedasticGaussian
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, solve_lower
 from . import collapsed
-from .common import Evaluation, LocalStateFormat
+from .common import Evaluation, LocalStateFormat, known_noise
 
 # The thesis author's code starts every c_n at 0.1 (`PolyaGammaLikelihood(variance=0.1)`).
 C_INIT = 0.1
@@ -100,7 +99,7 @@ STATE_FORMAT = LocalStateFormat(
     _export_state, _load_state)
 
 
-def evaluate(kernel, likelihood, values, X, y, Z, *, spec, warm=None, need_grad=True, need_state=False):
+def evaluate(kernel, likelihood, X, y, Z, *, spec, warm=None, need_grad=True, need_state=False):
     """Collapsed PG bound L*, its gradients (kernel, Z, bias) and, if asked, the posterior.
 
     X (N, D), y (N,) in {-1, +1}, Z (M, D); ``spec`` the gd.inference.PolyaGamma declaration;
@@ -114,8 +113,6 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, spec, warm=None, need_grad=
         The prior covariance function.
     likelihood : gpdsl.likelihoods.Likelihood
         Bernoulli with the logit link.
-    values : dict of str to ndarray
-        Natural hyperparameter values.
     X : ndarray or Dask array, shape (N, D)
         Training inputs.
     y : ndarray, shape (N,)
@@ -147,7 +144,7 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, spec, warm=None, need_grad=
     progress = {"warm": warm, "passes": 0}
     for attempt, rung in enumerate(rungs):
         try:
-            ev = _evaluate_at(kernel, likelihood, values, X, y, Z, spec, rung, progress, need_grad, need_state)
+            ev = _evaluate_at(kernel, likelihood, X, y, Z, spec, rung, progress, need_grad, need_state)
             ev.warm.sweeps = progress["passes"]
             return ev
         except (np.linalg.LinAlgError, FloatingPointError):
@@ -155,16 +152,16 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, spec, warm=None, need_grad=
                 raise
 
 
-def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, need_grad, need_state):
+def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad, need_state):
     """One evaluation at one jitter rung.  ``progress["warm"]`` is the state to start c from;
     the c loop leaves its converged state there and adds its passes to ``progress["passes"]``,
     so that when the gradient step fails at this rung the next rung starts from c that is
     already (nearly) converged, and the passes of every rung are counted."""
     warm = progress["warm"]
     n, m = X.shape[0], Z.shape[0]
-    bias = float(values["likelihood.bias"])
+    bias = float(likelihood.bias)
     chunk = spec.chunk_size or default_chunk_size(n, m)
-    L, jit = cholesky(kernel.gram(values, "kernel", Z, Z), jitter, what="K_uu")
+    L, jit = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
     # L^-1 K_uf and K_nn - Q_nn of each block are kept between the passes when they fit the
     # budget: every sweep returns them and the next takes them back as its blocks' carried items
     # (for Dask input, persisted where the blocks were computed), so that no chunk function holds
@@ -179,7 +176,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
         the marginal means of q*(f) and the update target of eq. 4.11 (rows), and, if
         ``accumulate``, the sums of that target."""
         nonlocal kept
-        fn = partial(_sweep_block, kernel, values, Z, L, bias, factor, accumulate, cache)
+        fn = partial(_sweep_block, kernel, Z, L, bias, factor, accumulate, cache)
         total, rows, blocks = map_rows(fn, (X, half_y, c), chunk, carried=kept, keep=True)
         kept = blocks if cache else None
         return total, rows
@@ -199,8 +196,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
         engine's weighted-trace check is implied by them).  Should the engine still fail, the
         caller moves to the next rung, whose c loop starts from the c converged here."""
         theta = pg_theta(c)
-        kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
-        return collapsed.evaluate(kernel, HeteroscedasticGaussian(variance=1.0 / theta), kernel_values, X,
+        return collapsed.evaluate(kernel, known_noise(1.0 / theta), X,
                                   half_y / theta - bias, Z, fitc=False, jitter=jit, chunk_size=spec.chunk_size,
                                   need_grad=need_grad, need_state=need_state)
 
@@ -245,20 +241,20 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, spec, jitter, progress, ne
     if need_grad or need_state:
         ev = pseudo_regression(c, need_grad, need_state)
         grads, dZ, state = dict(ev.grads), ev.dZ, ev.state
-        if need_grad and "likelihood.bias" in values:
+        if need_grad:
             # d/d bias of the pseudo-regression at fixed c: sum_n theta_n (ytilde_n - mu_n).
-            grads["likelihood.bias"] = np.array(np.sum(half_y - theta * (bias + mean)))
+            grads[likelihood.qualify("bias")] = np.array(np.sum(half_y - theta * (bias + mean)))
     local = PolyaGammaState(c=c, c_next=target, sweeps=sweeps, converged=converged, bound_history=history)
     return Evaluation(log_evidence=history[-1], grads=grads, dZ=dZ, jitter=jit, state=state, warm=local,
                       pseudo_data=(theta, half_y - theta * bias))
 
 
-def _sweep_block(kernel, values, Z, L, bias, factor, accumulate, cache, Xb, half_yb, cb, hit=None):
+def _sweep_block(kernel, Z, L, bias, factor, accumulate, cache, Xb, half_yb, cb, hit=None):
     """One block of a c sweep (see ``sweep`` in :func:`_evaluate_at`): Xb (n, D), half_yb = y/2
     and cb = c (n,) each; ``hit`` the block's (L^-1 K_uf, K_nn - Q_nn) from an earlier sweep, or
     None.  Returns (sums, rows, kept)."""
     if hit is None:
-        _, A, kff, residual = collapsed.whitened_rows(kernel, values, Xb, Z, L)
+        _, A, kff, residual = collapsed.whitened_rows(kernel, Xb, Z, L)
         collapsed.check_rows_nystrom(residual, kff)
     else:
         A, residual = hit

@@ -104,7 +104,7 @@ def _cap_message(trail, max_iter, window):
             f"changing by {100.0 * change / half:.3g} nats per 100 steps, between the two halves of the run)")
 
 
-def minimise(objective, u0, max_iter, progress, callback, *, spec, likelihood=None, one_pass=False):
+def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=None, one_pass=False):
     """Minibatch steps from ``u0`` on ``objective`` (gpdsl.model's objective: its parameter table,
     data, Z and warm start) until the stopping rule of the module docstring fires or ``max_iter``
     steps have been taken; returns an OptimizeResult as L-BFGS-B's run does.
@@ -131,8 +131,9 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, likelihood=No
         Called each step with ``{"iteration", "objective", "grad_norm"}`` (the batch's).
     spec : gpdsl.inference.SVGP or gpdsl.inference.PolyaGamma
         The declaration.
-    likelihood : gpdsl.likelihoods.Likelihood, optional
-        What the expected log-likelihood integrates (None: the model's).
+    expectations : callable, optional
+        Maps the bound likelihood to what the expected log-likelihood integrates (None: the
+        likelihood itself).
     one_pass : bool, default False
         Take the gradient at the q each step starts from.
 
@@ -149,7 +150,6 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, likelihood=No
         ``plateau`` (False), ``runaway`` (None) and ``start`` (``u0``).
     """
     model, table, X, y = objective.model, objective.table, objective.X, objective.y
-    likelihood = model.likelihood if likelihood is None else likelihood
     n = X.shape[0]
     batch = min(spec.batch_size, n)
     window, check_every = spec.stop_window, spec.stop_window // STOP_BLOCKS
@@ -164,15 +164,17 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, likelihood=No
     if objective.warm is not None and all(np.shape(objective.warm.q[k]) == np.shape(v) for k, v in q.items()):
         q = objective.warm.q
     elif model.likelihood.sign_symmetric:
-        q = spec.surrogate_q(model.kernel, model.likelihood, {k: v for k, v in values.items() if k != "inducing.Z"},
-                             X, y, Z)
+        q = spec.surrogate_q(*model.bind(values), X, y, Z)
     trail = []               # per-step batch estimates of the negative objective, per data point
     fired, message, step = False, "", 0
     for step in range(1, max_iter + 1):
         rows = rng.choice(n, size=batch, replace=False)
         values = table.unpack(u)
         Z = values.pop("inducing.Z", objective.Z0)
-        q, elbo, grads, dZ, _ = minibatch_step(model.kernel, likelihood, values, X[rows], y[rows], Z, q,
+        kernel, likelihood = model.bind(values)
+        if expectations is not None:
+            likelihood = expectations(likelihood)
+        q, elbo, grads, dZ, _ = minibatch_step(kernel, likelihood, X[rows], y[rows], Z, q,
                                                scale=n / batch, rho=spec.natural_step, jitter=spec.jitter,
                                                one_pass=one_pass)
         if "inducing.Z" in table.names():

@@ -73,7 +73,7 @@ class PolyaGammaExpectations:
     """The closed-form expectations (1)-(3) of a ``Bernoulli("logit")`` likelihood, in the
     likelihood interface that :mod:`gpdsl.methods.svgp` integrates by
     (``variational_expectations``): what turns SVGP's passes into the Pólya-Gamma method's.
-    ``likelihood`` is the model's Bernoulli; its bias enters through ``values``.
+    ``likelihood`` is the model's bound Bernoulli (:class:`gpdsl.components.Bound`).
 
     Parameters
     ----------
@@ -87,17 +87,13 @@ class PolyaGammaExpectations:
     def __init__(self, likelihood):
         self.likelihood = likelihood
 
-    def variational_expectations(self, values, prefix, y, mean, var):
-        """(bound, d_mean, d_var, {``prefix.bias``: d sum_n bound_n / d bias}) for labels y (n,)
-        and q(f_n) = N(mean_n, var_n), arrays (n,): as the likelihood's own method, with the
+    def variational_expectations(self, y, mean, var):
+        """(bound, d_mean, d_var, {bias: d sum_n bound_n / d bias}) for labels y (n,) and
+        q(f_n) = N(mean_n, var_n), arrays (n,): as the likelihood's own method, with the
         Pólya-Gamma bound (1) at c (2) in place of E_q[log sigma(y_n z_n)].
 
         Parameters
         ----------
-        values : dict of str to ndarray
-            Natural hyperparameter values (``"<prefix>.bias"``).
-        prefix : str
-            The likelihood's name prefix.
         y : ndarray, shape (n,)
             Labels in {-1, +1}.
         mean : ndarray, shape (n,)
@@ -111,6 +107,7 @@ class PolyaGammaExpectations:
         d_mean : ndarray, shape (n,)
         d_var : ndarray, shape (n,)
         param_grads : dict of str to ndarray
+            Keyed by the likelihood's qualified bias name.
         """
-        bound, d_mean, d_var = jaakkola_jordan_expectations(y, mean + float(values[f"{prefix}.bias"]), var)
-        return bound, d_mean, d_var, {f"{prefix}.bias": np.array(np.sum(d_mean))}
+        bound, d_mean, d_var = jaakkola_jordan_expectations(y, mean + float(self.likelihood.bias), var)
+        return bound, d_mean, d_var, {self.likelihood.qualify("bias"): np.array(np.sum(d_mean))}

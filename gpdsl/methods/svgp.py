@@ -195,7 +195,7 @@ def _with_ladder(kernel, likelihood, values, X, y, Z, jitter, chunk_size, need_g
     rungs = JITTER_LADDER if jitter is None else (float(jitter),)
     for attempt, rung in enumerate(rungs):
         try:
-            result = _evaluate_at(kernel, likelihood, values, X, y, Z, m, R, kl, rung, chunk_size, need_grad,
+            result = _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, rung, chunk_size, need_grad,
                                   need_state)
             break
         except (np.linalg.LinAlgError, FloatingPointError):
@@ -225,17 +225,17 @@ def _kl(m, R):
     return 0.5 * (np.sum(R * R) + m @ m - m.shape[0]) - np.sum(np.log(np.abs(np.diag(R))))
 
 
-def _evaluate_at(kernel, likelihood, values, X, y, Z, m, R, kl, jitter, chunk_size, need_grad, need_state):
+def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need_grad, need_state):
     n, M = X.shape[0], Z.shape[0]
-    L, jit = cholesky(kernel.gram(values, "kernel", Z, Z), jitter, what="K_uu")
+    L, jit = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
     S = R @ R.T
-    (ell, *partials), (mean, d_mean, d_var) = _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, S,
+    (ell, *partials), (mean, d_mean, d_var) = _data_pass(kernel, likelihood, X, y, Z, L, m, R, S,
                                                          chunk_size or default_chunk_size(n, M), need_grad)
     terms = ElboTerms(elbo=float(ell - kl), kl=float(kl), expected_log_lik=float(ell))
 
     grads, dZ = {}, None
     if need_grad:
-        grads, dZ = _gradients(kernel, values, Z, L, m, R, S, jit, *partials)
+        grads, dZ = _gradients(kernel, Z, L, m, R, S, jit, *partials)
     state = None
     if need_state:
         LR = L @ R
@@ -245,7 +245,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, Z, m, R, kl, jitter, chunk_si
                              pseudo_data=(w, d_mean + w * mean))
 
 
-def _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, S, chunk, need_grad, natural=False):
+def _data_pass(kernel, likelihood, X, y, Z, L, m, R, S, chunk, need_grad, natural=False):
     """sum_n E_q[log p(y_n | f_n)] and, with ``need_grad``, the partials of its gradient.
 
     With g_n = dE/dmean_n and d_n = dE/dvar_n (from the likelihood), mean_n = a_n^T m and
@@ -268,14 +268,14 @@ def _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, S, chunk, need_grad
         Li_T_C = solve_upper_t(L, np.eye(L.shape[0]) - S)      # L^-T (I - S)
 
     def chunk_pass(X_block, y_block):
-        Kuf, A, kff, residual = whitened_rows(kernel, values, X_block, Z, L)
+        Kuf, A, kff, residual = whitened_rows(kernel, X_block, Z, L)
         check_rows_nystrom(residual, kff)
         # var_n = (k_nn - |a_n|^2) + |R^T a_n|^2: a sum of two non-negative parts, where
         # k_nn - a_n^T (I - S) a_n would cancel when S is near I.
         U = R.T @ A
         mean = m @ A
         var = residual + np.einsum("ij,ij->j", U, U)
-        ve, g, d, lik_grads = likelihood.variational_expectations(values, "likelihood", y_block, mean, var)
+        ve, g, d, lik_grads = likelihood.variational_expectations(y_block, mean, var)
         if natural:
             w = -2.0 * d                  # not clipped: see optimise_q
             return (np.sum(ve), (A * w) @ A.T, A @ (g + w * mean)), ()
@@ -285,8 +285,8 @@ def _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, S, chunk, need_grad
         G_uf = Li_T_C @ Ad
         G_uf *= -2.0
         G_uf += np.outer(beta, g)
-        kgrads, dZ = kernel.vjp(values, "kernel", Z, X_block, G_uf, K=Kuf)
-        grads = add_partial(add_partial(kgrads, kernel.diag_vjp(values, "kernel", X_block, d)), lik_grads)
+        kgrads, dZ = kernel.vjp(Z, X_block, G_uf, K=Kuf)
+        grads = add_partial(add_partial(kgrads, kernel.diag_vjp(X_block, d)), lik_grads)
         return (np.sum(ve), A @ g, Ad @ A.T, grads, dZ), (mean, g, d)
 
     # One BLAS thread (width 0): the chunks' elementwise work (K_uf's exp, the likelihood's
@@ -297,7 +297,7 @@ def _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, S, chunk, need_grad
     return map_rows(chunk_pass, (X, y), chunk, width=0)
 
 
-def _gradients(kernel, values, Z, L, m, R, S, jit, Ag, P, grads, dZ):
+def _gradients(kernel, Z, L, m, R, S, jit, Ag, P, grads, dZ):
     """Complete the gradient from the reduced partials of :func:`_data_pass`.
 
     q(v): dELBO/dm = A g - m and, with S = R R^T, dELBO/dR = 2 (P - I/2 + S^-1/2) R, whose lower
@@ -321,7 +321,7 @@ def _gradients(kernel, values, Z, L, m, R, S, jit, Ag, P, grads, dZ):
     Li = inverse_lower(L)
     G_uu = Li.T @ Phi @ Li
     G_uu = jitter_adjoint(0.5 * (G_uu + G_uu.T), jit)
-    uu_grads, dZ_uu = kernel.vjp(values, "kernel", Z, Z, G_uu)
+    uu_grads, dZ_uu = kernel.vjp(Z, Z, G_uu)
     return add_partial(grads, uu_grads), dZ + 2.0 * dZ_uu
 
 
@@ -412,11 +412,10 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
     if q is None:
         q = values if all(k in values for k in _Q_KEYS) else initial_values(M)
     m, R = _checked_q(q, M)
-    values = {k: v for k, v in values.items() if k not in _Q_KEYS}
     chunk = chunk_size or default_chunk_size(n, M)
 
     def natural_pass(L, m, R):
-        (ell, AWA, Ar), _ = _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, None, chunk, False,
+        (ell, AWA, Ar), _ = _data_pass(kernel, likelihood, X, y, Z, L, m, R, None, chunk, False,
                                        natural=True)
         elbo = float(ell - _kl(m, R))
         if not np.isfinite(elbo):
@@ -425,7 +424,7 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
         Lam_hat[np.diag_indices(M)] += 1.0
         return elbo, Lam_hat, Ar
 
-    Kuu = kernel.gram(values, "kernel", Z, Z)
+    Kuu = kernel.gram(Z, Z)
     rungs = JITTER_LADDER if jitter is None else (float(jitter),)
     for attempt, rung in enumerate(rungs):
         try:
@@ -453,7 +452,7 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
 _Q_KEYS = ("variational.q_mu", "variational.q_sqrt")
 
 
-def minibatch_step(kernel, likelihood, values, X, y, Z, q, *, scale, rho, jitter=None, one_pass=False):
+def minibatch_step(kernel, likelihood, X, y, Z, q, *, scale, rho, jitter=None, one_pass=False):
     """One stochastic step on a minibatch X (B, D), y (B,) of N = ``scale`` B rows (Hensman et
     al. 2015 section 3; Salimbeni, Eleftheriadis & Hensman 2018): the natural-gradient step of
     size ``rho`` on q from the batch's sites (see :func:`optimise_q`), their part of the natural
@@ -481,9 +480,6 @@ def minibatch_step(kernel, likelihood, values, X, y, Z, q, *, scale, rho, jitter
         The prior covariance function.
     likelihood : gpdsl.likelihoods.Likelihood
         Its ``variational_expectations`` give the data term.
-    values : dict of str to ndarray
-        Natural hyperparameter values (for :func:`evaluate` also ``"variational.q_mu"`` (M,)
-        and ``"variational.q_sqrt"`` (M (M + 1) / 2,)).
     X : ndarray, shape (B, D)
         Training inputs.
     y : ndarray, shape (B,)
@@ -513,17 +509,17 @@ def minibatch_step(kernel, likelihood, values, X, y, Z, q, *, scale, rho, jitter
     """
     M = Z.shape[0]
     m, R = _checked_q(q, M)
-    L, jit = cholesky(kernel.gram(values, "kernel", Z, Z), jitter, what="K_uu")
+    L, jit = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
     if one_pass:
         S = R @ R.T
-        (ell, Ag, P, grads, dZ), _ = _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, S, X.shape[0], True)
+        (ell, Ag, P, grads, dZ), _ = _data_pass(kernel, likelihood, X, y, Z, L, m, R, S, X.shape[0], True)
         elbo = scale * float(ell) - _kl(m, R)
         if not np.isfinite(elbo):
             raise FloatingPointError("SVGP: non-finite bound")
-        grads, dZ = _gradients(kernel, values, Z, L, m, R, S, jit, Ag, P, grads, dZ)
+        grads, dZ = _gradients(kernel, Z, L, m, R, S, jit, Ag, P, grads, dZ)
         AWA, Ar = -2.0 * P, Ag - 2.0 * (P @ m)
     else:
-        (_, AWA, Ar), _ = _data_pass(kernel, likelihood, values, X, y, Z, L, m, R, None, X.shape[0], False,
+        (_, AWA, Ar), _ = _data_pass(kernel, likelihood, X, y, Z, L, m, R, None, X.shape[0], False,
                                      natural=True)
     Lam_hat = scale * 0.5 * (AWA + AWA.T)
     Lam_hat[np.diag_indices(M)] += 1.0
@@ -539,7 +535,7 @@ def minibatch_step(kernel, likelihood, values, X, y, Z, q, *, scale, rho, jitter
                 raise FloatingPointError("SVGP: no natural-gradient step keeps S positive definite") from None
     q = {"variational.q_mu": m, "variational.q_sqrt": pack_lower(R)}
     if not one_pass:
-        terms, ev = _evaluate_at(kernel, likelihood, {**values, **q}, X, y, Z, m, R, _kl(m, R), jit, X.shape[0],
+        terms, ev = _evaluate_at(kernel, likelihood, X, y, Z, m, R, _kl(m, R), jit, X.shape[0],
                                  True, False)
         elbo, grads, dZ = scale * terms.expected_log_lik - terms.kl, ev.grads, ev.dZ
     grads = {k: scale * g for k, g in grads.items() if k not in _Q_KEYS}

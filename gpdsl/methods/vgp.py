@@ -124,8 +124,8 @@ def _checked_q(q, n):
     return alpha, lam
 
 
-def _prior(kernel, values, X, jitter):
-    K = kernel.gram(values, "kernel", X, X)
+def _prior(kernel, X, jitter):
+    K = kernel.gram(X, X)
     return add_jitter(K, jitter) if jitter else K
 
 
@@ -134,7 +134,7 @@ def _factor_b(K, lam):
     return cholesky(np.eye(K.shape[0]) + lam[:, None] * K * lam[None, :], 0.0, what="B = I + Lam K Lam")[0]
 
 
-def _bound(likelihood, values, y, K, lam, alpha, LB):
+def _bound(likelihood, y, K, lam, alpha, LB):
     """The bound at q = (alpha, lambda) with L_B = chol(I + Lam K Lam), and its pieces:
     ``(elbo, C, L_B^-1, mean, var, g, d, likelihood gradients)``, C = L_B^-1 Lam K, g and d the
     likelihood's dE/dmean and dE/dvar at q's marginals (mean, var)."""
@@ -145,7 +145,7 @@ def _bound(likelihood, values, y, K, lam, alpha, LB):
     if np.any(var < -1e-8 * kff):
         raise FloatingPointError("VGP: K is numerically indefinite (a marginal variance of q is negative)")
     mean = K @ alpha
-    ve, g, d, lik_grads = likelihood.variational_expectations(values, "likelihood", y, mean, var)
+    ve, g, d, lik_grads = likelihood.variational_expectations(y, mean, var)
     Li = inverse_lower(LB)
     kl = np.sum(np.log(np.diag(LB))) + 0.5 * (np.sum(Li * Li) - n + alpha @ mean)
     return float(np.sum(ve) - kl), C, Li, mean, var, g, d, lik_grads
@@ -154,14 +154,14 @@ def _bound(likelihood, values, y, K, lam, alpha, LB):
 def _evaluate_at(kernel, likelihood, values, X, y, jitter, need_grad, need_state):
     n = X.shape[0]
     alpha, lam = _checked_q(values, n)
-    K = _prior(kernel, values, X, jitter)
+    K = _prior(kernel, X, jitter)
     LB = _factor_b(K, lam)
-    elbo, C, Li, mean, var, g, d, lik_grads = _bound(likelihood, values, y, K, lam, alpha, LB)
+    elbo, C, Li, mean, var, g, d, lik_grads = _bound(likelihood, y, K, lam, alpha, LB)
     Sigma = K - C.T @ C if need_grad or need_state else None
 
     grads = {}
     if need_grad:
-        grads = _gradients(kernel, values, X, K, lam, alpha, LB, Li, C, Sigma, g, d, jitter)
+        grads = _gradients(kernel, X, K, lam, alpha, LB, Li, C, Sigma, g, d, jitter)
         grads.update(lik_grads)
     state = None
     if need_state:
@@ -175,7 +175,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, jitter, need_grad, need_state
                       pseudo_data=(w, w * mean + alpha))
 
 
-def _gradients(kernel, values, X, K, lam, alpha, LB, Li, C, Sigma, g, d, jitter):
+def _gradients(kernel, X, K, lam, alpha, LB, Li, C, Sigma, g, d, jitter):
     """d ELBO / d (kernel hyperparameters, alpha, lambda); g = dE/dmean, d = dE/dvar (N,).
 
     With W = B^-1 Lam K = L_B^-T C, H = Lam B^-1 Lam and E = K^-1 Sigma = I - H K = I - Lam W:
@@ -194,7 +194,7 @@ def _gradients(kernel, values, X, K, lam, alpha, LB, Li, C, Sigma, g, d, jitter)
     V = Li * lam[None, :]                                    # L_B^-1 Lam
     G = (E * d[None, :]) @ E.T + np.outer(g, alpha) - 0.5 * np.outer(alpha, alpha) - 0.5 * (J @ (V.T @ V))
     G = jitter_adjoint(0.5 * (G + G.T), jitter)
-    grads, _ = kernel.vjp(values, "kernel", X, X, G)
+    grads, _ = kernel.vjp(X, X, G)
     grads["variational.alpha"] = K @ (g - alpha)
     grads["variational.lambda"] = -2.0 * lam * ((Sigma * Sigma) @ d) - np.einsum("nm,m,mn->n", W, lam, W)
     return grads
@@ -281,7 +281,7 @@ def optimise_q(kernel, likelihood, values, X, y, q=None, *, jitter=None, tol=1e-
     if not (np.all(np.isfinite(alpha)) and np.all(np.isfinite(lam))):
         raise FloatingPointError("VGP: non-finite q(f)")
     values = {k: v for k, v in values.items() if k not in _Q_KEYS}
-    K0 = kernel.gram(values, "kernel", X, X)
+    K0 = kernel.gram(X, X)
     floor = MIN_SITE_PRECISION / np.mean(np.diag(K0))
 
     def step_targets(mean, g, d):
@@ -293,7 +293,7 @@ def optimise_q(kernel, likelihood, values, X, y, q=None, *, jitter=None, tol=1e-
         for attempt, rung in enumerate(rungs):
             try:
                 K = add_jitter(K0, rung) if rung else K0
-                elbo, _, _, mean, _, g, d, _ = _bound(likelihood, values, y, K, lam, alpha, _factor_b(K, lam))
+                elbo, _, _, mean, _, g, d, _ = _bound(likelihood, y, K, lam, alpha, _factor_b(K, lam))
                 if not np.isfinite(elbo):
                     raise FloatingPointError("VGP: non-finite bound")
                 break
@@ -305,7 +305,7 @@ def optimise_q(kernel, likelihood, values, X, y, q=None, *, jitter=None, tol=1e-
             lam_c = np.sqrt(lam2_c)
             LB = _factor_b(K, lam_c)
             alpha_c = eta_c - lam_c * solve_upper_t(LB, solve_lower(LB, lam_c * (K @ eta_c)))
-            elbo_c, _, _, mean_c, _, g_c, d_c, _ = _bound(likelihood, values, y, K, lam_c, alpha_c, LB)
+            elbo_c, _, _, mean_c, _, g_c, d_c, _ = _bound(likelihood, y, K, lam_c, alpha_c, LB)
             return elbo_c, step_targets(mean_c, g_c, d_c), (alpha_c, lam_c)
 
         moved, n_steps, converged = damped_natural_steps((lam * lam, alpha + lam * lam * mean),
