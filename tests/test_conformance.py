@@ -1,0 +1,308 @@
+"""The conformance suite: every registered component and every supported (likelihood, inference)
+pair, checked against independent computations, with no list kept by hand.
+
+The cases come from the registries (``Kernel.registry``, ``Likelihood.registry``,
+``Inference.registry``, filled by each class's definition) and each class's ``variants()``, so a
+new component is tested by defining it.  Per kernel: symmetric positive semi-definite Gram
+matrices, ``diag`` equal to the Gram diagonal, the cross-covariance's transpose symmetry, and
+``vjp`` / ``diag_vjp`` against central differences.  Per likelihood: the f-derivatives and the
+hyperparameter derivatives of the log density against central differences, the variational
+expectation against adaptive quadrature (and its derivatives against differences of itself), the
+log predictive density against quadrature, the predictive mean against draws of ``sample``.
+Per supported pair: every gradient of the method's objective (hyperparameters, and Z where the
+inducing inputs are optimised) against central differences, a fitted model's save/load and
+model-file round trips, and a Dask X equal to an in-memory one.  Last, the README's table of
+supported pairs against ``gd.inference.supported_pairs()``.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import integrate
+
+import gpdsl as gd
+from gpdsl.components import bind
+from gpdsl.inference import Inference
+from gpdsl.kernels import Kernel
+from gpdsl.likelihoods import Likelihood
+from naive import central_difference
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+rng = np.random.default_rng(2026)
+X1 = rng.uniform(-1.5, 1.5, size=(7, 2))
+X2 = rng.uniform(-1.5, 1.5, size=(5, 2))
+
+
+def _label(component):
+    return component.describe() if hasattr(component, "describe") else type(component).__name__
+
+
+def _own(registry):
+    """The registry's classes by their registered names, each once (an external class is also
+    registered under its short name)."""
+    seen, out = set(), []
+    for cls in registry.values():
+        if cls not in seen:
+            seen.add(cls)
+            out.append(cls)
+    return out
+
+
+KERNEL_CASES = [pytest.param(v, id=f"{cls.__name__}-{i}") for cls in _own(Kernel.registry)
+                for i, v in enumerate(cls.variants())]
+LIKELIHOOD_CASES = [pytest.param(v, id=f"{cls.__name__}-{i}") for cls in _own(Likelihood.registry)
+                    for i, v in enumerate(cls.variants())]
+
+
+def _local_values(component, X):
+    return {p.name: e.value for p, e in zip(component.parameters(X), component.entries("c", X))}
+
+
+# -- kernels --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kernel", KERNEL_CASES)
+def test_kernel_gram_is_symmetric_psd_and_diag_is_its_diagonal(kernel):
+    k = kernel.bind()
+    K = k.gram(X1, X1)
+    assert K.shape == (7, 7)
+    np.testing.assert_allclose(K, K.T, rtol=1e-12, atol=1e-14)
+    assert np.linalg.eigvalsh(K).min() >= -1e-10 * np.abs(K).max()
+    np.testing.assert_allclose(k.diag(X1), np.diag(K), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(k.gram(X1, X2), k.gram(X2, X1).T, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("kernel", KERNEL_CASES)
+def test_kernel_gradients_match_central_differences(kernel):
+    values = _local_values(kernel, X1)
+    G = rng.normal(size=(7, 5))
+    g = rng.normal(size=7)
+    grads, dX1 = kernel.bind(values).vjp(X1, X2, G)
+    dgrads = kernel.bind(values).diag_vjp(X1, g)
+    assert set(grads) == set(values), "vjp must give a gradient for every parameter"
+    for name, value in values.items():
+        fd = central_difference(lambda v: np.sum(G * kernel.bind({**values, name: v}).gram(X1, X2)), value)
+        np.testing.assert_allclose(grads[name], fd, rtol=1e-5, atol=1e-8, err_msg=name)
+        fd = central_difference(lambda v: np.sum(g * kernel.bind({**values, name: v}).diag(X1)), value)
+        np.testing.assert_allclose(dgrads.get(name, 0.0), fd, rtol=1e-5, atol=1e-8, err_msg=f"diag {name}")
+    fd = central_difference(lambda A: np.sum(G * kernel.bind(values).gram(A, X2)), X1)
+    np.testing.assert_allclose(dX1, fd, rtol=1e-5, atol=1e-8, err_msg="X1")
+
+
+# -- likelihoods ----------------------------------------------------------------------------------
+def _targets(likelihood, f, seed=0):
+    """Targets drawn from the likelihood at f (or f plus noise for one that draws none)."""
+    r = np.random.default_rng(seed)
+    try:
+        y = likelihood.bind().sample(f, r)
+    except NotImplementedError:
+        y = f + 0.3 * r.standard_normal(f.shape)
+    return likelihood.prepare_targets(np.asarray(y, dtype=float))
+
+
+F = np.array([-2.1, -0.7, 0.05, 0.6, 1.9])
+MEANS = np.array([-1.2, 0.3, 0.9])
+VARS = np.array([0.4, 1.5, 0.02])
+
+
+@pytest.mark.parametrize("likelihood", LIKELIHOOD_CASES)
+def test_log_density_derivatives_match_central_differences(likelihood):
+    if not likelihood.provides("log_density_derivatives"):
+        pytest.skip(f"{_label(likelihood)} does not provide log_density_derivatives")
+    lik = likelihood.bind()
+    y = _targets(likelihood, F)
+    d = lik.log_density_derivatives(y, F)
+    np.testing.assert_allclose(d[0], lik.log_density(y, F), rtol=1e-12, atol=1e-12)
+    for k in range(3):
+        fd = np.array([central_difference(lambda v, i=i: d_at(lik, y[i], v)[k], F[i], step=1e-5) for i in range(F.size)])
+        np.testing.assert_allclose(d[k + 1], fd.ravel(), rtol=1e-5, atol=1e-7, err_msg=f"d{k + 1}")
+    values = _local_values(likelihood, X1)
+    params = likelihood.bind(values).log_density_param_derivatives(y, F)
+    assert set(params) == set(values), "log_density_param_derivatives must cover every parameter"
+    for name, value in values.items():
+        for k in range(3):
+            fd = central_difference(lambda v: np.sum(d_at(likelihood.bind({**values, name: v}), y, F)[k]), value)
+            np.testing.assert_allclose(np.sum(params[name][k]), fd, rtol=1e-5, atol=1e-7, err_msg=f"{name} {k}")
+
+
+def d_at(lik, y, f):
+    return lik.log_density_derivatives(np.atleast_1d(y), np.atleast_1d(f))
+
+
+def _expect(fn, mean, var):
+    """E_N(f | mean, var)[fn(f)] by adaptive quadrature (the point 0 marked: log f^2 is singular there)."""
+    sd = np.sqrt(var)
+    lo, hi = mean - 12 * sd, mean + 12 * sd
+    points = [0.0] if lo < 0.0 < hi else None
+    val, _ = integrate.quad(lambda f: fn(f) * np.exp(-0.5 * (f - mean) ** 2 / var) / np.sqrt(2 * np.pi * var),
+                            lo, hi, points=points, limit=400, epsabs=1e-13, epsrel=1e-12)
+    return val
+
+
+@pytest.mark.parametrize("likelihood", LIKELIHOOD_CASES)
+def test_variational_expectations_match_quadrature(likelihood):
+    if not likelihood.provides("variational_expectations"):
+        pytest.skip(f"{_label(likelihood)} does not provide variational_expectations")
+    lik = likelihood.bind()
+    y = _targets(likelihood, MEANS, seed=1)
+    ve, d_mean, d_var, _ = lik.variational_expectations(y, MEANS, VARS)
+    for i in range(MEANS.size):
+        want = _expect(lambda f: float(lik.log_density(np.array([y[i]]), np.array([f]))[0]), MEANS[i], VARS[i])
+        assert ve[i] == pytest.approx(want, rel=1e-8, abs=1e-9), i
+        fd_m = central_difference(lambda m: lik.variational_expectations(y[i:i + 1], m, VARS[i:i + 1])[0][0],
+                                  MEANS[i:i + 1], step=1e-5)
+        fd_v = central_difference(lambda v: lik.variational_expectations(y[i:i + 1], MEANS[i:i + 1], v)[0][0],
+                                  VARS[i:i + 1], step=1e-5)
+        np.testing.assert_allclose(d_mean[i], fd_m[0], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(d_var[i], fd_v[0], rtol=1e-5, atol=1e-7)
+    values = _local_values(likelihood, X1)
+    grads = likelihood.bind(values).variational_expectations(y, MEANS, VARS)[3]
+    assert set(grads) == set(values), "variational_expectations must give every parameter's gradient"
+    for name, value in values.items():
+        fd = central_difference(lambda v: np.sum(likelihood.bind({**values, name: v})
+                                                 .variational_expectations(y, MEANS, VARS)[0]), value)
+        np.testing.assert_allclose(grads[name], fd, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+@pytest.mark.parametrize("likelihood", LIKELIHOOD_CASES)
+def test_log_predictive_matches_quadrature_and_predictive_matches_draws(likelihood):
+    lik = likelihood.bind()
+    try:
+        lp = lik.log_predictive(MEANS, VARS, _targets(likelihood, MEANS, seed=2))
+    except NotImplementedError:
+        pytest.skip(f"{_label(likelihood)} has no log predictive density")
+    y = _targets(likelihood, MEANS, seed=2)
+    for i in range(MEANS.size):
+        want = _expect(lambda f: float(np.exp(lik.log_density(np.array([y[i]]), np.array([f]))[0])), MEANS[i], VARS[i])
+        assert lp[i] == pytest.approx(np.log(want), rel=1e-7, abs=1e-8), i
+    summary = lik.predictive(MEANS, VARS)
+    draws = 40_000
+    f = MEANS + np.sqrt(VARS) * np.random.default_rng(3).standard_normal((draws, MEANS.size))
+    ys = lik.sample(f, np.random.default_rng(4))
+    if "p" in summary:
+        mean, sd = np.mean(ys > 0, axis=0), np.std(ys > 0, axis=0)
+        np.testing.assert_array_less(np.abs(mean - summary["p"]), 5 * sd / np.sqrt(draws) + 1e-3)
+    else:
+        mean, sd = ys.mean(axis=0), ys.std(axis=0)
+        np.testing.assert_array_less(np.abs(mean - summary["y_mean"]), 5 * sd / np.sqrt(draws) + 1e-9)
+        np.testing.assert_allclose(summary["y_var"], ys.var(axis=0), rtol=0.05)
+
+
+# -- supported pairs ------------------------------------------------------------------------------
+N, M = 14, 3
+XP = np.random.default_rng(5).uniform(-1.5, 1.5, size=(N, 2))
+Z0 = XP[:M] + 0.05
+KERNEL = gd.kernels.SquaredExponential(np.array([0.9, 1.3]), 1.1)
+
+
+def _pair_cases():
+    cases = []
+    for method_cls in _own(Inference.registry):
+        for method in method_cls.variants():
+            for lik_cls in _own(Likelihood.registry):
+                for i, lik in enumerate(lik_cls.variants()):
+                    if method.accepts(lik):
+                        cases.append(pytest.param(lik, method, id=f"{lik_cls.__name__}-{i}-{method_cls.__name__}"))
+    return cases
+
+
+PAIRS = _pair_cases()
+
+
+def _model(likelihood, inference):
+    inducing = gd.inducing.Optimized(Z0) if inference.inducing_rule != "forbidden" else None
+    return gd.Model(KERNEL, likelihood, inducing, inference)
+
+
+def _data(likelihood):
+    f = np.sin(1.3 * XP[:, 0]) + 0.5 * XP[:, 1]
+    return _targets(likelihood, f, seed=6)
+
+
+@pytest.mark.parametrize("likelihood,inference", PAIRS)
+def test_pair_gradients_match_central_differences(likelihood, inference):
+    model = _model(likelihood, inference)
+    y = likelihood.prepare_targets(_data(likelihood))
+    table = model.parameter_table(XP, Z0 if model.sparse else None)
+    values = table.values()
+    Z = values.pop("inducing.Z", None)
+    ev = model.evaluate(values, XP, y, Z)
+
+    def objective(vals, Zz):
+        return model.evaluate(vals, XP, y, Zz, need_grad=False).log_evidence
+
+    assert np.isfinite(ev.log_evidence)
+    for e in table.free:
+        if e.name == "inducing.Z":
+            continue
+        fd = central_difference(lambda v: objective({**values, e.name: v}, Z), values[e.name])
+        np.testing.assert_allclose(ev.grads[e.name], fd, rtol=2e-5, atol=2e-6, err_msg=e.name)
+    if Z is not None:
+        fd = central_difference(lambda Zz: objective(values, Zz), Z)
+        np.testing.assert_allclose(ev.dZ, fd, rtol=2e-5, atol=2e-6, err_msg="Z")
+
+
+@pytest.mark.parametrize("likelihood,inference", PAIRS)
+def test_pair_fitted_model_round_trips(likelihood, inference, tmp_path):
+    model = _model(likelihood, inference)
+    y = _data(likelihood)
+    post = model.fit(XP, y, max_iter=3)
+    post.save(tmp_path / "post.nc")
+    back = gd.load(tmp_path / "post.nc")
+    assert back.model == model
+    for name, value in post.values.items():
+        np.testing.assert_array_equal(back.values[name], value, err_msg=name)
+    X_new = XP[:4] + 0.1
+    a, b = post.predict(X_new), back.predict(X_new)
+    for name in a.data_vars:
+        np.testing.assert_array_equal(b[name].values, a[name].values, err_msg=name)
+    assert gd.Model.from_dict(model.to_dict()) == model
+    toml = tmp_path / "model.toml"
+    toml.write_text(model.to_toml())
+    assert gd.Model.from_toml(toml) == model
+
+
+@pytest.mark.parametrize("likelihood,inference", PAIRS)
+def test_pair_dask_equals_in_memory(likelihood, inference):
+    da = pytest.importorskip("dask.array")
+    if not (inference.supports_dask_chunks and likelihood.supports_dask_chunks):
+        pytest.skip(f"{type(inference).__name__} with {_label(likelihood)} computes a Dask X in memory")
+    chunked = inference
+    if hasattr(inference, "chunk_size"):
+        from dataclasses import replace
+        chunked = replace(inference, chunk_size=5)
+    model = _model(likelihood, chunked)
+    y = likelihood.prepare_targets(_data(likelihood))
+    table = model.parameter_table(XP, Z0 if model.sparse else None)
+    values = table.values()
+    Z = values.pop("inducing.Z", None)
+    memory = model.evaluate(values, XP, y, Z)
+    lazy = model.evaluate(values, da.from_array(XP, chunks=(5, 2)), y, Z)
+    assert lazy.log_evidence == pytest.approx(memory.log_evidence, rel=1e-10, abs=1e-10)
+    for name, g in memory.grads.items():
+        np.testing.assert_allclose(lazy.grads[name], g, rtol=1e-9, atol=1e-10, err_msg=name)
+
+
+def test_readme_pairs_table_is_supported_pairs():
+    text = README.read_text()
+    section = text[text.index("## Supported (likelihood, inference) pairs"):]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    header = next(line for line in section.splitlines() if line.startswith("| likelihood"))
+    methods = [c.strip().strip("`") for c in header.strip("|").split("|")[1:]]
+    listed = set()
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        name = re.match(r"`(\w+)", cells[0]).group(1)
+        assert len(cells) == len(methods) + 1, row
+        for method, cell in zip(methods, cells[1:]):
+            assert cell in ("yes", "no"), row
+            if cell == "yes":
+                listed.add(f"{name} + {method}")
+        variant = re.match(r"`(\w+)\(link=\"(\w+)\"\)`", cells[0])
+        if variant:   # a row per link: each cell is what the method says of that link
+            lik = getattr(gd.likelihoods, variant.group(1))(link=variant.group(2))
+            for method, cell in zip(methods, cells[1:]):
+                assert gd.inference.INFERENCE[method]().accepts(lik) == (cell == "yes"), (row, method)
+    assert set(methods) == set(gd.inference.INFERENCE)
+    assert sorted(listed) == gd.inference.supported_pairs()
