@@ -1,0 +1,522 @@
+"""The likelihood interface: the operations the inference methods ask of an observation model.
+
+A likelihood is a frozen dataclass (:class:`gpdsl.components.Component`) whose hyperparameters
+are fields; the operations below run on a bound likelihood (:meth:`Component.bind`), whose
+fields hold natural-scale float arrays, and read them as ``float(self.bias)``.  Arrays are per
+point, shape (n,):
+
+========================================  ==========================================================
+operation                                 used by
+========================================  ==========================================================
+``log_density(y, f)``                     ArviZ export, the constant model
+``log_density_derivatives(y, f)``         Laplace (Rasmussen & Williams Alg. 3.1, 5.1): log p and
+                                          d^k log p / df^k, k = 1, 2, 3
+``log_density_param_derivatives``         Laplace's and the variational methods' gradients in the
+                                          likelihood's own hyperparameters
+``variational_expectations``              SVGP, VGP: E_N(f|m,v)[log p(y|f)] and its gradients in
+                                          (m, v) and the hyperparameters (Gauss-Hermite unless a
+                                          closed form is given)
+``site_model()``                          EP, QP: the jitted tilted-moment code and the parameter
+                                          tuple the site sweeps take (:class:`SiteModel`)
+``predictive`` / ``log_predictive``       Posterior.predict and Posterior.log_predictive
+``sample(f, rng)``                        posterior-predictive draws for ArviZ
+``surrogate(X, y)``                       greedy inducing selection before the first fit; the
+                                          start of q where ``sign_symmetric`` (below)
+``constant_model_log_likelihood(y)``      the constant-model flag of ``Model.fit``
+``noise(X)`` / ``noise_vjp(X, g)``        the exact GP and the collapsed VFE / DTC / FITC engines
+                                          (Gaussian-noise likelihoods, ``observation_noise``)
+========================================  ==========================================================
+
+Gradients are keyed by the likelihood's own parameter names (``{"bias": ...}``); the model
+qualifies them (``"likelihood.bias"``, :class:`gpdsl.components.Bound`) for the operations in
+:attr:`Likelihood.gradient_outputs`.
+
+A likelihood even in f (``sign_symmetric = True``: Poisson's square link) makes q's mean 0 a
+saddle of a variational bound, so SVGP and VGP start q from the Gaussian fit to its surrogate
+targets instead of from the prior.
+
+Which method accepts which likelihood follows from :meth:`Likelihood.provides` (the
+capabilities of :data:`CAPABILITIES`): an operation is provided where the likelihood's class
+overrides it.  A new likelihood is one subclass plus, for EP / QP, its tilted moments in
+:mod:`gpdsl._jit.projections` under a new code: the site sweeps take the parameters as a tuple,
+so no jitted signature changes (``StudentT`` was added that way).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+
+from ..chunks import row_slices
+from ..components import Component, qualify_keys
+
+_LOG_2PI = np.log(2.0 * np.pi)
+
+# Rows per block of the default variational expectations (their (rows, nodes) temporaries).
+_EXPECTATION_BLOCK_ROWS = 8192
+
+# What :meth:`Likelihood.provides` answers: the operations a method may need beyond the common
+# ones, the Gaussian observation noise of the collapsed engines and the Pólya-Gamma augmentation.
+CAPABILITIES = ("log_density_derivatives", "variational_expectations", "site_model", "noise", "polya_gamma")
+
+
+class SiteModel(NamedTuple):
+    """What EP's and QP's jitted site sweeps need of a likelihood: the code of its tilted-moment
+    routine in :mod:`gpdsl._jit.projections` and its parameters, a tuple of floats whose order
+    is ``names`` (the hyperparameter names the evidence gradients go to).
+
+    Parameters
+    ----------
+    kind : int
+        The tilted-moment routine's code in :mod:`gpdsl._jit.projections`.
+    params : tuple of float
+        The likelihood's parameters, in the order of ``names``.
+    names : tuple of str
+        The hyperparameter names the evidence gradients go to (local names on the likelihood,
+        qualified by :class:`gpdsl.components.Bound`).
+    """
+
+    kind: int
+    params: tuple
+    names: tuple
+
+
+def _check_real_targets(owner, y):
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"{owner}: y must be finite (no NaN or inf)")
+    return y
+
+
+@lru_cache(maxsize=4)
+def gauss_hermite(points):
+    """The probabilists' Gauss-Hermite rule of ``points`` nodes, weights normalised to sum to 1
+    (E_N(0,1)[g] ~ sum w_k g(x_k)), computed once per size.
+
+    Parameters
+    ----------
+    points : int
+        Number of nodes K.
+
+    Returns
+    -------
+    nodes : ndarray, shape (K,)
+        Nodes x_k of the probabilists' (weight exp(-x^2/2)) rule.
+    weights : ndarray, shape (K,)
+        Weights summing to 1.
+    """
+    nodes, weights = np.polynomial.hermite_e.hermegauss(points)
+    return nodes, weights / np.sqrt(2.0 * np.pi)
+
+
+def _qualify_expectations(output, qualify):
+    ve, d_mean, d_var, grads = output
+    return ve, d_mean, d_var, qualify_keys(grads, qualify)
+
+
+def _qualify_site_model(model, qualify):
+    return model._replace(names=tuple(qualify(name) for name in model.names))
+
+
+class Likelihood(Component, family="likelihood"):
+    """Base class of the observation models: the operations of the module docstring.
+
+    A subclass overrides what it supports; the defaults raise NotImplementedError naming the
+    operation, which no registered method calls for a likelihood that does not
+    :meth:`provide <provides>` it.  Subclasses are frozen dataclasses
+    (``@dataclass(frozen=True, eq=False)``, equality by value) that declare their
+    hyperparameters in ``hyperparameters`` / ``unconstrained`` (or override ``parameters``).
+    """
+
+    gradient_outputs = {"log_density_param_derivatives": qualify_keys,
+                        "variational_expectations": _qualify_expectations,
+                        "noise_vjp": qualify_keys,
+                        "site_model": _qualify_site_model}
+
+    # fit(standardize=True) may shift and scale the targets (gpdsl.scaling) when this is True.
+    standardizes_targets = False
+    # Per-point Gaussian noise (noise / noise_vjp; predictions add it).
+    observation_noise = False
+    # Whether a method's Dask-chunked passes can run with this likelihood: its per-point terms
+    # need no more of X than the row block they are computed on.
+    supports_dask_chunks = True
+    # Whether it holds values per training row (fit(subsample=) cannot subsample them).
+    per_row_parameters = False
+    # The usual cause of an evidence ridge (a kernel variance that grows without bound while the
+    # objective barely changes) with this likelihood, for the fit's warning.
+    ridge_cause = ("the kernel explains the targets ever better by growing (a trend or a scale it can only follow "
+                   "that way: try standardize=True or a kernel with that structure)")
+    # Whether p(y | f) = p(y | -f): q(f) centred at 0 is then a stationary point (a saddle) of a
+    # variational bound, and the variational methods start q from the surrogate regression.
+    sign_symmetric = False
+    # Nodes of the Gauss-Hermite rule of the default variational expectations: 100 points
+    # integrate log Phi and log sigma under latent sds up to ~3 to ~1e-12 (tests/test_likelihoods.py).
+    quadrature_points = 100
+
+    def _unsupported(self, operation):
+        return NotImplementedError(f"{type(self).__name__} does not provide {operation}")
+
+    def provides(self, capability):
+        """Whether this likelihood provides ``capability``, one of :data:`CAPABILITIES`.
+
+        An operation (``"log_density_derivatives"``, ``"variational_expectations"``,
+        ``"site_model"``) is provided where the instance's class overrides the base method (a
+        subclass inherits what its parent provides); ``"variational_expectations"`` also where
+        ``"log_density_derivatives"`` is (the default quadrature runs on it).  ``"noise"`` is
+        ``observation_noise``; ``"polya_gamma"`` (the Pólya-Gamma augmentation) is False unless
+        a subclass says otherwise.
+
+        Parameters
+        ----------
+        capability : str
+            One of ``"log_density_derivatives"`` (Laplace), ``"variational_expectations"`` (VGP,
+            SVGP), ``"site_model"`` (EP, QP), ``"noise"`` (Exact, VFE, DTC, FITC) and
+            ``"polya_gamma"``.
+
+        Returns
+        -------
+        bool
+
+        Raises
+        ------
+        ValueError
+            An unknown capability.
+        """
+        if capability == "noise":
+            return bool(self.observation_noise)
+        if capability == "polya_gamma":
+            return False
+        if capability not in CAPABILITIES:
+            raise ValueError(f"{type(self).__name__}: unknown capability {capability!r}; known: {list(CAPABILITIES)}")
+        if getattr(type(self), capability) is not getattr(Likelihood, capability):
+            return True
+        return capability == "variational_expectations" and self.provides("log_density_derivatives")
+
+    @classmethod
+    def variants(cls):
+        """Example instances covering the class's branches (its links, its noise models): what
+        the list of supported pairs and the conformance suite run.
+
+        Returns
+        -------
+        tuple of Likelihood
+            ``(cls(),)`` unless the class says otherwise.
+        """
+        return (cls(),)
+
+    def prepare_targets(self, y):
+        """Validated targets in the coding the other operations use.
+
+        Parameters
+        ----------
+        y : ndarray, shape (N,)
+            Checked float targets.
+
+        Returns
+        -------
+        ndarray, shape (N,)
+
+        Raises
+        ------
+        ValueError
+            If the targets are not valid for the likelihood.
+        """
+        return _check_real_targets(type(self).__name__, y)
+
+    def log_density(self, y, f):
+        """log p(y | f), elementwise (any shape broadcasting y against f).
+
+        Parameters
+        ----------
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+
+        Returns
+        -------
+        ndarray
+            The broadcast shape of y and f.
+        """
+        return self.log_density_derivatives(y, f)[0]
+
+    def log_density_derivatives(self, y, f):
+        """(log p, d/df, d^2/df^2, d^3/df^3 of log p(y | f)), elementwise.
+
+        Parameters
+        ----------
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+
+        Returns
+        -------
+        tuple of 4 ndarray
+            log p, d log p/df, d^2 log p/df^2, d^3 log p/df^3, each of the broadcast shape of y and f.
+
+        References
+        ----------
+        Rasmussen & Williams (2006), Algorithms 3.1 and 5.1 (Laplace's Newton steps and gradients).
+        """
+        raise self._unsupported("derivatives of its log density")
+
+    def log_density_param_derivatives(self, y, f, derivatives=None):
+        """(d log p / d theta, d^2 log p / df d theta, d^3 log p / df^2 d theta) for each scalar
+        hyperparameter theta, elementwise; empty without hyperparameters.
+
+        Parameters
+        ----------
+        y : ndarray, shape (n,) (or broadcasting against f)
+            Targets as :meth:`prepare_targets` codes them.
+        f : ndarray, shape (n,) (or any shape broadcasting against y)
+            Latent function values.
+        derivatives : tuple of 4 ndarray, optional
+            :meth:`log_density_derivatives` at the same arguments when the caller has them (a
+            parameter that shifts f, the Bernoulli bias, reuses them).
+
+        Returns
+        -------
+        dict of str to tuple of 3 ndarray
+            ``{name: (d log p/d theta, d^2 log p/df d theta, d^3 log p/df^2 d theta)}`` by local
+            parameter name, each of the broadcast shape of y and f.
+        """
+        raise self._unsupported("derivatives of its log density in its hyperparameters")
+
+    def expectation_rule(self, y, mean, var):
+        """A quadrature rule for E_N(f | mean_n, var_n)[g(f, y_n)]: sum_k w_nk g(f_nk).  The
+        default is the ``quadrature_points`` Gauss-Hermite rule, exact for polynomials and
+        accurate for log densities that are smooth on the scale of the latent sd (probit,
+        logit); likelihoods narrower than that override it.
+
+        Parameters
+        ----------
+        y : ndarray, shape (n,)
+            Targets as :meth:`prepare_targets` codes them.
+        mean : ndarray, shape (n,)
+            Means of q(f_n).
+        var : ndarray, shape (n,)
+            Variances of q(f_n), >= 0.
+
+        Returns
+        -------
+        f : ndarray, shape (n, K)
+            Nodes in f.
+        weights : ndarray, shape (n, K) or (K,)
+            Weights.
+        nodes : ndarray, shape (K,), or None
+            Standard nodes x with f = mean + sd x, or None for a rule placed otherwise.
+        """
+        nodes, weights = gauss_hermite(self.quadrature_points)
+        return mean[:, None] + np.sqrt(np.maximum(var, 0.0))[:, None] * nodes[None, :], weights, nodes
+
+    def variational_expectations(self, y, mean, var):
+        """E_q[log p(y_n | f_n)] under q(f_n) = N(mean_n, var_n) and its gradients.
+
+        The default runs :meth:`expectation_rule` over :meth:`log_density_derivatives`:
+        d/d mean = E_q[d log p / df] (exact for the rule's sum too).  For a rule of standard
+        nodes, ve = sum_k w_k log p(y | m + s x_k) is differentiated as it stands,
+        d/d var = sum_k w_k x_k d log p / df / (2 s), so that an optimiser sees one consistent
+        function (1/2 E_q[d^2 log p / df^2], Opper & Archambeau 2009 eq. 8, differs from it by the
+        rule's error: 1e-3 for the probit at var 80 with 100 nodes); otherwise, and at var = 0,
+        1/2 E_q[d^2 log p / df^2].
+
+        Parameters
+        ----------
+        y : ndarray, shape (n,)
+            Targets as :meth:`prepare_targets` codes them.
+        mean : ndarray, shape (n,)
+            Means of q(f_n).
+        var : ndarray, shape (n,)
+            Variances of q(f_n), >= 0.
+
+        Returns
+        -------
+        ve : ndarray, shape (n,)
+            E_q[log p(y_n | f_n)].
+        d_mean : ndarray, shape (n,)
+            d ve_n / d mean_n.
+        d_var : ndarray, shape (n,)
+            d ve_n / d var_n.
+        param_grads : dict of str to ndarray
+            d sum_n ve_n / d theta for each hyperparameter theta, by local name.
+        """
+        n = mean.shape[0]
+        if n > _EXPECTATION_BLOCK_ROWS:
+            # The rule's (rows, nodes) temporaries are kept to blocks of rows: a chunk of 10^5
+            # rows with 100 nodes would otherwise hold ~1 GB of them.
+            blocks = [self.variational_expectations(y[s], mean[s], var[s])
+                      for s in row_slices(n, _EXPECTATION_BLOCK_ROWS)]
+            grads = {name: sum(b[3][name] for b in blocks) for name in blocks[0][3]}
+            return tuple(np.concatenate([b[i] for b in blocks]) for i in range(3)) + (grads,)
+        f, weights, nodes = self.expectation_rule(y, mean, var)
+        yy = np.broadcast_to(y[:, None], f.shape)
+        derivatives = self.log_density_derivatives(yy, f)
+        logp, d1, d2, _ = derivatives
+        params = self.log_density_param_derivatives(yy, f, derivatives=derivatives)
+        grads = {name: np.array(np.sum(parts[0] * weights)) for name, parts in params.items()}
+        d_var = 0.5 * np.sum(d2 * weights, axis=1)
+        if nodes is not None:
+            sd = np.sqrt(np.maximum(var, 0.0))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                d_var = np.where(sd > 0.0, np.sum(d1 * (weights * nodes), axis=1) / (2.0 * sd), d_var)
+        return np.sum(logp * weights, axis=1), np.sum(d1 * weights, axis=1), d_var, grads
+
+    def site_model(self):
+        """The :class:`SiteModel` of EP's and QP's jitted site updates (Minka 2001; the QP
+        paper's tilted moments).
+
+        Returns
+        -------
+        SiteModel
+            Its ``names`` are local parameter names.
+        """
+        raise self._unsupported("EP/QP tilted moments")
+
+    def predictive(self, f_mean, f_var):
+        """Predictive summaries of y* under f* ~ N(f_mean, f_var).
+
+        Parameters
+        ----------
+        f_mean : ndarray, shape (n,)
+            Latent predictive means.
+        f_var : ndarray, shape (n,)
+            Latent predictive variances.
+
+        Returns
+        -------
+        dict of str to ndarray
+            Arrays (n,): ``y_mean``/``y_var`` or ``p``.
+        """
+        raise self._unsupported("a predictive distribution")
+
+    def log_predictive(self, f_mean, f_var, y):
+        """log p(y* | x*) = log E_N(f*|f_mean,f_var)[p(y* | f*)].
+
+        Parameters
+        ----------
+        f_mean : ndarray, shape (n,)
+            Latent predictive means.
+        f_var : ndarray, shape (n,)
+            Latent predictive variances.
+        y : ndarray, shape (n,)
+            Targets at the new inputs, coded as :meth:`prepare_targets` returns them.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+            log p(y_n | x_n) under f ~ N(f_mean, f_var).
+        """
+        raise self._unsupported("a log predictive density")
+
+    def sample(self, f, rng):
+        """Draws of y given draws of f (any shape), for posterior-predictive checks.
+
+        Parameters
+        ----------
+        f : ndarray
+            Draws of the latent function (any shape, e.g. (chains, draws, n)).
+        rng : numpy.random.Generator
+            The random generator.
+
+        Returns
+        -------
+        ndarray
+            Draws of y, the shape of ``f``.
+        """
+        raise self._unsupported("sampling")
+
+    def surrogate(self, X, y):
+        """A Gaussian pseudo-regression (noise 1/w, targets r/w) that greedy inducing selection
+        scores before the first fit.
+
+        Parameters
+        ----------
+        X : ndarray, shape (N, D)
+            Training inputs.
+        y : ndarray, shape (N,)
+            Training targets, coded.
+
+        Returns
+        -------
+        weights : ndarray, shape (N,)
+            Pseudo-noise precisions w_n (noise 1/w_n).
+        targets : ndarray, shape (N,)
+            Weighted pseudo-targets r_n (targets r_n / w_n).
+        """
+        raise self._unsupported("a surrogate regression for greedy selection")
+
+    def log_density_bound(self, y):
+        """sum_n max_f log p(y_n | f), an upper bound on the log marginal likelihood of any prior
+        (p(y) = E_prior[prod_n p(y_n | f_n)] <= prod_n max_f p(y_n | f)), or None where the
+        likelihood does not give one.  ``Model.fit`` treats an evidence far above it as a
+        numerical failure (EP's, from sites that lost all precision, reached 3e8 on 31 points).
+
+        Parameters
+        ----------
+        y : ndarray, shape (N,)
+            Training targets, coded.
+
+        Returns
+        -------
+        float or None
+        """
+        return None
+
+    def constant_model_log_likelihood(self, y):
+        """The objective of the constant model f = 0 that ``Model.fit`` flags fits against, or None.
+
+        Parameters
+        ----------
+        y : ndarray, shape (N,)
+            Training targets, coded.
+
+        Returns
+        -------
+        float or None
+        """
+        return None
+
+    def noise(self, X):
+        """Per-point Gaussian noise variances lambda_n at X (``observation_noise`` likelihoods).
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+            Inputs.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+        """
+        raise self._unsupported("Gaussian observation noise")
+
+    def noise_vjp(self, X, g):
+        """Vector-Jacobian product of :meth:`noise`: sum_n g_n d lambda_n / d theta.
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+            Inputs.
+        g : ndarray, shape (n,)
+            The adjoint d objective / d lambda.
+
+        Returns
+        -------
+        dict of str to ndarray
+            By local parameter name.
+        """
+        raise self._unsupported("Gaussian observation noise")
+
+    def describe(self):
+        """A short text for summaries and attrs.
+
+        Returns
+        -------
+        str
+            The class name (with its link or noise model where it has one).
+        """
+        return type(self).__name__
+
+
+__all__ = ["Likelihood", "SiteModel", "gauss_hermite", "CAPABILITIES"]

@@ -1,0 +1,217 @@
+"""Binary classification: :class:`Bernoulli` with a probit or logit link and a learnable bias."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special
+
+from .._jit import projections
+from .._jit.special import logit_normal_logp_many
+from ..parameters import check_hyperparameter
+from .base import _LOG_2PI, Likelihood, SiteModel, gauss_hermite
+
+
+@dataclass(frozen=True, eq=False)
+class Bernoulli(Likelihood):
+    """Binary labels through a link: p(y | f) = Phi(y (f + bias)) for ``link="probit"``
+    (Naish-Guzman & Holden eq. 4; the bias beta is a learnable, unconstrained hyperparameter)
+    or sigma(y (f + bias)) for ``link="logit"``.  Labels may be {0, 1}, {-1, +1} or bool.
+
+    Parameters
+    ----------
+    link : {"probit", "logit"}, default "probit"
+        The link from f to p(y = +1 | f).
+    bias : float, Fixed or prior, default 0.0
+        The learnable bias beta added to f (unconstrained scalar).
+
+    Raises
+    ------
+    ValueError
+        An unknown link.
+    TypeError, ValueError
+        A bias that is not a finite scalar, ``Fixed`` or prior.
+    """
+
+    link: str = "probit"
+    ridge_cause = "the latent scale (with the bias) grows without bound when the classes are nearly separable"
+    bias: object = 0.0
+    hyperparameters = ("bias",)
+    unconstrained = ("bias",)
+
+    def __post_init__(self):
+        if self.link not in ("probit", "logit"):
+            raise ValueError(f"Bernoulli: link must be 'probit' or 'logit', got {self.link!r}")
+        check_hyperparameter("Bernoulli", "bias", self.bias, positive=False, ndim_max=0)
+
+    def provides(self, capability):
+        """As :meth:`Likelihood.provides`, and ``"polya_gamma"`` for the logit link (the
+        Pólya-Gamma augmentation of sigma).
+
+        Parameters
+        ----------
+        capability : str
+        """
+        if capability == "polya_gamma":
+            return self.link == "logit"
+        return super().provides(capability)
+
+    @classmethod
+    def variants(cls):
+        """The probit and the logit link.
+
+        Returns
+        -------
+        tuple of Bernoulli
+        """
+        return (cls("probit"), cls("logit"))
+
+    def prepare_targets(self, y):
+        """Labels as float +-1; raises unless y is coded 0/1, -1/+1 or bool.  Labels of one class
+        only are accepted (as GPML and GPflow do): the fit then drives p towards that class, and a
+        classifier fit no better than the constant model warns (``Model.fit``).
+
+        Parameters
+        ----------
+        y : ndarray, shape (N,)
+            Checked float targets.
+
+        Returns
+        -------
+        ndarray, shape (N,)
+            Labels -1.0 / +1.0.
+
+        Raises
+        ------
+        ValueError
+            If the targets are not valid for the likelihood.
+        """
+        values = set(np.unique(y).tolist())
+        if not values <= {-1.0, 1.0} and not values <= {0.0, 1.0}:
+            raise ValueError(f"Bernoulli: y must be binary, coded {{0, 1}}, {{-1, +1}} or bool; "
+                             f"got values {sorted(values)[:6]}")
+        return np.where(y > 0, 1.0, -1.0)
+
+    def site_model(self):
+        """The probit or logit site model, parameter (bias,)."""
+        kind = projections.PROBIT if self.link == "probit" else projections.LOGIT
+        return SiteModel(kind, (float(self.bias),), ("bias",))
+
+    def predictive(self, f_mean, f_var):
+        """``p`` = p(y* = +1) = E[p(+1 | f*)], by :meth:`log_predictive`.
+
+        Parameters
+        ----------
+        f_mean, f_var : ndarray, shape (n,)
+        """
+        return {"p": np.exp(self.log_predictive(f_mean, f_var, np.ones_like(f_mean)))}
+
+    def log_predictive(self, f_mean, f_var, y):
+        """log E[p(y* | f*)] for labels y in {-1, +1}, computed in log space (finite for
+        confident predictions either way).
+
+        Probit: log Phi(y (f_mean + bias) / sqrt(1 + f_var)) (Naish-Guzman & Holden 3.1).  Logit:
+        log E[sigma(y (f* + bias))], Passerello eq. (C.2) with 100-point Gauss-Hermite quadrature
+        up to latent sd 1 and, beyond, a composite Gauss-Legendre rule that resolves sigma's
+        transition (:func:`gpdsl._jit.special.logit_normal_logp`; relative error < 1e-15 against
+        50-digit quadrature for any mean and sd, where 100-point Gauss-Hermite alone is 1e-2 off at
+        sd 20).
+
+        Parameters
+        ----------
+        f_mean, f_var, y : ndarray, shape (n,)
+        """
+        shifted = y * (f_mean + float(self.bias))
+        if self.link == "probit":
+            return special.log_ndtr(shifted / np.sqrt(1.0 + f_var))
+        nodes, weights = gauss_hermite(100)
+        return logit_normal_logp_many(np.ascontiguousarray(shifted, dtype=float),
+                                      np.sqrt(np.maximum(np.asarray(f_var, dtype=float), 0.0)),
+                                      nodes, np.log(weights))
+
+    def log_density_bound(self, y):
+        # p(y | f) -> 1 as y (f + bias) -> infinity.
+        return 0.0
+
+    def log_density(self, y, f):
+        """log Phi(z) or log sigma(z), z = y (f + bias).
+
+        Parameters
+        ----------
+        y, f : ndarray
+        """
+        z = y * (f + float(self.bias))
+        return special.log_ndtr(z) if self.link == "probit" else -np.logaddexp(0.0, -z)
+
+    def log_density_derivatives(self, y, f):
+        """With z = y (f + bias): probit, r = phi(z) / Phi(z) from log space, d1 = y r,
+        d2 = -r (z + r), d3 = y r ((z + r)(z + 2 r) - 1); logit, p = sigma(z), d1 = y (1 - p),
+        d2 = -p (1 - p), d3 = -y p (1 - p)(1 - 2 p).
+
+        Parameters
+        ----------
+        y, f : ndarray
+        """
+        z = y * (f + float(self.bias))
+        if self.link == "probit":
+            log_cdf = special.log_ndtr(z)
+            r = np.exp(-0.5 * z * z - 0.5 * _LOG_2PI - log_cdf)
+            return log_cdf, y * r, -r * (z + r), y * r * ((z + r) * (z + 2.0 * r) - 1.0)
+        p, q = special.expit(z), special.expit(-z)
+        return -np.logaddexp(0.0, -z), y * q, -p * q, -y * p * q * (q - p)
+
+    def log_density_param_derivatives(self, y, f, derivatives=None):
+        """The bias shifts f: its derivatives are d1, d2, d3 of :meth:`log_density_derivatives`.
+
+        Parameters
+        ----------
+        y, f : ndarray
+        derivatives : tuple of 4 ndarray, optional
+        """
+        if derivatives is None:
+            derivatives = self.log_density_derivatives(y, f)
+        return {"bias": derivatives[1:]}
+
+    def sample(self, f, rng):
+        """Labels -1.0 / +1.0 drawn with p(y = +1 | f).
+
+        Parameters
+        ----------
+        f : ndarray
+        rng : numpy.random.Generator
+        """
+        p = np.exp(self.log_density(np.ones_like(f), f))
+        return np.where(rng.uniform(size=np.shape(f)) < p, 1.0, -1.0)
+
+    def surrogate(self, X, y):
+        """The Pólya-Gamma pseudo-regression at c = 0 (theta = 1/4, weighted targets
+        y/2 - bias/4).
+
+        Parameters
+        ----------
+        X : ndarray, shape (N, D)
+        y : ndarray, shape (N,)
+        """
+        w = np.full(X.shape[0], 0.25)
+        return w, 0.5 * y - w * float(self.bias)
+
+    def constant_model_log_likelihood(self, y):
+        """sum_n log p(y_n | f_n = 0): the classifier's limit as the kernel variance goes to 0.
+
+        Parameters
+        ----------
+        y : ndarray, shape (N,)
+        """
+        return float(np.sum(self.log_density(y, np.zeros_like(y))))
+
+    def describe(self):
+        """``Bernoulli(probit)`` or ``Bernoulli(logit)``.
+
+        Returns
+        -------
+        str
+        """
+        return f"Bernoulli({self.link})"
+
+
+__all__ = ["Bernoulli"]
