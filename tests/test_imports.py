@@ -172,6 +172,6 @@ def test_jit_kernels_import_nothing_of_gpdsl_outside_jit():
 def test_posterior_imports_nothing_above_it():
     """``posterior`` is below the model, the fit loop and file IO: it gets the model as an object."""
     graph = import_graph()
-    above = {"gpdsl", "gpdsl.model", "gpdsl.fitting", "gpdsl.io.netcdf", "gpdsl.io.spec", "gpdsl.io.arviz",
+    above = {"gpdsl", "gpdsl.model", "gpdsl.fitting", "gpdsl.io.netcdf", "gpdsl.io.arviz",
              "gpdsl.cli", "gpdsl.plotting"}
     assert not above & set(graph["gpdsl.posterior"]), sorted(above & set(graph["gpdsl.posterior"]))
