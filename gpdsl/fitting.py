@@ -1,0 +1,753 @@
+"""The fit loop behind :meth:`gpdsl.Model.fit`: starts, L-BFGS-B and its stopping rules, the
+inducing inputs' re-selection, the subsample's finish, the fit's record and its warnings.
+
+:func:`fit` checks the data and arguments (:mod:`gpdsl.inputs`), selects the inducing inputs,
+runs :func:`fit_at` (one L-BFGS-B fit, with restarts, at one selection: a :class:`FitResult`)
+for each round of the re-selection loop and the small-M probe, keeps the best round, records how
+the fit ended (:class:`gpdsl.diagnostics.FitDiagnostics`), warns for every way it fell short and
+returns the :class:`gpdsl.posterior.Posterior`.  The model is read as an object (its parameter
+table, ``evaluate`` and parts); this module does not import :mod:`gpdsl.model`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+from scipy import optimize as sp_optimize
+
+from . import backends
+from .checks import check_bool, check_positive_int
+from .components import bind
+from .diagnostics import GRADIENT_FREE_STOPS, FitDiagnostics, gradient_tolerance, largest_gradient
+from .inducing import NoCandidateError, SelectionContext
+from .inputs import check_fit_arguments, validate_inputs, validate_targets
+from .methods.common import ConvergenceWarning
+from .parameters import ParameterTable
+from .posterior import FitRecord, Posterior
+from .scaling import Standardization
+
+
+# Stopping rule of the hyperparameter optimiser.  L-BFGS-B runs with SciPy's tests (projected
+# gradient below 1e-5, relative change of the objective below 2.2e-9) and one more, the plateau
+# rule: over the last PLATEAU_WINDOW iterations the objective gained less than
+# PLATEAU_PER_POINT * N nats per iteration, and the gains are not dying out (the second half of
+# the window gained at least PLATEAU_STEADY times what the first half did).  L-BFGS-B converging
+# to a well-defined optimum shrinks its gains geometrically and ends by SciPy's tests; the plateau
+# rule ends the steady walks along evidence ridges, where a classifier's kernel variance grows
+# without bound (FITC-EP on twonorm, N = 6,660: kernel variance ~1e7 and a gain of ~0.02 nats an
+# iteration after 1,000 iterations, at a worse test NLPD than after 30).  1e-4 nats per point and
+# iteration is far below what changes predictions.
+PLATEAU_WINDOW = 10
+PLATEAU_PER_POINT = 1e-4
+PLATEAU_STEADY = 0.5
+# A free positive hyperparameter that has moved by more than this factor in a run stopped by the
+# plateau rule or the iteration cap is named in a ridge warning (and Posterior.ridge).
+RUNAWAY_FACTOR = 1e3
+_SCIPY_CALLBACK_STOP = 99                   # OptimizeResult.status when the callback raised StopIteration
+# Restarts of L-BFGS-B with empty memory after SciPy's test stopped it at a large gradient.
+MEMORY_RESTARTS = 2
+
+
+# Objective margin (nats) over the constant model below which a fit is flagged (_no_better_than_constant).
+CONSTANT_MODEL_TOL = 1e-3
+# Nats per row by which a log evidence may exceed the likelihood's bound on any marginal likelihood
+# (Likelihood.log_density_bound) before it counts as a numerical failure: EP's and Laplace's
+# approximations come within a small fraction of a nat per row of the true evidence, far below it.
+EVIDENCE_BOUND_SLACK_PER_POINT = 0.1
+# Gap (nats per training row) by which a moderate fixed M must beat an automatic M that ended
+# smaller for the fit to call the automatic one a different optimum (_probe_small_m).  The
+# trace rule's default tol (1e-3 per row) costs the bound about half that, so a gap of 1e-2 per
+# row is far beyond what the rule allows.
+SMALL_M_GAP_PER_POINT = 1e-2
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """One L-BFGS-B fit (with restarts) at one selection of the inducing inputs, as :func:`fit_at`
+    returns it: the optimum and how the optimiser got there.
+
+    Parameters
+    ----------
+    values : dict of str to ndarray
+        The natural hyperparameters at the optimum ("inducing.Z" taken out into ``Z``).
+    Z : ndarray of shape (M, D), or None
+        The inducing inputs at the optimum (None for dense methods).
+    evaluation : gpdsl.methods.common.Evaluation
+        The method's evaluation at the optimum, with its predictive state.
+    table : gpdsl.parameters.ParameterTable
+        The parameter table the fit ran on.
+    optimiser : dict
+        The fields of :class:`gpdsl.diagnostics.FitDiagnostics` the optimiser decides
+        (``stop_reason``, ``message``, ``caps_reached``, and for an optimised fit
+        ``n_iterations``, ``grad_norm``, ``grad_tol``, ``grad_name``, ``optimizer_restarts``).
+    log_prior : float
+        The log prior at the optimum.
+    total_sweeps : int
+        The method's local iterations over the fit (EP/QP sweeps, c updates, natural steps).
+    ridge : str or None
+        The hyperparameter that ran away along an evidence ridge.
+    ridge_move : tuple of float, or None
+        ``(start, end)`` of the ridge's hyperparameter.
+    minibatch : bool
+        The optimiser was a minibatch one (no full-batch gradient; q moved with its steps).
+    """
+
+    values: dict
+    Z: np.ndarray | None
+    evaluation: object
+    table: ParameterTable
+    optimiser: dict
+    log_prior: float
+    total_sweeps: int
+    ridge: str | None = None
+    ridge_move: tuple | None = None
+    minibatch: bool = False
+
+    @property
+    def objective(self):
+        """float: the log evidence plus the log prior at the optimum (what the fit maximised)."""
+        return self.evaluation.log_evidence + self.log_prior
+
+
+def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=1000, progress=False, callback=None,
+        standardize=False, subsample=None):
+    """Fit ``model`` to X, y: what :meth:`gpdsl.Model.fit` runs (its docstring describes the fit).
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+        The declaration.
+    X : array_like or Dask array, shape (N, D)
+        Training inputs.
+    y : array_like, shape (N,)
+        Training targets.
+    optimize, fixed, restarts, seed, max_iter, progress, callback, standardize, subsample : object
+        As :meth:`gpdsl.Model.fit` takes them.
+
+    Returns
+    -------
+    gpdsl.Posterior
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :meth:`gpdsl.Model.fit`.
+    """
+    X = validate_inputs(X, lazy=model._chunks_dask())
+    y = model.likelihood.prepare_targets(validate_targets(y, X.shape[0]))
+    fixed = check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, callback)
+    check_bool("fit", "standardize", standardize, error=TypeError)
+    if subsample is not None:
+        check_positive_int("fit", "subsample", subsample)
+    scaling = None
+    if standardize:
+        scaling = Standardization.of(X, y if model.likelihood.standardizes_targets else None)
+        X, y = scaling.inputs(X), scaling.targets(y)
+    rows = None
+    if subsample is not None and subsample >= X.shape[0]:
+        raise ValueError(f"fit: subsample = {subsample} must be smaller than the number of rows, "
+                         f"N = {X.shape[0]} (leave it None to fit on all rows)")
+    if subsample is not None:
+        _check_subsample(model)
+        if model.sparse:
+            model.inducing.check_subsample(subsample, X.shape[0])
+        rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], size=subsample, replace=False))
+    # A subsample's rows are read into memory (of a Dask X, those rows only).
+    X_fit, y_fit = (X, y) if rows is None else (np.array(X[rows]), y[rows])
+    # Declared kernel and likelihood values (Z is not chosen yet, so it cannot be named).
+    declared = model.parameter_table(X_fit, None, tuple(f for f in fixed if f != "inducing.Z")).values()
+    options = {"fixed": fixed, "seed": seed, "max_iter": max_iter}
+    run = {**options, "optimize": optimize, "restarts": restarts, "progress": progress, "callback": callback}
+    selection = None
+    if model.sparse:
+        _, likelihood = model.bind(declared)
+        weights, targets = likelihood.surrogate(X_fit, y_fit)
+        context = SelectionContext(model.kernel, declared, weights=weights, targets=targets, first_round=True)
+        selection = model.inducing.select(_selection_inputs(model, X_fit), y_fit, context)
+    result = fit_at(model, X_fit, y_fit, selection, **run, start=None, warm=None)
+    rounds, reinit_stop = [(selection, result)], None
+    if model.sparse and model.inducing.reinit:
+        rounds, reinit_stop = _reinit_loop(model, X_fit, y_fit, rounds, **run)
+    # Only a loop that settled (or none) is probed: one stopped at max_reinit has warned already,
+    # and one that found no candidate collapsed the kernel variance.
+    if model.sparse and optimize and reinit_stop in (None, "objective", "repeated_selection"):
+        rounds, small_m_replaced = _probe_small_m(model, X_fit, y_fit, rounds, **options)
+    else:
+        small_m_replaced = None
+    # The thesis author's reinitialisation loop returns the best round, not the last.
+    selection, result = max(rounds, key=lambda r: r[1].objective)
+    subsample_record = None
+    if rows is not None:
+        selection, result, subsample_record = _finish_on_all_rows(model, X, y, rows, selection, result,
+                                                                  fixed=fixed, max_iter=max_iter)
+    evaluation = result.evaluation
+    constant_model = _no_better_than_constant(model, y, result.values, evaluation.log_evidence)
+    diagnostics = _diagnostics(model, result, rounds, reinit_stop, selection, subsample_record, constant_model,
+                               small_m_replaced)
+    _warn_unconverged(model, diagnostics, result, evaluation.warm)
+    history = None
+    if model.sparse and model.inducing.reinit:
+        history = [{"M": int(r.Z.shape[0]), "objective": float(r.objective)} for _, r in rounds]
+    log_evidence = evaluation.log_evidence + (scaling.log_jacobian(y.size) if scaling is not None else 0.0)
+    record = FitRecord(diagnostics=diagnostics, priors=result.table.prior_descriptions(),
+                       fixed=[e.name for e in result.table.entries if e.fixed], sites=evaluation.warm,
+                       selection=selection, reinit_history=history, subsample=subsample_record)
+    return Posterior(model=model, values=result.values, state=evaluation.state, log_evidence=log_evidence,
+                     log_prior=result.log_prior, standardization=scaling, record=record)
+
+
+def _diagnostics(model, fit, rounds, reinit_stop, selection, subsample_record, constant_model,
+                 small_m_replaced):
+    """The :class:`gpdsl.diagnostics.FitDiagnostics` of the kept round ``fit``."""
+    local = fit.evaluation.warm
+    record = dict(fit.optimiser)
+    caps = record.pop("caps_reached") + (["max_iter"] if record["stop_reason"] == "max_iter" else [])
+    if local is not None and not local.converged and _local_cap_reached(model, local):
+        caps.append("max_sweeps")
+    if reinit_stop == "max_reinit":
+        caps.append("max_reinit")
+    if selection is not None and selection.stopped == "max_m":
+        caps.append("max_m")
+    total_sweeps = (sum(f.total_sweeps for _, f in rounds)
+                    + (fit.total_sweeps if subsample_record is not None else 0))
+    return FitDiagnostics(**record, caps_reached=tuple(caps), jitter=float(fit.evaluation.jitter),
+                          ridge=fit.ridge, local_sweeps=int(total_sweeps),
+                          local_converged=None if local is None else bool(local.converged),
+                          clamped_sites=int(getattr(local, "clamped", 0) or 0),
+                          reinit_rounds=len(rounds) - 1, reinit_stop=reinit_stop,
+                          small_m_replaced=small_m_replaced,
+                          subsample=None if subsample_record is None else subsample_record["rows"],
+                          constant_model=constant_model)
+
+
+def _local_cap_reached(model, local):
+    """Whether the method's local iteration stopped at its cap (else it stalled below it)."""
+    cap = next((getattr(model.inference, a) for a in ("max_sweeps", "max_iter", "q_max_iter")
+                if hasattr(model.inference, a)), None)
+    return cap is None or local.sweeps >= cap
+
+
+def _warn_unconverged(model, diagnostics, fit, local):
+    """One ConvergenceWarning for each way the fit fell short that its record holds: a ridge (not
+    for a fit already flagged as the constant model, which its own warning explains), the
+    optimiser's stop, the final gradient, the local iteration.  A cap of the reinit loop or the
+    selection warns where it is reached (``_reinit_loop``, the inducing spec)."""
+    name = type(model.inference).__name__
+    if diagnostics.ridge is not None and not diagnostics.constant_model:
+        _warn_ridge(diagnostics.ridge, *fit.ridge_move, diagnostics.message, model.likelihood.ridge_cause)
+    stop = diagnostics.stop_reason
+    if stop in ("max_iter", "line_search") and diagnostics.ridge is None:
+        warnings.warn(f"{name}: the hyperparameter optimisation did not converge ({stop}: {diagnostics.message}); "
+                      "the result is flagged converged=False", ConvergenceWarning, stacklevel=5)
+    elif (stop not in ("max_iter", "line_search", "outer_loop") and diagnostics.ridge is None
+          and not diagnostics.converged and not diagnostics.grad_norm <= diagnostics.grad_tol):
+        warnings.warn(f"{name}: the optimiser stopped ({stop}: {diagnostics.message}) after "
+                      f"{diagnostics.optimizer_restarts} restart(s) with the gradient still large: "
+                      f"|d objective / d {diagnostics.grad_name}| = {diagnostics.grad_norm:.3g} > "
+                      f"{diagnostics.grad_tol:.3g}; the result is flagged converged=False (raise max_iter, "
+                      "or refit from post.values)", ConvergenceWarning, stacklevel=5)
+    # A minibatch run's q is the optimiser's (its flag is the stopping rule's, warned about above).
+    if local is not None and not local.converged and not fit.minibatch:
+        # ``sweeps`` counts the method's accepted local iterations (EP/QP site sweeps, c
+        # updates, natural-gradient steps): below the cap they stopped because no step could
+        # raise the objective any more, which the message must not call running out of sweeps.
+        why = (f"did not converge in {local.sweeps} sweeps" if "max_sweeps" in diagnostics.caps_reached
+               else f"stalled after {local.sweeps} accepted local updates (no step raised the objective)")
+        warnings.warn(f"{name} {why} (tol {model.inference.tol:g}); the result is flagged converged=False",
+                      ConvergenceWarning, stacklevel=5)
+
+
+def _probe_small_m(model, X, y, rounds, *, fixed, seed, max_iter):
+    """An automatic M that ended small is checked against one fit at a moderate M (the
+    inducing spec's ``small_m_probe``), selected and started at the best round's
+    hyperparameters.  Where the probe's objective is above the best round's by more than
+    SMALL_M_GAP_PER_POINT * N nats, the automatic rule stopped in another optimum (an 18-D
+    image-like set: M = 15-20 at length-scales of 100-300, 120-250 nats below the fits at
+    M >= 54); the probe round is appended to the rounds (and so kept as the best), and a
+    ConvergenceWarning says so.  Returns the rounds and the probe's M where it was kept, else None."""
+    _, best = max(rounds, key=lambda r: r[1].objective)
+    probe = model.inducing.small_m_probe(X.shape[1], best.Z.shape[0], X.shape[0])
+    if probe is None:
+        return rounds, None
+    weights, targets = best.evaluation.pseudo_data
+    context = SelectionContext(model.kernel, best.values, weights=weights, targets=targets)
+    probe_selection = probe.select(_selection_inputs(model, X), y, context)
+    probed = fit_at(model, X, y, probe_selection, fixed=fixed, optimize=True, restarts=0, seed=seed,
+                    max_iter=max_iter, progress=False, callback=None, start=best.values, warm=None)
+    gap = probed.objective - best.objective
+    if gap <= SMALL_M_GAP_PER_POINT * X.shape[0]:
+        return rounds, None
+    warnings.warn(f"{type(model.inducing).__name__}: the automatic M = {best.Z.shape[0]} stopped "
+                  f"{gap:.4g} nats below a fit at M = {probe_selection.Z.shape[0]} (the small M held the fit in a "
+                  f"smoother optimum, length-scale up to {_largest(best.values, 'lengthscale')}); the "
+                  f"M = {probe_selection.Z.shape[0]} round is kept (diagnostics.small_m_replaced); give m or a "
+                  "smaller tol", ConvergenceWarning, stacklevel=5)
+    return rounds + [(probe_selection, probed)], int(probe_selection.Z.shape[0])
+
+
+def _check_subsample(model):
+    """fit(subsample=n)'s refusals: a likelihood with per-row parameters (they would have to be
+    subsampled with the rows) and q optimised as hyperparameters (the finish does not optimise,
+    so q would stay the subsample's)."""
+    if model.likelihood.per_row_parameters:
+        raise ValueError(f"fit: subsample cannot subsample the per-row parameters of "
+                         f"{model.likelihood!r}; draw the rows of X, y and those parameters yourself")
+    if model.inference.optimises_variational_parameters:
+        raise ValueError(f"fit: subsample needs q moved to its optimum on all rows, which "
+                         f"{type(model.inference).__name__}(q_updates='joint') does only by optimising; use "
+                         "q_updates='natural'")
+
+
+def _finish_on_all_rows(model, X, y, rows, selection, fit, *, fixed, max_iter):
+    """fit(subsample=n)'s last step: the posterior on all rows of X at the hyperparameters and
+    Z of ``fit`` (the subsample's best round), with no optimisation.  Returns the selection
+    (its indices mapped to rows of X), the full data's fit record (the subsample fit's
+    optimiser record and ridge kept) and the Posterior's ``subsample`` record."""
+    if selection is not None:
+        selection = dataclasses.replace(selection, Z=fit.Z,
+                            indices=None if selection.indices is None else rows[selection.indices])
+    # The subsample's local state (per-row sites, c) does not carry over; q(u) would, but a
+    # fresh start is what optimize=False gives every method.
+    finish = fit_at(model, X, y, selection, fixed=fixed, optimize=False, restarts=0, seed=0, max_iter=max_iter,
+                    progress=False, callback=None, start=fit.values, warm=None)
+    # The record is the subsample fit's: its optimiser's stop, gradient and ridge.
+    finish = dataclasses.replace(finish, optimiser=fit.optimiser, ridge=fit.ridge, ridge_move=fit.ridge_move)
+    return selection, finish, {"rows": int(rows.size), "objective": float(fit.objective)}
+
+
+def _reinit_loop(model, X, y, rounds, *, fixed, optimize, restarts, seed, max_iter, progress, callback):
+    """Re-select Z at the last fit's hyperparameters (weighted by its pseudo-data) and re-fit,
+    until the objective changes by at most ``reinit_tol`` relative to its size, a selection
+    repeats, nothing is left to select, or ``max_reinit`` rounds have run (which warns).
+    Returns the rounds and why the loop stopped: "objective", "repeated_selection",
+    "no_candidate" or "max_reinit"."""
+    spec = model.inducing
+    selection, fit = rounds[-1]
+    seen = {frozenset(selection.indices.tolist())}
+    for _ in range(spec.max_reinit):
+        values, evaluation = fit.values, fit.evaluation
+        weights, targets = evaluation.pseudo_data
+        context = SelectionContext(model.kernel, values, weights=weights, targets=targets)
+        try:
+            selection = spec.select(_selection_inputs(model, X), y, context)
+        except NoCandidateError:
+            # The last fit collapsed the kernel variance (below the 1e-12 selection jitter):
+            # nothing to re-select by; the best round so far is kept.
+            return rounds, "no_candidate"
+        chosen = frozenset(selection.indices.tolist())
+        if chosen in seen:
+            # A set selected before: the rounds would cycle (HGV alternates between two sets
+            # on some data), so stop as if converged.
+            return rounds, "repeated_selection"
+        seen.add(chosen)
+        previous = fit.objective
+        fit = fit_at(model, X, y, selection, fixed=fixed, optimize=optimize, restarts=restarts, seed=seed,
+                     max_iter=max_iter, progress=progress, callback=callback, start=values, warm=evaluation.warm)
+        rounds.append((selection, fit))
+        if abs(fit.objective - previous) <= spec.reinit_tol * max(1.0, abs(previous)):
+            return rounds, "objective"
+    change = rounds[-1][1].objective - rounds[-2][1].objective
+    warnings.warn(f"{type(spec).__name__}: the reinitialisation loop stopped at max_reinit={spec.max_reinit} "
+                  f"rounds with the objective still changing ({change:+.4g} in the last round, M "
+                  f"{rounds[0][1].Z.shape[0]} -> {rounds[-1][1].Z.shape[0]}); the best round is kept "
+                  "(flagged reinit_stop='max_reinit'); raise max_reinit or reinit_tol",
+                  ConvergenceWarning, stacklevel=5)
+    return rounds, "max_reinit"
+
+
+def _selection_inputs(model, X):
+    """X for the inducing spec's selection: selection from the data (k-means, greedy) reads X
+    in memory, so a Dask X is computed for it; Fixed and Subsample read no more than Z."""
+    return X if model.inducing.lazy_inputs else backends.materialize(X)
+
+
+def _no_better_than_constant(model, y, values, log_evidence):
+    """Warn (ConvergenceWarning) and return True when the objective is within
+    CONSTANT_MODEL_TOL nats of the constant model's (the likelihood's
+    ``constant_model_log_likelihood``), which every method here reaches exactly as the kernel
+    variance goes to 0.  That is a true optimum (the Pólya-Gamma bound falls
+    into it on crabs with K-means Z, 5 of 50 splits; raw Boston housing, targets ~22 and
+    inputs up to ~700, fits noise 584 and predicts 0) and the right answer for targets that
+    do not depend on X, but usually a poor one: it predicts the same everywhere."""
+    constant = bind(model.likelihood, values, "likelihood").constant_model_log_likelihood(y)
+    if constant is None or log_evidence - constant >= CONSTANT_MODEL_TOL:
+        return False
+    variance = float(np.max(values.get("kernel.variance", np.nan)))
+    cause = ("the kernel variance has collapsed" if variance < 1e-4 else
+             f"the fit failed at kernel variance {variance:.3g}" if variance > 1e8 else
+             "the posterior ignores X")
+    warnings.warn(f"{type(model.inference).__name__}: the fitted objective {log_evidence:.6g} is no better "
+                  f"than the constant model's {constant:.6g} ({cause}); if the targets depend on X, "
+                  "standardise the data (fit(standardize=True)) or refit with restarts= or other "
+                  "starting values (flagged constant_model=True)", ConvergenceWarning, stacklevel=5)
+    return True
+
+
+def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter, progress, callback, start, warm):
+    """One L-BFGS-B fit (with restarts) at the selected inducing inputs, from the declared
+    hyperparameters or ``start``.
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+        The declaration.
+    X : ndarray or Dask array, shape (N, D)
+        Training inputs, checked (and in the fit's units).
+    y : ndarray, shape (N,)
+        Training targets, prepared by the likelihood.
+    selection : gpdsl.inducing.Selection or None
+        The inducing inputs (None for dense methods).
+    fixed, optimize, restarts, seed, max_iter, progress, callback : object
+        As :meth:`gpdsl.Model.fit` takes them (``fixed`` a tuple of names).
+    start : dict of str to ndarray, or None
+        Values to start from (a re-selection round continues from the previous optimum; a
+        method's variational parameters only where M has not changed); None: the declared ones.
+    warm : object or None
+        The method's local state to start from.
+
+    Returns
+    -------
+    FitResult
+    """
+    Z0 = selection.Z if selection is not None else None
+    table = model.parameter_table(X, Z0, fixed)
+    run = _Objective(model, table, X, y, Z0)
+    run.warm = warm
+    values0 = table.values()
+    if start is not None:      # a re-selection round continues from the previous optimum
+        # (a method's variational parameters only where M has not changed)
+        values0.update({k: v for k, v in start.items() if k in values0 and np.shape(v) == values0[k].shape})
+    u0 = table.pack(values0)
+    result = None
+    if optimize and table.size > 0:
+        rng = np.random.default_rng(seed)
+        starts = [u0] + [_random_start(table, u0, X, rng) for _ in range(restarts)]
+        for u_start in starts:
+            # Each start from the same local state, and the best start's kept: a minibatch
+            # method's q is its result (the posterior is evaluated at it as it stands).
+            run.warm = warm
+            try:
+                res = model.inference.minimise(run, u_start, max_iter, progress, callback)
+            except FloatingPointError as err:
+                # L-BFGS-B steps back from such points (the objective returns inf); a minibatch
+                # optimiser has no line search to do so (fuzz: minibatch SVGP, Poisson counts
+                # to 4e5 with Z 1e-3 apart).
+                raise _out_of_range(f"the optimiser stepped to a numerically impossible point ({err})",
+                                    X, y) from err
+            if result is None or res.fun < result.fun:
+                result, best_warm = res, run.warm
+        run.warm = best_warm
+        if not np.all(np.isfinite(result.x)):
+            raise _out_of_range("L-BFGS-B stepped to non-finite hyperparameters (the objective and its "
+                                "gradient at the start are too large for its float64 arithmetic)", X, y)
+        u_best, runaway = result.x, result.runaway
+        # A minibatch run has no full-batch gradient (jac None), and its rule does not use one;
+        # its steps move q too, so q's convergence is the optimiser's.
+        minibatch = result.jac is None
+        ridge, ridge_move = (None, None) if runaway is None else (runaway[0], runaway[1:])
+        optimiser = {"stop_reason": result.stop_reason, "message": str(result.message),
+                     "n_iterations": int(result.nit), "grad_norm": float(result.grad_norm),
+                     "grad_tol": gradient_tolerance(X.shape[0]), "grad_name": result.get("grad_name", ""),
+                     "optimizer_restarts": int(getattr(result, "optimizer_restarts", 0)), "caps_reached": []}
+        outer = model.inference.outer_loop(run, u_best, max_iter)
+        if outer is not None:
+            u_best, outer_converged, outer_iter = outer
+            # Algorithm 1 maximises eq. 4 at fixed sites: its own test, not the gradient, decides.
+            optimiser.update(stop_reason="outer_loop", caps_reached=[] if outer_converged else ["max_outer"],
+                             n_iterations=optimiser["n_iterations"] + outer_iter,
+                             message=f"{optimiser['message']}; then QP's outer loop "
+                                     f"{'converged' if outer_converged else 'did not converge'}")
+    else:
+        u_best, ridge, ridge_move, minibatch = u0, None, None, False
+        optimiser = {"stop_reason": "not_optimised", "caps_reached": [],
+                     "message": "no optimisation (optimize=False or no free hyperparameter)"}
+    values = table.unpack(u_best)
+    Z = values.pop("inducing.Z", Z0)
+    # The final gradient is the posterior's own: where the method has a local state (EP/QP
+    # sites), the optimiser's last gradient may belong to another of its fixed points (fuzz:
+    # Poisson FITC-EP, 1.4e-6 at the optimiser's sites, 3e6 at the posterior's).
+    need_grad = not minibatch and optimiser["stop_reason"] not in GRADIENT_FREE_STOPS
+    evaluation = _final_evaluation(model, values, X, y, Z, run.warm, optimize, need_grad)
+    if not np.isfinite(evaluation.log_evidence):
+        # A posterior must never carry a NaN or infinite evidence.
+        raise _out_of_range(f"the log evidence at the {'fitted' if optimize else 'declared'} hyperparameters "
+                            f"is {evaluation.log_evidence}", X, y)
+    if evaluation.warm is not None:
+        run.total_sweeps += evaluation.warm.sweeps
+    if need_grad:
+        _, gradient = run.negated({**values, **({"inducing.Z": Z} if "inducing.Z" in table.names() else {})},
+                                  evaluation)
+        optimiser["grad_norm"], optimiser["grad_name"] = largest_gradient(table, gradient, X)
+    log_prior, _ = table.log_prior({**values, "inducing.Z": Z})
+    return FitResult(values=values, Z=Z, evaluation=evaluation, table=table, optimiser=optimiser,
+                     log_prior=log_prior, total_sweeps=run.total_sweeps, ridge=ridge, ridge_move=ridge_move,
+                     minibatch=minibatch)
+
+
+def _final_evaluation(model, values, X, y, Z, warm, optimize, need_grad=False):
+    """The evaluation (with its predictive state) a posterior is built from.
+
+    It warm-starts from the local state (EP/QP sites, Pólya-Gamma c) of the optimiser's last
+    evaluation, which may belong to a rejected line-search point; where that start fails
+    numerically (FloatingPointError: the optimiser's signal to step back), it starts afresh.
+    A failure from a fresh start too is the data's scale or the hyperparameters, raised as
+    the ValueError of :func:`_out_of_range`."""
+    for start in ((warm, None) if warm is not None else (None,)):
+        try:
+            evaluation = model.evaluate(values, X, y, Z, need_grad=need_grad, need_state=True, warm=start)
+            _check_evidence_bound(model.likelihood, values, y, evaluation.log_evidence)
+            return evaluation
+        except FloatingPointError as err:
+            failure = err
+    where = "fitted" if optimize else "declared"
+    raise _out_of_range(f"the posterior at the {where} hyperparameters cannot be computed ({failure})",
+                        X, y) from failure
+
+
+def _check_evidence_bound(likelihood, values, y, log_evidence):
+    """FloatingPointError when ``log_evidence`` exceeds the likelihood's upper bound on any marginal
+    likelihood (``Likelihood.log_density_bound``) by more than EVIDENCE_BOUND_SLACK_PER_POINT per
+    row plus one nat: no approximation comes near that, only arithmetic that lost its precision
+    (EP with Student-t sites at a prior variance of 5e-42: 3e8 on 31 points, bound 14)."""
+    bound = bind(likelihood, values, "likelihood").log_density_bound(y)
+    if bound is not None and log_evidence > bound + EVIDENCE_BOUND_SLACK_PER_POINT * y.size + 1.0:
+        raise FloatingPointError(f"the log evidence {log_evidence:.6g} is above sum_n max_f log p(y_n | f) = "
+                                 f"{bound:.6g}, which no marginal likelihood can exceed: the method lost its precision")
+
+
+def _largest(values, suffix):
+    """The largest value of the hyperparameters whose names end in ``suffix``, as text."""
+    found = [float(np.max(v)) for k, v in values.items() if k.endswith(suffix)]
+    return f"{max(found):.3g}" if found else "?"
+
+
+def _out_of_range(what, X, y):
+    """The ValueError of a fit that left float64's finite range: ``what`` happened, and the data's
+    scale (the usual cause once the inputs' checks have passed) is named with the remedy."""
+    return ValueError(f"fit: {what}; X spans up to {float(np.max(np.abs(X))):.3g} and y up to "
+                      f"{float(np.max(np.abs(y))):.3g} in magnitude, far from the scale the declared hyperparameters "
+                      "describe: standardise X and y (subtract the mean, divide by the standard deviation), or "
+                      "declare the hyperparameters on the data's scale")
+
+
+def _on_plateau(trail, plateau):
+    """The plateau rule on the objectives of the accepted iterates (see PLATEAU_WINDOW)."""
+    if len(trail) <= PLATEAU_WINDOW:
+        return False
+    middle = trail[-1 - PLATEAU_WINDOW // 2]
+    first, second = trail[-1 - PLATEAU_WINDOW] - middle, middle - trail[-1]
+    return first + second < plateau and second >= PLATEAU_STEADY * first
+
+
+def _stop_reason(result):
+    """Which rule ended SciPy's L-BFGS-B run (a key of gpdsl.diagnostics.STOP_REASONS)."""
+    if result.status == _SCIPY_CALLBACK_STOP:
+        return "plateau"
+    if result.status == 1:
+        return "max_iter"
+    if result.status == 0:
+        return "gradient" if "GRADIENT" in result.message.upper() else "objective_change"
+    return "line_search"
+
+
+def _warn_ridge(name, start, end, how, cause):
+    """One ConvergenceWarning for a run that ended (``how``) with hyperparameter ``name`` run away
+    from ``start`` to ``end``; ``cause`` is the likelihood's usual one (``Likelihood.ridge_cause``)."""
+    prior = ("gd.priors.LogNormal(0.0, 2.0)" if start > 0 and end > 0
+             else "gd.priors.ScipyPrior(scipy.stats.norm(0.0, 3.0), initial=0.0)")
+    warnings.warn(f"L-BFGS-B stopped on an evidence ridge ({how}): {name} ran from {start:.3g} to {end:.3g} "
+                  f"while the objective barely changed, and would keep running: {cause}. The fit is usable; to "
+                  f"pin {name} down put a prior on it, e.g. {name.split('.')[-1]}={prior} (flagged ridge={name!r})",
+                  ConvergenceWarning, stacklevel=6)
+
+
+def _random_start(table, u0, X, rng):
+    """Hyperparameters perturbed (log-space N(0, 1)), Z re-drawn from X; a method's variational
+    parameters keep their start, which does not depend on the hyperparameters."""
+    values = table.unpack(u0)
+    for e in table.free:
+        if e.name.startswith("variational."):
+            continue
+        if e.name == "inducing.Z":
+            values[e.name] = np.asarray(X[rng.choice(X.shape[0], size=e.value.shape[0], replace=False)])
+        elif e.positive:
+            values[e.name] = values[e.name] * np.exp(rng.standard_normal(e.value.shape))
+        else:
+            values[e.name] = values[e.name] + rng.standard_normal(e.value.shape)
+    return table.pack(values)
+
+
+class _Objective:
+    """Negative (evidence + log prior) and its gradient on the free log-space vector."""
+
+    def __init__(self, model, table, X, y, Z0, evaluate=None):
+        self.model, self.table, self.X, self.y, self.Z0 = model, table, X, y, Z0
+        # model.evaluate, or a fixed-site objective (QP's Algorithm 1 outer step).
+        self.evaluate = evaluate or model.evaluate
+        self.last = None
+        self.warm = None          # EP/QP sites persist between evaluations (as in GPML and GPy)
+        self.total_sweeps = 0
+
+    def restricted(self, table, evaluate):
+        """An objective on the same data with another parameter table and evaluation (QP's
+        Algorithm 1 optimises eq. 4 at fixed sites with the likelihood's parameters held)."""
+        return _Objective(self.model, table, self.X, self.y, self.Z0, evaluate=evaluate)
+
+    def __call__(self, u):
+        with np.errstate(over="ignore"):
+            values = self.table.unpack(u)
+        Z = values.get("inducing.Z", self.Z0)
+        try:
+            if not all(np.all(np.isfinite(v)) for v in values.values()):
+                raise FloatingPointError("a hyperparameter overflowed")
+            if any(e.positive and not np.all(values[e.name] > 0) for e in self.table.free):
+                raise FloatingPointError("a positive hyperparameter underflowed to 0")
+            ev = self._evaluate_from_warm_or_cold(values, Z)
+        except (np.linalg.LinAlgError, FloatingPointError):
+            # Numerically impossible point: tell the line search to step back.
+            return np.inf, np.zeros_like(u)
+        if ev.warm is not None:
+            self.warm = ev.warm
+            self.total_sweeps += ev.warm.sweeps
+        f, g = self.negated(values, ev)
+        if not (np.isfinite(f) and np.all(np.isfinite(g))):
+            # Overflowed (NaN or inf) like the failures above: step back rather than mislead L-BFGS-B.
+            return np.inf, np.zeros_like(u)
+        self.last = (u.copy(), f, g)
+        return f, g
+
+    def negated(self, values, ev):
+        """``(-(log evidence + log prior), its gradient on the free log-space vector)`` of the
+        evaluation ``ev`` at natural ``values`` (with "inducing.Z" where Z is optimised)."""
+        log_prior, prior_grads = self.table.log_prior(values)
+        grads = dict(ev.grads)
+        if ev.dZ is not None:
+            grads["inducing.Z"] = ev.dZ
+        # Checked before the priors' gradients are added, which would hide a missing one.
+        self.table.check_gradients(type(self.model.inference).__name__, grads)
+        for name, g in prior_grads.items():
+            grads[name] = grads[name] + g
+        return -(ev.log_evidence + log_prior), -self.table.chain(values, grads)
+
+    def _checked_evaluation(self, values, Z, warm):
+        """model.evaluate at ``values`` from ``warm``, with an evidence above the likelihood's bound
+        (:func:`_check_evidence_bound`) raised as FloatingPointError."""
+        ev = self.evaluate(values, self.X, self.y, Z, warm=warm)
+        _check_evidence_bound(self.model.likelihood, values, self.y, ev.log_evidence)
+        return ev
+
+    def _evaluate_from_warm_or_cold(self, values, Z):
+        """The evaluation at ``values`` from the warm local state (EP/QP sites, c, q), or, where
+        that start fails numerically, from a fresh one.  A warm state left by an extreme line-search
+        point can fail where the point itself is fine (Poisson EP: sites from u = (94, -168) broke
+        the evaluation at an accepted point whose gradient was 65 times the tolerance, and the
+        failure's zero gradient ended L-BFGS-B as "converged")."""
+        if self.warm is None:
+            return self._checked_evaluation(values, Z, None)
+        try:
+            return self._checked_evaluation(values, Z, self.warm)
+        except (np.linalg.LinAlgError, FloatingPointError):
+            return self._checked_evaluation(values, Z, None)
+
+    def minimise(self, u0, max_iter, progress, callback):
+        """L-BFGS-B from ``u0`` under gpdsl's stopping rule (see :data:`PLATEAU_WINDOW`).
+
+        A run that SciPy's relative-reduction test or a failed line search ends while the
+        gradient is above :func:`gpdsl.diagnostics.gradient_tolerance` (the test fires on a step
+        that was cut to nothing, which says nothing about the gradient) is restarted from its last
+        point with L-BFGS-B's memory emptied, at most :data:`MEMORY_RESTARTS` times and only while
+        the restarts gain: a first step along the gradient is cheap and usually all it takes.
+
+        Returns SciPy's OptimizeResult (``nit`` over all restarts) with more fields:
+        ``stop_reason`` (a key of :data:`gpdsl.diagnostics.STOP_REASONS`), ``plateau`` (True when
+        the plateau rule stopped the run), ``grad_norm`` and ``grad_name`` (the largest final
+        gradient entry, :func:`gpdsl.diagnostics.largest_gradient`), ``optimizer_restarts``,
+        ``runaway`` (the hyperparameter that ran away from ``u0`` in a run stopped by the plateau
+        rule or the iteration cap, else None; see :meth:`_runaway`) and ``start`` (``u0``)."""
+        trail = []                # objectives of the accepted iterates
+        plateau = PLATEAU_WINDOW * PLATEAU_PER_POINT * self.X.shape[0]
+        tolerance = gradient_tolerance(self.X.shape[0])
+
+        def report(intermediate_result):
+            u_last, _, g = self.last
+            # The accepted iterate is normally the last point evaluated by the line search.
+            grad_norm = np.linalg.norm(g) if np.array_equal(u_last, intermediate_result.x) else np.nan
+            step = {"iteration": len(trail) + 1, "objective": float(intermediate_result.fun),
+                    "grad_norm": float(grad_norm)}
+            if progress:
+                print(f"iter {step['iteration']:5d}  objective {step['objective']: .10g}  "
+                      f"|grad| {step['grad_norm']:.3e}", flush=True)
+            if callback is not None:
+                callback(step)
+            trail.append(step["objective"])
+            if _on_plateau(trail, plateau):
+                raise StopIteration
+
+        u, iterations, restarts = u0, 0, 0
+        while True:
+            result = sp_optimize.minimize(self, u, jac=True, method="L-BFGS-B", callback=report,
+                                          options={"maxiter": max_iter - iterations})
+            iterations += int(result.nit)
+            if not (np.isfinite(result.fun) and np.any(result.jac)):
+                # SciPy's last gradient is a failed evaluation's zeros (or the point failed): the
+                # gradient at the point it returns, evaluated afresh, or none (inf) if that fails.
+                fun, jac = self(result.x)
+                result.jac = jac if np.isfinite(fun) else np.full_like(jac, np.inf)
+            result.stop_reason = _stop_reason(result)
+            result.grad_norm, result.grad_name = (largest_gradient(self.table, result.jac, self.X)
+                                                  if result.jac is not None else (np.nan, ""))
+            stuck = result.stop_reason in ("objective_change", "line_search") and not result.grad_norm <= tolerance
+            gained = restarts == 0 or result.nit > 0
+            if not (stuck and gained and restarts < MEMORY_RESTARTS and iterations < max_iter):
+                break
+            u, restarts = result.x, restarts + 1
+        result.nit, result.optimizer_restarts = iterations, restarts
+        result.plateau = result.stop_reason == "plateau"
+        if result.plateau:
+            result.success = True
+            result.message = (f"the objective gained less than {plateau:.3g} in the last {PLATEAU_WINDOW} "
+                              "iterations (plateau rule)")
+        elif result.stop_reason == "line_search" and result.message.rstrip().endswith(":"):
+            # SciPy's ABNORMAL termination carries no reason of its own.
+            result.message = (f"{result.message.rstrip()} the line search found no lower objective along "
+                              "L-BFGS-B's direction (an objective or gradient that is inaccurate or not smooth)")
+        # A run that SciPy's own tests ended is taken as converged, however far it went: on breast
+        # cancer the Pólya-Gamma optimum has kernel variance ~5e3-1e4 from every start.
+        result.runaway = self._runaway(u0, result.x) if result.plateau or not result.success else None
+        result.start = u0
+        return result
+
+    def _runaway(self, u0, u):
+        """``(name, start, end)`` of the free hyperparameter that moved furthest from its start, by
+        a factor above RUNAWAY_FACTOR (with its element's values at ``u0`` and ``u``), or None.
+
+        A positive hyperparameter's move is the factor it changed by.  A real one (a
+        classifier's bias, which on an evidence ridge grows with the kernel variance: FITC-EP on
+        Rätsch titanic, variance 6e3 with bias -30) moves on the latent scale, the square root of
+        the variance's, so its move is the square of the factor by which its magnitude (counted
+        from 1) changed: a bias from 0 to -31.6 counts as a variance growing 1e3-fold.  Moves
+        towards a simpler model are not counted: a length-scale that grows switches its feature
+        off (automatic relevance determination, the intended answer), and a kernel variance that
+        collapses is the constant model, which ``_no_better_than_constant`` reports."""
+        start, end = self.table.unpack(u0), self.table.unpack(u)
+        moves = {}
+        for e in self.table.free:
+            if e.name.startswith("variational.") or e.name == "inducing.Z":
+                continue
+            if e.positive:
+                log_ratio = np.log(end[e.name] / start[e.name])
+                if e.name.endswith("lengthscale"):
+                    log_ratio = np.minimum(log_ratio, 0.0)
+                elif e.name.startswith("kernel.") and e.name.endswith("variance"):
+                    log_ratio = np.maximum(log_ratio, 0.0)
+            else:
+                log_ratio = 2.0 * np.log(np.maximum(np.abs(end[e.name]), 1.0) / np.maximum(np.abs(start[e.name]), 1.0))
+            i = int(np.argmax(np.abs(np.ravel(log_ratio))))
+            moves[e.name] = (float(np.abs(np.ravel(log_ratio)[i])), float(np.ravel(start[e.name])[i]),
+                             float(np.ravel(end[e.name])[i]))
+        name = max(moves, key=lambda k: moves[k][0], default=None)
+        return (name, *moves[name][1:]) if name is not None and moves[name][0] > np.log(RUNAWAY_FACTOR) else None
+
+
+__all__ = ["FitResult", "fit", "fit_at"]
