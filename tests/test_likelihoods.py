@@ -10,7 +10,7 @@ def test_bernoulli_predictive_matches_quadrature():
     m, v = np.array([-1.5, 0.0, 0.7, 2.0]), np.array([0.3, 2.0, 0.01, 4.0])
     for link, f in (("probit", lambda t, b: special.ndtr(t + b)), ("logit", lambda t, b: special.expit(t + b))):
         lik = gd.likelihoods.Bernoulli(link, bias=0.4)
-        p = lik.predictive({"likelihood.bias": np.array(0.4)}, "likelihood", m, v)["p"]
+        p = lik.bind({"bias": np.array(0.4)}).predictive(m, v)["p"]
         for i in range(4):
             ref, _ = integrate.quad(lambda t: f(t, 0.4) * stats.norm.pdf(t, m[i], np.sqrt(v[i])), -np.inf, np.inf)
             assert p[i] == pytest.approx(ref, abs=1e-9)
@@ -19,15 +19,15 @@ def test_bernoulli_predictive_matches_quadrature():
 def test_log_densities_match_scipy():
     f = np.array([-2.0, -0.3, 0.0, 1.1])
     bern = gd.likelihoods.Bernoulli("probit", bias=0.2)
-    values = {"likelihood.bias": np.array(0.2)}
+    values = {"bias": np.array(0.2)}
     y = np.array([1.0, -1.0, 1.0, -1.0])
-    np.testing.assert_allclose(bern.log_density(values, "likelihood", y, f), np.log(special.ndtr(y * (f + 0.2))),
+    np.testing.assert_allclose(bern.bind(values).log_density(y, f), np.log(special.ndtr(y * (f + 0.2))),
                                rtol=1e-12)
     logit = gd.likelihoods.Bernoulli("logit", bias=0.2)
-    np.testing.assert_allclose(logit.log_density(values, "likelihood", y, f), np.log(special.expit(y * (f + 0.2))),
+    np.testing.assert_allclose(logit.bind(values).log_density(y, f), np.log(special.expit(y * (f + 0.2))),
                                rtol=1e-12)
     counts = np.array([0.0, 3.0, 1.0, 7.0])
-    np.testing.assert_allclose(gd.likelihoods.Poisson().log_density({}, "likelihood", counts, f),
+    np.testing.assert_allclose(gd.likelihoods.Poisson().bind().log_density(counts, f),
                                stats.poisson.logpmf(counts, f ** 2), rtol=1e-12)
     with pytest.raises(ValueError, match="Bernoulli: link must be 'probit' or 'logit'"):
         gd.likelihoods.Bernoulli("cloglog")
@@ -83,14 +83,14 @@ def test_bernoulli_log_predictive_in_log_space(link):
     log(1 - p) of a rounded p is -inf or NaN), p stays in [0, 1], and both labels' probabilities
     sum to 1."""
     lik = gd.likelihoods.Bernoulli(link, bias=0.4)
-    values = {"likelihood.bias": np.array(0.4)}
+    values = {"bias": np.array(0.4)}
     m = np.array([-80.0, -36.0, 0.3, 36.0, 80.0, 2.0])
     v = np.array([0.5, 1.5, 0.2, 1.5, 16.0, 400.0])
-    up = lik.log_predictive(values, "likelihood", m, v, np.ones(6))
-    down = lik.log_predictive(values, "likelihood", m, v, -np.ones(6))
+    up = lik.bind(values).log_predictive(m, v, np.ones(6))
+    down = lik.bind(values).log_predictive(m, v, -np.ones(6))
     assert np.all(np.isfinite(up)) and np.all(np.isfinite(down)) and np.all(up <= 0) and np.all(down <= 0)
     np.testing.assert_allclose(np.exp(up) + np.exp(down), 1.0, rtol=0, atol=1e-14)
-    p = lik.predictive(values, "likelihood", m, v)["p"]
+    p = lik.bind(values).predictive(m, v)["p"]
     assert np.all((p >= 0) & (p <= 1))
     np.testing.assert_allclose(p, np.exp(up), rtol=1e-15)
     f = (lambda t: special.log_ndtr(-(t + 0.4))) if link == "probit" else (lambda t: -np.logaddexp(0.0, t + 0.4))
@@ -108,10 +108,10 @@ def test_bernoulli_log_predictive_in_log_space(link):
 
 # Every likelihood with per-point derivatives, at values away from its defaults.
 _DIFFERENTIABLE = [
-    (gd.likelihoods.Gaussian(0.3), {"likelihood.variance": np.array(0.3)}, "real"),
-    (gd.likelihoods.Bernoulli("probit", 0.2), {"likelihood.bias": np.array(0.2)}, "labels"),
-    (gd.likelihoods.Bernoulli("logit", -0.4), {"likelihood.bias": np.array(-0.4)}, "labels"),
-    (gd.likelihoods.StudentT(3.0, 0.7), {"likelihood.df": np.array(3.0), "likelihood.scale": np.array(0.7)}, "real"),
+    (gd.likelihoods.Gaussian(0.3), {"variance": np.array(0.3)}, "real"),
+    (gd.likelihoods.Bernoulli("probit", 0.2), {"bias": np.array(0.2)}, "labels"),
+    (gd.likelihoods.Bernoulli("logit", -0.4), {"bias": np.array(-0.4)}, "labels"),
+    (gd.likelihoods.StudentT(3.0, 0.7), {"df": np.array(3.0), "scale": np.array(0.7)}, "real"),
 ]
 
 
@@ -125,31 +125,31 @@ def test_log_density_derivatives_by_finite_differences(lik, values, kind):
     and d^2 log p / df^2, against central differences (step 1e-5, error < 1e-7 absolute + relative)."""
     rng = np.random.default_rng(0)
     y, f, h = _targets(kind, rng, 9), rng.normal(size=9) * 2.0, 1e-5
-    derivs = lik.log_density_derivatives(values, "likelihood", y, f)
-    np.testing.assert_allclose(derivs[0], lik.log_density(values, "likelihood", y, f), rtol=1e-14)
+    derivs = lik.bind(values).log_density_derivatives(y, f)
+    np.testing.assert_allclose(derivs[0], lik.bind(values).log_density(y, f), rtol=1e-14)
     for k in range(3):
-        up, down = (lik.log_density_derivatives(values, "likelihood", y, f + s)[k] for s in (h, -h))
+        up, down = (lik.bind(values).log_density_derivatives(y, f + s)[k] for s in (h, -h))
         np.testing.assert_allclose((up - down) / (2 * h), derivs[k + 1], rtol=1e-7, atol=1e-7)
-    params = lik.log_density_param_derivatives(values, "likelihood", y, f)
+    params = lik.bind(values).log_density_param_derivatives(y, f)
     assert set(params) == set(values)
     for name, parts in params.items():
         for k in range(3):
-            up, down = (lik.log_density_derivatives({**values, name: values[name] + s}, "likelihood", y, f)[k]
+            up, down = (lik.bind({**values, name: values[name] + s}).log_density_derivatives(y, f)[k]
                         for s in (h, -h))
             np.testing.assert_allclose((up - down) / (2 * h), parts[k], rtol=1e-7, atol=1e-7)
 
 
 def test_student_t_density_matches_scipy():
     lik = gd.likelihoods.StudentT(df=2.5, scale=0.6)
-    values = {"likelihood.df": np.array(2.5), "likelihood.scale": np.array(0.6)}
+    values = {"df": np.array(2.5), "scale": np.array(0.6)}
     y, f = np.array([0.3, -4.0, 10.0]), np.array([0.0, 1.0, -2.0])
-    np.testing.assert_allclose(lik.log_density(values, "likelihood", y, f), stats.t.logpdf(y, 2.5, loc=f, scale=0.6),
+    np.testing.assert_allclose(lik.bind(values).log_density(y, f), stats.t.logpdf(y, 2.5, loc=f, scale=0.6),
                                rtol=1e-13)
     m, v = np.array([0.1, -1.0]), np.array([0.5, 2.0])
     for i in range(2):
         ref, _ = integrate.quad(lambda t: stats.t.pdf(y[i], 2.5, loc=t, scale=0.6) * stats.norm.pdf(t, m[i], np.sqrt(v[i])),
                                 -np.inf, np.inf, epsabs=0, epsrel=1e-13)
-        assert lik.log_predictive(values, "likelihood", m, v, y[:2])[i] == pytest.approx(np.log(ref), rel=1e-8)
+        assert lik.bind(values).log_predictive(m, v, y[:2])[i] == pytest.approx(np.log(ref), rel=1e-8)
     with pytest.raises(ValueError, match="StudentT: df must be positive"):
         gd.likelihoods.StudentT(df=-1.0)
 
@@ -160,14 +160,14 @@ def test_variational_expectations_against_quadrature_and_finite_differences(lik,
     and its gradients in (m, v) and the hyperparameters against central differences of itself."""
     rng = np.random.default_rng(1)
     y, m, v, h = _targets(kind, rng, 6), rng.normal(size=6), rng.uniform(0.05, 4.0, size=6), 1e-5
-    ve, d_mean, d_var, grads = lik.variational_expectations(values, "likelihood", y, m, v)
+    ve, d_mean, d_var, grads = lik.bind(values).variational_expectations(y, m, v)
     for i in range(6):
-        ref, _ = integrate.quad(lambda t: lik.log_density(values, "likelihood", y[i:i + 1], np.array([t]))[0]
+        ref, _ = integrate.quad(lambda t: lik.bind(values).log_density(y[i:i + 1], np.array([t]))[0]
                                 * stats.norm.pdf(t, m[i], np.sqrt(v[i])), m[i] - 30 * np.sqrt(v[i]),
                                 m[i] + 30 * np.sqrt(v[i]), epsabs=0, epsrel=1e-13, limit=200)
         assert ve[i] == pytest.approx(ref, rel=1e-9, abs=1e-12)
-    ve_at = lambda **kw: lik.variational_expectations(kw.get("values", values), "likelihood", y, kw.get("m", m),
-                                                      kw.get("v", v))[0]
+    ve_at = lambda **kw: lik.bind(kw.get("values", values)).variational_expectations(y, kw.get("m", m),
+                                                                          kw.get("v", v))[0]
     np.testing.assert_allclose((ve_at(m=m + h) - ve_at(m=m - h)) / (2 * h), d_mean, rtol=0, atol=1e-7)
     np.testing.assert_allclose((ve_at(v=v + h) - ve_at(v=v - h)) / (2 * h), d_var, rtol=0, atol=1e-7)
     assert set(grads) == set(values)
@@ -181,12 +181,12 @@ def test_variational_expectations_against_quadrature_and_finite_differences(lik,
 def test_variational_expectations_in_row_blocks_equal_one_block(lik, values, kind, monkeypatch):
     """Above _EXPECTATION_BLOCK_ROWS rows the expectations run block by block (bounded
     temporaries): the same values and gradients as one block (1e-13)."""
-    import gpdsl.likelihoods as likelihoods
+    import gpdsl.likelihoods.base as likelihoods
     rng = np.random.default_rng(2)
     y, m, v = _targets(kind, rng, 23), rng.normal(size=23), rng.uniform(0.05, 4.0, size=23)
-    whole = lik.variational_expectations(values, "likelihood", y, m, v)
+    whole = lik.bind(values).variational_expectations(y, m, v)
     monkeypatch.setattr(likelihoods, "_EXPECTATION_BLOCK_ROWS", 5)
-    blocked = lik.variational_expectations(values, "likelihood", y, m, v)
+    blocked = lik.bind(values).variational_expectations(y, m, v)
     for a, b in zip(whole[:3], blocked[:3]):
         np.testing.assert_allclose(b, a, rtol=1e-13, atol=0)
     assert set(blocked[3]) == set(whole[3])
@@ -201,7 +201,7 @@ def test_student_t_expectations_where_the_likelihood_is_narrower_than_the_latent
     likelihood's width, with y inside and 8 sds outside q(f)."""
     mp = pytest.importorskip("mpmath")
     lik = gd.likelihoods.StudentT(df, scale)
-    values = {"likelihood.df": np.array(df), "likelihood.scale": np.array(scale)}
+    values = {"df": np.array(df), "scale": np.array(scale)}
     cases = [(0.0, 0.5, -4.0), (0.0, 2.0, 10.0), (2.0, 5.0, 0.0), (-1.0, 50.0, 10.0), (0.0, 0.001, 0.0)]
     with mp.workdps(30):
         def log_p(t, y):
@@ -211,8 +211,48 @@ def test_student_t_expectations_where_the_likelihood_is_narrower_than_the_latent
             cuts = [m - 40 * sd] + [p for p in (y - 1, y - 0.1, y, y + 0.1, y + 1) if abs(p - m) < 40 * sd] + [m + 40 * sd]
             ve_ref = float(mp.quad(lambda t: log_p(t, y) * mp.npdf(t, m, sd), cuts))
             lp_ref = float(mp.log(mp.quad(lambda t: mp.exp(log_p(t, y)) * mp.npdf(t, m, sd), cuts)))
-            args = (values, "likelihood")
-            assert lik.variational_expectations(*args, np.array([y]), np.array([m]), np.array([sd * sd]))[0][0] \
+            bound = lik.bind(values)
+            assert bound.variational_expectations(np.array([y]), np.array([m]), np.array([sd * sd]))[0][0] \
                 == pytest.approx(ve_ref, rel=1e-9)
-            assert lik.log_predictive(*args, np.array([m]), np.array([sd * sd]), np.array([y]))[0] \
+            assert bound.log_predictive(np.array([m]), np.array([sd * sd]), np.array([y]))[0] \
                 == pytest.approx(lp_ref, rel=1e-9)
+
+
+def test_capabilities_of_every_variant():
+    """provides(): an operation where the class overrides it, variational expectations also by
+    quadrature over log_density_derivatives, noise for Gaussian noise, Pólya-Gamma for the logit."""
+    L = gd.likelihoods
+    table = {v.describe(): tuple(c for c in L.CAPABILITIES if v.provides(c))
+             for cls in L.LIKELIHOODS.values() for v in cls.variants()}
+    assert table == {
+        "Gaussian": ("log_density_derivatives", "variational_expectations", "site_model", "noise"),
+        "HeteroscedasticGaussian(degree=1)": ("noise",),
+        "Bernoulli(probit)": ("log_density_derivatives", "variational_expectations", "site_model"),
+        "Bernoulli(logit)": ("log_density_derivatives", "variational_expectations", "site_model", "polya_gamma"),
+        "Poisson(square)": ("variational_expectations", "site_model"),
+        "StudentT": ("log_density_derivatives", "variational_expectations", "site_model"),
+    }
+    with pytest.raises(ValueError, match="unknown capability"):
+        L.Gaussian().provides("laplace")
+    assert list(L.LIKELIHOODS) == ["Gaussian", "HeteroscedasticGaussian", "Bernoulli", "Poisson", "StudentT"]
+
+
+def test_bound_likelihood_qualifies_gradient_keys():
+    """Gradients come back by local name; gpdsl.components.Bound adds the model's prefix."""
+    from gpdsl.components import Bound, bind
+    y, f = np.array([1.0, -1.0]), np.array([0.3, -0.2])
+    bern = gd.likelihoods.Bernoulli("logit", bias=0.1)
+    assert set(bern.bind().log_density_param_derivatives(y, f)) == {"bias"}
+    bound = Bound(bern.bind({"bias": 0.1}), "likelihood")
+    assert set(bound.log_density_param_derivatives(y, f)) == {"likelihood.bias"}
+    assert set(bound.variational_expectations(y, f, np.ones(2))[3]) == {"likelihood.bias"}
+    assert bound.site_model().names == ("likelihood.bias",) and bound.site_model().params == (0.1,)
+    t = bind(gd.likelihoods.StudentT(), {"likelihood.df": np.array(3.0), "likelihood.scale": np.array(0.5)}, "likelihood")
+    assert t.site_model().names == ("likelihood.df", "likelihood.scale") and t.site_model().params == (3.0, 0.5)
+    X = np.arange(6.0).reshape(3, 2)
+    het = gd.likelihoods.HeteroscedasticGaussian(degree=1)
+    assert [e.name for e in het.entries("likelihood", X)] == ["likelihood.coefficients"]
+    assert het.entries("likelihood", X)[0].dims == ("coefficient",)
+    np.testing.assert_allclose(het.bind().noise(X), 0.1)
+    assert set(Bound(het.bind(), "likelihood").noise_vjp(X, np.ones(3))) == {"likelihood.coefficients"}
+    assert Bound(gd.likelihoods.Gaussian(0.2).bind(), "likelihood").noise_vjp(X, np.ones(3)) == {"likelihood.variance": 3.0}

@@ -60,14 +60,14 @@ def test_student_t_log_density_gaussian_limit():
     y, f = rng.normal(size=40) * 3.0, rng.normal(size=40)
     t = gd.likelihoods.StudentT(1e20, 0.3)
     g = gd.likelihoods.Gaussian(0.09)
-    tv = {"likelihood.df": np.array(1e20), "likelihood.scale": np.array(0.3)}
-    gv = {"likelihood.variance": np.array(0.09)}
-    for a, b in zip(t.log_density_derivatives(tv, "likelihood", y, f), g.log_density_derivatives(gv, "likelihood", y, f)):
+    tb = t.bind({"df": np.array(1e20), "scale": np.array(0.3)})
+    gb = g.bind({"variance": np.array(0.09)})
+    for a, b in zip(tb.log_density_derivatives(y, f), gb.log_density_derivatives(y, f)):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-10)
-    params = t.log_density_param_derivatives(tv, "likelihood", y, f)
+    params = tb.log_density_param_derivatives(y, f)
     assert all(np.all(np.isfinite(v)) for pair in params.values() for v in pair)
-    dvar = g.log_density_param_derivatives(gv, "likelihood", y, f)["likelihood.variance"][0]
-    np.testing.assert_allclose(params["likelihood.scale"][0], dvar * 2.0 * 0.3, rtol=1e-8, atol=1e-8)
+    dvar = gb.log_density_param_derivatives(y, f)["variance"][0]
+    np.testing.assert_allclose(params["scale"][0], dvar * 2.0 * 0.3, rtol=1e-8, atol=1e-8)
 
 
 def test_student_t_df_gradient_at_large_df():
@@ -77,8 +77,8 @@ def test_student_t_df_gradient_at_large_df():
     mp.mp.dps = 50
     nu, s, r = 1e12, 0.7, 1.3
     lik = gd.likelihoods.StudentT(nu, s)
-    got = lik.log_density_param_derivatives({"likelihood.df": np.array(nu), "likelihood.scale": np.array(s)},
-                                            "likelihood", np.array([r]), np.array([0.0]))["likelihood.df"][0][0]
+    got = lik.bind({"df": np.array(nu), "scale": np.array(s)}).log_density_param_derivatives(
+        np.array([r]), np.array([0.0]))["df"][0][0]
     n, S, R = mp.mpf(nu), mp.mpf(s), mp.mpf(r)
     logp = lambda v: (mp.loggamma((v + 1) / 2) - mp.loggamma(v / 2) - mp.log(v * mp.pi) / 2 - mp.log(S)
                       - (v + 1) / 2 * mp.log(1 + R ** 2 / (v * S ** 2)))
@@ -115,8 +115,8 @@ def test_student_t_tilted_moments_gaussian_limit(df):
         got = projections.student_t_project(y, mu, var, df, scale, qp)
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
     lik = gd.likelihoods.StudentT(df, 0.3)
-    values = {"likelihood.df": np.array(df), "likelihood.scale": np.array(scale)}
-    lp = lik.log_predictive(values, "likelihood", np.array([mu]), np.array([var]), np.array([y]))
+    values = {"df": np.array(df), "scale": np.array(scale)}
+    lp = lik.bind(values).log_predictive(np.array([mu]), np.array([var]), np.array([y]))
     assert lp[0] == pytest.approx(want[0], abs=1e-9)
 
 
@@ -162,13 +162,12 @@ def test_zero_variance_or_scale_is_a_floating_point_error():
     y = f = np.zeros(3)
     g = gd.likelihoods.Gaussian(1.0)
     with pytest.raises(FloatingPointError, match="noise variance"):
-        g.variational_expectations({"likelihood.variance": np.array(0.0)}, "likelihood", y, f, np.ones(3))
+        g.bind({"variance": np.array(0.0)}).variational_expectations(y, f, np.ones(3))
     with pytest.raises(FloatingPointError, match="noise variance"):
-        g.log_density_param_derivatives({"likelihood.variance": np.array(0.0)}, "likelihood", y, f)
+        g.bind({"variance": np.array(0.0)}).log_density_param_derivatives(y, f)
     t = gd.likelihoods.StudentT(4.0, 1.0)
     with pytest.raises(FloatingPointError, match="scale"):
-        t.log_density_param_derivatives({"likelihood.df": np.array(4.0), "likelihood.scale": np.array(0.0)},
-                                        "likelihood", y, f)
+        t.bind({"df": np.array(4.0), "scale": np.array(0.0)}).log_density_param_derivatives(y, f)
 
 
 def test_student_t_tilted_rule_extreme_cavities():
@@ -179,8 +178,8 @@ def test_student_t_tilted_rule_extreme_cavities():
     the site and the evidence is refused)."""
     y, mu, df, scale = 0.3, 0.1, 4.0, 1e3
     lik = gd.likelihoods.StudentT(df, scale)
-    values = {"likelihood.df": np.array(df), "likelihood.scale": np.array(scale)}
-    logp = lik.log_density(values, "likelihood", np.array([y]), np.array([mu]))[0]
+    values = {"df": np.array(df), "scale": np.array(scale)}
+    logp = lik.bind(values).log_density(np.array([y]), np.array([mu]))[0]
     for qp in (False, True):
         log_z, mean, var = projections.student_t_project(y, mu, 1e-200, df, scale, qp)
         assert log_z == pytest.approx(logp, abs=1e-12) and mean == mu and var == 1e-200
@@ -196,8 +195,7 @@ def test_student_t_y_mean_undefined_for_df_at_most_one():
     f_mean, f_var = np.array([0.5, -1.0]), np.array([0.1, 0.2])
     for df, mean_ok, var_ok in ((0.7, False, False), (1.0, False, False), (1.5, True, False), (3.0, True, True)):
         lik = gd.likelihoods.StudentT(df, 0.5)
-        out = lik.predictive({"likelihood.df": np.array(df), "likelihood.scale": np.array(0.5)}, "likelihood",
-                             f_mean, f_var)
+        out = lik.bind({"df": np.array(df), "scale": np.array(0.5)}).predictive(f_mean, f_var)
         assert np.all(np.isnan(out["y_mean"])) != mean_ok
         if mean_ok:
             np.testing.assert_array_equal(out["y_mean"], f_mean)
@@ -215,7 +213,7 @@ def test_poisson_negative_binomial_predictive_against_mpmath_and_its_poisson_lim
     for m in (0.3, 3.0, 300.0):
         for v in (1e-14, 1e-8, 1e-3, 1.0, 50.0):
             for y in (0.0, 1.0, 7.0, 1e4, 9e4):
-                got = lik.log_predictive({}, "likelihood", np.array([m]), np.array([v]), np.array([y]))[0]
+                got = lik.bind().log_predictive(np.array([m]), np.array([v]), np.array([y]))[0]
                 M, V, Y = mpmath.mpf(m), mpmath.mpf(v), mpmath.mpf(y)
                 spread = 2 * V * (2 * M * M + V)
                 k, c = (M * M + V) ** 2 / spread, spread / (M * M + V)
@@ -223,9 +221,9 @@ def test_poisson_negative_binomial_predictive_against_mpmath_and_its_poisson_lim
                             + Y * mpmath.log(c) - (k + Y) * mpmath.log1p(c))
                 assert abs(got - ref) <= 1e-7 * max(1.0, abs(ref)), (m, v, y, got, ref)
     m, y = np.array([559.75, 2.0, 0.0]), np.array([3.0, 5.0, 0.0])
-    limit = lik.log_predictive({}, "likelihood", m, np.zeros(3), y)
+    limit = lik.bind().log_predictive(m, np.zeros(3), y)
     np.testing.assert_allclose(limit, stats.poisson.logpmf(y, m * m), rtol=1e-12)
-    moments = lik.predictive({}, "likelihood", m, np.zeros(3))
+    moments = lik.bind().predictive(m, np.zeros(3))
     np.testing.assert_allclose(moments["y_mean"], m * m, rtol=1e-15)
     np.testing.assert_allclose(moments["y_var"], m * m, rtol=1e-15)
 
@@ -235,12 +233,12 @@ def test_student_t_expectation_rule_with_a_latent_sd_far_below_its_width():
     ~1e-21 the rule's window rounded to one value of s and every weight vanished, so
     log_predictive was -inf.  Such a Gaussian is a point mass for the likelihood."""
     lik = gd.likelihoods.StudentT(df=1.67, scale=0.022)
-    values = {"likelihood.df": np.array(1.67), "likelihood.scale": np.array(0.022)}
+    values = {"df": np.array(1.67), "scale": np.array(0.022)}
     y = np.array([-0.06, 0.07, 5.0])
     mean = np.full(3, -5e-19)
     for sd in (0.0, 1e-30, 1e-21, 1e-12):
-        got = lik.log_predictive(values, "likelihood", mean, np.full(3, sd * sd), y)
-        point = lik.log_density(values, "likelihood", y, mean)
+        got = lik.bind(values).log_predictive(mean, np.full(3, sd * sd), y)
+        point = lik.bind(values).log_density(y, mean)
         np.testing.assert_allclose(got, point, rtol=1e-10)
 
 
@@ -274,17 +272,17 @@ def test_log_density_bound_is_the_density_at_its_best_latent_and_bounds_an_exact
     """Likelihood.log_density_bound = sum_n max_f log p(y_n | f), by each likelihood's maximiser
     (scipy's densities), and the exact GP evidence of Gaussian data lies below it."""
     y = np.array([0.0, 3.0, 7.0])
-    assert gd.likelihoods.Poisson("square").log_density_bound({}, "likelihood", y) == pytest.approx(
+    assert gd.likelihoods.Poisson("square").bind().log_density_bound(y) == pytest.approx(
         stats.poisson.logpmf(y, y).sum(), rel=1e-14)
-    values = {"likelihood.df": np.array(2.5), "likelihood.scale": np.array(0.4)}
-    assert gd.likelihoods.StudentT(2.5, 0.4).log_density_bound(values, "likelihood", y) == pytest.approx(
+    values = {"df": np.array(2.5), "scale": np.array(0.4)}
+    assert gd.likelihoods.StudentT(2.5, 0.4).bind(values).log_density_bound(y) == pytest.approx(
         3 * stats.t.logpdf(0.0, 2.5, scale=0.4), rel=1e-14)
-    assert gd.likelihoods.Bernoulli().log_density_bound({}, "likelihood", np.array([1.0, -1.0])) == 0.0
+    assert gd.likelihoods.Bernoulli().bind().log_density_bound(np.array([1.0, -1.0])) == 0.0
     rng = np.random.default_rng(1)
     X = rng.uniform(-2, 2, (30, 1))
     targets = np.sin(3 * X[:, 0]) + 0.05 * rng.standard_normal(30)
     lik = gd.likelihoods.Gaussian(0.01)
     post = gd.Model(gd.kernels.SquaredExponential(0.5, 1.0), lik).fit(X, targets, optimize=False)
-    bound = lik.log_density_bound({"likelihood.variance": np.array(0.01)}, "likelihood", targets)
+    bound = lik.bind({"variance": np.array(0.01)}).log_density_bound(targets)
     assert bound == pytest.approx(30 * stats.norm.logpdf(0.0, scale=0.1), rel=1e-14)
     assert post.log_evidence < bound

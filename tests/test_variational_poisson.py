@@ -67,19 +67,19 @@ def test_poisson_variational_expectations():
     m = v = 0), -inf for a count at a point mass at 0."""
     y = np.array([0.0, 1.0, 4.0, 2.0, 0.0])
     m, v = np.array([0.5, -1.2, 2.0, 0.1, 0.0]), np.array([0.4, 0.02, 0.3, 1.5, 0.0])
-    ve, d_mean, d_var, grads = POISSON.variational_expectations({}, "likelihood", y, m, v)
+    ve, d_mean, d_var, grads = POISSON.bind().variational_expectations(y, m, v)
     assert grads == {}
     for i in range(4):
         sd = np.sqrt(v[i])
-        ref, _ = integrate.quad(lambda t: POISSON.log_density({}, "likelihood", y[i], t) * stats.norm.pdf(t, m[i], sd),
+        ref, _ = integrate.quad(lambda t: POISSON.bind().log_density(y[i], t) * stats.norm.pdf(t, m[i], sd),
                                 m[i] - 40 * sd, m[i] + 40 * sd, points=[0.0], limit=500, epsabs=0, epsrel=1e-13)
         assert ve[i] == pytest.approx(ref, rel=1e-11, abs=1e-11)
     assert ve[4] == 0.0 and d_mean[4] == 0.0 and d_var[4] == -1.0
-    at = lambda mm, vv: POISSON.variational_expectations({}, "likelihood", y[:4], mm, vv)[0]
+    at = lambda mm, vv: POISSON.bind().variational_expectations(y[:4], mm, vv)[0]
     h = 1e-7
     np.testing.assert_allclose((at(m[:4] + h, v[:4]) - at(m[:4] - h, v[:4])) / (2 * h), d_mean[:4], rtol=1e-6)
     np.testing.assert_allclose((at(m[:4], v[:4] + h) - at(m[:4], v[:4] - h)) / (2 * h), d_var[:4], rtol=1e-6)
-    point_mass = POISSON.variational_expectations({}, "likelihood", np.array([3.0]), np.zeros(1), np.zeros(1))[0]
+    point_mass = POISSON.bind().variational_expectations(np.array([3.0]), np.zeros(1), np.zeros(1))[0]
     assert point_mass[0] == -np.inf
 
 
