@@ -7,9 +7,10 @@ from .gaussian import Gaussian, HeteroscedasticGaussian  # isort: skip
 from .bernoulli import Bernoulli  # isort: skip
 from .poisson import Poisson, expected_log_square
 from .student_t import StudentT
+from .negative_binomial import NegativeBinomial
 
 # The registry model files (TOML) and ``gpdsl.load`` read: every concrete likelihood, by class name.
 LIKELIHOODS = Likelihood.registry
 
-__all__ = ["Likelihood", "SiteModel", "Gaussian", "HeteroscedasticGaussian", "Bernoulli", "Poisson", "StudentT",
+__all__ = ["Likelihood", "SiteModel", "Gaussian", "HeteroscedasticGaussian", "Bernoulli", "Poisson", "StudentT", "NegativeBinomial",
            "LIKELIHOODS", "CAPABILITIES", "expected_log_square", "gauss_hermite"]

@@ -1,5 +1,6 @@
-"""Counts: :class:`Poisson` with the square link (rate f^2), and the closed-form E[log f^2] of
-its variational expectations (:func:`expected_log_square`)."""
+"""Counts: :class:`Poisson` with the log link (rate exp(f), the GLM's) or the square link (rate
+f^2, the QP paper's), the closed-form E[log f^2] of the square link's variational expectations
+(:func:`expected_log_square`), and helpers the count likelihoods share."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,6 +11,59 @@ from scipy import special
 
 from .._jit import projections
 from .base import Likelihood, SiteModel
+
+LINKS = ("square", "log")
+
+
+def check_counts(owner, y):
+    """The counts as they are; ValueError unless they are non-negative integers.
+
+    Parameters
+    ----------
+    owner : str
+        The likelihood's name, for the message.
+    y : ndarray, shape (N,)
+
+    Returns
+    -------
+    ndarray, shape (N,)
+    """
+    if np.any(y < 0) or np.any(y != np.round(y)):
+        raise ValueError(f"{owner}: y must hold non-negative integer counts")
+    return y
+
+
+def log_normal_moments(f_mean, f_var):
+    """E[exp(f)] and E[exp(2 f)] under f ~ N(f_mean, f_var).
+
+    Parameters
+    ----------
+    f_mean, f_var : ndarray, shape (n,)
+
+    Returns
+    -------
+    first, second : ndarray, shape (n,)
+    """
+    return np.exp(f_mean + 0.5 * f_var), np.exp(2.0 * f_mean + 2.0 * f_var)
+
+
+def rule_log_predictive(likelihood, f_mean, f_var, y):
+    """log E[p(y | f)] under N(f_mean, f_var) by the likelihood's expectation rule, in log space
+    (a log-sum-exp over the nodes).
+
+    Parameters
+    ----------
+    likelihood : Likelihood
+        A bound likelihood with ``log_density`` and ``expectation_rule``.
+    f_mean, f_var, y : ndarray, shape (n,)
+
+    Returns
+    -------
+    ndarray, shape (n,)
+    """
+    f, weights, _ = likelihood.expectation_rule(y, f_mean, f_var)
+    logp = likelihood.log_density(np.broadcast_to(y[:, None], f.shape), f)
+    return special.logsumexp(logp, b=np.broadcast_to(weights, f.shape), axis=1)
 
 # E[log f^2] under N(m, v): Gauss-Legendre nodes of Dawson's integral (a = m^2 / 2v below
 # 1 / _LOG_SQUARE_ASYMPTOTIC_S) and the terms of the asymptotic series in s = 2v / m^2 above it.
@@ -96,15 +150,21 @@ def expected_log_square(mean, var):
 
 @dataclass(frozen=True, eq=False)
 class Poisson(Likelihood):
-    """Counts with rate f^2 (``link="square"``, QP paper Appendix C.2): p(y | f) = f^(2y) e^(-f^2) / y!.
+    """Counts y ~ Poisson(rate).
 
-    Its log |f| is singular at f = 0, so it gives no :meth:`~Likelihood.log_density_derivatives`
-    (no Laplace); its variational expectations are in closed form.
+    ``link="log"``: rate exp(f), the Poisson GLM's; log p = y f - exp(f) - log y!, with
+    derivatives for Laplace and closed-form variational expectations.  An exposure t enters as
+    the per-row offset log t (``Model.fit(X, y, offset=np.log(t))``: rate t exp(f)).
+
+    ``link="square"`` (the default, for the QP paper): rate f^2 (QP paper Appendix C.2),
+    p(y | f) = f^(2y) e^(-f^2) / y!.  Its log |f| is singular at f = 0, so it gives no
+    :meth:`~Likelihood.log_density_derivatives` (no Laplace); its variational expectations are in
+    closed form.
 
     Parameters
     ----------
-    link : {"square"}, default "square"
-        The link: rate f^2.
+    link : {"square", "log"}, default "square"
+        The link: rate f^2 or exp(f).
 
     Raises
     ------
@@ -113,21 +173,29 @@ class Poisson(Likelihood):
     """
 
     link: str = "square"
-    sign_symmetric = True
 
     def __post_init__(self):
-        if self.link != "square":
-            raise ValueError(f"Poisson: link must be 'square', got {self.link!r}")
+        if self.link not in LINKS:
+            raise ValueError(f"Poisson: link must be 'square' or 'log', got {self.link!r}")
+
+    @property
+    def sign_symmetric(self):
+        return self.link == "square"
 
     @classmethod
     def variants(cls):
-        """The square link.
+        """The square and the log link.
 
         Returns
         -------
         tuple of Poisson
         """
-        return (cls("square"),)
+        return (cls("square"), cls("log"))
+
+    def provides(self, capability):
+        if capability == "log_density_derivatives":
+            return self.link == "log"
+        return super().provides(capability)
 
     def prepare_targets(self, y):
         """The counts as they are; raises unless they are non-negative integers.
@@ -146,23 +214,49 @@ class Poisson(Likelihood):
         ValueError
             If the targets are not valid for the likelihood.
         """
-        if np.any(y < 0) or np.any(y != np.round(y)):
-            raise ValueError("Poisson: y must hold non-negative integer counts")
-        return y
+        return check_counts("Poisson", y)
+
+    def log_density_derivatives(self, y, f):
+        """Log link: y f - exp(f) - log y!, y - exp(f), -exp(f), -exp(f).
+
+        Parameters
+        ----------
+        y, f : ndarray
+        """
+        if self.link != "log":
+            raise self._unsupported("derivatives of its log density (the square link's log |f| is singular at 0)")
+        rate = np.exp(f)
+        return y * f - rate - special.gammaln(y + 1.0), y - rate, -rate, -rate
+
+    def log_density_param_derivatives(self, y, f, derivatives=None):
+        """No hyperparameters: an empty dict.
+
+        Parameters
+        ----------
+        y, f : ndarray
+        derivatives : tuple, optional
+        """
+        return {}
 
     def site_model(self):
         """The square-link Poisson site model (QP paper Appendix C.2), no parameters."""
+        if self.link == "log":
+            raise self._unsupported("EP/QP tilted moments (log link: pending)")
         return SiteModel(projections.POISSON_SQUARE, (), ())
 
     def surrogate(self, X, y):
-        """Unit weights and targets sqrt(y + 1/2), the positive branch f ~ sqrt(y) that EP's
-        sites start from.
+        """Square link: unit weights and targets sqrt(y + 1/2), the positive branch f ~ sqrt(y)
+        that EP's sites start from.  Log link: the Newton step's pseudo-regression at
+        f = log(y + 1/2), weights y + 1/2 and targets (weighted) (y + 1/2) log(y + 1/2).
 
         Parameters
         ----------
         X : ndarray, shape (N, D)
         y : ndarray, shape (N,)
         """
+        if self.link == "log":
+            w = y + 0.5
+            return w, w * np.log(w)
         return np.ones(X.shape[0]), np.sqrt(y + 0.5)
 
     @staticmethod
@@ -188,25 +282,32 @@ class Poisson(Likelihood):
         return (m2 + f_var) ** 2 / spread, spread / (m2 + f_var)
 
     def predictive(self, f_mean, f_var):
-        """Mean ``y_mean`` = k c and variance ``y_var`` = k c (1 + c) of the count under the
-        negative-binomial predictive NB(k, c/(1+c)) (eq. 122).
+        """Square link: mean ``y_mean`` = k c and variance ``y_var`` = k c (1 + c) of the count under
+        the negative-binomial predictive NB(k, c/(1+c)) (eq. 122).  Log link: the log-normal
+        Poisson mixture's y_mean = E[exp f], y_var = E[exp f] + Var[exp f].
 
         Parameters
         ----------
         f_mean, f_var : ndarray, shape (n,)
         """
+        if self.link == "log":
+            first, second = log_normal_moments(f_mean, f_var)
+            return {"y_mean": first, "y_var": first + second - first * first}
         # k c = m^2 + v and k c^2 = the spread, written out: at f_var = 0 (k infinite, c = 0) the
         # products would be NaN where the limit is the Poisson law of rate m^2.
         rate = f_mean * f_mean + f_var
         return {"y_mean": rate, "y_var": rate + 2.0 * f_var * (2.0 * f_mean * f_mean + f_var)}
 
     def log_predictive(self, f_mean, f_var, y):
-        """log NB(y | k, c / (1 + c)) of eq. (122).
+        """Square link: log NB(y | k, c / (1 + c)) of eq. (122).  Log link: log E[Poisson(y | exp f)]
+        by the expectation rule, in log space.
 
         Parameters
         ----------
         f_mean, f_var, y : ndarray, shape (n,)
         """
+        if self.link == "log":
+            return rule_log_predictive(self, f_mean, f_var, y)
         rate = f_mean * f_mean + f_var
         poisson = special.xlogy(y, rate) - rate - special.gammaln(y + 1.0)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -220,13 +321,17 @@ class Poisson(Likelihood):
         return np.where((c > 0.0) & np.isfinite(k), nb, poisson)
 
     def variational_expectations(self, y, mean, var):
-        """Closed form: y E[log f^2] - (m^2 + v) - log y! (:func:`expected_log_square`); no
-        hyperparameters (an empty dict); -inf where y_n > 0 and q(f_n) is a point mass at 0.
+        """Closed form.  Square link: y E[log f^2] - (m^2 + v) - log y! (:func:`expected_log_square`);
+        -inf where y_n > 0 and q(f_n) is a point mass at 0.  Log link: y m - exp(m + v/2) - log y!.
+        No hyperparameters (an empty dict).
 
         Parameters
         ----------
         y, mean, var : ndarray, shape (n,)
         """
+        if self.link == "log":
+            rate = np.exp(mean + 0.5 * var)
+            return y * mean - rate - special.gammaln(y + 1.0), y - rate, -0.5 * rate, {}
         log_square, d_mean, d_var = expected_log_square(mean, var)
         counted = y > 0.0   # 0 * E[log f^2] is 0 even where E[log f^2] is -inf
         with np.errstate(invalid="ignore"):
@@ -235,30 +340,32 @@ class Poisson(Likelihood):
         return ve, terms[1] - 2.0 * mean, terms[2] - 1.0, {}
 
     def log_density_bound(self, y):
-        # The count's own rate, f^2 = y.
+        # The count's own rate (f^2 = y or exp(f) = y).
         return float(np.sum(special.xlogy(y, y) - y - special.gammaln(y + 1.0)))
 
     def log_density(self, y, f):
-        """log Poisson(y | f^2) = 2 y log |f| - f^2 - log y!.
+        """log Poisson(y | rate): 2 y log |f| - f^2 - log y! (square), y f - exp(f) - log y! (log).
 
         Parameters
         ----------
         y, f : ndarray
         """
+        if self.link == "log":
+            return y * f - np.exp(f) - special.gammaln(y + 1.0)
         return special.xlogy(2.0 * y, np.abs(f)) - f * f - special.gammaln(y + 1.0)
 
     def sample(self, f, rng):
-        """Counts drawn from Poisson(f^2).
+        """Counts drawn from Poisson(rate).
 
         Parameters
         ----------
         f : ndarray
         rng : numpy.random.Generator
         """
-        return rng.poisson(f * f).astype(float)
+        return rng.poisson(np.exp(f) if self.link == "log" else f * f).astype(float)
 
     def describe(self):
-        """``Poisson(square)``.
+        """``Poisson(square)`` or ``Poisson(log)``.
 
         Returns
         -------
