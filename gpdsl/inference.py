@@ -37,8 +37,13 @@ from .checks import check_positive_int, check_positive_number, check_seed, is_in
 from .linalg import check_jitter
 from .methods import (collapsed, exact, expectation_propagation, laplace, polya_gamma, stochastic,
                       stochastic_polya_gamma, svgp, vgp)
-from .methods.common import VariationalState, gaussian_noise, variational_state_format
+from .methods.common import VariationalState, gaussian_noise, shifted, variational_state_format
 from .parameters import entry
+
+
+def _less(y, offset):
+    """Gaussian noise is a location family: p(y | f + o) is p(y - o | f)."""
+    return y if offset is None else y - offset
 
 
 def _check_chunk(owner, chunk_size):
@@ -59,6 +64,8 @@ class Inference(Component, family="inference"):
     supports_dask_chunks = False
     # Whether variational_entries adds q's parameters to the optimised hyperparameters.
     optimises_variational_parameters = False
+    # Whether evaluate takes a per-row offset of the latent input (Model.fit(offset=...)).
+    supports_offset = True
 
     def accepts(self, likelihood):
         """Whether ``likelihood`` provides the capability this method ``requires``.
@@ -97,7 +104,7 @@ class Inference(Component, family="inference"):
         raise ValueError(f"Model: {type(likelihood).__name__} with {name} is not supported (it needs a likelihood "
                          f"that provides {self.requires!r}); supported pairs: {', '.join(supported_pairs())}")
 
-    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
         """One evaluation of the method's objective at fixed hyperparameters.
 
         Parameters
@@ -122,6 +129,9 @@ class Inference(Component, family="inference"):
         warm : object or None
             The local state of the previous evaluation (``Evaluation.warm``: EP/QP sites,
             Pólya-Gamma c, q), or None to start afresh.
+        offset : ndarray, shape (N,), optional
+            A known per-row offset o of the latent input: the likelihood is p(y_n | f_n + o_n)
+            (``supports_offset``).
 
         Returns
         -------
@@ -217,8 +227,8 @@ class Exact(Inference):
     def __post_init__(self):
         check_jitter("Exact", self.jitter)
 
-    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
-        return exact.evaluate(kernel, likelihood, X, y, jitter=self.jitter, need_grad=need_grad,
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
+        return exact.evaluate(kernel, likelihood, X, _less(y, offset), jitter=self.jitter, need_grad=need_grad,
                               need_state=need_state)
 
 
@@ -251,8 +261,8 @@ class _CollapsedGaussian(Inference):
         check_jitter(type(self).__name__, self.jitter)
         _check_chunk(type(self).__name__, self.chunk_size)
 
-    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
-        return collapsed.evaluate(kernel, likelihood, X, y, Z, fitc=self.fitc, dtc=self.dtc,
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
+        return collapsed.evaluate(kernel, likelihood, X, _less(y, offset), Z, fitc=self.fitc, dtc=self.dtc,
                                   jitter=self.jitter, chunk_size=self.chunk_size, need_grad=need_grad,
                                   need_state=need_state)
 
@@ -361,7 +371,7 @@ class _SiteInference(Inference):
         # Sequential EP is serial by nature; the parallel schedule's passes chunk.
         return self.schedule == "parallel"
 
-    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
         return expectation_propagation.evaluate(kernel, likelihood, X, y, Z, spec=self, warm=warm,
                                                 need_grad=need_grad, need_state=need_state)
 
@@ -546,6 +556,8 @@ class PolyaGamma(Inference):
     inducing_rule = "required"
     # The Pólya-Gamma augmentation exists for the logistic link only.
     requires = "polya_gamma"
+    # The bias enters the c loop as a scalar shift; a per-row one is not implemented.
+    supports_offset = False
 
     def __post_init__(self):
         check_positive_number("PolyaGamma", "tol", self.tol)
@@ -584,7 +596,7 @@ class PolyaGamma(Inference):
                     learning_rate=self.learning_rate, natural_step=self.natural_step, seed=self.seed,
                     stop_tol=self.stop_tol, stop_window=self.stop_window, q_max_iter=self.max_iter)
 
-    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
         if self.minibatch is not None:
             return self._variational().evaluate(kernel, stochastic_polya_gamma.PolyaGammaExpectations(likelihood),
                                                 values, X, y, Z, need_grad=need_grad, need_state=need_state,
@@ -598,8 +610,7 @@ class PolyaGamma(Inference):
         # One pass per step: the hyperparameters' gradient at the q the step starts from costs half
         # of the gradient at the q it moves to, and reached the same test NLPD on twonorm (N = 1e6).
         return stochastic.minimise(objective, u0, max_iter, progress, callback, spec=self,
-                                  expectations=stochastic_polya_gamma.PolyaGammaExpectations,
-                                   one_pass=True)
+                                   expectations=stochastic_polya_gamma.PolyaGammaExpectations, one_pass=True)
 
 
 @dataclass(frozen=True)
@@ -638,8 +649,8 @@ class Laplace(Inference):
         check_jitter("Laplace", self.jitter)
         _check_chunk("Laplace", self.chunk_size)
 
-    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
-        return laplace.evaluate(kernel, likelihood, X, y, Z, tol=self.tol, max_iter=self.max_iter,
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
+        return laplace.evaluate(kernel, shifted(likelihood, offset), X, y, Z, tol=self.tol, max_iter=self.max_iter,
                                 jitter=self.jitter, chunk_size=self.chunk_size, need_grad=need_grad,
                                 need_state=need_state)
 
@@ -758,30 +769,34 @@ class _Variational(Inference):
         return [] if start is None else [entry(name, value, positive=name == "variational.lambda",
                                                fixed_names=fixed_names) for name, value in start.items()]
 
-    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm):
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
         if self.q_updates == "joint":
-            return self._evaluate(kernel, likelihood, values, X, y, Z, need_grad=need_grad, need_state=need_state)
+            return self._evaluate(kernel, likelihood, values, X, y, Z, need_grad=need_grad, need_state=need_state,
+                                  offset=offset)
         start = self._initial_q(X.shape[0], Z)
         warm_fits = warm is not None and all(np.shape(warm.q[k]) == np.shape(v) for k, v in start.items())
         if warm_fits and self._stochastic:
             # The minibatch steps have moved q; the posterior is the bound at that q, without
             # full-batch passes over N rows (one O(N M^2) pass evaluates it).
             q, steps, converged = warm.q, 0, warm.converged
-            ev = self._evaluate(kernel, likelihood, {**values, **q}, X, y, Z, need_grad=False, need_state=need_state)
+            ev = self._evaluate(kernel, likelihood, {**values, **q}, X, y, Z, need_grad=False, need_state=need_state,
+                                offset=offset)
             ev.warm = VariationalState(q, sweeps=steps, converged=converged)
             return ev
         if likelihood.sign_symmetric:
             # Not from the previous q: one that an extreme line-search point (a tiny prior
             # variance) drew towards 0 stays near the saddle there (coal mining: ELBO -290.7
             # against -177.8 from the surrogate).
-            start = self.surrogate_q(kernel, likelihood, X, y, Z)
+            start = self.surrogate_q(kernel, shifted(likelihood, offset), X, y, Z)
         elif warm_fits:
             start = warm.q
         # The posterior's q (need_state) is polished to a small fixed-point residual; within a
         # fit the gain test suffices: the hyperparameters' gradient at that q is off by O(its
         # residual), ~1e-5, below what L-BFGS-B's projected-gradient test (1e-5) resolves.
-        q, steps, converged = self._optimise_q(kernel, likelihood, values, X, y, Z, start, polish=need_state)
-        ev = self._evaluate(kernel, likelihood, {**values, **q}, X, y, Z, need_grad=need_grad, need_state=need_state)
+        q, steps, converged = self._optimise_q(kernel, likelihood, values, X, y, Z, start, polish=need_state,
+                                               offset=offset)
+        ev = self._evaluate(kernel, likelihood, {**values, **q}, X, y, Z, need_grad=need_grad, need_state=need_state,
+                            offset=offset)
         # At q's optimum the bound is stationary in q: its gradient in the hyperparameters is the
         # partial one (the q entries of ev.grads are ~0 and not hyperparameters here).
         ev.grads = {k: v for k, v in ev.grads.items() if not k.startswith("variational.")}
@@ -855,13 +870,14 @@ class SVGP(_Variational):
     def _initial_q(self, n, Z):
         return None if Z is None else svgp.initial_values(Z.shape[0])
 
-    def _optimise_q(self, kernel, likelihood, values, X, y, Z, start, polish):
+    def _optimise_q(self, kernel, likelihood, values, X, y, Z, start, polish, offset=None):
         return svgp.optimise_q(kernel, likelihood, values, X, y, Z, start, jitter=self.jitter,
-                               chunk_size=self.chunk_size, tol=self.q_tol, max_iter=self.q_max_iter, polish=polish)
+                               chunk_size=self.chunk_size, offset=offset, tol=self.q_tol, max_iter=self.q_max_iter,
+                               polish=polish)
 
-    def _evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state):
+    def _evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, offset=None):
         return svgp.evaluate(kernel, likelihood, values, X, y, Z, jitter=self.jitter, chunk_size=self.chunk_size,
-                             need_grad=need_grad, need_state=need_state)
+                             offset=offset, need_grad=need_grad, need_state=need_state)
 
 
 @dataclass(frozen=True)
@@ -880,12 +896,12 @@ class VGP(_Variational):
     def _initial_q(self, n, Z):
         return vgp.initial_values(n)
 
-    def _optimise_q(self, kernel, likelihood, values, X, y, Z, start, polish):
-        return vgp.optimise_q(kernel, likelihood, values, X, y, start, jitter=self.jitter, tol=self.q_tol,
-                              max_iter=self.q_max_iter, polish=polish)
+    def _optimise_q(self, kernel, likelihood, values, X, y, Z, start, polish, offset=None):
+        return vgp.optimise_q(kernel, shifted(likelihood, offset), values, X, y, start, jitter=self.jitter,
+                              tol=self.q_tol, max_iter=self.q_max_iter, polish=polish)
 
-    def _evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state):
-        return vgp.evaluate(kernel, likelihood, values, X, y, jitter=self.jitter, need_grad=need_grad,
+    def _evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, offset=None):
+        return vgp.evaluate(kernel, shifted(likelihood, offset), values, X, y, jitter=self.jitter, need_grad=need_grad,
                             need_state=need_state)
 
 

@@ -153,7 +153,6 @@ class NegativeBinomial(Likelihood):
 
     def log_density_bound(self, y):
         # At mu = y (log density 0 at y = 0 as mu -> 0).
-        r = self._r()
         y_pos = np.where(y > 0, y, 1.0)
         at_y = self.log_density(y, np.log(y_pos))
         return float(np.sum(np.where(y > 0, at_y, 0.0)))

@@ -104,6 +104,63 @@ class Evaluation:
     pseudo_data: tuple | None = None
 
 
+class Shifted:
+    """A bound likelihood whose latent input is shifted by a per-row offset o: p(y_n | f_n + o_n),
+    the GLM's offset (log exposure for counts).  The per-point operations of the methods see
+    f + o; the rest passes through.  ``offset`` is aligned with the rows the operations get.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.components.Bound
+        The bound likelihood.
+    offset : ndarray, shape (n,)
+        The offset of each row.
+    """
+
+    def __init__(self, likelihood, offset):
+        self.likelihood = likelihood
+        self.offset = offset
+
+    def __getattr__(self, name):
+        return getattr(self.likelihood, name)
+
+    def _shift(self, f):
+        return f + (self.offset if np.ndim(f) == 1 else self.offset[:, None])
+
+    def log_density(self, y, f):
+        return self.likelihood.log_density(y, self._shift(f))
+
+    def log_density_derivatives(self, y, f):
+        return self.likelihood.log_density_derivatives(y, self._shift(f))
+
+    def log_density_param_derivatives(self, y, f, derivatives=None):
+        return self.likelihood.log_density_param_derivatives(y, self._shift(f), derivatives=derivatives)
+
+    def variational_expectations(self, y, mean, var):
+        return self.likelihood.variational_expectations(y, mean + self.offset, var)
+
+    def surrogate(self, X, y):
+        # The pseudo-targets r / w are in f + o: less o they are in f.
+        weights, targets = self.likelihood.surrogate(X, y)
+        return weights, targets - weights * self.offset
+
+
+def shifted(likelihood, offset):
+    """``likelihood`` with its latent input shifted by ``offset`` (:class:`Shifted`), or as it is
+    for no offset.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.components.Bound
+    offset : ndarray of shape (n,) or None
+
+    Returns
+    -------
+    Shifted or gpdsl.components.Bound
+    """
+    return likelihood if offset is None else Shifted(likelihood, offset)
+
+
 def known_noise(variance):
     """The bound per-point Gaussian noise of a pseudo-regression (EP's and Laplace's sites, the
     Pólya-Gamma targets), as the Gaussian engines take a likelihood.

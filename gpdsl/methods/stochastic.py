@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import OptimizeResult
 
-from .common import VariationalState
+from .common import VariationalState, shifted
 from .svgp import initial_values, minibatch_step
 
 _ADAM_BETA1, _ADAM_BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
@@ -149,7 +149,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=
         the N-scaled objective in the free vector, at the end), ``jac`` (None), and gpdsl's
         ``plateau`` (False), ``runaway`` (None) and ``start`` (``u0``).
     """
-    model, table, X, y = objective.model, objective.table, objective.X, objective.y
+    model, table, X, y, offset = objective.model, objective.table, objective.X, objective.y, objective.offset
     n = X.shape[0]
     batch = min(spec.batch_size, n)
     window, check_every = spec.stop_window, spec.stop_window // STOP_BLOCKS
@@ -164,7 +164,8 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=
     if objective.warm is not None and all(np.shape(objective.warm.q[k]) == np.shape(v) for k, v in q.items()):
         q = objective.warm.q
     elif model.likelihood.sign_symmetric:
-        q = spec.surrogate_q(*model.bind(values), X, y, Z)
+        kernel, likelihood = model.bind(values)
+        q = spec.surrogate_q(kernel, shifted(likelihood, offset), X, y, Z)
     trail = []               # per-step batch estimates of the negative objective, per data point
     fired, message, step = False, "", 0
     for step in range(1, max_iter + 1):
@@ -175,6 +176,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=
         if expectations is not None:
             likelihood = expectations(likelihood)
         q, elbo, grads, dZ, _ = minibatch_step(kernel, likelihood, X[rows], y[rows], Z, q,
+                                               offset=None if offset is None else offset[rows],
                                                scale=n / batch, rho=spec.natural_step, jitter=spec.jitter,
                                                one_pass=one_pass)
         if "inducing.Z" in table.names():

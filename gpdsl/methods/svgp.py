@@ -32,7 +32,7 @@ from scipy import linalg as sp_linalg
 from ..chunks import add_partial, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_upper_t
 from .collapsed import check_rows_nystrom, whitened_rows
-from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps
+from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps, shifted
 
 
 class ElboTerms(NamedTuple):
@@ -106,7 +106,7 @@ def initial_values(M):
     return {"variational.q_mu": np.zeros(M), "variational.q_sqrt": pack_lower(np.eye(M))}
 
 
-def evaluate(kernel, likelihood, values, X, y, Z, *, jitter=None, chunk_size=None, need_grad=True,
+def evaluate(kernel, likelihood, values, X, y, Z, *, jitter=None, chunk_size=None, offset=None, need_grad=True,
              need_state=False, warm=None):
     """The whitened SVGP bound, its gradients and, if asked, the predictive state.
 
@@ -142,6 +142,8 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, jitter=None, chunk_size=Non
         Multiple of mean(diag K_uu) (None: the ladder).
     chunk_size : int, optional
         Rows per block of the O(N M^2) passes.
+    offset : ndarray, shape (N,), optional
+        Per-row offset of the latent input (the likelihood sees f + offset).
     need_grad : bool, default True
         Compute the gradients.
     need_state : bool, default False
@@ -155,10 +157,10 @@ def evaluate(kernel, likelihood, values, X, y, Z, *, jitter=None, chunk_size=Non
         The whitened ELBO (Hensman, Matthews & Ghahramani 2015, in v = L^-1 u), its gradients
         and dZ.
     """
-    return _with_ladder(kernel, likelihood, values, X, y, Z, jitter, chunk_size, need_grad, need_state)[1]
+    return _with_ladder(kernel, likelihood, values, X, y, Z, jitter, chunk_size, need_grad, need_state, offset)[1]
 
 
-def elbo_terms(kernel, likelihood, values, X, y, Z, *, jitter=None, chunk_size=None):
+def elbo_terms(kernel, likelihood, values, X, y, Z, *, jitter=None, chunk_size=None, offset=None):
     """:class:`ElboTerms` (elbo, kl, expected_log_lik) at ``values``; arguments as :func:`evaluate`.
 
     Parameters
@@ -180,15 +182,17 @@ def elbo_terms(kernel, likelihood, values, X, y, Z, *, jitter=None, chunk_size=N
         Multiple of mean(diag K_uu) (None: the ladder).
     chunk_size : int, optional
         Rows per block of the O(N M^2) passes.
+    offset : ndarray, shape (N,), optional
+        Per-row offset of the latent input (the likelihood sees f + offset).
 
     Returns
     -------
     ElboTerms
     """
-    return _with_ladder(kernel, likelihood, values, X, y, Z, jitter, chunk_size, False, False)[0]
+    return _with_ladder(kernel, likelihood, values, X, y, Z, jitter, chunk_size, False, False, offset)[0]
 
 
-def _with_ladder(kernel, likelihood, values, X, y, Z, jitter, chunk_size, need_grad, need_state):
+def _with_ladder(kernel, likelihood, values, X, y, Z, jitter, chunk_size, need_grad, need_state, offset):
     m, R = _checked_q(values, Z.shape[0])
     kl = _kl(m, R)
 
@@ -196,7 +200,7 @@ def _with_ladder(kernel, likelihood, values, X, y, Z, jitter, chunk_size, need_g
     for attempt, rung in enumerate(rungs):
         try:
             result = _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, rung, chunk_size, need_grad,
-                                  need_state)
+                                  need_state, offset)
             break
         except (np.linalg.LinAlgError, FloatingPointError):
             if attempt == len(rungs) - 1:
@@ -225,12 +229,13 @@ def _kl(m, R):
     return 0.5 * (np.sum(R * R) + m @ m - m.shape[0]) - np.sum(np.log(np.abs(np.diag(R))))
 
 
-def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need_grad, need_state):
+def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need_grad, need_state, offset=None):
     n, M = X.shape[0], Z.shape[0]
     L, jit = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
     S = R @ R.T
     (ell, *partials), (mean, d_mean, d_var) = _data_pass(kernel, likelihood, X, y, Z, L, m, R, S,
-                                                         chunk_size or default_chunk_size(n, M), need_grad)
+                                                         chunk_size or default_chunk_size(n, M), need_grad,
+                                                         offset=offset)
     terms = ElboTerms(elbo=float(ell - kl), kl=float(kl), expected_log_lik=float(ell))
 
     grads, dZ = {}, None
@@ -245,7 +250,7 @@ def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need
                              pseudo_data=(w, d_mean + w * mean))
 
 
-def _data_pass(kernel, likelihood, X, y, Z, L, m, R, S, chunk, need_grad, natural=False):
+def _data_pass(kernel, likelihood, X, y, Z, L, m, R, S, chunk, need_grad, natural=False, offset=None):
     """sum_n E_q[log p(y_n | f_n)] and, with ``need_grad``, the partials of its gradient.
 
     With g_n = dE/dmean_n and d_n = dE/dvar_n (from the likelihood), mean_n = a_n^T m and
@@ -261,13 +266,14 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, S, chunk, need_grad, natura
 
     ``natural`` (for :func:`optimise_q`) returns ``((ell, A W A^T, A r), ())`` instead: the data
     part of the natural parameters that the conjugate sites w = -2 d (not clipped), r = g + w mean
-    give q(v), W = diag(w).
+    give q(v), W = diag(w).  ``offset`` (N,) shifts each row's latent input (:class:`Shifted`).
     """
     if need_grad:
         beta = solve_upper_t(L, m)
         Li_T_C = solve_upper_t(L, np.eye(L.shape[0]) - S)      # L^-T (I - S)
 
-    def chunk_pass(X_block, y_block):
+    def chunk_pass(X_block, y_block, offset_block=None):
+        rows_likelihood = shifted(likelihood, offset_block)
         Kuf, A, kff, residual = whitened_rows(kernel, X_block, Z, L)
         check_rows_nystrom(residual, kff)
         # var_n = (k_nn - |a_n|^2) + |R^T a_n|^2: a sum of two non-negative parts, where
@@ -275,7 +281,7 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, S, chunk, need_grad, natura
         U = R.T @ A
         mean = m @ A
         var = residual + np.einsum("ij,ij->j", U, U)
-        ve, g, d, lik_grads = likelihood.variational_expectations(y_block, mean, var)
+        ve, g, d, lik_grads = rows_likelihood.variational_expectations(y_block, mean, var)
         if natural:
             w = -2.0 * d                  # not clipped: see optimise_q
             return (np.sum(ve), (A * w) @ A.T, A @ (g + w * mean)), ()
@@ -294,7 +300,7 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, S, chunk, need_grad, natura
     # beside it made the pass slower, not faster: twonorm full-batch probit fit in the default
     # environment 30.6 s CPU / 15.5 s wall with the bulk thread count, 10.2 / 10.2 with one; the
     # final pass of stochastic PG at N = 10^6, 3.33 s wall against 2.53.
-    return map_rows(chunk_pass, (X, y), chunk, width=0)
+    return map_rows(chunk_pass, (X, y) if offset is None else (X, y, offset), chunk, width=0)
 
 
 def _gradients(kernel, Z, L, m, R, S, jit, Ag, P, grads, dZ):
@@ -330,7 +336,7 @@ def _gradients(kernel, Z, L, m, R, S, jit, Ag, P, grads, dZ):
 # step is a first-order move whose gain has the sign of the directional derivative).
 
 
-def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chunk_size=None, tol=1e-8,
+def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chunk_size=None, offset=None, tol=1e-8,
                max_iter=100, polish=False):
     """q(v) moved to its optimum at fixed hyperparameters and Z by damped natural-gradient steps.
 
@@ -395,6 +401,8 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
         Multiple of mean(diag K_uu) (None: the ladder).
     chunk_size : int, optional
         Rows per block of the O(N M^2) passes.
+    offset : ndarray, shape (N,), optional
+        Per-row offset of the latent input (the likelihood sees f + offset).
     tol : float, default 1e-8
         Gain (nats) below which the steps are converged.
     max_iter : int, default 100
@@ -416,7 +424,7 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
 
     def natural_pass(L, m, R):
         (ell, AWA, Ar), _ = _data_pass(kernel, likelihood, X, y, Z, L, m, R, None, chunk, False,
-                                       natural=True)
+                                       natural=True, offset=offset)
         elbo = float(ell - _kl(m, R))
         if not np.isfinite(elbo):
             raise FloatingPointError("SVGP: non-finite bound")
@@ -452,7 +460,7 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
 _Q_KEYS = ("variational.q_mu", "variational.q_sqrt")
 
 
-def minibatch_step(kernel, likelihood, X, y, Z, q, *, scale, rho, jitter=None, one_pass=False):
+def minibatch_step(kernel, likelihood, X, y, Z, q, *, scale, rho, jitter=None, one_pass=False, offset=None):
     """One stochastic step on a minibatch X (B, D), y (B,) of N = ``scale`` B rows (Hensman et
     al. 2015 section 3; Salimbeni, Eleftheriadis & Hensman 2018): the natural-gradient step of
     size ``rho`` on q from the batch's sites (see :func:`optimise_q`), their part of the natural
@@ -494,6 +502,8 @@ def minibatch_step(kernel, likelihood, X, y, Z, q, *, scale, rho, jitter=None, o
         Natural-gradient step size.
     jitter : float or None, optional
         Multiple of mean(diag K_uu) (None: the ladder).
+    offset : ndarray, shape (B,), optional
+        Per-row offset of the latent input.
     one_pass : bool, default False
         Take the estimate and gradient at the starting q.
 
@@ -512,14 +522,15 @@ def minibatch_step(kernel, likelihood, X, y, Z, q, *, scale, rho, jitter=None, o
     L, jit = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
     if one_pass:
         S = R @ R.T
-        (ell, Ag, P, grads, dZ), _ = _data_pass(kernel, likelihood, X, y, Z, L, m, R, S, X.shape[0], True)
+        (ell, Ag, P, grads, dZ), _ = _data_pass(kernel, likelihood, X, y, Z, L, m, R, S, X.shape[0], True,
+                                                offset=offset)
         elbo = scale * float(ell) - _kl(m, R)
         if not np.isfinite(elbo):
             raise FloatingPointError("SVGP: non-finite bound")
         grads, dZ = _gradients(kernel, Z, L, m, R, S, jit, Ag, P, grads, dZ)
         AWA, Ar = -2.0 * P, Ag - 2.0 * (P @ m)
     else:
-        (_, AWA, Ar), _ = _data_pass(kernel, likelihood, X, y, Z, L, m, R, None, X.shape[0], False,
+        (_, AWA, Ar), _ = _data_pass(kernel, likelihood, X, y, Z, L, m, R, None, X.shape[0], False, offset=offset,
                                      natural=True)
     Lam_hat = scale * 0.5 * (AWA + AWA.T)
     Lam_hat[np.diag_indices(M)] += 1.0
@@ -536,7 +547,7 @@ def minibatch_step(kernel, likelihood, X, y, Z, q, *, scale, rho, jitter=None, o
     q = {"variational.q_mu": m, "variational.q_sqrt": pack_lower(R)}
     if not one_pass:
         terms, ev = _evaluate_at(kernel, likelihood, X, y, Z, m, R, _kl(m, R), jit, X.shape[0],
-                                 True, False)
+                                 True, False, offset)
         elbo, grads, dZ = scale * terms.expected_log_lik - terms.kl, ev.grads, ev.dZ
     grads = {k: scale * g for k, g in grads.items() if k not in _Q_KEYS}
     return q, elbo, grads, scale * dZ, jit
