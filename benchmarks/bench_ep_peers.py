@@ -28,7 +28,7 @@ seeds and GPy CPU / gpdsl CPU.  Timings are printed, never asserted.
     python benchmarks/bench_ep_peers.py --libs "" --merge a.json,b.json      # the summary of earlier runs only
     python benchmarks/bench_ep_peers.py --datasets breast --seeds 0,1,2,3,4,5,6,7,8,9 --libs gpdsl,gpdsl-cap
 
-``--libs gpdsl-cap`` is gpdsl with the plateau rule switched off (``gpdsl.model.PLATEAU_PER_POINT =
+``--libs gpdsl-cap`` is gpdsl with the plateau rule switched off (``gpdsl.fitting.PLATEAU_PER_POINT =
 0``): L-BFGS-B then stops by SciPy's tests or the iteration cap alone, as every fit did before issue
 13, which gives "today's" test NLPD in the same setup; with both gpdsl rows the summary prints the
 paired NLPD difference per data set.
@@ -68,10 +68,10 @@ def nlpd_and_error(p_true):
 # ---------------------------------------------------------------------------------- workers
 def work_gpdsl(d, plateau_rule=True):
     import gpdsl as gd
-    import gpdsl.model
+    import gpdsl.fitting
     from threadpoolctl import threadpool_limits
     if not plateau_rule:          # "gpdsl-cap": SciPy's tests alone, as before issue 13's plateau rule
-        gpdsl.model.PLATEAU_PER_POINT = 0.0
+        gpdsl.fitting.PLATEAU_PER_POINT = 0.0
     X, y, Xte, yte, Z0 = d["X"], d["y"], d["Xte"], d["yte"], d["Z0"]
     D, fix = X.shape[1], ("likelihood.bias",)
 

@@ -22,7 +22,7 @@ compilation).  The fit runs in the default environment: BLAS / Numba thread coun
 machine's defaults and gpdsl's own thread policy (:mod:`gpdsl.threads`) leave them, unless
 ``--threads K`` limits them (threadpoolctl).  Each link is fitted with fit's stopping rule
 (``--plateau on``) and with the plateau rule switched off (``off``: SciPy's tests and max_iter
-alone, ``gpdsl.model.PLATEAU_PER_POINT = 0`` as ``bench_ep_peers.py``'s gpdsl-cap).  Printed per
+alone, ``gpdsl.fitting.PLATEAU_PER_POINT = 0`` as ``bench_ep_peers.py``'s gpdsl-cap).  Printed per
 fit: CPU and wall seconds, L-BFGS-B iterations, converged, the ELBO, the fitted lengthscale and
 variance, test NLPD (mean -log p(y*|x*), ``post.log_predictive``) and test error rate, warnings,
 and (untimed) the *q gap*: the ELBO that ``gpdsl.methods.svgp.optimise_q`` (natural-gradient q
@@ -54,7 +54,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import gpdsl as gd  # noqa: E402
-import gpdsl.model as gdmodel  # noqa: E402
+import gpdsl.fitting as gdfitting  # noqa: E402
 from gpdsl import threads  # noqa: E402
 from gpdsl.methods import svgp  # noqa: E402
 
@@ -107,9 +107,9 @@ def warmup(link, D, options):
 
 
 def run(link, m, X, y, Xte, yte, options, max_iter, plateau):
-    saved = gdmodel.PLATEAU_PER_POINT
+    saved = gdfitting.PLATEAU_PER_POINT
     if not plateau:                 # SciPy's tests and max_iter alone, as bench_ep_peers' "gpdsl-cap"
-        gdmodel.PLATEAU_PER_POINT = 0.0
+        gdfitting.PLATEAU_PER_POINT = 0.0
     mod = model(link, m, X.shape[1], options)
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -118,7 +118,7 @@ def run(link, m, X, y, Xte, yte, options, max_iter, plateau):
             post = mod.fit(X, y, fixed=("likelihood.bias",), max_iter=max_iter)
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     finally:
-        gdmodel.PLATEAU_PER_POINT = saved
+        gdfitting.PLATEAU_PER_POINT = saved
     logp = np.asarray(post.log_predictive(Xte, yte), dtype=float).ravel()
     nlpd, err = float(-np.mean(logp)), float(np.mean(np.exp(logp) < 0.5))
     # How far the joint optimiser left q from its optimum at the fitted hyperparameters: the

@@ -7,10 +7,13 @@
 """
 from . import datasets, inducing, inference, kernels, likelihoods, priors
 from ._version import __version__
+from .io.layout import PosteriorFileError
+from .io.netcdf import from_xarray, load
 from .linalg import NotPositiveDefiniteError
-from .model import ConvergenceWarning, Model
+from .methods.common import ConvergenceWarning
+from .model import Model
 from .parameters import Fixed, MissingGradientError
-from .posterior import Posterior, PosteriorFileError, from_xarray, load
+from .posterior import Posterior
 from .threads import get_num_threads, set_num_threads
 
 __all__ = ["Model", "Posterior", "Fixed", "load", "from_xarray", "ConvergenceWarning",

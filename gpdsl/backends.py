@@ -57,7 +57,7 @@ def materialize(x):
 
 
 def validate_lazy_inputs(X, name, n_features=None):
-    """A Dask-backed X checked as :func:`gpdsl.model.validate_inputs` checks NumPy input.
+    """A Dask-backed X checked as :func:`gpdsl.inputs.validate_inputs` checks NumPy input.
 
     Shape and dtype are checked from the metadata; finiteness and the overflow bound of
     :func:`gpdsl.checks.check_square_sums_finite` from one reduction over the chunks (the

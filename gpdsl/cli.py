@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from . import likelihoods as lik
 
 DEFAULT_OUT = "gpdsl_run"
 DEFAULT_POSTERIOR = "posterior.nc"
@@ -92,7 +91,7 @@ def default_problem():
 
 def _check_table_keys(where, table, known):
     """spec's unknown-key check for the CLI's own tables, as a UsageError (one line, exit 2)."""
-    from .spec import check_keys
+    from .io.spec import check_keys
 
     try:
         check_keys(where, table, known)
@@ -361,7 +360,7 @@ def problem_from_toml(path):
     Parameters
     ----------
     path : str or pathlib.Path
-        The TOML model file (:mod:`gpdsl.spec`).
+        The TOML model file (:mod:`gpdsl.io.spec`).
 
     Returns
     -------
@@ -379,10 +378,12 @@ def problem_from_toml(path):
     UsageError
         Any problem with the file or its data, naming the file.
     """
-    from .spec import model_from_toml
+    from .io.spec import read_model_file
+    from .model import Model
 
     try:
-        model, config = model_from_toml(path)
+        spec, config = read_model_file(path)
+        model = Model.from_dict(spec)
     except FileNotFoundError as err:
         raise UsageError(str(err)) from err
     except (ValueError, TypeError) as err:
@@ -439,31 +440,51 @@ def _mean_and_log_predictive_metrics(posterior, X_test, y_test):
             "mean log predictive": float(np.mean(posterior.log_predictive(X_test, y_test)))}
 
 
-# likelihood class -> (metrics function, the rows the report prints: (metric, what it is)).
-# Each kind of target gets the scores its literature reports; a regression score such as the
-# RMSE of y_mean has no meaning for labels, whose predictive is p(y* = 1).
-_REGRESSION = (_regression_metrics, (("RMSE", "root mean squared error of y_mean"),
-                                     ("MNLPD", "mean negative log predictive density")))
+# kind of scores (:func:`metrics_kind`) -> (metrics function, the rows the report prints:
+# (metric, what it is)).  Each kind of target gets the scores its literature reports; a
+# regression score such as the RMSE of y_mean has no meaning for labels, whose predictive is
+# p(y* = 1).  "gaussian" is real targets under Gaussian observation noise (a closed-form
+# predictive density); "real" other real targets (Student-t), scored by the likelihood's own.
 HELD_OUT_METRICS = {
-    lik.Gaussian: _REGRESSION,
-    lik.HeteroscedasticGaussian: _REGRESSION,
-    lik.StudentT: (_mean_and_log_predictive_metrics, (
+    "gaussian": (_regression_metrics, (("RMSE", "root mean squared error of y_mean"),
+                                       ("MNLPD", "mean negative log predictive density"))),
+    "real": (_mean_and_log_predictive_metrics, (
         ("RMSE", "root mean squared error of y_mean"),
-        ("mean log predictive", "mean of log p(y* | x*), the Student-t predictive by quadrature"))),
-    lik.Bernoulli: (_classification_metrics, (
+        ("mean log predictive", "mean of log p(y* | x*), the likelihood's predictive"))),
+    "binary": (_classification_metrics, (
         ("error rate", "fraction of labels on the other side of p(y* = 1) = 0.5"),
         ("mean log predictive", "mean of log p(y* | x*); 0 is perfect"),
         ("Brier score", "mean of (p(y* = 1) - [y* = 1])^2"))),
-    lik.Poisson: (_mean_and_log_predictive_metrics, (
+    "count": (_mean_and_log_predictive_metrics, (
         ("RMSE", "root mean squared error of the predictive mean count"),
-        ("mean log predictive", "mean of log p(y* | x*), the negative-binomial predictive"))),
+        ("mean log predictive", "mean of log p(y* | x*), the likelihood's predictive of counts"))),
 }
+
+
+def metrics_kind(likelihood):
+    """The key of :data:`HELD_OUT_METRICS` for a likelihood: its kind of targets
+    (:func:`gpdsl.inputs.target_kind`), with real
+    targets under Gaussian observation noise (``observation_noise``) as ``"gaussian"``.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+
+    Returns
+    -------
+    str
+    """
+    from .inputs import target_kind
+
+    kind = target_kind(likelihood)
+    return "gaussian" if kind == "real" and likelihood.observation_noise else kind
 # Why a reported metric can be missing from the dict its function returns.
 _UNAVAILABLE = {"MNLPD": "the noise variance at new inputs is unknown"}
 
 
 def held_out_metrics(posterior, X_test, y_test):
-    """Held-out scores of a fitted posterior, chosen by its likelihood (:data:`HELD_OUT_METRICS`).
+    """Held-out scores of a fitted posterior, chosen by its likelihood's kind of targets
+    (:func:`metrics_kind`, :data:`HELD_OUT_METRICS`).
 
     Parameters
     ----------
@@ -481,7 +502,7 @@ def held_out_metrics(posterior, X_test, y_test):
         ``mean log predictive`` and ``Brier score``; ``Poisson``: ``RMSE`` of the predictive
         mean count and ``mean log predictive``.
     """
-    compute, _ = HELD_OUT_METRICS[type(posterior.model.likelihood)]
+    compute, _ = HELD_OUT_METRICS[metrics_kind(posterior.model.likelihood)]
     return compute(posterior, X_test, y_test)
 
 
@@ -558,7 +579,7 @@ def report(posterior, X, X_test, y_test, data_description, wall_time):
         return
     print(f"\nheld-out ({X_test.shape[0]} points)")
     metrics = held_out_metrics(posterior, X_test, y_test)
-    _, rows = HELD_OUT_METRICS[type(model.likelihood)]
+    _, rows = HELD_OUT_METRICS[metrics_kind(model.likelihood)]
     width = max(len(name) for name, _ in rows)
     for name, meaning in rows:
         if name in metrics:
@@ -572,7 +593,7 @@ def report(posterior, X, X_test, y_test, data_description, wall_time):
     except ValueError as err:
         print(f"\nArviZ summary skipped: {err}")
         return
-    from .arviz_io import summary
+    from .io.arviz import summary
 
     chains = idata.posterior.sizes["chain"]
     print(f"\nArviZ summary of f at the first {k} held-out points ({chains} chains x {SUMMARY_DRAWS} draws)")

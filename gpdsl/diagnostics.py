@@ -27,7 +27,7 @@ import numpy as np
 STOP_REASONS = {
     "gradient": "SciPy's projected-gradient test (L-BFGS-B pgtol)",
     "objective_change": "SciPy's relative-reduction test on the objective (L-BFGS-B factr)",
-    "plateau": "gpdsl's plateau rule (gpdsl.model.PLATEAU_WINDOW)",
+    "plateau": "gpdsl's plateau rule (gpdsl.fitting.PLATEAU_WINDOW)",
     "stochastic_rule": "the minibatch optimiser's stopping rule on its smoothed objective",
     "max_iter": "the iteration (or evaluation) cap ran out",
     "line_search": "L-BFGS-B's line search could not find a better point",

@@ -1,5 +1,6 @@
 """Checks of the data before any work: X and y (NumPy, pandas, xarray or Dask) and ``Model.fit``'s
-keyword arguments, each refused with a message that names the argument.
+keyword arguments, each refused with a message that names the argument; and the kind of targets
+a likelihood models (:func:`target_kind`).
 
 This module sits above :mod:`gpdsl.checks` (the checks of single values) and
 :mod:`gpdsl.backends` (Dask and xarray detection), which it uses: the data checks need both,
@@ -12,6 +13,7 @@ import numpy as np
 from . import backends
 from .checks import (as_float_array, check_bool, check_nonnegative_int, check_positive_int, check_seed,
                      check_square_sums_finite)
+from .components import bind
 
 
 def validate_inputs(X, name="X", n_features=None, lazy=False):
@@ -145,4 +147,26 @@ def check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, cal
     return fixed
 
 
-__all__ = ["validate_inputs", "validate_targets", "check_fit_arguments"]
+def target_kind(likelihood):
+    """What kind of targets a likelihood models: its class attribute ``target_kind`` (``"real"``,
+    ``"binary"`` or ``"count"``), or for a likelihood that declares none, ``"binary"`` where its
+    predictive is ``p`` (p(y* = 1)) and ``"real"`` otherwise.  The CLI's held-out scores and the
+    plots are chosen by it.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+        A likelihood (bound or not).
+
+    Returns
+    -------
+    str
+    """
+    kind = getattr(likelihood, "target_kind", None)
+    if kind is not None:
+        return kind
+    probe = bind(likelihood, {}, "likelihood").predictive(np.zeros(1), np.ones(1))
+    return "binary" if "p" in probe else "real"
+
+
+__all__ = ["validate_inputs", "validate_targets", "check_fit_arguments", "target_kind"]

@@ -10,8 +10,6 @@ import sys
 
 import numpy as np
 
-from . import likelihoods as lik
-
 _INSTALL_HINT = "plotting needs matplotlib: pip install gpdsl[plot]  (or: pip install matplotlib)"
 
 
@@ -89,7 +87,7 @@ def show_figure(fig, path, dpi=72):
 def plot_fit(posterior, X, y, path, X_test=None, y_test=None):
     """Write a PNG of ``posterior`` fitted to ``(X, y)`` to ``path``; returns the path.
 
-    The plot depends on the likelihood (:data:`PLOTS`).  Regression and counts, 1-D inputs: the
+    The plot depends on the likelihood's kind of targets (:data:`PLOTS`).  Regression and counts, 1-D inputs: the
     data, the predictive mean, a +-2 sd band of y (of f when the noise variance at new inputs is
     unknown) and the inducing inputs marked along the bottom; D > 1: predicted against observed
     targets with 2 sd error bars.  Binary labels, 1-D inputs: p(y* = 1 | x) with the labels at
@@ -120,7 +118,7 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None):
         matplotlib is not installed (the message says how to install it).
     """
     Figure, FigureCanvasAgg = _matplotlib()
-    from .model import validate_inputs, validate_targets
+    from .inputs import target_kind, validate_inputs, validate_targets
 
     X = validate_inputs(X, "X", posterior.n_features)
     y = validate_targets(y, X.shape[0], "y")
@@ -134,7 +132,7 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None):
     fig = Figure(figsize=(9, 4.5), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    draw = PLOTS.get(type(posterior.model.likelihood), _plot_regression)
+    draw = PLOTS.get(target_kind(posterior.model.likelihood), _plot_regression)
     draw(fig, ax, posterior, X, y, X_test, y_test)
     inference = type(posterior.model.inference).__name__
     ax.set_title(f"{inference}: {posterior.model.kernel.describe()}, "
@@ -291,6 +289,6 @@ def _plot_probability_label(ax, posterior, X, y, which):
     ax.legend(loc="best", fontsize="small")
 
 
-# likelihood class -> drawing function; a likelihood not listed gets the regression plot
-# (the Gaussian likelihoods and Poisson, whose predictive has y_mean and y_var).
-PLOTS = {lik.Bernoulli: _plot_classification}
+# kind of targets (gpdsl.inputs.target_kind) -> drawing function; a kind not listed gets the
+# regression plot (real targets and counts, whose predictive has y_mean and y_var).
+PLOTS = {"binary": _plot_classification}

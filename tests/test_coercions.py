@@ -6,7 +6,7 @@ from scipy import stats
 
 import gpdsl as gd
 from gpdsl.linalg import cholesky
-from gpdsl.model import validate_targets
+from gpdsl.inputs import validate_targets
 
 SE = gd.kernels.SquaredExponential
 X = np.random.default_rng(0).normal(size=(20, 2))

@@ -79,7 +79,7 @@ def test_every_fit_has_a_record_shown_saved_and_loaded(toy_regression, tmp_path)
 
 def test_a_version_1_file_loads_with_its_flags_and_an_unrecorded_stop(toy_regression):
     """Files written before the record (format version 1) still load: their converged flag is kept."""
-    from gpdsl.posterior import _checksum
+    from gpdsl.io.layout import checksum as _checksum
     X, y = toy_regression
     post = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.KMeans(10, seed=0),
                     gd.inference.VFE()).fit(X, y)
@@ -148,7 +148,7 @@ def test_an_abnormal_line_search_stop_is_named_and_explained(toy_regression, mon
     message explains it, and the fit is not converged (with a warning)."""
     from scipy.optimize import OptimizeResult
 
-    import gpdsl.model as model_module
+    import gpdsl.fitting as fitting
 
     X, y = toy_regression
 
@@ -156,7 +156,7 @@ def test_an_abnormal_line_search_stop_is_named_and_explained(toy_regression, mon
         f, g = fun(x0)
         return OptimizeResult(x=x0, fun=f, jac=g, nit=3, status=2, success=False, message="ABNORMAL: ")
 
-    monkeypatch.setattr(model_module.sp_optimize, "minimize", abnormal)
+    monkeypatch.setattr(fitting.sp_optimize, "minimize", abnormal)
     model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.KMeans(10, seed=0), gd.inference.VFE())
     with pytest.warns(gd.ConvergenceWarning, match="line_search: ABNORMAL: the line search found no lower objective"):
         post = model.fit(X, y)
@@ -176,7 +176,9 @@ def test_a_constant_model_fit_gets_no_ridge_warning_on_top(monkeypatch):
         warnings.simplefilter("always")
         ridge = model.fit(X, y)
     assert ridge.ridge == "kernel.variance" and any("evidence ridge" in str(w.message) for w in caught)
-    monkeypatch.setattr(gd.Model, "_no_better_than_constant", lambda self, y, values, log_evidence: True)
+    import gpdsl.fitting as fitting
+
+    monkeypatch.setattr(fitting, "_no_better_than_constant", lambda model, y, values, log_evidence: True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         flagged = model.fit(X, y)

@@ -125,7 +125,7 @@ def test_a_method_that_leaves_out_a_gradient_is_an_error(toy_regression):
     one froze that hyperparameter silently (even one with a prior, whose gradient was added)."""
     from dataclasses import replace
 
-    from gpdsl.model import _Objective
+    from gpdsl.fitting import _Objective
     from gpdsl.parameters import MissingGradientError
 
     X, y = toy_regression
@@ -147,7 +147,7 @@ def test_a_method_that_leaves_out_a_gradient_is_an_error(toy_regression):
 def test_plateau_rule_on_synthetic_objective_trails():
     """The plateau rule fires on steady small gains only: not on large gains, not on gains that
     die out geometrically (L-BFGS-B converging to an optimum), not before a full window."""
-    from gpdsl.model import PLATEAU_WINDOW, _on_plateau
+    from gpdsl.fitting import PLATEAU_WINDOW, _on_plateau
     steady = list(100.0 - 0.01 * np.arange(PLATEAU_WINDOW + 1))           # 0.01 per iteration
     assert _on_plateau(steady, plateau=0.2)
     assert not _on_plateau(steady, plateau=0.05)                          # gains above the threshold

@@ -60,7 +60,7 @@ def test_gradients_match_central_differences(method, kernel, likelihood):
 @pytest.mark.parametrize("prior", [gd.priors.Gamma(2.0, 3.0), gd.priors.LogNormal(0.2, 0.7)])
 def test_map_objective_gradient_in_log_space(prior):
     """The optimiser's objective (-(evidence + log prior) over log-hyperparameters) and its gradient."""
-    from gpdsl.model import _Objective
+    from gpdsl.fitting import _Objective
 
     model = gd.Model(kernel=gd.kernels.SquaredExponential(lengthscale=prior, variance=1.2),
                      likelihood=gd.likelihoods.Gaussian(0.1), inducing=gd.inducing.Optimized(Z0),

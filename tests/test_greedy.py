@@ -8,7 +8,7 @@ import pytest
 
 import gpdsl as gd
 from naive import bound
-from gpdsl import spec
+from gpdsl.io import spec
 from gpdsl._jit import greedy as jit_greedy
 from gpdsl.inducing import GreedyBound, GreedyVariance, SelectionContext
 from gpdsl.methods import collapsed

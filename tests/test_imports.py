@@ -11,10 +11,13 @@ The rule the layout follows (from the bottom up): the helpers (``checks``, ``bac
 ``chunks``, ``linalg``, ``threads``, ``parameters``, ``priors``, ``components``), the numerical
 kernels (``_jit``, importing nothing of gpdsl), the components (``kernels``, ``likelihoods``,
 ``inducing``, ``methods``, ``inference``), ``inputs``, the file helpers (``io.files``,
-``io.layout``) and the model-file codec ``io.spec``; then ``posterior`` (which imports no module
-above it: what it needs of the model it gets as objects, ``posterior.model``), ``fitting``,
-``model``; at the top ``io.netcdf`` (load, which builds a Model and a Posterior), ``io.arviz``,
-``plotting``, ``cli`` and the package face ``gpdsl/__init__``.
+``io.layout``), ``io.arviz`` (which takes a posterior as an object) and the model-file codec
+``io.spec`` (which reads and writes the parts, not the Model); then ``posterior`` (which imports
+no module above it: what it needs of the model it gets as the object ``posterior.model``, e.g.
+``posterior.model.to_dict()``), ``fitting`` (which reads the model as an object too), ``model``;
+at the top ``io.netcdf`` (load, which builds a Model and a Posterior), ``plotting``, ``cli`` and
+the package face ``gpdsl/__init__``.  ``gpdsl/io/__init__`` imports none of its modules, so that
+importing one does not import the others.
 """
 import ast
 from pathlib import Path
@@ -50,6 +53,24 @@ def _known_prefix(name, modules):
     return None
 
 
+def _sources(name, path):
+    """``(line, dotted module)`` of every gpdsl module that module ``name`` imports from."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name, ()
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                yield node.lineno, ".".join(base + ([node.module] if node.module else [])), \
+                    tuple(alias.name for alias in node.names)
+            else:
+                yield node.lineno, node.module or "", tuple(alias.name for alias in node.names)
+
+
 def imports_of(name, path, modules):
     """The package's modules that module ``name`` imports anywhere in its source.
 
@@ -67,31 +88,15 @@ def imports_of(name, path, modules):
     dict of str to int
         Imported module -> the line of its first import statement.
     """
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    is_package = path.name == "__init__.py"
-    package = name if is_package else name.rpartition(".")[0]
     edges = {}
-
-    def add(target, line):
-        if target is not None and target != name:
-            edges.setdefault(target, line)
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                add(_known_prefix(alias.name, modules), node.lineno)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
-                source = ".".join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ""
-            if not (source == "gpdsl" or source.startswith("gpdsl.")):
-                continue
-            for alias in node.names:
-                target = f"{source}.{alias.name}"
-                add(target if target in modules else _known_prefix(source, modules), node.lineno)
+    for line, source, names in _sources(name, path):
+        if not (source == "gpdsl" or source.startswith("gpdsl.")):
+            continue
+        targets = [f"{source}.{n}" if f"{source}.{n}" in modules else _known_prefix(source, modules)
+                   for n in names] or [_known_prefix(source, modules)]
+        for target in targets:
+            if target is not None and target != name:
+                edges.setdefault(target, line)
     return edges
 
 
@@ -152,6 +157,53 @@ def test_the_graph_is_read():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+def top_level_names(path):
+    """The names a module binds at its top level (definitions, assignments, imports), also inside
+    top-level ``if``/``try`` blocks.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+
+    Returns
+    -------
+    set of str
+    """
+    names = set()
+    statements = list(ast.parse(path.read_text(encoding="utf-8")).body)
+    while statements:
+        node = statements.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            statements.extend(node.body + getattr(node, "orelse", []) + getattr(node, "finalbody", [])
+                              + [s for h in getattr(node, "handlers", []) for s in h.body])
+    return names
+
+
+def test_every_import_names_a_module_or_a_name_in_one():
+    """Every import of gpdsl names a module that exists, or a name that module binds (a moved
+    function or module leaves no stale import, even in a function that no test runs)."""
+    modules = module_files()
+    stale = []
+    for name, path in modules.items():
+        for line, source, imported in _sources(name, path):
+            if not (source == "gpdsl" or source.startswith("gpdsl.")):
+                continue
+            if source not in modules:
+                stale.append(f"{name} line {line}: no module {source}")
+                continue
+            bound = top_level_names(modules[source])
+            stale += [f"{name} line {line}: {source} has no {n!r}" for n in imported
+                      if n != "*" and f"{source}.{n}" not in modules and n not in bound]
+    assert not stale, stale
+
+
 def test_no_import_cycle():
     """No module reaches itself through imports, function-level ones included."""
     graph = import_graph()
@@ -172,6 +224,8 @@ def test_jit_kernels_import_nothing_of_gpdsl_outside_jit():
 def test_posterior_imports_nothing_above_it():
     """``posterior`` is below the model, the fit loop and file IO: it gets the model as an object."""
     graph = import_graph()
-    above = {"gpdsl", "gpdsl.model", "gpdsl.fitting", "gpdsl.io.netcdf", "gpdsl.io.arviz",
-             "gpdsl.cli", "gpdsl.plotting"}
+    above = {"gpdsl", "gpdsl.model", "gpdsl.fitting", "gpdsl.io", "gpdsl.io.netcdf", "gpdsl.cli", "gpdsl.plotting"}
     assert not above & set(graph["gpdsl.posterior"]), sorted(above & set(graph["gpdsl.posterior"]))
+    assert not set(graph["gpdsl.io"]), "gpdsl/io/__init__.py must import none of its modules"
+    for low in ("gpdsl.io.spec", "gpdsl.io.arviz", "gpdsl.io.layout", "gpdsl.fitting"):
+        assert "gpdsl.model" not in graph[low], f"{low} imports gpdsl.model"

@@ -13,7 +13,7 @@ import pytest
 import xarray as xr
 
 import gpdsl as gd
-from gpdsl.posterior import _checksum
+from gpdsl.io.layout import checksum as _checksum
 
 SE = gd.kernels.SquaredExponential
 PROBIT = gd.likelihoods.Bernoulli("probit", bias=gd.Fixed(0.0))

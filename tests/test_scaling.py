@@ -126,7 +126,7 @@ def test_standardization_survives_save_and_load(tmp_path):
 def test_a_damaged_standardization_is_refused(tmp_path):
     X, y = raw_regression()
     ds = _model().fit(X, y, standardize=True).to_xarray()
-    from gpdsl.posterior import _checksum
+    from gpdsl.io.layout import checksum as _checksum
     ds["standardization_x_scale"].values[1] = -1.0
     ds.attrs["checksum"] = _checksum(ds)
     with pytest.raises(gd.PosteriorFileError, match="standardization"):

@@ -10,7 +10,7 @@ import pytest
 from scipy import optimize
 
 import gpdsl as gd
-from gpdsl import spec
+from gpdsl.io import spec
 from gpdsl.methods import polya_gamma, svgp
 from gpdsl.methods.common import VariationalState
 from gpdsl.methods.polya_gamma import PolyaGammaState

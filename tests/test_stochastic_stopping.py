@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import gpdsl as gd
-from gpdsl import spec
+from gpdsl.io import spec
 
 SE = gd.kernels.SquaredExponential
 LOGIT = gd.likelihoods.Bernoulli("logit")
@@ -71,7 +71,7 @@ def test_the_rule_ends_a_long_run_flagged_converged(banana, inference):
 
 
 def _objective(model, X, y):
-    """The fields of gpdsl.model's objective that :func:`stochastic.minimise` reads."""
+    """The fields of gpdsl.fitting's objective that :func:`stochastic.minimise` reads."""
     Z = model.inducing.Z
     return types.SimpleNamespace(model=model, table=model.parameter_table(X, Z), X=X, y=y, Z0=Z, warm=None)
 

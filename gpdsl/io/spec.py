@@ -1,6 +1,8 @@
-"""Declarative model files: Model <-> plain dict <-> TOML.
+"""Declarative model files: Model <-> plain dict <-> TOML (``Model.from_dict``, ``Model.to_dict``,
+``Model.from_toml``; this module imports no Model: it reads and writes the parts).
 
-A component is ``{"type": "<ClassName>", <field>: <value>, ...}``; a hyperparameter value is a
+A component is ``{"type": "<ClassName>", <field>: <value>, ...}`` (``"module:QualName"`` for a
+component class defined outside gpdsl, whose module is imported on reading); a hyperparameter value is a
 number or list, ``{"fixed": value}``, or ``{"prior": "Gamma", "shape": a, "rate": b}`` /
 ``{"prior": "LogNormal", "mu": m, "sigma": s}`` / ``{"prior": "scipy", "distribution": "gamma",
 "args": [2.0], "kwds": {"scale": 0.5}}`` (``scipy.stats.gamma(2.0, scale=0.5)``, optionally with
@@ -21,22 +23,55 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from . import inducing as ind
-from . import inference as inf
-from . import kernels as ker
-from . import likelihoods as lik
-from . import priors
-from .parameters import Fixed
+from .. import inducing as ind
+from .. import inference as inf
+from .. import kernels as ker
+from .. import likelihoods as lik
+from .. import priors
+from ..components import Component, lookup, type_name
+from ..parameters import Fixed
 
-_COMPOSITES = {"Sum": ker.Sum, "Product": ker.Product}
 _NONE = "none"
 _PRIORS = {"Gamma": priors.Gamma, "LogNormal": priors.LogNormal}
+# The four parts of a model, by the base class of their family.
 _PARTS = {
-    "kernel": {**ker.KERNELS, **_COMPOSITES},
-    "likelihood": lik.LIKELIHOODS,
-    "inducing": ind.INDUCING,
-    "inference": inf.INFERENCE,
+    "kernel": ker.Kernel,
+    "likelihood": lik.Likelihood,
+    "inducing": ind.InducingSpec,
+    "inference": inf.Inference,
 }
+# Where a family is not (yet) a gpdsl.components.Component, with no registry of its own: the
+# table its module keeps.
+_TABLES = {"likelihood": "LIKELIHOODS", "inference": "INFERENCE", "inducing": "INDUCING"}
+
+
+def _registry(part):
+    """The registry of ``part``'s family: class name (or ``"module:QualName"``) -> class."""
+    base = _PARTS[part]
+    if isinstance(base, type) and issubclass(base, Component):
+        return base.registry
+    return getattr({"likelihood": lik, "inference": inf, "inducing": ind}[part], _TABLES[part])
+
+
+def _class(part, kind, where):
+    """The class a table's ``type`` names, or ValueError naming the table and the known types.
+
+    A ``"module:QualName"`` name (a component defined outside gpdsl) imports its module."""
+    registry = _registry(part)
+    known = sorted(name for name in registry if ":" not in name)
+    if not isinstance(kind, str) or (kind not in registry and ":" not in kind):
+        raise ValueError(f"{where}: unknown type {kind!r}; known: {', '.join(known)}")
+    base = _PARTS[part]
+    if issubclass(base, Component):
+        return lookup(base, kind, where)
+    if kind not in registry:
+        raise ValueError(f"{where}: unknown type {kind!r}; known: {', '.join(known)}")
+    return registry[kind]
+
+
+def _is_composite(cls):
+    """A kernel made of kernels (``Sum``, ``Product``): its one field ``kernels`` holds them."""
+    return issubclass(cls, ker.Kernel) and [f.name for f in dataclasses.fields(cls) if f.init] == ["kernels"]
 
 
 def _encode(value):
@@ -183,7 +218,8 @@ def component_to_dict(obj):
     ----------
     obj : Kernel, Likelihood, InducingSpec or Inference
         A component dataclass; ``Sum``/``Product`` write ``kernels`` as a list of tables,
-        ``Optimized`` its ``init``.
+        ``Optimized`` its ``init``.  ``type`` is :func:`gpdsl.components.type_name` of its class:
+        the class name for gpdsl's own, ``"module:QualName"`` for one defined elsewhere.
 
     Returns
     -------
@@ -197,11 +233,12 @@ def component_to_dict(obj):
     ValueError
         A scipy prior whose distribution cannot be found by name in ``scipy.stats``.
     """
-    if isinstance(obj, ker._Composite):
-        return {"type": type(obj).__name__, "kernels": [component_to_dict(k) for k in obj.kernels]}
+    kind = type_name(type(obj))
+    if _is_composite(type(obj)):
+        return {"type": kind, "kernels": [component_to_dict(k) for k in obj.kernels]}
     if isinstance(obj, ind.Optimized):
-        return {"type": "Optimized", "init": component_to_dict(obj.init)}
-    out = {"type": type(obj).__name__}
+        return {"type": kind, "init": component_to_dict(obj.init)}
+    out = {"type": kind}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         if value is not None:
@@ -238,32 +275,29 @@ def component_from_dict(part, spec):
 
 
 def _component(part, spec, where):
-    registry = _PARTS[part]
     if not isinstance(spec, dict) or "type" not in spec:
         raise ValueError(f"{where}: expected a table with a 'type' key, got {spec!r}")
     kind = spec["type"]
-    if not isinstance(kind, str) or kind not in registry:
-        raise ValueError(f"{where}: unknown type {kind!r}; known: {', '.join(sorted(registry))}")
+    cls = _class(part, kind, where)
     fields = {k: v for k, v in spec.items() if k != "type"}
-    if kind in _COMPOSITES:
+    if _is_composite(cls):
         check_keys(f"{where} ({kind})", fields, {"kernels"}, required=("kernels",))
         kernels = fields["kernels"]
         if not isinstance(kernels, list) or len(kernels) < 2:
             raise ValueError(f"{where} ({kind}): 'kernels' must be a list of at least two kernel "
                              f"tables, got {kernels!r}")
-        return registry[kind](tuple(_component("kernel", k, f"{where}.kernels[{i}]")
-                                    for i, k in enumerate(kernels)))
-    if kind == "Optimized":
+        return cls(tuple(_component("kernel", k, f"{where}.kernels[{i}]") for i, k in enumerate(kernels)))
+    if issubclass(cls, ind.Optimized):
         check_keys(f"{where} (Optimized)", fields, {"init"}, required=("init",))
         init = fields["init"]
         if isinstance(init, dict):
             init = _component("inducing", init, f"{where}.init")
         try:
-            return ind.Optimized(init)
+            return cls(init)
         except (TypeError, ValueError) as err:
             raise ValueError(f"{where}.init: expected an inducing table ({{type = ...}}) or an "
                              f"(M, D) array of inputs, got {init!r} ({err})") from err
-    declared = [f for f in dataclasses.fields(registry[kind]) if f.init]
+    declared = [f for f in dataclasses.fields(cls) if f.init]
     check_keys(f"{where} ({kind})", fields, {f.name for f in declared},
                 required=[f.name for f in declared
                           if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING])
@@ -273,7 +307,7 @@ def _component(part, spec, where):
     values = {k: None if v == _NONE and defaults.get(k) is not None else _decode(v, f"{where}.{k}")
               for k, v in fields.items()}
     try:
-        return registry[kind](**values)
+        return cls(**values)
     except TypeError as err:
         raise ValueError(f"{where}: bad fields for {kind}: {err}") from err
 
@@ -296,8 +330,8 @@ def model_to_dict(model):
             if getattr(model, part) is not None}
 
 
-def model_from_dict(spec):
-    """The model a plain dict declares (what ``Model.from_dict`` returns).
+def model_parts(spec):
+    """The parts of the model a plain dict declares (``Model.from_dict`` builds the model of them).
 
     Parameters
     ----------
@@ -308,26 +342,28 @@ def model_from_dict(spec):
 
     Returns
     -------
-    gpdsl.Model
+    dict
+        ``{"kernel": ..., "likelihood": ..., "inducing": ..., "inference": ...}``: the
+        components, the keyword arguments of ``gpdsl.Model`` (a part the dict leaves out is left
+        out).
 
     Raises
     ------
     ValueError
         An unknown section, a missing kernel or likelihood, or a bad component table.
     """
-    from .model import Model
     unknown = set(spec) - set(_PARTS) - {"data", "fit", "output"}
     if unknown:
         raise ValueError(f"model: unknown sections {sorted(unknown)}; expected {sorted(_PARTS)}")
     for part in ("kernel", "likelihood"):
         if part not in spec:
             raise ValueError(f"model: the [{part}] section is missing")
-    parts = {part: component_from_dict(part, spec[part]) for part in _PARTS if part in spec}
-    return Model(**parts)
+    return {part: component_from_dict(part, spec[part]) for part in _PARTS if part in spec}
 
 
-def model_from_toml(path):
-    """Read a TOML model file.
+def read_model_file(path):
+    """Read a TOML model file: its model tables and its ``[data]``/``[fit]``/``[output]`` tables
+    (``gpdsl.Model.from_toml`` and the CLI build the model with ``Model.from_dict``).
 
     Parameters
     ----------
@@ -336,8 +372,8 @@ def model_from_toml(path):
 
     Returns
     -------
-    model : gpdsl.Model
-        The declared model.
+    spec : dict
+        The file's tables as read (what ``gpdsl.Model.from_dict`` takes).
     config : dict
         ``{"data": {...}, "fit": {...}, "output": {...}}``, each table empty where absent.
 
@@ -346,7 +382,7 @@ def model_from_toml(path):
     FileNotFoundError
         If there is no such file.
     ValueError
-        Invalid TOML, a data/fit/output entry that is not a table, or a bad component table.
+        Invalid TOML, or a data/fit/output entry that is not a table.
     """
     path = Path(path)
     if not path.is_file():
@@ -364,4 +400,4 @@ def model_from_toml(path):
     if isinstance(config["data"].get("path"), str) and config["data"]["path"] \
             and not Path(config["data"]["path"]).is_absolute():
         config["data"]["path"] = str(path.parent / config["data"]["path"])
-    return model_from_dict(spec), config
+    return spec, config

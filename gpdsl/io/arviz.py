@@ -11,9 +11,10 @@ import arviz as az
 import numpy as np
 from scipy import stats
 
-from .checks import check_positive_int, check_seed
-from .linalg import cholesky
-from .model import validate_inputs, validate_targets
+from ..checks import check_positive_int, check_seed
+from ..components import bind
+from ..inputs import validate_inputs, validate_targets
+from ..linalg import cholesky
 
 
 def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
@@ -70,8 +71,9 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
         y_rep = f + np.sqrt(noise) * rng.standard_normal(f.shape)
         log_lik = stats.norm.logpdf(y_new, loc=f, scale=np.sqrt(noise))
     else:
-        y_rep = likelihood.sample(posterior.values, "likelihood", f, rng)
-        log_lik = likelihood.log_density(posterior.values, "likelihood", y_new, f)
+        bound = bind(likelihood, posterior.values, "likelihood")
+        y_rep = bound.sample(f, rng)
+        log_lik = bound.log_density(y_new, f)
     hyper = {name.replace(".", "_"): v for name, v in posterior.values.items()}
     attrs = {"inference": type(posterior.model.inference).__name__,
              "log_evidence": posterior.log_evidence, "sampling_jitter": jitter}

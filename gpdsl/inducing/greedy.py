@@ -1,19 +1,6 @@
-"""Inducing-point specifications (``gd.inducing``).
-
-A spec turns the training inputs into the initial inducing inputs Z (M, D) through
-``initial_Z(X, y, context=None)``, or into a :class:`Selection` (Z plus, for the greedy rules,
-the picked row indices, the criterion after each pick and why selection stopped) through
-``select(X, y, context=None)``; ``optimize`` says whether Z then joins the gradient
-optimisation, and ``reinit`` whether the model re-selects Z between hyperparameter fits
-(the greedy-variance reinitialisation loop, thesis 2.7.2 / 4.3.2).
-
-* :class:`Fixed`, :class:`Subsample`, :class:`KMeans`, :class:`Optimized` use X only.
-* :class:`GreedyVariance` (GV; with ``weighted=True`` heteroscedastic GV, thesis 3.3.2) and
-  :class:`GreedyBound` (Titsias 2009 section 3.2) pick training points and need a
-  :class:`SelectionContext` (the kernel and its hyperparameter values, plus per-point weights
-  and pseudo-targets) from the model.  Their rank-1 steps are the jitted kernels of
-  :mod:`gpdsl._jit.greedy`.
-"""
+"""Greedy selection of the inducing inputs from the training inputs: greedy variance (GV, HGV)
+and greedy bound maximisation.  Their rank-1 steps are the jitted kernels of
+:mod:`gpdsl._jit.greedy`; on a Dask X the greedy-variance factor is held by X's row blocks."""
 from __future__ import annotations
 
 import warnings
@@ -22,13 +9,13 @@ from functools import partial
 
 import numpy as np
 
-from ._jit import announce_compilation
-from ._jit import greedy as _greedy
-from .checks import (ValueEquality, as_float_array, check_bool, check_positive_int, check_positive_number,
-                     check_seed, check_square_sums_finite)
-from .backends import dask_array, materialize
-from .chunks import is_chunked, map_rows, row_slices
-from .methods.common import ConvergenceWarning
+from .._jit import announce_compilation
+from .._jit import greedy as _greedy
+from ..backends import dask_array
+from ..checks import as_float_array, check_bool, check_positive_int, check_positive_number, check_seed
+from ..chunks import is_chunked, map_rows
+from ..methods.common import ConvergenceWarning
+from .base import InducingSpec, NoCandidateError, SelectionContext, Selection, _check_m, _check_m_le_n
 
 # Added to diag(K_ff) and at each pivot, as in the thesis code (its ``greedy_variance``).
 _JITTER = 1e-12
@@ -46,402 +33,10 @@ _FIRST_ROUND_PER_DIM = 3
 _FIRST_ROUND_MIN = 20
 
 
-def _check_m(owner, m):
-    check_positive_int(owner, "m", m)
-
-
-def _check_m_le_n(owner, m, n):
-    if m > n:
-        raise ValueError(f"{owner}: m = {m} inducing points is larger than the N = {n} training points")
-
-
 def _check_reinit(owner, spec):
     check_bool(owner, "reinit", spec.reinit)
     check_positive_number(owner, "reinit_tol", spec.reinit_tol)
     check_positive_int(owner, "max_reinit", spec.max_reinit)
-
-
-class NoCandidateError(ValueError):
-    """No training point has a residual (weighted) prior variance above the duplicate floor, so a
-    greedy rule has nothing to select: at the declared hyperparameters a bad declaration, in a
-    reinitialisation round a kernel whose variance collapsed in the previous fit."""
-
-
-@dataclass(frozen=True)
-class SelectionContext:
-    """What data-dependent selection rules need from the model at the current hyperparameters.
-
-    * ``kernel``: a :mod:`gpdsl.kernels` Kernel;
-    * ``values``: natural hyperparameter values, keys like ``"kernel.lengthscale"`` (prefix ``"kernel"``);
-    * ``weights``: (N,) HGV weights w_n >= 0, i.e. 1/noise_n (Theta for Polya-Gamma, Lambda^-1
-      for heteroscedastic regression, site precisions for EP/QP); None = uniform;
-    * ``targets``: (N,) weighted pseudo-targets r_n = w_n * ytilde_n (for GreedyBound);
-      None = not available;
-    * ``first_round``: True for the selection at the declared hyperparameters that starts a
-      reinitialisation loop (``GreedyVariance.first_round_max_m`` caps it).
-
-    Parameters
-    ----------
-    kernel : gpdsl.kernels.Kernel
-        The model's kernel.
-    values : dict of str to ndarray
-        Natural hyperparameter values.
-    weights : ndarray, shape (N,), optional
-        HGV weights w_n >= 0.
-    targets : ndarray, shape (N,), optional
-        Weighted pseudo-targets r_n.
-    first_round : bool, default False
-        The first selection of a reinitialisation loop.
-    """
-
-    kernel: object
-    values: dict
-    weights: np.ndarray | None = None
-    targets: np.ndarray | None = None
-    first_round: bool = False
-
-
-@dataclass
-class Selection:
-    """Result of :meth:`InducingSpec.select`.
-
-    * ``Z`` (M, D): the inducing inputs;
-    * ``indices`` (M,): row indices into X in pick order (None for non-greedy specs);
-    * ``criterion`` (M,): the rule's criterion after each pick (GV/HGV: the (weighted) trace
-      Tr(W (K_ff - Q_ff)); GreedyBound: the VFE bound value); None for non-greedy specs;
-    * ``stopped``: why selection ended, ``"m"``, ``"tol"``, ``"max_m"``,
-      ``"first_round_max_m"`` (see :class:`GreedyVariance`) or ``"exhausted"`` (no candidate
-      left with positive residual variance); None for non-greedy specs.
-
-    Parameters
-    ----------
-    Z : ndarray, shape (M, D)
-        The inducing inputs.
-    indices : ndarray of int, shape (M,), or None
-        Row indices into X in pick order.
-    criterion : ndarray, shape (M,), or None
-        The rule's criterion after each pick.
-    stopped : str or None
-        Why selection ended.
-    """
-
-    Z: np.ndarray
-    indices: np.ndarray | None
-    criterion: np.ndarray | None
-    stopped: str | None
-
-
-class InducingSpec:
-    """Base class of the inducing-point specifications: ``initial_Z`` and ``select``.
-
-    Class attributes: ``optimize`` (Z joins the gradient optimisation), ``reinit`` (the model
-    re-selects Z between fits) and ``lazy_inputs`` (the spec works on a Dask X without reading
-    all of it).
-    """
-
-    optimize = False
-    reinit = False
-    # Whether initial_Z/select work on a Dask X without reading all of it (Model.fit computes
-    # X into memory for the specs that do not).
-    lazy_inputs = False
-
-    def initial_Z(self, X, y, context=None):
-        """The initial inducing inputs.
-
-        Parameters
-        ----------
-        X : ndarray or Dask array, shape (N, D)
-            Training inputs (in the fit's units).
-        y : ndarray, shape (N,)
-            Training targets (unused by the specs that look at X only).
-        context : SelectionContext, optional
-            The kernel, its hyperparameter values and per-point weights/targets; required by
-            the greedy rules.
-
-        Returns
-        -------
-        ndarray, shape (M, D)
-
-        Raises
-        ------
-        ValueError
-            If the spec cannot be met by X (more points than rows, Z of another width).
-        TypeError
-            If a greedy rule is given no :class:`SelectionContext`.
-        """
-        raise NotImplementedError
-
-    def select(self, X, y, context=None):
-        """:class:`Selection` with Z = ``initial_Z`` and no indices, criterion or stop reason.
-
-        Parameters
-        ----------
-        X : ndarray or Dask array, shape (N, D)
-            Training inputs (in the fit's units).
-        y : ndarray, shape (N,)
-            Training targets (unused by the specs that look at X only).
-        context : SelectionContext, optional
-            The kernel, its hyperparameter values and per-point weights/targets; required by
-            the greedy rules.
-
-        Returns
-        -------
-        Selection
-        """
-        return Selection(Z=self.initial_Z(X, y, context), indices=None, criterion=None, stopped=None)
-
-    def small_m_probe(self, n_features, m_kept, n_rows):
-        """A spec that selects a moderate fixed M, when this spec chose M itself and kept fewer;
-        else None.  ``Model.fit`` fits it once at the kept round's hyperparameters to see whether
-        the automatic M stopped in a near-linear optimum far below a moderate M's bound.
-
-        Parameters
-        ----------
-        n_features : int
-            D, the number of input columns.
-        m_kept : int
-            M of the round the fit kept.
-        n_rows : int
-            N, the rows the selection chooses from.
-
-        Returns
-        -------
-        InducingSpec or None
-            None for specs with a given M (the default).
-        """
-        return None
-
-    def check_subsample(self, n_rows, n_total):
-        """Warn when a setting means something else on ``fit(subsample=n_rows)`` than on all
-        ``n_total`` rows; nothing by default.
-
-        Parameters
-        ----------
-        n_rows, n_total : int
-            The subsample's and the data's number of rows.
-        """
-
-
-@dataclass(frozen=True, eq=False)
-class Fixed(ValueEquality, InducingSpec):
-    """Use the given inducing inputs Z (M, D) as they are.
-
-    Z is stored as a read-only float copy, so that the frozen spec cannot change through the
-    caller's array; two specs are equal when their Z are.
-
-    Parameters
-    ----------
-    Z : array_like, shape (M, D)
-        Finite inducing inputs, M >= 1.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If Z is not a finite numeric 2-D array with at least one row.
-    """
-
-    Z: object
-    lazy_inputs = True
-
-    def __post_init__(self):
-        Z = np.array(as_float_array("Fixed", "Z", self.Z, expected="an (M, D) array of inducing inputs"),
-                     dtype=float)
-        if Z.ndim != 2 or Z.shape[0] < 1:
-            raise ValueError(f"Fixed: Z must be a 2-D array (M, D) with M >= 1, got shape {Z.shape}")
-        if not np.all(np.isfinite(Z)):
-            raise ValueError("Fixed: Z must be finite (no NaN or inf)")
-        check_square_sums_finite("Fixed", "Z", Z)
-        Z.flags.writeable = False
-        object.__setattr__(self, "Z", Z)
-
-    def initial_Z(self, X, y, context=None):
-        if self.Z.shape[1] != X.shape[1]:
-            raise ValueError(f"Fixed: Z has {self.Z.shape[1]} columns but X has {X.shape[1]} features")
-        return self.Z.copy()
-
-
-@dataclass(frozen=True)
-class Subsample(InducingSpec):
-    """m training inputs drawn uniformly without replacement (``np.random.default_rng(seed)``).
-
-    Parameters
-    ----------
-    m : int
-        Number of inducing points M (at most N).
-    seed : int or None, default 0
-        Seed of the draw.
-
-    Raises
-    ------
-    ValueError
-        If ``m`` is not a positive integer or ``seed`` not a valid seed.
-    """
-
-    m: int
-    seed: int = 0
-    lazy_inputs = True
-
-    def __post_init__(self):
-        _check_m("Subsample", self.m)
-        check_seed("Subsample", self.seed)
-
-    def initial_Z(self, X, y, context=None):
-        _check_m_le_n("Subsample", self.m, X.shape[0])
-        idx = np.random.default_rng(self.seed).choice(X.shape[0], size=self.m, replace=False)
-        # np.array copies a NumPy X's rows and computes a Dask X's.
-        return np.array(X[np.sort(idx)])
-
-
-def _squared_distances(X, C, x_sq=None):
-    """(n, k) squared distances between the rows of X and of C; ``x_sq`` the rows' squared norms
-    if already at hand (they are the same numbers as computed here)."""
-    x_sq = np.sum(X * X, 1) if x_sq is None else x_sq
-    return np.maximum(x_sq[:, None] - 2.0 * X @ C.T + np.sum(C * C, 1)[None, :], 0.0)
-
-
-@dataclass(frozen=True)
-class KMeans(InducingSpec):
-    """Cluster centres of k-means (k-means++ initialisation, Arthur & Vassilvitskii 2007, then
-    Lloyd iterations until no assignment changes or ``max_iter``).
-
-    ``sample``: None clusters every training row; an integer clusters that many rows drawn
-    uniformly without replacement (``np.random.default_rng(seed)``), the usual practice at large
-    N (each Lloyd iteration is O(N M D): k-means of 10^6 twonorm rows at M = 128 takes ~80 s, of
-    10^4 sampled rows 0.6 s), and of a Dask X only those rows are read.
-
-    Parameters
-    ----------
-    m : int
-        Number of clusters M (at most N).
-    seed : int or None, default 0
-        Seed of the k-means++ draws and of ``sample``.
-    max_iter : int, default 100
-        Most Lloyd iterations.
-    sample : int, optional
-        Cluster this many rows drawn at random (at least ``m``); None clusters all rows.
-
-    Raises
-    ------
-    ValueError
-        If an argument is out of range.
-    """
-
-    m: int
-    seed: int = 0
-    max_iter: int = 100
-    sample: int | None = None
-
-    def __post_init__(self):
-        _check_m("KMeans", self.m)
-        check_seed("KMeans", self.seed)
-        check_positive_int("KMeans", "max_iter", self.max_iter)
-        if self.sample is not None:
-            check_positive_int("KMeans", "sample", self.sample)
-            if self.sample < self.m:
-                raise ValueError(f"KMeans: sample must be None or at least m = {self.m}, got {self.sample!r}")
-
-    @property
-    def lazy_inputs(self):
-        return self.sample is not None
-
-    def initial_Z(self, X, y, context=None):
-        n = X.shape[0]
-        _check_m_le_n("KMeans", self.m, n)
-        rng = np.random.default_rng(self.seed)
-        if self.sample is not None and self.sample < n:
-            # np.array copies a NumPy X's rows and computes a Dask X's.
-            X = np.array(X[np.sort(rng.choice(n, size=self.sample, replace=False))])
-            n = self.sample
-        else:                                  # all rows (lazy_inputs leaves a Dask X as it is)
-            X = materialize(X)
-        # Overflowing distances would reach rng.choice as NaN probabilities.
-        check_square_sums_finite("KMeans", "X", X)
-        x_sq = np.sum(X * X, 1)
-        centres = np.empty((self.m, X.shape[1]))
-        centres[0] = X[rng.integers(n)]
-        closest = _squared_distances(X, centres[:1], x_sq)[:, 0]
-        for k in range(1, self.m):
-            total = closest.sum()
-            # All remaining points coincide with a centre: any choice is as good.
-            idx = rng.integers(n) if total <= 0 else rng.choice(n, p=closest / total)
-            centres[k] = X[idx]
-            closest = np.minimum(closest, _squared_distances(X, centres[k:k + 1], x_sq)[:, 0])
-        labels = np.full(n, -1)
-        for _ in range(self.max_iter):
-            new = np.concatenate([np.argmin(_squared_distances(X[s], centres, x_sq[s]), 1)
-                                  for s in row_slices(n, 8192)])
-            if np.array_equal(new, labels):
-                break
-            labels = new
-            counts = np.bincount(labels, minlength=self.m)
-            # Per-column bincounts add each cluster's rows in row order, as np.add.at did (the
-            # same sums), at a fraction of its cost.
-            sums = np.stack([np.bincount(labels, weights=X[:, d], minlength=self.m) for d in range(X.shape[1])],
-                            axis=1)
-            filled = counts > 0       # an empty cluster keeps its previous centre
-            centres[filled] = sums[filled] / counts[filled, None]
-        return centres
-
-
-@dataclass(frozen=True)
-class Optimized(InducingSpec):
-    """Start from ``init`` (another spec, or an (M, D) array) and optimise Z with the hyperparameters.
-
-    Pseudo-inputs (Snelson & Ghahramani 2006; Titsias 2009 section 3; Naish-Guzman & Holden
-    (2007) section 4 for the FITC-EP gradient in Z).
-
-    Parameters
-    ----------
-    init : InducingSpec or array_like of shape (M, D)
-        Where Z starts; an array is taken as ``Fixed(init)``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``init`` is itself ``Optimized``, or neither a spec nor a valid (M, D) array.
-    """
-
-    init: object
-    optimize = True
-
-    def __post_init__(self):
-        init = self.init
-        if isinstance(init, Optimized):
-            raise TypeError("Optimized: init must not itself be Optimized")
-        if not isinstance(init, InducingSpec):
-            try:
-                init = Fixed(init)
-            except (TypeError, ValueError) as err:
-                # Fixed's own message names Fixed and Z, which the caller never wrote.
-                raise type(err)(f"Optimized: init must be a gd.inducing spec or an (M, D) array of inducing "
-                                f"inputs, got {init!r} ({err})") from err
-        object.__setattr__(self, "init", init)
-
-    @property
-    def lazy_inputs(self):
-        return self.init.lazy_inputs
-
-    def initial_Z(self, X, y, context=None):
-        return self.init.initial_Z(X, y, context)
-
-    def select(self, X, y, context=None):
-        """The ``init`` spec's selection (Z is then optimised by ``Model.fit``).
-
-        Parameters
-        ----------
-        X : ndarray or Dask array, shape (N, D)
-            Training inputs (in the fit's units).
-        y : ndarray, shape (N,)
-            Training targets (unused by the specs that look at X only).
-        context : SelectionContext, optional
-            The kernel, its hyperparameter values and per-point weights/targets; required by
-            the greedy rules.
-
-        Returns
-        -------
-        Selection
-        """
-        return self.init.select(X, y, context)
 
 
 def _require_context(owner, context):
@@ -475,7 +70,7 @@ def _residual_start(context, X):
     its own diagonal and at the pivot), up to rounding of a few eps_mach * K_nn; adding it would
     make K_uu singular, so such points count as exhausted.
     """
-    kdiag = np.asarray(context.kernel.diag(context.values, "kernel", X), dtype=float)
+    kdiag = np.asarray(context.bound_kernel().diag(X), dtype=float)
     d = kdiag + _JITTER
     floor = 2.0 * _JITTER + 64.0 * np.finfo(float).eps * np.abs(kdiag)
     return d, floor
@@ -527,7 +122,7 @@ def _factor_block_step(context, x_j, m, c_j, d_j, j, X_block, d, index, C=None):
         C_new[:m] = C
     d = d.copy()
     # The row K(x_j, X_block), centred at x_j as _kernel_column's: the same bits per element.
-    k = context.kernel.gram(context.values, "kernel", x_j, X_block)[0]
+    k = context.bound_kernel().gram(x_j, X_block)[0]
     local = j - int(index[0]) if index[0] <= j <= index[-1] else -1
     _greedy.block_step(C_new, m, c_j, d_j, k, local, d, _JITTER)
     return (), (d,), C_new
@@ -537,7 +132,7 @@ def _kernel_column(context, X, j):
     """K(X, x_j) (N,), computed as the row K(x_j, X): the kernels centre the inputs at the mean of
     their first argument, here x_j itself, so the squared distances are plain sums of squares
     (no cancellation, k_jj exact) and one (N, D) pass is saved."""
-    return context.kernel.gram(context.values, "kernel", X[j:j + 1], X)[0]
+    return context.bound_kernel().gram(X[j:j + 1], X)[0]
 
 
 @dataclass(frozen=True)
@@ -699,7 +294,7 @@ class GreedyVariance(InducingSpec):
             warnings.warn(f"GreedyVariance: tol = {self.tol:g} is an absolute threshold on a sum over the "
                           f"{n_rows} subsampled rows (not all {n_total}), so it allows {n_total / n_rows:.3g} times "
                           "the residual per row it would on all rows; tol_per_point means the same on both",
-                          ConvergenceWarning, stacklevel=4)
+                          ConvergenceWarning, stacklevel=5)
 
     def initial_Z(self, X, y, context=None):
         return self.select(X, y, context).Z
@@ -905,7 +500,7 @@ class GreedyBound(InducingSpec):
                 stopped = "exhausted"
                 break
             J = pool if pool.size <= self.working_set else rng.choice(pool, size=self.working_set, replace=False)
-            K_J = np.ascontiguousarray(context.kernel.gram(context.values, "kernel", X, X[J]).T)
+            K_J = np.ascontiguousarray(context.bound_kernel().gram(X, X[J]).T)
             args = (C, count, J, K_J, d, w, r, LB, c, _JITTER)
             announce_compilation("greedy-bound selection", _COMPILE_SECONDS["GreedyBound"], _greedy.bound_scores,
                                  args)
@@ -929,9 +524,3 @@ class GreedyBound(InducingSpec):
             raise NoCandidateError(f"{owner}: no training point has a positive prior variance to select")
         indices = np.array(indices)
         return Selection(Z=X[indices].copy(), indices=indices, criterion=np.array(bounds), stopped=stopped)
-
-
-INDUCING = {cls.__name__: cls for cls in (Fixed, Subsample, KMeans, Optimized, GreedyVariance, GreedyBound)}
-
-__all__ = ["InducingSpec", "SelectionContext", "Selection", "Fixed", "Subsample", "KMeans", "Optimized",
-           "GreedyVariance", "GreedyBound", "INDUCING"]

@@ -1,0 +1,161 @@
+"""The layout of a saved posterior: what :meth:`gpdsl.Posterior.to_xarray` writes, by part, its
+format version and the checksum of its content, and the error of a file that breaks them.
+
+:mod:`gpdsl.io.netcdf` checks a file against this layout before it builds anything from it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import NamedTuple
+
+import numpy as np
+
+from ..parameters import declared_value
+
+# Version of the layout that to_xarray writes; raise it when the layout changes.  Version 2 added
+# the "diagnostics" attribute; version-1 files still load (their record says "unrecorded").
+FORMAT_VERSION = 2
+
+
+class PosteriorFileError(ValueError):
+    """A posterior file or dataset that :func:`load` or :func:`from_xarray` cannot trust: not a
+    readable netCDF-3 file, of another format version, damaged or edited (its checksum does
+    not match), or not laid out as ``to_xarray`` writes its model.  The message names the file
+    (or ``dataset``) and the variable or attribute at fault."""
+
+
+def checksum(ds):
+    """SHA-256 (hex) of a dataset's content: every variable, coordinates included, by name,
+    dims, kind, shape and values, and every attribute but ``checksum``, in name order.
+
+    Integers are hashed as int64 and floats as float64, little-endian: netCDF-3 stores an
+    int64 as int32, so the writer's and the reader's dtypes differ while the content does not.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A posterior's dataset (:meth:`gpdsl.Posterior.to_xarray`).
+
+    Returns
+    -------
+    str
+        ``"sha256:<hex digest>"``.
+    """
+    digest = hashlib.sha256()
+    items = [(name, var.dims, var.values) for name, var in sorted(ds.variables.items())]
+    items += [(name, None, value) for name, value in sorted(ds.attrs.items()) if name != "checksum"]
+    for name, dims, value in items:
+        if isinstance(value, str):
+            kind, shape, payload = "str", (), value.encode("utf-8")
+        else:
+            array = np.asarray(value)
+            if array.dtype.kind in "biu":
+                kind, payload = "int", np.ascontiguousarray(array, dtype="<i8")
+            elif array.dtype.kind == "f":
+                kind, payload = "float", np.ascontiguousarray(array, dtype="<f8")
+            else:   # never written by to_xarray; hashed so that a file holding one fails the check
+                kind, payload = array.dtype.str, repr(array.tolist()).encode("utf-8")
+            shape = array.shape
+        # Each item is framed by a header that gives its length, so no two contents hash alike.
+        header = json.dumps([name, dims, kind, list(shape), memoryview(payload).nbytes])
+        digest.update(header.encode("utf-8") + b"\n")
+        digest.update(payload)
+    return "sha256:" + digest.hexdigest()
+
+
+def hyperparameter_entries(model, Z):
+    """The parameter-table entries of the hyperparameters (and a method's variational
+    parameters) that a posterior of ``model`` with inducing inputs (or, for dense methods,
+    training inputs) ``Z`` holds; Z itself, held as state, is not one of them.
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+        The posterior's model.
+    Z : ndarray, shape (M, D)
+        The posterior's ``state.Z``.
+
+    Returns
+    -------
+    list of gpdsl.parameters.Entry
+
+    Raises
+    ------
+    ValueError
+        The model does not fit Z's number of features (``parameter_table``'s error).
+    """
+    # The entries depend on X only through its number of columns, except that known
+    # heteroscedastic variances (data, not hyperparameters) must have as many rows, and so must
+    # a dense method's per-point variational parameters (VGP; Z is X for dense methods).
+    known = getattr(model.likelihood, "known", False)
+    rows = np.size(declared_value(model.likelihood.variance)) if known else Z.shape[0]
+    table = model.parameter_table(np.empty((rows, Z.shape[1])), Z if model.sparse else None)
+    return [e for e in table.entries if e.name != "inducing.Z"]
+
+
+def variable_dims(name, value, dims=None):
+    """The dims of the variable that holds hyperparameter ``name``: none for a scalar, the
+    entry's declared ``dims`` (:attr:`gpdsl.parameters.Entry.dims`, e.g. an ARD length-scale's
+    ``("feature",)``), else ``("<field>_index",)`` after the last part of the name (the entries
+    made outside the components: a method's variational parameters).
+
+    Parameters
+    ----------
+    name : str
+        The entry's name (``"kernel.lengthscale"``).
+    value : ndarray
+        Its value.
+    dims : tuple of str or None, optional
+        The entry's declared dims.
+
+    Returns
+    -------
+    tuple of str
+    """
+    if np.ndim(value) == 0:
+        return ()
+    if dims is not None:
+        return tuple(dims)
+    return (name.rsplit(".", 1)[-1] + "_index",)
+
+
+class Part(NamedTuple):
+    """Variables (name -> (dims, kind)) and attributes (name -> kind) that to_xarray writes together."""
+
+    variables: dict
+    attributes: dict
+
+
+# What to_xarray writes, by part.  A file holds "common"; the predictive cache, "whitened" (every
+# method's: see methods.common.PredictiveState); the part of its method's
+# local state, if any; and "selection", "reinit" and "standardization" when the fit made them
+# (whole or not at all).  Its hyperparameters, one variable each, are those of its model's parameter table.
+LAYOUT = {
+    "common": Part(
+        {"inducing": (("inducing",), "index"), "inducing_bis": (("inducing_bis",), "index"),
+         "feature": (("feature",), "index"), "Z": (("inducing", "feature"), "float"),
+         "q_mean": (("inducing",), "float"), "q_cov": (("inducing", "inducing_bis"), "float")},
+        {"format_version": "count", "checksum": "str", "inference": "str", "likelihood": "str", "kernel": "str",
+         "log_evidence": "real", "log_prior": "real", "converged": "flag", "constant_model": "flag",
+         "ridge": "str", "n_iterations": "count", "jitter": "real", "gpdsl_version": "str",
+         "priors": "json-object", "fixed": "json-list", "model_spec": "json-object", "M": "count"}),
+    "whitened": Part(
+        {"predictive_whitened_weights": (("inducing",), "float"),
+         "predictive_whitened_correction": (("inducing", "inducing_bis"), "float"),
+         "predictive_chol": (("inducing", "inducing_bis"), "float")}, {}),
+    "selection": Part(
+        {"selected_index": (("inducing",), "count"), "selection_criterion": (("inducing",), "float")},
+        {"selection_stopped": "str"}),
+    "reinit": Part({}, {"reinit_history": "json-list", "reinit_stop": "str"}),
+    "subsample": Part({}, {"subsample_rows": "count", "subsample_objective": "real"}),
+    # The fit's record (gpdsl.diagnostics.FitDiagnostics as JSON), from format version 2 on.
+    "diagnostics": Part({}, {"diagnostics": "json-object"}),
+    "standardization": Part(
+        {"standardization_x_mean": (("feature",), "float"), "standardization_x_scale": (("feature",), "float")},
+        {"standardization_y_mean": "real", "standardization_y_scale": "real"}),
+}
+OPTIONAL_PARTS = ("selection", "reinit", "subsample", "standardization")
+
+
+__all__ = ["FORMAT_VERSION", "PosteriorFileError", "checksum", "hyperparameter_entries", "variable_dims"]
