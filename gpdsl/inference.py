@@ -252,6 +252,7 @@ class _CollapsedGaussian(Inference):
 
     jitter: float | None = None
     chunk_size: int | None = None
+    requires = "noise"
     inducing_rule = "required"
     supports_dask_chunks = True
     fitc = False
