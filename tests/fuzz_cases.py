@@ -475,7 +475,7 @@ def check_case(case):
     # No marginal likelihood exceeds sum_n max_f log p(y_n | f); the fit refuses an evidence 0.1
     # nats per row above it (gpdsl.fitting.EVIDENCE_BOUND_SLACK_PER_POINT), which only lost precision gives.
     lik = post.model.likelihood
-    bound = lik.log_density_bound(post.values, "likelihood", lik.prepare_targets(case.y))
+    bound = bind(lik, post.values, "likelihood").log_density_bound(lik.prepare_targets(case.y))
     if bound is not None and post.log_evidence > bound + 0.1 * case.y.size + 1.0:
         return Outcome("failure: log evidence above the likelihood's bound",
                        f"log evidence {post.log_evidence:.6g} > sum_n max_f log p(y_n | f) = {bound:.6g}")

@@ -323,8 +323,14 @@ def expected_log_square_series(m, v):
     return float(np.log(2.0 * v) + np.sum(weights * special.digamma(0.5 + j)) / np.sum(weights))
 
 
-def bound(kernel, likelihood, values):
+def bound_pair(kernel, likelihood, values):
     """The (kernel, likelihood) pair bound to a model's qualified ``values``, as the inference
     methods receive them (``Model.bind``)."""
     from gpdsl.components import bind
-    return bind(kernel, values, "kernel"), bind(likelihood, values, "likelihood")
+    if hasattr(likelihood, "bind"):
+        likelihood = bind(likelihood, values, "likelihood")
+    elif hasattr(getattr(likelihood, "likelihood", None), "bind"):
+        # A test's counting wrapper: its likelihood is bound in place.
+        likelihood.likelihood = bind(likelihood.likelihood, values, "likelihood")
+    # Otherwise a stand-in (an oracle's expectations) is used as it is.
+    return bind(kernel, values, "kernel"), likelihood

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 import gpdsl as gd
-from naive import bound
+from naive import bound_pair
 from gpdsl.methods import collapsed
 import naive
 
@@ -241,5 +241,5 @@ def test_options_are_checked_and_objectives_exclusive(toy_regression):
     values = {"kernel.lengthscale": LENGTHSCALE, "kernel.variance": np.asarray(VARIANCE),
               "likelihood.variance": np.asarray(NOISE)}
     with pytest.raises(ValueError, match="at most one"):
-        collapsed.evaluate(*bound(SE(LENGTHSCALE, VARIANCE), gd.likelihoods.Gaussian(NOISE), values), X, y, X[:4],
+        collapsed.evaluate(*bound_pair(SE(LENGTHSCALE, VARIANCE), gd.likelihoods.Gaussian(NOISE), values), X, y, X[:4],
                            fitc=True, dtc=True)

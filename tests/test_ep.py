@@ -615,7 +615,7 @@ def test_fitc_ep_where_k_uu_is_singular_to_rounding(poisson, inference):
     spec = inference(tol=1e-10)
     fitc = epm.FITCPrior(bind(kernel, values, "kernel"), X, Z, None, None)
     assert np.linalg.cond(bind(kernel, values, "kernel").gram(Z, Z)) > 1e14 and fitc.jitter == 0.0
-    site = lik.site_model({"likelihood.bias": np.array(0.0)}, "likelihood")
+    site = bind(lik, {"likelihood.bias": np.array(0.0)}, "likelihood").site_model()
     fitc_state = epm.run_sites(fitc, y, site, spec, None, inference is gd.inference.QP)
     with mpmath.workdps(50):
         Kuu = mpmath.matrix(bind(kernel, values, "kernel").gram(Z, Z).tolist())
@@ -720,7 +720,7 @@ def test_poisson_ep_with_clamped_sites_is_neither_falsely_converged_nor_silent()
     tau, nu = sites.tau.copy(), sites.nu.copy()
     prior = epm.DensePrior(bind(model.kernel, values, "kernel"), X)
     prior.refresh(tau, nu)
-    site = model.likelihood.site_model(values, "likelihood")
+    site = bind(model.likelihood, values, "likelihood").site_model()
     step, _ = prior.sequential_sweep(tau, nu, COAL_COUNTS, site.params, site.kind, None, 0.0, None, None)
     assert step < 1e-5
 

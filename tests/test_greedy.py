@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import gpdsl as gd
-from naive import bound
+from naive import bound_pair
 from gpdsl.io import spec
 from gpdsl._jit import greedy as jit_greedy
 from gpdsl.inducing import GreedyBound, GreedyVariance, SelectionContext
@@ -212,7 +212,7 @@ def test_greedy_bound_with_gaussian_weights_is_the_vfe_bound():
     w = np.full(len(y), 1.0 / noise)
     sel = GreedyBound(10, working_set=30).select(X, y, SelectionContext(kernel, values, w, w * y))
     const = -0.5 * len(y) * np.log(2 * np.pi) + 0.5 * np.sum(np.log(w)) - 0.5 * np.sum(w * y * y)
-    vfe = [collapsed.evaluate(*bound(kernel, gd.likelihoods.Gaussian(noise), values), X, y, X[sel.indices[:k]], fitc=False,
+    vfe = [collapsed.evaluate(*bound_pair(kernel, gd.likelihoods.Gaussian(noise), values), X, y, X[sel.indices[:k]], fitc=False,
                               jitter=0.0, need_grad=False).log_evidence for k in range(1, 11)]
     assert _rel(sel.criterion + const, vfe) < 1e-8           # measured 1e-11 (the 1e-12 jitter)
 
@@ -229,7 +229,7 @@ def test_the_bound_never_decreases_as_points_are_added(seed):
     y = r / w
     noise = float(rng.uniform(0.05, 1.0))
     values = {**values, "likelihood.variance": np.array(noise)}
-    vfe = [collapsed.evaluate(*bound(kernel, gd.likelihoods.Gaussian(noise), values), X, y, X[order[:k]], fitc=False,
+    vfe = [collapsed.evaluate(*bound_pair(kernel, gd.likelihoods.Gaussian(noise), values), X, y, X[order[:k]], fitc=False,
                               jitter=0.0, need_grad=False).log_evidence for k in range(1, 16)]
     assert np.all(np.diff(vfe) >= -1e-10 * np.abs(vfe[1:]))
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import gpdsl as gd
-from naive import bound
+from naive import bound_pair
 from gpdsl._jit.polya_gamma import pg_marginals_update, pg_theta, pg_theta_kl
 from gpdsl.methods import collapsed, polya_gamma
 from gpdsl.methods.polya_gamma import PolyaGammaState
@@ -37,7 +37,7 @@ def _at_fixed_c(values, X, y, Z, c, kernel=SE, need_grad=False):
     """Bound and q*(u) at the given c: one evaluation that stops after the first update."""
     spec = gd.inference.PolyaGamma(max_iter=1, jitter=0.0)
     warm = PolyaGammaState(c=c, c_next=c)
-    return polya_gamma.evaluate(*bound(kernel, LOGIT, values), X, y, Z, spec=spec, warm=warm, need_grad=need_grad,
+    return polya_gamma.evaluate(*bound_pair(kernel, LOGIT, values), X, y, Z, spec=spec, warm=warm, need_grad=need_grad,
                                 need_state=True)
 
 
@@ -57,7 +57,7 @@ def test_synth_oracle_bound_c_and_predictions(oracle):
     res = data["results"]
     Z = np.array(data["settings"]["Z"])
     spec = gd.inference.PolyaGamma(tol=1e-10)
-    ev = polya_gamma.evaluate(*bound(SE, LOGIT, _values()), train[:, :2], train[:, 2], Z, spec=spec, need_grad=False,
+    ev = polya_gamma.evaluate(*bound_pair(SE, LOGIT, _values()), train[:, :2], train[:, 2], Z, spec=spec, need_grad=False,
                               need_state=True)
     assert ev.jitter == 0.0                                   # the oracle used none; the ladder starts at 0
     assert ev.log_evidence == pytest.approx(res["L_star"], abs=1e-6)
@@ -67,7 +67,7 @@ def test_synth_oracle_bound_c_and_predictions(oracle):
     np.testing.assert_allclose(ev.state.q_cov, res["q_u_cov"], atol=1e-6)
     # The thesis' plain updates from c = 0.1 reproduce the oracle's first ten bounds and its
     # count of 35 updates; the accelerated default reaches the same c in fewer passes.
-    plain = polya_gamma.evaluate(*bound(SE, LOGIT, _values()), train[:, :2], train[:, 2], Z, need_grad=False,
+    plain = polya_gamma.evaluate(*bound_pair(SE, LOGIT, _values()), train[:, :2], train[:, 2], Z, need_grad=False,
                                  spec=gd.inference.PolyaGamma(tol=1e-10, acceleration=False))
     np.testing.assert_allclose(plain.warm.bound_history[:10], res["bound_history_first10"], atol=1e-6)
     assert len(plain.warm.bound_history) == res["n_c_updates"]
@@ -92,7 +92,7 @@ def test_z_equals_x_is_gpml_infvb_bound():
         expected = json.load(fh)["extras"]["full_bound_Z_equals_X"]
     train = np.loadtxt(root / "data" / "synth_train.csv", delimiter=",")
     X, y = train[:, :2], train[:, 2]
-    ev = polya_gamma.evaluate(*bound(SE, LOGIT, _values()), X, y, X.copy(), spec=gd.inference.PolyaGamma(tol=1e-10),
+    ev = polya_gamma.evaluate(*bound_pair(SE, LOGIT, _values()), X, y, X.copy(), spec=gd.inference.PolyaGamma(tol=1e-10),
                               need_grad=False)
     assert ev.log_evidence == pytest.approx(expected["gpml_infVB_likLogistic_minus_nlZ_synth_raw"], abs=1e-6)
 
@@ -142,7 +142,7 @@ def test_bound_is_the_pseudo_regression_vfe_bound_plus_c_terms():
     theta = pg_theta(c)
     pseudo = gd.likelihoods.HeteroscedasticGaussian(variance=1.0 / theta)
     kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
-    vfe = collapsed.evaluate(*bound(SE, pseudo, kernel_values), X, 0.5 * y / theta - 0.25, Z, fitc=False, jitter=0.0,
+    vfe = collapsed.evaluate(*bound_pair(SE, pseudo, kernel_values), X, 0.5 * y / theta - 0.25, Z, fitc=False, jitter=0.0,
                              need_grad=False).log_evidence
     n = X.shape[0]
     c_terms = (0.5 * n * np.log(2 * np.pi) - 0.5 * np.sum(np.log(theta)) + np.sum(0.125 / theta)
@@ -180,7 +180,7 @@ def test_marginals_update_against_numpy():
 def test_c_update_is_monotone_and_a_fixed_point(seed, acceleration):
     X, y, Z, _ = _problem(seed, n=80, m=10)
     values = _values(0.7, 20.0, -0.2)           # a large variance: slow plain updates
-    ev = polya_gamma.evaluate(*bound(SE, LOGIT, values), X, y, Z, need_grad=False, need_state=True,
+    ev = polya_gamma.evaluate(*bound_pair(SE, LOGIT, values), X, y, Z, need_grad=False, need_state=True,
                               spec=gd.inference.PolyaGamma(tol=1e-10, acceleration=acceleration))
     history = np.array(ev.warm.bound_history)
     assert len(history) > 5 and ev.warm.converged
@@ -198,10 +198,10 @@ def test_gradients_match_central_differences_of_the_converged_bound():
     kernel = gd.kernels.SquaredExponential(np.array([0.8, 1.3]), 1.7)
     values = _values([0.8, 1.3], 1.7, 0.3)
     spec = gd.inference.PolyaGamma(tol=1e-12)
-    ev = polya_gamma.evaluate(*bound(kernel, LOGIT, values), X, y, Z, spec=spec)
+    ev = polya_gamma.evaluate(*bound_pair(kernel, LOGIT, values), X, y, Z, spec=spec)
 
     def bound(vals, Zs):
-        return polya_gamma.evaluate(*bound(kernel, LOGIT, vals), X, y, Zs, spec=spec, need_grad=False).log_evidence
+        return polya_gamma.evaluate(*bound_pair(kernel, LOGIT, vals), X, y, Zs, spec=spec, need_grad=False).log_evidence
 
     h = 1e-4
     for name in values:
@@ -233,7 +233,7 @@ def test_adding_an_inducing_point_never_lowers_the_bound(seed):
     for m in range(1, len(order) + 1):
         Z = X[order[:m]] + 1e-3 * rng.standard_normal((m, 2)) * (m % 2)   # training points or pseudo-inputs
         fixed_c.append(_at_fixed_c(values, X, y, Z, c).warm.bound_history[0])
-        optimal_c.append(polya_gamma.evaluate(*bound(SE, LOGIT, values), X, y, Z, spec=gd.inference.PolyaGamma(
+        optimal_c.append(polya_gamma.evaluate(*bound_pair(SE, LOGIT, values), X, y, Z, spec=gd.inference.PolyaGamma(
             tol=1e-10, jitter=0.0), need_grad=False).log_evidence)
     assert np.all(np.diff(fixed_c) >= -1e-8)
     assert np.all(np.diff(optimal_c) >= -1e-8)
@@ -346,7 +346,7 @@ def test_bound_does_not_depend_on_the_warm_start_at_an_ill_conditioned_kuu(lengt
     runs = []
     for c0 in (0.1, 3.0, 30.0):
         warm = PolyaGammaState(c=np.full(n, c0), c_next=np.full(n, c0))
-        ev = polya_gamma.evaluate(*bound(SE, LOGIT, values), X, y, Z, spec=gd.inference.PolyaGamma(), warm=warm)
+        ev = polya_gamma.evaluate(*bound_pair(SE, LOGIT, values), X, y, Z, spec=gd.inference.PolyaGamma(), warm=warm)
         assert ev.warm.converged
         runs.append((ev.jitter, ev.log_evidence))
     assert len({jitter for jitter, _ in runs}) == 1, runs

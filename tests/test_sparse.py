@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import gpdsl as gd
-from naive import bound
+from naive import bound_pair
 from gpdsl.methods import collapsed
 import naive
 
@@ -132,13 +132,13 @@ def test_vfe_at_an_ill_conditioned_kuu_matches_an_extended_precision_reference()
     X, y, noise, Z = _twonorm_pseudo_regression()
     ls, var = 300.0, 1e6
     assert np.linalg.cond(naive.kernel(Z, Z, ls, var, "se")) > 1e8
-    ev = collapsed.evaluate(*bound(SE(1.0, 1.0), gd.likelihoods.HeteroscedasticGaussian(noise), {"kernel.lengthscale": np.asarray(ls), "kernel.variance": np.asarray(var)}),
+    ev = collapsed.evaluate(*bound_pair(SE(1.0, 1.0), gd.likelihoods.HeteroscedasticGaussian(noise), {"kernel.lengthscale": np.asarray(ls), "kernel.variance": np.asarray(var)}),
                             X, y, Z, fitc=False, jitter=0.0)
     assert ev.log_evidence == pytest.approx(float(naive.vfe_bound_extended(X, Z, ls, var, noise, y)), abs=1e-5)
     # A Gaussian likelihood (noise variance 8) adds the noise gradient, which goes through
     # a_n^T (I - B^-1) a_n; every gradient against a central difference of the 80-bit bound.
     sigma2 = 8.0
-    ev_g = collapsed.evaluate(*bound(SE(1.0, 1.0), gd.likelihoods.Gaussian(sigma2), {"kernel.lengthscale": np.asarray(ls), "kernel.variance": np.asarray(var),
+    ev_g = collapsed.evaluate(*bound_pair(SE(1.0, 1.0), gd.likelihoods.Gaussian(sigma2), {"kernel.lengthscale": np.asarray(ls), "kernel.variance": np.asarray(var),
                                "likelihood.variance": np.asarray(sigma2)}), X, y, Z, fitc=False, jitter=0.0)
     h = 1e-4
     cases = [(ev, noise, "kernel.lengthscale", (np.exp(h), 1.0, 1.0)), (ev, noise, "kernel.variance", (1.0, np.exp(h), 1.0)),
@@ -192,7 +192,7 @@ def _nested_sine(seed):
 
 def _nested_bounds(X, y, values, order, jitter):
     kernel, lik = SE(values["kernel.lengthscale"], 1.0), gd.likelihoods.Gaussian(0.003)
-    evs = [collapsed.evaluate(*bound(kernel, lik, values), X, y, X[order[:m]], fitc=False, jitter=jitter, need_grad=False)
+    evs = [collapsed.evaluate(*bound_pair(kernel, lik, values), X, y, X[order[:m]], fitc=False, jitter=jitter, need_grad=False)
            for m in range(1, 77)]
     return np.array([ev.log_evidence for ev in evs]), np.array([ev.jitter for ev in evs])
 

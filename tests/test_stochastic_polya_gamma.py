@@ -10,6 +10,7 @@ import pytest
 from scipy import optimize
 
 import gpdsl as gd
+from gpdsl.components import bind
 from gpdsl.io import spec
 from gpdsl.methods import polya_gamma, svgp
 from gpdsl.methods.common import VariationalState
@@ -17,7 +18,7 @@ from gpdsl.methods.polya_gamma import PolyaGammaState
 from gpdsl.methods.stochastic_polya_gamma import PolyaGammaExpectations, jaakkola_jordan_expectations
 
 import naive
-from naive import bound, central_difference
+from naive import bound_pair, central_difference
 from test_polya_gamma import _problem as _pg_problem, _values
 from variational_cases import predict_f
 
@@ -37,7 +38,7 @@ def _problem(seed, n=60, m=8):
 
 def _marginals(kernel, values, q, X, Z, jitter=JITTER):
     """mean_n, var_n of q(f_n) at X, through the predictive state of the bound at q."""
-    ev = svgp.evaluate(*bound(kernel, PG, {**values, **q}), {**values, **q}, X, np.ones(X.shape[0]), Z, jitter=jitter, need_grad=False,
+    ev = svgp.evaluate(*bound_pair(kernel, PG, {**values, **q}), {**values, **q}, X, np.ones(X.shape[0]), Z, jitter=jitter, need_grad=False,
                        need_state=True)
     return predict_f(kernel, values, ev.state, X)
 
@@ -90,7 +91,7 @@ def test_closed_form_expectation_is_the_jaakkola_jordan_bound_maximised_over_c()
 def test_expectations_add_the_bias_and_its_gradient():
     rng = np.random.default_rng(1)
     y, mean, var = rng.choice([-1.0, 1.0], 9), rng.normal(size=9), np.exp(rng.normal(size=9))
-    ve, d_mean, d_var, grads = PG.variational_expectations({"likelihood.bias": np.array(0.4)}, "likelihood", y,
+    ve, d_mean, d_var, grads = bind(PG, {"likelihood.bias": np.array(0.4)}, "likelihood").variational_expectations(y,
                                                             mean, var)
     ref = jaakkola_jordan_expectations(y, mean + 0.4, var)
     for a, b in zip((ve, d_mean, d_var), ref):
@@ -107,7 +108,7 @@ def test_bound_is_the_dense_uncollapsed_elbo_at_the_optimal_c(bias):
     X, y, Z, q = _problem(2)
     values = _values(0.9, 1.3, bias)
     kernel = SE(0.9, 1.3)
-    terms = svgp.elbo_terms(*bound(kernel, PG, {**values, **q}), {**values, **q}, X, y, Z, jitter=0.0)
+    terms = svgp.elbo_terms(*bound_pair(kernel, PG, {**values, **q}), {**values, **q}, X, y, Z, jitter=0.0)
     Kuu = naive.kernel(Z, Z, 0.9, 1.3, "se")
     Kuf = naive.kernel(Z, X, 0.9, 1.3, "se")
     L = np.linalg.cholesky(Kuu)
@@ -138,11 +139,11 @@ def test_gradients_match_central_differences(jitter):
     def bound(vector):
         vals = unflatten(vector)
         Zz = vals.pop("Z")
-        return svgp.evaluate(*bound(kernel, PG, vals), vals, X, y, Zz, jitter=jitter, need_grad=False).log_evidence
+        return svgp.evaluate(*bound_pair(kernel, PG, vals), vals, X, y, Zz, jitter=jitter, need_grad=False).log_evidence
 
     at = unflatten(flat)
     Z = at.pop("Z")
-    ev = svgp.evaluate(*bound(kernel, PG, at), at, X, y, Z, jitter=jitter, chunk_size=7)
+    ev = svgp.evaluate(*bound_pair(kernel, PG, at), at, X, y, Z, jitter=jitter, chunk_size=7)
     assert set(ev.grads) == set(names) - {"Z"}
     analytic = np.concatenate([np.ravel(ev.grads[k]) if k != "Z" else np.ravel(ev.dZ) for k in names])
     np.testing.assert_allclose(analytic, central_difference(bound, flat), rtol=1e-6, atol=1e-7)
@@ -153,7 +154,7 @@ def _collapsed_at_c(kernel, values, X, y, Z, c):
     """The collapsed method at the given c: its bound and closed-form q*(u) (thesis eq. 4.5), one
     evaluation that stops after the first test of an update."""
     spec = gd.inference.PolyaGamma(max_iter=1, jitter=JITTER)
-    return polya_gamma.evaluate(*bound(kernel, LOGIT, values), X, y, Z, spec=spec, warm=PolyaGammaState(c=c, c_next=c),
+    return polya_gamma.evaluate(*bound_pair(kernel, LOGIT, values), X, y, Z, spec=spec, warm=PolyaGammaState(c=c, c_next=c),
                                 need_grad=False, need_state=True)
 
 
@@ -167,7 +168,7 @@ def test_full_batch_natural_step_of_size_one_is_the_collapsed_optimum(bias):
     kernel = SE(0.9, 1.3)
     mean, var = _marginals(kernel, values, q, X, Z)
     c = np.sqrt((mean + bias) ** 2 + var)
-    q1, _, _, _, jit = svgp.minibatch_step(*bound(kernel, PG, values), X, y, Z, q, scale=1.0, rho=1.0, jitter=JITTER)
+    q1, _, _, _, jit = svgp.minibatch_step(*bound_pair(kernel, PG, values), X, y, Z, q, scale=1.0, rho=1.0, jitter=JITTER)
     assert jit == JITTER
     ref = _collapsed_at_c(kernel, values, X, y, Z, c).state
     L = ref.chol
@@ -187,20 +188,20 @@ def test_converged_bound_is_the_collapsed_bound(seed, lengthscale, variance, bia
     values = _values(lengthscale, variance, bias)
     kernel = SE(lengthscale, variance)
     q = svgp.initial_values(Z.shape[0])
-    bounds = [svgp.elbo_terms(*bound(kernel, PG, {**values, **q}), {**values, **q}, X, y, Z, jitter=JITTER).elbo]
+    bounds = [svgp.elbo_terms(*bound_pair(kernel, PG, {**values, **q}), {**values, **q}, X, y, Z, jitter=JITTER).elbo]
     for _ in range(200):
-        q, _, _, _, _ = svgp.minibatch_step(*bound(kernel, PG, values), X, y, Z, q, scale=1.0, rho=1.0, jitter=JITTER)
-        bounds.append(svgp.elbo_terms(*bound(kernel, PG, {**values, **q}), {**values, **q}, X, y, Z, jitter=JITTER).elbo)
+        q, _, _, _, _ = svgp.minibatch_step(*bound_pair(kernel, PG, values), X, y, Z, q, scale=1.0, rho=1.0, jitter=JITTER)
+        bounds.append(svgp.elbo_terms(*bound_pair(kernel, PG, {**values, **q}), {**values, **q}, X, y, Z, jitter=JITTER).elbo)
         if bounds[-1] - bounds[-2] < 1e-13:
             break
     assert np.all(np.diff(bounds) >= -1e-12)
     spec = gd.inference.PolyaGamma(tol=1e-12, jitter=JITTER)
-    collapsed = polya_gamma.evaluate(*bound(kernel, LOGIT, values), X, y, Z, spec=spec, need_grad=False)
+    collapsed = polya_gamma.evaluate(*bound_pair(kernel, LOGIT, values), X, y, Z, spec=spec, need_grad=False)
     assert bounds[-1] == pytest.approx(collapsed.log_evidence, abs=1e-6)
     assert bounds[-1] <= collapsed.log_evidence + 1e-9
-    q_opt, steps, converged = svgp.optimise_q(*bound(kernel, PG, values), values, X, y, Z, jitter=JITTER, tol=1e-12, polish=True)
+    q_opt, steps, converged = svgp.optimise_q(*bound_pair(kernel, PG, values), values, X, y, Z, jitter=JITTER, tol=1e-12, polish=True)
     assert converged
-    assert svgp.elbo_terms(*bound(kernel, PG, {**values, **q_opt}), {**values, **q_opt}, X, y, Z,
+    assert svgp.elbo_terms(*bound_pair(kernel, PG, {**values, **q_opt}), {**values, **q_opt}, X, y, Z,
                            jitter=JITTER).elbo == pytest.approx(collapsed.log_evidence, abs=1e-6)
 
 
@@ -217,8 +218,8 @@ def test_minibatch_step_is_unbiased_in_the_natural_parameters():
         Lam = np.linalg.inv(R @ R.T)
         return Lam, Lam @ qq["variational.q_mu"]
 
-    full = natural(svgp.minibatch_step(*bound(kernel, PG, values), X, y, Z, q, scale=1.0, rho=1.0, jitter=JITTER)[0])
-    parts = [natural(svgp.minibatch_step(*bound(kernel, PG, values), X[s], y[s], Z, q, scale=4.0, rho=1.0,
+    full = natural(svgp.minibatch_step(*bound_pair(kernel, PG, values), X, y, Z, q, scale=1.0, rho=1.0, jitter=JITTER)[0])
+    parts = [natural(svgp.minibatch_step(*bound_pair(kernel, PG, values), X[s], y[s], Z, q, scale=4.0, rho=1.0,
                                          jitter=JITTER)[0]) for s in np.split(np.arange(60), 4)]
     for k in range(2):
         np.testing.assert_allclose(np.mean([p[k] for p in parts], axis=0), full[k], rtol=1e-9, atol=1e-9)
@@ -274,7 +275,7 @@ def test_fit_classifies_as_the_collapsed_fit_and_reports_the_bound_at_its_q(twon
     assert post.converged and 400 <= post.n_iterations < 1000
     assert isinstance(post.sites, VariationalState) and post.sites.converged
     assert set(post.sites.q) == {"variational.q_mu", "variational.q_sqrt"}
-    ev = svgp.evaluate(*bound(post.model.kernel, PG, {**post.values, **post.sites.q}), {**post.values, **post.sites.q}, X, np.where(y > 0, 1.0, -1.0),
+    ev = svgp.evaluate(*bound_pair(post.model.kernel, PG, {**post.values, **post.sites.q}), {**post.values, **post.sites.q}, X, np.where(y > 0, 1.0, -1.0),
                        post.state.Z, need_grad=False)
     assert post.log_evidence == pytest.approx(ev.log_evidence, abs=1e-8)
     assert post.log_evidence < fits["collapsed"].log_evidence

@@ -12,7 +12,7 @@ from gpdsl.components import bind
 from gpdsl.methods import collapsed, svgp
 
 from conftest import shared_path
-from naive import bound, central_difference
+from naive import bound_pair, central_difference
 from variational_cases import KERNELS, LIKELIHOODS, Counting, predict_f
 
 SE = gd.kernels.SquaredExponential
@@ -38,7 +38,7 @@ class GPflowProbit:
     (gpflow.likelihoods.utils), a floor that gpdsl's Bernoulli does not have.  Expectations by the
     oracle's 200-point Gauss-Hermite rule, labels +-1; only the value is used."""
 
-    def variational_expectations(self, values, prefix, y, mean, var):
+    def variational_expectations(self, y, mean, var):
         nodes, weights = np.polynomial.hermite_e.hermegauss(200)
         f = mean[:, None] + np.sqrt(var)[:, None] * nodes[None, :]
         p = special.ndtr(f) * (1.0 - 2e-3) + 1e-3
@@ -68,8 +68,8 @@ def test_gpflow_svgp_bound_and_predictions(oracle, case):
     likelihood, lik_values = CASES[case]
     values = {**values, **lik_values}
     Z = X[:15]
-    _check_terms(svgp.elbo_terms(*bound(SE(1.3, 2.0), likelihood, values), values, X, y, Z, jitter=GPFLOW_JITTER), res[case])
-    ev = svgp.evaluate(*bound(SE(1.3, 2.0), likelihood, values), values, X, y, Z, jitter=GPFLOW_JITTER, need_grad=False,
+    _check_terms(svgp.elbo_terms(*bound_pair(SE(1.3, 2.0), likelihood, values), values, X, y, Z, jitter=GPFLOW_JITTER), res[case])
+    ev = svgp.evaluate(*bound_pair(SE(1.3, 2.0), likelihood, values), values, X, y, Z, jitter=GPFLOW_JITTER, need_grad=False,
                        need_state=True)
     assert ev.log_evidence == pytest.approx(res[case]["elbo"], rel=1e-8)
     assert ev.jitter == GPFLOW_JITTER
@@ -83,7 +83,7 @@ def test_gpflow_predictive_probabilities(oracle):
     values = {"likelihood.bias": np.array(0.0)}
     for link in ("probit", "logit"):
         ref = res[f"bernoulli_{link}_whiten_True"]
-        p = gd.likelihoods.Bernoulli(link).predictive(values, "likelihood", np.array(ref["f_mean"]),
+        p = bind(gd.likelihoods.Bernoulli(link), values, "likelihood").predictive(np.array(ref["f_mean"]),
                                                       np.array(ref["f_var"]))["p"]
         if link == "probit":
             p = p * (1.0 - 2e-3) + 1e-3          # GPflow's jittered inv_probit
@@ -97,11 +97,11 @@ def test_gpdsl_probit_differs_from_gpflows_only_through_the_link(oracle):
     res, X, y, _, values = oracle
     values = {**values, "likelihood.bias": np.array(0.0)}
     likelihood = gd.likelihoods.Bernoulli("probit")
-    terms = svgp.elbo_terms(*bound(SE(1.3, 2.0), likelihood, values), values, X, y, X[:15], jitter=GPFLOW_JITTER)
+    terms = svgp.elbo_terms(*bound_pair(SE(1.3, 2.0), likelihood, values), values, X, y, X[:15], jitter=GPFLOW_JITTER)
     ref = res["bernoulli_probit_whiten_True"]
     assert terms.kl == pytest.approx(ref["kl"], rel=1e-12)
     assert abs(terms.expected_log_lik / ref["expected_log_lik"] - 1.0) > 1e-3
-    state = svgp.evaluate(*bound(SE(1.3, 2.0), likelihood, values), values, X, y, X[:15], jitter=GPFLOW_JITTER, need_grad=False,
+    state = svgp.evaluate(*bound_pair(SE(1.3, 2.0), likelihood, values), values, X, y, X[:15], jitter=GPFLOW_JITTER, need_grad=False,
                           need_state=True).state
     mean, var = predict_f(SE(1.3, 2.0), values, state, X)
     nodes, weights = np.polynomial.hermite_e.hermegauss(200)
@@ -114,11 +114,11 @@ class _WithGPflowJitter(SE):
     """SE plus 1e-6 on the diagonal of every covariance between identical inputs: the prior
     GPflow's VGP places on f (L = chol(K_ff + 1e-6 I), f = L v at the training points)."""
 
-    def gram(self, values, prefix, X1, X2):
-        return super().gram(values, prefix, X1, X2) + 1e-6 * np.all(X1[:, None, :] == X2[None, :, :], axis=-1)
+    def gram(self, X1, X2):
+        return super().gram(X1, X2) + 1e-6 * np.all(X1[:, None, :] == X2[None, :, :], axis=-1)
 
-    def diag(self, values, prefix, X):
-        return super().diag(values, prefix, X) + 1e-6
+    def diag(self, X):
+        return super().diag(X) + 1e-6
 
 
 def test_gpflow_whitened_vgp_is_svgp_with_Z_equal_X(oracle):
@@ -128,9 +128,9 @@ def test_gpflow_whitened_vgp_is_svgp_with_Z_equal_X(oracle):
     ref = res["vgp_bernoulli_probit_whitened"]
     values = {**values, "variational.q_mu": np.array(ref["q_mu"]),
               "variational.q_sqrt": svgp.pack_lower(np.diag(ref["q_sqrt_diag"]))}
-    terms = svgp.elbo_terms(*bound(_WithGPflowJitter(1.3, 2.0), GPflowProbit(), values), values, X, y, X, jitter=0.0)
+    terms = svgp.elbo_terms(*bound_pair(_WithGPflowJitter(1.3, 2.0), GPflowProbit(), values), values, X, y, X, jitter=0.0)
     assert terms.elbo == pytest.approx(ref["elbo"], rel=1e-8)
-    ev = svgp.evaluate(*bound(SE(1.3, 2.0), GPflowProbit(), values), values, X, y, X, jitter=GPFLOW_JITTER, need_grad=False,
+    ev = svgp.evaluate(*bound_pair(SE(1.3, 2.0), GPflowProbit(), values), values, X, y, X, jitter=GPFLOW_JITTER, need_grad=False,
                        need_state=True)
     mean, var = predict_f(SE(1.3, 2.0), values, ev.state, Xs)
     np.testing.assert_allclose(mean, ref["f_mean"], rtol=1e-8)
@@ -160,11 +160,11 @@ def test_gradients_match_central_differences(kern, lik, jitter):
     if binary:
         y = np.where(y > 0, 1.0, -1.0)
     values = {**kernel_values, **lik_values, **q}
-    ev = svgp.evaluate(*bound(kernel, likelihood, values), values, X, y, Z, jitter=jitter, chunk_size=7)
+    ev = svgp.evaluate(*bound_pair(kernel, likelihood, values), values, X, y, Z, jitter=jitter, chunk_size=7)
     assert set(ev.grads) == set(values)
 
     def objective(vals, Zz):
-        return svgp.evaluate(*bound(kernel, likelihood, vals), vals, X, y, Zz, jitter=jitter, need_grad=False).log_evidence
+        return svgp.evaluate(*bound_pair(kernel, likelihood, vals), vals, X, y, Zz, jitter=jitter, need_grad=False).log_evidence
 
     for name, value in values.items():
         fd = central_difference(lambda v: objective({**values, name: v}, Z), value)
@@ -194,8 +194,8 @@ def test_gaussian_optimum_is_the_collapsed_vfe_bound(jitter):
     likelihood = gd.likelihoods.Gaussian(s2)
     values = {**kernel_values, "likelihood.variance": np.array(s2)}
     q = _optimal_gaussian_q(kernel, values, X, y, Z, jitter, s2)
-    ev = svgp.evaluate(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, Z, jitter=jitter, need_state=True)
-    vfe = collapsed.evaluate(*bound(kernel, likelihood, values), X, y, Z, fitc=False, jitter=jitter, need_state=True)
+    ev = svgp.evaluate(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, Z, jitter=jitter, need_state=True)
+    vfe = collapsed.evaluate(*bound_pair(kernel, likelihood, values), X, y, Z, fitc=False, jitter=jitter, need_state=True)
     assert ev.log_evidence == pytest.approx(vfe.log_evidence, rel=1e-8)
     for name in q:
         np.testing.assert_allclose(ev.grads[name], 0.0, atol=1e-8, err_msg=name)
@@ -218,9 +218,9 @@ def test_chunking_does_not_change_results():
     likelihood, lik_values, _ = LIKELIHOODS["logit"]
     values = {**kernel_values, **lik_values, **q}
     y = np.where(y > 0, 1.0, -1.0)
-    ref = svgp.evaluate(*bound(kernel, likelihood, values), values, X, y, Z, jitter=1e-6, chunk_size=X.shape[0], need_state=True)
+    ref = svgp.evaluate(*bound_pair(kernel, likelihood, values), values, X, y, Z, jitter=1e-6, chunk_size=X.shape[0], need_state=True)
     for chunk in (1, 7, 13, None):
-        ev = svgp.evaluate(*bound(kernel, likelihood, values), values, X, y, Z, jitter=1e-6, chunk_size=chunk, need_state=True)
+        ev = svgp.evaluate(*bound_pair(kernel, likelihood, values), values, X, y, Z, jitter=1e-6, chunk_size=chunk, need_state=True)
         assert ev.log_evidence == pytest.approx(ref.log_evidence, rel=1e-12)
         for name in values:
             np.testing.assert_allclose(ev.grads[name], ref.grads[name], rtol=1e-12, atol=1e-12, err_msg=name)
@@ -238,9 +238,9 @@ def test_pseudo_data_are_the_conjugate_sites():
     y = y.copy()
     y[:3] += 6.0                                     # outliers: E[d2 log p] > 0 there
     values = {**kernel_values, **lik_values, **q}
-    ev = svgp.evaluate(*bound(kernel, likelihood, values), values, X, y, Z, jitter=0.0, need_grad=False, need_state=True)
+    ev = svgp.evaluate(*bound_pair(kernel, likelihood, values), values, X, y, Z, jitter=0.0, need_grad=False, need_state=True)
     mean, var = predict_f(kernel, values, ev.state, X)
-    _, g, d, _ = likelihood.variational_expectations(values, "likelihood", y, mean, var)
+    _, g, d, _ = bind(likelihood, values, "likelihood").variational_expectations(y, mean, var)
     w = np.maximum(-2.0 * d, 0.0)
     assert np.any(d > 0)
     np.testing.assert_allclose(ev.pseudo_data[0], w, rtol=1e-9, atol=1e-12)
@@ -257,7 +257,7 @@ def test_state_and_helpers():
     np.testing.assert_array_equal(svgp.pack_lower(R), q["variational.q_sqrt"])
     with pytest.raises(ValueError, match="q_sqrt"):
         svgp.unpack_lower(np.zeros(M * M), M)
-    ev = svgp.evaluate(*bound(kernel, gd.likelihoods.Gaussian(0.2), values), values, X, y, Z, jitter=1e-5, need_grad=False,
+    ev = svgp.evaluate(*bound_pair(kernel, gd.likelihoods.Gaussian(0.2), values), values, X, y, Z, jitter=1e-5, need_grad=False,
                        need_state=True)
     L = ev.state.chol
     Kuu = bind(kernel, values, "kernel").gram(Z, Z)
@@ -269,7 +269,7 @@ def test_state_and_helpers():
     assert ev.warm is None and ev.dZ is None and ev.grads == {}
     # At the initial values q(u) = p(u): no KL, and the marginals are the prior's.
     start = {**values, **svgp.initial_values(M)}
-    terms = svgp.elbo_terms(*bound(kernel, gd.likelihoods.Gaussian(0.2), start), start, X, y, Z, jitter=0.0)
+    terms = svgp.elbo_terms(*bound_pair(kernel, gd.likelihoods.Gaussian(0.2), start), start, X, y, Z, jitter=0.0)
     assert terms.kl == 0.0
     ell = np.sum(-0.5 * np.log(2 * np.pi * 0.2) - (y * y + 1.4) / (2 * 0.2))
     assert terms.expected_log_lik == pytest.approx(ell, rel=1e-12)
@@ -280,10 +280,10 @@ def test_jitter_ladder_moves_past_duplicate_inducing_points():
     Z = np.vstack([Z[:-1], Z[:1]])                  # a repeated inducing input: K_uu is singular
     kernel, kernel_values = KERNELS["se-ard"]
     values = {**kernel_values, "likelihood.variance": np.array(0.2), **q}
-    ev = svgp.evaluate(*bound(kernel, gd.likelihoods.Gaussian(0.2), values), values, X, y, Z)
+    ev = svgp.evaluate(*bound_pair(kernel, gd.likelihoods.Gaussian(0.2), values), values, X, y, Z)
     assert ev.jitter > 0.0 and np.isfinite(ev.log_evidence)
     with pytest.raises(np.linalg.LinAlgError):
-        svgp.evaluate(*bound(kernel, gd.likelihoods.Gaussian(0.2), values), values, X, y, Z, jitter=0.0)
+        svgp.evaluate(*bound_pair(kernel, gd.likelihoods.Gaussian(0.2), values), values, X, y, Z, jitter=0.0)
 
 
 def test_singular_q_raises_floating_point_error_before_any_pass():
@@ -303,7 +303,7 @@ def test_singular_q_raises_floating_point_error_before_any_pass():
             return super().variational_expectations(*args)
 
     with pytest.raises(FloatingPointError, match="S singular"):
-        svgp.evaluate(*bound(kernel, CountingGaussian(0.2), values), values, X, y, Z)
+        svgp.evaluate(*bound_pair(kernel, CountingGaussian(0.2), values), values, X, y, Z)
     assert not calls
 
 
@@ -332,16 +332,16 @@ def test_optimise_q_gaussian_one_step_is_the_closed_form(jitter):
     S_ref = S_ref @ S_ref.T
     _, _, _, start = _problem(11, n=M + 2, m=M)
     for q0 in (None, start):
-        q, steps, converged = svgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, Z, q0, jitter=jitter, max_iter=1)
+        q, steps, converged = svgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, Z, q0, jitter=jitter, max_iter=1)
         assert steps == 1 and not converged
         R = svgp.unpack_lower(q["variational.q_sqrt"], M)
         assert np.array_equal(R, np.tril(R))
         np.testing.assert_allclose(q["variational.q_mu"], ref["variational.q_mu"], rtol=1e-9, atol=1e-11)
         np.testing.assert_allclose(R @ R.T, S_ref, rtol=1e-9, atol=1e-12)
-        q, steps, converged = svgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, Z, q0, jitter=jitter)
+        q, steps, converged = svgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, Z, q0, jitter=jitter)
         assert converged and steps <= 2
-        vfe = collapsed.evaluate(*bound(kernel, likelihood, values), X, y, Z, fitc=False, jitter=jitter, need_grad=False)
-        assert svgp.elbo_terms(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, Z,
+        vfe = collapsed.evaluate(*bound_pair(kernel, likelihood, values), X, y, Z, fitc=False, jitter=jitter, need_grad=False)
+        assert svgp.elbo_terms(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, Z,
                                jitter=jitter).elbo == pytest.approx(vfe.log_evidence, rel=1e-12)
 
 
@@ -360,24 +360,24 @@ def test_optimise_q_reaches_a_stationary_point_monotonically(lik, variance):
         y = y.copy()
         y[:3] += 6.0
     counting = Counting(likelihood)
-    q, steps, converged = svgp.optimise_q(*bound(kernel, counting, values), values, X, y, Z, jitter=1e-8, chunk_size=1000,
+    q, steps, converged = svgp.optimise_q(*bound_pair(kernel, counting, values), values, X, y, Z, jitter=1e-8, chunk_size=1000,
                                           tol=1e-12)
     assert converged and 1 < steps < 50
-    ev = svgp.evaluate(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, Z, jitter=1e-8, need_state=True)
+    ev = svgp.evaluate(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, Z, jitter=1e-8, need_state=True)
     for name in q:
         np.testing.assert_allclose(ev.grads[name], 0.0, atol=1e-6 if variance < 10 else 1e-5, err_msg=name)
     if lik == "student-t":
-        _, _, d, _ = likelihood.variational_expectations(values, "likelihood", y, *predict_f(kernel, values,
+        _, _, d, _ = bind(likelihood, values, "likelihood").variational_expectations(y, *predict_f(kernel, values,
                                                                                              ev.state, X))
         assert np.any(d > 0)                     # a negative site precision at the optimum
     if lik == "student-t":
         assert counting.calls > steps + 1        # some steps were halved
-    bounds = [svgp.elbo_terms(*bound(kernel, likelihood, {**values, **svgp.initial_values(Z.shape[0])}), {**values, **svgp.initial_values(Z.shape[0])}, X, y, Z,
+    bounds = [svgp.elbo_terms(*bound_pair(kernel, likelihood, {**values, **svgp.initial_values(Z.shape[0])}), {**values, **svgp.initial_values(Z.shape[0])}, X, y, Z,
                               jitter=1e-8).elbo]
     for k in range(1, steps + 1):
-        qk, sk, _ = svgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, Z, jitter=1e-8, tol=1e-12, max_iter=k)
+        qk, sk, _ = svgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, Z, jitter=1e-8, tol=1e-12, max_iter=k)
         assert sk == k
-        bounds.append(svgp.elbo_terms(*bound(kernel, likelihood, {**values, **qk}), {**values, **qk}, X, y, Z, jitter=1e-8).elbo)
+        bounds.append(svgp.elbo_terms(*bound_pair(kernel, likelihood, {**values, **qk}), {**values, **qk}, X, y, Z, jitter=1e-8).elbo)
     assert np.all(np.diff(bounds) >= 0.0)
     assert bounds[-1] == ev.log_evidence
 
@@ -387,22 +387,22 @@ def test_optimise_q_start_chunking_and_tolerance():
     the prior; chunking does not change the q reached; a looser tol stops earlier at a bound within
     about tol of the optimum."""
     kernel, likelihood, values, X, y, Z = _natgrad_problem("logit")
-    q, steps, converged = svgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, Z, jitter=0.0, tol=1e-12)
-    five, *_ = svgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, Z, jitter=0.0, tol=1e-12, max_iter=5)
+    q, steps, converged = svgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, Z, jitter=0.0, tol=1e-12)
+    five, *_ = svgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, Z, jitter=0.0, tol=1e-12, max_iter=5)
     for chunk in (1, 7):
         # the same five steps, and (the last steps being decided at rounding level, perhaps
         # after a different number of them) the same converged q to its convergence tolerance
-        qc5, sc5, _ = svgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, Z, jitter=0.0, tol=1e-12, chunk_size=chunk,
+        qc5, sc5, _ = svgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, Z, jitter=0.0, tol=1e-12, chunk_size=chunk,
                                       max_iter=5)
-        qc, sc, cc = svgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, Z, jitter=0.0, tol=1e-12, chunk_size=chunk)
+        qc, sc, cc = svgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, Z, jitter=0.0, tol=1e-12, chunk_size=chunk)
         assert sc5 == 5 and cc == converged
         for name in q:
             np.testing.assert_allclose(qc5[name], five[name], rtol=1e-10, atol=1e-13)
             np.testing.assert_allclose(qc[name], q[name], rtol=1e-7, atol=1e-10)
-    warm, warm_steps, warm_converged = svgp.optimise_q(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, Z, jitter=0.0,
+    warm, warm_steps, warm_converged = svgp.optimise_q(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, Z, jitter=0.0,
                                                        tol=1e-12)
     assert warm_converged and warm_steps <= 1
-    best = svgp.elbo_terms(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, Z, jitter=0.0).elbo
-    loose, loose_steps, loose_converged = svgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, Z, jitter=0.0, tol=1e-3)
+    best = svgp.elbo_terms(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, Z, jitter=0.0).elbo
+    loose, loose_steps, loose_converged = svgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, Z, jitter=0.0, tol=1e-3)
     assert loose_converged and loose_steps < steps
-    assert best - 1e-2 < svgp.elbo_terms(*bound(kernel, likelihood, {**values, **loose}), {**values, **loose}, X, y, Z, jitter=0.0).elbo <= best
+    assert best - 1e-2 < svgp.elbo_terms(*bound_pair(kernel, likelihood, {**values, **loose}), {**values, **loose}, X, y, Z, jitter=0.0).elbo <= best

@@ -77,10 +77,10 @@ def test_bad_components():
         gd.Model(kernel=SE(), likelihood=gd.likelihoods.Gaussian(0.1), inference=gd.inference.VFE())
     with pytest.raises(ValueError, match="Exact inference uses no inducing points"):
         gd.Model(kernel=SE(), likelihood=gd.likelihoods.Gaussian(0.1), inducing=gd.inducing.Subsample(3))
-    with pytest.raises(ValueError, match=r"HeteroscedasticGaussian with FITC is not supported; supported pairs: "
-                                         r"Bernoulli \+ EP, .*Gaussian \+ Exact"):
+    with pytest.raises(ValueError, match=r"HeteroscedasticGaussian with EP is not supported \(it needs a likelihood "
+                                         r"that provides 'site_model'\); supported pairs: Bernoulli \+ EP, .*Gaussian \+ Exact"):
         gd.Model(kernel=SE(), likelihood=gd.likelihoods.HeteroscedasticGaussian(degree=1),
-                 inducing=gd.inducing.Subsample(3), inference=gd.inference.FITC())
+                 inducing=gd.inducing.Subsample(3), inference=gd.inference.EP())
     with pytest.raises(ValueError, match="VFE: jitter must be None"):
         gd.inference.VFE(jitter=-1.0)
     with pytest.raises(TypeError, match="give exactly one of variance="):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import gpdsl as gd
-from naive import bound
+from naive import bound_pair
 from gpdsl.methods import svgp
 
 SE = gd.kernels.SquaredExponential
@@ -53,7 +53,7 @@ def test_fitted_svgp_q_is_stationary_and_svgp_with_z_at_x_is_vgp(sine, link):
         fits[name] = gd.Model(SE(1.0, 1.0), lik, inducing, inference).fit(X, y)
         assert fits[name].converged
     post = fits["svgp"]
-    ev = svgp.evaluate(*bound(post.model.kernel, lik, {**post.values, **post.sites.q}), {**post.values, **post.sites.q}, X, lik.prepare_targets(y), X,
+    ev = svgp.evaluate(*bound_pair(post.model.kernel, lik, {**post.values, **post.sites.q}), {**post.values, **post.sites.q}, X, lik.prepare_targets(y), X,
                        jitter=1e-8)
     for name in post.sites.q:
         assert np.max(np.abs(ev.grads[name])) < 1e-6, name

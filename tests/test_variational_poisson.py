@@ -10,7 +10,7 @@ from gpdsl.components import bind
 from gpdsl.likelihoods import expected_log_square
 from gpdsl.methods import svgp, vgp
 
-from naive import bound, central_difference, expected_log_square_series
+from naive import bound_pair, central_difference, expected_log_square_series
 
 SE = gd.kernels.SquaredExponential
 POISSON = gd.likelihoods.Poisson()
@@ -98,19 +98,19 @@ def test_vgp_and_svgp_gradients_match_central_differences():
     rng = np.random.default_rng(5)
     values = {"kernel.lengthscale": np.array(0.9), "kernel.variance": np.array(1.3)}
     q = {"variational.alpha": rng.normal(size=n), "variational.lambda": rng.uniform(0.5, 2.0, n)}
-    ev = vgp.evaluate(*bound(SE(0.9, 1.3), POISSON, {**values, **q}), {**values, **q}, X, y, jitter=0.0)
+    ev = vgp.evaluate(*bound_pair(SE(0.9, 1.3), POISSON, {**values, **q}), {**values, **q}, X, y, jitter=0.0)
     for name, value in {**values, **q}.items():
-        fd = central_difference(lambda x: vgp.evaluate(*bound(SE(0.9, 1.3), POISSON, {**values, **q, name: x}), {**values, **q, name: x}, X, y,
+        fd = central_difference(lambda x: vgp.evaluate(*bound_pair(SE(0.9, 1.3), POISSON, {**values, **q, name: x}), {**values, **q, name: x}, X, y,
                                                        jitter=0.0, need_grad=False).log_evidence, value)
         np.testing.assert_allclose(ev.grads[name], fd, rtol=1e-6, atol=1e-6, err_msg=name)
     Z = X[::3].copy()
     qs = {"variational.q_mu": rng.normal(size=4), "variational.q_sqrt": svgp.pack_lower(np.eye(4) * 0.6)}
-    ev = svgp.evaluate(*bound(SE(0.9, 1.3), POISSON, {**values, **qs}), {**values, **qs}, X, y, Z, jitter=0.0)
+    ev = svgp.evaluate(*bound_pair(SE(0.9, 1.3), POISSON, {**values, **qs}), {**values, **qs}, X, y, Z, jitter=0.0)
     for name, value in {**values, **qs}.items():
-        fd = central_difference(lambda x: svgp.evaluate(*bound(SE(0.9, 1.3), POISSON, {**values, **qs, name: x}), {**values, **qs, name: x}, X, y, Z,
+        fd = central_difference(lambda x: svgp.evaluate(*bound_pair(SE(0.9, 1.3), POISSON, {**values, **qs, name: x}), {**values, **qs, name: x}, X, y, Z,
                                                         jitter=0.0, need_grad=False).log_evidence, value)
         np.testing.assert_allclose(ev.grads[name], fd, rtol=1e-6, atol=1e-6, err_msg=name)
-    fd = central_difference(lambda z: svgp.evaluate(*bound(SE(0.9, 1.3), POISSON, {**values, **qs}), {**values, **qs}, X, y, z, jitter=0.0,
+    fd = central_difference(lambda z: svgp.evaluate(*bound_pair(SE(0.9, 1.3), POISSON, {**values, **qs}), {**values, **qs}, X, y, z, jitter=0.0,
                                                     need_grad=False).log_evidence, Z)
     np.testing.assert_allclose(ev.dZ, fd, rtol=1e-6, atol=1e-6)
 
@@ -139,9 +139,9 @@ def test_natural_optimum_is_the_best_gaussian_q():
     values = {"kernel.lengthscale": np.array(1.0), "kernel.variance": np.array(1.5)}
     K = bind(kernel, values, "kernel").gram(X, X)
     start = gd.inference.VGP().surrogate_q(kernel, POISSON, values, X, y, None)
-    q, _, converged = vgp.optimise_q(*bound(kernel, POISSON, values), values, X, y, start, jitter=0.0, tol=1e-13, polish=True)
+    q, _, converged = vgp.optimise_q(*bound_pair(kernel, POISSON, values), values, X, y, start, jitter=0.0, tol=1e-13, polish=True)
     assert converged
-    bound = vgp.evaluate(*bound(kernel, POISSON, {**values, **q}), {**values, **q}, X, y, jitter=0.0, need_grad=False).log_evidence
+    bound = vgp.evaluate(*bound_pair(kernel, POISSON, {**values, **q}), {**values, **q}, X, y, jitter=0.0, need_grad=False).log_evidence
     n, rows, cols = 6, *np.tril_indices(6)
 
     def negative(x):
@@ -157,7 +157,7 @@ def test_natural_optimum_is_the_best_gaussian_q():
     assert max(found) == pytest.approx(bound, rel=1e-7)
     assert max(found) <= bound + 1e-7 * abs(bound)
     reflected = {"variational.alpha": -q["variational.alpha"], "variational.lambda": q["variational.lambda"]}
-    assert vgp.evaluate(*bound(kernel, POISSON, {**values, **reflected}), {**values, **reflected}, X, y, jitter=0.0,
+    assert vgp.evaluate(*bound_pair(kernel, POISSON, {**values, **reflected}), {**values, **reflected}, X, y, jitter=0.0,
                         need_grad=False).log_evidence == pytest.approx(bound, rel=1e-14)
 
 
@@ -168,15 +168,15 @@ def test_the_prior_start_is_a_saddle_the_surrogate_start_leaves():
     X, y = _counts()
     kernel = SE(0.9, 1.3)
     values = {"kernel.lengthscale": np.array(0.9), "kernel.variance": np.array(1.3)}
-    stuck, _, _ = vgp.optimise_q(*bound(kernel, POISSON, values), values, X, y, vgp.initial_values(X.shape[0]), jitter=0.0)
+    stuck, _, _ = vgp.optimise_q(*bound_pair(kernel, POISSON, values), values, X, y, vgp.initial_values(X.shape[0]), jitter=0.0)
     np.testing.assert_array_equal(stuck["variational.alpha"], 0.0)
-    at = lambda qq: vgp.evaluate(*bound(kernel, POISSON, {**values, **qq}), {**values, **qq}, X, y, jitter=0.0, need_grad=False).log_evidence
-    q, _, _ = vgp.optimise_q(*bound(kernel, POISSON, values), values, X, y,
+    at = lambda qq: vgp.evaluate(*bound_pair(kernel, POISSON, {**values, **qq}), {**values, **qq}, X, y, jitter=0.0, need_grad=False).log_evidence
+    q, _, _ = vgp.optimise_q(*bound_pair(kernel, POISSON, values), values, X, y,
                              gd.inference.VGP().surrogate_q(kernel, POISSON, values, X, y, None), jitter=0.0, tol=1e-12)
     assert at(q) > at(stuck) + 10.0
-    qs, _, _ = svgp.optimise_q(*bound(kernel, POISSON, values), values, X, y, X,
+    qs, _, _ = svgp.optimise_q(*bound_pair(kernel, POISSON, values), values, X, y, X,
                                gd.inference.SVGP().surrogate_q(kernel, POISSON, values, X, y, X), jitter=0.0, tol=1e-12)
-    assert svgp.elbo_terms(*bound(kernel, POISSON, {**values, **qs}), {**values, **qs}, X, y, X, jitter=0.0).elbo == pytest.approx(at(q), rel=1e-9)
+    assert svgp.elbo_terms(*bound_pair(kernel, POISSON, {**values, **qs}), {**values, **qs}, X, y, X, jitter=0.0).elbo == pytest.approx(at(q), rel=1e-9)
 
 
 def test_fits_vgp_svgp_and_minibatch_svgp():

@@ -9,7 +9,7 @@ import gpdsl as gd
 from gpdsl.components import bind
 from gpdsl.methods import exact, svgp, vgp
 
-from naive import bound, central_difference
+from naive import bound_pair, central_difference
 from variational_cases import KERNELS, LIKELIHOODS, Counting, predict_f
 
 SE = gd.kernels.SquaredExponential
@@ -31,11 +31,11 @@ def test_gradients_match_central_differences(kern, lik, jitter):
     likelihood, lik_values, binary = LIKELIHOODS[lik]
     X, y, q = _problem(1, binary=binary)
     values = {**kernel_values, **lik_values, **q}
-    ev = vgp.evaluate(*bound(kernel, likelihood, values), values, X, y, jitter=jitter)
+    ev = vgp.evaluate(*bound_pair(kernel, likelihood, values), values, X, y, jitter=jitter)
     assert set(ev.grads) == set(values) and ev.dZ is None
 
     def objective(vals):
-        return vgp.evaluate(*bound(kernel, likelihood, vals), vals, X, y, jitter=jitter, need_grad=False).log_evidence
+        return vgp.evaluate(*bound_pair(kernel, likelihood, vals), vals, X, y, jitter=jitter, need_grad=False).log_evidence
 
     for name, value in values.items():
         fd = central_difference(lambda v: objective({**values, name: v}), value)
@@ -62,8 +62,8 @@ def test_bound_is_svgp_with_Z_equal_X_at_the_same_q(lik):
     likelihood, lik_values, binary = LIKELIHOODS[lik]
     X, y, q = _problem(2, binary=binary)
     values = {**kernel_values, **lik_values}
-    ev = vgp.evaluate(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0, need_state=True)
-    sv = svgp.evaluate(*bound(kernel, likelihood, {**values, **_svgp_at_the_same_q(kernel, values, X, q)}), {**values, **_svgp_at_the_same_q(kernel, values, X, q)}, X, y, X,
+    ev = vgp.evaluate(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0, need_state=True)
+    sv = svgp.evaluate(*bound_pair(kernel, likelihood, {**values, **_svgp_at_the_same_q(kernel, values, X, q)}), {**values, **_svgp_at_the_same_q(kernel, values, X, q)}, X, y, X,
                        jitter=0.0, need_state=True)
     assert ev.log_evidence == pytest.approx(sv.log_evidence, rel=1e-9)
     Xs = np.random.default_rng(3).uniform(-2, 2, size=(6, 2))
@@ -80,7 +80,7 @@ def test_state_predicts_the_opper_archambeau_posterior():
     likelihood, lik_values, _ = LIKELIHOODS["logit"]
     X, y, q = _problem(4, binary=True)
     values = {**kernel_values, **lik_values, **q}
-    ev = vgp.evaluate(*bound(kernel, likelihood, values), values, X, y, need_grad=False, need_state=True)
+    ev = vgp.evaluate(*bound_pair(kernel, likelihood, values), values, X, y, need_grad=False, need_state=True)
     assert ev.jitter == 0.0 and ev.grads == {} and ev.warm is None
     alpha, lam = q["variational.alpha"], q["variational.lambda"]
     K = bind(kernel, values, "kernel").gram(X, X)
@@ -109,8 +109,8 @@ def test_gaussian_closed_form_optimum_is_the_exact_marginal_likelihood():
     values = {**kernel_values, "likelihood.variance": np.array(s2)}
     K = bind(kernel, values, "kernel").gram(X, X)
     q = {"variational.alpha": np.linalg.solve(K + s2 * np.eye(20), y), "variational.lambda": np.full(20, s2 ** -0.5)}
-    ev = vgp.evaluate(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0, need_state=True)
-    ref = exact.evaluate(*bound(kernel, likelihood, values), X, y, jitter=0.0, need_state=True)
+    ev = vgp.evaluate(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0, need_state=True)
+    ref = exact.evaluate(*bound_pair(kernel, likelihood, values), X, y, jitter=0.0, need_state=True)
     assert ev.log_evidence == pytest.approx(ref.log_evidence, rel=1e-10)
     for name in q:
         np.testing.assert_allclose(ev.grads[name], 0.0, atol=1e-9, err_msg=name)
@@ -135,7 +135,7 @@ def _vgp_optimum(kernel, likelihood, values, X, y):
 
     def fun_grad(x):
         q = {"variational.alpha": x[:n], "variational.lambda": np.exp(x[n:])}
-        ev = vgp.evaluate(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0)
+        ev = vgp.evaluate(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0)
         d_log_lambda = ev.grads["variational.lambda"] * q["variational.lambda"]
         return ev.log_evidence, np.concatenate([ev.grads["variational.alpha"], d_log_lambda])
 
@@ -149,7 +149,7 @@ def _svgp_optimum(kernel, likelihood, values, X, y):
 
     def fun_grad(x):
         q = {"variational.q_mu": x[:n], "variational.q_sqrt": x[n:]}
-        ev = svgp.evaluate(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, X, jitter=0.0)
+        ev = svgp.evaluate(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, X, jitter=0.0)
         return ev.log_evidence, np.concatenate([ev.grads["variational.q_mu"], ev.grads["variational.q_sqrt"]])
 
     start = svgp.initial_values(n)
@@ -183,9 +183,9 @@ def test_optimised_vgp_equals_optimised_svgp_with_Z_equal_X(lik):
         A = np.linalg.cholesky(bind(kernel, values, "kernel").gram(X, X)).T        # L^-1 K = L^T with Z = X
         S = np.linalg.inv(np.eye(X.shape[0]) + A @ A.T / s2)
         q = {"variational.q_mu": S @ A @ y / s2, "variational.q_sqrt": svgp.pack_lower(np.linalg.cholesky(S))}
-        best_svgp = svgp.evaluate(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, X, jitter=0.0,
+        best_svgp = svgp.evaluate(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, X, jitter=0.0,
                                   need_grad=False).log_evidence
-        ref = exact.evaluate(*bound(kernel, likelihood, values), X, y, jitter=0.0, need_grad=False).log_evidence
+        ref = exact.evaluate(*bound_pair(kernel, likelihood, values), X, y, jitter=0.0, need_grad=False).log_evidence
         assert best_svgp == pytest.approx(ref, rel=1e-10)
     else:
         best_svgp, _ = _svgp_optimum(kernel, likelihood, values, X, y)
@@ -199,7 +199,7 @@ def test_initial_values_and_shape_checks():
     np.testing.assert_array_equal(start["variational.alpha"], 0.0)
     np.testing.assert_array_equal(start["variational.lambda"], 1.0)
     values = {**kernel_values, "likelihood.variance": np.array(0.2)}
-    ev = vgp.evaluate(*bound(kernel, gd.likelihoods.Gaussian(0.2), {**values, **start}), {**values, **start}, X, y)
+    ev = vgp.evaluate(*bound_pair(kernel, gd.likelihoods.Gaussian(0.2), {**values, **start}), {**values, **start}, X, y)
     # Dense, from the definitions: q(f) = N(0, Sigma), Sigma = (K^-1 + I)^-1, Gaussian expectations
     # in closed form, KL[N(0, Sigma) || N(0, K)].
     K = bind(kernel, values, "kernel").gram(X, X)
@@ -208,7 +208,7 @@ def test_initial_values_and_shape_checks():
     kl = 0.5 * (np.trace(np.linalg.solve(K, Sigma)) - 15 + np.linalg.slogdet(K)[1] - np.linalg.slogdet(Sigma)[1])
     assert ev.log_evidence == pytest.approx(ell - kl, rel=1e-10)
     with pytest.raises(ValueError, match="variational.alpha"):
-        vgp.evaluate(*bound(kernel, gd.likelihoods.Gaussian(0.2), {**values, **vgp.initial_values(14)}), {**values, **vgp.initial_values(14)}, X, y)
+        vgp.evaluate(*bound_pair(kernel, gd.likelihoods.Gaussian(0.2), {**values, **vgp.initial_values(14)}), {**values, **vgp.initial_values(14)}, X, y)
 
 
 # -- natural-gradient updates of q (optimise_q) ---------------------------------------------------
@@ -232,15 +232,15 @@ def test_optimise_q_gaussian_one_step_is_the_closed_form(jitter):
     alpha = np.linalg.solve(K + s2 * np.eye(n), y)
     _, _, start = _problem(12, n=n)
     for q0 in (None, start):
-        q, steps, converged = vgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, q0, jitter=jitter, max_iter=1)
+        q, steps, converged = vgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, q0, jitter=jitter, max_iter=1)
         assert steps == 1 and not converged
         np.testing.assert_allclose(q["variational.alpha"], alpha, rtol=1e-9, atol=1e-11)
         np.testing.assert_allclose(q["variational.lambda"], s2 ** -0.5, rtol=1e-13)
-        q, steps, converged = vgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, q0, jitter=jitter)
+        q, steps, converged = vgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, q0, jitter=jitter)
         assert converged and steps <= 2
-        ev = vgp.evaluate(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=jitter, need_grad=False)
+        ev = vgp.evaluate(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=jitter, need_grad=False)
         if jitter == 0.0:
-            ref = exact.evaluate(*bound(kernel, likelihood, values), X, y, jitter=0.0, need_grad=False).log_evidence
+            ref = exact.evaluate(*bound_pair(kernel, likelihood, values), X, y, jitter=0.0, need_grad=False).log_evidence
             assert ev.log_evidence == pytest.approx(ref, rel=1e-11)
 
 
@@ -251,20 +251,20 @@ def test_optimise_q_reaches_the_optimum_monotonically(lik):
     a warm start from the optimum (q=None: the variational entries of ``values``) stops at once."""
     kernel, likelihood, values, X, y = _natgrad_problem(lik)
     counting = Counting(likelihood)
-    q, steps, converged = vgp.optimise_q(*bound(kernel, counting, values), values, X, y, jitter=0.0, tol=1e-12)
+    q, steps, converged = vgp.optimise_q(*bound_pair(kernel, counting, values), values, X, y, jitter=0.0, tol=1e-12)
     assert converged and 1 < steps < 30 and counting.calls >= steps + 1
-    ev = vgp.evaluate(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0)
+    ev = vgp.evaluate(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0)
     for name in q:
         np.testing.assert_allclose(ev.grads[name], 0.0, atol=1e-6, err_msg=name)
-    bounds = [vgp.evaluate(*bound(kernel, likelihood, {**values, **vgp.initial_values(X.shape[0])}), {**values, **vgp.initial_values(X.shape[0])}, X, y, jitter=0.0,
+    bounds = [vgp.evaluate(*bound_pair(kernel, likelihood, {**values, **vgp.initial_values(X.shape[0])}), {**values, **vgp.initial_values(X.shape[0])}, X, y, jitter=0.0,
                            need_grad=False).log_evidence]
     for k in range(1, steps + 1):
-        qk, sk, _ = vgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, jitter=0.0, tol=1e-12, max_iter=k)
+        qk, sk, _ = vgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, jitter=0.0, tol=1e-12, max_iter=k)
         assert sk == k
-        bounds.append(vgp.evaluate(*bound(kernel, likelihood, {**values, **qk}), {**values, **qk}, X, y, jitter=0.0,
+        bounds.append(vgp.evaluate(*bound_pair(kernel, likelihood, {**values, **qk}), {**values, **qk}, X, y, jitter=0.0,
                                    need_grad=False).log_evidence)
     assert np.all(np.diff(bounds) >= 0.0) and bounds[-1] == ev.log_evidence
-    _, warm_steps, warm_converged = vgp.optimise_q(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0, tol=1e-12)
+    _, warm_steps, warm_converged = vgp.optimise_q(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0, tol=1e-12)
     assert warm_converged and warm_steps <= 1
 
 
@@ -278,11 +278,11 @@ def test_optimise_q_agrees_with_svgp_with_Z_equal_X(lik):
     X, y = _optimum_problem()
     y = np.where(y > 0, 1.0, -1.0)
     values = {"kernel.lengthscale": np.array(0.5), "kernel.variance": np.array(1.1), **lik_values}
-    q, _, converged = vgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, jitter=0.0, tol=1e-12)
-    qs, _, converged_s = svgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, X, jitter=0.0, tol=1e-12)
+    q, _, converged = vgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, jitter=0.0, tol=1e-12)
+    qs, _, converged_s = svgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, X, jitter=0.0, tol=1e-12)
     assert converged and converged_s
-    bound = vgp.evaluate(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0, need_grad=False).log_evidence
-    bound_s = svgp.elbo_terms(*bound(kernel, likelihood, {**values, **qs}), {**values, **qs}, X, y, X, jitter=0.0).elbo
+    bound = vgp.evaluate(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0, need_grad=False).log_evidence
+    bound_s = svgp.elbo_terms(*bound_pair(kernel, likelihood, {**values, **qs}), {**values, **qs}, X, y, X, jitter=0.0).elbo
     assert bound == pytest.approx(bound_s, rel=1e-10)
     mapped = _svgp_at_the_same_q(kernel, values, X, q)
     np.testing.assert_allclose(mapped["variational.q_mu"], qs["variational.q_mu"], rtol=1e-6, atol=1e-7)
@@ -298,12 +298,12 @@ def test_optimise_q_clips_negative_site_precisions():
     kernel, likelihood, values, X, y = _natgrad_problem("student-t")
     y = y.copy()
     y[:3] += 6.0
-    start = vgp.evaluate(*bound(kernel, likelihood, {**values, **vgp.initial_values(X.shape[0])}), {**values, **vgp.initial_values(X.shape[0])}, X, y, jitter=0.0,
+    start = vgp.evaluate(*bound_pair(kernel, likelihood, {**values, **vgp.initial_values(X.shape[0])}), {**values, **vgp.initial_values(X.shape[0])}, X, y, jitter=0.0,
                          need_grad=False).log_evidence
-    q, steps, converged = vgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, jitter=0.0, tol=1e-10)
+    q, steps, converged = vgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, jitter=0.0, tol=1e-10)
     lam = q["variational.lambda"]
     floor = np.sqrt(vgp.MIN_SITE_PRECISION / np.mean(np.diag(bind(kernel, values, "kernel").gram(X, X))))
     assert converged and np.all(lam > 0) and np.any(np.isclose(lam, floor, rtol=1e-9, atol=0.0))
-    bound = vgp.evaluate(*bound(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0, need_grad=False).log_evidence
-    qs, _, _ = svgp.optimise_q(*bound(kernel, likelihood, values), values, X, y, X, jitter=0.0, tol=1e-10)
-    assert start < bound <= svgp.elbo_terms(*bound(kernel, likelihood, {**values, **qs}), {**values, **qs}, X, y, X, jitter=0.0).elbo + 1e-9
+    bound = vgp.evaluate(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0, need_grad=False).log_evidence
+    qs, _, _ = svgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, X, jitter=0.0, tol=1e-10)
+    assert start < bound <= svgp.elbo_terms(*bound_pair(kernel, likelihood, {**values, **qs}), {**values, **qs}, X, y, X, jitter=0.0).elbo + 1e-9
