@@ -115,7 +115,8 @@ def test_log_density_derivatives_match_central_differences(likelihood):
     d = lik.log_density_derivatives(y, F)
     np.testing.assert_allclose(d[0], lik.log_density(y, F), rtol=1e-12, atol=1e-12)
     for k in range(3):
-        fd = np.array([central_difference(lambda v, i=i: d_at(lik, y[i], v)[k], F[i], step=1e-5) for i in range(F.size)])
+        fd = np.array([central_difference(lambda v, i=i: float(d_at(lik, y[i], v)[k][0]), F[i], step=1e-5)
+                       for i in range(F.size)])
         np.testing.assert_allclose(d[k + 1], fd.ravel(), rtol=1e-5, atol=1e-7, err_msg=f"d{k + 1}")
     values = _local_values(likelihood, X1)
     params = likelihood.bind(values).log_density_param_derivatives(y, F)
@@ -173,9 +174,18 @@ def test_log_predictive_matches_quadrature_and_predictive_matches_draws(likeliho
     except NotImplementedError:
         pytest.skip(f"{_label(likelihood)} has no log predictive density")
     y = _targets(likelihood, MEANS, seed=2)
+    approximation = getattr(lik, "predictive_approximation", None)
     for i in range(MEANS.size):
+        if approximation is not None:
+            break
         want = _expect(lambda f: float(np.exp(lik.log_density(np.array([y[i]]), np.array([f]))[0])), MEANS[i], VARS[i])
         assert lp[i] == pytest.approx(np.log(want), rel=1e-7, abs=1e-8), i
+    if approximation is not None:
+        # Not the exact density (its documented approximation): it must still be a distribution.
+        counts = np.arange(400.0)
+        total = [np.sum(np.exp(lik.log_predictive(np.full(counts.size, m), np.full(counts.size, v), counts)))
+                 for m, v in zip(MEANS, VARS)]
+        np.testing.assert_allclose(total, 1.0, rtol=1e-8)
     summary = lik.predictive(MEANS, VARS)
     draws = 40_000
     f = MEANS + np.sqrt(VARS) * np.random.default_rng(3).standard_normal((draws, MEANS.size))
@@ -184,9 +194,11 @@ def test_log_predictive_matches_quadrature_and_predictive_matches_draws(likeliho
         mean, sd = np.mean(ys > 0, axis=0), np.std(ys > 0, axis=0)
         np.testing.assert_array_less(np.abs(mean - summary["p"]), 5 * sd / np.sqrt(draws) + 1e-3)
     else:
-        mean, sd = ys.mean(axis=0), ys.std(axis=0)
-        np.testing.assert_array_less(np.abs(mean - summary["y_mean"]), 5 * sd / np.sqrt(draws) + 1e-9)
-        np.testing.assert_allclose(summary["y_var"], ys.var(axis=0), rtol=0.05)
+        mean, var = ys.mean(axis=0), ys.var(axis=0)
+        np.testing.assert_array_less(np.abs(mean - summary["y_mean"]), 5 * np.sqrt(var / draws) + 1e-9)
+        # The sample variance's standard error, sqrt((m4 - var^2) / n): heavy tails widen it.
+        m4 = np.mean((ys - mean) ** 4, axis=0)
+        np.testing.assert_array_less(np.abs(var - summary["y_var"]), 5 * np.sqrt((m4 - var * var) / draws) + 1e-9)
 
 
 # -- supported pairs ------------------------------------------------------------------------------

@@ -149,6 +149,8 @@ class Likelihood(Component, family="likelihood"):
     # Whether p(y | f) = p(y | -f): q(f) centred at 0 is then a stationary point (a saddle) of a
     # variational bound, and the variational methods start q from the surrogate regression.
     sign_symmetric = False
+    # What log_predictive approximates the exact log E[p(y | f)] by, or None where it is exact.
+    predictive_approximation = None
     # Nodes of the Gauss-Hermite rule of the default variational expectations: 100 points
     # integrate log Phi and log sigma under latent sds up to ~3 to ~1e-12 (tests/test_likelihoods.py).
     quadrature_points = 100

@@ -182,6 +182,13 @@ class Poisson(Likelihood):
     def sign_symmetric(self):
         return self.link == "square"
 
+    @property
+    def predictive_approximation(self):
+        """What the log predictive density approximates the exact one by, or None where it is exact
+        (the conformance suite checks an exact one against quadrature, an approximate one for
+        summing to 1): the square link's moment-matched negative binomial (QP paper Appendix H)."""
+        return "moment-matched negative binomial (QP paper, Appendix H)" if self.link == "square" else None
+
     @classmethod
     def variants(cls):
         """The square and the log link.
