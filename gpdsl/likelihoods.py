@@ -34,9 +34,10 @@ variances ``noise`` and its vector-Jacobian product ``noise_vjp``: the exact GP 
 VFE / FITC engines need nothing else.  Which method accepts which likelihood (and link) is
 declared by the methods (:mod:`gpdsl.inference`), not here.
 
-A new likelihood is one subclass here plus, for EP / QP, its tilted moments in
-:mod:`gpdsl._jit.projections` under a new code: the site sweeps take the parameters as a tuple,
-so no jitted signature changes (``StudentT`` was added that way).
+A new likelihood is one subclass here plus, for EP / QP, a module of jitted tilted-moment code
+under :mod:`gpdsl._jit.likelihoods` (see :mod:`gpdsl._jit.projections`), which its ``site_model``
+hands to the site sweeps: they take the functions and the parameter tuple as arguments, so no
+sweep changes (``StudentT`` was added that way).
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import special
 
-from ._jit import projections
+from ._jit.likelihoods import bernoulli, gaussian, poisson, student_t
 from ._jit.special import (digamma_half_excess, log1p_excess_array, logit_normal_logp_many,
                            student_t_log_norm_excess)
 from .checks import ValueEquality, check_nonnegative_int
@@ -162,21 +163,22 @@ def expected_log_square(mean, var):
 
 
 class SiteModel(NamedTuple):
-    """What EP's and QP's jitted site sweeps need of a likelihood: the code of its tilted-moment
-    routine in :mod:`gpdsl._jit.projections` and its parameters, a tuple of floats whose order
+    """What EP's and QP's jitted site sweeps need of a likelihood: its jitted tilted-moment
+    functions (:mod:`gpdsl._jit.projections`) and its parameters, a tuple of floats whose order
     is ``names`` (the hyperparameter names the evidence gradients go to).
 
     Parameters
     ----------
-    kind : int
-        The tilted-moment routine's code in :mod:`gpdsl._jit.projections`.
+    functions : gpdsl._jit.projections.SiteFunctions
+        The likelihood's jitted projection and log Z gradient (``SITE`` of its module under
+        :mod:`gpdsl._jit.likelihoods`).
     params : tuple of float
         The likelihood's parameters, in the order of ``names``.
     names : tuple of str
         The hyperparameter names the evidence gradients go to.
     """
 
-    kind: int
+    functions: tuple
     params: tuple
     names: tuple
 
@@ -801,7 +803,7 @@ class Gaussian(_GaussianNoise):
         -------
         SiteModel
         """
-        return SiteModel(projections.GAUSSIAN, (float(values[f"{prefix}.variance"]),), (f"{prefix}.variance",))
+        return SiteModel(gaussian.SITE, (float(values[f"{prefix}.variance"]),), (f"{prefix}.variance",))
 
     def predictive(self, values, prefix, f_mean, f_var):
         """Predictive mean and variance of y* under f* ~ N(f_mean, f_var).
@@ -1125,8 +1127,8 @@ class Bernoulli(Likelihood):
         -------
         SiteModel
         """
-        kind = projections.PROBIT if self.link == "probit" else projections.LOGIT
-        return SiteModel(kind, (self._bias(values, prefix),), (f"{prefix}.bias",))
+        functions = bernoulli.PROBIT_SITE if self.link == "probit" else bernoulli.LOGIT_SITE
+        return SiteModel(functions, (self._bias(values, prefix),), (f"{prefix}.bias",))
 
     def predictive(self, values, prefix, f_mean, f_var):
         """p(y* = +1) = E[p(+1 | f*)] under N(f_mean, f_var), arrays (n,) -> {"p": (n,)}; see
@@ -1401,7 +1403,7 @@ class Poisson(Likelihood):
         -------
         SiteModel
         """
-        return SiteModel(projections.POISSON_SQUARE, (), ())
+        return SiteModel(poisson.SITE, (), ())
 
     def surrogate(self, values, prefix, X, y):
         """Unit weights and targets sqrt(y + 1/2), the positive branch f ~ sqrt(y) that EP's
@@ -1681,7 +1683,7 @@ class StudentT(Likelihood):
         -------
         SiteModel
         """
-        return SiteModel(projections.STUDENT_T, self._params(values, prefix), (f"{prefix}.df", f"{prefix}.scale"))
+        return SiteModel(student_t.SITE, self._params(values, prefix), (f"{prefix}.df", f"{prefix}.scale"))
 
     def log_density_bound(self, values, prefix, y):
         # The density at f = y.
