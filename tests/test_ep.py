@@ -61,6 +61,7 @@ def test_matches_gpml_converged(gpml, synth, name, sparse):
 @pytest.mark.parametrize("quantile", [False, True])
 def test_fitc_ep_equals_dense_ep_on_the_fitc_prior(synth, schedule, quantile):
     """FITC-EP's O(M^2) rank-1 updates against dense EP run on the explicit FITC covariance."""
+    from gpdsl._jit.likelihoods.bernoulli import PROBIT_SITE
     from gpdsl.methods import expectation_propagation as epm
     X, y = synth[0][:80], synth[1][:80]
     Z = X[:7] + 0.05
@@ -68,14 +69,14 @@ def test_fitc_ep_equals_dense_ep_on_the_fitc_prior(synth, schedule, quantile):
     values = {"kernel.lengthscale": np.array(0.8), "kernel.variance": np.array(1.3)}
     spec = (gd.inference.QP if quantile else gd.inference.EP)(tol=1e-12, schedule=schedule, jitter=1e-6)
     fitc = epm.FITCPrior(kernel, values, X, Z, 1e-6, None)
-    fitc_state = epm.run_sites(fitc, y, _site(0, 0.3), spec, None, quantile)
+    fitc_state = epm.run_sites(fitc, y, _site(PROBIT_SITE, 0.3), spec, None, quantile)
     dense = epm.DensePrior(kernel, values, X)
     Kuu = kernel.gram(values, "kernel", Z, Z)
     Kuu += 1e-6 * np.mean(np.diag(Kuu)) * np.eye(len(Z))
     Kfu = kernel.gram(values, "kernel", X, Z)
     Q = Kfu @ np.linalg.solve(Kuu, Kfu.T)
     dense.K = Q + np.diag(kernel.diag(values, "kernel", X) - np.diag(Q))
-    dense_state = epm.run_sites(dense, y, _site(0, 0.3), spec, None, quantile)
+    dense_state = epm.run_sites(dense, y, _site(PROBIT_SITE, 0.3), spec, None, quantile)
     assert fitc_state.converged and dense_state.converged
     np.testing.assert_allclose(fitc_state.tau, dense_state.tau, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(fitc_state.nu, dense_state.nu, rtol=1e-8, atol=1e-10)
