@@ -40,7 +40,7 @@ from numba import njit  # noqa: E402
 
 import gpdsl as gd  # noqa: E402
 from gpdsl._jit import ep_sweeps  # noqa: E402
-from gpdsl._jit.projections import project_tabulated  # noqa: E402
+from gpdsl._jit.likelihoods import bernoulli  # noqa: E402
 from gpdsl.methods import expectation_propagation as epm  # noqa: E402
 
 NO_TABLE = epm._NO_TABLE
@@ -84,9 +84,9 @@ class Problem:
         self.d = d
         model = make_model(d, self.Z)
         values = model.parameter_table(self.X, self.Z).values()
-        # The probit's code and its scalar bias: the kernels' array (table) form of the projection.
+        # The probit's jitted projection and its parameter tuple, with the kernels' table arguments.
         site = model.likelihood.site_model(values, "likelihood")
-        self.kind, self.bias = site.kind, site.params[0]
+        self.kind, self.bias = site.functions.project, site.params
         kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
         self.prior = epm.FITCPrior(model.kernel, kernel_values, self.X, self.Z, 1e-6, None)
         self.tau, self.nu = np.zeros(n), np.zeros(n)
@@ -184,10 +184,10 @@ def _loop_gemm(which, P, ME, b):
 
 
 @njit(fastmath=True)
-def _loop_project(kind, y, mu, var, bias, qp, table, grid):
+def _loop_project(project, y, mu, var, bias, qp, table, grid):
     acc = 0.0
     for i in range(y.shape[0]):
-        _, mean, v = project_tabulated(kind, y[i], mu[i], var[i], bias, qp, table, grid)
+        _, mean, v = project(y[i], mu[i], var[i], bias, qp, table, grid)
         acc += mean + v
     return acc
 
@@ -199,7 +199,7 @@ def breakdown(pb, sweep_s, block):
     ME = np.ascontiguousarray(np.hstack([prior.Minv, prior.gamma[:, None]]))
     var, mean = prior.marginals()
     n_qp = max(n // 20, 1)
-    table = epm.qp_lookup_table()
+    table = bernoulli.probit_lookup_table()
     y, kind, bias = pb.y, pb.kind, pb.bias
     b = block
     rows = [("W = P_b [M | gamma]", 2 * m * (m + 1), n, lambda: _loop_gemm(0, prior.P, ME, b)),
@@ -337,7 +337,7 @@ def run(args):
     marg = timed(pb.prior.marginals, R)
     qp_direct = timed(lambda: pb.sequential(quantile=True), R, pb.restore)
     t = time.perf_counter()
-    table = epm.qp_lookup_table()
+    table = bernoulli.probit_lookup_table()
     t_table = time.perf_counter() - t
     qp_lookup = timed(lambda: pb.sequential(quantile=True, table=table), R, pb.restore)
     s, b = med(seq), ep_sweeps.FITC_BLOCK

@@ -177,7 +177,7 @@ def vfe_predict_extended(X, Z, X_new, lengthscale, variance, noise, y):
 
 
 # --------------------------------------------------------------------------- tilted distributions (EP / QP)
-# Brute-force references for the jitted site projections of gpdsl._jit.projections: any
+# Brute-force references for the jitted site projections of gpdsl._jit.likelihoods: any
 # log-likelihood callable f -> log p(y | f), the cavity N(mu, sd^2), and adaptive quadrature
 # (scipy.integrate.quad, relative tolerance 1e-13) on a grid of breakpoints fine enough that no
 # piece hides a feature from it.

@@ -21,11 +21,11 @@ def synth():
     return train[:, :2], train[:, 2], test[:, :2], test[:, 2]
 
 
-def _site(kind, param):
-    """The SiteModel that run_sites takes, for a likelihood code and its one parameter (none for
-    the Poisson likelihood)."""
-    from gpdsl._jit.projections import POISSON_SQUARE
-    return gd.likelihoods.SiteModel(kind, () if kind == POISSON_SQUARE else (param,), ())
+def _site(functions, param):
+    """The SiteModel that run_sites takes, for a likelihood's site functions and its one parameter
+    (none for the Poisson likelihood)."""
+    from gpdsl._jit.likelihoods import poisson
+    return gd.likelihoods.SiteModel(functions, () if functions is poisson.SITE else (param,), ())
 
 
 def _classifier(inference, inducing=None, kernel=None, bias=gd.Fixed(0.0)):
@@ -62,6 +62,7 @@ def test_matches_gpml_converged(gpml, synth, name, sparse):
 @pytest.mark.parametrize("quantile", [False, True])
 def test_fitc_ep_equals_dense_ep_on_the_fitc_prior(synth, schedule, quantile):
     """FITC-EP's O(M^2) rank-1 updates against dense EP run on the explicit FITC covariance."""
+    from gpdsl._jit.likelihoods.bernoulli import PROBIT_SITE
     from gpdsl.methods import expectation_propagation as epm
     X, y = synth[0][:80], synth[1][:80]
     Z = X[:7] + 0.05
@@ -69,14 +70,14 @@ def test_fitc_ep_equals_dense_ep_on_the_fitc_prior(synth, schedule, quantile):
     values = {"kernel.lengthscale": np.array(0.8), "kernel.variance": np.array(1.3)}
     spec = (gd.inference.QP if quantile else gd.inference.EP)(tol=1e-12, schedule=schedule, jitter=1e-6)
     fitc = epm.FITCPrior(bind(kernel, values, "kernel"), X, Z, 1e-6, None)
-    fitc_state = epm.run_sites(fitc, y, _site(0, 0.3), spec, None, quantile)
+    fitc_state = epm.run_sites(fitc, y, _site(PROBIT_SITE, 0.3), spec, None, quantile)
     dense = epm.DensePrior(bind(kernel, values, "kernel"), X)
     Kuu = bind(kernel, values, "kernel").gram(Z, Z)
     Kuu += 1e-6 * np.mean(np.diag(Kuu)) * np.eye(len(Z))
     Kfu = bind(kernel, values, "kernel").gram(X, Z)
     Q = Kfu @ np.linalg.solve(Kuu, Kfu.T)
     dense.K = Q + np.diag(bind(kernel, values, "kernel").diag(X) - np.diag(Q))
-    dense_state = epm.run_sites(dense, y, _site(0, 0.3), spec, None, quantile)
+    dense_state = epm.run_sites(dense, y, _site(PROBIT_SITE, 0.3), spec, None, quantile)
     assert fitc_state.converged and dense_state.converged
     np.testing.assert_allclose(fitc_state.tau, dense_state.tau, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(fitc_state.nu, dense_state.nu, rtol=1e-8, atol=1e-10)
@@ -153,7 +154,7 @@ def _check_evidence_gradients(model, X, y, Z0):
 def test_gaussian_projection_reproduces_exact_regression_in_one_sweep():
     """With a Gaussian likelihood the tilted law is Gaussian, so one EP sweep (the jitted
     sequential sweep with rank-1 updates) gives the exact GP posterior and the next changes nothing."""
-    from gpdsl._jit.projections import GAUSSIAN
+    from gpdsl._jit.likelihoods.gaussian import SITE as GAUSSIAN
     from gpdsl.methods import expectation_propagation as epm
     rng = np.random.default_rng(0)
     X = rng.uniform(-2, 2, size=(25, 1))
@@ -270,17 +271,20 @@ def test_classifier_posterior_round_trip_and_arviz(synth, tmp_path):
 # --- the blocked FITC-EP sweep against one-site-at-a-time sequential EP ------------------------------
 
 def _fitc_problem(name, synth, counts):
-    """(prior, y, bias, kind) on 80 synth points (probit, 7 inducing) or the 60 counts (Poisson, 6)."""
-    from gpdsl._jit.projections import POISSON_SQUARE, PROBIT
+    """(prior, y, site, start) on 80 synth points (probit, 7 inducing) or the 60 counts (Poisson, 6):
+    the SiteModel and the sites run_sites starts from (epm.site_start)."""
     from gpdsl.methods import expectation_propagation as epm
     if name == "probit":
         X, y = synth[0][:80], synth[1][:80]
-        Z, kernel, bias, kind = X[:7] + 0.05, SE(0.8, 1.3), 0.3, PROBIT
+        Z, kernel, lik = X[:7] + 0.05, SE(0.8, 1.3), gd.likelihoods.Bernoulli("probit")
+        values = {"likelihood.bias": np.array(0.3)}
     else:
         X, y = counts
-        Z, kernel, bias, kind = X[::10] + 0.05, SE(1.0, 1.5), 0.0, POISSON_SQUARE
-    values = {"kernel.lengthscale": np.array(kernel.lengthscale), "kernel.variance": np.array(kernel.variance)}
-    return epm.FITCPrior(bind(kernel, values, "kernel"), X, Z, 1e-6, None), y, bias, kind
+        Z, kernel, lik, values = X[::10] + 0.05, SE(1.0, 1.5), gd.likelihoods.Poisson(), {}
+    start = epm.site_start(bind(lik, values, "likelihood"), X, y)
+    values.update({"kernel.lengthscale": np.array(kernel.lengthscale), "kernel.variance": np.array(kernel.variance)})
+    return (epm.FITCPrior(bind(kernel, values, "kernel"), X, Z, 1e-6, None), y,
+            bind(lik, values, "likelihood").site_model(), start)
 
 
 def _fitc_state(prior):
@@ -332,15 +336,15 @@ def test_blocked_fitc_sweep_equals_one_site_at_a_time(synth, counts, likelihood,
     from the warm state after two sweeps, to 1e-10."""
     from gpdsl._jit import ep_sweeps
     from gpdsl.methods import expectation_propagation as epm
-    prior, y, bias, kind = _fitc_problem(likelihood, synth, counts)
-    warm = epm.run_sites(prior, y, _site(kind, bias), gd.inference.EP(max_sweeps=2), None, quantile)
+    prior, y, site, start_sites = _fitc_problem(likelihood, synth, counts)
+    warm = epm.run_sites(prior, y, site, gd.inference.EP(max_sweeps=2), None, quantile, start_sites)
     for start in (0, 5):
         results = []
         for kernel in ("blocked", "rank1"):
             tau, nu = warm.tau.copy(), warm.nu.copy()
             prior.refresh(tau, nu)
-            args = (*(prior.d, prior.P, prior.Minv, prior.nu_vec, prior.gamma), tau, nu, y, bias, kind, quantile,
-                    damping, *epm._NO_TABLE, start)
+            args = (*(prior.d, prior.P, prior.Minv, prior.nu_vec, prior.gamma), tau, nu, y, site.params,
+                    site.functions.project, quantile, damping, *epm._NO_TABLE, start)
             if kernel == "blocked":
                 out = ep_sweeps.fitc_sequential_sweep(*args, block)
             else:
@@ -367,10 +371,10 @@ def test_blocked_fitc_ep_converges_to_the_one_site_at_a_time_fixed_point(synth, 
     from gpdsl.methods import expectation_propagation as epm
     monkeypatch.setattr(ep_sweeps, "FITC_BLOCK", 7)
     spec = (gd.inference.QP if quantile else gd.inference.EP)(tol=1e-10, damping=0.2, max_sweeps=200)
-    prior, y, bias, kind = _fitc_problem(likelihood, synth, counts)
-    blocked = epm.run_sites(prior, y, _site(kind, bias), spec, None, quantile)
+    prior, y, site, start = _fitc_problem(likelihood, synth, counts)
+    blocked = epm.run_sites(prior, y, site, spec, None, quantile, start)
     reference = _with_rank1_sweep(_fitc_problem(likelihood, synth, counts)[0])
-    rank1 = epm.run_sites(reference, y, _site(kind, bias), spec, None, quantile)
+    rank1 = epm.run_sites(reference, y, site, spec, None, quantile, start)
     assert blocked.converged and rank1.converged
     assert abs(blocked.sweeps - rank1.sweeps) <= 1 and blocked.damping == rank1.damping == 0.2
     _assert_sites_close(blocked.tau, rank1.tau, "tau")
@@ -382,18 +386,18 @@ def test_blocked_fitc_sweep_equals_dense_sweep_on_the_fitc_prior(synth):
     explicit FITC covariance, from the same warm sites, gives the blocked sweep's sites (1e-8)."""
     from gpdsl._jit import ep_sweeps
     from gpdsl.methods import expectation_propagation as epm
-    prior, y, bias, kind = _fitc_problem("probit", synth, None)
-    warm = epm.run_sites(prior, y, _site(kind, bias), gd.inference.EP(max_sweeps=1), None, False)
+    prior, y, site, _ = _fitc_problem("probit", synth, None)
+    warm = epm.run_sites(prior, y, site, gd.inference.EP(max_sweeps=1), None, False)
     dense = epm.DensePrior(bind(SE(0.8, 1.3), {"kernel.lengthscale": np.array(0.8), "kernel.variance": np.array(1.3)}, "kernel"),
                            synth[0][:80])
     dense.K = prior.A0 @ prior.A0.T + np.diag(prior.d0)
     tau_d, nu_d = warm.tau.copy(), warm.nu.copy()
     dense.refresh(tau_d, nu_d)
-    dense.sequential_sweep(tau_d, nu_d, y, bias, kind, False, 0.0, *epm._NO_TABLE)
+    dense.sequential_sweep(tau_d, nu_d, y, site.params, site.functions.project, False, 0.0, *epm._NO_TABLE)
     tau_f, nu_f = warm.tau.copy(), warm.nu.copy()
     prior.refresh(tau_f, nu_f)
-    ep_sweeps.fitc_sequential_sweep(prior.d, prior.P, prior.Minv, prior.nu_vec, prior.gamma, tau_f, nu_f, y, bias,
-                                    kind, False, 0.0, *epm._NO_TABLE, 0, 7)
+    ep_sweeps.fitc_sequential_sweep(prior.d, prior.P, prior.Minv, prior.nu_vec, prior.gamma, tau_f, nu_f, y,
+                                    site.params, site.functions.project, False, 0.0, *epm._NO_TABLE, 0, 7)
     assert np.max(np.abs(tau_f - warm.tau)) > 1e-2
     np.testing.assert_allclose(tau_f, tau_d, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(nu_f, nu_d, rtol=1e-8, atol=1e-10)
@@ -426,7 +430,7 @@ def test_blocked_fitc_sweep_stops_where_definiteness_would_be_lost(block):
     """Both kernels stop at the same site with the same state: the sites before it updated, it and
     those after untouched."""
     from gpdsl._jit import ep_sweeps
-    from gpdsl._jit.projections import GAUSSIAN
+    from gpdsl._jit.likelihoods.gaussian import SITE as GAUSSIAN
     from gpdsl.methods import expectation_propagation as epm
     prior, y = _abort_problem()
     results = []
@@ -434,8 +438,8 @@ def test_blocked_fitc_sweep_stops_where_definiteness_would_be_lost(block):
         tau, nu = np.zeros(len(y)), np.zeros(len(y))
         prior.refresh(tau, nu)
         np.testing.assert_array_equal(prior.Minv, np.eye(prior.Minv.shape[0]))
-        args = (prior.d, prior.P, prior.Minv, prior.nu_vec, prior.gamma, tau, nu, y, 1e-17, GAUSSIAN, False, 0.0,
-                *epm._NO_TABLE, 0)
+        args = (prior.d, prior.P, prior.Minv, prior.nu_vec, prior.gamma, tau, nu, y, (1e-17,), GAUSSIAN.project,
+                False, 0.0, *epm._NO_TABLE, 0)
         out = (ep_sweeps.fitc_sequential_sweep(*args, block) if kernel == "blocked"
                else ep_sweeps.fitc_sequential_sweep_rank1(*args))
         results.append((out, tau, nu, _fitc_state(prior)))
@@ -452,7 +456,7 @@ def test_fitc_sweep_refreshes_and_continues_after_a_stop(monkeypatch):
     """FITCPrior.sequential_sweep: at the stop it refreshes, counts the site as skipped and goes on from
     the next one; the sites equal the one-site-at-a-time driver's (1e-10 relative)."""
     from gpdsl._jit import ep_sweeps
-    from gpdsl._jit.projections import GAUSSIAN
+    from gpdsl._jit.likelihoods.gaussian import SITE as GAUSSIAN
     from gpdsl.methods import expectation_propagation as epm
     monkeypatch.setattr(ep_sweeps, "FITC_BLOCK", 5)
     sweeps = {}
@@ -466,7 +470,7 @@ def test_fitc_sweep_refreshes_and_continues_after_a_stop(monkeypatch):
             prior.refresh = lambda tau, nu: (calls.append(1), refresh(tau, nu))
         tau, nu = np.zeros(len(y)), np.zeros(len(y))
         prior.refresh(tau, nu)
-        change, skipped = prior.sequential_sweep(tau, nu, y, 1e-17, GAUSSIAN, False, 0.0, *epm._NO_TABLE)
+        change, skipped = prior.sequential_sweep(tau, nu, y, (1e-17,), GAUSSIAN.project, False, 0.0, *epm._NO_TABLE)
         sweeps[kernel] = (change, skipped, tau, nu)
     assert len(calls) == 2 and prior.refreshes == 2          # the initial refresh and the one at the stop
     (c_b, s_b, tau_b, nu_b), (c_r, s_r, tau_r, nu_r) = sweeps["blocked"], sweeps["rank1"]
@@ -483,7 +487,7 @@ def test_broken_posterior_is_a_numerical_failure_not_a_crash():
     (Numba raises ZeroDivisionError there), and the evidence evaluation raises FloatingPointError,
     which the optimiser answers by stepping back."""
     from gpdsl._jit import ep_sweeps
-    from gpdsl._jit.projections import PROBIT
+    from gpdsl._jit.likelihoods.bernoulli import PROBIT_SITE as PROBIT
     from gpdsl.methods import expectation_propagation as epm
     n = 6
     y = np.array([1.0, -1.0, 1.0, 1.0, -1.0, 1.0])
@@ -492,11 +496,11 @@ def test_broken_posterior_is_a_numerical_failure_not_a_crash():
     Sigma[4, 4] = np.nan
     mu = np.zeros(n)
     tau, nu = np.full(n, 0.1), np.zeros(n)
-    change, skipped = ep_sweeps.dense_sequential_sweep(Sigma, mu, tau, nu, y, 0.0, PROBIT, False, 0.0,
+    change, skipped = ep_sweeps.dense_sequential_sweep(Sigma, mu, tau, nu, y, (0.0,), PROBIT.project, False, 0.0,
                                                        *epm._NO_TABLE)
     assert skipped >= 2 and tau[2] == 0.1 and tau[4] == 0.1
     for var in (0.0, -1e-300, np.nan):
-        assert ep_sweeps._site_update(0, var, 0.0, tau, nu, y, 0.0, PROBIT, False, 0.0,
+        assert ep_sweeps._site_update(0, var, 0.0, tau, nu, y, (0.0,), PROBIT.project, False, 0.0,
                                       *epm._NO_TABLE) == (tau[0], nu[0], False)
 
     class Broken:
@@ -681,18 +685,19 @@ def test_site_updates_whose_denominator_rounds_to_zero_skip_or_stop(monkeypatch)
     zero (Numba's ZeroDivisionError); nothing is changed.  Run through the kernels' Python
     functions with the projection replaced by one returning tau_new = 0."""
     from gpdsl._jit import ep_sweeps
+    from gpdsl._jit.likelihoods.bernoulli import PROBIT_SITE
     monkeypatch.setattr(ep_sweeps, "_site_update", lambda i, *args: (0.0, 0.5, True))
     assert 1.0 + (0.0 - 3.0) * (1.0 / 3.0) == 0.0
     Sigma, mu = np.array([[1.0 / 3.0]]), np.array([0.2])
     tau, nu = np.array([3.0]), np.array([0.1])
     plain = lambda f: getattr(f, "py_func", f)          # noqa: E731  (NUMBA_DISABLE_JIT=1: already plain)
-    change, skipped = plain(ep_sweeps.dense_sequential_sweep)(Sigma, mu, tau, nu, np.ones(1), (0.0,), 0, None,
-                                                               0.0, None, None)
+    change, skipped = plain(ep_sweeps.dense_sequential_sweep)(Sigma, mu, tau, nu, np.ones(1), (0.0,),
+                                                               PROBIT_SITE.project, None, 0.0, None, None)
     assert (change, skipped) == (0.0, 1) and tau[0] == 3.0 and Sigma[0, 0] == 1.0 / 3.0
     # FITC: v_i = d_i + s = 1/6 + 1/6 = 1/3 exactly, while 1 + pi d_i = 1/2 passes its own test.
     d, P = np.array([1.0 / 6.0]), np.zeros((1, 2))
-    status, *_ = plain(ep_sweeps._fitc_site)(0, 1.0 / 6.0, 0.2, d, P, np.zeros(1), tau, nu, np.ones(1), (0.0,), 0,
-                                              None, 0.0, None, None)
+    status, *_ = plain(ep_sweeps._fitc_site)(0, 1.0 / 6.0, 0.2, d, P, np.zeros(1), tau, nu, np.ones(1), (0.0,),
+                                              PROBIT_SITE.project, None, 0.0, None, None)
     assert status == ep_sweeps._STOP and tau[0] == 3.0 and d[0] == 1.0 / 6.0
 
 
@@ -721,7 +726,7 @@ def test_poisson_ep_with_clamped_sites_is_neither_falsely_converged_nor_silent()
     prior = epm.DensePrior(bind(model.kernel, values, "kernel"), X)
     prior.refresh(tau, nu)
     site = bind(model.likelihood, values, "likelihood").site_model()
-    step, _ = prior.sequential_sweep(tau, nu, COAL_COUNTS, site.params, site.kind, None, 0.0, None, None)
+    step, _ = prior.sequential_sweep(tau, nu, COAL_COUNTS, site.params, site.functions.project, None, 0.0, None, None)
     assert step < 1e-5
 
     def evidence(lengthscale):

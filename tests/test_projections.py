@@ -1,4 +1,5 @@
-"""EP / QP site projections (gpdsl._jit.projections) and the normal special functions behind them.
+"""EP / QP site projections (gpdsl._jit.likelihoods, gpdsl._jit.quadrature) and the normal special
+functions behind them.
 
 Oracles: the QP projection table in ../shared/oracles (brute-force quadrature, independent of
 this code), scipy.special, scipy.integrate.quad of the tilted densities, and a dense composite
@@ -11,10 +12,29 @@ import pytest
 from scipy import integrate, special, stats
 
 from conftest import shared_path
-from gpdsl._jit import projections as P
+from gpdsl._jit import quadrature
 from gpdsl._jit import special as S
+from gpdsl._jit.likelihoods import bernoulli, gaussian, poisson, student_t
 
-PROBIT, POISSON = P.PROBIT, P.POISSON_SQUARE
+# The likelihoods' jitted site functions (gpdsl._jit.projections.SiteFunctions).
+PROBIT, POISSON = bernoulli.PROBIT_SITE, poisson.SITE
+LOGIT, STUDENT_T, GAUSSIAN = bernoulli.LOGIT_SITE, student_t.SITE, gaussian.SITE
+
+
+def _site_projection(site, y, mu, var, params, quantile):
+    """(log Z, mean, variance) of a site: the likelihood's ``project`` without a lookup table."""
+    return site.project(y, mu, var, params, quantile, None, None)
+
+
+def _project(site, y, mu, var, param, qp):
+    """_site_projection with the likelihood's one parameter as a float (ignored for Poisson), or
+    its parameter tuple."""
+    params = param if isinstance(param, tuple) else (() if site is POISSON else (param,))
+    return _site_projection(site, y, mu, var, params, qp)
+
+
+def _log_z_gradient(site, y, mu, var, params):
+    return site.log_z_gradient(y, mu, var, params)
 
 
 def _probit_density(y, mu, sd, bias):
@@ -60,17 +80,17 @@ def test_table_every_row():
     for row in rows:
         kind = PROBIT if row["likelihood"] == "probit" else POISSON
         y, mu, sd = float(row["y"]), float(row["cavity_mu"]), float(row["cavity_sigma"])
-        ep = P.project(kind, y, mu, sd * sd, 0.0, False)
-        qp = P.project(kind, y, mu, sd * sd, 0.0, True)
+        ep = _project(kind, y, mu, sd * sd, 0.0, False)
+        qp = _project(kind, y, mu, sd * sd, 0.0, True)
         want = [float(row[c]) for c in ("logZ", "tilted_mean", "var_EP", "sd_QP")]
         got = [ep[0], ep[1], ep[2], math.sqrt(qp[2])]
         np.testing.assert_allclose(got, want, rtol=1e-9, err_msg=str(row))
         np.testing.assert_allclose(qp[2], float(row["var_QP"]), rtol=1e-9)
         assert qp[0] == ep[0] and qp[1] == ep[1]                # QP changes the variance only
         if kind == PROBIT:
-            assert P.probit_qp_sd(y, mu, sd, 0.0) == pytest.approx(math.sqrt(qp[2]), rel=1e-15)
+            assert bernoulli.probit_qp_sd(y, mu, sd, 0.0) == pytest.approx(math.sqrt(qp[2]), rel=1e-15)
         else:
-            assert P.poisson_square_qp_sd(y, mu, sd) == pytest.approx(math.sqrt(qp[2]), rel=1e-15)
+            assert poisson.poisson_square_qp_sd(y, mu, sd) == pytest.approx(math.sqrt(qp[2]), rel=1e-15)
 
 
 # --------------------------------------------------------------------------- moments
@@ -84,7 +104,7 @@ def test_probit_moments_with_bias_match_quadrature(y, mu, sd, bias):
     Z = _quad(dens, lo, hi)
     m = _quad(lambda f: f * dens(f), lo, hi) / Z
     v = _quad(lambda f: (f - m) ** 2 * dens(f), lo, hi) / Z
-    np.testing.assert_allclose(P.probit_tilted_moments(y, mu, sd * sd, bias), [math.log(Z), m, v], rtol=1e-10)
+    np.testing.assert_allclose(bernoulli.probit_tilted_moments(y, mu, sd * sd, bias), [math.log(Z), m, v], rtol=1e-10)
 
 
 @pytest.mark.parametrize("y,mu,sd", [(2, -0.7, 1.3), (5, 0.0, 0.8), (8, 2.5, 0.6), (1, -3.0, 2.0), (12, -1.0, 0.4)])
@@ -94,7 +114,7 @@ def test_poisson_moments_match_quadrature(y, mu, sd):
     Z = _quad(dens, lo, hi, pieces=32)
     m = _quad(lambda f: f * dens(f), lo, hi, pieces=32) / Z
     v = _quad(lambda f: (f - m) ** 2 * dens(f), lo, hi, pieces=32) / Z
-    np.testing.assert_allclose(P.poisson_square_tilted_moments(float(y), mu, sd * sd), [math.log(Z), m, v],
+    np.testing.assert_allclose(poisson.poisson_square_tilted_moments(float(y), mu, sd * sd), [math.log(Z), m, v],
                                rtol=1e-10, atol=1e-13)
 
 
@@ -106,7 +126,7 @@ def test_probit_moments_stay_accurate_far_in_the_tail():
         mu = z * math.sqrt(2.0)                            # sd = 1
         r = mp.npdf(z) / mp.ncdf(z)
         want = [mp.log(mp.ncdf(z)), mu + r / mp.sqrt(2), (1 + (1 - r * (z + r))) / 2]
-        np.testing.assert_allclose(P.probit_tilted_moments(1.0, mu, 1.0, 0.0), [float(w) for w in want],
+        np.testing.assert_allclose(bernoulli.probit_tilted_moments(1.0, mu, 1.0, 0.0), [float(w) for w in want],
                                    rtol=1e-14)
 
 
@@ -118,44 +138,44 @@ def test_probit_moments_stay_accurate_far_in_the_tail():
                                         (-0.8, 1.7, 0.8)])
 def test_probit_cdf_matches_quadrature(y, mu, sd, bias):
     dens = _probit_density(y, mu, sd, bias)
-    log_z, m, v = P.probit_tilted_moments(y, mu, sd * sd, bias)
+    log_z, m, v = bernoulli.probit_tilted_moments(y, mu, sd * sd, bias)
     s = math.sqrt(v)
     lo = min(m, mu) - 14 * max(s, sd)
     for t in [m - 4 * s, m - s, mu, m, m + 0.3 * s, m + 2 * s, m + 5 * s, -bias]:
         want = _quad(dens, lo, t) / math.exp(log_z)
-        assert P.probit_tilted_cdf(t, y, mu, sd, bias) == pytest.approx(want, abs=1e-9, rel=1e-9)
+        assert bernoulli.probit_tilted_cdf(t, y, mu, sd, bias) == pytest.approx(want, abs=1e-9, rel=1e-9)
 
 
 def test_probit_cdf_special_cases():
     # paper eqs. 47-49: t = mu, mu + bias = 0 and both; the corner is 1/2 - y arctan(sd) / pi
     for y in (-1.0, 1.0):
         for sd in (0.3, 1.0, 4.0):
-            assert P.probit_tilted_cdf(0.0, y, 0.0, sd, 0.0) == pytest.approx(0.5 - y * math.atan(sd) / math.pi,
-                                                                               abs=1e-15)
-            assert P.probit_tilted_cdf(0.7, y, 0.7, sd, -0.7) == pytest.approx(0.5 - y * math.atan(sd) / math.pi,
-                                                                                abs=1e-15)
+            assert bernoulli.probit_tilted_cdf(0.0, y, 0.0, sd, 0.0) == pytest.approx(
+                0.5 - y * math.atan(sd) / math.pi, abs=1e-15)
+            assert bernoulli.probit_tilted_cdf(0.7, y, 0.7, sd, -0.7) == pytest.approx(
+                0.5 - y * math.atan(sd) / math.pi, abs=1e-15)
             for mu, bias, t in [(0.8, 0.0, 0.8), (-0.5, 0.5, 1.1), (-0.5, 0.5, -2.0)]:
-                here = P.probit_tilted_cdf(t, y, mu, sd, bias)
-                assert here == pytest.approx(P.probit_tilted_cdf(t + 1e-9, y, mu, sd, bias), abs=1e-8)
-                assert here == pytest.approx(P.probit_tilted_cdf(t - 1e-9, y, mu, sd, bias), abs=1e-8)
+                here = bernoulli.probit_tilted_cdf(t, y, mu, sd, bias)
+                assert here == pytest.approx(bernoulli.probit_tilted_cdf(t + 1e-9, y, mu, sd, bias), abs=1e-8)
+                assert here == pytest.approx(bernoulli.probit_tilted_cdf(t - 1e-9, y, mu, sd, bias), abs=1e-8)
 
 
 @pytest.mark.parametrize("y", [1, 2, 3, 6])
 @pytest.mark.parametrize("mu,sd", [(-1.0, 0.5), (0.0, 1.0), (0.5, 0.4), (2.0, 1.0), (-2.5, 2.0)])
 def test_poisson_cdf_matches_quadrature(y, mu, sd):
     dens = _poisson_density(y, mu, sd)
-    log_z, m, v = P.poisson_square_tilted_moments(float(y), mu, sd * sd)
+    log_z, m, v = poisson.poisson_square_tilted_moments(float(y), mu, sd * sd)
     s = math.sqrt(v)
     lo = -abs(m) - 15 * max(s, sd)
     for t in [m - 4 * s, m - s, -0.4, 0.0, 0.3, mu, m, m + 0.5 * s, m + 3 * s]:
         want = _quad(dens, lo, t, pieces=16) / math.exp(log_z)
-        assert P.poisson_square_tilted_cdf(t, float(y), mu, sd) == pytest.approx(want, abs=1e-9, rel=1e-9)
+        assert poisson.poisson_square_tilted_cdf(t, float(y), mu, sd) == pytest.approx(want, abs=1e-9, rel=1e-9)
 
 
 def test_poisson_cdf_y0_is_gaussian():
     b, v = 0.7 / 3.0, 1.0 / 3.0
     for t in (-1.0, 0.0, 0.5, 2.0):
-        assert P.poisson_square_tilted_cdf(t, 0.0, 0.7, 1.0) == pytest.approx(stats.norm.cdf(t, b, math.sqrt(v)),
+        assert poisson.poisson_square_tilted_cdf(t, 0.0, 0.7, 1.0) == pytest.approx(stats.norm.cdf(t, b, math.sqrt(v)),
                                                                                 rel=1e-14)
 
 
@@ -165,11 +185,11 @@ def test_poisson_cdf_y0_is_gaussian():
 @pytest.mark.parametrize("y,mu,sd,bias", [(1.0, -2.5, 0.8, 0.3), (-1.0, 1.0, 2.0, -0.5), (1.0, 0.0, 5.0, 0.0),
                                           (-1.0, -3.0, 0.1, 0.0)])
 def test_probit_sigma_star_matches_dense_rule_over_closed_form_cdf(y, mu, sd, bias):
-    _, m, v = P.probit_tilted_moments(y, mu, sd * sd, bias)
+    _, m, v = bernoulli.probit_tilted_moments(y, mu, sd * sd, bias)
     lo = min(m - 14 * math.sqrt(v), mu - 12 * sd)
     hi = max(m + 14 * math.sqrt(v), mu + 12 * sd)
-    want = _sigma_star_reference(lambda t: P.probit_tilted_cdf(t, y, mu, sd, bias), lo, hi)
-    assert P.probit_qp_sd(y, mu, sd, bias) == pytest.approx(want, rel=1e-9)
+    want = _sigma_star_reference(lambda t: bernoulli.probit_tilted_cdf(t, y, mu, sd, bias), lo, hi)
+    assert bernoulli.probit_qp_sd(y, mu, sd, bias) == pytest.approx(want, rel=1e-9)
 
 
 @pytest.mark.parametrize("y,mu,sd", [(1, -0.3, 1.5), (4, 0.2, 0.9), (10, 0.5, 0.5), (2, 3.0, 0.3)])
@@ -177,22 +197,22 @@ def test_poisson_sigma_star_matches_dense_rule_over_closed_form_cdf(y, mu, sd):
     # (10, 0.5, 0.5) is bimodal with 6e-4 of the mass in the left mode
     b, v = mu / (1 + 2 * sd * sd), sd * sd / (1 + 2 * sd * sd)
     reach = 0.5 * (abs(b) + math.sqrt(b * b + 8 * y * v)) + 12 * math.sqrt(v)
-    want = _sigma_star_reference(lambda t: P.poisson_square_tilted_cdf(t, float(y), mu, sd), -reach, reach)
-    assert P.poisson_square_qp_sd(float(y), mu, sd) == pytest.approx(want, rel=1e-9)
+    want = _sigma_star_reference(lambda t: poisson.poisson_square_tilted_cdf(t, float(y), mu, sd), -reach, reach)
+    assert poisson.poisson_square_qp_sd(float(y), mu, sd) == pytest.approx(want, rel=1e-9)
 
 
 def test_qp_never_exceeds_ep():
     for y in (-1.0, 1.0):
         for mu in (-5.0, -2.0, -0.5, 0.0, 0.7, 3.0):
             for sd in (0.05, 0.3, 1.0, 3.0, 10.0):
-                _, _, v_ep = P.project(PROBIT, y, mu, sd * sd, 0.25, False)
-                _, _, v_qp = P.project(PROBIT, y, mu, sd * sd, 0.25, True)
+                _, _, v_ep = _project(PROBIT, y, mu, sd * sd, 0.25, False)
+                _, _, v_qp = _project(PROBIT, y, mu, sd * sd, 0.25, True)
                 assert v_qp <= v_ep * (1 + 1e-12)
     for y in (1.0, 2.0, 5.0, 20.0):
         for mu in (-3.0, -0.5, 0.0, 1.0, 4.0):
             for sd in (0.1, 0.5, 1.0, 3.0):
-                _, _, v_ep = P.project(POISSON, y, mu, sd * sd, 0.0, False)
-                _, _, v_qp = P.project(POISSON, y, mu, sd * sd, 0.0, True)
+                _, _, v_ep = _project(POISSON, y, mu, sd * sd, 0.0, False)
+                _, _, v_qp = _project(POISSON, y, mu, sd * sd, 0.0, True)
                 assert v_qp <= v_ep * (1 + 1e-12)
 
 
@@ -200,18 +220,18 @@ def test_probit_mirror_symmetry():
     for y in (-1.0, 1.0):
         for mu, var, bias in [(0.4, 0.8, 0.0), (-2.0, 3.0, 0.7), (1.3, 0.05, -2.0)]:
             for qp in (False, True):
-                a = P.project(PROBIT, y, mu, var, bias, qp)
-                b = P.project(PROBIT, -y, -mu, var, -bias, qp)
+                a = _project(PROBIT, y, mu, var, bias, qp)
+                b = _project(PROBIT, -y, -mu, var, -bias, qp)
                 np.testing.assert_allclose([b[0], -b[1], b[2]], a, rtol=1e-13)
             t = mu + 0.3
-            assert P.probit_tilted_cdf(t, y, mu, math.sqrt(var), bias) == pytest.approx(
-                1.0 - P.probit_tilted_cdf(-t, -y, -mu, math.sqrt(var), -bias), abs=1e-14)
+            assert bernoulli.probit_tilted_cdf(t, y, mu, math.sqrt(var), bias) == pytest.approx(
+                1.0 - bernoulli.probit_tilted_cdf(-t, -y, -mu, math.sqrt(var), -bias), abs=1e-14)
 
 
 def test_poisson_y0_qp_equals_ep():
     for mu in (-2.0, 0.0, 1.5):
         for var in (0.04, 1.0, 9.0):
-            assert P.project(POISSON, 0.0, mu, var, 0.0, True) == P.project(POISSON, 0.0, mu, var, 0.0, False)
+            assert _project(POISSON, 0.0, mu, var, 0.0, True) == _project(POISSON, 0.0, mu, var, 0.0, False)
 
 
 @pytest.mark.parametrize("mu", [-30.0, 0.0, 30.0])
@@ -220,8 +240,8 @@ def test_extreme_cavities_are_finite(mu, sd):
     cases = [(PROBIT, y, b) for y in (-1.0, 1.0) for b in (0.0, 2.0)]
     cases += [(POISSON, y, 0.0) for y in (0.0, 1.0, 3.0, 30.0)]
     for kind, y, bias in cases:
-        ep = P.project(kind, y, mu, sd * sd, bias, False)
-        qp = P.project(kind, y, mu, sd * sd, bias, True)
+        ep = _project(kind, y, mu, sd * sd, bias, False)
+        qp = _project(kind, y, mu, sd * sd, bias, True)
         assert np.all(np.isfinite(ep)) and np.all(np.isfinite(qp)), (kind, y, bias, ep, qp)
         assert 0.0 < qp[2] <= ep[2] * (1 + 1e-12)
 
@@ -230,8 +250,8 @@ def test_far_tail_sigma_star_is_accurate():
     # z = -25: Z ~ 1e-138, beyond any closed-form CDF; the rule works on log densities.  The
     # tilted distribution tends to N(mu/(1+s2), s2/(1+s2)) (up to a 1/|g| factor), so QP ~ EP.
     mu, sd = -25.0 * math.sqrt(2.0), 1.0
-    _, _, v_ep = P.project(PROBIT, 1.0, mu, sd * sd, 0.0, False)
-    s_qp = P.probit_qp_sd(1.0, mu, sd, 0.0)
+    _, _, v_ep = _project(PROBIT, 1.0, mu, sd * sd, 0.0, False)
+    s_qp = bernoulli.probit_qp_sd(1.0, mu, sd, 0.0)
     assert v_ep == pytest.approx(0.5, rel=2e-3)
     assert 0.9999 * math.sqrt(v_ep) < s_qp <= math.sqrt(v_ep)
 
@@ -242,17 +262,17 @@ def test_far_tail_sigma_star_is_accurate():
 def test_lookup_table_interpolates_and_falls_back():
     mu_grid = np.linspace(-3.0, 3.0, 25)
     log_sd = np.linspace(-0.5, 0.5, 11)
-    table = P.probit_qp_ratio_table(mu_grid, log_sd)
+    table = bernoulli.probit_qp_ratio_table(mu_grid, log_sd)
     args = (table, -3.0, 0.25, -0.5, 0.1)
     # exact at the nodes (y, bias folded in), interpolated between, direct outside
     sd = 10.0 ** log_sd[4]
-    assert P.probit_qp_sd_lookup(*args, -1.0, 1.0, sd, -0.5) == pytest.approx(P.probit_qp_sd(1.0, -0.5, sd, 0.0),
-                                                                              rel=1e-14)
+    assert bernoulli.probit_qp_sd_lookup(*args, -1.0, 1.0, sd, -0.5) == pytest.approx(
+        bernoulli.probit_qp_sd(1.0, -0.5, sd, 0.0), rel=1e-14)
     for y, mu, sd, bias in [(1.0, 0.3, 1.1, 0.0), (-1.0, 1.9, 0.6, -0.2), (1.0, -2.2, 2.5, 0.4)]:
-        assert P.probit_qp_sd_lookup(*args, y, mu, sd, bias) == pytest.approx(P.probit_qp_sd(y, mu, sd, bias),
-                                                                              rel=3e-4)
-    assert P.probit_qp_sd_lookup(*args, 1.0, 8.0, 1.0, 0.0) == P.probit_qp_sd(1.0, 8.0, 1.0, 0.0)
-    assert P.probit_qp_sd_lookup(*args, 1.0, 0.0, 10.0, 0.0) == P.probit_qp_sd(1.0, 0.0, 10.0, 0.0)
+        assert bernoulli.probit_qp_sd_lookup(*args, y, mu, sd, bias) == pytest.approx(
+            bernoulli.probit_qp_sd(y, mu, sd, bias), rel=3e-4)
+    assert bernoulli.probit_qp_sd_lookup(*args, 1.0, 8.0, 1.0, 0.0) == bernoulli.probit_qp_sd(1.0, 8.0, 1.0, 0.0)
+    assert bernoulli.probit_qp_sd_lookup(*args, 1.0, 0.0, 10.0, 0.0) == bernoulli.probit_qp_sd(1.0, 0.0, 10.0, 0.0)
 
 
 # --------------------------------------------------------------------------- special functions
@@ -330,7 +350,7 @@ def test_gauss_legendre_constants():
     # the cumulative matrix integrates every polynomial of degree <= 19 exactly from -1
     for k in range(20):
         want = (x ** (k + 1) - (-1.0) ** (k + 1)) / (k + 1)
-        np.testing.assert_allclose(P._GL_CUMULATIVE @ x ** k, want, rtol=0, atol=1e-14)
+        np.testing.assert_allclose(quadrature._GL_CUMULATIVE @ x ** k, want, rtol=0, atol=1e-14)
 
 
 def _power_gaussian_reference(n, b, v):
@@ -366,7 +386,7 @@ def test_large_count_moments_by_quadrature(n, b, v):
     count (the recurrence took 11 s for two counts of 1e8 and minutes at 1e12, inside one jitted call
     that Ctrl-C cannot stop); against 50-digit quadrature: log M_n to 1e-13 relative, the mean to
     1e-13, the variance to 1e-9 (the recurrence's Stein form lost all of it at n = 2e12)."""
-    log_m, mean, var, _ = P._power_gaussian_moments(n, b, v)
+    log_m, mean, var, _ = poisson._power_gaussian_moments(n, b, v)
     ref = _power_gaussian_reference(n, b, v)
     assert log_m == pytest.approx(ref[0], rel=1e-13)
     assert mean == pytest.approx(ref[1], rel=1e-13, abs=1e-13 * math.sqrt(n * v))
@@ -378,10 +398,10 @@ def test_large_count_quadrature_agrees_with_the_recurrence(n):
     """At the switch, the two paths agree: the recurrence (Stein's identity) run past its threshold
     against the quadrature, over cavities from flat to sharp."""
     for b, v in [(0.0, 1.0), (0.3, 0.5), (5.0, 2.0), (1e3, 1.0), (0.01, 1e-4)]:
-        log_m, r1 = P._gauss_raw_moments(n, b, v)
+        log_m, r1 = poisson._gauss_raw_moments(n, b, v)
         mean = b + n * v * r1
         var = v * (n + 1.0 - n * r1 * mean)
-        q = P._power_gaussian_moments(n, b, v)[:3]
+        q = poisson._power_gaussian_moments(n, b, v)[:3]
         assert q[0] == pytest.approx(log_m, rel=1e-14)
         assert q[1] == pytest.approx(mean, rel=1e-13, abs=1e-13 * math.sqrt(n * v))
         assert q[2] == pytest.approx(var, rel=1e-10)
@@ -391,8 +411,8 @@ def test_poisson_projection_of_huge_counts_is_finite_and_gaussian_like():
     """y = 1e8 and 1e12 through the public projection (EP and QP): finite, and for such counts the
     tilted law is nearly Gaussian, so QP's variance equals EP's to ~1/sqrt(y)."""
     for y in (1e8, 1e12):
-        log_z, mean, var = P.poisson_square_project(y, 0.5, 2.0, False)
-        _, mean_qp, var_qp = P.poisson_square_project(y, 0.5, 2.0, True)
+        log_z, mean, var = poisson.poisson_square_project(y, 0.5, 2.0, False)
+        _, mean_qp, var_qp = poisson.poisson_square_project(y, 0.5, 2.0, True)
         assert np.isfinite([log_z, mean, var, var_qp]).all() and var > 0.0
         assert mean_qp == mean
         assert var_qp == pytest.approx(var, rel=10.0 / math.sqrt(y))
@@ -405,8 +425,6 @@ def test_poisson_projection_of_huge_counts_is_finite_and_gaussian_like():
 # rules themselves on 4x finer and wider panels (their discretisation error).
 
 import naive  # noqa: E402
-
-LOGIT, STUDENT_T, GAUSSIAN = P.LOGIT, P.STUDENT_T, P.GAUSSIAN
 
 LOGIT_CASES = [(1.0, -2.0, 0.7, 0.5), (-1.0, 0.3, 2.5, -1.2), (1.0, 30.0, 0.01, 0.0), (-1.0, -30.0, 50.0, 0.0),
                (1.0, -30.0, 3.0, 0.0), (1.0, 5.0, 50.0, 1.0), (-1.0, 12.0, 0.05, -2.0), (1.0, -7.0, 0.01, 0.0)]
@@ -432,16 +450,15 @@ def _assert_moments(got, want, tol):
     assert got[2] == pytest.approx(want[2], rel=tol), (got, want)
 
 
-def test_logit_and_student_t_codes():
-    assert (P.PROBIT, P.POISSON_SQUARE, P.GAUSSIAN, P.LOGIT, P.STUDENT_T) == (0, 1, 2, 3, 4)
-    # LOGIT's numpy type selects the logit code at compile time; a plain 3 is refused by the fit
-    # kernels' entry point (project() takes it)
-    assert isinstance(P.LOGIT, np.uint8)
-    with pytest.raises(ValueError, match="projections.LOGIT"):
-        P.site_projection(3, 1.0, 0.0, 1.0, (0.0,), None)
-    with pytest.raises(ValueError, match="projections.LOGIT"):
-        P.tilted_log_z_param_gradient(3, 1.0, 0.0, 1.0, (0.0,))
-    assert P.project(3, 1.0, 0.4, 2.0, 0.1, True) == P.project(LOGIT, 1.0, 0.4, 2.0, 0.1, True)
+def test_site_functions_of_each_likelihood():
+    """Each likelihood's SiteFunctions: its ``project`` is its module's EP / QP projection, and the
+    probit alone has a QP lookup table."""
+    assert _project(LOGIT, 1.0, 0.4, 2.0, 0.1, True) == bernoulli.logit_project(1.0, 0.4, 2.0, 0.1, True)
+    assert _project(PROBIT, 1.0, 0.4, 2.0, 0.1, True) == bernoulli.probit_project(1.0, 0.4, 2.0, 0.1, True)
+    assert _project(STUDENT_T, 1.0, 0.4, 2.0, (3.0, 0.5), None) == student_t.student_t_tilted_moments(1.0, 0.4, 2.0,
+                                                                                                       3.0, 0.5)
+    assert PROBIT.lookup_table is bernoulli.probit_lookup_table
+    assert LOGIT.lookup_table is POISSON.lookup_table is STUDENT_T.lookup_table is GAUSSIAN.lookup_table is None
 
 
 @pytest.mark.parametrize("y,mu,sd,bias", LOGIT_CASES)
@@ -451,15 +468,15 @@ def test_logit_projection_matches_brute_force_quadrature(y, mu, sd, bias):
     sd, the variance and sigma* relative); measured ~1e-14."""
     log_lik, centres = _logit_reference(y, mu, sd, bias)
     want = naive.tilted_moments(log_lik, mu, sd, centres)
-    ep = P.site_projection(LOGIT, y, mu, sd * sd, (bias,), None)
+    ep = _site_projection(LOGIT, y, mu, sd * sd, (bias,), None)
     _assert_moments(ep, want, 1e-12)
-    assert P.logit_tilted_moments(y, mu, sd * sd, bias) == ep
-    qp = P.site_projection(LOGIT, y, mu, sd * sd, (bias,), True)
+    assert bernoulli.logit_tilted_moments(y, mu, sd * sd, bias) == ep
+    qp = _site_projection(LOGIT, y, mu, sd * sd, (bias,), True)
     assert qp[:2] == ep[:2]
     assert math.sqrt(qp[2]) == pytest.approx(naive.tilted_sigma_star(log_lik, mu, sd, centres), rel=1e-12)
     assert math.sqrt(qp[2]) <= math.sqrt(ep[2]) * (1 + 1e-12)
-    assert P.logit_qp_sd(y, mu, sd, bias) == math.sqrt(qp[2])
-    assert P.project(LOGIT, y, mu, sd * sd, bias, True) == qp
+    assert bernoulli.logit_qp_sd(y, mu, sd, bias) == math.sqrt(qp[2])
+    assert _project(LOGIT, y, mu, sd * sd, bias, True) == qp
 
 
 @pytest.mark.parametrize("y,mu,sd,df,scale", STUDENT_T_CASES)
@@ -468,15 +485,15 @@ def test_student_t_projection_matches_brute_force_quadrature(y, mu, sd, df, scal
     log Z ~1e-13 at df = 1e4)."""
     log_lik, centres = _student_t_reference(y, df, scale)
     want = naive.tilted_moments(log_lik, mu, sd, centres)
-    ep = P.site_projection(STUDENT_T, y, mu, sd * sd, (df, scale), None)
+    ep = _site_projection(STUDENT_T, y, mu, sd * sd, (df, scale), None)
     _assert_moments(ep, want, 1e-12)
-    assert P.student_t_tilted_moments(y, mu, sd * sd, df, scale) == ep
-    qp = P.site_projection(STUDENT_T, y, mu, sd * sd, (df, scale), True)
+    assert student_t.student_t_tilted_moments(y, mu, sd * sd, df, scale) == ep
+    qp = _site_projection(STUDENT_T, y, mu, sd * sd, (df, scale), True)
     assert qp[:2] == ep[:2]
     assert math.sqrt(qp[2]) == pytest.approx(naive.tilted_sigma_star(log_lik, mu, sd, centres), rel=1e-12)
     assert math.sqrt(qp[2]) <= math.sqrt(ep[2]) * (1 + 1e-12)
-    assert P.student_t_qp_sd(y, mu, sd, df, scale) == math.sqrt(qp[2])
-    assert P.project(STUDENT_T, y, mu, sd * sd, (df, scale), True) == qp
+    assert student_t.student_t_qp_sd(y, mu, sd, df, scale) == math.sqrt(qp[2])
+    assert _project(STUDENT_T, y, mu, sd * sd, (df, scale), True) == qp
 
 
 def test_student_t_outlier_tilted_distribution_is_bimodal_and_both_modes_count():
@@ -486,7 +503,7 @@ def test_student_t_outlier_tilted_distribution_is_bimodal_and_both_modes_count()
     them, and its moments are those of brute-force quadrature (1e-12)."""
     y, df, scale = 4.0, 3.0, 0.3
     a = scale * math.sqrt(df)
-    x1, x2, anti = P._student_t_modes(-y / a, 1.0 / a ** 2, 0.5 * (df + 1.0))
+    x1, x2, anti = student_t._student_t_modes(-y / a, 1.0 / a ** 2, 0.5 * (df + 1.0))
     assert not math.isnan(anti)
     np.testing.assert_allclose([y + a * x1, y + a * x2], [3.6317, 1.5801], atol=1e-4)
     log_lik = naive.student_t_log_lik(y, df, scale)
@@ -494,7 +511,7 @@ def test_student_t_outlier_tilted_distribution_is_bimodal_and_both_modes_count()
     cut = y + a * anti
     share = _quad(dens, cut, y + 30.0) / _quad(dens, -30.0, y + 30.0)
     assert 0.3 < share < 0.32
-    got = P.student_t_tilted_moments(y, 0.0, 1.0, df, scale)
+    got = student_t.student_t_tilted_moments(y, 0.0, 1.0, df, scale)
     assert y + a * x2 < got[1] < y + a * x1
     _assert_moments(got, naive.tilted_moments(log_lik, 0.0, 1.0, [(y, scale), (y, a)]), 1e-12)
 
@@ -519,10 +536,10 @@ def test_logit_rule_is_converged_over_the_cavity_range():
             z_star, _ = S.logit_normal_mode(m, s)
             edges, count = S.logit_normal_edges(m, s, z_star - 10.0, z_star + 10.0)
             fine = _refined(edges, count)
-            a = P._moments_on_edges(3, m, 1.0, s, edges, count, True)
-            b = P._moments_on_edges(3, m, 1.0, s, fine, len(fine), True)
-            sd_a = P._wasserstein_sd_edges(3, m, 1.0, s, a[0], edges, count)
-            sd_b = P._wasserstein_sd_edges(3, m, 1.0, s, b[0], fine, len(fine))
+            a = bernoulli._logit_moments_on_edges(m, 1.0, s, edges, count, True)
+            b = bernoulli._logit_moments_on_edges(m, 1.0, s, fine, len(fine), True)
+            sd_a = bernoulli._logit_wasserstein_sd_edges(m, 1.0, s, a[0], edges, count)
+            sd_b = bernoulli._logit_wasserstein_sd_edges(m, 1.0, s, b[0], fine, len(fine))
             worst = np.maximum(worst, [abs(a[0] - b[0]) / max(1.0, abs(b[0])), abs(a[1] - b[1]) / math.sqrt(b[2]),
                                        abs(a[2] / b[2] - 1), abs(sd_a / sd_b - 1), abs(a[3] / b[3] - 1)])
     assert np.all(worst < 1e-12), worst
@@ -542,12 +559,12 @@ def test_student_t_rule_is_converged():
             for mu in (-30.0, 0.0, 30.0):
                 for sd in (0.01, 1.0, 50.0):
                     for y in (0.0, 2.0, -25.0):
-                        edges, count, loc, s2, power, a = P._student_t_rule(y, mu, sd * sd, df, scale)
+                        edges, count, loc, s2, power, a = student_t._student_t_rule(y, mu, sd * sd, df, scale)
                         fine = _refined(edges, count)
-                        r = P._moments_on_edges(4, loc, s2, power, edges, count, True)
-                        f = P._moments_on_edges(4, loc, s2, power, fine, len(fine), True)
-                        sd_r = P._wasserstein_sd_edges(4, loc, s2, power, r[0], edges, count)
-                        sd_f = P._wasserstein_sd_edges(4, loc, s2, power, f[0], fine, len(fine))
+                        r = student_t._moments_on_edges(loc, s2, power, edges, count, True)
+                        f = student_t._moments_on_edges(loc, s2, power, fine, len(fine), True)
+                        sd_r = student_t._wasserstein_sd_edges(loc, s2, power, r[0], edges, count)
+                        sd_f = student_t._wasserstein_sd_edges(loc, s2, power, f[0], fine, len(fine))
                         worst = np.maximum(worst, [abs(r[0] - f[0]) / max(1.0, abs(f[0])),
                                                    abs(r[1] - f[1]) / math.sqrt(f[2]), abs(r[2] / f[2] - 1),
                                                    abs(sd_r / sd_f - 1), abs(r[3] / f[3] - 1),
@@ -560,16 +577,16 @@ def test_qp_never_exceeds_ep_for_logit_and_student_t():
     for y in (-1.0, 1.0):
         for mu in (-30.0, -5.0, -0.5, 0.0, 0.7, 3.0, 30.0):
             for sd in (0.01, 0.3, 1.0, 3.0, 10.0, 50.0):
-                _, _, v_ep = P.project(LOGIT, y, mu, sd * sd, 0.25, False)
-                _, _, v_qp = P.project(LOGIT, y, mu, sd * sd, 0.25, True)
+                _, _, v_ep = _project(LOGIT, y, mu, sd * sd, 0.25, False)
+                _, _, v_qp = _project(LOGIT, y, mu, sd * sd, 0.25, True)
                 assert 0.0 < v_qp <= v_ep * (1 + 1e-12), (y, mu, sd)
     for y in (0.0, 4.0, 40.0):
         for mu in (-30.0, -1.0, 0.0, 2.0, 30.0):
             for sd in (0.01, 0.5, 3.0, 50.0):
                 for df, scale in ((0.7, 1.0), (3.0, 0.2), (30.0, 2.0)):
                     params = (df, scale)
-                    ep = P.site_projection(STUDENT_T, y, mu, sd * sd, params, None)
-                    qp = P.site_projection(STUDENT_T, y, mu, sd * sd, params, True)
+                    ep = _site_projection(STUDENT_T, y, mu, sd * sd, params, None)
+                    qp = _site_projection(STUDENT_T, y, mu, sd * sd, params, True)
                     assert np.all(np.isfinite(ep)) and np.all(np.isfinite(qp)), (y, mu, sd, params)
                     assert 0.0 < qp[2] <= ep[2] * (1 + 1e-12), (y, mu, sd, params)
 
@@ -577,24 +594,24 @@ def test_qp_never_exceeds_ep_for_logit_and_student_t():
 def test_logit_mirror_symmetry_and_degenerate_cavities():
     for y, mu, var, bias in [(1.0, 0.4, 0.8, 0.0), (-1.0, -2.0, 3.0, 0.7), (1.0, 1.3, 0.05, -2.0)]:
         for qp in (False, True):
-            a = P.project(LOGIT, y, mu, var, bias, qp)
-            b = P.project(LOGIT, -y, -mu, var, -bias, qp)
+            a = _project(LOGIT, y, mu, var, bias, qp)
+            b = _project(LOGIT, -y, -mu, var, -bias, qp)
             np.testing.assert_allclose([b[0], -b[1], b[2]], a, rtol=1e-13, atol=1e-15)
     # a point-mass cavity: Z is the likelihood there; a cavity that is not finite gives nan
-    assert P.logit_tilted_moments(1.0, 0.3, 0.0, 0.1) == (-math.log1p(math.exp(-0.4)), 0.3, 0.0)
-    assert np.all(np.isnan(P.logit_tilted_moments(1.0, np.nan, 1.0, 0.0)))
-    assert np.all(np.isnan(P.student_t_tilted_moments(1.0, 0.0, np.inf, 4.0, 1.0)))
-    assert np.all(np.isnan(P.student_t_tilted_moments(1.0, 0.0, 1.0, -4.0, 1.0)))
+    assert bernoulli.logit_tilted_moments(1.0, 0.3, 0.0, 0.1) == (-math.log1p(math.exp(-0.4)), 0.3, 0.0)
+    assert np.all(np.isnan(bernoulli.logit_tilted_moments(1.0, np.nan, 1.0, 0.0)))
+    assert np.all(np.isnan(student_t.student_t_tilted_moments(1.0, 0.0, np.inf, 4.0, 1.0)))
+    assert np.all(np.isnan(student_t.student_t_tilted_moments(1.0, 0.0, 1.0, -4.0, 1.0)))
 
 
 # --------------------------------------------------------------------------- likelihood-parameter gradients
 
 
 def _log_z(kind, y, mu, var, params):
-    return P.site_projection(kind, y, mu, var, tuple(params), None)[0]
+    return _site_projection(kind, y, mu, var, tuple(params), None)[0]
 
 
-GRADIENT_CASES = [(P.PROBIT, 1.0, -0.7, 1.3, (0.4,)), (P.PROBIT, -1.0, 2.5, 0.2, (-1.0,)),
+GRADIENT_CASES = [(PROBIT, 1.0, -0.7, 1.3, (0.4,)), (PROBIT, -1.0, 2.5, 0.2, (-1.0,)),
                   (LOGIT, 1.0, -0.7, 1.3, (0.4,)), (LOGIT, -1.0, 3.0, 9.0, (0.5,)), (LOGIT, 1.0, -12.0, 0.04, (2.0,)),
                   (GAUSSIAN, 0.3, -0.7, 1.3, (0.2,)), (GAUSSIAN, 4.0, 0.0, 0.01, (2.5,)),
                   (STUDENT_T, 0.5, 0.3, 2.0, (4.0, 1.0)), (STUDENT_T, 8.0, 0.0, 9.0, (3.0, 0.5)),
@@ -605,7 +622,7 @@ GRADIENT_CASES = [(P.PROBIT, 1.0, -0.7, 1.3, (0.4,)), (P.PROBIT, -1.0, 2.5, 0.2,
 def test_log_z_parameter_gradient_matches_finite_differences(kind, y, mu, var, params):
     """tilted_log_z_param_gradient against central differences of log Z (steps 1e-5 relative):
     1e-7 relative (the differences' own error is ~1e-9)."""
-    got = P.tilted_log_z_param_gradient(kind, y, mu, var, params)
+    got = _log_z_gradient(kind, y, mu, var, params)
     assert isinstance(got, tuple) and len(got) == len(params)
     want = naive.central_difference(lambda p: _log_z(kind, y, mu, var, p), np.array(params), step=1e-5)
     np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-10)
@@ -614,12 +631,12 @@ def test_log_z_parameter_gradient_matches_finite_differences(kind, y, mu, var, p
 def test_bias_gradient_is_the_cavity_mean_gradient_and_poisson_has_none():
     """For a bias, d log Z / d bias = d log Z / d mu = (tilted mean - mu) / var (exact identities);
     Poisson has no parameter, so an empty tuple."""
-    for kind in (P.PROBIT, LOGIT):
+    for kind in (PROBIT, LOGIT):
         for y, mu, var, bias in [(1.0, -0.7, 1.3, 0.4), (-1.0, 2.0, 25.0, 0.0), (1.0, 4.0, 0.01, -1.0)]:
-            (g,) = P.tilted_log_z_param_gradient(kind, y, mu, var, (bias,))
-            _, mean, _ = P.site_projection(kind, y, mu, var, (bias,), None)
+            (g,) = _log_z_gradient(kind, y, mu, var, (bias,))
+            _, mean, _ = _site_projection(kind, y, mu, var, (bias,), None)
             assert g == pytest.approx((mean - mu) / var, rel=1e-11)
-    assert P.tilted_log_z_param_gradient(P.POISSON_SQUARE, 3.0, 0.5, 1.0, ()) == ()
+    assert _log_z_gradient(POISSON, 3.0, 0.5, 1.0, ()) == ()
 
 
 def test_parameter_gradients_match_tilted_expectations():
@@ -630,7 +647,7 @@ def test_parameter_gradients_match_tilted_expectations():
         log_lik, centres = _logit_reference(y, mu, math.sqrt(var), bias)
         want = y * naive.tilted_expectation(lambda f: special.expit(-y * (f + bias)), log_lik, mu, math.sqrt(var),
                                             centres)
-        assert P.tilted_log_z_param_gradient(LOGIT, y, mu, var, (bias,))[0] == pytest.approx(want, rel=1e-11)
+        assert _log_z_gradient(LOGIT, y, mu, var, (bias,))[0] == pytest.approx(want, rel=1e-11)
     for y, mu, var, df, scale in [(0.5, 0.3, 2.0, 4.0, 1.0), (8.0, 0.0, 9.0, 3.0, 0.5), (2.0, 0.0, 1.0, 60.0, 0.7)]:
         log_lik, centres = _student_t_reference(y, df, scale)
         u = lambda f: (y - f) ** 2 / (df * scale * scale)
@@ -642,7 +659,7 @@ def test_parameter_gradients_match_tilted_expectations():
         e_frac = naive.tilted_expectation(lambda f: u(f) / (1 + u(f)), log_lik, mu, math.sqrt(var), centres)
         want = (0.5 * (special.digamma(0.5 * (df + 1)) - special.digamma(0.5 * df) - 1 / df - e_log
                        + (df + 1) / df * e_frac), ((df + 1) * e_frac - 1) / scale)
-        got = P.tilted_log_z_param_gradient(STUDENT_T, y, mu, var, (df, scale))
+        got = _log_z_gradient(STUDENT_T, y, mu, var, (df, scale))
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
         assert d_df(y) == pytest.approx(0.5 * (special.digamma(0.5 * (df + 1)) - special.digamma(0.5 * df) - 1 / df))
         assert d_scale(y) == -1 / scale
@@ -689,15 +706,15 @@ def test_dense_logit_ep_at_fixed_sites_matches_brute_force_quadrature():
     for i in range(len(y)):
         log_lik, centres = _logit_reference(y[i], mu_c[i], math.sqrt(var_c[i]), bias)
         want = naive.tilted_moments(log_lik, mu_c[i], math.sqrt(var_c[i]), centres)
-        got = P.site_projection(LOGIT, y[i], mu_c[i], var_c[i], (bias,), None)
+        got = _site_projection(LOGIT, y[i], mu_c[i], var_c[i], (bias,), None)
         np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-12)
         want_tau[i] = 1.0 / want[2] - 1.0 / var_c[i]
         want_nu[i] = want[1] / want[2] - mu_c[i] / var_c[i]
     # the sweep kernels' update from the same marginals (no damping): tau = 1/var - tau_cav,
     # nu = mean (tau_cav + tau) - nu_cav
     tau_new, nu_new = tau.copy(), nu.copy()
-    ep_sweeps.parallel_site_updates(np.diag(Sigma).copy(), mu.copy(), tau_new, nu_new, y, (bias,), LOGIT, None, 0.0,
-                                    None, None)
+    ep_sweeps.parallel_site_updates(np.diag(Sigma).copy(), mu.copy(), tau_new, nu_new, y, (bias,), LOGIT.project, None,
+                                    0.0, None, None)
     np.testing.assert_allclose(tau_new, np.maximum(want_tau, 0.0), rtol=1e-8)
     np.testing.assert_allclose(nu_new, want_nu, rtol=1e-8, atol=1e-10)
 
@@ -727,7 +744,8 @@ def test_dense_ep_fixed_point_matches_brute_force_moments(kind):
     tau, nu = np.zeros(n), np.zeros(n)
     Sigma, mu = K.copy(), np.zeros(n)
     for sweep in range(200):
-        change, skipped = ep_sweeps.dense_sequential_sweep(Sigma, mu, tau, nu, y, params, code, None, 0.0, None, None)
+        change, skipped = ep_sweeps.dense_sequential_sweep(Sigma, mu, tau, nu, y, params, code.project, None, 0.0, None,
+                                                           None)
         # refresh from the sites (as the library does), which also clears the rank-1 drift
         mu_c, var_c, Sigma, mu = naive.dense_ep_cavities(K, tau, nu)
         if change < 1e-10:
@@ -753,6 +771,5 @@ def test_poisson_square_qp_far_out_is_ep(y, mu, var):
     makes the tilted distribution Gaussian: sigma* equals EP's sd (1e-6 relative).  The minor
     mode f_lo = (b - sqrt(b^2 + 4 n v)) / 2 cancelled to 0 there and divided by zero; it is
     now -n v / f_hi."""
-    from gpdsl._jit import projections as pj
-    _, _, var_ep = pj.poisson_square_tilted_moments(y, mu, var)
-    assert pj.poisson_square_qp_sd(y, mu, math.sqrt(var)) == pytest.approx(math.sqrt(var_ep), rel=1e-6)
+    _, _, var_ep = poisson.poisson_square_tilted_moments(y, mu, var)
+    assert poisson.poisson_square_qp_sd(y, mu, math.sqrt(var)) == pytest.approx(math.sqrt(var_ep), rel=1e-6)

@@ -8,55 +8,25 @@ Gaussian to the cavity.  Damping keeps the weight ``damping`` on the old site.  
 largest change of a site parameter and the number of sites skipped because their cavity had
 non-positive precision (the update would be meaningless; the site keeps its value).
 
-The projection is chosen by ``kind``, ``param``, ``quantile``, ``table`` and ``grid``, partly by
-their *types*, so that a fit compiles only the code it uses:
-
-* ``table=None`` (the fits without a QP lookup table): ``param`` is the tuple of the
-  likelihood's parameters and ``quantile`` None for EP or a bool (QP or EP at run time), and
-  the kernels compile only the code of that likelihood and method
-  (:func:`gpdsl._jit.projections.site_projection`: the tuple's length, ``kind``'s type --
-  LOGIT is a numpy uint8 -- and ``quantile is None`` are compile-time facts);
-* ``table``, ``grid`` arrays: ``param`` is the likelihood's parameter (0.0 if it has none),
-  ``quantile`` a bool, and the probit's, Poisson's and the Gaussian's code (or with LOGIT the
-  logit's alone) and both projections are compiled and chosen at run time
-  (:func:`gpdsl._jit.projections.project_tabulated`), with the probit sigma* read from that QP
-  lookup table, or computed directly when it is empty.  (The Student-t, with two parameters,
-  goes without a table.)
+The projection is the likelihood's jitted function ``project``, an argument of every sweep
+(:mod:`gpdsl._jit.projections`): Numba compiles a sweep once per function passed, so a fit compiles
+its own likelihood's code alone, and no code here knows a likelihood.  ``params`` (the
+likelihood's parameter tuple), ``quantile`` (None for EP, which compiles EP's code alone; a bool
+for QP fits: QP's projection if True) and ``table``, ``grid`` (a QP lookup table and its grid, or
+None) are passed through to it.
 """
 import llvmlite.binding as _llvm
 import numpy as np
 from numba import njit, types
-from numba.extending import get_cython_function_address, overload
-
-from .projections import project_tabulated, run_overload, site_projection
-
-
-def _project(kind, y, mu, var, param, quantile, table, grid):
-    """The projection of one site, chosen by the type of ``table`` (see the module docstring);
-    implemented for jitted callers by :func:`_project_by_table`."""
-    return run_overload(_project_by_table, kind, y, mu, var, param, quantile, table, grid)
-
-
-@overload(_project, inline="always")
-def _project_by_table(kind, y, mu, var, param, quantile, table, grid):
-    # Type dispatch rather than ``if table is None``: Numba drops such a branch only when the
-    # argument *is* None, and site_projection cannot be typed with the array form's float param.
-    # Inlined into _site_update: as a function of its own it would be one more layer that LLVM
-    # optimises and emits with the whole projection below it.
-    if isinstance(table, types.NoneType):
-        return lambda kind, y, mu, var, param, quantile, table, grid: site_projection(kind, y, mu, var, param,
-                                                                                      quantile)
-    return lambda kind, y, mu, var, param, quantile, table, grid: project_tabulated(kind, y, mu, var, param,
-                                                                                    quantile, table, grid)
+from numba.extending import get_cython_function_address
 
 
 @njit(cache=True)
-def _site_update(i, marginal_var, marginal_mean, tau, nu, y, param, kind, quantile, damping, table, grid):
+def _site_update(i, marginal_var, marginal_mean, tau, nu, y, param, project, quantile, damping, table, grid):
     """New (tau_i, nu_i) from the marginal N(marginal_mean, marginal_var); ok=False if the cavity is improper.
 
-    ``param``: the likelihood's parameter (probit bias, Gaussian noise variance), as a tuple
-    without a table; ``kind``, ``param``, ``quantile``, ``table``, ``grid`` select the projection
-    (see the module docstring).
+    ``project(y_i, cavity mean, cavity variance, param, quantile, table, grid)``: the likelihood's
+    projection, ``param`` its parameter tuple (see the module docstring).
     """
     # A marginal variance that is not positive (or NaN) only arises when rounding has broken the
     # posterior (e.g. a kernel variance of 1e27 during a line search): the site keeps its value
@@ -68,7 +38,7 @@ def _site_update(i, marginal_var, marginal_mean, tau, nu, y, param, kind, quanti
     nu_cav = marginal_mean / marginal_var - nu[i]
     if not tau_cav > 0.0:
         return tau[i], nu[i], False
-    _, mean, var = _project(kind, y[i], nu_cav / tau_cav, 1.0 / tau_cav, param, quantile, table, grid)
+    _, mean, var = project(y[i], nu_cav / tau_cav, 1.0 / tau_cav, param, quantile, table, grid)
     if not var > 0.0:
         return tau[i], nu[i], False
     # Site precisions are kept non-negative (GPML's infEP does the same): a negative one, possible
@@ -82,7 +52,7 @@ def _site_update(i, marginal_var, marginal_mean, tau, nu, y, param, kind, quanti
 
 
 @njit(cache=True)
-def dense_sequential_sweep(Sigma, mu, tau, nu, y, param, kind, quantile, damping, table, grid):
+def dense_sequential_sweep(Sigma, mu, tau, nu, y, param, project, quantile, damping, table, grid):
     """One sequential sweep over a dense posterior (Rasmussen & Williams Algorithm 3.5).
 
     Sigma (N, N) and mu (N,) are the posterior covariance and mean, updated in place by rank-1
@@ -91,7 +61,7 @@ def dense_sequential_sweep(Sigma, mu, tau, nu, y, param, kind, quantile, damping
     n = y.shape[0]
     max_change, skipped = 0.0, 0
     for i in range(n):
-        tau_new, nu_new, ok = _site_update(i, Sigma[i, i], mu[i], tau, nu, y, param, kind, quantile, damping,
+        tau_new, nu_new, ok = _site_update(i, Sigma[i, i], mu[i], tau, nu, y, param, project, quantile, damping,
                                            table, grid)
         if not ok:
             skipped += 1
@@ -122,7 +92,7 @@ def dense_sequential_sweep(Sigma, mu, tau, nu, y, param, kind, quantile, damping
 
 
 @njit(cache=True)
-def parallel_site_updates(marginal_var, marginal_mean, tau, nu, y, param, kind, quantile, damping, table, grid):
+def parallel_site_updates(marginal_var, marginal_mean, tau, nu, y, param, project, quantile, damping, table, grid):
     """Update every site from the same marginals (the caller refreshes the posterior after)."""
     n = y.shape[0]
     max_change, skipped = 0.0, 0
@@ -130,7 +100,7 @@ def parallel_site_updates(marginal_var, marginal_mean, tau, nu, y, param, kind, 
     nu_old = nu.copy()
     for i in range(n):
         tau_new, nu_new, ok = _site_update(i, marginal_var[i], marginal_mean[i], tau_old, nu_old, y, param,
-                                           kind, quantile, damping, table, grid)
+                                           project, quantile, damping, table, grid)
         if not ok:
             skipped += 1
             continue
@@ -193,14 +163,14 @@ _UPDATED, _SKIPPED, _STOP = 0, 1, 2
 # fastmath of the caller that compiles it first, and then serves that version (from the disk cache
 # too) to every caller; _fitc_site is called by the fastmath reference kernel below.
 @njit(cache=True, fastmath=False)
-def _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, kind, quantile, damping, table, grid):
+def _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, project, quantile, damping, table, grid):
     """Site i of a sequential FITC-EP sweep from its marginal N(h_i, d_i + s), s = p_i^T M p_i: the
     formulas of :func:`fitc_sequential_sweep_rank1`'s docstring.  Updates the site and row i of the
     posterior (d_i, p_i, nu_vec_i) and returns (status, c, step, change): on _UPDATED the caller
     applies M -= c w w^T and gamma += step w with w = M p_i (before this site); _SKIPPED (improper
     cavity, or 1 + pi d_i <= 0) and _STOP (M would lose definiteness) change nothing."""
     a_ii = d[i] + s
-    tau_new, nu_new, ok = _site_update(i, a_ii, h_i, tau, nu, y, param, kind, quantile, damping, table, grid)
+    tau_new, nu_new, ok = _site_update(i, a_ii, h_i, tau, nu, y, param, project, quantile, damping, table, grid)
     pi = tau_new - tau[i]
     b = nu_new - nu[i]
     denom = 1.0 + pi * d[i]
@@ -228,7 +198,7 @@ def _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, kind, quantile, dampi
 
 
 @njit(cache=True)
-def _block_sites(i0, r, G, T, hv, alpha, beta, d, P, nu_vec, tau, nu, y, param, kind, quantile, damping,
+def _block_sites(i0, r, G, T, hv, alpha, beta, d, P, nu_vec, tau, nu, y, param, project, quantile, damping,
                  table, grid):
     """Sites i0 .. i0+r-1 in order, each exactly as in :func:`fitc_sequential_sweep_rank1`, with the
     earlier sites of the block applied in the r-dimensional coordinates of the block.
@@ -257,7 +227,7 @@ def _block_sites(i0, r, G, T, hv, alpha, beta, d, P, nu_vec, tau, nu, y, param, 
             s -= T[k, l] * G[k, l]
             h_i += beta[l] * G[k, l]
         alpha[k], beta[k] = 0.0, 0.0
-        status, c, step, change = _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, kind, quantile, damping,
+        status, c, step, change = _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, project, quantile, damping,
                                              table, grid)
         if status == _SKIPPED:
             skipped += 1
@@ -297,7 +267,7 @@ def _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, r, no, tr, ch, iw, fw):
 
 
 @njit(cache=True)
-def fitc_sequential_sweep(d, P, Minv, nu_vec, gamma, tau, nu, y, param, kind, quantile, damping, table, grid,
+def fitc_sequential_sweep(d, P, Minv, nu_vec, gamma, tau, nu, y, param, project, quantile, damping, table, grid,
                           start, block):
     """One sequential FITC-EP sweep from site ``start`` (Naish-Guzman & Holden, section 3), with
     delayed updates: the same site order and updates as :func:`fitc_sequential_sweep_rank1` (each
@@ -339,7 +309,7 @@ def fitc_sequential_sweep(d, P, Minv, nu_vec, gamma, tau, nu, y, param, kind, qu
         for k in range(r):
             hv[k] = nu_vec[i0 + k] + WE[k, m]
         change, skip, k_stop = _block_sites(i0, r, G, T, hv, alpha, beta, d, P, nu_vec, tau, nu, y, param,
-                                            kind, quantile, damping, table, grid)
+                                            project, quantile, damping, table, grid)
         max_change, skipped = max(max_change, change), skipped + skip
         if k_stop >= 0:
             _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, k_stop, no, tr, ch, iw, fw)
@@ -354,7 +324,7 @@ def fitc_sequential_sweep(d, P, Minv, nu_vec, gamma, tau, nu, y, param, kind, qu
 
 
 @njit(cache=True, fastmath=True)
-def fitc_sequential_sweep_rank1(d, P, Minv, nu_vec, gamma, tau, nu, y, param, kind, quantile, damping, table, grid,
+def fitc_sequential_sweep_rank1(d, P, Minv, nu_vec, gamma, tau, nu, y, param, project, quantile, damping, table, grid,
                                 start):
     """One sequential FITC-EP sweep from site ``start``, one site at a time (Naish-Guzman & Holden,
     section 3): the reference that :func:`fitc_sequential_sweep` (used by FITCPrior) reproduces with
@@ -391,7 +361,7 @@ def fitc_sequential_sweep_rank1(d, P, Minv, nu_vec, gamma, tau, nu, y, param, ki
         for a in range(m):
             pw += P[i, a] * w[a]
             pg += P[i, a] * gamma[a]
-        status, c, step, change = _fitc_site(i, pw, nu_vec[i] + pg, d, P, nu_vec, tau, nu, y, param, kind, quantile,
+        status, c, step, change = _fitc_site(i, pw, nu_vec[i] + pg, d, P, nu_vec, tau, nu, y, param, project, quantile,
                                              damping, table, grid)
         if status == _SKIPPED:
             skipped += 1

@@ -37,9 +37,10 @@ targets instead of from the prior.
 
 Which method accepts which likelihood follows from :meth:`Likelihood.provides` (the
 capabilities of :data:`CAPABILITIES`): an operation is provided where the likelihood's class
-overrides it.  A new likelihood is one subclass plus, for EP / QP, its tilted moments in
-:mod:`gpdsl._jit.projections` under a new code: the site sweeps take the parameters as a tuple,
-so no jitted signature changes (``StudentT`` was added that way).
+overrides it.  A new likelihood is one subclass plus, for EP / QP, a module of jitted tilted-moment code
+under :mod:`gpdsl._jit.likelihoods` (see :mod:`gpdsl._jit.projections`), which its ``site_model``
+hands to the site sweeps: they take the functions and the parameter tuple as arguments, so no
+sweep changes.
 """
 from __future__ import annotations
 
@@ -62,14 +63,15 @@ CAPABILITIES = ("log_density_derivatives", "variational_expectations", "site_mod
 
 
 class SiteModel(NamedTuple):
-    """What EP's and QP's jitted site sweeps need of a likelihood: the code of its tilted-moment
-    routine in :mod:`gpdsl._jit.projections` and its parameters, a tuple of floats whose order
+    """What EP's and QP's jitted site sweeps need of a likelihood: its jitted tilted-moment
+    functions (:mod:`gpdsl._jit.projections`) and its parameters, a tuple of floats whose order
     is ``names`` (the hyperparameter names the evidence gradients go to).
 
     Parameters
     ----------
-    kind : int
-        The tilted-moment routine's code in :mod:`gpdsl._jit.projections`.
+    functions : gpdsl._jit.projections.SiteFunctions
+        The likelihood's jitted projection and log Z gradient (``SITE`` of its module under
+        :mod:`gpdsl._jit.likelihoods`).
     params : tuple of float
         The likelihood's parameters, in the order of ``names``.
     names : tuple of str
@@ -77,7 +79,7 @@ class SiteModel(NamedTuple):
         qualified by :class:`gpdsl.components.Bound`).
     """
 
-    kind: int
+    functions: tuple
     params: tuple
     names: tuple
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from .._jit import projections
+from .._jit.likelihoods import bernoulli as sites
 from .._jit.special import logit_normal_logp_many
 from ..parameters import check_hyperparameter
 from .base import _LOG_2PI, Likelihood, SiteModel, gauss_hermite
@@ -94,8 +94,7 @@ class Bernoulli(Likelihood):
 
     def site_model(self):
         """The probit or logit site model, parameter (bias,)."""
-        kind = projections.PROBIT if self.link == "probit" else projections.LOGIT
-        return SiteModel(kind, (float(self.bias),), ("bias",))
+        return SiteModel(sites.PROBIT_SITE if self.link == "probit" else sites.LOGIT_SITE, (float(self.bias),), ("bias",))
 
     def predictive(self, f_mean, f_var):
         """``p`` = p(y* = +1) = E[p(+1 | f*)], by :meth:`log_predictive`.

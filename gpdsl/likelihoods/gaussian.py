@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._jit import projections
+from .._jit.likelihoods import gaussian as sites
 from ..checks import check_nonnegative_int
 from ..components import Parameter
 from ..parameters import check_hyperparameter, declared_value
@@ -131,7 +131,7 @@ class Gaussian(_GaussianNoise):
 
     def site_model(self):
         """The Gaussian site model, parameter (variance,)."""
-        return SiteModel(projections.GAUSSIAN, (float(self.variance),), ("variance",))
+        return SiteModel(sites.SITE, (float(self.variance),), ("variance",))
 
     def predictive(self, f_mean, f_var):
         """``y_mean`` = f_mean, ``y_var`` = f_var + variance.

@@ -9,7 +9,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
-from .._jit import projections
+from .._jit.likelihoods import poisson as sites
 from .base import Likelihood, SiteModel
 
 LINKS = ("square", "log")
@@ -249,7 +249,7 @@ class Poisson(Likelihood):
         """The square-link Poisson site model (QP paper Appendix C.2), no parameters."""
         if self.link == "log":
             raise self._unsupported("EP/QP tilted moments (log link: pending)")
-        return SiteModel(projections.POISSON_SQUARE, (), ())
+        return SiteModel(sites.SITE, (), ())
 
     def surrogate(self, X, y):
         """Square link: unit weights and targets sqrt(y + 1/2), the positive branch f ~ sqrt(y)

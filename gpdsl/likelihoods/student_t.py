@@ -8,7 +8,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
-from .._jit import projections
+from .._jit.likelihoods import student_t as sites
 from .._jit.special import digamma_half_excess, log1p_excess_array, student_t_log_norm_excess
 from ..parameters import check_hyperparameter
 from .base import _LOG_2PI, Likelihood, SiteModel
@@ -86,7 +86,7 @@ class StudentT(Likelihood):
 
     def site_model(self):
         """The Student-t site model, parameters (df, scale)."""
-        return SiteModel(projections.STUDENT_T, self._params(), ("df", "scale"))
+        return SiteModel(sites.SITE, self._params(), ("df", "scale"))
 
     def log_density_bound(self, y):
         # The density at f = y.

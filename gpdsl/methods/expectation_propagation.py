@@ -17,18 +17,17 @@ fixed sites (Seeger 2005; GPML ``infEP``; FITC paper section 4), so the gradient
 predictive state come from the exact / FITC Gaussian engines run on the pseudo-data.  The
 likelihood's parameters theta (the bias, a Student-t's df and scale) enter only the likelihood:
 d log Z / d theta = sum_i d log Z_i / d theta at fixed cavities
-(:func:`gpdsl._jit.projections.tilted_log_z_param_gradient`; for a bias, d log Z_i / d mu_cav,i).
+(the likelihood's ``log_z_gradient``, :mod:`gpdsl._jit.projections`; for a bias, d log Z_i / d mu_cav,i).
 """
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, replace
-from functools import lru_cache, partial
+from functools import partial
 
 import numpy as np
 
-from .._jit import announce_compilation, ep_sweeps, projections
-from .._jit.projections import POISSON_SQUARE, PROBIT
+from .._jit import announce_compilation, ep_sweeps
 from ..chunks import default_chunk_size, is_chunked, map_rows
 from ..linalg import cholesky, inverse_from_cholesky, solve_lower, solve_upper_t
 from . import collapsed, exact
@@ -155,7 +154,7 @@ class DensePrior:
         """
         return np.diag(self.Sigma).copy(), self.mu.copy()
 
-    def sequential_sweep(self, tau, nu, y, param, kind, quantile, damping, table, grid):
+    def sequential_sweep(self, tau, nu, y, param, project, quantile, damping, table, grid):
         """One sequential sweep with rank-1 updates of Sigma and mu (R&W Algorithm 3.5).
 
         Parameters
@@ -164,10 +163,10 @@ class DensePrior:
             Site precisions and locations, updated in place.
         y : ndarray, shape (N,)
             Coded targets.
-        param : tuple of float or float
+        param : tuple of float
             The likelihood's parameters (see :mod:`gpdsl._jit.ep_sweeps`).
-        kind : int
-            The tilted-moment routine's code.
+        project : numba dispatcher
+            The likelihood's jitted projection (``SiteModel.functions.project``).
         quantile : bool or None
             QP's projection (True), EP's (False or None; None compiles EP's alone).
         damping : float
@@ -182,7 +181,7 @@ class DensePrior:
         skipped : int
             Sites skipped because their cavity precision was not positive.
         """
-        args = (self.Sigma, self.mu, tau, nu, y, param, kind, quantile, damping, table, grid)
+        args = (self.Sigma, self.mu, tau, nu, y, param, project, quantile, damping, table, grid)
         _announce(ep_sweeps.dense_sequential_sweep, args, quantile)
         return ep_sweeps.dense_sequential_sweep(*args)
 
@@ -265,7 +264,7 @@ class FITCPrior:
         """
         return self.d + np.einsum("ij,ij->i", self.P @ self.Minv, self.P), self.nu_vec + self.P @ self.gamma
 
-    def sequential_sweep(self, tau, nu, y, param, kind, quantile, damping, table, grid):
+    def sequential_sweep(self, tau, nu, y, param, project, quantile, damping, table, grid):
         """One sequential sweep with O(M^2) site updates in blocks (Naish-Guzman & Holden section 3).
 
         A site whose update would lose definiteness triggers a refresh and is skipped.
@@ -276,10 +275,10 @@ class FITCPrior:
             Site precisions and locations, updated in place.
         y : ndarray, shape (N,)
             Coded targets.
-        param : tuple of float or float
+        param : tuple of float
             The likelihood's parameters (see :mod:`gpdsl._jit.ep_sweeps`).
-        kind : int
-            The tilted-moment routine's code.
+        project : numba dispatcher
+            The likelihood's jitted projection (``SiteModel.functions.project``).
         quantile : bool or None
             QP's projection (True), EP's (False or None; None compiles EP's alone).
         damping : float
@@ -298,7 +297,7 @@ class FITCPrior:
         while True:
             # Blocked delayed updates (ep_sweeps.FITC_BLOCK sites per level-3 BLAS block), the same
             # sites as one-at-a-time sequential EP.
-            args = (self.d, self.P, self.Minv, self.nu_vec, self.gamma, tau, nu, y, param, kind, quantile, damping,
+            args = (self.d, self.P, self.Minv, self.nu_vec, self.gamma, tau, nu, y, param, project, quantile, damping,
                     table, grid, start, ep_sweeps.FITC_BLOCK)
             _announce(ep_sweeps.fitc_sequential_sweep, args, quantile)
             change, skip, stop = ep_sweeps.fitc_sequential_sweep(*args)
@@ -408,18 +407,7 @@ def _marginal_block(block, Minv, gamma, X_block, scale):
 _NO_TABLE = (np.zeros((0, 0)), np.zeros(4))
 
 
-@lru_cache(maxsize=1)
-def qp_lookup_table():
-    """The probit QP table of sigma*/sigma_EP (QP paper Appendix J), built once per process:
-    cavity mean y (mu + bias) in [-10, 10] step 0.05, log10 cavity sd in [-1, 1.5] step 0.02
-    (about a second); cavities outside it are computed directly."""
-    grid = np.array([-10.0, 0.05, -1.0, 0.02])
-    table = projections.probit_qp_ratio_table(grid[0] + grid[1] * np.arange(401),
-                                              grid[2] + grid[3] * np.arange(126))
-    return table, grid
-
-
-def run_sites(prior, y, site, spec, warm, quantile):
+def run_sites(prior, y, site, spec, warm, quantile, start=None):
     """Sweep until the largest site change is below ``spec.tol`` or ``spec.max_sweeps``;
     ``site`` is the likelihood's :class:`gpdsl.likelihoods.SiteModel`; ``quantile`` selects the QP
     projection instead of EP's moment matching.
@@ -435,10 +423,11 @@ def run_sites(prior, y, site, spec, warm, quantile):
     spec : gpdsl.inference.EP or gpdsl.inference.QP
         The declaration.
     warm : SiteState, optional
-        Sites to start from (used when there are N of them); None starts from zero sites (Poisson:
-        from the positive branch).
+        Sites to start from (used when there are N of them).
     quantile : bool or None
         True for QP's projection; False or None for EP's (None when the caller wants EP only).
+    start : (ndarray, ndarray), optional
+        (tau, nu) to start from without such a warm start (:func:`site_start`); None: zero sites.
 
     Returns
     -------
@@ -451,27 +440,19 @@ def run_sites(prior, y, site, spec, warm, quantile):
     section 3 (FITC site updates and refresh); Zhang et al. (2020), eq. 7 and Appendix C (QP's
     projection, sigma* = int phi(Phi^-1(F(f))) df).
     """
-    # The kernels' projection arguments (gpdsl._jit.ep_sweeps): without a lookup table, the
-    # likelihood's parameters as a tuple and quantile=None for EP select at compile time, so that
-    # a fit compiles only its likelihood's and method's code; QP's fits choose EP or QP at run
-    # time, so that the EP sweeps of their evidence share the QP sweeps' kernel.  With the probit
-    # lookup table everything is chosen at run time.
-    kind = site.kind
-    if (quantile or spec.quantile) and spec.lookup and kind == PROBIT:
-        (table, grid), param = qp_lookup_table(), site.params[0]
-    else:
-        table = grid = None
-        param = site.params
-        if not (quantile or spec.quantile):
-            quantile = None
+    # The kernels' projection arguments (gpdsl._jit.ep_sweeps): quantile=None for EP compiles EP's
+    # code alone; QP's fits choose EP or QP at run time, so that the EP sweeps of their evidence
+    # share the QP sweeps' kernel.  A likelihood with a QP lookup table reads it with lookup=True.
+    project, param, table, grid = site.functions.project, site.params, None, None
+    if (quantile or spec.quantile) and spec.lookup and site.functions.lookup_table is not None:
+        table, grid = site.functions.lookup_table()
+    elif not (quantile or spec.quantile):
+        quantile = None
     n = len(y)
     if warm is not None and len(warm.tau) == n:
         tau, nu = warm.tau.copy(), warm.nu.copy()
-    elif kind == POISSON_SQUARE:
-        # p(y | f) depends on f^2 only, so with a zero-mean prior f -> -f is a symmetry and sites
-        # started at zero stay at a zero mean (a bimodal tilted law, clamped precisions).  Start
-        # on the positive branch f ~ sqrt(y) instead: the rate f^2 is the same on both.
-        tau, nu = np.ones(n), np.sqrt(y + 0.5)
+    elif start is not None:
+        tau, nu = np.array(start[0], dtype=float), np.array(start[1], dtype=float)
     else:
         tau, nu = np.zeros(n), np.zeros(n)
     # A float from the start: an integer damping would compile the sweep kernels once more.
@@ -481,10 +462,11 @@ def run_sites(prior, y, site, spec, warm, quantile):
     for sweep in range(1, spec.max_sweeps + 1):
         try:
             if spec.schedule == "sequential":
-                change, skipped = prior.sequential_sweep(tau, nu, y, param, kind, quantile, damping, table, grid)
+                change, skipped = prior.sequential_sweep(tau, nu, y, param, project, quantile, damping, table,
+                                                         grid)
             else:
                 var, mean = prior.marginals()
-                args = (var, mean, tau, nu, y, param, kind, quantile, damping, table, grid)
+                args = (var, mean, tau, nu, y, param, project, quantile, damping, table, grid)
                 _announce(ep_sweeps.parallel_site_updates, args, quantile)
                 change, skipped = ep_sweeps.parallel_site_updates(*args)
         except ZeroDivisionError as err:
@@ -523,7 +505,7 @@ def cavity_terms(prior, state, y, site, quantile=None):
     marginals.
 
     EP's moments whatever ``quantile``: False (QP's fits) instead of None only reuses the
-    projection compiled for the sweeps of a QP fit (gpdsl._jit.projections.site_projection).
+    projection compiled for the sweeps of a QP fit (the likelihood's ``project``).
 
     Parameters
     ----------
@@ -571,8 +553,8 @@ def cavity_terms(prior, state, y, site, quantile=None):
     log_z, param_grads, tilted_var = np.empty(n), np.zeros(len(site.params)), np.empty(n)
     for i in range(n):
         mu_c, var_c = nu_cav[i] / tau_cav[i], 1.0 / tau_cav[i]
-        log_z[i], _, tilted_var[i] = projections.site_projection(site.kind, y[i], mu_c, var_c, site.params, quantile)
-        param_grads += projections.tilted_log_z_param_gradient(site.kind, y[i], mu_c, var_c, site.params)
+        log_z[i], _, tilted_var[i] = site.functions.project(y[i], mu_c, var_c, site.params, quantile, None, None)
+        param_grads += site.functions.log_z_gradient(y[i], mu_c, var_c, site.params)
     clamped = int(np.sum(tilted_var * tau_cav > 1.0 + CLAMP_MARGIN))
     return log_z, param_grads, tau_cav, nu_cav, mean, clamped
 
@@ -624,8 +606,7 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=Tru
     spec : gpdsl.inference.EP or gpdsl.inference.QP
         The declaration (damping, max_sweeps, tol, schedule, jitter, chunk_size, QP options).
     warm : SiteState, optional
-        Sites to start from (used when there are N of them); None starts from zero sites (Poisson:
-        from the positive branch).
+        Sites to start from (used when there are N of them); None starts from :func:`site_start`.
     need_grad : bool, default True
         Compute the gradients.
     need_state : bool, default False
@@ -645,7 +626,7 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=Tru
     prior = _prior(kernel, X, Z, spec)
     # The evidence and its gradients are EP's for QP too (Zhang et al. fit hyperparameters with
     # EP's evidence): the gradient identity needs the moment-matching fixed point.
-    state = run_sites(prior, y, site, spec, warm, quantile=False)
+    state = run_sites(prior, y, site, spec, warm, quantile=False, start=site_start(likelihood, X, y))
     log_z, param_grads, tau_cav, nu_cav, mean, state.clamped = cavity_terms(prior, state, y, site,
                                                                             False if spec.quantile else None)
     F = log_evidence(prior, state, log_z, tau_cav, nu_cav, mean)
@@ -679,6 +660,30 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=Tru
                       pseudo_data=(sites.tau, sites.nu))
 
 
+def site_start(likelihood, X, y):
+    """The sites EP and QP start from without a warm start: None (zero sites), or for a likelihood
+    even in f (``sign_symmetric``: Poisson's square link) the (weights, weighted targets) of its
+    surrogate regression.  With a zero-mean prior f -> -f is then a symmetry, and sites started at
+    zero stay at a zero mean (a bimodal tilted law, clamped precisions); the surrogate starts
+    them on one branch instead (Poisson: tau = 1, nu = sqrt(y + 1/2), f ~ sqrt(y), the same rate
+    f^2 as the other).
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+        The observation model.
+    X : ndarray or Dask array, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Coded targets.
+
+    Returns
+    -------
+    (ndarray, ndarray) or None
+    """
+    return likelihood.surrogate(X, y) if likelihood.sign_symmetric else None
+
+
 def _prior(kernel, X, Z, spec):
     if Z is None:
         return DensePrior(kernel, X)
@@ -688,7 +693,7 @@ def _prior(kernel, X, Z, spec):
 
 
 def qp_sites(kernel, likelihood, X, y, Z=None, *, spec, warm=None):
-    """QP's sites swept to convergence at ``values`` from ``warm`` (Algorithm 1's inner loop).
+    """QP's sites swept to convergence from ``warm`` (Algorithm 1's inner loop).
 
     Parameters
     ----------
@@ -705,15 +710,14 @@ def qp_sites(kernel, likelihood, X, y, Z=None, *, spec, warm=None):
     spec : gpdsl.inference.EP or gpdsl.inference.QP
         The declaration (damping, max_sweeps, tol, schedule, jitter, chunk_size, QP options).
     warm : SiteState, optional
-        Sites to start from (used when there are N of them); None starts from zero sites (Poisson:
-        from the positive branch).
+        Sites to start from (used when there are N of them); None starts from :func:`site_start`.
 
     Returns
     -------
     SiteState
     """
     prior = _prior(kernel, X, Z, spec)
-    return run_sites(prior, y, likelihood.site_model(), spec, warm, quantile=True)
+    return run_sites(prior, y, likelihood.site_model(), spec, warm, quantile=True, start=site_start(likelihood, X, y))
 
 
 def qp_outer_loop(objective, u, max_iter, *, spec):
