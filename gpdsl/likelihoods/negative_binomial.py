@@ -7,7 +7,8 @@ import numpy as np
 from scipy import special
 
 from ..parameters import check_hyperparameter
-from .base import Likelihood
+from .._jit.likelihoods import negative_binomial as sites
+from .base import Likelihood, SiteModel
 from .poisson import check_counts, log_normal_moments, rule_log_predictive
 
 
@@ -106,6 +107,10 @@ class NegativeBinomial(Likelihood):
         d2_r = -s * t - (r + y) * s * t * (s - t) / r
         scale = -r * r
         return {"dispersion": (scale * d_r, scale * d1_r, scale * d2_r)}
+
+    def site_model(self):
+        """The negative-binomial site model (the generic log-concave rule), params (dispersion,)."""
+        return SiteModel(sites.SITE, (float(self.dispersion),), ("dispersion",))
 
     def predictive(self, f_mean, f_var):
         """y_mean = E[mu] = exp(m + v/2); y_var = E[mu] + (1 + dispersion) E[mu^2] - E[mu]^2.

@@ -246,10 +246,9 @@ class Poisson(Likelihood):
         return {}
 
     def site_model(self):
-        """The square-link Poisson site model (QP paper Appendix C.2), no parameters."""
-        if self.link == "log":
-            raise self._unsupported("EP/QP tilted moments (log link: pending)")
-        return SiteModel(sites.SITE, (), ())
+        """The Poisson site model, no parameters: the square link's (QP paper Appendix C.2) or
+        the log link's (the generic log-concave rule)."""
+        return SiteModel(sites.LOG_LINK_SITE if self.link == "log" else sites.SITE, (), ())
 
     def surrogate(self, X, y):
         """Square link: unit weights and targets sqrt(y + 1/2), the positive branch f ~ sqrt(y)

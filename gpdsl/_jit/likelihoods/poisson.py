@@ -1,5 +1,7 @@
-"""Jitted EP / QP site code of the Poisson likelihood with the square link (paper appendix C.2):
-p(y | f) = f^{2y} exp(-f^2) / y!, y in {0, 1, 2, ...}, no parameters.
+"""Jitted EP / QP site code of the Poisson likelihood, no parameters: with the square link (paper
+appendix C.2), p(y | f) = f^{2y} exp(-f^2) / y!, y in {0, 1, 2, ...} (``SITE``), and with the log
+link, p(y | f) = exp(y f - e^f) / y!, log-concave, by the generic rule
+:func:`gpdsl._jit.quadrature.log_concave_rules` (``LOG_LINK_SITE``).  Square link:
 
 log Z and the moments are closed forms (raw Gaussian moments by their recurrence, or quadrature
 for counts above 2,048); sigma* uses the composite rule of
@@ -19,7 +21,7 @@ from numba import njit
 from ..projections import SiteFunctions, site_function
 from ..quadrature import HALF_LOG_2PI as _HALF_LOG_2PI
 from ..quadrature import WINDOW as _WINDOW
-from ..quadrature import wasserstein_rule
+from ..quadrature import log_concave_rules, wasserstein_rule
 from ..special import GL_NODES, GL_WEIGHTS, norm_cdf, norm_pdf
 
 _POISSON_PANEL = 2.0        # panel width / sqrt(v)
@@ -289,3 +291,27 @@ def site_gradient(y, mu, var, params):
 
 
 SITE = SiteFunctions(site, site_gradient)
+
+
+# -- the log link: p(y | f) = exp(y f - e^f) / y!, log-concave in f ------------------------------
+@site_function
+@njit(cache=True)
+def _log_link_log_likelihood(y, f, params):
+    """(log p, d/df, d^2/df^2, 0) of Poisson(y | exp(f)); no parameter."""
+    rate = math.exp(f)
+    return y * f - rate - math.lgamma(y + 1.0), y - rate, -rate, 0.0
+
+
+_log_link_tilted = log_concave_rules(_log_link_log_likelihood)
+
+
+@site_function
+@njit(cache=True)
+def log_link_site(y, mu, var, params, quantile, table, grid):
+    """The log-link Poisson site's projection (:func:`gpdsl._jit.quadrature.log_concave_rules`),
+    params ()."""
+    log_z, mean, variance, _ = _log_link_tilted(y, mu, var, params, quantile is not None and quantile)
+    return log_z, mean, variance
+
+
+LOG_LINK_SITE = SiteFunctions(log_link_site, site_gradient)

@@ -1,0 +1,75 @@
+"""Jitted EP / QP site code of the negative binomial with the log link, params (dispersion,):
+with r = 1 / dispersion and mu = e^f,
+log p(y | f) = lgamma(y + r) - lgamma(r) - lgamma(y + 1) + r log r + y f - (r + y) log(r + mu),
+log-concave in f, by the generic rule :func:`gpdsl._jit.quadrature.log_concave_rules`."""
+import math
+
+from numba import njit
+
+from ..projections import SiteFunctions, site_function
+from ..quadrature import log_concave_rules
+
+
+@njit(cache=True)
+def _softplus(x):
+    return x + math.log1p(math.exp(-x)) if x > 0.0 else math.log1p(math.exp(x))
+
+
+@njit(cache=True)
+def _sigmoid(x):
+    if x >= 0.0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+@site_function
+@njit(cache=True)
+def _log_likelihood(y, f, params):
+    """(log p, d/df, d^2/df^2, d log p / d dispersion) of NB(y | e^f, 1 / dispersion), with
+    s = mu / (r + mu), t = 1 - s: d1 = y - (r + y) s, d2 = -(r + y) s t, and
+    d/d dispersion = -r^2 (psi(y + r) - psi(r) + log t + s - y t / r)."""
+    r = 1.0 / params[0]
+    log_r = math.log(r)
+    u = f - log_r
+    log_r_mu = log_r + _softplus(u)                  # log(r + mu)
+    s = _sigmoid(u)
+    t = _sigmoid(-u)
+    logp = (math.lgamma(y + r) - math.lgamma(r) - math.lgamma(y + 1.0) + r * log_r + y * f
+            - (r + y) * log_r_mu)
+    d_r = _digamma(y + r) - _digamma(r) + (log_r - log_r_mu) + s - y * t / r
+    return logp, y - (r + y) * s, -(r + y) * s * t, -r * r * d_r
+
+
+@njit(cache=True)
+def _digamma(x):
+    """psi(x) for x > 0: the recurrence up to x >= 6, then the asymptotic series (error < 1e-15)."""
+    result = 0.0
+    while x < 6.0:
+        result -= 1.0 / x
+        x += 1.0
+    inv = 1.0 / x
+    inv2 = inv * inv
+    return result + math.log(x) - 0.5 * inv - inv2 * (1.0 / 12.0 - inv2 * (1.0 / 120.0 - inv2 * (
+        1.0 / 252.0 - inv2 * (1.0 / 240.0 - inv2 * (1.0 / 132.0)))))
+
+
+_tilted = log_concave_rules(_log_likelihood)
+
+
+@site_function
+@njit(cache=True)
+def site(y, mu, var, params, quantile, table, grid):
+    """The negative-binomial site's projection, params (dispersion,)."""
+    log_z, mean, variance, _ = _tilted(y, mu, var, params, quantile is not None and quantile)
+    return log_z, mean, variance
+
+
+@site_function
+@njit(cache=True)
+def site_gradient(y, mu, var, params):
+    """(d log Z / d dispersion,): the tilted expectation of d log p / d dispersion."""
+    return (_tilted(y, mu, var, params, False)[3],)
+
+
+SITE = SiteFunctions(site, site_gradient)
