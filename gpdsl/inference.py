@@ -373,7 +373,7 @@ class _SiteInference(Inference):
         return self.schedule == "parallel"
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
-        return expectation_propagation.evaluate(kernel, likelihood, X, y, Z, spec=self, warm=warm,
+        return expectation_propagation.evaluate(kernel, likelihood, X, y, Z, spec=self, warm=warm, offset=offset,
                                                 need_grad=need_grad, need_state=need_state)
 
 

@@ -64,11 +64,55 @@ def site_function(dispatcher):
     so the cached machine code is found.  (A private Numba method: if it is missing, caching of
     these kernels falls back to compiling once per process, which is slower but correct.)
     """
+    _named(dispatcher, f"{dispatcher.py_func.__module__}.{dispatcher.py_func.__qualname__}")
+    return dispatcher
+
+
+_OFFSET_SITES = {}
+
+
+def with_offset(functions):
+    """The site functions of ``functions`` for targets that carry a per-row offset o of the latent
+    input, p(y | f + o): ``y`` rows of (target, o), so that the sweeps, which call
+    ``project(y[i], ...)``, pass both.  The cavity N(mu, var) in f is N(mu + o, var) in f + o,
+    whose tilted mean less o is the tilted mean in f; log Z, the variance and the parameter
+    gradients are the same.  Built once per likelihood (the wrappers are jitted closures over
+    its functions, cached under their own identifiers).
+
+    Parameters
+    ----------
+    functions : SiteFunctions
+
+    Returns
+    -------
+    SiteFunctions
+    """
+    key = (functions.project, functions.log_z_gradient)
+    if key in _OFFSET_SITES:
+        return _OFFSET_SITES[key]
+    project, gradient = functions.project, functions.log_z_gradient
+
+    @njit(cache=True)
+    def project_offset(y, mu, var, params, quantile, table, grid):
+        log_z, mean, variance = project(y[0], mu + y[1], var, params, quantile, table, grid)
+        return log_z, mean - y[1], variance
+
+    @njit(cache=True)
+    def log_z_gradient_offset(y, mu, var, params):
+        return gradient(y[0], mu + y[1], var, params)
+
+    for wrapper, inner in ((project_offset, project), (log_z_gradient_offset, gradient)):
+        _named(wrapper, f"offset:{inner.py_func.__module__}.{inner.py_func.__qualname__}")
+    made = SiteFunctions(project_offset, log_z_gradient_offset, functions.lookup_table)
+    _OFFSET_SITES[key] = made
+    return made
+
+
+def _named(dispatcher, name):
     try:
-        dispatcher._set_uuid(f"gpdsl-site-function:{dispatcher.py_func.__module__}.{dispatcher.py_func.__qualname__}")
+        dispatcher._set_uuid(f"gpdsl-site-function:{name}")
     except (AttributeError, AssertionError):
         pass
-    return dispatcher
 
 
 @njit(cache=True)

@@ -28,11 +28,12 @@ from functools import partial
 import numpy as np
 
 from .._jit import announce_compilation, ep_sweeps
+from .._jit.projections import with_offset
 from ..chunks import default_chunk_size, is_chunked, map_rows
 from ..linalg import cholesky, inverse_from_cholesky, solve_lower, solve_upper_t
 from . import collapsed, exact
 from ..parameters import ParameterTable
-from .common import ConvergenceWarning, Evaluation, LocalStateFormat, known_noise
+from .common import ConvergenceWarning, Evaluation, LocalStateFormat, known_noise, shifted
 
 # Site precisions below this are treated as this when the pseudo-data noise 1/tau is formed.
 _TAU_FLOOR = 1e-12
@@ -585,7 +586,15 @@ def log_evidence(prior, state, log_z, tau_cav, nu_cav, mean):
                  - 0.5 * np.sum(tn ** 2 / (tau_cav + tt)) + 0.5 * np.sum(np.log1p(tt / tau_cav)))
 
 
-def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=True, need_state=False):
+def _with_offset(site, y, offset):
+    """The site model and targets for a per-row latent offset (:func:`gpdsl._jit.projections.with_offset`):
+    targets as rows (y, o) and the likelihood's site functions wrapped to read them."""
+    if offset is None:
+        return site, y
+    return site._replace(functions=with_offset(site.functions)), np.column_stack([y, offset])
+
+
+def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=True, need_state=False, offset=None):
     """EP / QP log evidence, gradients (kernel, Z, bias) and posterior; dense without Z, FITC with Z.
 
     ``spec`` is the gd.inference.EP / QP declaration; ``warm`` a :class:`SiteState` to start from.
@@ -607,6 +616,8 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=Tru
         The declaration (damping, max_sweeps, tol, schedule, jitter, chunk_size, QP options).
     warm : SiteState, optional
         Sites to start from (used when there are N of them); None starts from :func:`site_start`.
+    offset : ndarray, shape (N,), optional
+        Per-row offset of the latent input (the likelihood sees f + offset).
     need_grad : bool, default True
         Compute the gradients.
     need_state : bool, default False
@@ -622,11 +633,12 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=Tru
     Holden (2007), sections 3-4 (FITC-EP, its evidence gradients in the kernel, Z and the probit
     bias); Zhang et al. (2020), eq. 4 (QP's hyperparameters by EP's evidence formula).
     """
-    site = likelihood.site_model()
+    start = site_start(shifted(likelihood, offset), X, y)
+    site, y = _with_offset(likelihood.site_model(), y, offset)
     prior = _prior(kernel, X, Z, spec)
     # The evidence and its gradients are EP's for QP too (Zhang et al. fit hyperparameters with
     # EP's evidence): the gradient identity needs the moment-matching fixed point.
-    state = run_sites(prior, y, site, spec, warm, quantile=False, start=site_start(likelihood, X, y))
+    state = run_sites(prior, y, site, spec, warm, quantile=False, start=start)
     log_z, param_grads, tau_cav, nu_cav, mean, state.clamped = cavity_terms(prior, state, y, site,
                                                                             False if spec.quantile else None)
     F = log_evidence(prior, state, log_z, tau_cav, nu_cav, mean)
@@ -692,7 +704,7 @@ def _prior(kernel, X, Z, spec):
     return FITCPrior(kernel, X, Z, spec.jitter, spec.chunk_size)
 
 
-def qp_sites(kernel, likelihood, X, y, Z=None, *, spec, warm=None):
+def qp_sites(kernel, likelihood, X, y, Z=None, *, spec, warm=None, offset=None):
     """QP's sites swept to convergence from ``warm`` (Algorithm 1's inner loop).
 
     Parameters
@@ -711,13 +723,16 @@ def qp_sites(kernel, likelihood, X, y, Z=None, *, spec, warm=None):
         The declaration (damping, max_sweeps, tol, schedule, jitter, chunk_size, QP options).
     warm : SiteState, optional
         Sites to start from (used when there are N of them); None starts from :func:`site_start`.
+    offset : ndarray, shape (N,), optional
+        Per-row offset of the latent input (the likelihood sees f + offset).
 
     Returns
     -------
     SiteState
     """
-    prior = _prior(kernel, X, Z, spec)
-    return run_sites(prior, y, likelihood.site_model(), spec, warm, quantile=True, start=site_start(likelihood, X, y))
+    start = site_start(shifted(likelihood, offset), X, y)
+    site, y = _with_offset(likelihood.site_model(), y, offset)
+    return run_sites(_prior(kernel, X, Z, spec), y, site, spec, warm, quantile=True, start=start)
 
 
 def qp_outer_loop(objective, u, max_iter, *, spec):
@@ -755,7 +770,8 @@ def qp_outer_loop(objective, u, max_iter, *, spec):
         values = table.unpack(u)
         Z = values.pop("inducing.Z", objective.Z0)
         kernel, likelihood = model.bind(values)
-        sites = qp_sites(kernel, likelihood, objective.X, objective.y, Z, spec=spec, warm=objective.warm)
+        sites = qp_sites(kernel, likelihood, objective.X, objective.y, Z, spec=spec, warm=objective.warm,
+                         offset=objective.offset)
         objective.warm, objective.total_sweeps = sites, objective.total_sweeps + sites.sweeps
         held = ParameterTable([replace(e, value=np.asarray(values[e.name], dtype=float), fixed=True)
                                if e.name.startswith("likelihood.") else e for e in table.entries])
