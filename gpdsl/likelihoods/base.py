@@ -283,8 +283,11 @@ class Likelihood(Component, family="likelihood"):
         -------
         dict of str to tuple of 3 ndarray
             ``{name: (d log p/d theta, d^2 log p/df d theta, d^3 log p/df^2 d theta)}`` by local
-            parameter name, each of the broadcast shape of y and f.
+            parameter name, each of the broadcast shape of y and f; empty (the default) for a
+            likelihood without hyperparameters.
         """
+        if not self.parameters(np.zeros((1, 1))):
+            return {}
         raise self._unsupported("derivatives of its log density in its hyperparameters")
 
     def expectation_rule(self, y, mean, var):
@@ -432,7 +435,8 @@ class Likelihood(Component, family="likelihood"):
 
     def surrogate(self, X, y):
         """A Gaussian pseudo-regression (noise 1/w, targets r/w) that greedy inducing selection
-        scores before the first fit.
+        scores before the first fit.  By default, where the likelihood gives
+        ``log_density_derivatives``, Newton's at f = 0: w = -d2 log p (floored at 1e-6), r = d log p.
 
         Parameters
         ----------
@@ -448,7 +452,12 @@ class Likelihood(Component, family="likelihood"):
         targets : ndarray, shape (N,)
             Weighted pseudo-targets r_n (targets r_n / w_n).
         """
-        raise self._unsupported("a surrogate regression for greedy selection")
+        if not self.provides("log_density_derivatives"):
+            raise self._unsupported("a surrogate regression for greedy selection")
+        # The default: Newton's pseudo-regression at f = 0, weights -d2 (floored: a likelihood
+        # that is not log-concave can curve upwards there) and weighted targets d1.
+        _, d1, d2, _ = self.log_density_derivatives(y, np.zeros_like(y))
+        return np.maximum(-d2, 1e-6), d1
 
     def log_density_bound(self, y):
         """sum_n max_f log p(y_n | f), an upper bound on the log marginal likelihood of any prior
