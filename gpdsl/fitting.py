@@ -157,18 +157,19 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
     X_fit, y_fit = (X, y) if rows is None else (np.array(X[rows]), y[rows])
     # Declared kernel and likelihood values (Z is not chosen yet, so it cannot be named).
     declared = model.parameter_table(X_fit, None, tuple(f for f in fixed if f != "inducing.Z")).values()
+    # The fit options of every round (the small-M probe takes the first three).
     options = {"fixed": fixed, "seed": seed, "max_iter": max_iter}
-    run = {**options, "optimize": optimize, "restarts": restarts, "progress": progress, "callback": callback}
+    every = {**options, "optimize": optimize, "restarts": restarts, "progress": progress, "callback": callback}
     selection = None
     if model.sparse:
         _, likelihood = model.bind(declared)
         weights, targets = likelihood.surrogate(X_fit, y_fit)
         context = SelectionContext(model.kernel, declared, weights=weights, targets=targets, first_round=True)
         selection = model.inducing.select(_selection_inputs(model, X_fit), y_fit, context)
-    result = fit_at(model, X_fit, y_fit, selection, **run, start=None, warm=None)
+    result = fit_at(model, X_fit, y_fit, selection, **every, start=None, warm=None)
     rounds, reinit_stop = [(selection, result)], None
     if model.sparse and model.inducing.reinit:
-        rounds, reinit_stop = _reinit_loop(model, X_fit, y_fit, rounds, **run)
+        rounds, reinit_stop = _reinit_loop(model, X_fit, y_fit, rounds, **every)
     # Only a loop that settled (or none) is probed: one stopped at max_reinit has warned already,
     # and one that found no candidate collapsed the kernel variance.
     if model.sparse and optimize and reinit_stop in (None, "objective", "repeated_selection"):

@@ -149,8 +149,9 @@ def check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, cal
 
 def target_kind(likelihood):
     """What kind of targets a likelihood models: its class attribute ``target_kind`` (``"real"``,
-    ``"binary"`` or ``"count"``), or for a likelihood that declares none, ``"binary"`` where its
-    predictive is ``p`` (p(y* = 1)) and ``"real"`` otherwise.  The CLI's held-out scores and the
+    ``"binary"`` or ``"count"``), or for a likelihood that declares none, ``"real"`` for Gaussian
+    observation noise (``observation_noise``), else ``"binary"`` where its predictive is ``p``
+    (p(y* = 1)) and ``"real"`` otherwise.  The CLI's held-out scores and the
     plots are chosen by it.
 
     Parameters
@@ -165,6 +166,8 @@ def target_kind(likelihood):
     kind = getattr(likelihood, "target_kind", None)
     if kind is not None:
         return kind
+    if likelihood.observation_noise:       # Gaussian noise: the posterior adds it; no predictive of its own
+        return "real"
     probe = bind(likelihood, {}, "likelihood").predictive(np.zeros(1), np.ones(1))
     return "binary" if "p" in probe else "real"
 

@@ -51,9 +51,9 @@ class Model:
     """
 
     kernel: Kernel
-    likelihood: object
+    likelihood: Likelihood
     inducing: InducingSpec | None = None
-    inference: object = field(default_factory=inf.Exact)
+    inference: Inference = field(default_factory=inf.Exact)
 
     def __post_init__(self):
         if not isinstance(self.kernel, Kernel):

@@ -196,11 +196,12 @@ def test_dask_blocks_equal_in_memory(toy_regression):
 
 
 def test_model_file_and_cli_name(tmp_path, capsys):
-    from gpdsl import cli, spec
+    from gpdsl import cli
+    from gpdsl.io import spec
     model = _model(gd.inference.DTC(jitter=1e-5, chunk_size=64), np.zeros((3, 2)))
     as_dict = spec.model_to_dict(model)
     assert as_dict["inference"] == {"type": "DTC", "jitter": 1e-5, "chunk_size": 64}
-    assert spec.model_from_dict(as_dict).inference == model.inference
+    assert gd.Model.from_dict(as_dict).inference == model.inference
     x = np.linspace(-3, 3, 40)
     (tmp_path / "data.csv").write_text("x,y\n" + "".join(f"{a:.17g},{np.sin(2 * a):.17g}\n" for a in x))
     (tmp_path / "model.toml").write_text("""
