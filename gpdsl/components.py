@@ -264,7 +264,13 @@ class Bound:
         """
         return f"{self.prefix}.{name}"
 
+    def __reduce__(self):
+        # A bound component travels to Dask workers; __getattr__ must not answer pickle's lookups.
+        return (Bound, (self.component, self.prefix))
+
     def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
         attr = getattr(self.component, name)
         rewrite = type(self.component).gradient_outputs.get(name)
         if rewrite is None:

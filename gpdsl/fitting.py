@@ -21,8 +21,8 @@ from .checks import check_bool, check_positive_int
 from .components import bind
 from .diagnostics import GRADIENT_FREE_STOPS, FitDiagnostics, gradient_tolerance, largest_gradient
 from .inducing import NoCandidateError, SelectionContext
-from .inputs import check_fit_arguments, validate_inputs, validate_targets
-from .methods.common import ConvergenceWarning
+from .inputs import check_fit_arguments, validate_inputs, validate_offset, validate_targets
+from .methods.common import ConvergenceWarning, shifted
 from .parameters import ParameterTable
 from .posterior import FitRecord, Posterior
 from .scaling import Standardization
@@ -111,7 +111,7 @@ class FitResult:
 
 
 def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=1000, progress=False, callback=None,
-        standardize=False, subsample=None):
+        standardize=False, subsample=None, offset=None):
     """Fit ``model`` to X, y: what :meth:`gpdsl.Model.fit` runs (its docstring describes the fit).
 
     Parameters
@@ -122,7 +122,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
         Training inputs.
     y : array_like, shape (N,)
         Training targets.
-    optimize, fixed, restarts, seed, max_iter, progress, callback, standardize, subsample : object
+    optimize, fixed, restarts, seed, max_iter, progress, callback, standardize, subsample, offset : object
         As :meth:`gpdsl.Model.fit` takes them.
 
     Returns
@@ -137,6 +137,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
     X = validate_inputs(X, lazy=model._chunks_dask())
     y = model.likelihood.prepare_targets(validate_targets(y, X.shape[0]))
     fixed = check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, callback)
+    offset = validate_offset(offset, X.shape[0], model.inference)
     check_bool("fit", "standardize", standardize, error=TypeError)
     if subsample is not None:
         check_positive_int("fit", "subsample", subsample)
@@ -144,6 +145,8 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
     if standardize:
         scaling = Standardization.of(X, y if model.likelihood.standardizes_targets else None)
         X, y = scaling.inputs(X), scaling.targets(y)
+        if offset is not None and model.likelihood.standardizes_targets:
+            offset = offset / scaling.y_scale     # an offset in y's units, as the targets are scaled
     rows = None
     if subsample is not None and subsample >= X.shape[0]:
         raise ValueError(f"fit: subsample = {subsample} must be smaller than the number of rows, "
@@ -155,15 +158,16 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
         rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], size=subsample, replace=False))
     # A subsample's rows are read into memory (of a Dask X, those rows only).
     X_fit, y_fit = (X, y) if rows is None else (np.array(X[rows]), y[rows])
+    offset_fit = offset if rows is None or offset is None else offset[rows]
     # Declared kernel and likelihood values (Z is not chosen yet, so it cannot be named).
     declared = model.parameter_table(X_fit, None, tuple(f for f in fixed if f != "inducing.Z")).values()
-    # The fit options of every round (the small-M probe takes the first three).
-    options = {"fixed": fixed, "seed": seed, "max_iter": max_iter}
+    # The fit options of every round (the small-M probe takes the first four).
+    options = {"fixed": fixed, "seed": seed, "max_iter": max_iter, "offset": offset_fit}
     every = {**options, "optimize": optimize, "restarts": restarts, "progress": progress, "callback": callback}
     selection = None
     if model.sparse:
         _, likelihood = model.bind(declared)
-        weights, targets = likelihood.surrogate(X_fit, y_fit)
+        weights, targets = shifted(likelihood, offset_fit).surrogate(X_fit, y_fit)
         context = SelectionContext(model.kernel, declared, weights=weights, targets=targets, first_round=True)
         selection = model.inducing.select(_selection_inputs(model, X_fit), y_fit, context)
     result = fit_at(model, X_fit, y_fit, selection, **every, start=None, warm=None)
@@ -181,9 +185,10 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
     subsample_record = None
     if rows is not None:
         selection, result, subsample_record = _finish_on_all_rows(model, X, y, rows, selection, result,
-                                                                  fixed=fixed, max_iter=max_iter)
+                                                                  fixed=fixed, max_iter=max_iter, offset=offset)
     evaluation = result.evaluation
-    constant_model = _no_better_than_constant(model, y, result.values, evaluation.log_evidence)
+    # The constant model is f = 0 without an offset; with one there is no such reference.
+    constant_model = offset is None and _no_better_than_constant(model, y, result.values, evaluation.log_evidence)
     diagnostics = _diagnostics(model, result, rounds, reinit_stop, selection, subsample_record, constant_model,
                                small_m_replaced)
     _warn_unconverged(model, diagnostics, result, evaluation.warm)
@@ -259,7 +264,7 @@ def _warn_unconverged(model, diagnostics, fit, local):
                       ConvergenceWarning, stacklevel=5)
 
 
-def _probe_small_m(model, X, y, rounds, *, fixed, seed, max_iter):
+def _probe_small_m(model, X, y, rounds, *, fixed, seed, max_iter, offset):
     """An automatic M that ended small is checked against one fit at a moderate M (the
     inducing spec's ``small_m_probe``), selected and started at the best round's
     hyperparameters.  Where the probe's objective is above the best round's by more than
@@ -275,7 +280,7 @@ def _probe_small_m(model, X, y, rounds, *, fixed, seed, max_iter):
     context = SelectionContext(model.kernel, best.values, weights=weights, targets=targets)
     probe_selection = probe.select(_selection_inputs(model, X), y, context)
     probed = fit_at(model, X, y, probe_selection, fixed=fixed, optimize=True, restarts=0, seed=seed,
-                    max_iter=max_iter, progress=False, callback=None, start=best.values, warm=None)
+                    max_iter=max_iter, progress=False, callback=None, start=best.values, warm=None, offset=offset)
     gap = probed.objective - best.objective
     if gap <= SMALL_M_GAP_PER_POINT * X.shape[0]:
         return rounds, None
@@ -300,7 +305,7 @@ def _check_subsample(model):
                          "q_updates='natural'")
 
 
-def _finish_on_all_rows(model, X, y, rows, selection, fit, *, fixed, max_iter):
+def _finish_on_all_rows(model, X, y, rows, selection, fit, *, fixed, max_iter, offset):
     """fit(subsample=n)'s last step: the posterior on all rows of X at the hyperparameters and
     Z of ``fit`` (the subsample's best round), with no optimisation.  Returns the selection
     (its indices mapped to rows of X), the full data's fit record (the subsample fit's
@@ -311,13 +316,13 @@ def _finish_on_all_rows(model, X, y, rows, selection, fit, *, fixed, max_iter):
     # The subsample's local state (per-row sites, c) does not carry over; q(u) would, but a
     # fresh start is what optimize=False gives every method.
     finish = fit_at(model, X, y, selection, fixed=fixed, optimize=False, restarts=0, seed=0, max_iter=max_iter,
-                    progress=False, callback=None, start=fit.values, warm=None)
+                    progress=False, callback=None, start=fit.values, warm=None, offset=offset)
     # The record is the subsample fit's: its optimiser's stop, gradient and ridge.
     finish = dataclasses.replace(finish, optimiser=fit.optimiser, ridge=fit.ridge, ridge_move=fit.ridge_move)
     return selection, finish, {"rows": int(rows.size), "objective": float(fit.objective)}
 
 
-def _reinit_loop(model, X, y, rounds, *, fixed, optimize, restarts, seed, max_iter, progress, callback):
+def _reinit_loop(model, X, y, rounds, *, fixed, optimize, restarts, seed, max_iter, progress, callback, offset):
     """Re-select Z at the last fit's hyperparameters (weighted by its pseudo-data) and re-fit,
     until the objective changes by at most ``reinit_tol`` relative to its size, a selection
     repeats, nothing is left to select, or ``max_reinit`` rounds have run (which warns).
@@ -344,7 +349,8 @@ def _reinit_loop(model, X, y, rounds, *, fixed, optimize, restarts, seed, max_it
         seen.add(chosen)
         previous = fit.objective
         fit = fit_at(model, X, y, selection, fixed=fixed, optimize=optimize, restarts=restarts, seed=seed,
-                     max_iter=max_iter, progress=progress, callback=callback, start=values, warm=evaluation.warm)
+                     max_iter=max_iter, progress=progress, callback=callback, start=values, warm=evaluation.warm,
+                     offset=offset)
         rounds.append((selection, fit))
         if abs(fit.objective - previous) <= spec.reinit_tol * max(1.0, abs(previous)):
             return rounds, "objective"
@@ -385,7 +391,8 @@ def _no_better_than_constant(model, y, values, log_evidence):
     return True
 
 
-def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter, progress, callback, start, warm):
+def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter, progress, callback, start, warm,
+           offset=None):
     """One L-BFGS-B fit (with restarts) at the selected inducing inputs, from the declared
     hyperparameters or ``start``.
 
@@ -406,6 +413,8 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
         method's variational parameters only where M has not changed); None: the declared ones.
     warm : object or None
         The method's local state to start from.
+    offset : ndarray, shape (N,), optional
+        The per-row offset of the latent input.
 
     Returns
     -------
@@ -413,7 +422,7 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
     """
     Z0 = selection.Z if selection is not None else None
     table = model.parameter_table(X, Z0, fixed)
-    run = _Objective(model, table, X, y, Z0)
+    run = _Objective(model, table, X, y, Z0, offset=offset)
     run.warm = warm
     values0 = table.values()
     if start is not None:      # a re-selection round continues from the previous optimum
@@ -469,7 +478,7 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
     # sites), the optimiser's last gradient may belong to another of its fixed points (fuzz:
     # Poisson FITC-EP, 1.4e-6 at the optimiser's sites, 3e6 at the posterior's).
     need_grad = not minibatch and optimiser["stop_reason"] not in GRADIENT_FREE_STOPS
-    evaluation = _final_evaluation(model, values, X, y, Z, run.warm, optimize, need_grad)
+    evaluation = _final_evaluation(model, values, X, y, Z, run.warm, optimize, need_grad, offset)
     if not np.isfinite(evaluation.log_evidence):
         # A posterior must never carry a NaN or infinite evidence.
         raise _out_of_range(f"the log evidence at the {'fitted' if optimize else 'declared'} hyperparameters "
@@ -486,7 +495,7 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
                      minibatch=minibatch)
 
 
-def _final_evaluation(model, values, X, y, Z, warm, optimize, need_grad=False):
+def _final_evaluation(model, values, X, y, Z, warm, optimize, need_grad=False, offset=None):
     """The evaluation (with its predictive state) a posterior is built from.
 
     It warm-starts from the local state (EP/QP sites, Pólya-Gamma c) of the optimiser's last
@@ -496,7 +505,8 @@ def _final_evaluation(model, values, X, y, Z, warm, optimize, need_grad=False):
     the ValueError of :func:`_out_of_range`."""
     for start in ((warm, None) if warm is not None else (None,)):
         try:
-            evaluation = model.evaluate(values, X, y, Z, need_grad=need_grad, need_state=True, warm=start)
+            evaluation = model.evaluate(values, X, y, Z, need_grad=need_grad, need_state=True, warm=start,
+                                        offset=offset)
             _check_evidence_bound(model.likelihood, values, y, evaluation.log_evidence)
             return evaluation
         except FloatingPointError as err:
@@ -582,8 +592,8 @@ def _random_start(table, u0, X, rng):
 class _Objective:
     """Negative (evidence + log prior) and its gradient on the free log-space vector."""
 
-    def __init__(self, model, table, X, y, Z0, evaluate=None):
-        self.model, self.table, self.X, self.y, self.Z0 = model, table, X, y, Z0
+    def __init__(self, model, table, X, y, Z0, evaluate=None, offset=None):
+        self.model, self.table, self.X, self.y, self.Z0, self.offset = model, table, X, y, Z0, offset
         # model.evaluate, or a fixed-site objective (QP's Algorithm 1 outer step).
         self.evaluate = evaluate or model.evaluate
         self.last = None
@@ -593,7 +603,7 @@ class _Objective:
     def restricted(self, table, evaluate):
         """An objective on the same data with another parameter table and evaluation (QP's
         Algorithm 1 optimises eq. 4 at fixed sites with the likelihood's parameters held)."""
-        return _Objective(self.model, table, self.X, self.y, self.Z0, evaluate=evaluate)
+        return _Objective(self.model, table, self.X, self.y, self.Z0, evaluate=evaluate, offset=self.offset)
 
     def __call__(self, u):
         with np.errstate(over="ignore"):
@@ -634,7 +644,7 @@ class _Objective:
     def _checked_evaluation(self, values, Z, warm):
         """model.evaluate at ``values`` from ``warm``, with an evidence above the likelihood's bound
         (:func:`_check_evidence_bound`) raised as FloatingPointError."""
-        ev = self.evaluate(values, self.X, self.y, Z, warm=warm)
+        ev = self.evaluate(values, self.X, self.y, Z, warm=warm, offset=self.offset)
         _check_evidence_bound(self.model.likelihood, values, self.y, ev.log_evidence)
         return ev
 

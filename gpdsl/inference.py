@@ -169,7 +169,7 @@ class Inference(Component, family="inference"):
 
         Parameters
         ----------
-        objective : gpdsl.model._Objective
+        objective : gpdsl.fitting._Objective
             The negative objective (plus log prior) over the free log-space vector, with its
             gradient.
         u0 : ndarray, shape (P,)
@@ -193,7 +193,7 @@ class Inference(Component, family="inference"):
 
         Parameters
         ----------
-        objective : gpdsl.model._Objective
+        objective : gpdsl.fitting._Objective
             The fit's objective.
         u : ndarray, shape (P,)
             Its optimum, the free log-space vector.

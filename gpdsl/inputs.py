@@ -110,6 +110,37 @@ def validate_targets(y, n, name="y"):
     return np.ascontiguousarray(y)
 
 
+def validate_offset(offset, n, inference=None, name="offset"):
+    """A per-row offset of the latent input as a finite float64 (n,) array, or None.
+
+    Parameters
+    ----------
+    offset : array_like of shape (n,), or None
+        The offset o of each row: the likelihood sees f + o (log exposure for counts).
+    n : int
+        The number of rows of X.
+    inference : gpdsl.inference.Inference, optional
+        The method, which must support an offset (``supports_offset``).
+    name : str, default "offset"
+        The argument's name, for messages.
+
+    Returns
+    -------
+    ndarray of shape (n,), or None
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not numeric, of another length, not finite, or a method without offsets.
+    """
+    if offset is None:
+        return None
+    if inference is not None and not inference.supports_offset:
+        raise ValueError(f"{name}: {type(inference).__name__} does not take a per-row offset")
+    offset = validate_targets(offset, n, name)
+    return offset
+
+
 def check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, callback):
     """``Model.fit``'s keyword arguments checked, or a ValueError/TypeError naming the argument.
 
@@ -172,4 +203,4 @@ def target_kind(likelihood):
     return "binary" if "p" in probe else "real"
 
 
-__all__ = ["validate_inputs", "validate_targets", "check_fit_arguments", "target_kind"]
+__all__ = ["validate_inputs", "validate_targets", "validate_offset", "check_fit_arguments", "target_kind"]

@@ -185,7 +185,7 @@ class Model:
         return ParameterTable(entries)
 
     @threads.managed
-    def evaluate(self, values, X, y, Z, need_grad=True, need_state=False, warm=None):
+    def evaluate(self, values, X, y, Z, need_grad=True, need_state=False, warm=None, offset=None):
         """Run the inference method once at natural hyperparameter ``values``.
 
         Parameters
@@ -205,6 +205,8 @@ class Model:
         warm : object, optional
             The method's local state from a previous evaluation (EP/QP sites, Pólya-Gamma c),
             to start from; None starts afresh.
+        offset : ndarray, shape (N,), optional
+            A per-row offset of the latent input (``fit(offset=...)``).
 
         Returns
         -------
@@ -214,7 +216,7 @@ class Model:
         """
         kernel, likelihood = self.bind(values)
         return self.inference.evaluate(kernel, likelihood, values, X, y, Z, need_grad=need_grad,
-                                       need_state=need_state, warm=warm)
+                                       need_state=need_state, warm=warm, offset=offset)
 
     def bind(self, values):
         """The kernel and the likelihood bound to ``values``, as the inference methods receive them.
@@ -236,7 +238,7 @@ class Model:
 
     @threads.managed
     def fit(self, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=1000,
-            progress=False, callback=None, standardize=False, subsample=None):
+            progress=False, callback=None, standardize=False, subsample=None, offset=None):
         """Fit hyperparameters (and Z for ``gd.inducing.Optimized``) by maximising the evidence.
 
         The objective is the method's log evidence or bound (e.g. Titsias (2009) eq. 16 for VFE)
@@ -269,6 +271,10 @@ class Model:
             Fit in standardised units (see below).
         subsample : int, optional
             Fit on this many rows drawn at random (see below).
+        offset : array_like, shape (N,), optional
+            A known offset of each row's latent input: the likelihood sees f(x_n) + offset_n
+            (a GLM's offset; log exposure for counts, ``np.log(exposure)``).  Every method but
+            ``PolyaGamma`` takes one; predictions take the new rows' (``predict(X, offset=...)``).
 
         Returns
         -------
@@ -337,7 +343,8 @@ class Model:
         """
 
         return fitting.fit(self, X, y, optimize=optimize, fixed=fixed, restarts=restarts, seed=seed, max_iter=max_iter,
-                           progress=progress, callback=callback, standardize=standardize, subsample=subsample)
+                           progress=progress, callback=callback, standardize=standardize, subsample=subsample,
+                           offset=offset)
 
     def _chunks_dask(self):
         """Whether this model's fit runs its O(N M^2) passes as Dask tasks when X is a Dask array:

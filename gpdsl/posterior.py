@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from functools import partial
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from .checks import as_float_array
 from .chunks import default_chunk_size, is_chunked, lazy_rows, map_rows
 from .components import bind
 from .diagnostics import FitDiagnostics
-from .inputs import validate_inputs, validate_targets
+from .inputs import validate_inputs, validate_offset, validate_targets
 from .io.files import check_path, sigint_deferred, write_replacing
 from .io.layout import FORMAT_VERSION, checksum, hyperparameter_entries, variable_dims
 
@@ -336,7 +337,7 @@ class Posterior:
         return noise if self.standardization is None else self.standardization.variance(noise)
 
     @threads.managed
-    def predict(self, X_new, noise_variance=None):
+    def predict(self, X_new, noise_variance=None, offset=None):
         """xarray.Dataset over dim ``obs``: f_mean, f_var and the observation predictive --
         y_mean, y_var for Gaussian and Poisson likelihoods, p = p(y* = +1) for Bernoulli.
 
@@ -350,6 +351,9 @@ class Posterior:
         noise_variance : float or array_like of shape (n,), optional
             Observation-noise variances at X_new (Gaussian likelihoods only), used instead of
             the likelihood's.
+        offset : array_like of shape (n,), optional
+            The new rows' offset of the latent input (as ``fit(offset=...)`` took the training
+            rows'): the likelihood's predictive is taken at f + offset; ``f_mean`` is f's.
 
         Returns
         -------
@@ -365,27 +369,33 @@ class Posterior:
         import xarray as xr
 
         X_new = validate_inputs(X_new, "X_new", self.n_features, lazy=True)
+        offset = validate_offset(offset, X_new.shape[0], name="offset")
         if noise_variance is not None and not self.gaussian:
             raise ValueError(f"predict: noise_variance applies to Gaussian likelihoods only; "
                              f"{type(self.model.likelihood).__name__} has no observation noise to add")
         if is_chunked((X_new,)):
             # Checked here, on the whole X_new; each block then takes its rows of the variances.
             given = self.noise_variance(X_new, noise_variance) if noise_variance is not None else None
-            rows = (X_new,) if given is None else (X_new, np.ascontiguousarray(given))
-            data = lazy_rows(self._predict_block, rows, self._predict_names(given is not None))
+            rows = (X_new,) + (() if given is None else (np.ascontiguousarray(given),))
+            rows += () if offset is None else (offset,)
+            block = partial(_block_with, self, given is not None, offset is not None)
+            data = lazy_rows(block, rows, self._predict_names(given is not None))
         else:
-            data = self._predict_block(X_new, noise_variance)
+            data = self._predict_block(X_new, noise_variance, offset)
         return xr.Dataset({name: ("obs", value) for name, value in data.items()},
                           coords={"obs": np.arange(X_new.shape[0])},
                           attrs={"inference": type(self.model.inference).__name__})
 
-    def _predict_block(self, X_block, noise_variance=None):
+    def _predict_block(self, X_block, noise_variance=None, offset=None):
         """The variables of :meth:`predict` (a dict of (n,) arrays) at a block X_block (n, D) of
-        checked inputs in the data's units, with ``noise_variance`` as :meth:`predict` takes it.
+        checked inputs in the data's units, with ``noise_variance`` and ``offset`` as :meth:`predict`
+        takes them.
         (Not a managed entry point: it also runs inside Dask's tasks, where each thread would
         set and restore the process's BLAS threads under the others.)"""
         mean, var = self._latent(X_block if self.standardization is None else self.standardization.inputs(X_block))
         data = {"f_mean": mean, "f_var": var}
+        if offset is not None:
+            mean = mean + offset
         if self.gaussian:
             data["y_mean"] = mean
             noise = self.noise_variance(X_block, noise_variance)
@@ -409,7 +419,7 @@ class Posterior:
         return self.model.likelihood.observation_noise
 
     @threads.managed
-    def log_predictive(self, X_new, y_new):
+    def log_predictive(self, X_new, y_new, offset=None):
         """Pointwise log predictive probability of targets y_new at X_new (n,).
 
         Gaussian: log N(y | f_mean, f_var + noise); Bernoulli: log p(y | x) for y in {0, 1},
@@ -421,6 +431,8 @@ class Posterior:
             New inputs in the data's units.
         y_new : array_like, shape (n,)
             Targets at X_new, coded as for ``fit``.
+        offset : array_like, shape (n,), optional
+            The new rows' offset of the latent input (see :meth:`predict`).
 
         Returns
         -------
@@ -436,6 +448,9 @@ class Posterior:
         X_new = validate_inputs(X_new, "X_new", self.n_features)
         y_new = self.model.likelihood.prepare_targets(validate_targets(y_new, X_new.shape[0], "y_new"))
         mean, var = self.predict_f(X_new)
+        offset = validate_offset(offset, X_new.shape[0], name="offset")
+        if offset is not None:
+            mean = mean + offset
         if self.gaussian:
             noise = self.noise_variance(X_new)
             if noise is None:
@@ -607,6 +622,17 @@ class Posterior:
         with sigint_deferred():
             # The netCDF-3 bytes (scipy backend), built in memory.
             write_replacing(target, self.to_xarray().to_netcdf(engine="scipy"))
+
+
+
+def _block_with(posterior, noise_given, offset_given, X_block, *rows):
+    """:meth:`Posterior._predict_block` of one Dask block, its row arrays (noise variances,
+    offset) in that order where given."""
+    rows = list(rows)
+    noise = rows.pop(0) if noise_given else None
+    offset = rows.pop(0) if offset_given else None
+    return posterior._predict_block(X_block, noise, offset)
+
 
 
 __all__ = ["Posterior", "FitRecord"]

@@ -153,6 +153,9 @@ class Likelihood(Component, family="likelihood"):
     sign_symmetric = False
     # What log_predictive approximates the exact log E[p(y | f)] by, or None where it is exact.
     predictive_approximation = None
+    # The kind of targets ("real", "binary", "count"): the CLI's held-out scores and plots
+    # (None: gpdsl.inputs.target_kind derives it).
+    target_kind = None
     # Nodes of the Gauss-Hermite rule of the default variational expectations: 100 points
     # integrate log Phi and log sigma under latent sds up to ~3 to ~1e-12 (tests/test_likelihoods.py).
     quadrature_points = 100

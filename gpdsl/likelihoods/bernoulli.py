@@ -34,6 +34,7 @@ class Bernoulli(Likelihood):
     """
 
     link: str = "probit"
+    target_kind = "binary"
     ridge_cause = "the latent scale (with the bias) grows without bound when the classes are nearly separable"
     bias: object = 0.0
     hyperparameters = ("bias",)

@@ -19,6 +19,7 @@ class _GaussianNoise(Likelihood):
     """Shared by the Gaussian-noise likelihoods: the collapsed engines read ``noise``."""
 
     observation_noise = True
+    target_kind = "real"
 
     def surrogate(self, X, y):
         """Weights 1/lambda_n and weighted targets y_n/lambda_n: the regression itself, which is

@@ -35,6 +35,7 @@ class NegativeBinomial(Likelihood):
 
     dispersion: object = 1.0
     hyperparameters = ("dispersion",)
+    target_kind = "count"
     ridge_cause = ("the latent scale grows while the dispersion falls: the counts look Poisson with a rate the "
                    "kernel cannot follow smoothly")
 

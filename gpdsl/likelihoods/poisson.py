@@ -173,6 +173,7 @@ class Poisson(Likelihood):
     """
 
     link: str = "square"
+    target_kind = "count"
 
     def __post_init__(self):
         if self.link not in LINKS:

@@ -65,6 +65,7 @@ class StudentT(Likelihood):
     df: object = 4.0
     scale: object = 1.0
     hyperparameters = ("df", "scale")
+    target_kind = "real"
 
     def __post_init__(self):
         check_hyperparameter("StudentT", "df", self.df, ndim_max=0)

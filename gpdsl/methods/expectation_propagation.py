@@ -749,7 +749,7 @@ def qp_outer_loop(objective, u, max_iter, *, spec):
 
     Parameters
     ----------
-    objective : gpdsl.model._Objective
+    objective : gpdsl.fitting._Objective
         The model's objective (its ``warm`` and ``total_sweeps`` are updated).
     u : ndarray, shape (P,)
         Free log-space parameters at EP's optimum.
@@ -794,11 +794,11 @@ def qp_outer_loop(objective, u, max_iter, *, spec):
 
 
 def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, warm=None, need_grad=True,
-                      need_state=False):
+                      need_state=False, offset=None):
     """Zhang et al.'s eq. (4) with the sites (tau, nu) held fixed, less its constant
     sum_i log(Z~_i / sqrt(2 pi)): log N(nu/tau | 0, K + diag(1/tau)) with the dense or FITC
     prior K, and its gradient (kernel hyperparameters, Z).  The objective of Algorithm 1's line
-    15; ``y`` and ``warm`` are unused (the sites carry the data).
+    15; ``y``, ``warm`` and ``offset`` are unused (the sites carry the data).
 
     Parameters
     ----------
@@ -817,6 +817,8 @@ def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, warm=None, ne
     sites : SiteState
         The sites held fixed.
     warm : object, optional
+        Unused.
+    offset : ndarray, optional
         Unused.
     need_grad : bool, default True
         Compute the gradients.

@@ -118,7 +118,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=
 
     Parameters
     ----------
-    objective : gpdsl.model._Objective
+    objective : gpdsl.fitting._Objective
         The model's objective; its ``warm`` is set to the final :class:`VariationalState`
         (``sweeps``: the steps taken, ``converged``: whether the rule fired).
     u0 : ndarray, shape (P,)
