@@ -644,7 +644,9 @@ class _Objective:
     def _checked_evaluation(self, values, Z, warm):
         """model.evaluate at ``values`` from ``warm``, with an evidence above the likelihood's bound
         (:func:`_check_evidence_bound`) raised as FloatingPointError."""
-        ev = self.evaluate(values, self.X, self.y, Z, warm=warm, offset=self.offset)
+        # An offset is passed only where there is one: a fixed-site or test objective need not take it.
+        extra = {} if self.offset is None else {"offset": self.offset}
+        ev = self.evaluate(values, self.X, self.y, Z, warm=warm, **extra)
         _check_evidence_bound(self.model.likelihood, values, self.y, ev.log_evidence)
         return ev
 

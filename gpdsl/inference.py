@@ -101,8 +101,8 @@ class Inference(Component, family="inference"):
         if others:
             wanted = " or ".join(_variant_text(v, likelihood) for v in others)
             raise ValueError(f"Model: {name} needs {wanted}, got {_variant_text(likelihood, others[0])}")
-        raise ValueError(f"Model: {type(likelihood).__name__} with {name} is not supported (it needs a likelihood "
-                         f"that provides {self.requires!r}); supported pairs: {', '.join(supported_pairs())}")
+        raise ValueError(f"Model: {type(likelihood).__name__} with {name} is not supported; supported pairs: "
+                         f"{', '.join(supported_pairs())} ({name} needs a likelihood that provides {self.requires!r})")
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
         """One evaluation of the method's objective at fixed hyperparameters.

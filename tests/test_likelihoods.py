@@ -231,6 +231,8 @@ def test_capabilities_of_every_variant():
         "Bernoulli(logit)": ("log_density_derivatives", "variational_expectations", "site_model", "polya_gamma"),
         "Poisson(square)": ("variational_expectations", "site_model"),
         "StudentT": ("log_density_derivatives", "variational_expectations", "site_model"),
+        "Poisson(log)": ("log_density_derivatives", "variational_expectations", "site_model"),
+        "NegativeBinomial(log)": ("log_density_derivatives", "variational_expectations", "site_model"),
     }
     with pytest.raises(ValueError, match="unknown capability"):
         L.Gaussian().provides("laplace")

@@ -91,8 +91,8 @@ def test_closed_form_expectation_is_the_jaakkola_jordan_bound_maximised_over_c()
 def test_expectations_add_the_bias_and_its_gradient():
     rng = np.random.default_rng(1)
     y, mean, var = rng.choice([-1.0, 1.0], 9), rng.normal(size=9), np.exp(rng.normal(size=9))
-    ve, d_mean, d_var, grads = bind(PG, {"likelihood.bias": np.array(0.4)}, "likelihood").variational_expectations(y,
-                                                            mean, var)
+    expectations = type(PG)(bind(gd.likelihoods.Bernoulli("logit"), {"likelihood.bias": np.array(0.4)}, "likelihood"))
+    ve, d_mean, d_var, grads = expectations.variational_expectations(y, mean, var)
     ref = jaakkola_jordan_expectations(y, mean + 0.4, var)
     for a, b in zip((ve, d_mean, d_var), ref):
         np.testing.assert_array_equal(a, b)

@@ -73,7 +73,7 @@ def test_the_rule_ends_a_long_run_flagged_converged(banana, inference):
 def _objective(model, X, y):
     """The fields of gpdsl.fitting's objective that :func:`stochastic.minimise` reads."""
     Z = model.inducing.Z
-    return types.SimpleNamespace(model=model, table=model.parameter_table(X, Z), X=X, y=y, Z0=Z, warm=None)
+    return types.SimpleNamespace(model=model, table=model.parameter_table(X, Z), X=X, y=y, Z0=Z, warm=None, offset=None)
 
 
 def _rule_by_hand(trail, window, tol):
