@@ -145,6 +145,33 @@ class Model:
         from .io.spec import model_to_dict
         return model_to_dict(self)
 
+    def to_toml(self, path=None):
+        """The model as the text of a model file (:meth:`from_toml` reads it back), written to
+        ``path`` when one is given (replacing the file whole, never half-written).
+
+        Parameters
+        ----------
+        path : str or os.PathLike, optional
+            Where to write it.
+
+        Returns
+        -------
+        str
+            The TOML text (``[kernel]``, ``[likelihood]``, ``[inducing]``, ``[inference]``).
+
+        Raises
+        ------
+        ValueError
+            As :meth:`to_dict`.
+        """
+        import tomli_w
+
+        from .io.files import check_path, write_replacing
+        text = tomli_w.dumps(self.to_dict())
+        if path is not None:
+            write_replacing(check_path("to_toml", path), text.encode())
+        return text
+
     # -- compilation ----------------------------------------------------------------------------
     def parameter_table(self, X, Z=None, fixed=()):
         """The model's parameters as a :class:`gpdsl.parameters.ParameterTable`.

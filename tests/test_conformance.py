@@ -16,6 +16,7 @@ supported pairs against ``gd.inference.supported_pairs()``.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -56,8 +57,16 @@ def _own(registry):
 
 KERNEL_CASES = [pytest.param(v, id=f"{cls.__name__}-{i}") for cls in _own(Kernel.registry)
                 for i, v in enumerate(cls.variants())]
-LIKELIHOOD_CASES = [pytest.param(v, id=f"{cls.__name__}-{i}") for cls in _own(Likelihood.registry)
-                    for i, v in enumerate(cls.variants())]
+
+
+def _likelihoods(where):
+    """Every registered likelihood variant for which ``where(variant)`` holds (what a check needs)."""
+    return [pytest.param(v, id=f"{cls.__name__}-{i}") for cls in _own(Likelihood.registry)
+            for i, v in enumerate(cls.variants()) if where(v)]
+
+
+def _implements(operation):
+    return lambda v: getattr(type(v), operation) is not getattr(Likelihood, operation)
 
 
 def _local_values(component, X):
@@ -109,10 +118,8 @@ MEANS = np.array([-1.2, 0.3, 0.9])
 VARS = np.array([0.4, 1.5, 0.02])
 
 
-@pytest.mark.parametrize("likelihood", LIKELIHOOD_CASES)
+@pytest.mark.parametrize("likelihood", _likelihoods(lambda v: v.provides("log_density_derivatives")))
 def test_log_density_derivatives_match_central_differences(likelihood):
-    if not likelihood.provides("log_density_derivatives"):
-        pytest.skip(f"{_label(likelihood)} does not provide log_density_derivatives")
     lik = likelihood.bind()
     y = _targets(likelihood, F)
     d = lik.log_density_derivatives(y, F)
@@ -144,10 +151,8 @@ def _expect(fn, mean, var):
     return val
 
 
-@pytest.mark.parametrize("likelihood", LIKELIHOOD_CASES)
+@pytest.mark.parametrize("likelihood", _likelihoods(lambda v: v.provides("variational_expectations")))
 def test_variational_expectations_match_quadrature(likelihood):
-    if not likelihood.provides("variational_expectations"):
-        pytest.skip(f"{_label(likelihood)} does not provide variational_expectations")
     lik = likelihood.bind()
     y = _targets(likelihood, MEANS, seed=1)
     ve, d_mean, d_var, _ = lik.variational_expectations(y, MEANS, VARS)
@@ -169,14 +174,11 @@ def test_variational_expectations_match_quadrature(likelihood):
         np.testing.assert_allclose(grads[name], fd, rtol=1e-5, atol=1e-7, err_msg=name)
 
 
-@pytest.mark.parametrize("likelihood", LIKELIHOOD_CASES)
+@pytest.mark.parametrize("likelihood", _likelihoods(_implements("log_predictive")))
 def test_log_predictive_matches_quadrature_and_predictive_matches_draws(likelihood):
     lik = likelihood.bind()
-    try:
-        lp = lik.log_predictive(MEANS, VARS, _targets(likelihood, MEANS, seed=2))
-    except NotImplementedError:
-        pytest.skip(f"{_label(likelihood)} has no log predictive density")
     y = _targets(likelihood, MEANS, seed=2)
+    lp = lik.log_predictive(MEANS, VARS, y)
     approximation = getattr(lik, "predictive_approximation", None)
     for i in range(MEANS.size):
         if approximation is not None:
@@ -207,13 +209,11 @@ def test_log_predictive_matches_quadrature_and_predictive_matches_draws(likeliho
 CAVITIES = [(-0.8, 0.5), (0.4, 2.0), (1.1, 0.05)]
 
 
-@pytest.mark.parametrize("likelihood", LIKELIHOOD_CASES)
+@pytest.mark.parametrize("likelihood", _likelihoods(lambda v: v.provides("site_model")))
 def test_site_model_matches_quadrature(likelihood):
     """EP's tilted moments (log Z, mean, variance) against adaptive quadrature; QP's variance not
     above EP's (Zhang et al. Theorem 2); d log Z / d theta against central differences; the
     offset wrapper equal to the shifted cavity."""
-    if not likelihood.provides("site_model"):
-        pytest.skip(f"{_label(likelihood)} does not provide site_model")
     from gpdsl._jit.projections import with_offset
     lik = likelihood.bind()
     site = lik.site_model()
@@ -249,14 +249,24 @@ Z0 = XP[:M] + 0.05
 KERNEL = gd.kernels.SquaredExponential(np.array([0.9, 1.3]), 1.1)
 
 
-def _pair_cases():
+# Local iterations to tight tolerances, so that the objective is a smooth function of the
+# hyperparameters to the differences' resolution (the options each method has of these).
+TIGHT = {"tol": 1e-13, "q_tol": 1e-14, "q_max_iter": 5000, "max_sweeps": 5000}
+
+
+def _tight(method):
+    fields = {f.name for f in dataclasses.fields(method)}
+    return dataclasses.replace(method, **{k: v for k, v in TIGHT.items() if k in fields})
+
+
+def _pair_cases(where=lambda likelihood, method: True):
     cases = []
     for method_cls in _own(Inference.registry):
         for method in method_cls.variants():
             for lik_cls in _own(Likelihood.registry):
                 for i, lik in enumerate(lik_cls.variants()):
-                    if method.accepts(lik):
-                        cases.append(pytest.param(lik, method, id=f"{lik_cls.__name__}-{i}-{method_cls.__name__}"))
+                    if method.accepts(lik) and where(lik, method):
+                        cases.append(pytest.param(lik, _tight(method), id=f"{lik_cls.__name__}-{i}-{method_cls.__name__}"))
     return cases
 
 
@@ -269,7 +279,9 @@ def _model(likelihood, inference):
 
 
 def _data(likelihood):
-    f = np.sin(1.3 * XP[:, 0]) + 0.5 * XP[:, 1]
+    # Away from f = 0, where the square-link Poisson's tilted laws are bimodal (EP clamps such
+    # sites, and its gradient is then documented as approximate).
+    f = 1.5 + 0.5 * np.sin(1.3 * XP[:, 0]) + 0.3 * XP[:, 1]
     return _targets(likelihood, f, seed=6)
 
 
@@ -286,6 +298,9 @@ def test_pair_gradients_match_central_differences(likelihood, inference):
         return model.evaluate(vals, XP, y, Zz, need_grad=False).log_evidence
 
     assert np.isfinite(ev.log_evidence)
+    # EP's gradient is exact at a moment-matched fixed point; clamped sites would make it
+    # approximate (documented), so these data must give none.
+    assert getattr(ev.warm, "clamped", 0) == 0
     for e in table.free:
         if e.name == "inducing.Z":
             continue
@@ -316,15 +331,13 @@ def test_pair_fitted_model_round_trips(likelihood, inference, tmp_path):
     assert gd.Model.from_toml(toml) == model
 
 
-@pytest.mark.parametrize("likelihood,inference", PAIRS)
+@pytest.mark.parametrize("likelihood,inference", _pair_cases(
+    lambda likelihood, method: method.supports_dask_chunks and likelihood.supports_dask_chunks))
 def test_pair_dask_equals_in_memory(likelihood, inference):
-    da = pytest.importorskip("dask.array")
-    if not (inference.supports_dask_chunks and likelihood.supports_dask_chunks):
-        pytest.skip(f"{type(inference).__name__} with {_label(likelihood)} computes a Dask X in memory")
+    import dask.array as da
     chunked = inference
     if hasattr(inference, "chunk_size"):
-        from dataclasses import replace
-        chunked = replace(inference, chunk_size=5)
+        chunked = dataclasses.replace(inference, chunk_size=5)
     model = _model(likelihood, chunked)
     y = likelihood.prepare_targets(_data(likelihood))
     table = model.parameter_table(XP, Z0 if model.sparse else None)
