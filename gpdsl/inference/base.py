@@ -1,0 +1,243 @@
+"""The interface every inference declaration follows (:class:`Inference`, described in
+:mod:`gpdsl.inference`), the options checks and docstring blocks its families share, and
+:func:`supported_pairs`."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..checks import check_positive_int, check_positive_number, check_seed, is_integer, is_number
+from ..components import Component, type_name
+from ..likelihoods import Likelihood
+from ..methods import stochastic
+
+
+def _less(y, offset):
+    """Gaussian noise is a location family: p(y | f + o) is p(y - o | f)."""
+    return y if offset is None else y - offset
+
+
+def _check_chunk(owner, chunk_size):
+    if chunk_size is not None and (not is_integer(chunk_size) or chunk_size < 1):
+        raise ValueError(f"{owner}: chunk_size must be None or a positive integer, got {chunk_size!r}")
+
+
+class Inference(Component, family="inference"):
+    """Base class of the inference declarations: the interface of the module docstring."""
+
+    requires = ""
+    inducing_rule = "forbidden"
+    local_state = None
+    # What ``Posterior.log_evidence`` is for this method, in words (the CLI prints it).
+    log_evidence_kind = "log evidence"
+    # Whether its sparse fit runs its O(N M^2) passes as Dask tasks on a Dask X (gpdsl.chunks.map_rows);
+    # otherwise a Dask X is computed into memory.
+    supports_dask_chunks = False
+    # Whether variational_entries adds q's parameters to the optimised hyperparameters.
+    optimises_variational_parameters = False
+    # Whether evaluate takes a per-row offset of the latent input (Model.fit(offset=...)).
+    supports_offset = True
+
+    def accepts(self, likelihood):
+        """Whether ``likelihood`` provides the capability this method ``requires``.
+
+        Parameters
+        ----------
+        likelihood : gpdsl.likelihoods.Likelihood
+
+        Returns
+        -------
+        bool
+        """
+        return likelihood.provides(self.requires)
+
+    def check_likelihood(self, likelihood):
+        """Check that this method accepts ``likelihood`` (:meth:`accepts`).
+
+        Parameters
+        ----------
+        likelihood : gpdsl.likelihoods.Likelihood
+            The model's likelihood.
+
+        Raises
+        ------
+        ValueError
+            The pair is not supported: where another variant of the likelihood's class would be
+            (another link), the message names it; otherwise it lists the supported pairs.
+        """
+        if self.accepts(likelihood):
+            return
+        name = type(self).__name__
+        others = [v for v in type(likelihood).variants() if self.accepts(v)]
+        if others:
+            wanted = " or ".join(_variant_text(v, likelihood) for v in others)
+            raise ValueError(f"Model: {name} needs {wanted}, got {_variant_text(likelihood, others[0])}")
+        raise ValueError(f"Model: {type(likelihood).__name__} with {name} is not supported; supported pairs: "
+                         f"{', '.join(supported_pairs())} ({name} needs a likelihood that provides {self.requires!r})")
+
+    def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
+        """One evaluation of the method's objective at fixed hyperparameters.
+
+        Parameters
+        ----------
+        kernel : gpdsl.kernels.Kernel
+            The covariance function.
+        likelihood : gpdsl.likelihoods.Likelihood
+            The likelihood (one this method accepts, :meth:`check_likelihood`).
+        values : dict
+            Natural hyperparameter values by name (``"kernel.*"``, ``"likelihood.*"`` and, for
+            ``q_updates="joint"``, ``"variational.*"``), each a float array of its entry's shape.
+        X : ndarray or dask.array.Array, shape (N, D)
+            Training inputs.
+        y : ndarray, shape (N,)
+            Training targets as prepared by the likelihood.
+        Z : ndarray, shape (M, D), or None
+            Inducing inputs (None for a dense method).
+        need_grad : bool
+            Compute the gradients in every free hyperparameter (and Z).
+        need_state : bool
+            Compute the predictive state.
+        warm : object or None
+            The local state of the previous evaluation (``Evaluation.warm``: EP/QP sites,
+            Pólya-Gamma c, q), or None to start afresh.
+        offset : ndarray, shape (N,), optional
+            A known per-row offset o of the latent input: the likelihood is p(y_n | f_n + o_n)
+            (``supports_offset``).
+
+        Returns
+        -------
+        gpdsl.methods.common.Evaluation
+            The objective (``log_evidence``: the log evidence, bound or approximation the
+            method's ``log_evidence_kind`` names), its gradients, the jitter used, the state and
+            the local state.
+        """
+        raise NotImplementedError
+
+    def variational_entries(self, n, Z, fixed_names=()):
+        """Entries of the variational parameters optimised with the hyperparameters (none here).
+
+        Parameters
+        ----------
+        n : int
+            Number of training points N.
+        Z : ndarray, shape (M, D), or None
+            Inducing inputs.
+        fixed_names : sequence of str
+            Names held fixed in the fit (``Model.fit(fixed=...)``).
+
+        Returns
+        -------
+        list of gpdsl.parameters.Entry
+            The extra entries (empty unless the method optimises q with the hyperparameters).
+        """
+        return []
+
+    def minimise(self, objective, u0, max_iter, progress, callback):
+        """Maximise the objective over the free log-space vector from ``u0``.
+
+        L-BFGS-B under gpdsl's stopping rule (gpdsl.model's objective) unless the method has its
+        own optimiser (minibatch SVGP and Pólya-Gamma).
+
+        Parameters
+        ----------
+        objective : gpdsl.fitting._Objective
+            The negative objective (plus log prior) over the free log-space vector, with its
+            gradient.
+        u0 : ndarray, shape (P,)
+            The starting point.
+        max_iter : int
+            Iteration (or, for minibatch methods, step) limit.
+        progress : bool
+            Show a progress bar.
+        callback : callable or None
+            Called after each iteration, as ``Model.fit`` documents.
+
+        Returns
+        -------
+        scipy.optimize.OptimizeResult
+            With the fields the model reads (``x``, ``nit``, ``success``, ``message``).
+        """
+        return objective.minimise(u0, max_iter, progress, callback)
+
+    def outer_loop(self, objective, u, max_iter):
+        """An optional loop run after the hyperparameter optimisation (QP's Algorithm 1).
+
+        Parameters
+        ----------
+        objective : gpdsl.fitting._Objective
+            The fit's objective.
+        u : ndarray, shape (P,)
+            Its optimum, the free log-space vector.
+        max_iter : int
+            The fit's iteration limit, for the loop's inner optimisations.
+
+        Returns
+        -------
+        tuple or None
+            ``(u, converged, iterations)``, or None when the method has no outer loop.
+        """
+        return None
+
+
+
+def _check_minibatch_options(spec, batch_name, batch):
+    """The options of a minibatch optimiser (:mod:`gpdsl.methods.stochastic`), named after
+    ``spec``'s class: the batch (None or a positive integer, under ``batch_name``),
+    ``learning_rate``, ``natural_step`` in (0, 1], ``seed``, and the stopping rule's
+    ``stop_tol`` (positive) and ``stop_window`` (a positive multiple of
+    :data:`gpdsl.methods.stochastic.STOP_BLOCKS`, the blocks its noise is estimated from)."""
+    owner = type(spec).__name__
+    if batch is not None:
+        check_positive_int(owner, batch_name, batch)
+    check_positive_number(owner, "learning_rate", spec.learning_rate)
+    if not (is_number(spec.natural_step) and 0.0 < spec.natural_step <= 1.0):
+        raise ValueError(f"{owner}: natural_step must be in (0, 1], got {spec.natural_step!r}")
+    check_seed(owner, spec.seed)
+    check_positive_number(owner, "stop_tol", spec.stop_tol)
+    check_positive_int(owner, "stop_window", spec.stop_window)
+    if spec.stop_window % stochastic.STOP_BLOCKS:
+        raise ValueError(f"{owner}: stop_window must be a multiple of {stochastic.STOP_BLOCKS} (the stopping rule "
+                         f"estimates its noise from {stochastic.STOP_BLOCKS} blocks of a window), "
+                         f"got {spec.stop_window!r}")
+
+
+# The minibatch stopping rule's fields (gpdsl.methods.stochastic), shared by SVGP and PolyaGamma.
+_STOCHASTIC_STOP_PARAMETERS = """stop_tol : float, default 1e-3
+        Stochastic: the stopping rule's tolerance, in nats per data point, on the change of the
+        smoothed objective between two windows of ``stop_window`` steps (the run also stops where
+        the change is within 2 standard errors of its batch noise).
+    stop_window : int, default 200
+        Stochastic: steps per window of the stopping rule, a multiple of 10 (the run takes at
+        least 2 ``stop_window`` steps before it can stop, unless ``max_iter`` is smaller).
+"""
+
+
+def _variant_text(variant, other):
+    """``Bernoulli(link='logit')``: the class and the fields in which ``variant`` differs from ``other``."""
+    fields = [f.name for f in dataclasses.fields(variant) if type(other) is type(variant)
+              and not _same(getattr(variant, f.name), getattr(other, f.name))]
+    return f"{type(variant).__name__}({', '.join(f'{f}={getattr(variant, f)!r}' for f in fields)})"
+
+
+def _same(a, b):
+    try:
+        return bool(np.all(a == b))
+    except (TypeError, ValueError):
+        return a is b
+
+
+def supported_pairs():
+    """Every pair of gpdsl's likelihoods and inference methods that the methods accept: a pair is
+    listed when some variant of the likelihood class (:meth:`Likelihood.variants`, e.g. one per
+    link) provides what the method requires.  (A class defined outside gpdsl is accepted by the
+    same rule but not listed here.)
+
+    Returns
+    -------
+    list of str
+        ``"Likelihood + Inference"`` (e.g. ``"Gaussian + DTC"``), sorted.
+    """
+    own = [cls for name, cls in Likelihood.registry.items() if name == type_name(cls) and ":" not in name]
+    return sorted(f"{cls.__name__} + {name}" for name, method in Inference.registry.items() if name == type_name(method)
+                  for cls in own if any(variant.provides(method.requires) for variant in cls.variants()))
