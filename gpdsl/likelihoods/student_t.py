@@ -67,6 +67,17 @@ class StudentT(Likelihood):
     hyperparameters = ("df", "scale")
     target_kind = "real"
 
+    @classmethod
+    def variants(cls):
+        """df 10, scale 0.3: light enough tails that draws from it have no outliers (sites whose
+        W < 0, where EP clamps and VGP clips, and their gradients are documented as approximate).
+
+        Returns
+        -------
+        tuple of StudentT
+        """
+        return (cls(df=10.0, scale=0.3),)
+
     def __post_init__(self):
         check_hyperparameter("StudentT", "df", self.df, ndim_max=0)
         check_hyperparameter("StudentT", "scale", self.scale, ndim_max=0)
