@@ -5,8 +5,12 @@ hyperparameters, held-out metrics and an ArviZ summary, and writes the posterior
 plot (PNG) to DIR.  Without MODEL.toml it fits the built-in default model to embedded data
 (:func:`gpdsl.datasets.snelson_like`), so it needs no download.
 
-Bad input (a missing file, invalid TOML, an unknown component, a missing column, a
-``[fit] subsample`` not below the training rows, an output name the writers would refuse, ...)
+A ``[data] offset`` column holds each row's offset of the latent input (log exposure for
+counts): the fit and the held-out metrics take it (``fit(offset=...)``, ``predict(offset=...)``).
+
+Bad input (a missing file, invalid TOML, an unknown component, a missing column, an offset with
+a method that takes none, a ``[fit] subsample`` not below the training rows, an output name the
+writers would refuse, ...)
 prints one line ``gpdsl: error: <message>`` on stderr and exits with status 2, before any fitting;
 a numerical failure while fitting or a failure to write the outputs exits with status 1.
 """
@@ -30,7 +34,7 @@ DEFAULT_TEST_FRACTION = 0.2
 SPLIT_SEED = 0
 SUMMARY_POINTS = 10
 SUMMARY_DRAWS = 500
-_DATA_KEYS = {"path", "target", "features", "test_fraction", "seed", "standardize"}
+_DATA_KEYS = {"path", "target", "features", "offset", "test_fraction", "seed", "standardize"}
 _OUTPUT_KEYS = {"posterior", "plot"}
 # The plot's formats: those matplotlib writes with its own backends and Pillow (one of its
 # dependencies), chosen by the name's extension; pgf (needs LaTeX) and raw pixel dumps are left out.
@@ -50,6 +54,28 @@ class RunError(Exception):
 
 
 # -- data ---------------------------------------------------------------------------------------
+def split_rows(n, n_test, seed=SPLIT_SEED):
+    """Row indices of the seeded random train / held-out split (:func:`split`).
+
+    Parameters
+    ----------
+    n : int
+        Rows in the data.
+    n_test : int
+        Held-out rows.
+    seed : int, default SPLIT_SEED
+        Seed of the permutation.
+
+    Returns
+    -------
+    train : ndarray of int, shape (n - n_test,)
+    test : ndarray of int, shape (n_test,)
+        Each part's rows in increasing order.
+    """
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[n_test:]), np.sort(perm[:n_test])
+
+
 def split(X, y, n_test, seed=SPLIT_SEED):
     """Seeded random train / held-out split with ``n_test`` held-out rows.
 
@@ -70,10 +96,9 @@ def split(X, y, n_test, seed=SPLIT_SEED):
     y_train : ndarray, shape (N - n_test,)
     X_test : ndarray, shape (n_test, D)
     y_test : ndarray, shape (n_test,)
-        Each part's rows in their original order.
+        Each part's rows in their original order (the rows of :func:`split_rows`).
     """
-    perm = np.random.default_rng(seed).permutation(X.shape[0])
-    test, train = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+    train, test = split_rows(X.shape[0], n_test, seed)
     return X[train], y[train], X[test], y[test]
 
 
@@ -100,27 +125,32 @@ def _check_table_keys(where, table, known):
 
 
 def load_table(data):
-    """(X, y, feature names, description) from the ``[data]`` table of a model file.
+    """(X, y, offset, feature names, description) from the ``[data]`` table of a model file.
 
     Parameters
     ----------
     data : dict
         The ``[data]`` table: ``path`` and ``target`` (strings), optional ``features`` (a list
-        of column names; default every column but the target), ``test_fraction``, ``seed``,
-        ``standardize``.
+        of column names; default every column but the target and the offset), ``offset`` (the
+        name of a column holding each row's offset of the latent input, e.g. log exposure; it
+        is passed to ``Model.fit(offset=...)`` and to the held-out predictions),
+        ``test_fraction``, ``seed``, ``standardize``.
 
     Returns
     -------
     X : ndarray, shape (N, D)
     y : ndarray, shape (N,)
+    offset : ndarray, shape (N,), or None
+        The offset column, None without ``offset``.
     features : list of str
     description : str
-        The file, target and features, for the report.
+        The file, target, features and offset, for the report.
 
     Raises
     ------
     UsageError
-        A missing or malformed key, a missing file or column, or an unreadable table.
+        A missing or malformed key, a missing file or column, an offset column that is also
+        the target or a feature, or an unreadable table.
     """
     from .datasets import read_table
 
@@ -140,9 +170,17 @@ def load_table(data):
     target = data["target"]
     if target not in header:
         raise UsageError(f"[data]: target column {target!r} not in {path}; columns: {', '.join(header)}")
+    offset = data.get("offset")
+    if offset is not None:
+        if not isinstance(offset, str) or not offset:
+            raise UsageError(f"[data]: offset must be a column name (a string), got {offset!r}")
+        if offset not in header:
+            raise UsageError(f"[data]: offset column {offset!r} not in {path}; columns: {', '.join(header)}")
+        if offset == target:
+            raise UsageError(f"[data]: the offset column {offset!r} is also the target")
     features = data.get("features")
     if features is None:
-        features = [h for h in header if h != target]
+        features = [h for h in header if h not in (target, offset)]
     elif not isinstance(features, list) or not all(isinstance(f, str) for f in features):
         raise UsageError(f"[data]: features must be a list of column names, got {features!r}")
     missing = [f for f in features if f not in header]
@@ -150,13 +188,41 @@ def load_table(data):
         raise UsageError(f"[data]: feature columns {missing} not in {path}; columns: {', '.join(header)}")
     if target in features:
         raise UsageError(f"[data]: the target column {target!r} is also listed in features")
+    if offset is not None and offset in features:
+        raise UsageError(f"[data]: the offset column {offset!r} is also listed in features")
     if not features:
         raise UsageError(f"[data]: {path} has no feature columns besides the target {target!r}")
     if table.shape[0] == 0:
         raise UsageError(f"{path}: no data rows")
     X = table[:, [header.index(f) for f in features]]
     y = table[:, header.index(target)]
-    return X, y, features, f"{path} (target {target!r}; features {', '.join(features)})"
+    description = f"{path} (target {target!r}; features {', '.join(features)}"
+    if offset is None:
+        return X, y, None, features, description + ")"
+    return X, y, table[:, header.index(offset)], features, description + f"; offset {offset!r})"
+
+
+def check_offset(model, offset, name):
+    """Raise a UsageError unless the model's method takes an offset and the column is finite.
+
+    Checked before the split and the fit, as :func:`check_targets` checks the targets.
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+    offset : numpy.ndarray or None
+        The offset column, shape (n,); None (no offset) passes.
+    name : str
+        Its name, for the message.
+    """
+    from .inputs import validate_offset
+
+    if offset is None:
+        return
+    try:
+        validate_offset(offset, offset.shape[0], model.inference, name=f"offset column {name!r}")
+    except (ValueError, TypeError) as err:
+        raise UsageError(f"[data]: {err}") from err
 
 
 def check_targets(model, y, target):
@@ -215,7 +281,7 @@ def fit_options(fit):
     ----------
     fit : dict
         The ``[fit]`` table: keyword-only arguments of :meth:`gpdsl.Model.fit` except
-        ``callback`` and ``standardize`` (which belongs to ``[data]``).
+        ``callback``, and ``standardize`` and ``offset`` (which belong to ``[data]``).
 
     Returns
     -------
@@ -232,9 +298,9 @@ def fit_options(fit):
     if not isinstance(fit, dict):
         raise UsageError(f"[fit] must be a table, got {fit!r}")
     params = inspect.signature(Model.fit).parameters
-    # standardize belongs to [data] (a property of the columns, on by default there).
-    allowed = sorted(name for name, p in params.items()
-                     if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("callback", "standardize"))
+    # standardize and offset belong to [data] (properties of the columns; the offset is a column).
+    allowed = sorted(name for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
+                     and name not in ("callback", "standardize", "offset"))
     _check_table_keys("[fit]", fit, allowed)
     options = dict(fit)
     if isinstance(options.get("fixed"), list):
@@ -365,11 +431,13 @@ def problem_from_toml(path):
     Returns
     -------
     model : gpdsl.Model
-    data : tuple of ndarray
-        ``(X, y, X_test, y_test)`` from :func:`split`.
+    data : tuple
+        ``(X, y, X_test, y_test, offset, offset_test)``: the rows of :func:`split`, and the
+        ``[data] offset`` column split with them (both None without an offset).
     description : str
     options : dict
-        Keyword arguments of ``Model.fit`` (``standardize`` from ``[data]``, default True).
+        Keyword arguments of ``Model.fit`` (``standardize`` from ``[data]``, default True),
+        without ``offset`` (pass ``data``'s).
     names : dict
         Output file names, ``posterior`` and ``plot``.
 
@@ -391,8 +459,9 @@ def problem_from_toml(path):
         raise UsageError(message if str(path) in message else f"{path}: {message}") from err
     try:
         data = config["data"]
-        X, y, _, description = load_table(data)
+        X, y, offset, _, description = load_table(data)
         check_targets(model, y, data["target"])
+        check_offset(model, offset, data.get("offset"))
         n_test = held_out_size(data, X.shape[0])
         seed = data.get("seed", SPLIT_SEED)
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -402,7 +471,10 @@ def problem_from_toml(path):
             raise UsageError(f"[data]: standardize must be true or false, got {standardize!r}")
         options = {**fit_options(config["fit"]), "standardize": standardize}
         check_subsample(options, X.shape[0] - n_test, n_test)
-        return model, split(X, y, n_test, seed), description, options, output_names(config["output"])
+        train, test = split_rows(X.shape[0], n_test, seed)
+        offsets = (None, None) if offset is None else (offset[train], offset[test])
+        rows = (X[train], y[train], X[test], y[test]) + offsets
+        return model, rows, description, options, output_names(config["output"])
     except UsageError as err:
         raise UsageError(f"{path}: {err}") from err
 
@@ -412,9 +484,9 @@ def _rmse(y, mean):
     return float(np.sqrt(np.mean((y - mean) ** 2)))
 
 
-def _regression_metrics(posterior, X_test, y_test):
+def _regression_metrics(posterior, X_test, y_test, offset=None):
     """RMSE of y_mean and the mean negative log predictive density N(y | y_mean, y_var)."""
-    pred = posterior.predict(X_test)
+    pred = posterior.predict(X_test, offset=offset)
     mean = pred["y_mean"].values
     metrics = {"RMSE": _rmse(y_test, mean)}
     if "y_var" in pred:
@@ -423,27 +495,28 @@ def _regression_metrics(posterior, X_test, y_test):
     return metrics
 
 
-def _classification_metrics(posterior, X_test, y_test):
+def _classification_metrics(posterior, X_test, y_test, offset=None):
     """Error rate of the label p(y* = 1) > 0.5, mean log p(y* | x*) and the Brier score."""
     positive = posterior.model.likelihood.prepare_targets(y_test) > 0   # labels may be 0/1, -1/+1, bool
-    p = posterior.predict(X_test)["p"].values
+    p = posterior.predict(X_test, offset=offset)["p"].values
     return {"error rate": float(np.mean((p > 0.5) != positive)),
-            "mean log predictive": float(np.mean(posterior.log_predictive(X_test, y_test))),
+            "mean log predictive": float(np.mean(posterior.log_predictive(X_test, y_test, offset=offset))),
             "Brier score": float(np.mean((p - positive) ** 2))}
 
 
-def _mean_and_log_predictive_metrics(posterior, X_test, y_test):
+def _mean_and_log_predictive_metrics(posterior, X_test, y_test, offset=None):
     """RMSE of the predictive mean and the mean log predictive density (the likelihood's own:
     negative binomial for counts, Student-t by quadrature)."""
-    mean = posterior.predict(X_test)["y_mean"].values
+    mean = posterior.predict(X_test, offset=offset)["y_mean"].values
     return {"RMSE": _rmse(y_test, mean),
-            "mean log predictive": float(np.mean(posterior.log_predictive(X_test, y_test)))}
+            "mean log predictive": float(np.mean(posterior.log_predictive(X_test, y_test, offset=offset)))}
 
 
 # kind of scores (:func:`metrics_kind`) -> (metrics function, the rows the report prints:
-# (metric, what it is)).  Each kind of target gets the scores its literature reports; a
-# regression score such as the RMSE of y_mean has no meaning for labels, whose predictive is
-# p(y* = 1).  "gaussian" is real targets under Gaussian observation noise (a closed-form
+# (metric, what it is)).  A metrics function is called as f(posterior, X_test, y_test, offset)
+# with the held-out rows' offset (None without ``[data] offset``).  Each kind of target gets the
+# scores its literature reports; a regression score such as the RMSE of y_mean has no meaning
+# for labels, whose predictive is p(y* = 1).  "gaussian" is real targets under Gaussian observation noise (a closed-form
 # predictive density); "real" other real targets (Student-t), scored by the likelihood's own.
 HELD_OUT_METRICS = {
     "gaussian": (_regression_metrics, (("RMSE", "root mean squared error of y_mean"),
@@ -482,7 +555,7 @@ def metrics_kind(likelihood):
 _UNAVAILABLE = {"MNLPD": "the noise variance at new inputs is unknown"}
 
 
-def held_out_metrics(posterior, X_test, y_test):
+def held_out_metrics(posterior, X_test, y_test, offset=None):
     """Held-out scores of a fitted posterior, chosen by its likelihood's kind of targets
     (:func:`metrics_kind`, :data:`HELD_OUT_METRICS`).
 
@@ -493,6 +566,9 @@ def held_out_metrics(posterior, X_test, y_test):
         Held-out inputs, shape (n, D), n >= 1.
     y_test : numpy.ndarray
         Held-out targets, shape (n,), coded as the training targets may be.
+    offset : numpy.ndarray, optional
+        The held-out rows' offset of the latent input, shape (n,) (``[data] offset``); the
+        predictions and log predictive densities are taken at f + offset.
 
     Returns
     -------
@@ -503,7 +579,7 @@ def held_out_metrics(posterior, X_test, y_test):
         mean count and ``mean log predictive``.
     """
     compute, _ = HELD_OUT_METRICS[metrics_kind(posterior.model.likelihood)]
-    return compute(posterior, X_test, y_test)
+    return compute(posterior, X_test, y_test, offset)
 
 
 # Arrays longer than this (a method's variational parameters) are summarised, not printed.
@@ -519,7 +595,7 @@ def _format_value(value):
     return "[" + ", ".join(f"{v:.6g}" for v in value.ravel()) + "]"
 
 
-def report(posterior, X, X_test, y_test, data_description, wall_time):
+def report(posterior, X, X_test, y_test, data_description, wall_time, offset_test=None):
     """Print the run's report: data, model, fit, hyperparameters and held-out metrics.
 
     Parameters
@@ -536,6 +612,8 @@ def report(posterior, X, X_test, y_test, data_description, wall_time):
         What the data are, printed first.
     wall_time : float
         The fit's wall time in seconds.
+    offset_test : ndarray, shape (n,), optional
+        The held-out rows' offset (``[data] offset``), for the held-out metrics.
     """
     model = posterior.model
     inference = type(model.inference).__name__
@@ -578,7 +656,7 @@ def report(posterior, X, X_test, y_test, data_description, wall_time):
         print("\nheld-out: none (test_fraction = 0)")
         return
     print(f"\nheld-out ({X_test.shape[0]} points)")
-    metrics = held_out_metrics(posterior, X_test, y_test)
+    metrics = held_out_metrics(posterior, X_test, y_test, offset_test)
     _, rows = HELD_OUT_METRICS[metrics_kind(model.likelihood)]
     width = max(len(name) for name, _ in rows)
     for name, meaning in rows:
@@ -588,6 +666,8 @@ def report(posterior, X, X_test, y_test, data_description, wall_time):
             print(f"  {name:<{width}}  not available ({_UNAVAILABLE[name]})")
 
     k = min(SUMMARY_POINTS, X_test.shape[0])
+    # The summary prints only the latent f, which the offset does not shift (the likelihood
+    # sees f + offset), so the held-out offset is not needed here.
     try:
         idata = posterior.to_inference_data(X_test[:k], y_test[:k], draws=SUMMARY_DRAWS, seed=0)
     except ValueError as err:
@@ -629,10 +709,12 @@ def run(args):
 
     if args.model is None:
         model, (X, y, X_test, y_test), description = default_problem()
+        offset = offset_test = None
         options, names = {}, {"posterior": DEFAULT_POSTERIOR, "plot": DEFAULT_PLOT}
         description += " (embedded)"
     else:
-        model, (X, y, X_test, y_test), description, options, names = problem_from_toml(args.model)
+        model, (X, y, X_test, y_test, offset, offset_test), description, options, names = \
+            problem_from_toml(args.model)
     out = Path(args.out)
     check_output_paths(out, names)
 
@@ -640,7 +722,7 @@ def run(args):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", gd.ConvergenceWarning)
         try:
-            posterior = model.fit(X, y, **options)
+            posterior = model.fit(X, y, offset=offset, **options)
         except gd.NotPositiveDefiniteError as err:
             raise RunError(f"fit failed: {err}") from err
         except (ValueError, TypeError) as err:
@@ -654,7 +736,7 @@ def run(args):
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise RunError(f"cannot create the output directory {out}: {err}") from err
-    report(posterior, X, X_test, y_test, description, wall_time)
+    report(posterior, X, X_test, y_test, description, wall_time, offset_test=offset_test)
 
     print()
     posterior_path = out / names["posterior"]
@@ -668,7 +750,8 @@ def run(args):
 
     plot_path = out / names["plot"]
     try:
-        plot_fit(posterior, X, y, plot_path, X_test=X_test, y_test=y_test)
+        plot_fit(posterior, X, y, plot_path, X_test=X_test, y_test=y_test, offset=offset,
+                 offset_test=offset_test)
     except ImportError as err:
         print(f"gpdsl: note: plot skipped: {_one_line(err)}", file=sys.stderr)
     except OSError as err:

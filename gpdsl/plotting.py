@@ -84,7 +84,7 @@ def show_figure(fig, path, dpi=72):
     return path
 
 
-def plot_fit(posterior, X, y, path, X_test=None, y_test=None):
+def plot_fit(posterior, X, y, path, X_test=None, y_test=None, *, offset=None, offset_test=None):
     """Write a PNG of ``posterior`` fitted to ``(X, y)`` to ``path``; returns the path.
 
     The plot depends on the likelihood's kind of targets (:data:`PLOTS`).  Regression and counts, 1-D inputs: the
@@ -93,8 +93,10 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None):
     targets with 2 sd error bars.  Binary labels, 1-D inputs: p(y* = 1 | x) with the labels at
     0 and 1; 2-D inputs: a decision map (p over the input plane, its 0.5 contour, the points
     coloured by label, the inducing inputs); D > 2: p(y* = 1) against the observed label.  The
-    D > 1 scatter plots show the held-out points when given, else the training points.  The
-    figure is drawn with matplotlib's Agg canvas directly, so no display is needed and the
+    D > 1 scatter plots show the held-out points when given, else the training points.  With
+    an ``offset`` the plots over a grid of new inputs (1-D bands and curves, 2-D maps) are not
+    drawn, since no offset is known between the rows: every D gets the scatter plot of the rows,
+    predicted at their own offsets.  The figure is drawn with matplotlib's Agg canvas directly, so no display is needed and the
     global pyplot backend is left alone.
 
     Parameters
@@ -106,6 +108,9 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None):
         Where the PNG is written.
     X_test, y_test : numpy.ndarray, optional
         Held-out inputs and targets, drawn with their own markers.
+    offset, offset_test : numpy.ndarray, optional
+        The training and held-out rows' offsets of the latent input (``fit(offset=...)``),
+        shapes (n,) and (n_test,); ``offset_test`` is needed with ``offset`` and held-out rows.
 
     Returns
     -------
@@ -116,24 +121,38 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None):
     ------
     ImportError
         matplotlib is not installed (the message says how to install it).
+    ValueError
+        ``offset`` with held-out rows but no ``offset_test``, or an offset of the wrong length.
     """
     Figure, FigureCanvasAgg = _matplotlib()
-    from .inputs import target_kind, validate_inputs, validate_targets
+    from .inputs import target_kind, validate_inputs, validate_offset, validate_targets
 
     X = validate_inputs(X, "X", posterior.n_features)
     y = validate_targets(y, X.shape[0], "y")
+    offset = validate_offset(offset, X.shape[0], name="offset")
     has_test = X_test is not None and y_test is not None and len(X_test) > 0
     if has_test:
         X_test = validate_inputs(X_test, "X_test", posterior.n_features)
         y_test = validate_targets(y_test, X_test.shape[0], "y_test")
+        if offset is not None and offset_test is None:
+            raise ValueError("plot_fit: offset_test is needed with offset and held-out rows")
+        offset_test = validate_offset(offset_test, X_test.shape[0], name="offset_test")
     else:
-        X_test = y_test = None
+        X_test = y_test = offset_test = None
 
     fig = Figure(figsize=(9, 4.5), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     draw = PLOTS.get(target_kind(posterior.model.likelihood), _plot_regression)
-    draw(fig, ax, posterior, X, y, X_test, y_test)
+    if offset is None:
+        draw(fig, ax, posterior, X, y, X_test, y_test)
+    else:
+        # No offset is known at new inputs between the rows, so no grid is drawn: the rows (the
+        # held-out ones where there are any), each predicted at its own offset.
+        which, X_rows, y_rows, o_rows = (("training", X, y, offset) if X_test is None
+                                         else ("held-out", X_test, y_test, offset_test))
+        scatter = _plot_probability_label if draw is _plot_classification else _plot_predicted_observed
+        scatter(ax, posterior, X_rows, y_rows, which, offset=o_rows)
     inference = type(posterior.model.inference).__name__
     ax.set_title(f"{inference}: {posterior.model.kernel.describe()}, "
                  f"{posterior.model.likelihood.describe()} — log evidence {posterior.log_evidence:.5g}")
@@ -185,12 +204,14 @@ def _mark_inducing_1d(ax, posterior):
                 transform=ax.get_xaxis_transform(), label=f"inducing inputs ({Z.size})")
 
 
-def _predictive(posterior, X_new):
+def _predictive(posterior, X_new, offset=None):
     """Mean and sd of y at X_new (of f when y's noise is unknown there) and a label."""
-    pred = posterior.predict(X_new)
+    pred = posterior.predict(X_new, offset=offset)
     if "y_var" in pred:
         return pred["y_mean"].values, np.sqrt(pred["y_var"].values), "y"
-    return pred["f_mean"].values, np.sqrt(pred["f_var"].values), "f"
+    # f_mean is f's; the likelihood sees f + offset.
+    shift = 0.0 if offset is None else offset
+    return pred["f_mean"].values + shift, np.sqrt(pred["f_var"].values), "f"
 
 
 def _plot_1d(ax, posterior, X, y, X_test, y_test):
@@ -210,8 +231,8 @@ def _plot_1d(ax, posterior, X, y, X_test, y_test):
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
 
 
-def _plot_predicted_observed(ax, posterior, X, y, which):
-    mean, sd, what = _predictive(posterior, X)
+def _plot_predicted_observed(ax, posterior, X, y, which, offset=None):
+    mean, sd, what = _predictive(posterior, X, offset)
     ax.errorbar(y, mean, yerr=2 * sd, fmt="o", ms=3, color="C0", ecolor="C0", elinewidth=0.8,
                 alpha=0.7, label=f"{which} points ({y.size}), ± 2 sd of {what}")
     lo = min(y.min(), (mean - 2 * sd).min())
@@ -270,8 +291,10 @@ def _plot_decision_map(fig, ax, posterior, X, y, X_test, y_test, n=120):
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize="small")
 
 
-def _plot_probability_label(ax, posterior, X, y, which):
-    p = posterior.predict(X)["p"].values
+def _plot_probability_label(ax, posterior, X, y, which, offset=None):
+    if offset is not None:      # the labels as 0/1, as _plot_classification makes them
+        y = (posterior.model.likelihood.prepare_targets(y) > 0).astype(float)
+    p = posterior.predict(X, offset=offset)["p"].values
     # A seeded horizontal jitter spreads the points of each label, so that the plot does not
     # change from run to run.
     jitter = np.random.default_rng(0).uniform(-0.15, 0.15, y.size)

@@ -1,4 +1,5 @@
 """Tests for the ``gpdsl`` command line (gpdsl.cli) and gpdsl.plotting."""
+import functools
 import importlib.util
 import os
 import subprocess
@@ -337,7 +338,7 @@ def test_toml_classification_held_out(tmp_path, capsys, likelihood, inference, l
     assert "RMSE" not in captured.out and "MNLPD" not in captured.out
 
     # Recompute the metrics with numpy / scipy from the saved posterior's latent predictions.
-    _, (_, _, X_test, y_test), _, _, _ = cli.problem_from_toml(path)
+    _, (_, _, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
     post = gd.load(out / "posterior.nc")
     pred = post.predict(X_test)
     p = probability_of_one(link, post.values["likelihood.bias"], pred["f_mean"].values, pred["f_var"].values)
@@ -386,7 +387,7 @@ test_fraction = 0.25
     path = write_model(tmp_path, text)
     assert cli.main(["run", str(path), "--out", str(tmp_path / "out")]) == 0
     stdout = capsys.readouterr().out
-    _, (_, _, X_test, y_test), _, _, _ = cli.problem_from_toml(path)
+    _, (_, _, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
     pred = gd.load(tmp_path / "out" / "posterior.nc").predict(X_test)
     m2, v = pred["f_mean"].values ** 2, pred["f_var"].values
     # The negative binomial matched to g = f^2 (QP paper, Appendix H): mean m^2 + v.
@@ -519,3 +520,128 @@ def test_standardize_key_errors(tmp_path, capsys, where, value, fragment):
     text = RAW_TOML + (f"standardize = {value}\n" if where == "[data]" else f"\n[fit]\nstandardize = {value}\n")
     assert cli.main(["run", str(write_model(tmp_path, text)), "--out", str(tmp_path / "out")]) == 2
     assert_one_line_error(capsys, fragment)
+
+
+# -- [data] offset: a per-row offset of the latent input (log exposure) ----------------------------
+OFFSET_TOML = """\
+[kernel]
+type = "SquaredExponential"
+[likelihood]
+type = "Poisson"
+link = "log"
+[inference]
+type = "Laplace"
+[data]
+path = "claims.csv"
+target = "claims"
+offset = "log_exposure"
+test_fraction = 0.25
+seed = 5
+[fit]
+max_iter = 200
+"""
+
+
+def write_exposure_csv(path, n=80):
+    """Counts with rate exposure * exp(f(x)); columns x, log_exposure, claims."""
+    rng = np.random.default_rng(1)
+    x = np.sort(rng.uniform(-3.0, 3.0, n))
+    exposure = rng.uniform(0.5, 20.0, n)
+    counts = rng.poisson(exposure * np.exp(0.8 * np.sin(x)))
+    with open(path, "w") as fh:
+        fh.write("x,log_exposure,claims\n")
+        fh.writelines(f"{xi:.17g},{np.log(e):.17g},{c}\n" for xi, e, c in zip(x, exposure, counts))
+    return x[:, None], np.log(exposure), counts.astype(float)
+
+
+def test_toml_offset_held_out(tmp_path, capsys):
+    """The offset column is read, split with the rows, passed to the fit and to the held-out
+    metrics: the CLI's mean log predictive is the one of the same fit done in Python."""
+    X, log_exposure, counts = write_exposure_csv(tmp_path / "claims.csv")
+    path = write_model(tmp_path, OFFSET_TOML)
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    assert "offset 'log_exposure'" in captured.out
+    assert "features x;" in captured.out                     # the offset is not a feature
+    assert "60 training / 20 held-out points, 1 feature(s)" in captured.out
+    assert (out / "fit.png").is_file() == HAS_MATPLOTLIB
+
+    # The CLI's split (test_fraction 0.25, seed 5), written out here independently of it.
+    perm = np.random.default_rng(5).permutation(80)
+    test, train = np.sort(perm[:20]), np.sort(perm[20:])
+    model = gd.Model(kernel=gd.kernels.SquaredExponential(), likelihood=gd.likelihoods.Poisson(link="log"),
+                     inference=gd.inference.Laplace())
+    post = model.fit(X[train], counts[train], offset=log_exposure[train], max_iter=200, standardize=True)
+    log_pred = post.log_predictive(X[test], counts[test], offset=log_exposure[test])
+    expected = float(np.mean(log_pred))
+    assert printed_metric(captured.out, "mean log predictive") == pytest.approx(expected, rel=1e-5)
+    mean = post.predict(X[test], offset=log_exposure[test])["y_mean"].values
+    assert printed_metric(captured.out, "RMSE") == pytest.approx(np.sqrt(np.mean((counts[test] - mean) ** 2)),
+                                                                 rel=1e-5)
+    # The held-out offset matters: without it the score is far worse (exposures 0.5 .. 20).
+    assert np.mean(post.log_predictive(X[test], counts[test])) < expected - 1.0
+
+    # The saved posterior and problem_from_toml agree with the rows above.
+    _, (_, _, X_test, y_test, o_train, o_test), _, options, _ = cli.problem_from_toml(path)
+    np.testing.assert_array_equal(o_train, log_exposure[train])
+    np.testing.assert_array_equal(o_test, log_exposure[test])
+    assert "offset" not in options
+    metrics = cli.held_out_metrics(gd.load(out / "posterior.nc"), X_test, y_test, o_test)
+    assert metrics["mean log predictive"] == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("edit, fragments", [
+    (('offset = "log_exposure"', 'offset = "exposure"'),
+     ("[data]: offset column 'exposure' not in", "columns: x, log_exposure, claims")),
+    (('offset = "log_exposure"', 'offset = "claims"'), ("the offset column 'claims' is also the target",)),
+    (('offset = "log_exposure"', 'offset = "log_exposure"\nfeatures = ["x", "log_exposure"]'),
+     ("the offset column 'log_exposure' is also listed in features",)),
+    (('offset = "log_exposure"', "offset = 3"), ("[data]: offset must be a column name",)),
+    (("max_iter = 200", "offset = 0.0"), ("[fit]: unknown keys ['offset']",)),
+])
+def test_offset_column_errors(tmp_path, capsys, edit, fragments):
+    write_exposure_csv(tmp_path / "claims.csv")
+    path = write_model(tmp_path, OFFSET_TOML.replace(*edit))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, str(path), *fragments)
+    assert not (tmp_path / "o").exists()
+
+
+def test_offset_with_polya_gamma_is_refused_before_fitting(tmp_path, capsys, monkeypatch):
+    write_labels_csv(tmp_path / "labels.csv")
+    table = np.loadtxt(tmp_path / "labels.csv", delimiter=",", skiprows=1)
+    header = (tmp_path / "labels.csv").read_text().splitlines()[0]
+    np.savetxt(tmp_path / "labels.csv", np.column_stack([table, np.zeros(len(table))]), delimiter=",",
+               header=header + ",shift", comments="")
+    text = CLASSIFIER_TOML.format(likelihood='type = "Bernoulli"\nlink = "logit"', inference="PolyaGamma")
+    path = write_model(tmp_path, text.replace("[data]\n", '[data]\noffset = "shift"\n'))
+
+    @functools.wraps(gd.Model.fit)      # keeps the signature, from which the CLI reads [fit]'s keys
+    def fit(*args, **kwargs):
+        raise AssertionError("the model was fitted before the offset was refused")
+    monkeypatch.setattr(gd.Model, "fit", fit)
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, str(path), "offset column 'shift'", "PolyaGamma does not take a per-row offset")
+    assert not (tmp_path / "o").exists()
+
+
+@needs_matplotlib
+def test_plot_with_offset(tmp_path):
+    """With an offset no grid is drawn (none is known between the rows): the rows' scatter
+    plots, predicted at their own offsets, for counts and labels alike."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (40, 1))
+    o = rng.uniform(-1, 1, 40)
+    counts = rng.poisson(np.exp(np.sin(X[:, 0]) + o)).astype(float)
+    labels = np.where(X[:, 0] + o + 0.5 * rng.standard_normal(40) > 0, 1.0, 0.0)
+    for likelihood, y in ((gd.likelihoods.Poisson(link="log"), counts), (gd.likelihoods.Bernoulli(), labels)):
+        post = gd.Model(gd.kernels.SquaredExponential(1.0), likelihood,
+                        inference=gd.inference.Laplace()).fit(X[:30], y[:30], offset=o[:30], optimize=False)
+        for kwargs in ({}, {"X_test": X[30:], "y_test": y[30:], "offset_test": o[30:]}):
+            path = tmp_path / f"p{len(kwargs)}.png"
+            assert plot_fit(post, X[:30], y[:30], path, offset=o[:30], **kwargs) == path
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        with pytest.raises(ValueError, match="offset_test is needed"):
+            plot_fit(post, X[:30], y[:30], tmp_path / "x.png", X_test=X[30:], y_test=y[30:], offset=o[:30])
