@@ -138,7 +138,7 @@ def test_natural_optimum_is_the_best_gaussian_q():
     kernel = SE(1.0, 1.5)
     values = {"kernel.lengthscale": np.array(1.0), "kernel.variance": np.array(1.5)}
     K = bind(kernel, values, "kernel").gram(X, X)
-    start = gd.inference.VGP().surrogate_q(kernel, POISSON, values, X, y, None)
+    start = gd.inference.VGP().surrogate_q(*bound_pair(kernel, POISSON, values), X, y, None)
     q, _, converged = vgp.optimise_q(*bound_pair(kernel, POISSON, values), values, X, y, start, jitter=0.0, tol=1e-13, polish=True)
     assert converged
     bound = vgp.evaluate(*bound_pair(kernel, POISSON, {**values, **q}), {**values, **q}, X, y, jitter=0.0, need_grad=False).log_evidence
@@ -172,10 +172,10 @@ def test_the_prior_start_is_a_saddle_the_surrogate_start_leaves():
     np.testing.assert_array_equal(stuck["variational.alpha"], 0.0)
     at = lambda qq: vgp.evaluate(*bound_pair(kernel, POISSON, {**values, **qq}), {**values, **qq}, X, y, jitter=0.0, need_grad=False).log_evidence
     q, _, _ = vgp.optimise_q(*bound_pair(kernel, POISSON, values), values, X, y,
-                             gd.inference.VGP().surrogate_q(kernel, POISSON, values, X, y, None), jitter=0.0, tol=1e-12)
+                             gd.inference.VGP().surrogate_q(*bound_pair(kernel, POISSON, values), X, y, None), jitter=0.0, tol=1e-12)
     assert at(q) > at(stuck) + 10.0
     qs, _, _ = svgp.optimise_q(*bound_pair(kernel, POISSON, values), values, X, y, X,
-                               gd.inference.SVGP().surrogate_q(kernel, POISSON, values, X, y, X), jitter=0.0, tol=1e-12)
+                               gd.inference.SVGP().surrogate_q(*bound_pair(kernel, POISSON, values), X, y, X), jitter=0.0, tol=1e-12)
     assert svgp.elbo_terms(*bound_pair(kernel, POISSON, {**values, **qs}), {**values, **qs}, X, y, X, jitter=0.0).elbo == pytest.approx(at(q), rel=1e-9)
 
 

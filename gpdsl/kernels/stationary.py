@@ -231,7 +231,7 @@ class Matern52(Stationary):
     profile: ClassVar[int] = _cov.MATERN52
 
 
-for _kernel in (SquaredExponential, Matern32, Matern52):
+for _kernel in (Stationary, SquaredExponential, Matern32, Matern52):
     _kernel.__doc__ += _PARAMETERS_DOC
 
 __all__ = ["SquaredExponential", "Matern32", "Matern52", "Stationary"]

@@ -128,19 +128,51 @@ class Shifted:
         return f + (self.offset if np.ndim(f) == 1 else self.offset[:, None])
 
     def log_density(self, y, f):
+        """log p(y | f + o).
+
+        Parameters
+        ----------
+        y, f : ndarray, shape (n,) or (n, K)
+        """
         return self.likelihood.log_density(y, self._shift(f))
 
     def log_density_derivatives(self, y, f):
+        """log p(y | f + o) and its derivatives in f.
+
+        Parameters
+        ----------
+        y, f : ndarray, shape (n,) or (n, K)
+        """
         return self.likelihood.log_density_derivatives(y, self._shift(f))
 
     def log_density_param_derivatives(self, y, f, derivatives=None):
+        """The hyperparameter derivatives of log p(y | f + o).
+
+        Parameters
+        ----------
+        y, f : ndarray, shape (n,) or (n, K)
+        derivatives : tuple of ndarray, optional
+            :meth:`log_density_derivatives` at the same arguments.
+        """
         return self.likelihood.log_density_param_derivatives(y, self._shift(f), derivatives=derivatives)
 
     def variational_expectations(self, y, mean, var):
+        """E_q[log p(y | f + o)]: the expectation at the mean shifted by o.
+
+        Parameters
+        ----------
+        y, mean, var : ndarray, shape (n,)
+        """
         return self.likelihood.variational_expectations(y, mean + self.offset, var)
 
     def surrogate(self, X, y):
-        # The pseudo-targets r / w are in f + o: less o they are in f.
+        """The likelihood's surrogate regression, its pseudo-targets r / w (in f + o) less o.
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+        y : ndarray, shape (n,)
+        """
         weights, targets = self.likelihood.surrogate(X, y)
         return weights, targets - weights * self.offset
 
