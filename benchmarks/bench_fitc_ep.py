@@ -85,10 +85,10 @@ class Problem:
         model = make_model(d, self.Z)
         values = model.parameter_table(self.X, self.Z).values()
         # The probit's jitted projection and its parameter tuple, with the kernels' table arguments.
-        site = model.likelihood.site_model(values, "likelihood")
+        kernel, likelihood = model.bind(values)
+        site = likelihood.site_model()
         self.kind, self.bias = site.functions.project, site.params
-        kernel_values = {k: v for k, v in values.items() if k.startswith("kernel.")}
-        self.prior = epm.FITCPrior(model.kernel, kernel_values, self.X, self.Z, 1e-6, None)
+        self.prior = epm.FITCPrior(kernel, self.X, self.Z, 1e-6, None)
         self.tau, self.nu = np.zeros(n), np.zeros(n)
         self.prior.refresh(self.tau, self.nu)
         self.warm_changes = []

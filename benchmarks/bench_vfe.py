@@ -11,7 +11,7 @@ for
     ``A = L^-1 K_uf / sigma``; derived independently of gpdsl, checked against it to 1e-6
     relative on a small problem before timing);
 (c) the matrix products no implementation can avoid: K_uf (the reference ``se_ard``: BLAS cross
-    term + exp; and gpdsl's own ``kernel.gram(values, "kernel", Z, X)``), ``A @ A.T``
+    term + exp; and gpdsl's own ``kernel.gram(Z, X)`` on the kernel bound to its values), ``A @ A.T``
     ((M,N)@(N,M), a syrk) and the gemm ``G_P @ K_uf`` ((M,M)@(M,N)) that the gradient pass needs.
 
 The goal stated in the issue: gpdsl within 2x of (K_uf + A A^T).  A breakdown of where gpdsl's
@@ -45,6 +45,7 @@ import numba  # noqa: E402
 
 import gpdsl as gd  # noqa: E402
 from gpdsl._jit import covariance as _cov  # noqa: E402
+from gpdsl.components import bind  # noqa: E402
 
 _LOG_2PI = np.log(2.0 * np.pi)
 
@@ -320,11 +321,12 @@ def breakdown(model, values, X, y, Z):
     # the whitened basis A = L^-1 K_uf) and of Stationary.vjp with timers: the same operations on
     # the same shapes; K_uf from the real kernel.gram and S from the real slope_adjoint (neither
     # timed here), L from the real K_uu.
-    ls, var = kernel._unpack(values, "kernel", d)
+    bound = bind(kernel, values, "kernel")
+    ls, var = np.broadcast_to(bound.lengthscale, (d,)), float(bound.variance)
     rng = np.random.default_rng(0)
     Cm = rng.standard_normal((m, m)); Cm = Cm @ Cm.T / m
     alpha, beta = rng.standard_normal(m) / m, rng.standard_normal(m) / m
-    L = np.linalg.cholesky(kernel.gram(values, "kernel", Z, Z) + 1e-6 * var * np.eye(m))
+    L = np.linalg.cholesky(bound.gram(Z, Z) + 1e-6 * var * np.eye(m))
     noise = float(values["likelihood.variance"])
     names = ["pass 1: A = L^-1 Kuf (whiten: dtrsm)", "pass 1: residual = kff - |a_n|^2",
              "pass 1: As = A * sqrt(w)", "pass 1: P = As @ As.T (syrk)", "pass 1: A @ (w y)",
@@ -334,7 +336,7 @@ def breakdown(model, values, X, y, Z):
     acc = dict.fromkeys(names, 0.0)
     for slc in row_slices(n, chunk):
         Xc, yc = X[slc], y[slc]
-        Kuf = kernel.gram(values, "kernel", Z, Xc)
+        Kuf = bound.gram(Z, Xc)
         w = np.full(Kuf.shape[1], 1.0 / noise)
         lam = np.full(Kuf.shape[1], noise)
         ts = [time.perf_counter()]
@@ -348,7 +350,7 @@ def breakdown(model, values, X, y, Z):
         dF_dw = 0.5 * np.einsum("ij,ij->j", Kuf, G) - 0.5 * e * e + 0.5 * (lam - var)
         -w * w * dF_dw; ts.append(time.perf_counter())
         G += np.outer(beta, e); G *= w; ts.append(time.perf_counter())
-        r2 = kernel._scaled_sqdist(Z, Xc, ls); ts.append(time.perf_counter())
+        r2 = bound._scaled_sqdist(Z, Xc); ts.append(time.perf_counter())
         S, _ = _cov.slope_adjoint(r2, Kuf, np.ascontiguousarray(G), var, kernel.profile)
         ts.append(time.perf_counter())
         centre = Z.mean(axis=0)
@@ -431,7 +433,8 @@ def _main(args):
     ls = np.asarray(values["kernel.lengthscale"], float)
     var = float(values["kernel.variance"])
     t_kuf_np, t_kuf_np_min = median_time(lambda: se_ard(Z, X, ls, var), args.repeats)
-    t_kuf_g, t_kuf_g_min = median_time(lambda: model.kernel.gram(values, "kernel", Z, X),
+    bound = bind(model.kernel, values, "kernel")
+    t_kuf_g, t_kuf_g_min = median_time(lambda: bound.gram(Z, X),
                                        args.repeats)
     A = se_ard(Z, X, ls, var)
     t_aat, t_aat_min = median_time(lambda: A @ A.T, args.repeats)

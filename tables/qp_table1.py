@@ -311,7 +311,7 @@ def poisson_scores(post, X_test, y_test):
     y_hat = np.where(k > 1.0, np.floor(c * (k - 1.0)), 0.0)
     nodes, weights = np.polynomial.hermite_e.hermegauss(100)
     f = mean[:, None] + np.sqrt(var)[:, None] * nodes[None, :]
-    log_p = gd.likelihoods.Poisson().log_density({}, "likelihood", y_test[:, None], f)
+    log_p = gd.likelihoods.Poisson().bind().log_density(y_test[:, None], f)
     exact = np.log(np.exp(log_p) @ (weights / weights.sum()))
     return (float(np.mean(np.abs(y_test - y_hat))), float(-np.mean(post.log_predictive(X_test, y_test))),
             float(-np.mean(exact)))
