@@ -102,6 +102,22 @@ def test_kernel_gradients_match_central_differences(kernel):
     np.testing.assert_allclose(dX1, fd, rtol=1e-5, atol=1e-8, err_msg="X1")
 
 
+@pytest.mark.parametrize("kernel", KERNEL_CASES)
+def test_kernel_fitted_model_round_trips(kernel, tmp_path):
+    """A GP with the kernel fits, saves, loads back (same values, same predictions to the bit)
+    and round-trips through its model file."""
+    model = gd.Model(kernel, gd.likelihoods.Gaussian(0.1))
+    y = np.sin(X1[:, 0]) + 0.1 * X1[:, 1]
+    post = model.fit(X1, y, max_iter=2)
+    post.save(tmp_path / "post.nc")
+    back = gd.load(tmp_path / "post.nc")
+    assert back.model == model
+    np.testing.assert_array_equal(back.predict(X2)["f_mean"].values, post.predict(X2)["f_mean"].values)
+    toml = tmp_path / "model.toml"
+    model.to_toml(toml)
+    assert gd.Model.from_toml(toml) == model
+
+
 # -- likelihoods ----------------------------------------------------------------------------------
 def _targets(likelihood, f, seed=0):
     """Targets drawn from the likelihood at f (or f plus noise for one that draws none)."""
