@@ -7,7 +7,10 @@ A case is drawn by :func:`make_case` from ``numpy.random.default_rng([seed, vari
 N in 10..60, D in 1..3, inputs with duplicated rows (sometimes a single distinct input), length-scales
 log-uniform in 1e-2..1e3 (isotropic or ARD), kernel variances log-uniform in 1e-3..1e3, and per
 likelihood: regression targets on scales 1e-2..1e3 with noise variances 1e-6..1e1; labels that are
-random, drawn from a smooth latent, separable by a hyperplane or of one class; counts that are small, all zero, or up to ~1e6.
+random, drawn from a smooth latent, separable by a hyperplane or of one class; counts that are small, all zero, or up to ~1e6
+(the negative binomial's dispersion log-uniform in 1e-3..1e2).  The log-link count variants
+(:data:`OFFSET_VARIANTS`) carry, in half the cases, a per-row offset of the latent input (the log of
+an exposure log-uniform in 1e-2..1e3) for the fit, ``predict`` and ``log_predictive``.
 Most cases fit with ``optimize=False``; about three in ten optimise with ``max_iter`` 2..15 (issue 25's
 variants: 30..200 in three in ten, so that fits converge; minibatch variants: 2..15 or 20..120 steps).
 Sparse variants sometimes optimise Z (``gd.inducing.Optimized``), EP/QP sweep sequentially or in
@@ -26,8 +29,10 @@ parallel, and QP sometimes runs Algorithm 1 (``hyperparameters="qp"``, at most 5
   ``model.evaluate`` (:func:`final_gradient`), within its ``grad_tol`` (see
   :data:`GRADIENT_RTOL` and :data:`LOCAL_ITERATION_GRADIENT_FACTOR`).
 
-Documented exceptions: a Student-t's y_mean is NaN for df <= 1 and its y_var inf for df <= 2, and
-f_var <= k(x, x) is checked only where the posterior guarantees it (:func:`_prior_bounds_variance`).
+Documented exceptions: a Student-t's y_mean is NaN for df <= 1 and its y_var inf for df <= 2, a
+log-link count likelihood's y_mean and y_var are inf where their exact values exceed float64's range
+(:func:`_overflowing_moment`), and f_var <= k(x, x) is checked only where the posterior guarantees it
+(:func:`_prior_bounds_variance`).
 """
 from __future__ import annotations
 
@@ -57,7 +62,16 @@ VARIANTS = ("exact", "vfe", "fitc", "ep_dense", "ep_fitc", "qp_dense", "qp_fitc"
             "poisson_svgp", "poisson_svgp_minibatch", "poisson_vgp",
             "studentt_ep_dense", "studentt_ep_fitc", "studentt_qp_dense", "studentt_qp_fitc",
             "studentt_laplace_dense", "studentt_laplace_fitc", "studentt_svgp", "studentt_svgp_minibatch",
-            "studentt_vgp")
+            "studentt_vgp",
+            # The pairs added by capability dispatch: Gaussian with EP, QP and Laplace, the heteroscedastic
+            # Gaussian with DTC and FITC, Poisson's log link (Laplace, and EP and SVGP beside the square
+            # link's) and the negative binomial with every method it takes; the count variants of the log
+            # link draw a per-row offset (log exposure) in half the cases.
+            "gaussian_ep_dense", "gaussian_ep_fitc", "gaussian_qp_dense", "gaussian_qp_fitc",
+            "gaussian_laplace_dense", "gaussian_laplace_fitc", "hetero_dtc", "hetero_fitc",
+            "poisson_log_laplace_dense", "poisson_log_laplace_fitc", "poisson_log_ep_dense", "poisson_log_svgp",
+            "negbin_ep_dense", "negbin_ep_fitc", "negbin_qp_dense", "negbin_qp_fitc",
+            "negbin_laplace_dense", "negbin_laplace_fitc", "negbin_svgp", "negbin_svgp_minibatch", "negbin_vgp")
 
 # What each variant fits: (likelihood class, inference class, form), form "dense", "sparse" or
 # "minibatch" (a minibatch form is sparse too).  tests/test_fuzz.py checks that make_case builds
@@ -89,7 +103,27 @@ VARIANT_FORMS = {
     "studentt_laplace_fitc": ("StudentT", "Laplace", "sparse"),
     "studentt_svgp": ("StudentT", "SVGP", "sparse"), "studentt_svgp_minibatch": ("StudentT", "SVGP", "minibatch"),
     "studentt_vgp": ("StudentT", "VGP", "dense"),
+    "gaussian_ep_dense": ("Gaussian", "EP", "dense"), "gaussian_ep_fitc": ("Gaussian", "EP", "sparse"),
+    "gaussian_qp_dense": ("Gaussian", "QP", "dense"), "gaussian_qp_fitc": ("Gaussian", "QP", "sparse"),
+    "gaussian_laplace_dense": ("Gaussian", "Laplace", "dense"),
+    "gaussian_laplace_fitc": ("Gaussian", "Laplace", "sparse"),
+    "hetero_dtc": ("HeteroscedasticGaussian", "DTC", "sparse"),
+    "hetero_fitc": ("HeteroscedasticGaussian", "FITC", "sparse"),
+    "poisson_log_laplace_dense": ("Poisson", "Laplace", "dense"),
+    "poisson_log_laplace_fitc": ("Poisson", "Laplace", "sparse"),
+    "poisson_log_ep_dense": ("Poisson", "EP", "dense"), "poisson_log_svgp": ("Poisson", "SVGP", "sparse"),
+    "negbin_ep_dense": ("NegativeBinomial", "EP", "dense"), "negbin_ep_fitc": ("NegativeBinomial", "EP", "sparse"),
+    "negbin_qp_dense": ("NegativeBinomial", "QP", "dense"), "negbin_qp_fitc": ("NegativeBinomial", "QP", "sparse"),
+    "negbin_laplace_dense": ("NegativeBinomial", "Laplace", "dense"),
+    "negbin_laplace_fitc": ("NegativeBinomial", "Laplace", "sparse"),
+    "negbin_svgp": ("NegativeBinomial", "SVGP", "sparse"),
+    "negbin_svgp_minibatch": ("NegativeBinomial", "SVGP", "minibatch"),
+    "negbin_vgp": ("NegativeBinomial", "VGP", "dense"),
 }
+
+# The variants whose likelihood has the log link on counts (Poisson(link="log"), NegativeBinomial):
+# their cases carry a per-row offset of the latent input (log exposure) in half the draws.
+OFFSET_VARIANTS = tuple(v for v in VARIANT_FORMS if v.startswith(("poisson_log_", "negbin_")))
 
 # Relative slack of f_var over the prior variance k(x, x): rounding of k(x, x) - b^T C b only.
 PRIOR_VARIANCE_RTOL = 1e-9
@@ -134,6 +168,8 @@ class Case:
     optimize: bool
     max_iter: int
     notes: dict = field(default_factory=dict)
+    offset: np.ndarray | None = None
+    offset_test: np.ndarray | None = None
 
 
 @dataclass
@@ -319,7 +355,10 @@ def _issue_25_model(variant, rng, X, kernel, probit, logit):
             probit if rng.random() < 0.5 else logit)
     elif likelihood_name == "Poisson":
         y, mode = _counts(rng, X)
-        likelihood = gd.likelihoods.Poisson()
+        likelihood = gd.likelihoods.Poisson(link="log" if variant.startswith("poisson_log_") else "square")
+    elif likelihood_name == "NegativeBinomial":
+        y, mode = _counts(rng, X)
+        likelihood = gd.likelihoods.NegativeBinomial(dispersion=float(_log_uniform(rng, 1e-3, 1e2)))
     else:
         y, mode = _heavy_tailed_targets(rng, X)
         likelihood = _student_t(rng)
@@ -374,9 +413,23 @@ def make_case(variant, seed):
     optimize = bool(rng.random() < OPTIMIZE_FRACTION)
     max_iter = int(rng.integers(2, 16))
     max_iter = notes.pop("max_iter", max_iter)
+    offset = offset_test = None
+    if variant in OFFSET_VARIANTS and rng.random() < 0.5:
+        # Drawn after everything else, so that the other variants' cases are unchanged.
+        offset, offset_test = _offsets(rng, n, X_test.shape[0])
+        notes["offset"] = f"log exposure in [{offset.min():.3g}, {offset.max():.3g}]"
     return Case(variant=variant, seed=seed, model=model, X=X, y=y, X_test=X_test, y_test=y_test,
                 optimize=optimize, max_iter=max_iter,
-                notes={"N": n, "D": d, "inputs": input_mode, **notes})
+                notes={"N": n, "D": d, "inputs": input_mode, **notes}, offset=offset, offset_test=offset_test)
+
+
+def _offsets(rng, n, n_test):
+    """Per-row offsets of the latent input for n training and n_test held-out rows: the log of an
+    exposure log-uniform in 1e-2..1e3; the held-out rows that repeat training rows (the first three)
+    repeat their offsets."""
+    offset = np.log(_log_uniform(rng, 1e-2, 1e3, n))
+    offset_test = np.concatenate([offset[:3], np.log(_log_uniform(rng, 1e-2, 1e3, n_test - 3))])
+    return offset, offset_test
 
 
 def _nonfinite(name, value):
@@ -390,7 +443,8 @@ def _nonfinite(name, value):
 def _prior_bounds_variance(model):
     """Whether f_var <= k(x, x) is a property of the model's posterior.
 
-    It is where every site's precision is non-negative: always for Gaussian, Bernoulli (log-concave)
+    It is where every site's precision is non-negative: always for Gaussian, Bernoulli, Poisson with
+    the log link and the negative binomial (log-concave in f)
     and the Pólya-Gamma bound's conjugate sites, for EP and QP (which keep site precisions
     non-negative, as GPML's infEP) and for VGP (q's precision K^-1 + diag(lambda^2)).  It is not
     for a likelihood that is not log-concave on the whole real line (Student-t; Poisson with the
@@ -402,7 +456,8 @@ def _prior_bounds_variance(model):
     inference, likelihood = model.inference, model.likelihood
     if isinstance(inference, gd.inference.SVGP) and inference.q_updates == "joint":
         return False
-    not_log_concave = isinstance(likelihood, (gd.likelihoods.StudentT, gd.likelihoods.Poisson))
+    not_log_concave = (isinstance(likelihood, gd.likelihoods.StudentT)
+                       or isinstance(likelihood, gd.likelihoods.Poisson) and likelihood.link == "square")
     return not (not_log_concave and isinstance(inference, (gd.inference.Laplace, gd.inference.SVGP)))
 
 
@@ -415,13 +470,51 @@ def _undefined_moment_allowed(post, name, X):
     return {"y_mean": df <= 1.0, "y_var": df <= 2.0}.get(name)
 
 
-def _check_predictions(post, X, y, where):
-    """The properties of predict() and log_predictive() at inputs X (targets y); None if they hold."""
-    pred = post.predict(X)
+# log of the largest float64: a log-normal moment whose log exceeds this less a nat of slack (the
+# rounding of the terms that make it up) is inf in float64.
+_LOG_FLOAT_MAX = math.log(np.finfo(float).max)
+
+
+def _overflowing_moment(post, name, pred, offset, X):
+    """Where an inf predictive moment is the float64 rounding of its exact value: a log-link count
+    likelihood's (Poisson(link="log"), NegativeBinomial) y_mean = E[exp g] = exp(m + v/2) and
+    y_var = E[exp g] + (1 + dispersion) E[exp 2g] - E[exp g]^2, g = f + offset ~ N(m, v), exceed
+    float64's range when v is large (a held-out point far from the data under a kernel variance of
+    ~1e3); so does the heteroscedastic Gaussian's y_var = f_var + exp(features(x) @ coefficients)
+    where the fitted log variance, a polynomial, reaches ~709 at a far held-out point.  A mask of
+    the rows where the exact moment is above ~1.8e308 / e, or None; NaN is never allowed."""
+    lik = post.model.likelihood
+    if isinstance(lik, gd.likelihoods.HeteroscedasticGaussian) and name == "y_var" and not lik.known:
+        coefficients = np.asarray(post.values["likelihood.coefficients"], dtype=float)
+        return lik.features(X) @ coefficients > _LOG_FLOAT_MAX - 1.0
+    log_link = isinstance(lik, gd.likelihoods.NegativeBinomial) or (
+        isinstance(lik, gd.likelihoods.Poisson) and lik.link == "log")
+    if not log_link or name not in ("y_mean", "y_var"):
+        return None
+    m = pred["f_mean"].values + (0.0 if offset is None else offset)
+    v = pred["f_var"].values
+    log_mean = m + 0.5 * v
+    if name == "y_mean":
+        return log_mean > _LOG_FLOAT_MAX - 1.0
+    dispersion = float(post.values.get("likelihood.dispersion", 0.0))
+    # (1 + a) E[exp 2g] - E[exp g]^2 = exp(2m + v) ((1 + a) e^v - 1) = exp(2m + 2v) (1 + a - e^-v)
+    with np.errstate(divide="ignore"):
+        log_spread = 2.0 * m + 2.0 * v + np.log(1.0 + dispersion - np.exp(-v))
+    return np.logaddexp(log_mean, log_spread) > _LOG_FLOAT_MAX - 1.0
+
+
+def _check_predictions(post, X, y, where, offset=None):
+    """The properties of predict() and log_predictive() at inputs X (targets y, per-row offset of the
+    latent input ``offset``); None if they hold."""
+    pred = post.predict(X, offset=offset)
     for name in pred.data_vars:
         if _undefined_moment_allowed(post, name, X):
             continue
-        bad = _nonfinite(f"{name} ({where})", pred[name].values)
+        values = pred[name].values
+        overflow = _overflowing_moment(post, name, pred, offset, X)
+        if overflow is not None:
+            values = np.where(overflow & np.isposinf(values), 0.0, values)
+        bad = _nonfinite(f"{name} ({where})", values)
         if bad:
             return bad
     f_var = pred["f_var"].values
@@ -437,7 +530,7 @@ def _check_predictions(post, X, y, where):
         p = pred["p"].values
         if np.any((p < 0) | (p > 1)):
             return Outcome("failure: p outside [0, 1]", f"{where}: p in [{p.min():.17g}, {p.max():.17g}]")
-    return _nonfinite(f"log_predictive ({where})", post.log_predictive(X, y))
+    return _nonfinite(f"log_predictive ({where})", post.log_predictive(X, y, offset=offset))
 
 
 def check_case(case):
@@ -461,7 +554,7 @@ def check_case(case):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            post = case.model.fit(case.X, case.y, optimize=case.optimize, max_iter=case.max_iter)
+            post = case.model.fit(case.X, case.y, optimize=case.optimize, max_iter=case.max_iter, offset=case.offset)
         except Exception as err:  # noqa: BLE001 -- every exception is classified below
             name = _accepted_fit_error(err)
             if name is not None:
@@ -480,8 +573,8 @@ def check_case(case):
         return Outcome("failure: log evidence above the likelihood's bound",
                        f"log evidence {post.log_evidence:.6g} > sum_n max_f log p(y_n | f) = {bound:.6g}")
     try:
-        bad = (_check_predictions(post, case.X_test, case.y_test, "held-out")
-               or _check_predictions(post, case.X, case.y, "training"))
+        bad = (_check_predictions(post, case.X_test, case.y_test, "held-out", case.offset_test)
+               or _check_predictions(post, case.X, case.y, "training", case.offset))
     except Exception as err:  # noqa: BLE001 -- any exception from a fitted posterior is a failure
         return Outcome(f"failure: predict raised {type(err).__name__}", str(err)[:300])
     if bad:
@@ -506,13 +599,13 @@ GRADIENT_RTOL, GRADIENT_ATOL = 1.01, 1e-8
 LOCAL_ITERATION_GRADIENT_FACTOR = 2.0
 
 
-def final_gradient(model, values, Z, X, y, warm=None):
+def final_gradient(model, values, Z, X, y, warm=None, offset=None):
     """max |d (objective + log prior) / d u| at ``values`` by a fresh evaluation (from the local state
-    ``warm``), u the optimiser's free vector (log of positive entries, Z per input column sd);
-    tests/test_diagnostics.py uses it too."""
+    ``warm``, with the fit's per-row ``offset``), u the optimiser's free vector (log of positive
+    entries, Z per input column sd); tests/test_diagnostics.py uses it too."""
     table = model.parameter_table(X, Z)
     full = {**values, **({"inducing.Z": Z} if "inducing.Z" in table.names() else {})}
-    ev = model.evaluate(values, X, model.likelihood.prepare_targets(y), Z, warm=warm)
+    ev = model.evaluate(values, X, model.likelihood.prepare_targets(y), Z, warm=warm, offset=offset)
     grads = dict(ev.grads)
     if ev.dZ is not None:
         grads["inducing.Z"] = ev.dZ
@@ -538,7 +631,7 @@ def _check_final_gradient(case, post):
         # sparse model, else a dense method would be evaluated as its FITC form with Z = X.
         Z = post.state.Z if post.model.inducing is not None else None
         grad, name = final_gradient(post.model, post.values, Z, case.X, case.y,
-                                     warm=post.sites if local else None)
+                                     warm=post.sites if local else None, offset=case.offset)
     except Exception as err:  # noqa: BLE001 -- a converged posterior's objective must evaluate
         return Outcome(f"failure: gradient recomputation raised {type(err).__name__}", str(err)[:300])
     if not grad <= slack * d.grad_tol + GRADIENT_ATOL:
@@ -563,7 +656,8 @@ def describe(case):
     m = case.model
     inducing = "dense" if m.inducing is None else repr(m.inducing)
     return (f"{case.variant} seed={case.seed}: {m.kernel.describe()} {m.likelihood.describe()} "
-            f"{type(m.inference).__name__} {inducing} optimize={case.optimize} max_iter={case.max_iter} {case.notes}")
+            f"{type(m.inference).__name__} {inducing} optimize={case.optimize} max_iter={case.max_iter} {case.notes}"
+            + ("" if case.offset is None else " with offset"))
 
 
 def reproduction(case):
@@ -582,4 +676,4 @@ def reproduction(case):
             "from fuzz_cases import make_case, check_case\n"
             f"case = make_case({case.variant!r}, {case.seed})\n"
             "print(check_case(case))\n"
-            "post = case.model.fit(case.X, case.y, optimize=case.optimize, max_iter=case.max_iter)")
+            "post = case.model.fit(case.X, case.y, optimize=case.optimize, max_iter=case.max_iter, offset=case.offset)")

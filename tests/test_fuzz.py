@@ -7,12 +7,14 @@ properties listed there: no exception but gpdsl's documented refusals, finite ou
 
 A case takes 5-280 ms once the Numba kernels are cached (EP/QP with the logit link, Student-t or
 Poisson the most), so :data:`SEEDS_PER_VARIANT` gives each variant as many seeds as two seconds
-buy at its cost (:data:`CASE_MS`), 5 to 200, about 3,700 cases and 75 s in all on a 2-core machine.  Since issue 25 the variants cover every
+buy at its cost (:data:`CASE_MS`), 5 to 200, about 3,700 cases and 75 s in all on a 2-core machine;
+the 21 variants added after issue 25 (capability dispatch's pairs, Poisson's log link, the negative
+binomial, with offsets) get 0.8 s each, about 690 cases and 26 s more.  Since issue 25 the variants cover every
 pair of ``gd.inference.supported_pairs()`` (checked by :func:`test_variants_cover_every_supported_pair`)
 and a converged fit's final gradient is checked too.
 
 Cases that the long run found failing are kept in :data:`FIXED_FAILURES` beside the seeded
-range, so that each stays checked.  A new failure found by the long run goes there too, as a
+range, so that each stays checked; :data:`KNOWN_FAILURES` holds those still open.  A new failure found by the long run goes there too, as a
 strict xfail with its exact failure until it is fixed.
 """
 import pytest
@@ -62,11 +64,40 @@ CASE_MS = {
     "studentt_qp_fitc": 136,
     "studentt_laplace_fitc": 43,
     "studentt_svgp_minibatch": 34,
+    # The pairs added by capability dispatch, the Poisson log link and the negative binomial: mean wall
+    # ms per case over seeds 0..19, one process on the 2-core machine, Numba cache warm.
+    "gaussian_ep_dense": 16,
+    "gaussian_ep_fitc": 92,
+    "gaussian_qp_dense": 16,
+    "gaussian_qp_fitc": 19,
+    "gaussian_laplace_dense": 9,
+    "gaussian_laplace_fitc": 29,
+    "hetero_dtc": 7,
+    "hetero_fitc": 10,
+    "poisson_log_laplace_dense": 12,
+    "poisson_log_laplace_fitc": 54,
+    "poisson_log_ep_dense": 82,
+    "poisson_log_svgp": 21,
+    "negbin_ep_dense": 1048,
+    "negbin_ep_fitc": 384,
+    "negbin_qp_dense": 467,
+    "negbin_qp_fitc": 747,
+    "negbin_laplace_dense": 24,
+    "negbin_laplace_fitc": 39,
+    "negbin_svgp": 62,
+    "negbin_svgp_minibatch": 80,
+    "negbin_vgp": 135,
 }
 # Seeds 0..n-1 of each variant: as many as FUZZ_SECONDS_PER_VARIANT buys at its cost, between
 # MIN_SEEDS and MAX_SEEDS (the 200 every variant had before issue 25), about 75 s in all.
+# The variants added after issue 25 (from "gaussian_ep_dense" on) get a lower budget,
+# NEW_FUZZ_SECONDS_PER_VARIANT, so that their 21 variants add about 25 s (one process) to the suite:
+# the negative binomial's EP and QP take 0.4-1 s a case and run MIN_SEEDS each.
 FUZZ_SECONDS_PER_VARIANT, MIN_SEEDS, MAX_SEEDS = 2.0, 5, 200
-SEEDS_PER_VARIANT = {variant: int(min(MAX_SEEDS, max(MIN_SEEDS, 1000.0 * FUZZ_SECONDS_PER_VARIANT / ms)))
+NEW_FUZZ_SECONDS_PER_VARIANT = 0.8
+_FIRST_NEW_VARIANT = VARIANTS.index("gaussian_ep_dense")
+SEEDS_PER_VARIANT = {variant: int(min(MAX_SEEDS, max(MIN_SEEDS, 1000.0 * (
+    NEW_FUZZ_SECONDS_PER_VARIANT if VARIANTS.index(variant) >= _FIRST_NEW_VARIANT else FUZZ_SECONDS_PER_VARIANT) / ms)))
                      for variant, ms in CASE_MS.items()}
 
 # (variant, seed) -> what went wrong before the fix: every failure found by
@@ -93,6 +124,28 @@ FIXED_FAILURES = {
 }
 
 
+# (variant, seed) -> the failure still open: strict xfails, each checked to fail as it does.
+# NegativeBinomial.predictive computes y_var = E[mu] + (1 + dispersion) E[mu^2] - E[mu]^2 from the
+# log-normal moments, which are inf where the exact y_var overflows float64 (a far held-out point,
+# large f_var): inf - inf gives NaN instead of inf.  Poisson(link="log").predictive has the same
+# y_var = E[mu] + E[mu^2] - E[mu]^2 and the same NaN.
+_NB_Y_VAR_NAN = _POISSON_LOG_Y_VAR_NAN = "non-finite y_var (held-out)"
+# HeteroscedasticGaussian's log predictive density is -inf where its noise variance exp(features(x) @
+# coefficients) overflows float64 (a fitted degree-2 log variance of ~755 at a held-out point far out),
+# though the exact value (about -0.5 (log 2 pi + 755)) is finite.
+KNOWN_FAILURES = {
+    ("hetero_dtc", 24): "non-finite log_predictive (held-out)",
+    ("poisson_log_laplace_dense", 47): _POISSON_LOG_Y_VAR_NAN,
+    ("poisson_log_svgp", 20): _POISSON_LOG_Y_VAR_NAN,
+    ("poisson_log_svgp", 24): _POISSON_LOG_Y_VAR_NAN,
+    ("negbin_laplace_dense", 2): _NB_Y_VAR_NAN,
+    ("negbin_laplace_fitc", 8): _NB_Y_VAR_NAN,
+    ("negbin_svgp", 0): _NB_Y_VAR_NAN,
+    ("negbin_ep_dense", 5): _NB_Y_VAR_NAN,
+    ("negbin_qp_dense", 14): _NB_Y_VAR_NAN,
+}
+
+
 def _params():
     """Seeds 0..SEEDS_PER_VARIANT-1 of every variant plus the fixed failures.
 
@@ -102,15 +155,22 @@ def _params():
         ``(variant, seed)`` with id ``"<variant>-<seed>"``.
     """
     cases = {(variant, seed) for variant in VARIANTS for seed in range(SEEDS_PER_VARIANT[variant])}
-    for variant, seed in sorted(cases | set(FIXED_FAILURES), key=lambda c: (VARIANTS.index(c[0]), c[1])):
-        yield pytest.param(variant, seed, id=f"{variant}-{seed}")
+    everything = cases | set(FIXED_FAILURES) | set(KNOWN_FAILURES)
+    for variant, seed in sorted(everything, key=lambda c: (VARIANTS.index(c[0]), c[1])):
+        known = KNOWN_FAILURES.get((variant, seed))
+        marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason=known)] if known else []
+        yield pytest.param(variant, seed, id=f"{variant}-{seed}", marks=marks)
 
 
 @pytest.mark.parametrize("variant, seed", _params())
 def test_fuzz_properties(variant, seed):
-    """The case of ``(variant, seed)`` keeps every property checked by ``fuzz_cases.check_case``."""
+    """The case of ``(variant, seed)`` keeps every property checked by ``fuzz_cases.check_case``
+    (a known failure, a strict xfail, fails exactly as recorded)."""
     case = make_case(variant, seed)
     outcome = check_case(case)
+    known = KNOWN_FAILURES.get((variant, seed))
+    if known is not None and outcome.kind != f"failure: {known}":
+        raise RuntimeError(f"known failure {known!r} changed: {outcome.kind}: {outcome.detail}")
     assert not outcome.failed, f"{outcome.kind}: {outcome.detail}\n{describe(case)}"
 
 
@@ -140,8 +200,12 @@ def test_variants_cover_every_supported_pair():
             assert {f for _, _, f in forms} == {form}, variant
         built |= forms
     assert {f"{l} + {i}" for l, i, _ in built} == set(gd.inference.supported_pairs())
+    own = [cls for cls in gd.likelihoods.LIKELIHOODS.values() if cls.__module__.startswith("gpdsl.")]
     for name, cls in gd.inference.INFERENCE.items():
-        for likelihood_cls in cls.likelihoods:
+        method = cls()
+        for likelihood_cls in own:
+            if not any(method.accepts(variant) for variant in likelihood_cls.variants()):
+                continue
             wanted = {"sparse"} if cls.inducing_rule == "required" else {"dense"}
             if cls.inducing_rule == "optional":
                 wanted = {"dense", "sparse"}
