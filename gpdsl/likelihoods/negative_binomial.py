@@ -9,7 +9,7 @@ from scipy import special
 from ..parameters import check_hyperparameter
 from .._jit.likelihoods import negative_binomial as sites
 from .base import Likelihood, SiteModel
-from .poisson import check_counts, log_normal_moments, rule_log_predictive
+from .poisson import check_counts, log_normal_mean, rule_log_predictive
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,14 +114,18 @@ class NegativeBinomial(Likelihood):
         return SiteModel(sites.SITE, (float(self.dispersion),), ("dispersion",))
 
     def predictive(self, f_mean, f_var):
-        """y_mean = E[mu] = exp(m + v/2); y_var = E[mu] + (1 + dispersion) E[mu^2] - E[mu]^2.
+        """y_mean = E[mu] = exp(m + v/2); y_var = E[mu] + (1 + dispersion) E[mu^2] - E[mu]^2,
+        written E[mu] + E[mu]^2 ((1 + dispersion) e^v - 1) (E[mu^2] = E[mu]^2 e^v): no inf - inf
+        where the moments overflow.
 
         Parameters
         ----------
         f_mean, f_var : ndarray, shape (n,)
         """
-        first, second = log_normal_moments(f_mean, f_var)
-        return {"y_mean": first, "y_var": first + (1.0 + float(self.dispersion)) * second - first * first}
+        first = log_normal_mean(f_mean, f_var)
+        spread = float(self.dispersion) * np.exp(f_var) + np.expm1(f_var)
+        with np.errstate(over="ignore"):
+            return {"y_mean": first, "y_var": first + first * first * spread}
 
     def log_predictive(self, f_mean, f_var, y):
         """log E[NB(y | exp(f), r)] under N(f_mean, f_var), by the likelihood's quadrature rule

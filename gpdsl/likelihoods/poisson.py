@@ -33,8 +33,8 @@ def check_counts(owner, y):
     return y
 
 
-def log_normal_moments(f_mean, f_var):
-    """E[exp(f)] and E[exp(2 f)] under f ~ N(f_mean, f_var).
+def log_normal_mean(f_mean, f_var):
+    """E[exp(f)] under f ~ N(f_mean, f_var) (inf where it overflows).
 
     Parameters
     ----------
@@ -42,9 +42,10 @@ def log_normal_moments(f_mean, f_var):
 
     Returns
     -------
-    first, second : ndarray, shape (n,)
+    ndarray, shape (n,)
     """
-    return np.exp(f_mean + 0.5 * f_var), np.exp(2.0 * f_mean + 2.0 * f_var)
+    with np.errstate(over="ignore"):
+        return np.exp(f_mean + 0.5 * f_var)
 
 
 def rule_log_predictive(likelihood, f_mean, f_var, y):
@@ -298,8 +299,10 @@ class Poisson(Likelihood):
         f_mean, f_var : ndarray, shape (n,)
         """
         if self.link == "log":
-            first, second = log_normal_moments(f_mean, f_var)
-            return {"y_mean": first, "y_var": first + second - first * first}
+            # E[mu^2] - E[mu]^2 = E[mu]^2 (e^v - 1): no inf - inf where the moments overflow.
+            first = log_normal_mean(f_mean, f_var)
+            with np.errstate(over="ignore"):
+                return {"y_mean": first, "y_var": first + first * first * np.expm1(f_var)}
         # k c = m^2 + v and k c^2 = the spread, written out: at f_var = 0 (k infinite, c = 0) the
         # products would be NaN where the limit is the Poisson law of rate m^2.
         rate = f_mean * f_mean + f_var
