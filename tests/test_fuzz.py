@@ -137,6 +137,12 @@ FIXED_FAILURES = {
 # though the exact value (about -0.5 (log 2 pi + 755)) is finite.
 KNOWN_FAILURES = {
     ("hetero_dtc", 24): "non-finite log_predictive (held-out)",
+    ("hetero_fitc", 281): "non-finite log_predictive (held-out)",
+    # NegativeBinomial with EP/QP: the evaluation warm-started from the posterior's own sites returns
+    # log evidence +inf and a NaN dispersion gradient (a cold start gives a finite one), all with
+    # counts up to ~5e5 ("mixed" targets) and a dispersion of ~1e-3 (seeds 0..299 of the long run).
+    **{case: "converged=True with a large final gradient"
+       for case in (("negbin_ep_dense", 265), ("negbin_qp_dense", 212), ("negbin_qp_fitc", 204))},
 }
 
 

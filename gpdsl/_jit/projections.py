@@ -64,7 +64,8 @@ def site_function(dispatcher):
     so the cached machine code is found.  (A private Numba method: if it is missing, caching of
     these kernels falls back to compiling once per process, which is slower but correct.)
     """
-    _named(dispatcher, f"{dispatcher.py_func.__module__}.{dispatcher.py_func.__qualname__}")
+    function = getattr(dispatcher, "py_func", dispatcher)      # a plain function under NUMBA_DISABLE_JIT=1
+    _named(dispatcher, f"{function.__module__}.{function.__qualname__}")
     return dispatcher
 
 
@@ -102,7 +103,8 @@ def with_offset(functions):
         return gradient(y[0], mu + y[1], var, params)
 
     for wrapper, inner in ((project_offset, project), (log_z_gradient_offset, gradient)):
-        _named(wrapper, f"offset:{inner.py_func.__module__}.{inner.py_func.__qualname__}")
+        function = getattr(inner, "py_func", inner)
+        _named(wrapper, f"offset:{function.__module__}.{function.__qualname__}")
     made = SiteFunctions(project_offset, log_z_gradient_offset, functions.lookup_table)
     _OFFSET_SITES[key] = made
     return made

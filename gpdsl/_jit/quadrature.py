@@ -362,7 +362,8 @@ def log_concave_rules(log_likelihood):
 
     The tilted log density g(f) = log p(y | f) - (f - mu)^2 / (2 var) is concave with
     g'' <= -1/var, so it has one mode m, found by Newton's method kept inside a bracket of the
-    sign change of g' (bisection where a Newton step leaves it), to 1e-13 of the local sd
+    sign change of g' (bisection where a Newton step leaves it; before there is a bracket, steps
+    of at most 1, 2, 4, ...), to 1e-13 of the local sd
     s = (-g''(m))^-1/2.  The window reaches from m, in steps doubling from s, to where g has
     fallen by :data:`CONCAVE_TAIL_LOG` on each side (by concavity g falls monotonically
     beyond); it is cut into equal panels no wider than s (at most :data:`MAX_PANELS`) of the
@@ -375,6 +376,10 @@ def log_concave_rules(log_likelihood):
         inv_var = 1.0 / var
         lo, hi = -math.inf, math.inf
         f = mu
+        # Unbracketed, a step is at most ``cap``, doubled at each such step: a full Newton step
+        # from the cavity can land where exp(f) overflows (Poisson-log, a count of 5e5: a step of
+        # 2.5e5 from f = 0); a few doubling steps bracket the mode and Newton ends inside.
+        cap = 1.0
         for _ in range(CONCAVE_MAX_NEWTON):
             _, d1, d2, _ = log_likelihood(y, f, params)
             slope = d1 - (f - mu) * inv_var
@@ -384,15 +389,12 @@ def log_concave_rules(log_likelihood):
             else:
                 hi = f
             step = -slope / curve
+            if (math.isinf(lo) or math.isinf(hi)) and not abs(step) <= cap:
+                step = cap if slope > 0.0 else -cap
+                cap *= 2.0
             nxt = f + step
-            if not (lo < nxt < hi):
-                if math.isinf(lo) or math.isinf(hi):
-                    span = max(abs(step), math.sqrt(var))
-                    nxt = f + (span if slope > 0.0 else -span)
-                    if not (lo < nxt < hi):
-                        nxt = 0.5 * (lo + hi)
-                else:
-                    nxt = 0.5 * (lo + hi)
+            if not (lo <= nxt <= hi):          # (at the mode the step is 0 and f is a bracket end)
+                nxt = 0.5 * (lo + hi)
             if abs(nxt - f) <= 1e-13 * (1.0 + abs(f)) or abs(step) <= 1e-13 / math.sqrt(-curve):
                 f = nxt
                 break
