@@ -128,6 +128,11 @@ FIXED_FAILURES = {
                                            ("poisson_log_svgp", 24), ("negbin_laplace_dense", 2),
                                            ("negbin_laplace_fitc", 8), ("negbin_svgp", 0), ("negbin_ep_dense", 5),
                                            ("negbin_qp_dense", 14))},
+    # NegativeBinomial with EP/QP, counts to ~5e5 and a dispersion of ~1e-3: the evaluation warm-started
+    # from the posterior's sites gave log evidence +inf and a NaN dispersion gradient; the log-concave
+    # site rule's Newton step from the cavity left float64's range (now capped until the mode is bracketed).
+    **{case: "converged=True with a large final gradient"
+       for case in (("negbin_ep_dense", 265), ("negbin_qp_dense", 212), ("negbin_qp_fitc", 204))},
 }
 
 
@@ -138,11 +143,6 @@ FIXED_FAILURES = {
 KNOWN_FAILURES = {
     ("hetero_dtc", 24): "non-finite log_predictive (held-out)",
     ("hetero_fitc", 281): "non-finite log_predictive (held-out)",
-    # NegativeBinomial with EP/QP: the evaluation warm-started from the posterior's own sites returns
-    # log evidence +inf and a NaN dispersion gradient (a cold start gives a finite one), all with
-    # counts up to ~5e5 ("mixed" targets) and a dispersion of ~1e-3 (seeds 0..299 of the long run).
-    **{case: "converged=True with a large final gradient"
-       for case in (("negbin_ep_dense", 265), ("negbin_qp_dense", 212), ("negbin_qp_fitc", 204))},
 }
 
 
