@@ -126,7 +126,7 @@ def run(link, m, X, y, Xte, yte, options, max_iter, plateau):
     yp = mod.likelihood.prepare_targets(y)
     # q is a hyperparameter in the joint mode and the local state in the natural one.
     fitted = {**post.values, **(post.sites.q if post.sites is not None else {})}
-    args = (mod.kernel, mod.likelihood, fitted, X, yp, post.state.Z)
+    args = (*mod.bind(fitted), fitted, X, yp, post.state.Z)
     elbo = svgp.elbo_terms(*args, jitter=post.jitter).elbo
     t = time.perf_counter()
     q, steps, q_converged = threads.managed(svgp.optimise_q)(*args, jitter=post.jitter, tol=1e-6, max_iter=200)
