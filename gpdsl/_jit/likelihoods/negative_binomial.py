@@ -8,19 +8,7 @@ from numba import njit
 
 from ..projections import SiteFunctions, site_function
 from ..quadrature import log_concave_rules
-
-
-@njit(cache=True)
-def _softplus(x):
-    return x + math.log1p(math.exp(-x)) if x > 0.0 else math.log1p(math.exp(x))
-
-
-@njit(cache=True)
-def _sigmoid(x):
-    if x >= 0.0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
+from ..special import digamma, log_sigmoid
 
 
 @site_function
@@ -32,26 +20,13 @@ def _log_likelihood(y, f, params):
     r = 1.0 / params[0]
     log_r = math.log(r)
     u = f - log_r
-    log_r_mu = log_r + _softplus(u)                  # log(r + mu)
-    s = _sigmoid(u)
-    t = _sigmoid(-u)
+    log_r_mu = log_r - log_sigmoid(-u)               # log(r + mu) = log r + log(1 + e^u)
+    s = math.exp(log_sigmoid(u))                     # mu / (r + mu)
+    t = math.exp(log_sigmoid(-u))
     logp = (math.lgamma(y + r) - math.lgamma(r) - math.lgamma(y + 1.0) + r * log_r + y * f
             - (r + y) * log_r_mu)
-    d_r = _digamma(y + r) - _digamma(r) + (log_r - log_r_mu) + s - y * t / r
+    d_r = digamma(y + r) - digamma(r) + (log_r - log_r_mu) + s - y * t / r
     return logp, y - (r + y) * s, -(r + y) * s * t, -r * r * d_r
-
-
-@njit(cache=True)
-def _digamma(x):
-    """psi(x) for x > 0: the recurrence up to x >= 6, then the asymptotic series (error < 1e-15)."""
-    result = 0.0
-    while x < 6.0:
-        result -= 1.0 / x
-        x += 1.0
-    inv = 1.0 / x
-    inv2 = inv * inv
-    return result + math.log(x) - 0.5 * inv - inv2 * (1.0 / 12.0 - inv2 * (1.0 / 120.0 - inv2 * (
-        1.0 / 252.0 - inv2 * (1.0 / 240.0 - inv2 * (1.0 / 132.0)))))
 
 
 _tilted = log_concave_rules(_log_likelihood)
