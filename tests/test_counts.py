@@ -152,3 +152,25 @@ def test_ships_poisson_gp_with_exposure_beats_the_glm():
         gp[test] = post.log_predictive(covariates[test], y[test], offset=offset[test])
     assert glm.mean() == pytest.approx(-2.6079, abs=1e-3)
     assert gp.mean() >= glm.mean()
+
+
+@pytest.mark.parametrize("y,mu,var", [(5e5, 0.0, 1.0), (0.0, 50.0, 1.0), (1e6, 0.0, 1e4)])
+def test_log_concave_site_far_from_its_cavity_matches_quadrature(y, mu, var):
+    """The log-link Poisson's EP moments where the mode is far from the cavity (a count of 5e5
+    from a cavity at 0: a full Newton step of 2.5e5 overflowed exp(f)), against adaptive
+    quadrature around the mode (1e-9 in log Z, 1e-8 of the tilted sd in the mean)."""
+    from scipy import integrate
+    from gpdsl._jit.likelihoods import poisson as sites
+    log_z, mean, variance = sites.log_link_site(y, mu, var, (), None, None, None)
+    lik = gd.likelihoods.Poisson(link="log").bind()
+    g = lambda f: float(lik.log_density(np.array([y]), np.array([f]))[0]) - 0.5 * (f - mu) ** 2 / var
+    peak = g(mean)
+    sd = np.sqrt(variance)
+    lo, hi = mean - 30 * sd, mean + 30 * sd
+    z = integrate.quad(lambda f: np.exp(g(f) - peak), lo, hi, epsabs=0, epsrel=1e-11, limit=200)[0]
+    m1 = integrate.quad(lambda f: f * np.exp(g(f) - peak), lo, hi, epsabs=0, epsrel=1e-11, limit=200)[0] / z
+    m2 = integrate.quad(lambda f: (f - m1) ** 2 * np.exp(g(f) - peak), lo, hi, epsabs=0, epsrel=1e-11,
+                        limit=200)[0] / z
+    assert log_z == pytest.approx(peak + np.log(z) - 0.5 * np.log(2 * np.pi * var), abs=1e-9)
+    assert mean == pytest.approx(m1, abs=1e-8 * sd)
+    assert variance == pytest.approx(m2, rel=1e-8)
