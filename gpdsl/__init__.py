@@ -5,7 +5,7 @@
 ...                  likelihood=gd.likelihoods.Gaussian(0.01),
 ...                  inducing=gd.inducing.KMeans(16, seed=0), inference=gd.inference.VFE())
 """
-from . import datasets, inducing, inference, kernels, likelihoods, priors
+from . import datasets, inducing, inference, kernels, likelihoods, means, priors
 from ._version import __version__
 from .io.layout import PosteriorFileError
 from .io.netcdf import from_xarray, load
@@ -17,5 +17,5 @@ from .posterior import Posterior
 from .threads import get_num_threads, set_num_threads
 
 __all__ = ["Model", "Posterior", "Fixed", "load", "from_xarray", "ConvergenceWarning",
-           "NotPositiveDefiniteError", "PosteriorFileError", "MissingGradientError", "kernels", "likelihoods", "inducing", "inference",
+           "NotPositiveDefiniteError", "PosteriorFileError", "MissingGradientError", "kernels", "likelihoods", "means", "inducing", "inference",
            "priors", "datasets", "set_num_threads", "get_num_threads", "__version__"]

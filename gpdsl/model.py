@@ -20,6 +20,7 @@ from .inducing import InducingSpec
 from .inference import Inference
 from .kernels import Kernel
 from .likelihoods import Likelihood
+from .means import Mean
 from .parameters import Entry, ParameterTable
 
 
@@ -40,6 +41,10 @@ class Model:
     inference : gpdsl.inference.Inference, default Exact()
         The inference method (``gd.inference``, or any subclass of ``Inference``); it must
         accept the likelihood.
+    mean : gpdsl.means.Mean or None, default None
+        The prior mean function m (``gd.means``): f ~ GP(m, k).  None is the zero mean.  Every
+        method sees it as a per-row offset of the latent input that moves with its
+        hyperparameters (``"mean.<name>"``); predictions include it.
 
     Raises
     ------
@@ -54,6 +59,7 @@ class Model:
     likelihood: Likelihood
     inducing: InducingSpec | None = None
     inference: Inference = field(default_factory=inf.Exact)
+    mean: Mean | None = None
 
     def __post_init__(self):
         if not isinstance(self.kernel, Kernel):
@@ -64,6 +70,8 @@ class Model:
         if not isinstance(self.inference, Inference):
             raise TypeError(f"Model: inference must be a gd.inference method (an Inference), "
                             f"got {self.inference!r}")
+        if self.mean is not None and not isinstance(self.mean, Mean):
+            raise TypeError(f"Model: mean must be None or a gd.means mean function (a Mean), got {self.mean!r}")
         self.inference.check_likelihood(self.likelihood)
         rule = self.inference.inducing_rule
         if self.inducing is not None and not isinstance(self.inducing, InducingSpec):
@@ -200,6 +208,7 @@ class Model:
         """
         entries = (self.kernel.entries("kernel", X, fixed)
                    + self.likelihood.entries("likelihood", X, fixed)
+                   + ([] if self.mean is None else self.mean.entries("mean", X, fixed))
                    + self.inference.variational_entries(X.shape[0], Z, fixed))
         if Z is not None and self.inducing is not None and self.inducing.optimize:
             entries.append(Entry("inducing.Z", np.array(Z), positive=False,
@@ -242,8 +251,51 @@ class Model:
             the requested state.
         """
         kernel, likelihood = self.bind(values)
-        return self.inference.evaluate(kernel, likelihood, values, X, y, Z, need_grad=need_grad,
-                                       need_state=need_state, warm=warm, offset=offset)
+        evaluation = self.inference.evaluate(kernel, likelihood, values, X, y, Z, need_grad=need_grad,
+                                             need_state=need_state, warm=warm,
+                                             offset=self.latent_offset(values, X, offset))
+        if self.mean is not None and evaluation.grads is not None and "offset" in evaluation.grads:
+            evaluation.grads.update(self.mean_gradients(values, X, evaluation.grads.pop("offset")))
+        return evaluation
+
+    def latent_offset(self, values, X, offset=None):
+        """The per-row shift of the latent input the inference methods see: m(X) plus the known
+        ``offset`` (None when the model has no mean function and there is no offset).
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+            Natural-scale values (``"mean.<name>"`` entries bind the mean function).
+        X : ndarray, shape (n, D)
+        offset : ndarray, shape (n,), optional
+
+        Returns
+        -------
+        ndarray of shape (n,) or None
+        """
+        if self.mean is None:
+            return offset
+        shift = np.asarray(bind(self.mean, values, "mean").value(X), dtype=float)
+        return shift if offset is None else shift + offset
+
+    def mean_gradients(self, values, X, d_offset):
+        """d objective / d mean hyperparameter from d objective / d latent offset (the vector a
+        method returns as ``grads["offset"]``): the mean function's vector-Jacobian product.
+
+        Parameters
+        ----------
+        values : dict of str to ndarray
+        X : ndarray, shape (n, D)
+        d_offset : ndarray, shape (n,)
+
+        Returns
+        -------
+        dict of str to ndarray
+            Keyed ``"mean.<name>"`` (empty without a mean function).
+        """
+        if self.mean is None:
+            return {}
+        return bind(self.mean, values, "mean").vjp(X, np.asarray(d_offset, dtype=float))
 
     def bind(self, values):
         """The kernel and the likelihood bound to ``values``, as the inference methods receive them.
