@@ -620,8 +620,9 @@ def report(posterior, X, X_test, y_test, data_description, wall_time, offset_tes
     print(f"data         {data_description}")
     print(f"             {X.shape[0]} training / {X_test.shape[0]} held-out points, {X.shape[1]} feature(s)")
     print("\nmodel")
-    for part in ("kernel", "likelihood", "inducing", "inference"):
-        print(f"  {part:<11} {getattr(model, part)!r}")
+    for part in ("kernel", "likelihood", "inducing", "inference", "mean"):
+        if part != "mean" or model.mean is not None:
+            print(f"  {part:<11} {getattr(model, part)!r}")
 
     print("\nfit")
     print(f"  log evidence     {posterior.log_evidence:.6g}  ({model.inference.log_evidence_kind})")

@@ -29,7 +29,7 @@ def edited(old, new):
     # Used to drop the unknown key silently.
     pytest.param(edited(SE_TABLE, '[kernel]\ntype = "Sum"\n'
                                   'kernels = [{type = "Matern32"}, {type = "Matern52"}]\nvariance = 2.0\n'),
-                 ["kernel (Sum): unknown keys ['variance']", "known: ['kernels']"], id="sum-unknown-key"),
+                 ["kernel (Sum): unknown keys ['variance']", "known: ['active_dims', 'kernels', 'name']"], id="sum-unknown-key"),
     pytest.param(edited(SE_TABLE, '[kernel]\ntype = "Product"\n'
                                   'kernels = [{type = "Matern32"}, {type = "Matern52", lenghtscale = 2.0}]\n'),
                  ["kernel.kernels[1] (Matern52): unknown keys ['lenghtscale']", "'lengthscale'"],

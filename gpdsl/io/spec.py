@@ -27,6 +27,7 @@ from .. import inducing as ind
 from .. import inference as inf
 from .. import kernels as ker
 from .. import likelihoods as lik
+from .. import means as mea
 from .. import priors
 from ..components import Component, lookup, type_name
 from ..parameters import Fixed
@@ -39,6 +40,7 @@ _PARTS = {
     "likelihood": lik.Likelihood,
     "inducing": ind.InducingSpec,
     "inference": inf.Inference,
+    "mean": mea.Mean,
 }
 # Where a family is not (yet) a gpdsl.components.Component, with no registry of its own: the
 # table its module keeps.
@@ -70,8 +72,8 @@ def _class(part, kind, where):
 
 
 def _is_composite(cls):
-    """A kernel made of kernels (``Sum``, ``Product``): its one field ``kernels`` holds them."""
-    return issubclass(cls, ker.Kernel) and [f.name for f in dataclasses.fields(cls) if f.init] == ["kernels"]
+    """A kernel made of kernels (``Sum``, ``Product``): its field ``kernels`` holds them."""
+    return issubclass(cls, ker.Kernel) and "kernels" in {f.name for f in dataclasses.fields(cls) if f.init}
 
 
 def _encode(value):
@@ -234,14 +236,18 @@ def component_to_dict(obj):
         A scipy prior whose distribution cannot be found by name in ``scipy.stats``.
     """
     kind = type_name(type(obj))
-    if _is_composite(type(obj)):
-        return {"type": kind, "kernels": [component_to_dict(k) for k in obj.kernels]}
     if isinstance(obj, ind.Optimized):
         return {"type": kind, "init": component_to_dict(obj.init)}
     out = {"type": kind}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        if value is not None:
+        if isinstance(value, Component):
+            out[f.name] = component_to_dict(value)
+        elif isinstance(value, tuple) and value and all(isinstance(v, Component) for v in value):
+            out[f.name] = [component_to_dict(v) for v in value]
+        elif isinstance(value, tuple):
+            out[f.name] = [_encode(v) for v in value]
+        elif value is not None:
             out[f.name] = _encode(value)
         elif f.default is not None:
             out[f.name] = _NONE
@@ -280,13 +286,11 @@ def _component(part, spec, where):
     kind = spec["type"]
     cls = _class(part, kind, where)
     fields = {k: v for k, v in spec.items() if k != "type"}
-    if _is_composite(cls):
-        check_keys(f"{where} ({kind})", fields, {"kernels"}, required=("kernels",))
+    if _is_composite(cls) and "kernels" in fields:
         kernels = fields["kernels"]
         if not isinstance(kernels, list) or len(kernels) < 2:
             raise ValueError(f"{where} ({kind}): 'kernels' must be a list of at least two kernel "
                              f"tables, got {kernels!r}")
-        return cls(tuple(_component("kernel", k, f"{where}.kernels[{i}]") for i, k in enumerate(kernels)))
     if issubclass(cls, ind.Optimized):
         check_keys(f"{where} (Optimized)", fields, {"init"}, required=("init",))
         init = fields["init"]
@@ -304,12 +308,23 @@ def _component(part, spec, where):
     defaults = {f.name: f.default for f in declared}
     # Decoded before the class is called, so that a malformed {fixed}/{prior} table is reported
     # with its own message rather than as the class's complaint about a dict.
-    values = {k: None if v == _NONE and defaults.get(k) is not None else _decode(v, f"{where}.{k}")
+    values = {k: None if v == _NONE and defaults.get(k) is not None else _decode_field(part, v, f"{where}.{k}")
               for k, v in fields.items()}
     try:
         return cls(**values)
     except TypeError as err:
         raise ValueError(f"{where}: bad fields for {kind}: {err}") from err
+
+
+def _decode_field(part, value, where):
+    """A field's value: a component table (a kernel's ``base``) or a list of them (``kernels``)
+    read as components of ``part``'s family, a list of numbers kept a list (an array or
+    ``active_dims``), anything else by :func:`_decode`."""
+    if isinstance(value, dict) and "type" in value:
+        return _component(part, value, where)
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "type" in v for v in value):
+        return tuple(_component(part, v, f"{where}[{i}]") for i, v in enumerate(value))
+    return _decode(value, where)
 
 
 def model_to_dict(model):

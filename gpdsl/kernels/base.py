@@ -16,15 +16,23 @@ natural-scale float arrays.  Inputs are float arrays of shape (n, D).  A new ker
 ==========================================  ==================================================
 
 Gradients are keyed by the kernel's own parameter names; the model qualifies them
-(:class:`gpdsl.components.Bound`).  Defining the class registers it (``Kernel.registry``) and
+(:class:`gpdsl.components.Bound`).
+
+Every kernel also takes two keyword-only fields, handled here for all of them:
+``active_dims`` (the columns of X the kernel reads, as GPML's covMask; a kernel's methods,
+including ``parameters``, see only those columns and its ``d_X1`` is scattered back into X's
+width) and ``name`` (the label of the kernel's parameters inside a sum or product, in place of
+its index: ``kernel.trend.variance``).  Defining the class registers it (``Kernel.registry``) and
 puts it under the conformance suite (``tests/test_conformance.py``: positive semi-definite Gram
 matrices, ``diag`` against ``gram``, every gradient against finite differences, save/load and
 model-file round trips).
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -37,16 +45,105 @@ def _qualify_vjp(output, qualify):
     return qualify_keys(grads, qualify), d_X1
 
 
+# The kernel whose method is running on its already selected columns: a method that calls
+# another of the same kernel's methods (``diag`` through ``gram``, ``super()``) must not select again.
+_SELECTED = contextvars.ContextVar("gpdsl_kernel_selected", default=None)
+
+
+def _on_active_columns(method):
+    """``method`` (gram, diag, vjp, diag_vjp or parameters) run on the kernel's ``active_dims``
+    columns of its input arrays, with a ``vjp``'s d_X1 scattered back to the full width."""
+    @functools.wraps(method)
+    def selecting(self, *args, **kwargs):
+        dims = self.active_dims
+        if dims is None or _SELECTED.get() is self:
+            return method(self, *args, **kwargs)
+        columns = list(dims)
+        arrays = 2 if method.__name__ in ("gram", "vjp") else 1
+        width = np.shape(args[0])[1]
+        if max(columns) >= width:
+            raise ValueError(f"{type(self).__name__}: active_dims {tuple(columns)} names a column beyond X's "
+                             f"{width} feature(s)")
+        args = tuple(np.asarray(a)[:, columns] for a in args[:arrays]) + args[arrays:]
+        token = _SELECTED.set(self)
+        try:
+            out = method(self, *args, **kwargs)
+        finally:
+            _SELECTED.reset(token)
+        if method.__name__ == "vjp":
+            grads, d_sub = out
+            d_X1 = np.zeros((d_sub.shape[0], width))
+            d_X1[:, columns] = d_sub
+            out = grads, d_X1
+        return out
+    return selecting
+
+
+def _check_common_fields(kernel):
+    """Validate ``active_dims`` and ``name`` (every kernel's keyword-only fields)."""
+    owner = type(kernel).__name__
+    dims = kernel.active_dims
+    if dims is not None:
+        if isinstance(dims, (int, np.integer)):
+            dims = (int(dims),)
+        try:
+            items = tuple(dims)
+        except TypeError:
+            raise TypeError(f"{owner}: active_dims must be None or a sequence of column indices, got {dims!r}") from None
+        if not items or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in items):
+            raise TypeError(f"{owner}: active_dims must be a non-empty sequence of non-negative column indices, "
+                            f"got {kernel.active_dims!r}")
+        if len(set(items)) != len(items):
+            raise ValueError(f"{owner}: active_dims must not repeat a column, got {items}")
+        object.__setattr__(kernel, "active_dims", tuple(int(d) for d in items))
+    if kernel.name is not None and (not isinstance(kernel.name, str) or not kernel.name.isidentifier()):
+        raise ValueError(f"{owner}: name must be None or an identifier such as 'trend' (letters, digits, "
+                         f"underscores, not starting with a digit), got {kernel.name!r}")
+
+
+@dataclass(frozen=True, eq=False)
 class Kernel(Component, family="kernel"):
-    """Base class of the covariance functions: the interface of the module docstring."""
+    """Base class of the covariance functions: the interface of the module docstring.
+
+    Parameters
+    ----------
+    active_dims : sequence of int, optional (keyword only)
+        The columns of X the kernel reads (GPML's covMask); None reads them all.
+    name : str, optional (keyword only)
+        The kernel's label inside a sum or product (``"trend"``): its parameters are then
+        ``kernel.trend.<field>`` and ``Posterior.predict_f(X, component="trend")`` predicts it.
+    """
+
+    active_dims: object = field(default=None, kw_only=True)
+    name: object = field(default=None, kw_only=True)
 
     gradient_outputs = {"vjp": _qualify_vjp, "diag_vjp": qualify_keys}
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for method in ("gram", "diag", "vjp", "diag_vjp", "parameters"):
+            if method in cls.__dict__:
+                setattr(cls, method, _on_active_columns(cls.__dict__[method]))
+        own = cls.__dict__.get("__post_init__")
+        if own is not None:
+            @functools.wraps(own)
+            def post_init(self):
+                _check_common_fields(self)
+                own(self)
+            cls.__post_init__ = post_init
+
+    def __post_init__(self):
+        _check_common_fields(self)
+
     def __add__(self, other):
-        return Sum((self, other))
+        if not isinstance(other, Kernel):
+            return NotImplemented
+        return Sum(Sum.flat_parts(self) + Sum.flat_parts(other))
 
     def __mul__(self, other):
-        return Product((self, other))
+        if not isinstance(other, Kernel):
+            return NotImplemented
+        return Product(Product.flat_parts(self) + Product.flat_parts(other))
 
     def gram(self, X1, X2):
         """Cross-covariance matrix k(X1, X2).
@@ -118,12 +215,64 @@ class _Composite(Kernel):
     kernels: tuple
 
     def __post_init__(self):
-        if len(self.kernels) < 2 or not all(isinstance(k, Kernel) for k in self.kernels):
+        if not isinstance(self.kernels, tuple) or len(self.kernels) < 2 or not all(isinstance(k, Kernel)
+                                                                                  for k in self.kernels):
             raise TypeError(f"{type(self).__name__}: kernels must be a tuple of at least two kernels, "
                             f"got {self.kernels!r}")
+        labels = self.labels()
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"{type(self).__name__}: the parts' names must differ, got {labels}")
+
+    @classmethod
+    def flat_parts(cls, kernel):
+        """``kernel``'s parts if it is an unnamed ``cls`` on all columns (so that ``k1 + k2 + k3``
+        is one Sum of three), else ``(kernel,)``.
+
+        Parameters
+        ----------
+        kernel : Kernel
+
+        Returns
+        -------
+        tuple of Kernel
+        """
+        if type(kernel) is cls and kernel.name is None and kernel.active_dims is None:
+            return kernel.kernels
+        return (kernel,)
+
+    def labels(self):
+        """Each part's label in parameter names: its ``name``, or its index.
+
+        Returns
+        -------
+        list of str
+        """
+        return [str(i) if k.name is None else k.name for i, k in enumerate(self.kernels)]
+
+    def part(self, label):
+        """The part labelled ``label`` (a name, or an index as text or int).
+
+        Parameters
+        ----------
+        label : str or int
+
+        Returns
+        -------
+        Kernel
+
+        Raises
+        ------
+        ValueError
+            If no part has that label.
+        """
+        labels = self.labels()
+        if str(label) not in labels:
+            raise ValueError(f"{type(self).__name__}: no part labelled {label!r}; the parts are {labels}")
+        return self.kernels[labels.index(str(label))]
 
     def parameters(self, X):
-        """Every part's parameters, named ``"<i>.<name>"`` (part 0 first).
+        """Every part's parameters, named ``"<label>.<name>"`` (part 0 first; the label is the
+        part's ``name`` or its index).
 
         Parameters
         ----------
@@ -133,14 +282,14 @@ class _Composite(Kernel):
         -------
         list of Parameter
         """
-        return [dataclasses.replace(p, name=f"{i}.{p.name}")
-                for i, k in enumerate(self.kernels) for p in k.parameters(X)]
+        return [dataclasses.replace(p, name=f"{label}.{p.name}")
+                for label, k in zip(self.labels(), self.kernels) for p in k.parameters(X)]
 
     def bind(self, values=None):
         values = values or {}
         parts = []
-        for i, k in enumerate(self.kernels):
-            head = f"{i}."
+        for label, k in zip(self.labels(), self.kernels):
+            head = f"{label}."
             parts.append(k.bind({name[len(head):]: v for name, v in values.items() if name.startswith(head)}))
         bound = dataclasses.replace(self, kernels=tuple(parts))
         return bound
@@ -150,9 +299,9 @@ class _Composite(Kernel):
         parts = Kernel.registry
         return (cls((parts["SquaredExponential"](0.7, 1.2), parts["Matern52"](np.array([1.0, 0.5]), 0.6))),)
 
-    @staticmethod
-    def _named(i, grads):
-        return {f"{i}.{name}": g for name, g in grads.items()}
+    def _named(self, i, grads):
+        label = self.labels()[i]
+        return {f"{label}.{name}": g for name, g in grads.items()}
 
     def describe(self):
         """A short text for summaries and attrs, e.g. ``"Sum(SquaredExponential(ARD), Matern32(isotropic))"``.
