@@ -12,10 +12,10 @@ from .io.netcdf import from_xarray, load
 from .linalg import NotPositiveDefiniteError
 from .methods.common import ConvergenceWarning
 from .model import Model
-from .parameters import Fixed, MissingGradientError
+from .parameters import Fixed, MissingGradientError, Shared
 from .posterior import Posterior
 from .threads import get_num_threads, set_num_threads
 
-__all__ = ["Model", "Posterior", "Fixed", "load", "from_xarray", "ConvergenceWarning",
+__all__ = ["Model", "Posterior", "Fixed", "Shared", "load", "from_xarray", "ConvergenceWarning",
            "NotPositiveDefiniteError", "PosteriorFileError", "MissingGradientError", "kernels", "likelihoods", "means", "inducing", "inference",
            "priors", "datasets", "set_num_threads", "get_num_threads", "__version__"]

@@ -167,7 +167,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
     selection = None
     if model.sparse:
         _, likelihood = model.bind(declared)
-        weights, targets = shifted(likelihood, offset_fit).surrogate(X_fit, y_fit)
+        weights, targets = shifted(likelihood, model.latent_offset(declared, X_fit, offset_fit)).surrogate(X_fit, y_fit)
         context = SelectionContext(model.kernel, declared, weights=weights, targets=targets, first_round=True)
         selection = model.inducing.select(_selection_inputs(model, X_fit), y_fit, context)
     result = fit_at(model, X_fit, y_fit, selection, **every, start=None, warm=None)
@@ -187,8 +187,8 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
         selection, result, subsample_record = _finish_on_all_rows(model, X, y, rows, selection, result,
                                                                   fixed=fixed, max_iter=max_iter, offset=offset)
     evaluation = result.evaluation
-    # The constant model is f = 0 without an offset; with one there is no such reference.
-    constant_model = offset is None and _no_better_than_constant(model, y, result.values, evaluation.log_evidence)
+    # The constant model is f = 0 without an offset or a mean function; with one there is no such reference.
+    constant_model = offset is None and model.mean is None and _no_better_than_constant(model, y, result.values, evaluation.log_evidence)
     diagnostics = _diagnostics(model, result, rounds, reinit_stop, selection, subsample_record, constant_model,
                                small_m_replaced)
     _warn_unconverged(model, diagnostics, result, evaluation.warm)

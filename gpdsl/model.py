@@ -72,6 +72,9 @@ class Model:
                             f"got {self.inference!r}")
         if self.mean is not None and not isinstance(self.mean, Mean):
             raise TypeError(f"Model: mean must be None or a gd.means mean function (a Mean), got {self.mean!r}")
+        if self.mean is not None and not self.inference.supports_offset:
+            raise ValueError(f"Model: {type(self.inference).__name__} takes no offset of the latent input, so it cannot "
+                             f"have a mean function; leave mean=None")
         self.inference.check_likelihood(self.likelihood)
         rule = self.inference.inducing_rule
         if self.inducing is not None and not isinstance(self.inducing, InducingSpec):

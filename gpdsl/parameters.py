@@ -40,8 +40,50 @@ class Fixed(ValueEquality):
         as_float_array("Fixed", "value", self.value, allow_bool=False, expected="a number or an array")
 
 
+@dataclass(frozen=True, eq=False)
+class Shared(ValueEquality):
+    """One hyperparameter used by several fields: every field declared ``Shared(name, ...)`` with
+    the same ``name`` is one free parameter, e.g. the same period in two factors::
+
+        period = gd.Shared("period", 12.0)
+        kernel = gd.kernels.Periodic(period=period) * gd.kernels.SquaredExponential() + \
+                 gd.kernels.Periodic(period=period, base=gd.kernels.Matern32())
+
+    Each field keeps its own entry name in the posterior (``kernel.0.0.period``,
+    ``kernel.1.period``), and they hold one value: the optimiser sees it once and its gradient
+    is the sum of theirs.
+
+    Parameters
+    ----------
+    name : str
+        The tie's name: fields with equal names share one parameter.
+    value : float, ndarray, Fixed or prior
+        What the first field declares (every field of the tie must declare the same).
+
+    Raises
+    ------
+    TypeError
+        If ``name`` is not a non-empty string or ``value`` is another ``Shared``.
+    """
+
+    name: str
+    value: object
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"Shared: name must be a non-empty string, got {self.name!r}")
+        if isinstance(self.value, Shared):
+            raise TypeError("Shared: value must be a number, an array, Fixed(...) or a prior, not another Shared")
+
+
+def unshared(spec):
+    """The declared spec inside a :class:`Shared` (``spec`` itself otherwise)."""
+    return spec.value if isinstance(spec, Shared) else spec
+
+
 def declared_value(spec):
     """The starting value (float ndarray) of a field: the number, the Fixed value or the prior's initial value."""
+    spec = unshared(spec)
     if isinstance(spec, Fixed):
         spec = spec.value
     prior = as_prior(spec)
@@ -52,6 +94,7 @@ def declared_value(spec):
 
 def check_hyperparameter(owner, name, spec, positive=True, ndim_max=1):
     """Validate a declared hyperparameter on construction; raise naming the class and field."""
+    spec = unshared(spec)
     if spec is None:
         raise TypeError(f"{owner}: {name} must be given")
     if as_prior(spec) is None and not isinstance(spec, Fixed):
@@ -82,6 +125,8 @@ class Entry:
     fixed: bool
     prior: object = None       # a gpdsl.priors.Prior or None
     dims: tuple | None = None  # the value's dims in the xarray view (None: named after the entry)
+    tie: str | None = None     # the gpdsl.parameters.Shared name it shares a value under
+    tied_to: str | None = None  # the entry of its tie that the optimiser sees (None: itself)
 
     @property
     def size(self):
@@ -93,8 +138,10 @@ def entry(name, spec, positive=True, shape=None, fixed_names=()):
     value = declared_value(spec)
     if shape is not None:
         value = np.broadcast_to(value, shape).astype(float)
+    tie = spec.name if isinstance(spec, Shared) else None
+    spec = unshared(spec)
     return Entry(name=name, value=np.array(value, dtype=float), positive=positive,
-                 fixed=isinstance(spec, Fixed) or name in fixed_names, prior=as_prior(spec))
+                 fixed=isinstance(spec, Fixed) or name in fixed_names, prior=as_prior(spec), tie=tie)
 
 
 class ParameterTable:
@@ -102,14 +149,16 @@ class ParameterTable:
 
     ``unpack(u)`` returns a dict name -> ndarray of natural values (fixed entries keep theirs);
     ``chain(grads)`` turns a dict of d objective / d natural value into d objective / d u.
+    Entries of one :class:`Shared` tie take the first one's value; only that one is in u.
     """
 
     def __init__(self, entries):
         names = [e.name for e in entries]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate hyperparameter names: {names}")
-        self.entries = list(entries)
-        self.free = [e for e in self.entries if not e.fixed]
+        self.entries = _tied(list(entries))
+        self.free = [e for e in self.entries if not e.fixed and e.tied_to is None]
+        self.followers = [e for e in self.entries if e.tied_to is not None]
         self.size = int(sum(e.size for e in self.free))
 
     def names(self):
@@ -132,12 +181,14 @@ class ParameterTable:
             chunk = u[offset:offset + e.size].reshape(e.value.shape)
             values[e.name] = np.exp(chunk) if e.positive else chunk.copy()
             offset += e.size
+        for e in self.followers:
+            values[e.name] = values[e.tied_to].copy()
         return values
 
     def check_gradients(self, owner, grads):
         """Raise MissingGradientError unless ``grads`` has every free entry: a method that left
         one out would otherwise freeze that hyperparameter silently."""
-        missing = [e.name for e in self.free if e.name not in grads]
+        missing = [e.name for e in self.free + [f for f in self.followers if not f.fixed] if e.name not in grads]
         if missing:
             raise MissingGradientError(f"{owner} returned no gradient for the free hyperparameter(s) {missing}; "
                                        "every method must differentiate its objective in each of them")
@@ -149,6 +200,9 @@ class ParameterTable:
         parts = []
         for e in self.free:
             g = np.asarray(grads[e.name], dtype=float).ravel()
+            for f in self.followers:
+                if f.tied_to == e.name:
+                    g = g + np.asarray(grads[f.name], dtype=float).ravel()
             if e.positive:
                 g = g * np.asarray(values[e.name]).ravel()
             parts.append(g)
@@ -159,7 +213,7 @@ class ParameterTable:
         total = 0.0
         grads = {}
         for e in self.entries:
-            if e.prior is None:
+            if e.prior is None or e.tied_to is not None:     # a tie's prior counts once
                 continue
             v = values[e.name]
             total += float(np.sum(e.prior.log_density(v)))
@@ -171,8 +225,28 @@ class ParameterTable:
         return {e.name: describe(e.prior) for e in self.entries if e.prior is not None}
 
 
+def _tied(entries):
+    """``entries`` with each :class:`Shared` tie's later members pointing at its first
+    (``tied_to``), after checking that the members declare the same thing."""
+    first = {}
+    for e in entries:
+        if e.tie is None:
+            continue
+        if e.tie not in first:
+            first[e.tie] = e
+            continue
+        lead = first[e.tie]
+        if (e.value.shape != lead.value.shape or not np.array_equal(e.value, lead.value) or e.positive != lead.positive
+                or e.fixed != lead.fixed or (e.prior is None) != (lead.prior is None)
+                or (e.prior is not None and describe(e.prior) != describe(lead.prior))):
+            raise ValueError(f"Shared({e.tie!r}): {e.name} and {lead.name} share a parameter but are declared "
+                             f"differently ({e.value!r} against {lead.value!r}); give them the same Shared value")
+        e.tied_to = lead.name
+    return entries
+
+
 class MissingGradientError(RuntimeError):
     """An inference method returned no gradient for a hyperparameter it was asked to fit."""
 
 
-__all__ = ["Fixed"]
+__all__ = ["Fixed", "Shared"]

@@ -25,6 +25,7 @@ from .components import bind
 from .diagnostics import FitDiagnostics
 from .inputs import validate_inputs, validate_offset, validate_targets
 from .io.files import check_path, sigint_deferred, write_replacing
+from .kernels import Sum
 from .io.layout import FORMAT_VERSION, checksum, hyperparameter_entries, variable_dims
 
 
@@ -208,60 +209,95 @@ class Posterior:
 
     # -- prediction ------------------------------------------------------------------------------
     @threads.managed
-    def predict_f(self, X_new):
+    def predict_f(self, X_new, component=None):
         """Latent predictive mean and variance at X_new (n, D) -> two (n,) arrays.
 
         For a Dask X_new (or an xarray object backed by one) they are lazily evaluated Dask
         arrays, one task per row block of X_new.
 
-        With b_* = L^-1 K_z* (L the state's Cholesky factor): mean b_*^T weights and variance
-        k_** - b_*^T correction b_* (:class:`gpdsl.methods.common.PredictiveState`); for VFE this
-        is Titsias (2009) eq. 17's phi(f_m) carried to f_*.
+        With b_* = L^-1 K_z* (L the state's Cholesky factor): mean m(x_*) + b_*^T weights and
+        variance k_** - b_*^T correction b_* (:class:`gpdsl.methods.common.PredictiveState`);
+        for VFE this is Titsias (2009) eq. 17's phi(f_m) carried to f_*.  One additive part f_c
+        of a sum kernel (``component``) has the same posterior with k_c in place of k in K_z*
+        and k_** (its cross-covariance with the inducing variables; the parts are independent
+        a priori), and no prior mean (Rasmussen & Williams (2006) §5.4.3, Duvenaud's additive
+        decompositions).
 
         Parameters
         ----------
         X_new : array_like, shape (n, D)
             New inputs in the data's units.
+        component : str or int, optional
+            The label of one part of the model's ``Sum`` kernel (its ``name``, or its index):
+            that part's posterior alone.  None (default) predicts f whole, prior mean included.
 
         Returns
         -------
         mean : ndarray or dask.array.Array, shape (n,)
-            Latent predictive mean, in the data's units.
+            Latent predictive mean, in the data's units (a component's mean is scaled, not
+            shifted, by a standardisation: the targets' mean belongs to the whole f).
         var : ndarray or dask.array.Array, shape (n,)
             Latent predictive variance (clipped at 0), in the data's units.
 
         Raises
         ------
         TypeError, ValueError
-            Invalid inputs or a number of features other than the fit's.
+            Invalid inputs or a number of features other than the fit's; a ``component`` that
+            is not the label of a part of a ``Sum`` kernel.
         """
-        return self._latent(self._fit_inputs(X_new, lazy=True))
+        kernel = self._kernel(component)
+        mean, var = self._latent(self._fit_inputs(X_new, lazy=True), kernel, with_mean=component is None)
+        if component is not None and self.standardization is not None:
+            mean = mean - self.standardization.mean(0.0)      # a part carries no share of the targets' mean
+        return mean, var
 
-    def _latent(self, X_new):
-        """predict_f at checked inputs X_new (n, D) in the fit's units (NumPy, or Dask: lazy)."""
+    def _latent(self, X_new, kernel=None, with_mean=True):
+        """predict_f at checked inputs X_new (n, D) in the fit's units (NumPy, or Dask: lazy),
+        with ``kernel`` (default: the model's) and the prior mean added unless ``with_mean`` is False."""
+        block = partial(self._latent_block, kernel=kernel, with_mean=with_mean)
         if is_chunked((X_new,)):
-            out = lazy_rows(self._latent_block, (X_new,), ("mean", "var"))
+            out = lazy_rows(block, (X_new,), ("mean", "var"))
             return self._data_units(out["mean"], out["var"])
 
         def chunk(X_block):
-            out = self._latent_block(X_block)
+            out = block(X_block)
             return (), (out["mean"], out["var"])
 
         n, m = X_new.shape[0], self.state.Z.shape[0]
         _, (mean, var) = map_rows(chunk, (X_new,), default_chunk_size(n, m), width=m)
         return self._data_units(mean, var)
 
-    def _latent_block(self, X_block):
+    def _latent_block(self, X_block, kernel=None, with_mean=True):
         """{"mean", "var"}: the latent predictive mean and variance (n,) in the fit's units at a
         block X_block (n, D) of inputs in the fit's units."""
-        kernel, state = self._kernel(), self.state
+        kernel, state = kernel or self._kernel(), self.state
         b = state.basis(kernel.gram(state.Z, X_block))
         var = kernel.diag(X_block) - np.einsum("ij,ij->j", b, state.correction @ b)
-        return {"mean": b.T @ state.weights, "var": np.maximum(var, 0.0)}
+        mean = b.T @ state.weights
+        if with_mean:
+            mean = mean + self._prior_mean(X_block)
+        return {"mean": mean, "var": np.maximum(var, 0.0)}
 
-    def _kernel(self):
-        """The model's kernel bound to the fitted values (:class:`gpdsl.components.Bound`)."""
-        return bind(self.model.kernel, self.values, "kernel")
+    def _prior_mean(self, X_block):
+        """The mean function m at X_block (n, D) in the fit's units (0 without one)."""
+        if self.model.mean is None:
+            return 0.0
+        return bind(self.model.mean, self.values, "mean").value(X_block)
+
+    def _kernel(self, component=None):
+        """The model's kernel, or its part labelled ``component``, bound to the fitted values
+        (:class:`gpdsl.components.Bound`)."""
+        if component is None:
+            return bind(self.model.kernel, self.values, "kernel")
+        kernel = self.model.kernel
+        if not isinstance(component, (str, int)) or isinstance(component, bool):
+            raise TypeError(f"predict_f: component must be a part's name or index, got {component!r}")
+        if not isinstance(kernel, Sum):
+            raise ValueError(f"predict_f: component={component!r} needs a Sum kernel (k1 + k2), and the model's "
+                             f"kernel is {kernel.describe()}")
+        labels = kernel.labels()
+        label = labels[component] if isinstance(component, int) and 0 <= component < len(labels) else str(component)
+        return bind(kernel.part(label), self.values, f"kernel.{label}")
 
     def _likelihood(self):
         """The model's likelihood bound to the fitted values (:class:`gpdsl.components.Bound`)."""
@@ -298,7 +334,7 @@ class Posterior:
         with threads.bulk(float(X_new.shape[0]) ** 2 * state.Z.shape[0]):
             b = state.basis(kernel.gram(state.Z, X_new))
             cov = kernel.gram(X_new, X_new) - b.T @ state.correction @ b
-        return self._data_units(b.T @ state.weights, 0.5 * (cov + cov.T))
+        return self._data_units(b.T @ state.weights + self._prior_mean(X_new), 0.5 * (cov + cov.T))
 
     def noise_variance(self, X_new, noise_variance=None):
         """Observation-noise variances at X_new (the data's units), or None when they cannot be known.

@@ -118,6 +118,68 @@ def test_kernel_fitted_model_round_trips(kernel, tmp_path):
     assert gd.Model.from_toml(toml) == model
 
 
+@pytest.mark.parametrize("kernel", KERNEL_CASES)
+def test_kernel_on_active_dims_is_the_kernel_on_those_columns(kernel):
+    """``active_dims`` (handled by the Kernel base class for every kernel) reads the named
+    columns, in their order, and scatters d/dX1 back into X's width (to rounding: the selected
+    columns are a copy in another memory order)."""
+    wide1 = np.column_stack([X1[:, 1], rng.normal(size=7), X1[:, 0]])
+    wide2 = np.column_stack([X2[:, 1], rng.normal(size=5), X2[:, 0]])
+    masked = dataclasses.replace(kernel, active_dims=(2, 0)).bind()
+    plain = kernel.bind()
+    np.testing.assert_allclose(masked.gram(wide1, wide2), plain.gram(X1, X2), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(masked.diag(wide1), plain.diag(X1), rtol=1e-12, atol=1e-14)
+    G = rng.normal(size=(7, 5))
+    grads, dX = masked.vjp(wide1, wide2, G)
+    plain_grads, plain_dX = plain.vjp(X1, X2, G)
+    np.testing.assert_allclose(dX[:, [2, 0]], plain_dX, rtol=1e-12, atol=1e-13)
+    np.testing.assert_array_equal(dX[:, 1], 0.0)
+    for name, g in plain_grads.items():
+        np.testing.assert_allclose(grads[name], g, rtol=1e-12, atol=1e-13)
+
+
+# -- mean functions -------------------------------------------------------------------------------
+MEAN_CASES = [pytest.param(v, id=f"{cls.__name__}-{i}") for cls in _own(gd.means.Mean.registry)
+              for i, v in enumerate(cls.variants())]
+
+
+@pytest.mark.parametrize("mean", MEAN_CASES)
+def test_mean_gradients_match_central_differences(mean):
+    values = _local_values(mean, X1)
+    g = rng.normal(size=7)
+    grads = mean.bind(values).vjp(X1, g)
+    assert set(grads) == set(values), "vjp must give a gradient for every parameter"
+    assert mean.bind(values).value(X1).shape == (7,)
+    for name, value in values.items():
+        fd = central_difference(lambda v: g @ mean.bind({**values, name: v}).value(X1), value)
+        np.testing.assert_allclose(grads[name], fd, rtol=1e-6, atol=1e-9, err_msg=name)
+
+
+@pytest.mark.parametrize("mean", MEAN_CASES)
+def test_mean_fitted_model_round_trips(mean, tmp_path):
+    """A GP with the mean function fits, saves, loads back (same predictions to the bit, the
+    mean included) and round-trips through its model file."""
+    model = gd.Model(gd.kernels.SquaredExponential(), gd.likelihoods.Gaussian(0.1), mean=mean)
+    y = 1.5 + np.sin(X1[:, 0]) + 0.1 * X1[:, 1]
+    post = model.fit(X1, y, max_iter=3)
+    fitted = mean.bind({k[len("mean."):]: v for k, v in post.values.items() if k.startswith("mean.")})
+    # The same GP without a mean, at the fitted kernel and noise, on the residuals y - m(X).
+    kernel, likelihood = model.bind(post.values)
+    residual = gd.Model(kernel.component, likelihood.component).fit(X1, y - fitted.value(X1), optimize=False)
+    f_mean, f_var = post.predict_f(X2)
+    r_mean, r_var = residual.predict_f(X2)
+    np.testing.assert_allclose(f_mean, r_mean + fitted.value(X2), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(f_var, r_var, rtol=1e-10, atol=1e-14)
+    assert post.log_evidence == pytest.approx(residual.log_evidence, rel=1e-12)
+    post.save(tmp_path / "post.nc")
+    back = gd.load(tmp_path / "post.nc")
+    assert back.model == model
+    np.testing.assert_array_equal(back.predict_f(X2)[0], f_mean)
+    toml = tmp_path / "model.toml"
+    model.to_toml(toml)
+    assert gd.Model.from_toml(toml) == model
+
+
 # -- likelihoods ----------------------------------------------------------------------------------
 def _targets(likelihood, f, seed=0):
     """Targets drawn from the likelihood at f (or f plus noise for one that draws none)."""

@@ -30,7 +30,7 @@ from .. import likelihoods as lik
 from .. import means as mea
 from .. import priors
 from ..components import Component, lookup, type_name
-from ..parameters import Fixed
+from ..parameters import Fixed, Shared
 
 _NONE = "none"
 _PRIORS = {"Gamma": priors.Gamma, "LogNormal": priors.LogNormal}
@@ -77,6 +77,8 @@ def _is_composite(cls):
 
 
 def _encode(value):
+    if isinstance(value, Shared):
+        return {"shared": value.name, "value": _encode(value.value)}
     if isinstance(value, Fixed):
         return {"fixed": _encode(value.value)}
     if isinstance(value, priors.ScipyPrior):
@@ -175,7 +177,8 @@ def check_keys(where, table, known, required=()):
 
 
 def _decode(value, where="value"):
-    """A declared field value: ``{fixed = ..}`` -> Fixed, ``{prior = ..}`` -> a prior (the
+    """A declared field value: ``{shared = name, value = ..}`` -> Shared, ``{fixed = ..}`` ->
+    Fixed, ``{prior = ..}`` -> a prior (the
     ``"scipy"`` form -> the frozen scipy distribution; its older ``description`` form -> its
     ``initial`` value), anything else unchanged.
 
@@ -191,6 +194,12 @@ def _decode(value, where="value"):
     ValueError
         A ``fixed`` or ``prior`` table with an unknown or a missing key, or an unknown prior.
     """
+    if isinstance(value, dict) and "shared" in value:
+        check_keys(f"{where}: {{shared = ...}}", value, {"shared", "value"}, required=("shared", "value"))
+        try:
+            return Shared(value["shared"], _decode(value["value"], where))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: {err}") from err
     if isinstance(value, dict) and "fixed" in value:
         check_keys(f"{where}: {{fixed = ...}}", value, {"fixed"})
         try:

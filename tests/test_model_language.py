@@ -1,0 +1,101 @@
+"""The modelling language around the kernels: names, flattened sums and products, tied
+parameters (``gd.Shared``), active dimensions and the posterior of one additive component."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpdsl as gd
+from naive import central_difference
+
+rng = np.random.default_rng(7)
+X = rng.uniform(0, 5, size=(40, 2))
+y = np.sin(2 * X[:, 0]) + 0.3 * X[:, 1] + 0.1 * rng.standard_normal(40)
+SE, M32 = gd.kernels.SquaredExponential, gd.kernels.Matern32
+
+
+def test_sums_and_products_flatten_and_parts_are_named():
+    k = SE() + M32() + SE(2.0) + M32(name="rough")
+    assert isinstance(k, gd.kernels.Sum) and len(k.kernels) == 4
+    names = gd.Model(k, gd.likelihoods.Gaussian()).parameter_table(X).names()
+    assert names[:2] == ["kernel.0.lengthscale", "kernel.0.variance"]
+    assert "kernel.rough.lengthscale" in names and "kernel.3.lengthscale" not in names
+    p = SE() * M32() * SE(name="third")
+    assert isinstance(p, gd.kernels.Product) and len(p.kernels) == 3
+    # A named or masked sum is a part of its own, not flattened into the next.
+    nested = gd.kernels.Sum((SE(), M32()), name="smooth") + SE()
+    assert len(nested.kernels) == 2
+    assert "kernel.smooth.0.lengthscale" in gd.Model(nested, gd.likelihoods.Gaussian()).parameter_table(X).names()
+
+
+@pytest.mark.parametrize("bad, error, words", [
+    (dict(name="1st"), ValueError, "name must be None or an identifier"),
+    (dict(name=3), ValueError, "name must be None or an identifier"),
+    (dict(active_dims=[0, 0]), ValueError, "must not repeat"),
+    (dict(active_dims="ab"), TypeError, "active_dims"),
+    (dict(active_dims=[-1]), TypeError, "non-negative column"),
+])
+def test_bad_names_and_active_dims_are_refused(bad, error, words):
+    with pytest.raises(error, match=words):
+        SE(**bad)
+
+
+def test_duplicate_part_names_and_out_of_range_columns_are_refused():
+    with pytest.raises(ValueError, match="parts' names must differ"):
+        SE(name="a") + M32(name="a")
+    model = gd.Model(SE(active_dims=[3]), gd.likelihoods.Gaussian())
+    with pytest.raises(ValueError, match="beyond X's 2 feature"):
+        model.fit(X, y, optimize=False)
+
+
+def test_shared_parameter_is_one_free_parameter_with_the_summed_gradient():
+    ls = gd.Shared("ls", 0.8)
+    model = gd.Model(SE(ls, 1.0) + M32(ls, 0.5), gd.likelihoods.Gaussian(0.1))
+    table = model.parameter_table(X)
+    assert table.size == 4                              # two variances, one length-scale, the noise
+    u = table.pack(table.values()) + 0.1
+    values = table.unpack(u)
+    assert values["kernel.0.lengthscale"] == values["kernel.1.lengthscale"]
+    grad = table.chain(values, model.evaluate(values, X, y, None).grads)
+    fd = central_difference(lambda v: model.evaluate(table.unpack(v), X, y, None).log_evidence, u)
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
+    post = model.fit(X, y)
+    assert post.values["kernel.0.lengthscale"] == post.values["kernel.1.lengthscale"]
+    assert gd.Model.from_dict(model.to_dict()) == model
+
+
+def test_shared_members_must_agree():
+    model = gd.Model(SE(gd.Shared("ls", 0.8)) + M32(gd.Shared("ls", 0.9)), gd.likelihoods.Gaussian())
+    with pytest.raises(ValueError, match=r"Shared\('ls'\).*declared differently"):
+        model.parameter_table(X)
+
+
+@pytest.mark.parametrize("inference, inducing", [(gd.inference.Exact(), None),
+                                                 (gd.inference.VFE(), gd.inducing.Subsample(15, seed=1))])
+def test_components_add_up_to_the_whole_posterior_mean(inference, inducing):
+    """predict_f(component=...) of each part of a sum: their means add up to the whole latent
+    mean (without a mean function), and a part's variance is at most its prior variance."""
+    kernel = SE(1.0, name="smooth", active_dims=[0]) + M32(3.0, 0.5, name="slow", active_dims=[1])
+    post = gd.Model(kernel, gd.likelihoods.Gaussian(0.05), inducing, inference).fit(X, y, optimize=False)
+    Xs = rng.uniform(0, 5, size=(9, 2))
+    whole, _ = post.predict_f(Xs)
+    smooth, v_smooth = post.predict_f(Xs, component="smooth")
+    slow, v_slow = post.predict_f(Xs, component=1)
+    np.testing.assert_allclose(smooth + slow, whole, rtol=1e-9, atol=1e-10)
+    assert np.all(v_smooth <= 1.0 + 1e-12) and np.all(v_slow <= 0.5 + 1e-12)
+    # The exact component posterior by the dense formula: K_c* (K + s I)^-1 y and its variance.
+    if isinstance(inference, gd.inference.Exact):
+        part = kernel.kernels[0].bind()
+        Ky = kernel.bind().gram(X, X) + 0.05 * np.eye(40)
+        Kc = part.gram(Xs, X)
+        np.testing.assert_allclose(smooth, Kc @ np.linalg.solve(Ky, y), rtol=1e-9)
+        np.testing.assert_allclose(v_smooth, part.diag(Xs) - np.einsum("ij,ji->i", Kc, np.linalg.solve(Ky, Kc.T)),
+                                   rtol=1e-8, atol=1e-12)
+    with pytest.raises(ValueError, match="no part labelled 'trend'"):
+        post.predict_f(Xs, component="trend")
+
+
+def test_component_needs_a_sum_kernel():
+    post = gd.Model(SE(), gd.likelihoods.Gaussian(0.05)).fit(X, y, optimize=False)
+    with pytest.raises(ValueError, match="needs a Sum kernel"):
+        post.predict_f(X[:3], component="smooth")
