@@ -49,6 +49,9 @@ class Parameter:
         Broadcast the declared value to this shape (an ARD length-scale of a scalar start).
     dims : tuple of str, default ()
         The value's dimension names in the posterior's xarray view (``("feature",)``).
+    bounds : tuple of float or None, default None
+        (low, high): the value stays strictly inside, optimised as the logit of its place in the
+        interval (a change-point's location within the data's range).
     """
 
     name: str
@@ -56,6 +59,7 @@ class Parameter:
     positive: bool = True
     shape: tuple | None = None
     dims: tuple = ()
+    bounds: tuple | None = None
 
 
 class Component(ValueEquality):
@@ -136,7 +140,8 @@ class Component(ValueEquality):
         """
         made = []
         for p in self.parameters(X):
-            e = entry(f"{prefix}.{p.name}", p.spec, positive=p.positive, shape=p.shape, fixed_names=fixed_names)
+            e = entry(f"{prefix}.{p.name}", p.spec, positive=p.positive, shape=p.shape, fixed_names=fixed_names,
+                      bounds=p.bounds)
             made.append(dataclasses.replace(e, dims=_dims(p, e)))
         return made
 

@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 from scipy import optimize as sp_optimize
+from scipy import special
 
 from . import backends
 from .checks import check_bool, check_positive_int
@@ -582,6 +583,10 @@ def _random_start(table, u0, X, rng):
             continue
         if e.name == "inducing.Z":
             values[e.name] = np.asarray(X[rng.choice(X.shape[0], size=e.value.shape[0], replace=False)])
+        elif e.bounds is not None:
+            low, high = e.bounds
+            logit = np.log(values[e.name] - low) - np.log(high - values[e.name])
+            values[e.name] = low + (high - low) * special.expit(logit + rng.standard_normal(e.value.shape))
         elif e.positive:
             values[e.name] = values[e.name] * np.exp(rng.standard_normal(e.value.shape))
         else:

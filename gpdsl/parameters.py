@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
 
 from .checks import ValueEquality, as_float_array
 from .priors import as_prior, describe
@@ -126,6 +127,7 @@ class Entry:
     prior: object = None       # a gpdsl.priors.Prior or None
     dims: tuple | None = None  # the value's dims in the xarray view (None: named after the entry)
     tie: str | None = None     # the gpdsl.parameters.Shared name it shares a value under
+    bounds: tuple | None = None  # (low, high): optimised as the logit of its place in the interval
     tied_to: str | None = None  # the entry of its tie that the optimiser sees (None: itself)
 
     @property
@@ -133,15 +135,19 @@ class Entry:
         return self.value.size
 
 
-def entry(name, spec, positive=True, shape=None, fixed_names=()):
-    """Build an :class:`Entry` from a declared field, broadcasting the value to ``shape`` if given."""
+def entry(name, spec, positive=True, shape=None, fixed_names=(), bounds=None):
+    """Build an :class:`Entry` from a declared field, broadcasting the value to ``shape`` if given;
+    with ``bounds`` (low, high) the value must lie strictly inside them."""
     value = declared_value(spec)
     if shape is not None:
         value = np.broadcast_to(value, shape).astype(float)
+    if bounds is not None and not (np.all(value > bounds[0]) and np.all(value < bounds[1])):
+        raise ValueError(f"{name} must lie inside ({bounds[0]:.6g}, {bounds[1]:.6g}), got {value!r}")
     tie = spec.name if isinstance(spec, Shared) else None
     spec = unshared(spec)
     return Entry(name=name, value=np.array(value, dtype=float), positive=positive,
-                 fixed=isinstance(spec, Fixed) or name in fixed_names, prior=as_prior(spec), tie=tie)
+                 fixed=isinstance(spec, Fixed) or name in fixed_names, prior=as_prior(spec), tie=tie,
+                 bounds=None if bounds is None else (float(bounds[0]), float(bounds[1])))
 
 
 class ParameterTable:
@@ -171,7 +177,11 @@ class ParameterTable:
         parts = []
         for e in self.free:
             v = np.asarray(values[e.name], dtype=float).ravel()
-            parts.append(np.log(v) if e.positive else v)
+            if e.bounds is not None:
+                low, high = e.bounds
+                parts.append(np.log(v - low) - np.log(high - v))
+            else:
+                parts.append(np.log(v) if e.positive else v)
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def unpack(self, u):
@@ -179,7 +189,11 @@ class ParameterTable:
         offset = 0
         for e in self.free:
             chunk = u[offset:offset + e.size].reshape(e.value.shape)
-            values[e.name] = np.exp(chunk) if e.positive else chunk.copy()
+            if e.bounds is not None:
+                low, high = e.bounds
+                values[e.name] = low + (high - low) * special.expit(chunk)
+            else:
+                values[e.name] = np.exp(chunk) if e.positive else chunk.copy()
             offset += e.size
         for e in self.followers:
             values[e.name] = values[e.tied_to].copy()
@@ -203,8 +217,12 @@ class ParameterTable:
             for f in self.followers:
                 if f.tied_to == e.name:
                     g = g + np.asarray(grads[f.name], dtype=float).ravel()
-            if e.positive:
-                g = g * np.asarray(values[e.name]).ravel()
+            v = np.asarray(values[e.name]).ravel()
+            if e.bounds is not None:
+                low, high = e.bounds
+                g = g * (v - low) * (high - v) / (high - low)
+            elif e.positive:
+                g = g * v
             parts.append(g)
         return np.concatenate(parts) if parts else np.zeros(0)
 

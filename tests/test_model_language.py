@@ -99,3 +99,19 @@ def test_component_needs_a_sum_kernel():
     post = gd.Model(SE(), gd.likelihoods.Gaussian(0.05)).fit(X, y, optimize=False)
     with pytest.raises(ValueError, match="needs a Sum kernel"):
         post.predict_f(X[:3], component="smooth")
+
+
+def test_a_bounded_parameter_stays_inside_its_interval_and_chains_its_gradient():
+    """An entry with bounds (low, high) is optimised as the logit of its place in the interval:
+    pack/unpack invert each other and chain is the derivative of unpack."""
+    from gpdsl.parameters import ParameterTable, entry
+    table = ParameterTable([entry("a", 0.3, positive=False, bounds=(-1.0, 2.0)), entry("b", 1.5)])
+    u = table.pack(table.values())
+    np.testing.assert_allclose(table.unpack(u)["a"], 0.3, rtol=1e-14)
+    for step in (-40.0, 40.0):
+        assert -1.0 < table.unpack(u + step)["a"] < 2.0 or table.unpack(u + step)["a"] in (-1.0, 2.0)
+    grad = table.chain(table.unpack(u), {"a": np.array(2.0), "b": np.array(0.0)})
+    fd = central_difference(lambda v: 2.0 * table.unpack(v)["a"], u)
+    np.testing.assert_allclose(grad, fd, rtol=1e-7)
+    with pytest.raises(ValueError, match=r"a must lie inside \(-1, 2\)"):
+        entry("a", 2.5, positive=False, bounds=(-1.0, 2.0))
