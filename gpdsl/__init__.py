@@ -1,4 +1,4 @@
-"""gpdsl: sparse Gaussian-process models declared from four parts and compiled to Numba kernels.
+"""gpdsl: sparse Gaussian-process models declared from four parts (and an optional mean function) and compiled to Numba kernels.
 
 >>> import gpdsl as gd
 >>> model = gd.Model(kernel=gd.kernels.SquaredExponential(1.0, 1.0),

@@ -1,4 +1,4 @@
-"""The declarative :class:`Model`: a GP model declared from its four parts.
+"""The declarative :class:`Model`: a GP model declared from its four parts and an optional mean function.
 
 A Model is an immutable declaration of a kernel, a likelihood, an inducing spec and an
 inference method.  It compiles its parts' parameters into a table
@@ -26,7 +26,7 @@ from .parameters import Entry, ParameterTable
 
 @dataclass(frozen=True)
 class Model:
-    """A GP model declared from its four parts; ``fit(X, y)`` returns a Posterior.
+    """A GP model declared from its four parts and an optional mean; ``fit(X, y)`` returns a Posterior.
 
     Parameters
     ----------
@@ -140,7 +140,7 @@ class Model:
         return cls.from_dict(read_model_file(path)[0])
 
     def to_dict(self):
-        """The model as a plain dict of its four parts, for TOML and ``from_dict``.
+        """The model as a plain dict of its parts, for TOML and ``from_dict``.
 
         Returns
         -------

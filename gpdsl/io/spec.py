@@ -6,8 +6,10 @@ component class defined outside gpdsl, whose module is imported on reading); a h
 number or list, ``{"fixed": value}``, or ``{"prior": "Gamma", "shape": a, "rate": b}`` /
 ``{"prior": "LogNormal", "mu": m, "sigma": s}`` / ``{"prior": "scipy", "distribution": "gamma",
 "args": [2.0], "kwds": {"scale": 0.5}}`` (``scipy.stats.gamma(2.0, scale=0.5)``, optionally with
-``"initial"``).  A TOML model file holds the four tables ``[kernel] [likelihood] [inducing]
-[inference]`` plus ``[data]`` (``path``, ``target``, optional ``features``), and optionally
+``"initial"``), or ``{"shared": name, "value": ...}`` (:class:`gpdsl.Shared`, one parameter for
+every field of that name).  A field holding components (``Sum``'s ``kernels``, ``Periodic``'s
+``base``) holds their tables.  A TOML model file holds the tables ``[kernel] [likelihood] [inducing]
+[inference]`` and optionally ``[mean]``, plus ``[data]`` (``path``, ``target``, optional ``features``), and optionally
 ``[fit]`` (keyword arguments of ``Model.fit``) and ``[output]`` (``posterior``, ``plot``).  TOML
 has no null: a field left at a ``None`` default is omitted, and a field set to ``None`` against
 another default (``GreedyVariance(first_round_max_m=None)``) is written as the string ``"none"``.  A key a table does not know, or a required one missing, is
@@ -34,7 +36,7 @@ from ..parameters import Fixed, Shared
 
 _NONE = "none"
 _PRIORS = {"Gamma": priors.Gamma, "LogNormal": priors.LogNormal}
-# The four parts of a model, by the base class of their family.
+# The parts of a model (the mean is optional), by the base class of their family.
 _PARTS = {
     "kernel": ker.Kernel,
     "likelihood": lik.Likelihood,
@@ -270,7 +272,7 @@ def component_from_dict(part, spec):
     Parameters
     ----------
     part : str
-        Which of the four parts ``spec`` declares.
+        Which part ``spec`` declares.
     spec : dict
         ``{"type": "<ClassName>", <field>: <value>, ...}``; ``Sum`` / ``Product`` take
         ``kernels`` (a list of kernel tables), ``Optimized`` takes ``init`` (a table or an array).
