@@ -93,8 +93,6 @@ class PolyaGamma(Inference):
     inducing_rule = "required"
     # The Pólya-Gamma augmentation exists for the logistic link only.
     requires = "polya_gamma"
-    # The bias enters the c loop as a scalar shift; a per-row one is not implemented.
-    supports_offset = False
 
     def __post_init__(self):
         check_positive_number("PolyaGamma", "tol", self.tol)
@@ -141,9 +139,9 @@ class PolyaGamma(Inference):
         if self.minibatch is not None:
             return self._variational().evaluate(kernel, stochastic_polya_gamma.PolyaGammaExpectations(likelihood),
                                                 values, X, y, Z, need_grad=need_grad, need_state=need_state,
-                                                warm=warm)
+                                                warm=warm, offset=offset)
         return polya_gamma.evaluate(kernel, likelihood, X, y, Z, spec=self, warm=warm, need_grad=need_grad,
-                                    need_state=need_state)
+                                    need_state=need_state, offset=offset)
 
     def minimise(self, objective, u0, max_iter, progress, callback):
         if self.minibatch is None:
