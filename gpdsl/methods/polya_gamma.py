@@ -171,8 +171,11 @@ def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad,
     already (nearly) converged, and the passes of every rung are counted."""
     warm = progress["warm"]
     n, m = X.shape[0], Z.shape[0]
-    # Each row's shift of the latent input: the bias plus its offset.
-    shift = np.full(n, float(likelihood.bias)) if offset is None else float(likelihood.bias) + offset
+    # Each row's shift of the latent input, s = bias + offset.  No offset is a zero one: the sums
+    # of s^2 = bias^2 + o (2 bias + o) then add exact zeros to those of the bias alone.
+    bias = float(likelihood.bias)
+    offset_rows = np.zeros(n) if offset is None else offset
+    shift = bias + offset_rows
     chunk = spec.chunk_size or default_chunk_size(n, m)
     L, jit = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
     # L^-1 K_uf and K_nn - Q_nn of each block are kept between the passes when they fit the
@@ -185,12 +188,13 @@ def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad,
 
     def sweep(c, factor=None, accumulate=True):
         """One pass over the rows.  Without a factor: the sums P = A Theta A^T, r,
-        tr(Theta (K_ff - Q_ff)), -KL and sum theta of c (the row sums of eq. C.1).  With ``factor = (L_B^-1, g)`` of c:
+        tr(Theta (K_ff - Q_ff)), -KL, sum theta and sum theta o (2 bias + o) of c (the row sums of
+        eq. C.1).  With ``factor = (L_B^-1, g)`` of c:
         the marginal means of q*(f) and the update target of eq. 4.11 (rows), and, if
         ``accumulate``, the sums of that target."""
         nonlocal kept
-        fn = partial(_sweep_block, kernel, Z, L, factor, accumulate, cache)
-        total, rows, blocks = map_rows(fn, (X, half_y, c, shift), chunk, carried=kept, keep=True)
+        fn = partial(_sweep_block, kernel, Z, L, bias, factor, accumulate, cache)
+        total, rows, blocks = map_rows(fn, (X, half_y, c, offset_rows), chunk, carried=kept, keep=True)
         kept = blocks if cache else None
         return total, rows
 
@@ -217,7 +221,7 @@ def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad,
     # The kernels of this module are compiled (or loaded) together, so one stands for all.
     announce_compilation("Polya-Gamma", _COMPILE_SECONDS, pg_theta_kl, (c,))
     sums, _ = sweep(c)
-    bias_sums = (n, float(y @ shift))
+    bias_sums = (n, bias, float(np.sum(y)), float(y @ offset_rows))
     factor, bound = _bound(sums, *bias_sums)
     history, converged, sweeps = [bound], False, 1
     points, targets = [], []
@@ -266,16 +270,17 @@ def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad,
                       pseudo_data=(theta, half_y - theta * shift))
 
 
-def _sweep_block(kernel, Z, L, factor, accumulate, cache, Xb, half_yb, cb, sb, hit=None):
+def _sweep_block(kernel, Z, L, bias, factor, accumulate, cache, Xb, half_yb, cb, ob, hit=None):
     """One block of a c sweep (see ``sweep`` in :func:`_evaluate_at`): Xb (n, D), half_yb = y/2,
-    cb = c and sb = bias + offset (n,) each; ``hit`` the block's (L^-1 K_uf, K_nn - Q_nn) from an earlier sweep, or
-    None.  Returns (sums, rows, kept)."""
+    cb = c and ob = the latent offset (n,) each; ``hit`` the block's (L^-1 K_uf, K_nn - Q_nn)
+    from an earlier sweep, or None.  Returns (sums, rows, kept)."""
     if hit is None:
         _, A, kff, residual = collapsed.whitened_rows(kernel, Xb, Z, L)
         collapsed.check_rows_nystrom(residual, kff)
     else:
         A, residual = hit
     kept = (A, residual) if cache else None
+    sb = bias + ob
     rows, c_sums = (), cb
     if factor is not None:
         # L_B^-1 A as a product with the explicit (M, M) inverse: OpenBLAS's triangular
@@ -288,20 +293,22 @@ def _sweep_block(kernel, Z, L, factor, accumulate, cache, Xb, half_yb, cb, sb, h
             return (), rows, kept
     theta, negative_kl = pg_theta_kl(c_sums)
     As = A * np.sqrt(theta)
-    return (As @ As.T, A @ (half_yb - theta * sb), theta @ residual, negative_kl, theta @ (sb * sb)), rows, kept
+    return (As @ As.T, A @ (half_yb - theta * sb), theta @ residual, negative_kl, np.sum(theta),
+            theta @ (ob * (2.0 * bias + ob))), rows, kept
 
 
-def _bound(sums, n, sum_ys):
-    """Eq. C.1 (with the shift term) from the row sums at c (see ``sweep``), N and
-    sum_n y_n s_n (s = bias + offset); returns ((L_B^-1, g), L*)."""
-    P, r, trace_theta_residual, negative_kl, sum_theta_s2 = sums
+def _bound(sums, n, bias, sum_y, sum_y_offset):
+    """Eq. C.1 (with the shift term, s^2 = bias^2 + o (2 bias + o)) from the row sums at c (see
+    ``sweep``), N, the bias, sum_n y_n and sum_n y_n o_n; returns ((L_B^-1, g), L*)."""
+    P, r, trace_theta_residual, negative_kl, sum_theta, sum_theta_offset = sums
     m = P.shape[0]
     LB, _ = cholesky(np.eye(m) + 0.5 * (P + P.T), 0.0, what="B = I + A A^T")
     g = solve_lower(LB, r)
     # -1/2 tr(Theta K_ff) + 1/2 tr(A A^T) of eq. C.1 summed row by row as theta_n (K_nn - Q_nn):
     # the two traces are ~1e9 each at twonorm's optimum (variance ~1e6) and cancel.
     bound = (-np.sum(np.log(np.diag(LB))) - 0.5 * trace_theta_residual + 0.5 * g @ g
-             - n * _LOG2 + negative_kl + 0.5 * (sum_ys - sum_theta_s2))
+             - n * _LOG2 + negative_kl + 0.5 * (bias * sum_y - bias * bias * sum_theta + sum_y_offset
+                                                - sum_theta_offset))
     if not bound <= 0.0:
         # A lower bound on log p(y) of binary labels is negative: a positive (or NaN) value is
         # rounding, e.g. of K_nn - Q_nn at kernel variance 1e47, which an L-BFGS-B
