@@ -76,7 +76,8 @@ def polya_gamma_elbo(Kuu, Kuf, kff, y, bias, m, S, c):
     """The uncollapsed Pólya-Gamma ELBO (thesis eq. 2.23, with a bias inside the logistic) at
     q(u) = N(m, S), q(omega_n) = PG(1, c_n), from its definition:
     sum_n E[log p(y_n | omega_n, f_n)] - KL[q(u) || p(u)] - sum_n KL[PG(1, c_n) || PG(1, 0)],
-    with p(y | omega, f) = 1/2 exp(y z / 2 - omega z^2 / 2), z = f + bias."""
+    with p(y | omega, f) = 1/2 exp(y z / 2 - omega z^2 / 2), z = f + bias; ``bias`` a scalar or
+    (n,), the bias plus each row's latent offset."""
     theta = np.where(c > 0, np.tanh(c / 2) / (2 * np.where(c > 0, c, 1.0)), 0.25)
     Kinv = np.linalg.inv(Kuu)
     W = Kinv @ Kuf

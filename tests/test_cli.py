@@ -609,7 +609,9 @@ def test_offset_column_errors(tmp_path, capsys, edit, fragments):
     assert not (tmp_path / "o").exists()
 
 
-def test_offset_with_polya_gamma_is_refused_before_fitting(tmp_path, capsys, monkeypatch):
+def test_offset_with_a_method_without_offsets_is_refused_before_fitting(tmp_path, capsys, monkeypatch):
+    # Every built-in method takes an offset: PolyaGamma stands for one that declares it does not.
+    monkeypatch.setattr(gd.inference.PolyaGamma, "supports_offset", False)
     write_labels_csv(tmp_path / "labels.csv")
     table = np.loadtxt(tmp_path / "labels.csv", delimiter=",", skiprows=1)
     header = (tmp_path / "labels.csv").read_text().splitlines()[0]

@@ -163,16 +163,18 @@ def test_theta_and_kl_against_their_definitions():
 
 
 def test_marginals_update_against_numpy():
-    """mean = V^T g, var = residual + sum_i V_in^2, c = sqrt((mean + bias)^2 + max(var, 0))."""
+    """mean = V^T g, var = residual + sum_i V_in^2, c = sqrt((mean + shift)^2 + max(var, 0)),
+    shift (n,) = bias + each row's latent offset."""
     rng = np.random.default_rng(5)
     V, g = rng.standard_normal((7, 40)), rng.standard_normal(7)
     residual = rng.uniform(0.0, 2.0, 40)
     residual[0] = -(V[:, 0] @ V[:, 0]) - 1e-3          # a negative rounding var is clipped at 0
-    mean, c = pg_marginals_update(V, g, residual, 0.3)
+    shift = 0.3 + rng.standard_normal(40)
+    mean, c = pg_marginals_update(V, g, residual, shift)
     np.testing.assert_allclose(mean, V.T @ g, rtol=1e-13, atol=1e-14)
     var = np.maximum(residual + np.sum(V * V, axis=0), 0.0)
-    np.testing.assert_allclose(c, np.sqrt((V.T @ g + 0.3) ** 2 + var), rtol=1e-13)
-    assert c[0] == pytest.approx(abs(mean[0] + 0.3), rel=1e-13)
+    np.testing.assert_allclose(c, np.sqrt((V.T @ g + shift) ** 2 + var), rtol=1e-13)
+    assert c[0] == pytest.approx(abs(mean[0] + shift[0]), rel=1e-13)
 
 
 # -- the coordinate ascent --------------------------------------------------------------------------

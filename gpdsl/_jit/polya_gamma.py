@@ -51,13 +51,13 @@ def pg_theta_kl(c):
 
 
 @njit(cache=True)
-def pg_marginals_update(V, g, residual, bias):
+def pg_marginals_update(V, g, residual, shift):
     """Marginals of q*(f) at the training inputs and the closed-form local update (eq. 4.11 with
-    the bias in the likelihood's argument), for one chunk of rows.
+    the bias and the row's latent offset in the likelihood's argument), for one chunk of rows.
 
-    V (M, n) = L_B^-1 L^-1 K_uf, g (M,), residual (n,) = K_nn - Q_nn:  mean_n = V[:, n]^T g,
-    var_n = residual_n + |V[:, n]|^2 (eq. C.2 at the training inputs) and
-    c_n = sqrt((mean_n + bias)^2 + var_n).  Returns (mean (n,), c (n,)).  The loop runs along
+    V (M, n) = L_B^-1 L^-1 K_uf, g (M,), residual (n,) = K_nn - Q_nn, shift (n,) = bias +
+    offset_n:  mean_n = V[:, n]^T g, var_n = residual_n + |V[:, n]|^2 (eq. C.2 at the training
+    inputs) and c_n = sqrt((mean_n + shift_n)^2 + var_n).  Returns (mean (n,), c (n,)).  The loop runs along
     the rows of V (contiguous) so that it streams V once.
     """
     m, n = V.shape
@@ -71,6 +71,6 @@ def pg_marginals_update(V, g, residual, bias):
             var[j] += v * v
     c = np.empty(n)
     for j in range(n):
-        shifted = mean[j] + bias
+        shifted = mean[j] + shift[j]
         c[j] = np.sqrt(shifted * shifted + max(var[j], 0.0))
     return mean, c

@@ -24,13 +24,15 @@ class PolyaGamma(Inference):
     result).  ``acceleration=True`` adds safeguarded Anderson acceleration to the updates (the
     bound still never decreases); ``False`` runs the thesis' plain updates.  The kernel
     hyperparameters, the bias and optimised inducing inputs follow L-BFGS-B on the gradient at
-    fixed c.  ``jitter`` and ``chunk_size`` as for VFE.
+    fixed c.  ``jitter`` and ``chunk_size`` as for VFE.  A per-row offset o of the latent input
+    (``fit(offset=...)``, a mean function's m(X)) shifts the bias row by row (z_n = f_n + bias +
+    o_n in both variants), and the bound's derivative in o fits a mean function.
 
     ``minibatch=B`` (a positive integer), stochastic, for large N
     (:mod:`gpdsl.methods.stochastic_polya_gamma`): q(u) = N(L m, L S L^T) is kept explicitly
     (whitened, as SVGP's: the local state ``variational.q_mu``, ``variational.q_sqrt``), and each
     of fit's ``max_iter`` steps draws B rows (``seed``), sets their c_n in closed form at the
-    current q (c_n^2 = E_q[(f_n + bias)^2]), and from one pass over them takes a
+    current q (c_n^2 = E_q[z_n^2]), and from one pass over them takes a
     natural-gradient step of size ``natural_step`` on q from their conjugate sites (their data
     term times N / B; step 1 with B = N is the collapsed optimal q(u) at those c) and an Adam
     step of size ``learning_rate`` on the log-hyperparameters (and optimised Z) along the
@@ -93,8 +95,6 @@ class PolyaGamma(Inference):
     inducing_rule = "required"
     # The Pólya-Gamma augmentation exists for the logistic link only.
     requires = "polya_gamma"
-    # The bias enters the c loop as a scalar shift; a per-row one is not implemented.
-    supports_offset = False
 
     def __post_init__(self):
         check_positive_number("PolyaGamma", "tol", self.tol)
@@ -141,9 +141,9 @@ class PolyaGamma(Inference):
         if self.minibatch is not None:
             return self._variational().evaluate(kernel, stochastic_polya_gamma.PolyaGammaExpectations(likelihood),
                                                 values, X, y, Z, need_grad=need_grad, need_state=need_state,
-                                                warm=warm)
+                                                warm=warm, offset=offset)
         return polya_gamma.evaluate(kernel, likelihood, X, y, Z, spec=self, warm=warm, need_grad=need_grad,
-                                    need_state=need_state)
+                                    need_state=need_state, offset=offset)
 
     def minimise(self, objective, u0, max_iter, progress, callback):
         if self.minibatch is None:

@@ -261,5 +261,5 @@ class VGP(_Variational):
                               tol=self.q_tol, max_iter=self.q_max_iter, polish=polish)
 
     def _evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, offset=None):
-        return vgp.evaluate(kernel, shifted(likelihood, offset), values, X, y, jitter=self.jitter, need_grad=need_grad,
-                            need_state=need_state)
+        return vgp.evaluate(kernel, likelihood, values, X, y, jitter=self.jitter, need_grad=need_grad,
+                            need_state=need_state, offset=offset)

@@ -15,6 +15,15 @@ variances 1/theta (thesis eq. 4.14), plus terms that depend on c only.  So the k
 inducing-input gradients at fixed c, q*(u) and the predictive eq. C.2 all come from
 :mod:`gpdsl.methods.collapsed` run on that pseudo-data.
 
+A per-row latent offset o (a mean function's m(X), a GLM offset: f_n = o_n + g_n, g ~ GP(0, k))
+enters exactly as the bias does, row by row: the augmented likelihood 1/2 exp(y z/2 - omega z^2/2)
+with z_n = g_n + s_n, s_n = bias + o_n, is Gaussian in g with pseudo-targets y/(2 theta) - s (Wenzel
+et al. 2019 with a shifted argument), so bias becomes s_n above: g = L_B^-1 L^-1 K_uf (y/2 - Theta s),
+the last term 1/2 sum_n (y_n s_n - theta_n s_n^2), and the c update c_n^2 = (mean_n + s_n)^2 + var_n
+(E[z_n^2] under q).  At the optimal c the bound is stationary in c, so its derivative in o_n is
+the explicit one at fixed c, that of the pseudo-regression: y_n/2 - theta_n (s_n + mean_n), mean_n
+the marginal mean of q*(g_n); the bias gradient is its sum.
+
 Each evaluation first runs the closed-form coordinate ascent c_n^2 = [Sigma_q + mu mu^T]_nn
 (eq. 4.11) to convergence, warm-started from the previous evaluation's c; every update is a
 coordinate-ascent step of the uncollapsed ELBO, so the bound never decreases.  Because c then
@@ -99,8 +108,9 @@ STATE_FORMAT = LocalStateFormat(
     _export_state, _load_state)
 
 
-def evaluate(kernel, likelihood, X, y, Z, *, spec, warm=None, need_grad=True, need_state=False):
-    """Collapsed PG bound L*, its gradients (kernel, Z, bias) and, if asked, the posterior.
+def evaluate(kernel, likelihood, X, y, Z, *, spec, warm=None, need_grad=True, need_state=False, offset=None):
+    """Collapsed PG bound L*, its gradients (kernel, Z, bias, and with ``offset`` the latent
+    offset: ``grads["offset"]`` (N,)) and, if asked, the posterior.
 
     X (N, D), y (N,) in {-1, +1}, Z (M, D); ``spec`` the gd.inference.PolyaGamma declaration;
     ``warm`` a :class:`PolyaGammaState` to start c from.  With ``spec.jitter=None`` the jitter
@@ -127,13 +137,15 @@ def evaluate(kernel, likelihood, X, y, Z, *, spec, warm=None, need_grad=True, ne
         Compute the gradients.
     need_state : bool, default False
         Build the predictive state (Passerello eq. C.2).
+    offset : ndarray, shape (N,), optional
+        Per-row offset of the latent input (the likelihood sees f + offset + bias).
 
     Returns
     -------
     gpdsl.methods.common.Evaluation
         The bound L* (Passerello eq. 4.7 in the stable form of eq. C.1), its gradients at the
         converged c (eq. 4.11 updates), the :class:`PolyaGammaState` as ``warm`` and the
-        pseudo-data (theta, y/2 - theta bias).
+        pseudo-data (theta, y/2 - theta (bias + offset)).
 
     Raises
     ------
@@ -144,7 +156,7 @@ def evaluate(kernel, likelihood, X, y, Z, *, spec, warm=None, need_grad=True, ne
     progress = {"warm": warm, "passes": 0}
     for attempt, rung in enumerate(rungs):
         try:
-            ev = _evaluate_at(kernel, likelihood, X, y, Z, spec, rung, progress, need_grad, need_state)
+            ev = _evaluate_at(kernel, likelihood, X, y, Z, spec, rung, progress, need_grad, need_state, offset)
             ev.warm.sweeps = progress["passes"]
             return ev
         except (np.linalg.LinAlgError, FloatingPointError):
@@ -152,14 +164,18 @@ def evaluate(kernel, likelihood, X, y, Z, *, spec, warm=None, need_grad=True, ne
                 raise
 
 
-def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad, need_state):
+def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad, need_state, offset):
     """One evaluation at one jitter rung.  ``progress["warm"]`` is the state to start c from;
     the c loop leaves its converged state there and adds its passes to ``progress["passes"]``,
     so that when the gradient step fails at this rung the next rung starts from c that is
     already (nearly) converged, and the passes of every rung are counted."""
     warm = progress["warm"]
     n, m = X.shape[0], Z.shape[0]
+    # Each row's shift of the latent input, s = bias + offset.  No offset is a zero one: the sums
+    # of s^2 = bias^2 + o (2 bias + o) then add exact zeros to those of the bias alone.
     bias = float(likelihood.bias)
+    offset_rows = np.zeros(n) if offset is None else offset
+    shift = bias + offset_rows
     chunk = spec.chunk_size or default_chunk_size(n, m)
     L, jit = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
     # L^-1 K_uf and K_nn - Q_nn of each block are kept between the passes when they fit the
@@ -172,12 +188,13 @@ def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad,
 
     def sweep(c, factor=None, accumulate=True):
         """One pass over the rows.  Without a factor: the sums P = A Theta A^T, r,
-        tr(Theta (K_ff - Q_ff)), -KL and sum theta of c (the row sums of eq. C.1).  With ``factor = (L_B^-1, g)`` of c:
+        tr(Theta (K_ff - Q_ff)), -KL, sum theta and sum theta o (2 bias + o) of c (the row sums of
+        eq. C.1).  With ``factor = (L_B^-1, g)`` of c:
         the marginal means of q*(f) and the update target of eq. 4.11 (rows), and, if
         ``accumulate``, the sums of that target."""
         nonlocal kept
         fn = partial(_sweep_block, kernel, Z, L, bias, factor, accumulate, cache)
-        total, rows, blocks = map_rows(fn, (X, half_y, c), chunk, carried=kept, keep=True)
+        total, rows, blocks = map_rows(fn, (X, half_y, c, offset_rows), chunk, carried=kept, keep=True)
         kept = blocks if cache else None
         return total, rows
 
@@ -190,21 +207,21 @@ def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad,
     # when the plain step is taken.
     def pseudo_regression(c, need_grad, need_state):
         """At fixed c the bound is the VFE bound of the pseudo-regression (targets y/(2 theta) -
-        bias, noise 1/theta) plus terms in c only: its gradients and q*(u) come from the
+        bias - offset, noise 1/theta) plus terms in c only: its gradients and q*(u) come from the
         collapsed engine, at the same jitter and in the same whitened basis (so the rung is
         chosen by the row checks of ``whitened`` alone, a function of the hyperparameters; the
         engine's weighted-trace check is implied by them).  Should the engine still fail, the
         caller moves to the next rung, whose c loop starts from the c converged here."""
         theta = pg_theta(c)
         return collapsed.evaluate(kernel, known_noise(1.0 / theta), X,
-                                  half_y / theta - bias, Z, fitc=False, jitter=jit, chunk_size=spec.chunk_size,
+                                  half_y / theta - shift, Z, fitc=False, jitter=jit, chunk_size=spec.chunk_size,
                                   need_grad=need_grad, need_state=need_state)
 
     c = np.array(warm.c_next if warm is not None and warm.c_next.shape == (n,) else np.full(n, C_INIT))
     # The kernels of this module are compiled (or loaded) together, so one stands for all.
     announce_compilation("Polya-Gamma", _COMPILE_SECONDS, pg_theta_kl, (c,))
     sums, _ = sweep(c)
-    bias_sums = (n, bias, float(np.sum(y)))
+    bias_sums = (n, bias, float(np.sum(y)), float(y @ offset_rows))
     factor, bound = _bound(sums, *bias_sums)
     history, converged, sweeps = [bound], False, 1
     points, targets = [], []
@@ -242,49 +259,56 @@ def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad,
         ev = pseudo_regression(c, need_grad, need_state)
         grads, dZ, state = dict(ev.grads), ev.dZ, ev.state
         if need_grad:
-            # d/d bias of the pseudo-regression at fixed c: sum_n theta_n (ytilde_n - mu_n).
-            grads[likelihood.qualify("bias")] = np.array(np.sum(half_y - theta * (bias + mean)))
+            # d/d s_n of the pseudo-regression at fixed c: theta_n (ytilde_n - mu_n); the bias
+            # shifts every row.
+            d_shift = half_y - theta * (shift + mean)
+            grads[likelihood.qualify("bias")] = np.array(np.sum(d_shift))
+            if offset is not None:
+                grads["offset"] = d_shift
     local = PolyaGammaState(c=c, c_next=target, sweeps=sweeps, converged=converged, bound_history=history)
     return Evaluation(log_evidence=history[-1], grads=grads, dZ=dZ, jitter=jit, state=state, warm=local,
-                      pseudo_data=(theta, half_y - theta * bias))
+                      pseudo_data=(theta, half_y - theta * shift))
 
 
-def _sweep_block(kernel, Z, L, bias, factor, accumulate, cache, Xb, half_yb, cb, hit=None):
-    """One block of a c sweep (see ``sweep`` in :func:`_evaluate_at`): Xb (n, D), half_yb = y/2
-    and cb = c (n,) each; ``hit`` the block's (L^-1 K_uf, K_nn - Q_nn) from an earlier sweep, or
-    None.  Returns (sums, rows, kept)."""
+def _sweep_block(kernel, Z, L, bias, factor, accumulate, cache, Xb, half_yb, cb, ob, hit=None):
+    """One block of a c sweep (see ``sweep`` in :func:`_evaluate_at`): Xb (n, D), half_yb = y/2,
+    cb = c and ob = the latent offset (n,) each; ``hit`` the block's (L^-1 K_uf, K_nn - Q_nn)
+    from an earlier sweep, or None.  Returns (sums, rows, kept)."""
     if hit is None:
         _, A, kff, residual = collapsed.whitened_rows(kernel, Xb, Z, L)
         collapsed.check_rows_nystrom(residual, kff)
     else:
         A, residual = hit
     kept = (A, residual) if cache else None
+    sb = bias + ob
     rows, c_sums = (), cb
     if factor is not None:
         # L_B^-1 A as a product with the explicit (M, M) inverse: OpenBLAS's triangular
         # solve with M ~ 20 and many right-hand sides runs at a quarter of the matmul's
         # speed, and B = I + A Theta A^T has eigenvalues >= 1, so |L_B^-1| <= 1 (against
         # an 80-bit evaluation at cond B ~ 5e7, c is as accurate as with the solve).
-        mean, c_sums = pg_marginals_update(factor[0] @ A, factor[1], residual, bias)
+        mean, c_sums = pg_marginals_update(factor[0] @ A, factor[1], residual, sb)
         rows = (c_sums, mean)
         if not accumulate:
             return (), rows, kept
     theta, negative_kl = pg_theta_kl(c_sums)
     As = A * np.sqrt(theta)
-    return (As @ As.T, A @ (half_yb - theta * bias), theta @ residual, negative_kl, np.sum(theta)), rows, kept
+    return (As @ As.T, A @ (half_yb - theta * sb), theta @ residual, negative_kl, np.sum(theta),
+            theta @ (ob * (2.0 * bias + ob))), rows, kept
 
 
-def _bound(sums, n, bias, sum_y):
-    """Eq. C.1 (with the bias term) from the row sums at c (see ``sweep``) and N, the bias and
-    sum_n y_n; returns ((L_B^-1, g), L*)."""
-    P, r, trace_theta_residual, negative_kl, sum_theta = sums
+def _bound(sums, n, bias, sum_y, sum_y_offset):
+    """Eq. C.1 (with the shift term, s^2 = bias^2 + o (2 bias + o)) from the row sums at c (see
+    ``sweep``), N, the bias, sum_n y_n and sum_n y_n o_n; returns ((L_B^-1, g), L*)."""
+    P, r, trace_theta_residual, negative_kl, sum_theta, sum_theta_offset = sums
     m = P.shape[0]
     LB, _ = cholesky(np.eye(m) + 0.5 * (P + P.T), 0.0, what="B = I + A A^T")
     g = solve_lower(LB, r)
     # -1/2 tr(Theta K_ff) + 1/2 tr(A A^T) of eq. C.1 summed row by row as theta_n (K_nn - Q_nn):
     # the two traces are ~1e9 each at twonorm's optimum (variance ~1e6) and cancel.
     bound = (-np.sum(np.log(np.diag(LB))) - 0.5 * trace_theta_residual + 0.5 * g @ g
-             - n * _LOG2 + negative_kl + 0.5 * (bias * sum_y - bias * bias * sum_theta))
+             - n * _LOG2 + negative_kl + 0.5 * (bias * sum_y - bias * bias * sum_theta + sum_y_offset
+                                                - sum_theta_offset))
     if not bound <= 0.0:
         # A lower bound on log p(y) of binary labels is negative: a positive (or NaN) value is
         # rounding, e.g. of K_nn - Q_nn at kernel variance 1e47, which an L-BFGS-B

@@ -165,7 +165,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=
         q = objective.warm.q
     elif model.likelihood.sign_symmetric:
         kernel, likelihood = model.bind(values)
-        q = spec.surrogate_q(kernel, shifted(likelihood, offset), X, y, Z)
+        q = spec.surrogate_q(kernel, shifted(likelihood, model.latent_offset(values, X, offset)), X, y, Z)
     trail = []               # per-step batch estimates of the negative objective, per data point
     fired, message, step = False, "", 0
     for step in range(1, max_iter + 1):
@@ -175,10 +175,16 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=
         kernel, likelihood = model.bind(values)
         if expectations is not None:
             likelihood = expectations(likelihood)
-        q, elbo, grads, dZ, _ = minibatch_step(kernel, likelihood, X[rows], y[rows], Z, q,
-                                               offset=None if offset is None else offset[rows],
+        # The latent offset of the batch: the mean function's value there plus the known offset.
+        X_batch = X[rows]
+        q, elbo, grads, dZ, _ = minibatch_step(kernel, likelihood, X_batch, y[rows], Z, q,
+                                               offset=model.latent_offset(values, X_batch,
+                                                                          None if offset is None else offset[rows]),
                                                scale=n / batch, rho=spec.natural_step, jitter=spec.jitter,
                                                one_pass=one_pass)
+        if "offset" in grads:
+            # Already scaled by N / B, as the batch's other gradients.
+            grads.update(model.mean_gradients(values, X_batch, grads.pop("offset")))
         if "inducing.Z" in table.names():
             grads["inducing.Z"] = dZ
             values["inducing.Z"] = Z

@@ -2,7 +2,8 @@
 
 Wenzel, Galy-Fajou, Donner, Kloft & Opper (2019), "Efficient Gaussian process classification
 using Pólya-Gamma data augmentation" (AAAI): the logistic likelihood
-p(y_n | f_n) = sigma(y_n z_n), z_n = f_n + bias, y_n in {-1, +1}, augmented with
+p(y_n | f_n) = sigma(y_n z_n), z_n = f_n + bias (+ the row's latent offset, which SVGP's passes
+add to mean_n below), y_n in {-1, +1}, augmented with
 omega_n ~ PG(1, 0) is conditionally Gaussian in f_n,
 
     p(y_n | f_n, omega_n) = 1/2 exp(y_n z_n / 2 - omega_n z_n^2 / 2),

@@ -240,7 +240,7 @@ def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need
 
     grads, dZ = {}, None
     if need_grad:
-        grads, dZ = _gradients(kernel, Z, L, m, R, S, jit, *partials)
+        grads, dZ = _gradients(kernel, Z, L, m, R, S, jit, *partials, d_offset=None if offset is None else d_mean)
     state = None
     if need_state:
         LR = L @ R
@@ -303,8 +303,12 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, S, chunk, need_grad, natura
     return map_rows(chunk_pass, (X, y) if offset is None else (X, y, offset), chunk, width=0)
 
 
-def _gradients(kernel, Z, L, m, R, S, jit, Ag, P, grads, dZ):
+def _gradients(kernel, Z, L, m, R, S, jit, Ag, P, grads, dZ, d_offset=None):
     """Complete the gradient from the reduced partials of :func:`_data_pass`.
+
+    A latent offset o enters the bound only through E_q[log p(y_n | o_n + f_n)], as a shift of
+    its mean argument: d ELBO / d o_n = dE_n/dmean_n, the rows' g (``d_offset``, (N,)), kept
+    as ``grads["offset"]`` (None: no offset, no entry).
 
     q(v): dELBO/dm = A g - m and, with S = R R^T, dELBO/dR = 2 (P - I/2 + S^-1/2) R, whose lower
     triangle is that of 2 P R - R plus diag(1/R_ii) (S^-1 R = R^-T is upper-triangular).
@@ -328,6 +332,8 @@ def _gradients(kernel, Z, L, m, R, S, jit, Ag, P, grads, dZ):
     G_uu = Li.T @ Phi @ Li
     G_uu = jitter_adjoint(0.5 * (G_uu + G_uu.T), jit)
     uu_grads, dZ_uu = kernel.vjp(Z, Z, G_uu)
+    if d_offset is not None:
+        grads["offset"] = d_offset
     return add_partial(grads, uu_grads), dZ + 2.0 * dZ_uu
 
 
@@ -522,12 +528,12 @@ def minibatch_step(kernel, likelihood, X, y, Z, q, *, scale, rho, jitter=None, o
     L, jit = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
     if one_pass:
         S = R @ R.T
-        (ell, Ag, P, grads, dZ), _ = _data_pass(kernel, likelihood, X, y, Z, L, m, R, S, X.shape[0], True,
-                                                offset=offset)
+        (ell, Ag, P, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, m, R, S, X.shape[0], True,
+                                                        offset=offset)
         elbo = scale * float(ell) - _kl(m, R)
         if not np.isfinite(elbo):
             raise FloatingPointError("SVGP: non-finite bound")
-        grads, dZ = _gradients(kernel, Z, L, m, R, S, jit, Ag, P, grads, dZ)
+        grads, dZ = _gradients(kernel, Z, L, m, R, S, jit, Ag, P, grads, dZ, d_offset=None if offset is None else g)
         AWA, Ar = -2.0 * P, Ag - 2.0 * (P @ m)
     else:
         (_, AWA, Ar), _ = _data_pass(kernel, likelihood, X, y, Z, L, m, R, None, X.shape[0], False, offset=offset,

@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import threads
 from ..linalg import JITTER_LADDER, add_jitter, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t
-from .common import Evaluation, PredictiveState, damped_natural_steps
+from .common import Evaluation, PredictiveState, damped_natural_steps, shifted
 
 
 def initial_values(N):
@@ -51,7 +51,7 @@ def initial_values(N):
 
 
 def evaluate(kernel, likelihood, values, X, y, Z=None, *, jitter=None, need_grad=True, need_state=False,
-             warm=None):
+             warm=None, offset=None):
     """The Opper-Archambeau bound, its gradients and, if asked, the predictive state.
 
     X (N, D), y (N,) in the likelihood's coding; ``Z`` and ``warm`` are unused (dense, no local
@@ -65,6 +65,10 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, jitter=None, need_grad
     noise 1/lambda^2, targets t = (K + Lam^-2) alpha, so that f_* has mean k_*^T alpha and
     variance k_** - k_*^T (K + Lam^-2)^-1 k_*; ``pseudo_data`` = (lambda^2, lambda^2 t) =
     (lambda^2, lambda^2 K alpha + alpha) is that regression.
+
+    ``offset`` (N,) shifts each row's latent input (the likelihood sees f + offset); with
+    ``need_grad`` its gradient is ``grads["offset"]`` = d ELBO / d offset_n = dE_n/dmean_n (the
+    offset enters only the expectations, as a shift of their mean argument).
 
     Parameters
     ----------
@@ -89,6 +93,8 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, jitter=None, need_grad
         Build the predictive state.
     warm : object, optional
         Unused.
+    offset : ndarray, shape (N,), optional
+        Per-row offset of the latent input.
 
     Returns
     -------
@@ -104,7 +110,8 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, jitter=None, need_grad
     with threads.bulk(float(X.shape[0]) ** 3):
         for attempt, rung in enumerate(rungs):
             try:
-                ev = _evaluate_at(kernel, likelihood, values, X, y, rung, need_grad, need_state)
+                ev = _evaluate_at(kernel, shifted(likelihood, offset), values, X, y, rung, need_grad, need_state,
+                                  offset is not None)
                 break
             except (np.linalg.LinAlgError, FloatingPointError):
                 if attempt == len(rungs) - 1:
@@ -151,7 +158,7 @@ def _bound(likelihood, y, K, lam, alpha, LB):
     return float(np.sum(ve) - kl), C, Li, mean, var, g, d, lik_grads
 
 
-def _evaluate_at(kernel, likelihood, values, X, y, jitter, need_grad, need_state):
+def _evaluate_at(kernel, likelihood, values, X, y, jitter, need_grad, need_state, grad_offset=False):
     n = X.shape[0]
     alpha, lam = _checked_q(values, n)
     K = _prior(kernel, X, jitter)
@@ -163,6 +170,8 @@ def _evaluate_at(kernel, likelihood, values, X, y, jitter, need_grad, need_state
     if need_grad:
         grads = _gradients(kernel, X, K, lam, alpha, LB, Li, C, Sigma, g, d, jitter)
         grads.update(lik_grads)
+        if grad_offset:
+            grads["offset"] = g
     state = None
     if need_state:
         # Regression with noise Lam^-2 and targets t = (K + Lam^-2) alpha: (K + Lam^-2)^-1 t = alpha,
