@@ -251,12 +251,15 @@ class Model:
         -------
         gpdsl.methods.common.Evaluation
             The log evidence (or bound), its gradients by name and d/dZ, the jitter used, and
-            the requested state.
+            the requested state.  With an ``offset`` and no mean function, ``grads["offset"]``
+            (N,) is the derivative in the offset.
         """
         kernel, likelihood = self.bind(values)
         evaluation = self.inference.evaluate(kernel, likelihood, values, X, y, Z, need_grad=need_grad,
                                              need_state=need_state, warm=warm,
                                              offset=self.latent_offset(values, X, offset))
+        # A mean function's gradients are made of d/d offset; without one, grads["offset"] stays
+        # (the derivative in a known offset) and the parameter table ignores it.
         if self.mean is not None and evaluation.grads is not None and "offset" in evaluation.grads:
             evaluation.grads.update(self.mean_gradients(values, X, evaluation.grads.pop("offset")))
         return evaluation
@@ -355,8 +358,8 @@ class Model:
             Fit on this many rows drawn at random (see below).
         offset : array_like, shape (N,), optional
             A known offset of each row's latent input: the likelihood sees f(x_n) + offset_n
-            (a GLM's offset; log exposure for counts, ``np.log(exposure)``).  Every method but
-            ``PolyaGamma`` takes one; predictions take the new rows' (``predict(X, offset=...)``).
+            (a GLM's offset; log exposure for counts, ``np.log(exposure)``).  Every method
+            takes one; predictions take the new rows' (``predict(X, offset=...)``).
 
         Returns
         -------
