@@ -75,6 +75,8 @@ def _is_composite(cls):
 
 
 def _encode(value):
+    if isinstance(value, Component):        # a kernel held by a kernel (Periodic's base)
+        return component_to_dict(value)
     if isinstance(value, Fixed):
         return {"fixed": _encode(value.value)}
     if isinstance(value, priors.ScipyPrior):
@@ -218,7 +220,8 @@ def component_to_dict(obj):
     ----------
     obj : Kernel, Likelihood, InducingSpec or Inference
         A component dataclass; ``Sum``/``Product`` write ``kernels`` as a list of tables,
-        ``Optimized`` its ``init``.  ``type`` is :func:`gpdsl.components.type_name` of its class:
+        ``Optimized`` its ``init``, and a field holding a component (``Periodic``'s ``base``)
+        is written as that component's table.  ``type`` is :func:`gpdsl.components.type_name` of its class:
         the class name for gpdsl's own, ``"module:QualName"`` for one defined elsewhere.
 
     Returns
@@ -258,7 +261,9 @@ def component_from_dict(part, spec):
         Which of the four parts ``spec`` declares.
     spec : dict
         ``{"type": "<ClassName>", <field>: <value>, ...}``; ``Sum`` / ``Product`` take
-        ``kernels`` (a list of kernel tables), ``Optimized`` takes ``init`` (a table or an array).
+        ``kernels`` (a list of kernel tables), ``Optimized`` takes ``init`` (a table or an array);
+        any other field given as a table with a ``type`` (``Periodic``'s ``base``) is read as a
+        component of the same part.
 
     Returns
     -------
@@ -304,7 +309,9 @@ def _component(part, spec, where):
     defaults = {f.name: f.default for f in declared}
     # Decoded before the class is called, so that a malformed {fixed}/{prior} table is reported
     # with its own message rather than as the class's complaint about a dict.
-    values = {k: None if v == _NONE and defaults.get(k) is not None else _decode(v, f"{where}.{k}")
+    values = {k: None if v == _NONE and defaults.get(k) is not None
+              else _component(part, v, f"{where}.{k}") if isinstance(v, dict) and "type" in v
+              else _decode(v, f"{where}.{k}")
               for k, v in fields.items()}
     try:
         return cls(**values)
