@@ -5,9 +5,9 @@ Distances go through a BLAS cross term, profile values through NumPy's vectorise
 fused elementwise sweep of the gradient through the jitted
 :func:`gpdsl._jit.covariance.slope_adjoint`.  Matérn 1/2, whose profile has an unbounded slope
 at r = 0, forms its distances and their contraction pair by pair instead
-(:func:`gpdsl._jit.covariance.scaled_sqdist` and ``distance_adjoint``).  A scalar ``lengthscale`` is isotropic (one
-hyperparameter); an array of length D is ARD (one per input feature).  ``variance`` is the
-signal variance sf^2.
+(:func:`gpdsl._jit.covariance.scaled_sqdist` and ``distance_adjoint``).  A scalar
+``lengthscale`` is isotropic (one hyperparameter); an array of length D is ARD (one per input
+feature).  ``variance`` is the signal variance sf^2.
 """
 from __future__ import annotations
 
