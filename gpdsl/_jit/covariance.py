@@ -1,4 +1,4 @@
-"""Jitted slope-adjoint kernel for stationary covariances.
+"""Jitted sweeps of the stationary and periodic covariances.
 
 A stationary kernel is ``k(x, z) = variance * p(r2)`` with the scaled squared distance
 ``r2 = sum_d (x_d - z_d)**2 / lengthscale_d**2``; ``kind`` selects the profile p (the integer
@@ -6,6 +6,13 @@ codes are the ``profile`` attributes of :mod:`gpdsl.kernels`).  The Python layer
 BLAS cross term and the values of p with NumPy's vectorised exp (several times faster than a
 scalar exp in a jitted loop); what is left for this module is the fused elementwise sweep of
 the vector-Jacobian product, which would otherwise need three temporaries.
+
+Two kernels need more: the exponential (Matérn 1/2) profile's slope dp/dr2 = -p / (2 r) is
+unbounded as r -> 0, so its distances and their contraction are formed pair by pair
+(:func:`scaled_sqdist`, :func:`distance_adjoint`: the cross term's cancellation error, about
+eps |x|^2 in r2, would become sqrt(eps) |x| in r), and the periodic kernel's distance
+``r2 = 4 sum_d sin^2(pi (x_d - z_d) / period_d) / lengthscale_d^2`` has no cross term at all
+(:func:`periodic_sqdist`, :func:`periodic_adjoint`).
 """
 import numpy as np
 from numba import njit
@@ -13,22 +20,29 @@ from numba import njit
 SQUARED_EXPONENTIAL = 0
 MATERN32 = 1
 MATERN52 = 2
+EXPONENTIAL = 3
+RATIONAL_QUADRATIC = 4
 
 _SQRT3 = np.sqrt(3.0)
 _SQRT5 = np.sqrt(5.0)
 
 
 @njit(cache=True)
-def slope_adjoint(r2, K, G, variance, kind):
+def slope_adjoint(r2, K, G, variance, kind, alpha):
     """Contract an adjoint G with K = variance * p(r2); all arrays (n1, n2).
 
-    Returns ``(S, d_variance)`` with ``S = G * variance * dp/dr2`` (so that
-    ``sum_ij G_ij dK_ij/dr2_ij * dr2_ij/dt = sum_ij S_ij dr2_ij/dt`` for any t) and
-    ``d_variance = sum_ij G_ij p_ij``.  dp/dr2 is finite at r2 = 0 for all three profiles.
+    Returns ``(S, d_variance, d_alpha)`` with ``S = G * variance * dp/dr2`` (so that
+    ``sum_ij G_ij dK_ij/dr2_ij * dr2_ij/dt = sum_ij S_ij dr2_ij/dt`` for any t),
+    ``d_variance = sum_ij G_ij p_ij`` and, for the rational quadratic profile
+    ``p = (1 + r2 / (2 alpha))^(-alpha)``, ``d_alpha = sum_ij G_ij variance dp_ij/dalpha`` (0 for
+    the others).  dp/dr2 is finite at r2 = 0 except for the exponential profile, whose S is set
+    to 0 there: every dr2/dt vanishes at a coincident pair, and the pair's contribution to each
+    gradient is 0 (its limit for the length-scales, the symmetric subgradient for the inputs).
     """
     n1, n2 = r2.shape
     S = np.empty((n1, n2))
     d_variance = 0.0
+    d_alpha = 0.0
     for i in range(n1):
         for j in range(n2):
             g = G[i, j]
@@ -37,7 +51,117 @@ def slope_adjoint(r2, K, G, variance, kind):
                 S[i, j] = -0.5 * g * K[i, j]            # dp/dr2 = -p/2
             elif kind == MATERN32:
                 S[i, j] = -1.5 * g * variance * np.exp(-_SQRT3 * np.sqrt(r2[i, j]))
-            else:
+            elif kind == MATERN52:
                 r = np.sqrt(r2[i, j])
                 S[i, j] = -5.0 / 6.0 * g * variance * (1.0 + _SQRT5 * r) * np.exp(-_SQRT5 * r)
-    return S, d_variance / variance
+            elif kind == EXPONENTIAL:
+                r = np.sqrt(r2[i, j])
+                S[i, j] = -0.5 * g * K[i, j] / r if r > 0.0 else 0.0     # dp/dr2 = -p / (2 r)
+            else:
+                u = r2[i, j] / (2.0 * alpha)
+                S[i, j] = -0.5 * g * K[i, j] / (1.0 + u)                  # dp/dr2 = -p / (2 (1 + u))
+                d_alpha += g * K[i, j] * (u / (1.0 + u) - np.log1p(u))    # d log p / d alpha
+    return S, d_variance / variance, d_alpha
+
+
+@njit(cache=True)
+def scaled_sqdist(X1, X2, inv_ls):
+    """``r2_ij = sum_d ((X1_id - X2_jd) inv_ls_d)^2`` pair by pair (exactly 0 at a coincident pair).
+
+    X1 (n1, D), X2 (n2, D), inv_ls (D,); returns (n1, n2).
+    """
+    n1, dim = X1.shape
+    n2 = X2.shape[0]
+    r2 = np.empty((n1, n2))
+    for i in range(n1):
+        for j in range(n2):
+            acc = 0.0
+            for d in range(dim):
+                t = (X1[i, d] - X2[j, d]) * inv_ls[d]
+                acc += t * t
+            r2[i, j] = acc
+    return r2
+
+
+@njit(cache=True)
+def distance_adjoint(X1, X2, inv_ls, S):
+    """Contract S (n1, n2), the adjoint of :func:`scaled_sqdist`'s r2, with its derivatives.
+
+    Returns ``(d_X1, d_ls)``: ``d_X1_id = sum_j S_ij 2 (X1_id - X2_jd) inv_ls_d^2`` (n1, D) and
+    ``d_ls_d = -sum_ij S_ij 2 (X1_id - X2_jd)^2 inv_ls_d^3`` (D,), each term formed from its own
+    difference (no cancellation between large terms when S is large at close pairs).
+    """
+    n1, dim = X1.shape
+    n2 = X2.shape[0]
+    d_X1 = np.zeros((n1, dim))
+    d_ls = np.zeros(dim)
+    for i in range(n1):
+        for j in range(n2):
+            s = S[i, j]
+            if s == 0.0:
+                continue
+            for d in range(dim):
+                delta = X1[i, d] - X2[j, d]
+                d_X1[i, d] += s * delta
+                d_ls[d] += s * delta * delta
+    for d in range(dim):
+        w = inv_ls[d] * inv_ls[d]
+        for i in range(n1):
+            d_X1[i, d] *= 2.0 * w
+        d_ls[d] *= -2.0 * w * inv_ls[d]
+    return d_X1, d_ls
+
+
+@njit(cache=True)
+def periodic_sqdist(X1, X2, inv_ls, period):
+    """MacKay's periodic distance ``r2_ij = 4 sum_d sin^2(pi (X1_id - X2_jd) / period_d) inv_ls_d^2``.
+
+    X1 (n1, D), X2 (n2, D), inv_ls and period (D,); returns (n1, n2).
+    """
+    n1, dim = X1.shape
+    n2 = X2.shape[0]
+    r2 = np.empty((n1, n2))
+    for i in range(n1):
+        for j in range(n2):
+            acc = 0.0
+            for d in range(dim):
+                t = np.sin(np.pi * (X1[i, d] - X2[j, d]) / period[d]) * inv_ls[d]
+                acc += t * t
+            r2[i, j] = 4.0 * acc
+    return r2
+
+
+@njit(cache=True)
+def periodic_adjoint(X1, X2, inv_ls, period, S):
+    """Contract S (n1, n2), the adjoint of :func:`periodic_sqdist`'s r2, with its derivatives.
+
+    With ``theta = pi (X1_id - X2_jd) / period_d``, ``r2`` has the terms
+    ``4 sin^2(theta) inv_ls_d^2``, whose derivatives are ``4 sin(2 theta) pi / period_d inv_ls_d^2``
+    in X1_id, ``-8 sin^2(theta) inv_ls_d^3`` in the length-scale and
+    ``-4 sin(2 theta) theta / period_d inv_ls_d^2`` in the period.  Returns
+    ``(d_X1 (n1, D), d_ls (D,), d_period (D,))``.
+    """
+    n1, dim = X1.shape
+    n2 = X2.shape[0]
+    d_X1 = np.zeros((n1, dim))
+    d_ls = np.zeros(dim)
+    d_period = np.zeros(dim)
+    for i in range(n1):
+        for j in range(n2):
+            s = S[i, j]
+            if s == 0.0:
+                continue
+            for d in range(dim):
+                theta = np.pi * (X1[i, d] - X2[j, d]) / period[d]
+                sine = np.sin(theta)
+                double = np.sin(2.0 * theta)
+                d_X1[i, d] += s * double
+                d_ls[d] += s * sine * sine
+                d_period[d] += s * double * theta
+    for d in range(dim):
+        w = inv_ls[d] * inv_ls[d]
+        for i in range(n1):
+            d_X1[i, d] *= 4.0 * np.pi / period[d] * w
+        d_ls[d] *= -8.0 * w * inv_ls[d]
+        d_period[d] *= -4.0 / period[d] * w
+    return d_X1, d_ls, d_period

@@ -231,7 +231,8 @@ def component_to_dict(obj):
     ----------
     obj : Kernel, Likelihood, InducingSpec or Inference
         A component dataclass; ``Sum``/``Product`` write ``kernels`` as a list of tables,
-        ``Optimized`` its ``init``.  ``type`` is :func:`gpdsl.components.type_name` of its class:
+        ``Optimized`` its ``init``, and a field holding a component (``Periodic``'s ``base``)
+        is written as that component's table.  ``type`` is :func:`gpdsl.components.type_name` of its class:
         the class name for gpdsl's own, ``"module:QualName"`` for one defined elsewhere.
 
     Returns
@@ -275,7 +276,9 @@ def component_from_dict(part, spec):
         Which part ``spec`` declares.
     spec : dict
         ``{"type": "<ClassName>", <field>: <value>, ...}``; ``Sum`` / ``Product`` take
-        ``kernels`` (a list of kernel tables), ``Optimized`` takes ``init`` (a table or an array).
+        ``kernels`` (a list of kernel tables), ``Optimized`` takes ``init`` (a table or an array);
+        any other field given as a table with a ``type`` (``Periodic``'s ``base``) is read as a
+        component of the same part.
 
     Returns
     -------

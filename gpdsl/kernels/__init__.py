@@ -1,9 +1,11 @@
 """Prior covariance functions (``gd.kernels``): the interface in :mod:`gpdsl.kernels.base`, one
 family of kernels a module.  Every kernel class registers itself in ``KERNELS`` when defined."""
 from .base import Kernel, Product, Sum
-from .stationary import Matern32, Matern52, SquaredExponential, Stationary
+from .periodic import Periodic
+from .stationary import Matern12, Matern32, Matern52, RationalQuadratic, SquaredExponential, Stationary
 
 # The registry model files (TOML) and ``gpdsl.load`` read: every concrete kernel, by class name.
 KERNELS = Kernel.registry
 
-__all__ = ["Kernel", "Stationary", "SquaredExponential", "Matern32", "Matern52", "Sum", "Product", "KERNELS"]
+__all__ = ["Kernel", "Stationary", "SquaredExponential", "Matern12", "Matern32", "Matern52", "RationalQuadratic",
+           "Periodic", "Sum", "Product", "KERNELS"]

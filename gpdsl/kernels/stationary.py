@@ -1,10 +1,13 @@
-"""Stationary kernels of the length-scaled distance r: squared exponential and Matérn 3/2, 5/2.
+"""Stationary kernels of the length-scaled distance r: squared exponential, Matérn 1/2, 3/2,
+5/2 and rational quadratic.
 
 Distances go through a BLAS cross term, profile values through NumPy's vectorised exp, and the
 fused elementwise sweep of the gradient through the jitted
-:func:`gpdsl._jit.covariance.slope_adjoint`.  A scalar ``lengthscale`` is isotropic (one
-hyperparameter); an array of length D is ARD (one per input feature).  ``variance`` is the
-signal variance sf^2.
+:func:`gpdsl._jit.covariance.slope_adjoint`.  Matérn 1/2, whose profile has an unbounded slope
+at r = 0, forms its distances and their contraction pair by pair instead
+(:func:`gpdsl._jit.covariance.scaled_sqdist` and ``distance_adjoint``).  A scalar
+``lengthscale`` is isotropic (one hyperparameter); an array of length D is ARD (one per input
+feature).  ``variance`` is the signal variance sf^2.
 """
 from __future__ import annotations
 
@@ -103,6 +106,15 @@ class Stationary(Kernel, abstract=True):
         if self.profile == _cov.SQUARED_EXPONENTIAL:
             p = np.multiply(r2, -0.5)
             return np.exp(p, out=p)
+        if self.profile == _cov.EXPONENTIAL:
+            p = np.sqrt(r2)
+            np.negative(p, out=p)
+            return np.exp(p, out=p)
+        if self.profile == _cov.RATIONAL_QUADRATIC:      # (1 + r2 / (2 alpha))^(-alpha)
+            alpha = float(self.alpha)
+            p = np.log1p(np.multiply(r2, 0.5 / alpha))
+            p *= -alpha
+            return np.exp(p, out=p)
         root = np.sqrt(3.0) if self.profile == _cov.MATERN32 else np.sqrt(5.0)
         r = np.sqrt(r2) * root                      # sqrt(3) r or sqrt(5) r
         p = np.exp(-r)
@@ -163,7 +175,26 @@ class Stationary(Kernel, abstract=True):
             if K is None:
                 K = self._profile(r2)
                 K *= var
-        S, d_var = _cov.slope_adjoint(r2, K, np.ascontiguousarray(G), var, self.profile)
+        S, grads = self._slope(r2, K, G)
+        d_X1, d_ls = self._distance_adjoint(X1, X2, S)
+        if np.ndim(self.lengthscale) == 0:
+            d_ls = np.array(d_ls.sum())
+        return {"lengthscale": d_ls, **grads}, d_X1
+
+    def _slope(self, r2, K, G):
+        """``(S, grads)``: S = G * dK/dr2 (n1, n2) and the gradients in the hyperparameters other
+        than the length-scales (``variance``, and ``alpha`` where the kernel has one)."""
+        var = float(self.variance)
+        alpha = float(self.alpha) if "alpha" in self.hyperparameters else 1.0
+        S, d_var, d_alpha = _cov.slope_adjoint(r2, K, np.ascontiguousarray(G, dtype=float), var, self.profile,
+                                               alpha)
+        grads = {"variance": np.array(d_var)}
+        if "alpha" in self.hyperparameters:
+            grads["alpha"] = np.array(d_alpha)
+        return S, grads
+
+    def _distance_adjoint(self, X1, X2, S):
+        """``(d_X1 (n1, D), d_ls (D,))``: S, the adjoint of r2, contracted with dr2/dX1 and dr2/dls."""
         # dr2_ij/dx1_id = 2 (x1_id - x2_jd) / ls_d^2 and dr2_ij/dls_d = -2 (x1_id - x2_jd)^2 / ls_d^3:
         # contract S with them through row/column sums and one thin product S @ X2.
         centre = X1.mean(axis=0)
@@ -174,9 +205,7 @@ class Stationary(Kernel, abstract=True):
         inv_ls2 = inv_ls * inv_ls
         d_X1 = 2.0 * (A1 * row[:, None] - SA2) * inv_ls2
         d_ls = -2.0 * inv_ls2 * inv_ls * (row @ (A1 * A1) - 2.0 * np.einsum("ij,ij->j", A1, SA2) + col @ (A2 * A2))
-        if np.ndim(self.lengthscale) == 0:
-            d_ls = np.array(d_ls.sum())
-        return {"lengthscale": d_ls, "variance": np.array(d_var)}, d_X1
+        return d_X1, d_ls
 
     def diag_vjp(self, X, g):
         """d/d variance of sum_i g_i diag_i; the diagonal does not depend on the length-scales.
@@ -213,6 +242,32 @@ class SquaredExponential(Stationary):
 
 
 @dataclass(frozen=True, eq=False)
+class Matern12(Stationary):
+    """Matérn 1/2 (exponential, Ornstein-Uhlenbeck) kernel k = variance * exp(-r), r the
+    length-scaled distance of :class:`SquaredExponential` (Rasmussen & Williams (2006), eq. 4.18;
+    GPML's ``covMaterniso`` with d = 1).
+
+    Its slope dp/dr2 = -exp(-r) / (2 r) is unbounded at r = 0, so distances and their contraction
+    are formed pair by pair (a coincident pair's r is exactly 0, not the square root of a
+    rounding error), and a coincident pair contributes 0 to every gradient: its limit for the
+    length-scales and the symmetric subgradient for the inputs.
+    """
+
+    profile: ClassVar[int] = _cov.EXPONENTIAL
+
+    def _inv_ls(self, dim):
+        return np.array(1.0 / np.broadcast_to(np.asarray(self.lengthscale, dtype=float), (dim,)))
+
+    def _scaled_sqdist(self, X1, X2):
+        return _cov.scaled_sqdist(np.ascontiguousarray(X1, dtype=float), np.ascontiguousarray(X2, dtype=float),
+                                  self._inv_ls(X1.shape[1]))
+
+    def _distance_adjoint(self, X1, X2, S):
+        return _cov.distance_adjoint(np.ascontiguousarray(X1, dtype=float), np.ascontiguousarray(X2, dtype=float),
+                                     self._inv_ls(X1.shape[1]), S)
+
+
+@dataclass(frozen=True, eq=False)
 class Matern32(Stationary):
     """Matérn 3/2 kernel k = variance * (1 + sqrt(3) r) exp(-sqrt(3) r), r the length-scaled
     distance of :class:`SquaredExponential` (Rasmussen & Williams (2006), eq. 4.17, nu = 3/2).
@@ -231,7 +286,68 @@ class Matern52(Stationary):
     profile: ClassVar[int] = _cov.MATERN52
 
 
-for _kernel in (Stationary, SquaredExponential, Matern32, Matern52):
+@dataclass(frozen=True, eq=False)
+class RationalQuadratic(Stationary):
+    """Rational quadratic kernel k = variance * (1 + r^2 / (2 alpha))^(-alpha), r the length-scaled
+    distance of :class:`SquaredExponential`: a scale mixture of squared exponentials, which it
+    approaches as alpha -> infinity (Rasmussen & Williams (2006), eq. 4.19; GPML's ``covRQiso``
+    and ``covRQard``).
+
+    Parameters
+    ----------
+    lengthscale : float, array of shape (D,), Fixed or prior, default 1.0
+        Positive length-scale: a scalar is isotropic, an array of length D is ARD (one per
+        input feature).
+    variance : float, Fixed or prior, default 1.0
+        Positive signal variance sf^2 (a scalar).
+    alpha : float, Fixed or prior, default 1.0
+        Positive shape parameter (a scalar): the mixture's Gamma shape.
+
+    Raises
+    ------
+    TypeError
+        If a field is not a number, an array, ``Fixed(...)`` or a prior.
+    ValueError
+        If a field is not finite and positive, ``lengthscale`` has more than one dimension or
+        ``variance`` or ``alpha`` is not a scalar.
+    """
+
+    alpha: object = 1.0
+    hyperparameters = ("lengthscale", "variance", "alpha")
+    profile: ClassVar[int] = _cov.RATIONAL_QUADRATIC
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_hyperparameter(type(self).__name__, "alpha", self.alpha)
+        if declared_value(self.alpha).ndim != 0:
+            raise ValueError(f"{type(self).__name__}: alpha must be a scalar, got shape "
+                             f"{declared_value(self.alpha).shape}")
+
+    def parameters(self, X):
+        """The length-scale (shape (D,) if ARD, dims ``("feature",)``), the variance and alpha (scalars).
+
+        Parameters
+        ----------
+        X : ndarray, shape (N, D)
+
+        Returns
+        -------
+        list of Parameter
+
+        Raises
+        ------
+        ValueError
+            If an ARD length-scale has a number of entries other than D.
+        """
+        return super().parameters(X) + [Parameter("alpha", self.alpha)]
+
+    @classmethod
+    def variants(cls):
+        return (cls(lengthscale=0.8, variance=1.3, alpha=0.7),
+                cls(lengthscale=np.array([0.6, 1.4]), variance=0.9, alpha=2.5))
+
+
+for _kernel in (Stationary, SquaredExponential, Matern12, Matern32, Matern52):
     _kernel.__doc__ += _PARAMETERS_DOC
 
-__all__ = ["SquaredExponential", "Matern32", "Matern52", "Stationary"]
+__all__ = ["SquaredExponential", "Matern12", "Matern32", "Matern52", "RationalQuadratic", "Stationary"]
