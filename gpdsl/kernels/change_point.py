@@ -39,6 +39,9 @@ class ChangePoint(_Composite):
         Positive slope of the sigmoid switch (1 / its width in input units).
     dimension : int, default 0
         The column of X (of the kernel's ``active_dims`` columns, when given) the switch reads.
+    active_dims, name : keyword only, optional
+        The columns the kernel reads and its label inside a sum or product, as for every
+        kernel (:class:`gpdsl.kernels.Kernel`).
 
     Raises
     ------

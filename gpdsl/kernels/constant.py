@@ -63,6 +63,9 @@ _PARAMETERS_DOC = """
     ----------
     variance : float, Fixed or prior, default 1.0
         Positive variance (a scalar).
+    active_dims, name : keyword only, optional
+        The columns the kernel reads and its label inside a sum or product, as for every
+        kernel (:class:`gpdsl.kernels.Kernel`).
 
     Raises
     ------

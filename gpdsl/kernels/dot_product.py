@@ -36,6 +36,9 @@ class Linear(Kernel):
     offset : float, Fixed or prior, optional
         A positive constant added to every covariance (the variance of a bias term); None (the
         default) leaves it out, and the kernel has no such parameter.
+    active_dims, name : keyword only, optional
+        The columns the kernel reads and its label inside a sum or product, as for every
+        kernel (:class:`gpdsl.kernels.Kernel`).
 
     Raises
     ------
@@ -186,6 +189,9 @@ class Polynomial(Kernel):
         Positive constant c inside the power (GPML optimises log c).
     variance : float, Fixed or prior, default 1.0
         Positive scale sf^2.
+    active_dims, name : keyword only, optional
+        The columns the kernel reads and its label inside a sum or product, as for every
+        kernel (:class:`gpdsl.kernels.Kernel`).
 
     Raises
     ------

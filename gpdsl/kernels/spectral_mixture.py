@@ -55,6 +55,9 @@ class SpectralMixture(Kernel):
 
     A scalar is broadcast to its parameter's shape; the starts from the data are made by
     ``parameters(X)`` from the training inputs (deterministic).
+    active_dims, name : keyword only, optional
+        The columns the kernel reads and its label inside a sum or product, as for every
+        kernel (:class:`gpdsl.kernels.Kernel`).
 
     Raises
     ------
