@@ -321,6 +321,9 @@ class Sum(_Composite):
     ----------
     kernels : tuple of Kernel
         At least two kernels; ``k1 + k2`` builds one.
+    active_dims, name : keyword only, optional
+        The columns the kernel reads and its label inside a sum or product, as for every
+        kernel (:class:`gpdsl.kernels.Kernel`).
 
     Raises
     ------
@@ -358,6 +361,9 @@ class Product(_Composite):
     ----------
     kernels : tuple of Kernel
         At least two kernels; ``k1 * k2`` builds one.
+    active_dims, name : keyword only, optional
+        The columns the kernel reads and its label inside a sum or product, as for every
+        kernel (:class:`gpdsl.kernels.Kernel`).
 
     Raises
     ------

@@ -49,6 +49,9 @@ class Periodic(Kernel):
     period : float, array of shape (D,), Fixed or prior, default 1.0
         Positive period: a scalar is shared by every input feature, an array of length D gives
         one per feature.
+    active_dims, name : keyword only, optional
+        The columns the kernel reads and its label inside a sum or product, as for every
+        kernel (:class:`gpdsl.kernels.Kernel`).
 
     Raises
     ------

@@ -28,6 +28,9 @@ _PARAMETERS_DOC = """
         input feature).
     variance : float, Fixed or prior, default 1.0
         Positive signal variance sf^2 (a scalar).
+    active_dims, name : keyword only, optional
+        The columns the kernel reads and its label inside a sum or product, as for every
+        kernel (:class:`gpdsl.kernels.Kernel`).
 
     Raises
     ------
@@ -302,6 +305,9 @@ class RationalQuadratic(Stationary):
         Positive signal variance sf^2 (a scalar).
     alpha : float, Fixed or prior, default 1.0
         Positive shape parameter (a scalar): the mixture's Gamma shape.
+    active_dims, name : keyword only, optional
+        The columns the kernel reads and its label inside a sum or product, as for every
+        kernel (:class:`gpdsl.kernels.Kernel`).
 
     Raises
     ------

@@ -100,8 +100,8 @@ class SumMean(Mean):
 
     @classmethod
     def variants(cls):
-        from .simple import Constant, Linear
-        return (cls((Constant(0.3), Linear(np.array([0.5, -0.2])))),)
+        parts = Mean.registry
+        return (cls((parts["Constant"](0.3), parts["Linear"](np.array([0.5, -0.2])))),)
 
     def value(self, X):
         return sum(m.value(X) for m in self.means)
