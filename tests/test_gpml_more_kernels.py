@@ -99,11 +99,12 @@ def test_change_point_matches_the_dense_formula():
     assert set(values) == {"kernel.0.lengthscale", "kernel.0.variance", "kernel.1.lengthscale",
                            "kernel.1.variance", "kernel.location", "kernel.steepness"}
     s1, s2 = _sigmoid(3.0 * (XA[:, 1] - 0.2)), _sigmoid(3.0 * (XB[:, 1] - 0.2))
-    want = (np.outer(s1, s2) * naive_kernel(XA, XB, 0.8, 1.3, "se")
-            + np.outer(1 - s1, 1 - s2) * naive_kernel(XA, XB, [0.6, 1.5], 0.7, "m52"))
+    # kernels = (before, after): the first holds where the switch is 0, the second where it is 1.
+    want = (np.outer(1 - s1, 1 - s2) * naive_kernel(XA, XB, 0.8, 1.3, "se")
+            + np.outer(s1, s2) * naive_kernel(XA, XB, [0.6, 1.5], 0.7, "m52"))
     bound = bind(cp, values, "kernel")
     np.testing.assert_allclose(bound.gram(XA, XB), want, rtol=1e-13)
-    np.testing.assert_allclose(bound.diag(XA), s1 ** 2 * 1.3 + (1 - s1) ** 2 * 0.7, rtol=1e-13)
+    np.testing.assert_allclose(bound.diag(XA), (1 - s1) ** 2 * 1.3 + s1 ** 2 * 0.7, rtol=1e-13)
 
 
 def test_change_point_far_from_the_location_is_each_part():
@@ -111,8 +112,8 @@ def test_change_point_far_from_the_location_is_each_part():
     cp = K.ChangePoint((k0, k1), location=0.0, steepness=4.0).bind()
     after = XA + np.array([20.0, 0.0])       # s = 1 to rounding
     before = XB - np.array([20.0, 0.0])      # s = 0 to rounding
-    np.testing.assert_allclose(cp.gram(after, after), k0.bind().gram(after, after), rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(cp.gram(before, before), k1.bind().gram(before, before), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cp.gram(before, before), k0.bind().gram(before, before), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(cp.gram(after, after), k1.bind().gram(after, after), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(cp.gram(after, before), 0.0, atol=1e-12)
 
 

@@ -19,11 +19,11 @@ from .base import Kernel, Parameter, _Composite
 class ChangePoint(_Composite):
     """Change-point kernel
 
-    k(x, z) = s(x) k_0(x, z) s(z) + (1 - s(x)) k_1(x, z) (1 - s(z)),
+    k(x, z) = (1 - s(x)) k_0(x, z) (1 - s(z)) + s(x) k_1(x, z) s(z),
     s(x) = sigmoid(steepness * (x_dimension - location)),
 
-    so that k_0 holds where s is near 1 (after the location, for a positive steepness) and k_1
-    where it is near 0 (before it); each term is a positive semi-definite kernel, so their sum is
+    so that k_0 holds before the location (where s is near 0, for a positive steepness) and
+    k_1 after it; each term is a positive semi-definite kernel, so their sum is
     (GPflow's ``ChangePoints`` with one location; Lloyd et al. (2014), section 2).  The parts'
     parameters are labelled as in a :class:`gpdsl.kernels.Sum` (``0.lengthscale``, ``1.variance``,
     or a part's ``name``), next to ``location`` and ``steepness``.
@@ -31,7 +31,7 @@ class ChangePoint(_Composite):
     Parameters
     ----------
     kernels : tuple of two Kernel
-        (k_0, k_1).
+        (k_0, k_1): the kernel before the change point and the kernel after it.
     location : float, Fixed or prior, optional
         The change point along column ``dimension`` (unconstrained: optimised as it is).  None
         starts it at the midpoint of that column's range in the training inputs.
@@ -144,7 +144,7 @@ class ChangePoint(_Composite):
         return expit(float(self.steepness) * (X[:, self.dimension] - float(self.location)))
 
     def gram(self, X1, X2):
-        """``s1 s2^T * k_0(X1, X2) + (1 - s1)(1 - s2)^T * k_1(X1, X2)``, s the switch.
+        """``(1 - s1)(1 - s2)^T * k_0(X1, X2) + s1 s2^T * k_1(X1, X2)``, s the switch.
 
         Parameters
         ----------
@@ -156,11 +156,11 @@ class ChangePoint(_Composite):
         ndarray, shape (n1, n2)
         """
         s1, s2 = self.switch(X1), self.switch(X2)
-        k0, k1 = self.kernels
-        return np.outer(s1, s2) * k0.gram(X1, X2) + np.outer(1.0 - s1, 1.0 - s2) * k1.gram(X1, X2)
+        before, after = self.kernels
+        return np.outer(1.0 - s1, 1.0 - s2) * before.gram(X1, X2) + np.outer(s1, s2) * after.gram(X1, X2)
 
     def diag(self, X):
-        """``s^2 diag k_0 + (1 - s)^2 diag k_1``.
+        """``(1 - s)^2 diag k_0 + s^2 diag k_1``.
 
         Parameters
         ----------
@@ -171,8 +171,8 @@ class ChangePoint(_Composite):
         ndarray, shape (n,)
         """
         s = self.switch(X)
-        k0, k1 = self.kernels
-        return s * s * k0.diag(X) + (1.0 - s) ** 2 * k1.diag(X)
+        before, after = self.kernels
+        return (1.0 - s) ** 2 * before.diag(X) + s * s * after.diag(X)
 
     def _switch_grads(self, X, adjoint, s):
         """d/d location, d/d steepness and d/d X[:, dimension] of sum_i adjoint_i s_i."""
@@ -197,14 +197,14 @@ class ChangePoint(_Composite):
         d_X1 : ndarray, shape (n1, D)
         """
         s1, s2 = self.switch(X1), self.switch(X2)
-        k0, k1 = self.kernels
-        K0, K1 = k0.gram(X1, X2), k1.gram(X1, X2)
-        g0, dx0 = k0.vjp(X1, X2, G * np.outer(s1, s2), K0)
-        g1, dx1 = k1.vjp(X1, X2, G * np.outer(1.0 - s1, 1.0 - s2), K1)
+        before, after = self.kernels
+        K_before, K_after = before.gram(X1, X2), after.gram(X1, X2)
+        g0, dx0 = before.vjp(X1, X2, G * np.outer(1.0 - s1, 1.0 - s2), K_before)
+        g1, dx1 = after.vjp(X1, X2, G * np.outer(s1, s2), K_after)
         grads = add_partial(self._named(0, g0), self._named(1, g1))
-        GK0, GK1 = G * K0, G * K1
-        a1 = GK0 @ s2 - GK1 @ (1.0 - s2)                  # d/d s1_i
-        a2 = s1 @ GK0 - (1.0 - s1) @ GK1                  # d/d s2_j
+        GK0, GK1 = G * K_before, G * K_after
+        a1 = GK1 @ s2 - GK0 @ (1.0 - s2)                  # d/d s1_i
+        a2 = s1 @ GK1 - (1.0 - s1) @ GK0                  # d/d s2_j
         loc1, steep1, dx_switch = self._switch_grads(X1, a1, s1)
         loc2, steep2, _ = self._switch_grads(X2, a2, s2)
         grads["location"] = np.array(loc1 + loc2)
@@ -214,7 +214,7 @@ class ChangePoint(_Composite):
         return grads, d_X1
 
     def diag_vjp(self, X, g):
-        """The parts' diagonal VJPs with g s^2 and g (1 - s)^2, and d/d location and d/d
+        """The parts' diagonal VJPs with g (1 - s)^2 and g s^2, and d/d location and d/d
         steepness through the switch.
 
         Parameters
@@ -227,10 +227,10 @@ class ChangePoint(_Composite):
         dict of str to ndarray
         """
         s = self.switch(X)
-        k0, k1 = self.kernels
-        grads = add_partial(self._named(0, k0.diag_vjp(X, g * s * s)),
-                            self._named(1, k1.diag_vjp(X, g * (1.0 - s) ** 2)))
-        a = 2.0 * g * (s * k0.diag(X) - (1.0 - s) * k1.diag(X))
+        before, after = self.kernels
+        grads = add_partial(self._named(0, before.diag_vjp(X, g * (1.0 - s) ** 2)),
+                            self._named(1, after.diag_vjp(X, g * s * s)))
+        a = 2.0 * g * (s * after.diag(X) - (1.0 - s) * before.diag(X))
         loc, steep, _ = self._switch_grads(X, a, s)
         grads["location"] = np.array(loc)
         grads["steepness"] = np.array(steep)
