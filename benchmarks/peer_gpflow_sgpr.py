@@ -84,6 +84,7 @@ def main():
     d = dict(np.load(args.data))
     start = json.loads(str(d["start"]))
     gpdsl_opt = json.loads(str(d["gpdsl_opt"])) if "gpdsl_opt" in d else None
+    gpdsl_cap_opt = json.loads(str(d["gpdsl_cap_opt"])) if "gpdsl_cap_opt" in d else None
     print(f"GPflow {gpflow.__version__} (TensorFlow {tf.__version__}) SGPR: N = {d['X'].shape[0]}, "
           f"M = {d['Z'].shape[0]} fixed, jitter {gpflow.config.default_jitter()}, L-BFGS-B maxiter "
           f"{args.max_iter}, 1 TF thread; load average {'%.2f %.2f %.2f' % os.getloadavg()}")
@@ -94,6 +95,10 @@ def main():
     if gpdsl_opt is not None:
         at_gpdsl = float(build(gpflow, d, gpdsl_opt)[0].elbo())
         print(f"  ELBO at gpdsl's optimum {at_gpdsl:.10g}")
+    at_gpdsl_cap = None
+    if gpdsl_cap_opt is not None:
+        at_gpdsl_cap = float(build(gpflow, d, gpdsl_cap_opt)[0].elbo())
+        print(f"  ELBO at gpdsl's optimum with the plateau rule off {at_gpdsl_cap:.10g}")
     runs = []
     for r in range(args.repeats):
         model, parts = build(gpflow, d, start)
@@ -115,7 +120,8 @@ def main():
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"gpflow": gpflow.__version__, "tensorflow": tf.__version__, "start_elbo": start_elbo,
-                       "elbo_at_gpdsl": at_gpdsl, "runs": runs}, fh, indent=1)
+                       "elbo_at_gpdsl": at_gpdsl,
+                       "elbo_at_gpdsl_cap": at_gpdsl_cap, "runs": runs}, fh, indent=1)
 
 
 if __name__ == "__main__":
