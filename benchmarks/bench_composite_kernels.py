@@ -361,8 +361,8 @@ print(json.dumps({"import": t_import, "exact": exact, "vfe": vfe, "dispatchers":
 
 
 def part_cold(args):
-    print(f"\n== cold first fit: a fresh subprocess, empty NUMBA_CACHE_DIR, model.fit only (Numba compilation "
-          f"included); target <= 10 s ==")
+    print("\n== cold first fit: a fresh subprocess, empty NUMBA_CACHE_DIR, model.fit only (Numba compilation "
+          "included); target <= 10 s ==")
     runs = []
     for i in range(args.repeats):
         cache = tempfile.mkdtemp(prefix="gpdsl_numba_cache_")
