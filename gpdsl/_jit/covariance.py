@@ -1,4 +1,4 @@
-"""Jitted sweeps of the stationary and periodic covariances.
+"""Jitted sweeps of the stationary covariances (the periodic kernel runs them on its circle maps).
 
 A stationary kernel is ``k(x, z) = variance * p(r2)`` with the scaled squared distance
 ``r2 = sum_d (x_d - z_d)**2 / lengthscale_d**2``; ``kind`` selects the profile p (the integer
@@ -7,12 +7,10 @@ BLAS cross term and the values of p with NumPy's vectorised exp (several times f
 scalar exp in a jitted loop); what is left for this module is the fused elementwise sweep of
 the vector-Jacobian product, which would otherwise need three temporaries.
 
-Two kernels need more: the exponential (Matérn 1/2) profile's slope dp/dr2 = -p / (2 r) is
-unbounded as r -> 0, so its distances and their contraction are formed pair by pair
-(:func:`scaled_sqdist`, :func:`distance_adjoint`: the cross term's cancellation error, about
-eps |x|^2 in r2, would become sqrt(eps) |x| in r), and the periodic kernel's distance
-``r2 = 4 sum_d sin^2(pi (x_d - z_d) / period_d) / lengthscale_d^2`` has no cross term at all
-(:func:`periodic_sqdist`, :func:`periodic_adjoint`).
+The exponential (Matérn 1/2) profile needs more: its slope dp/dr2 = -p / (2 r) is unbounded as
+r -> 0, so its distances and their contraction are formed pair by pair (:func:`scaled_sqdist`,
+:func:`distance_adjoint`: the cross term's cancellation error, about eps |x|^2 in r2, would
+become sqrt(eps) |x| in r).
 """
 import numpy as np
 from numba import njit
@@ -112,56 +110,3 @@ def distance_adjoint(X1, X2, inv_ls, S):
     return d_X1, d_ls
 
 
-@njit(cache=True)
-def periodic_sqdist(X1, X2, inv_ls, period):
-    """MacKay's periodic distance ``r2_ij = 4 sum_d sin^2(pi (X1_id - X2_jd) / period_d) inv_ls_d^2``.
-
-    X1 (n1, D), X2 (n2, D), inv_ls and period (D,); returns (n1, n2).
-    """
-    n1, dim = X1.shape
-    n2 = X2.shape[0]
-    r2 = np.empty((n1, n2))
-    for i in range(n1):
-        for j in range(n2):
-            acc = 0.0
-            for d in range(dim):
-                t = np.sin(np.pi * (X1[i, d] - X2[j, d]) / period[d]) * inv_ls[d]
-                acc += t * t
-            r2[i, j] = 4.0 * acc
-    return r2
-
-
-@njit(cache=True)
-def periodic_adjoint(X1, X2, inv_ls, period, S):
-    """Contract S (n1, n2), the adjoint of :func:`periodic_sqdist`'s r2, with its derivatives.
-
-    With ``theta = pi (X1_id - X2_jd) / period_d``, ``r2`` has the terms
-    ``4 sin^2(theta) inv_ls_d^2``, whose derivatives are ``4 sin(2 theta) pi / period_d inv_ls_d^2``
-    in X1_id, ``-8 sin^2(theta) inv_ls_d^3`` in the length-scale and
-    ``-4 sin(2 theta) theta / period_d inv_ls_d^2`` in the period.  Returns
-    ``(d_X1 (n1, D), d_ls (D,), d_period (D,))``.
-    """
-    n1, dim = X1.shape
-    n2 = X2.shape[0]
-    d_X1 = np.zeros((n1, dim))
-    d_ls = np.zeros(dim)
-    d_period = np.zeros(dim)
-    for i in range(n1):
-        for j in range(n2):
-            s = S[i, j]
-            if s == 0.0:
-                continue
-            for d in range(dim):
-                theta = np.pi * (X1[i, d] - X2[j, d]) / period[d]
-                sine = np.sin(theta)
-                double = np.sin(2.0 * theta)
-                d_X1[i, d] += s * double
-                d_ls[d] += s * sine * sine
-                d_period[d] += s * double * theta
-    for d in range(dim):
-        w = inv_ls[d] * inv_ls[d]
-        for i in range(n1):
-            d_X1[i, d] *= 4.0 * np.pi / period[d] * w
-        d_ls[d] *= -8.0 * w * inv_ls[d]
-        d_period[d] *= -4.0 / period[d] * w
-    return d_X1, d_ls, d_period

@@ -1,17 +1,20 @@
 """The periodic kernel: a stationary kernel's profile of MacKay's periodic distance.
 
-The distance and the (i, j, d) sweep of its gradient run in the jitted
-:func:`gpdsl._jit.covariance.periodic_sqdist` and :func:`gpdsl._jit.covariance.periodic_adjoint`;
-the profile and its slope are the base kernel's (``Stationary._profile`` and ``_slope``), so
-that every stationary profile is periodic in the same way.
+The inputs are mapped onto circles, E(x) = (cos, sin)(2 pi x_d / period_d) (n, 2D), and the
+base kernel's own distance code runs on E with each length-scale used for both coordinates of
+its circle: a BLAS cross term for most bases, the exact pairwise sweep for Matérn 1/2 (whose
+profile is not smooth in r^2).  The profile and its slope are the base's too
+(``Stationary._profile``, ``_slope``, ``_distance_adjoint``), so that every stationary profile is
+periodic in the same way, and the gradients in the inputs and the period follow from d/dE by
+the chain rule through the angles.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._jit import covariance as _cov
 from ..parameters import check_hyperparameter, declared_value
 from .base import Kernel, Parameter
 from .stationary import Matern12, Matern32, Matern52, RationalQuadratic, SquaredExponential
@@ -122,12 +125,24 @@ class Periodic(Kernel):
                 cls(Matern52(np.array([1.2, 0.7]), 0.8), period=1.4),
                 cls(RationalQuadratic(0.9, 1.2, alpha=0.6), period=1.2))
 
+    def _circles(self, X):
+        """``(E, angles)``: E (n, 2D) = (cos, sin) of the angles 2 pi X / period (n, D)."""
+        angles = X * (2.0 * np.pi / _vector(self.period, X.shape[1]))
+        return np.concatenate([np.cos(angles), np.sin(angles)], axis=1), angles
+
+    def _on_circles(self, dim):
+        """The bound base with each length-scale repeated for the two coordinates of its circle."""
+        wide = copy.copy(self.base)
+        ls = _vector(self.base.lengthscale, dim)
+        object.__setattr__(wide, "lengthscale", np.concatenate([ls, ls]))
+        return wide
+
     def _distances(self, X1, X2):
-        """``(X1, X2, inv_ls, period)`` as the jitted sweeps take them, and r2 (n1, n2)."""
-        dim = X1.shape[1]
-        args = (np.ascontiguousarray(X1, dtype=float), np.ascontiguousarray(X2, dtype=float),
-                1.0 / _vector(self.base.lengthscale, dim), _vector(self.period, dim))
-        return args, _cov.periodic_sqdist(*args)
+        """``(E1, angles1, E2, angles2, wide, r2)``: the circle maps of both inputs, the base on
+        them, and r2 (n1, n2) = 4 sum_d sin^2(pi (X1_id - X2_jd) / period_d) / lengthscale_d^2."""
+        (E1, angles1), (E2, angles2) = self._circles(X1), self._circles(X2)
+        wide = self._on_circles(X1.shape[1])
+        return E1, angles1, E2, angles2, wide, wide._scaled_sqdist(E1, E2)
 
     def gram(self, X1, X2):
         """``variance * p(r^2)`` with MacKay's periodic r^2 (the class docstring) and the base's
@@ -142,7 +157,7 @@ class Periodic(Kernel):
         -------
         ndarray, shape (n1, n2)
         """
-        K = self.base._profile(self._distances(X1, X2)[1])
+        K = self.base._profile(self._distances(X1, X2)[-1])
         K *= float(self.base.variance)
         return K
 
@@ -161,7 +176,8 @@ class Periodic(Kernel):
 
     def vjp(self, X1, X2, G, K=None):
         """d/d lengthscale, variance, (alpha,) period and X1 of sum_ij G_ij K_ij: the base's slope
-        sweep, then the jitted (i, j, d) sweep of the periodic distance's derivatives.
+        sweep and distance adjoint on the circle maps, then the chain rule through the angles
+        (theta = 2 pi x / period: d theta / dx = 2 pi / period, d theta / d period = -theta / period).
 
         Parameters
         ----------
@@ -175,15 +191,23 @@ class Periodic(Kernel):
         grads : dict of str to ndarray
         d_X1 : ndarray, shape (n1, D)
         """
-        args, r2 = self._distances(X1, X2)
+        E1, angles1, E2, angles2, wide, r2 = self._distances(X1, X2)
+        dim = X1.shape[1]
         if K is None:
             K = self.base._profile(r2)
             K *= float(self.base.variance)
         S, grads = self.base._slope(r2, K, G)
-        d_X1, d_ls, d_period = _cov.periodic_adjoint(*args, S)
+        d_E1, d_ls = wide._distance_adjoint(E1, E2, S)
+        d_E2, _ = wide._distance_adjoint(E2, E1, np.ascontiguousarray(S.T))
+        # d/d angle from d/d (cos, sin) of the angle.
+        d_angles1 = np.cos(angles1) * d_E1[:, dim:] - np.sin(angles1) * d_E1[:, :dim]
+        d_angles2 = np.cos(angles2) * d_E2[:, dim:] - np.sin(angles2) * d_E2[:, :dim]
+        period = _vector(self.period, dim)
+        d_period = -(np.einsum("id,id->d", angles1, d_angles1) + np.einsum("jd,jd->d", angles2, d_angles2)) / period
+        d_ls = d_ls[:dim] + d_ls[dim:]
         grads["lengthscale"] = d_ls if np.ndim(self.base.lengthscale) else np.array(d_ls.sum())
         grads["period"] = d_period if np.ndim(self.period) else np.array(d_period.sum())
-        return grads, d_X1
+        return grads, d_angles1 * (2.0 * np.pi / period)
 
     def diag_vjp(self, X, g):
         """d/d variance of sum_i g_i diag_i; the diagonal depends on nothing else.
