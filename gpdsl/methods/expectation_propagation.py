@@ -18,6 +18,12 @@ predictive state come from the exact / FITC Gaussian engines run on the pseudo-d
 likelihood's parameters theta (the bias, a Student-t's df and scale) enter only the likelihood:
 d log Z / d theta = sum_i d log Z_i / d theta at fixed cavities
 (the likelihood's ``log_z_gradient``, :mod:`gpdsl._jit.projections`; for a bias, d log Z_i / d mu_cav,i).
+
+A latent offset o (the likelihood sees f + o, f ~ GP(0, K)) is the same: the sites and cavities
+live on f and do not involve o, which enters only log Z_i = log int p(y_i | f + o_i) N(f | mu_cav,i,
+var_cav,i) df, a function of mu_cav,i + o_i.  So d log Z_EP / d o_i = d log Z_i / d mu_cav,i =
+(mean_tilted,i - mu_cav,i) / var_cav,i at fixed sites; at the fixed point this is tau_i (nu_i / tau_i
+- mu_i) = [(K + diag(1/tau))^-1 nu / tau]_i, GPML infEP's dnlZ.mean (-alpha per unit of dm).
 """
 from __future__ import annotations
 
@@ -534,6 +540,9 @@ def cavity_terms(prior, state, y, site, quantile=None):
     clamped : int
         Sites whose moment-matched precision 1 / var_tilted - tau_cav is negative (beyond a
         relative CLAMP_MARGIN): the sweeps hold them at 0, so their variance is not matched.
+    d_cavity : ndarray, shape (N,)
+        d log Z_i / d mu_cav,i = (mean_tilted,i - mu_cav,i) tau_cav,i: the evidence's gradient in a
+        latent offset at fixed sites (module docstring).
 
     Raises
     ------
@@ -551,13 +560,14 @@ def cavity_terms(prior, state, y, site, quantile=None):
         raise FloatingPointError("EP/QP posterior lost positive definiteness (marginal variance not below 1 / site "
                                  "precision): the hyperparameters are numerically extreme")
     n = len(y)
-    log_z, param_grads, tilted_var = np.empty(n), np.zeros(len(site.params)), np.empty(n)
+    log_z, param_grads, tilted_mean, tilted_var = np.empty(n), np.zeros(len(site.params)), np.empty(n), np.empty(n)
     for i in range(n):
         mu_c, var_c = nu_cav[i] / tau_cav[i], 1.0 / tau_cav[i]
-        log_z[i], _, tilted_var[i] = site.functions.project(y[i], mu_c, var_c, site.params, quantile, None, None)
+        log_z[i], tilted_mean[i], tilted_var[i] = site.functions.project(y[i], mu_c, var_c, site.params, quantile,
+                                                                         None, None)
         param_grads += site.functions.log_z_gradient(y[i], mu_c, var_c, site.params)
     clamped = int(np.sum(tilted_var * tau_cav > 1.0 + CLAMP_MARGIN))
-    return log_z, param_grads, tau_cav, nu_cav, mean, clamped
+    return log_z, param_grads, tau_cav, nu_cav, mean, clamped, tilted_mean * tau_cav - nu_cav
 
 
 def log_evidence(prior, state, log_z, tau_cav, nu_cav, mean):
@@ -639,8 +649,8 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=Tru
     # The evidence and its gradients are EP's for QP too (Zhang et al. fit hyperparameters with
     # EP's evidence): the gradient identity needs the moment-matching fixed point.
     state = run_sites(prior, y, site, spec, warm, quantile=False, start=start)
-    log_z, param_grads, tau_cav, nu_cav, mean, state.clamped = cavity_terms(prior, state, y, site,
-                                                                            False if spec.quantile else None)
+    log_z, param_grads, tau_cav, nu_cav, mean, state.clamped, d_cavity = cavity_terms(
+        prior, state, y, site, False if spec.quantile else None)
     F = log_evidence(prior, state, log_z, tau_cav, nu_cav, mean)
     if need_state and state.clamped:
         # The gradient identity below needs every site moment-matched.  With clamped sites the
@@ -662,6 +672,8 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=Tru
         # The sites depend on the likelihood's parameters, but at an EP fixed point the evidence
         # is stationary in them: only the explicit dependence of the log Z_i remains.
         grads.update({name: np.array(g) for name, g in zip(site.names, param_grads)})
+        if offset is not None:
+            grads["offset"] = d_cavity          # likewise for a latent offset (module docstring)
     post_state, sites = None, state
     if need_state:
         if spec.quantile:
