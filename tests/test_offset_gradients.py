@@ -105,19 +105,22 @@ def test_mean_gradients_match_finite_differences(inference, sparse, lik):
         np.testing.assert_allclose(analytic, numeric, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
-def test_offset_gradient_in_row_chunks_and_dask_is_the_in_memory_one():
-    """The collapsed methods' offset gradient comes out of their row-chunked gradient pass: small
-    chunks and a Dask X in row blocks give the in-memory single-block vector."""
+@pytest.mark.parametrize("cls,options,lik", [
+    (gd.inference.VFE, {}, "gaussian"), (gd.inference.DTC, {}, "gaussian"), (gd.inference.FITC, {}, "gaussian"),
+    (gd.inference.Laplace, {"tol": 1e-15}, "poisson"),
+    (gd.inference.EP, {"schedule": "parallel", **EP_TOL}, "probit")])
+def test_offset_gradient_in_row_chunks_and_dask_is_the_in_memory_one(cls, options, lik):
+    """The sparse methods' offset gradient through their row-chunked passes: small chunks and a
+    Dask X in row blocks give the in-memory single-block vector."""
     da = pytest.importorskip("dask.array")
-    for cls in (gd.inference.VFE, gd.inference.DTC, gd.inference.FITC):
-        model, values, y, Z = _setup(cls(), True, "gaussian")
-        ref = model.evaluate(values, X, y, Z, offset=OFFSET).grads["offset"]
-        chunked = gd.Model(model.kernel, model.likelihood, model.inducing, cls(chunk_size=7))
-        np.testing.assert_allclose(chunked.evaluate(values, X, y, Z, offset=OFFSET).grads["offset"], ref,
-                                   rtol=1e-10, atol=1e-12)
-        Xd = da.from_array(X, chunks=(8, 2))
-        np.testing.assert_allclose(model.evaluate(values, Xd, y, Z, offset=OFFSET).grads["offset"], ref,
-                                   rtol=1e-10, atol=1e-12)
+    model, values, y, Z = _setup(cls(**options), True, lik)
+    ref = model.evaluate(values, X, y, Z, offset=OFFSET).grads["offset"]
+    chunked = gd.Model(model.kernel, model.likelihood, model.inducing, cls(chunk_size=7, **options))
+    np.testing.assert_allclose(chunked.evaluate(values, X, y, Z, offset=OFFSET).grads["offset"], ref,
+                               rtol=1e-8, atol=1e-10)
+    Xd = da.from_array(X, chunks=(8, 2))
+    np.testing.assert_allclose(model.evaluate(values, Xd, y, Z, offset=OFFSET).grads["offset"], ref,
+                               rtol=1e-8, atol=1e-10)
 
 
 def test_ep_offset_gradient_is_gpmls_alpha_at_the_fixed_point():
