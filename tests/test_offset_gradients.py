@@ -162,3 +162,49 @@ def test_gpml_mean_oracles(name, kernel, mean, cov, mean_names):
     (which include m(X*)) are left to Posterior.predict's own change."""
     model = gd.Model(kernel, gd.likelihoods.Gaussian(), inference=gd.inference.Exact(), mean=mean)
     check_case(name, model, _natural(cov, mean_names), predictions=False)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_qp_algorithm1_step_has_the_mean_gradients_of_eq4_at_fixed_sites(sparse):
+    """QP(hyperparameters="qp"): eq. 4 at sites swept at the latent offset o_s holds them fixed in
+    f, log N(nu/tau + o_s - o | 0, K + diag(1/tau)); its mean gradients against finite
+    differences, at mean values away from those of the sweep (o != o_s)."""
+    from gpdsl.methods.expectation_propagation import evaluate_at_sites, qp_sites
+    mean = gd.means.Constant(0.3) + gd.means.Linear(np.array([0.2, -0.1]))
+    spec = gd.inference.QP(hyperparameters="qp", **EP_TOL)
+    model, values, y, Z = _setup(spec, sparse, "probit", mean=mean)
+    kernel, likelihood = model.bind(values)
+    site_offset = model.latent_offset(values, X, OFFSET)
+    sites = qp_sites(kernel, likelihood, X, y, Z, spec=spec, offset=site_offset)
+    at = dict(values, **{"mean.0.constant": np.array(0.1), "mean.1.coefficients": np.array([0.3, 0.05])})
+
+    def eq4(v, need_grad=False):
+        return evaluate_at_sites(model, v, X, y, Z, spec=spec, sites=sites, site_offset=site_offset,
+                                 need_grad=need_grad, offset=OFFSET)
+
+    same = eq4(values)
+    plain = gd.methods.expectation_propagation.site_regression(
+        kernel, X, Z, sites.tau, sites.nu, jitter=spec.jitter, chunk_size=None, need_grad=False, need_state=False)
+    assert same.log_evidence == pytest.approx(plain.log_evidence, rel=1e-12)
+    ev = eq4(at, need_grad=True)
+    assert "offset" not in ev.grads
+    for name in ("mean.0.constant", "mean.1.coefficients"):
+        analytic = np.atleast_1d(ev.grads[name])
+        for k in range(analytic.size):
+            up, down = dict(at), dict(at)
+            up[name], down[name] = np.array(at[name], dtype=float), np.array(at[name], dtype=float)
+            up[name].flat[k] += H
+            down[name].flat[k] -= H
+            numeric = (eq4(up).log_evidence - eq4(down).log_evidence) / (2.0 * H)
+            assert analytic[k] == pytest.approx(numeric, rel=1e-6, abs=1e-7), name
+
+
+def test_qp_algorithm1_fits_a_mean_function():
+    """Algorithm 1 with a constant mean converges; the constant adds to the probit bias (one
+    parameter between them), so the fit ends at the evidence of the fit without it."""
+    fits = [gd.Model(SE(0.9, 1.3), gd.likelihoods.Bernoulli("probit"), None, gd.inference.QP(hyperparameters="qp"),
+                     mean=mean).fit(X, TARGETS["bernoulli"], offset=OFFSET)
+            for mean in (None, gd.means.Constant(0.3))]
+    assert all(post.converged for post in fits)
+    assert fits[1].log_evidence == pytest.approx(fits[0].log_evidence, abs=1e-4)
+    assert fits[1].values["mean.constant"] != pytest.approx(0.3, abs=1e-2)

@@ -782,12 +782,14 @@ def qp_outer_loop(objective, u, max_iter, *, spec):
         values = table.unpack(u)
         Z = values.pop("inducing.Z", objective.Z0)
         kernel, likelihood = model.bind(values)
+        offset = model.latent_offset(values, objective.X, objective.offset)
         sites = qp_sites(kernel, likelihood, objective.X, objective.y, Z, spec=spec, warm=objective.warm,
-                         offset=objective.offset)
+                         offset=offset)
         objective.warm, objective.total_sweeps = sites, objective.total_sweeps + sites.sweeps
         held = ParameterTable([replace(e, value=np.asarray(values[e.name], dtype=float), fixed=True)
                                if e.name.startswith("likelihood.") else e for e in table.entries])
-        step = objective.restricted(held, partial(evaluate_at_sites, model, spec=spec, sites=sites))
+        step = objective.restricted(held, partial(evaluate_at_sites, model, spec=spec, sites=sites,
+                                                  site_offset=offset))
         result = step.minimise(held.pack({**values, "inducing.Z": Z}), max_iter, False, None)
         iterations += int(result.nit)
         u_new = table.pack(held.unpack(result.x))
@@ -805,12 +807,19 @@ def qp_outer_loop(objective, u, max_iter, *, spec):
     return u, False, iterations
 
 
-def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, warm=None, need_grad=True,
+def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, site_offset=None, warm=None, need_grad=True,
                       need_state=False, offset=None):
     """Zhang et al.'s eq. (4) with the sites (tau, nu) held fixed, less its constant
     sum_i log(Z~_i / sqrt(2 pi)): log N(nu/tau | 0, K + diag(1/tau)) with the dense or FITC
     prior K, and its gradient (kernel hyperparameters, Z).  The objective of Algorithm 1's line
-    15; ``y``, ``warm`` and ``offset`` are unused (the sites carry the data).
+    15; ``y`` and ``warm`` are unused (the sites carry the data).
+
+    The sites were swept on f - o_s for the latent offset o_s = ``site_offset`` (m(X) plus the
+    fit's offset at the round's start); held fixed as approximations of the likelihood terms,
+    which see f, they have the site means nu/tau + o_s - o at the latent offset o of ``values``
+    (``model.latent_offset(values, X, offset)``): eq. 4 is log N(nu/tau + o_s - o | 0, K +
+    diag(1/tau)), GPML's log N(mu~ | m, K + Sigma~), whose gradient in o, (K + diag(1/tau))^-1
+    (nu/tau + o_s - o), gives the mean function's gradients.
 
     Parameters
     ----------
@@ -828,10 +837,12 @@ def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, warm=None, ne
         The declaration (damping, max_sweeps, tol, schedule, jitter, chunk_size, QP options).
     sites : SiteState
         The sites held fixed.
+    site_offset : ndarray, shape (N,), optional
+        The latent offset the sites were swept at (None: none).
     warm : object, optional
         Unused.
     offset : ndarray, optional
-        Unused.
+        The fit's per-row offset (without the mean function).
     need_grad : bool, default True
         Compute the gradients.
     need_state : bool, default False
@@ -842,13 +853,18 @@ def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, warm=None, ne
     gpdsl.methods.common.Evaluation
     """
     kernel, _ = model.bind(values)
-    ev = site_regression(kernel, X, Z, sites.tau, sites.nu, jitter=spec.jitter, chunk_size=spec.chunk_size,
-                         need_grad=need_grad, need_state=need_state)
-    return Evaluation(log_evidence=ev.log_evidence, grads=dict(ev.grads), dZ=ev.dZ, jitter=ev.jitter,
-                      state=ev.state)
+    nu, mean = sites.nu, model.mean is not None
+    if mean:
+        nu = nu + sites.tau * (site_offset - model.latent_offset(values, X, offset))
+    ev = site_regression(kernel, X, Z, sites.tau, nu, jitter=spec.jitter, chunk_size=spec.chunk_size,
+                         need_grad=need_grad, need_state=need_state, offset_grad=mean)
+    grads = dict(ev.grads)
+    if mean and need_grad:
+        grads.update(model.mean_gradients(values, X, grads.pop("offset")))
+    return Evaluation(log_evidence=ev.log_evidence, grads=grads, dZ=ev.dZ, jitter=ev.jitter, state=ev.state)
 
 
-def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, need_state):
+def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, need_state, offset_grad=False):
     """The Gaussian regression whose posterior is that of Gaussian sites with precisions tau and
     locations nu (N,) each: targets nu/tau, noise 1/tau, dense (Z None) or FITC.  EP's and QP's
     sites, and the Laplace approximation's (tau = W, nu = W f_hat + d log p), go through it.
@@ -873,6 +889,9 @@ def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, nee
         Compute the gradients (kernel hyperparameters and Z).
     need_state : bool
         Build the predictive state.
+    offset_grad : bool, default False
+        Also ``grads["offset"]`` = (K + diag(1/tau))^-1 nu/tau, the gradient in an offset o
+        subtracted from the targets (with ``need_grad``).
 
     Returns
     -------
@@ -882,6 +901,7 @@ def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, nee
     tau = np.maximum(tau, _TAU_FLOOR)
     pseudo = known_noise(1.0 / tau)
     if Z is None:
-        return exact.evaluate(kernel, pseudo, X, nu / tau, jitter=None, need_grad=need_grad, need_state=need_state)
-    return collapsed.evaluate(kernel, pseudo, X, nu / tau, Z, fitc=True, jitter=jitter,
-                              chunk_size=chunk_size, need_grad=need_grad, need_state=need_state)
+        return exact.evaluate(kernel, pseudo, X, nu / tau, jitter=None, need_grad=need_grad, need_state=need_state,
+                              offset_grad=offset_grad)
+    return collapsed.evaluate(kernel, pseudo, X, nu / tau, Z, fitc=True, jitter=jitter, chunk_size=chunk_size,
+                              need_grad=need_grad, need_state=need_state, offset_grad=offset_grad)
