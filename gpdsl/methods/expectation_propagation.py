@@ -18,12 +18,9 @@ predictive state come from the exact / FITC Gaussian engines run on the pseudo-d
 likelihood's parameters theta (the bias, a Student-t's df and scale) enter only the likelihood:
 d log Z / d theta = sum_i d log Z_i / d theta at fixed cavities
 (the likelihood's ``log_z_gradient``, :mod:`gpdsl._jit.projections`; for a bias, d log Z_i / d mu_cav,i).
-
-A latent offset o (the likelihood sees f + o, f ~ GP(0, K)) is the same: the sites and cavities
-live on f and do not involve o, which enters only log Z_i = log int p(y_i | f + o_i) N(f | mu_cav,i,
-var_cav,i) df, a function of mu_cav,i + o_i.  So d log Z_EP / d o_i = d log Z_i / d mu_cav,i =
-(mean_tilted,i - mu_cav,i) / var_cav,i at fixed sites; at the fixed point this is tau_i (nu_i / tau_i
-- mu_i) = [(K + diag(1/tau))^-1 nu / tau]_i, GPML infEP's dnlZ.mean (-alpha per unit of dm).
+A latent offset o (the likelihood sees f + o; sites and cavities on f) enters only log Z_i, a function
+of mu_cav,i + o_i: d log Z_EP / d o_i = d log Z_i / d mu_cav,i = (mean_tilted,i - mu_cav,i) / var_cav,i,
+at the fixed point [(K + diag(1/tau))^-1 nu / tau]_i, GPML infEP's -dnlZ.mean per unit of dm.
 """
 from __future__ import annotations
 
@@ -541,8 +538,7 @@ def cavity_terms(prior, state, y, site, quantile=None):
         Sites whose moment-matched precision 1 / var_tilted - tau_cav is negative (beyond a
         relative CLAMP_MARGIN): the sweeps hold them at 0, so their variance is not matched.
     d_cavity : ndarray, shape (N,)
-        d log Z_i / d mu_cav,i = (mean_tilted,i - mu_cav,i) tau_cav,i: the evidence's gradient in a
-        latent offset at fixed sites (module docstring).
+        d log Z_i / d mu_cav,i = (mean_tilted,i - mu_cav,i) tau_cav,i (a latent offset's gradient).
 
     Raises
     ------
@@ -814,12 +810,9 @@ def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, site_offset=N
     prior K, and its gradient (kernel hyperparameters, Z).  The objective of Algorithm 1's line
     15; ``y`` and ``warm`` are unused (the sites carry the data).
 
-    The sites were swept on f - o_s for the latent offset o_s = ``site_offset`` (m(X) plus the
-    fit's offset at the round's start); held fixed as approximations of the likelihood terms,
-    which see f, they have the site means nu/tau + o_s - o at the latent offset o of ``values``
-    (``model.latent_offset(values, X, offset)``): eq. 4 is log N(nu/tau + o_s - o | 0, K +
-    diag(1/tau)), GPML's log N(mu~ | m, K + Sigma~), whose gradient in o, (K + diag(1/tau))^-1
-    (nu/tau + o_s - o), gives the mean function's gradients.
+    Sites swept at the latent offset o_s = ``site_offset`` and held fixed in f + o have the means
+    nu/tau + o_s - o at the latent offset o of ``values``: eq. 4 is then GPML's log N(mu~ | m, K +
+    Sigma~), whose gradient in o, (K + diag(1/tau))^-1 (nu/tau + o_s - o), gives the mean's.
 
     Parameters
     ----------
@@ -890,8 +883,7 @@ def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, nee
     need_state : bool
         Build the predictive state.
     offset_grad : bool, default False
-        Also ``grads["offset"]`` = (K + diag(1/tau))^-1 nu/tau, the gradient in an offset o
-        subtracted from the targets (with ``need_grad``).
+        Also ``grads["offset"]`` = (K + diag(1/tau))^-1 nu/tau, d/d o of targets nu/tau - o.
 
     Returns
     -------
