@@ -30,7 +30,7 @@ class Exact(Inference):
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
         return exact.evaluate(kernel, likelihood, X, _less(y, offset), jitter=self.jitter, need_grad=need_grad,
-                              need_state=need_state)
+                              need_state=need_state, offset_grad=offset is not None)
 
 
 _COLLAPSED_PARAMETERS = """
@@ -66,7 +66,7 @@ class _CollapsedGaussian(Inference):
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
         return collapsed.evaluate(kernel, likelihood, X, _less(y, offset), Z, fitc=self.fitc, dtc=self.dtc,
                                   jitter=self.jitter, chunk_size=self.chunk_size, need_grad=need_grad,
-                                  need_state=need_state)
+                                  need_state=need_state, offset_grad=offset is not None)
 
 
 @dataclass(frozen=True)

@@ -50,4 +50,4 @@ class Laplace(Inference):
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
         return laplace.evaluate(kernel, shifted(likelihood, offset), X, y, Z, tol=self.tol, max_iter=self.max_iter,
                                 jitter=self.jitter, chunk_size=self.chunk_size, need_grad=need_grad,
-                                need_state=need_state)
+                                need_state=need_state, offset_grad=offset is not None)

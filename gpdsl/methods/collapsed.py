@@ -26,6 +26,10 @@ chunked pass that forms the adjoint of K_uf column by column (derivation in the 
 ``m = K_uu Sigma^-1 K_uf Lambda^-1 y``, ``S = K_uu Sigma^-1 K_uu`` with
 ``Sigma = K_uu + K_uf Lambda^-1 K_fu = L B L^T``; VFE and DTC share it (Titsias section 3.1:
 the variational predictive is the projected process'), FITC's has its own Lambda.
+
+Targets y - o of a latent offset o (f = o + g): the trace term does not involve y, so
+d F / d o = (Q_ff + Lambda)^-1 (y - o) = Lambda^-1 (y - o - K_fu Sigma^-1 K_uf Lambda^-1 (y - o)),
+whose row n is w_n e_n of the gradient pass (``offset_grad``).
 """
 from __future__ import annotations
 
@@ -96,7 +100,7 @@ def check_rows_nystrom(residual, kff):
 
 
 def evaluate(kernel, likelihood, X, y, Z, *, fitc, dtc=False, jitter=None, chunk_size=None,
-             need_grad=True, need_state=False):
+             need_grad=True, need_state=False, offset_grad=False):
     """The collapsed objective, its gradients and, if asked, the posterior q(u).
 
     The objective is ``log N(y | 0, Q_ff + Lambda)`` (Titsias 2009 eq. 5), less, for VFE, the
@@ -131,6 +135,9 @@ def evaluate(kernel, likelihood, X, y, Z, *, fitc, dtc=False, jitter=None, chunk
         Compute the gradients (a second pass over the rows).
     need_state : bool
         Compute the predictive state and q(u) (Titsias eq. 17).
+    offset_grad : bool, default False
+        ``y`` is y - o for a latent offset o: with ``need_grad``, also ``grads["offset"]`` (N,),
+        d F / d o = (Q_ff + Lambda)^-1 (y - o) (module docstring).
 
     Returns
     -------
@@ -152,13 +159,13 @@ def evaluate(kernel, likelihood, X, y, Z, *, fitc, dtc=False, jitter=None, chunk
     for attempt, rung in enumerate(rungs):
         try:
             return _evaluate_at(kernel, likelihood, X, y, Z, fitc, dtc, rung, chunk_size, need_grad,
-                                need_state)
+                                need_state, offset_grad)
         except (np.linalg.LinAlgError, FloatingPointError):
             if attempt == len(rungs) - 1:
                 raise
 
 
-def _evaluate_at(kernel, likelihood, X, y, Z, fitc, dtc, jitter, chunk_size, need_grad, need_state):
+def _evaluate_at(kernel, likelihood, X, y, Z, fitc, dtc, jitter, chunk_size, need_grad, need_state, offset_grad):
     n, m = X.shape[0], Z.shape[0]
     chunk = chunk_size or default_chunk_size(n, m)
     Kuu = kernel.gram(Z, Z)
@@ -215,7 +222,7 @@ def _evaluate_at(kernel, likelihood, X, y, Z, fitc, dtc, jitter, chunk_size, nee
     grads, dZ = {}, None
     if need_grad:
         grads, dZ = _gradient_pass(kernel, likelihood, data, Z, rows, kept, chunk, fitc, dtc, jit,
-                                   alpha, solve_upper_t(L, alpha), B_inv, B_minus_I, Li)
+                                   alpha, solve_upper_t(L, alpha), B_inv, B_minus_I, Li, offset_grad)
     state = None
     if need_state:
         L_LBi = L @ LBi.T
@@ -249,8 +256,9 @@ def _block_rows(kernel, Z, L, fitc, cache, keep_kuf, Xb, noise_b, hit):
 
 
 def _gradient_pass(kernel, likelihood, data, Z, rows, kept, chunk, fitc, dtc, jit,
-                   alpha, beta, B_inv, B_minus_I, Li):
-    """Adjoints of K_uf (per chunk), K_uu, K_nn and lambda, contracted with the kernel VJPs.
+                   alpha, beta, B_inv, B_minus_I, Li, offset_grad):
+    """Adjoints of K_uf (per chunk), K_uu, K_nn and lambda, contracted with the kernel VJPs, and
+    with ``offset_grad`` d F / d y = -w_n e_n, negated into ``grads["offset"]``.
 
     Writing k_n for column n of K_uf, w_n = 1/lambda_n and e_n = y_n - beta^T k_n, the
     log N(y | 0, Q + Lambda) part has (Sigma = K_uu + K_uf W K_fu)
@@ -308,9 +316,9 @@ def _gradient_pass(kernel, likelihood, data, Z, rows, kept, chunk, fitc, dtc, ji
         kgrads, dZ = kernel.vjp(Z, Xb, G_uf, K=Kuf)
         if g_kff is not None:                    # DTC's objective does not involve K_nn
             kgrads = add_partial(kgrads, kernel.diag_vjp(Xb, g_kff))
-        return (kgrads, dZ, G_uu_part), (g_lam,)
+        return (kgrads, dZ, G_uu_part), (g_lam, w * e)
 
-    (kgrads, dZ, G_uu_part), (g_lam,) = map_rows(pass_fn, data, chunk, width=m, carried=kept)
+    (kgrads, dZ, G_uu_part), (g_lam, d_offset) = map_rows(pass_fn, data, chunk, width=m, carried=kept)
     G_uu_white = 0.5 * (C_white - np.outer(alpha, alpha)) + G_uu_part
     if trace:
         G_uu_white = G_uu_white - 0.5 * B_minus_I           # -1/2 K_uu^-1 P K_uu^-1, whitened
@@ -319,4 +327,6 @@ def _gradient_pass(kernel, likelihood, data, Z, rows, kept, chunk, fitc, dtc, ji
     uu_grads, dZ_uu = kernel.vjp(Z, Z, G_uu)
     grads = add_partial(kgrads, uu_grads)
     grads = add_partial(grads, likelihood.noise_vjp(data[0], g_lam))
+    if offset_grad:
+        grads["offset"] = d_offset
     return grads, dZ + 2.0 * dZ_uu

@@ -1,7 +1,8 @@
 """Exact (dense, O(N^3)) Gaussian-process regression: the reference every sparse method is tested against.
 
 log p(y) = -1/2 y^T K^-1 y - 1/2 log|K| - N/2 log 2pi with K = K_ff + Lambda (Rasmussen &
-Williams eq. 2.30), gradient 1/2 tr((alpha alpha^T - K^-1) dK) (eq. 5.9).
+Williams eq. 2.30), gradient 1/2 tr((alpha alpha^T - K^-1) dK) (eq. 5.9).  Targets y - o of a
+latent offset o (f = o + g) give d log p / d o = K^-1 (y - o) = alpha (``offset_grad``).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ _LOG_2PI = np.log(2.0 * np.pi)
 
 
 def evaluate(kernel, likelihood, X, y, Z=None, *, jitter=None, chunk_size=None,
-             need_grad=True, need_state=False):
+             need_grad=True, need_state=False, offset_grad=False):
     """Exact log marginal likelihood; X (N, D), y (N,).  ``Z`` and ``chunk_size`` are unused.
 
     The O(N^3) factorisation and inverse use the bulk BLAS thread count (gpdsl.threads).
@@ -42,6 +43,9 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, jitter=None, chunk_size=None,
         Compute the gradients (kernel and noise hyperparameters).
     need_state : bool, default False
         Build the predictive state (Z = X).
+    offset_grad : bool, default False
+        ``y`` is y - o for a latent offset o: with ``need_grad``, also ``grads["offset"]``,
+        d log p / d o = alpha = K^-1 (y - o).
 
     Returns
     -------
@@ -49,10 +53,10 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, jitter=None, chunk_size=None,
         log p(y) of R&W eq. 2.30, its gradients (eq. 5.9), the pseudo-data (1/noise, y/noise).
     """
     with threads.bulk(float(X.shape[0]) ** 3):
-        return _evaluate(kernel, likelihood, X, y, jitter, need_grad, need_state)
+        return _evaluate(kernel, likelihood, X, y, jitter, need_grad, need_state, offset_grad)
 
 
-def _evaluate(kernel, likelihood, X, y, jitter, need_grad, need_state):
+def _evaluate(kernel, likelihood, X, y, jitter, need_grad, need_state, offset_grad):
     n = X.shape[0]
     Kff = kernel.gram(X, X)
     noise = likelihood.noise(X)
@@ -66,6 +70,8 @@ def _evaluate(kernel, likelihood, X, y, jitter, need_grad, need_state):
         G = jitter_adjoint(0.5 * (np.outer(alpha, alpha) - K_inv), jit)
         grads, _ = kernel.vjp(X, X, G)
         grads = add_partial(grads, likelihood.noise_vjp(X, np.diag(G).copy()))
+        if offset_grad:
+            grads["offset"] = alpha
     state = None
     if need_state:
         # Whitened (b_* = L^-1 k_*): var_* = k_** - |b_*|^2 can never exceed the prior variance,

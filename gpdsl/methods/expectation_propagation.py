@@ -18,6 +18,9 @@ predictive state come from the exact / FITC Gaussian engines run on the pseudo-d
 likelihood's parameters theta (the bias, a Student-t's df and scale) enter only the likelihood:
 d log Z / d theta = sum_i d log Z_i / d theta at fixed cavities
 (the likelihood's ``log_z_gradient``, :mod:`gpdsl._jit.projections`; for a bias, d log Z_i / d mu_cav,i).
+A latent offset o (the likelihood sees f + o; sites and cavities on f) enters only log Z_i, a function
+of mu_cav,i + o_i: d log Z_EP / d o_i = d log Z_i / d mu_cav,i = (mean_tilted,i - mu_cav,i) / var_cav,i,
+at the fixed point [(K + diag(1/tau))^-1 nu / tau]_i, GPML infEP's -dnlZ.mean per unit of dm.
 """
 from __future__ import annotations
 
@@ -534,6 +537,8 @@ def cavity_terms(prior, state, y, site, quantile=None):
     clamped : int
         Sites whose moment-matched precision 1 / var_tilted - tau_cav is negative (beyond a
         relative CLAMP_MARGIN): the sweeps hold them at 0, so their variance is not matched.
+    d_cavity : ndarray, shape (N,)
+        d log Z_i / d mu_cav,i = (mean_tilted,i - mu_cav,i) tau_cav,i (a latent offset's gradient).
 
     Raises
     ------
@@ -551,13 +556,14 @@ def cavity_terms(prior, state, y, site, quantile=None):
         raise FloatingPointError("EP/QP posterior lost positive definiteness (marginal variance not below 1 / site "
                                  "precision): the hyperparameters are numerically extreme")
     n = len(y)
-    log_z, param_grads, tilted_var = np.empty(n), np.zeros(len(site.params)), np.empty(n)
+    log_z, param_grads, tilted_mean, tilted_var = np.empty(n), np.zeros(len(site.params)), np.empty(n), np.empty(n)
     for i in range(n):
         mu_c, var_c = nu_cav[i] / tau_cav[i], 1.0 / tau_cav[i]
-        log_z[i], _, tilted_var[i] = site.functions.project(y[i], mu_c, var_c, site.params, quantile, None, None)
+        log_z[i], tilted_mean[i], tilted_var[i] = site.functions.project(y[i], mu_c, var_c, site.params, quantile,
+                                                                         None, None)
         param_grads += site.functions.log_z_gradient(y[i], mu_c, var_c, site.params)
     clamped = int(np.sum(tilted_var * tau_cav > 1.0 + CLAMP_MARGIN))
-    return log_z, param_grads, tau_cav, nu_cav, mean, clamped
+    return log_z, param_grads, tau_cav, nu_cav, mean, clamped, tilted_mean * tau_cav - nu_cav
 
 
 def log_evidence(prior, state, log_z, tau_cav, nu_cav, mean):
@@ -639,8 +645,8 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=Tru
     # The evidence and its gradients are EP's for QP too (Zhang et al. fit hyperparameters with
     # EP's evidence): the gradient identity needs the moment-matching fixed point.
     state = run_sites(prior, y, site, spec, warm, quantile=False, start=start)
-    log_z, param_grads, tau_cav, nu_cav, mean, state.clamped = cavity_terms(prior, state, y, site,
-                                                                            False if spec.quantile else None)
+    log_z, param_grads, tau_cav, nu_cav, mean, state.clamped, d_cavity = cavity_terms(
+        prior, state, y, site, False if spec.quantile else None)
     F = log_evidence(prior, state, log_z, tau_cav, nu_cav, mean)
     if need_state and state.clamped:
         # The gradient identity below needs every site moment-matched.  With clamped sites the
@@ -662,6 +668,8 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=Tru
         # The sites depend on the likelihood's parameters, but at an EP fixed point the evidence
         # is stationary in them: only the explicit dependence of the log Z_i remains.
         grads.update({name: np.array(g) for name, g in zip(site.names, param_grads)})
+        if offset is not None:
+            grads["offset"] = d_cavity          # likewise for a latent offset (module docstring)
     post_state, sites = None, state
     if need_state:
         if spec.quantile:
@@ -770,12 +778,14 @@ def qp_outer_loop(objective, u, max_iter, *, spec):
         values = table.unpack(u)
         Z = values.pop("inducing.Z", objective.Z0)
         kernel, likelihood = model.bind(values)
+        offset = model.latent_offset(values, objective.X, objective.offset)
         sites = qp_sites(kernel, likelihood, objective.X, objective.y, Z, spec=spec, warm=objective.warm,
-                         offset=objective.offset)
+                         offset=offset)
         objective.warm, objective.total_sweeps = sites, objective.total_sweeps + sites.sweeps
         held = ParameterTable([replace(e, value=np.asarray(values[e.name], dtype=float), fixed=True)
                                if e.name.startswith("likelihood.") else e for e in table.entries])
-        step = objective.restricted(held, partial(evaluate_at_sites, model, spec=spec, sites=sites))
+        step = objective.restricted(held, partial(evaluate_at_sites, model, spec=spec, sites=sites,
+                                                  site_offset=offset))
         result = step.minimise(held.pack({**values, "inducing.Z": Z}), max_iter, False, None)
         iterations += int(result.nit)
         u_new = table.pack(held.unpack(result.x))
@@ -793,12 +803,16 @@ def qp_outer_loop(objective, u, max_iter, *, spec):
     return u, False, iterations
 
 
-def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, warm=None, need_grad=True,
+def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, site_offset=None, warm=None, need_grad=True,
                       need_state=False, offset=None):
     """Zhang et al.'s eq. (4) with the sites (tau, nu) held fixed, less its constant
     sum_i log(Z~_i / sqrt(2 pi)): log N(nu/tau | 0, K + diag(1/tau)) with the dense or FITC
     prior K, and its gradient (kernel hyperparameters, Z).  The objective of Algorithm 1's line
-    15; ``y``, ``warm`` and ``offset`` are unused (the sites carry the data).
+    15; ``y`` and ``warm`` are unused (the sites carry the data).
+
+    Sites swept at the latent offset o_s = ``site_offset`` and held fixed in f + o have the means
+    nu/tau + o_s - o at the latent offset o of ``values``: eq. 4 is then GPML's log N(mu~ | m, K +
+    Sigma~), whose gradient in o, (K + diag(1/tau))^-1 (nu/tau + o_s - o), gives the mean's.
 
     Parameters
     ----------
@@ -816,10 +830,12 @@ def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, warm=None, ne
         The declaration (damping, max_sweeps, tol, schedule, jitter, chunk_size, QP options).
     sites : SiteState
         The sites held fixed.
+    site_offset : ndarray, shape (N,), optional
+        The latent offset the sites were swept at (None: none).
     warm : object, optional
         Unused.
     offset : ndarray, optional
-        Unused.
+        The fit's per-row offset (without the mean function).
     need_grad : bool, default True
         Compute the gradients.
     need_state : bool, default False
@@ -830,13 +846,18 @@ def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, warm=None, ne
     gpdsl.methods.common.Evaluation
     """
     kernel, _ = model.bind(values)
-    ev = site_regression(kernel, X, Z, sites.tau, sites.nu, jitter=spec.jitter, chunk_size=spec.chunk_size,
-                         need_grad=need_grad, need_state=need_state)
-    return Evaluation(log_evidence=ev.log_evidence, grads=dict(ev.grads), dZ=ev.dZ, jitter=ev.jitter,
-                      state=ev.state)
+    nu, mean = sites.nu, model.mean is not None
+    if mean:
+        nu = nu + sites.tau * (site_offset - model.latent_offset(values, X, offset))
+    ev = site_regression(kernel, X, Z, sites.tau, nu, jitter=spec.jitter, chunk_size=spec.chunk_size,
+                         need_grad=need_grad, need_state=need_state, offset_grad=mean)
+    grads = dict(ev.grads)
+    if mean and need_grad:
+        grads.update(model.mean_gradients(values, X, grads.pop("offset")))
+    return Evaluation(log_evidence=ev.log_evidence, grads=grads, dZ=ev.dZ, jitter=ev.jitter, state=ev.state)
 
 
-def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, need_state):
+def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, need_state, offset_grad=False):
     """The Gaussian regression whose posterior is that of Gaussian sites with precisions tau and
     locations nu (N,) each: targets nu/tau, noise 1/tau, dense (Z None) or FITC.  EP's and QP's
     sites, and the Laplace approximation's (tau = W, nu = W f_hat + d log p), go through it.
@@ -861,6 +882,8 @@ def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, nee
         Compute the gradients (kernel hyperparameters and Z).
     need_state : bool
         Build the predictive state.
+    offset_grad : bool, default False
+        Also ``grads["offset"]`` = (K + diag(1/tau))^-1 nu/tau, d/d o of targets nu/tau - o.
 
     Returns
     -------
@@ -870,6 +893,7 @@ def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, nee
     tau = np.maximum(tau, _TAU_FLOOR)
     pseudo = known_noise(1.0 / tau)
     if Z is None:
-        return exact.evaluate(kernel, pseudo, X, nu / tau, jitter=None, need_grad=need_grad, need_state=need_state)
-    return collapsed.evaluate(kernel, pseudo, X, nu / tau, Z, fitc=True, jitter=jitter,
-                              chunk_size=chunk_size, need_grad=need_grad, need_state=need_state)
+        return exact.evaluate(kernel, pseudo, X, nu / tau, jitter=None, need_grad=need_grad, need_state=need_state,
+                              offset_grad=offset_grad)
+    return collapsed.evaluate(kernel, pseudo, X, nu / tau, Z, fitc=True, jitter=jitter, chunk_size=chunk_size,
+                              need_grad=need_grad, need_state=need_state, offset_grad=offset_grad)

@@ -13,6 +13,10 @@ W = -d^2 log p(y | f_hat) / df^2 (diagonal; positive for the log-concave probit 
   g = d log p, R = W^1/2 B^-1 W^1/2 and s2 = 1/2 diag((K^-1 + W)^-1) d^3 log p; a likelihood
   hyperparameter theta (the bias, which shifts f) has sum d log p / d theta
   + 1/2 diag((K^-1 + W)^-1)^T d^3 log p / df^2 d theta + s2^T (b - K R b), b = K d^2 log p / df d theta.
+* Latent offset o (the likelihood sees f + o, f ~ GP(0, K); ``offset_grad``): d log q / d o =
+  a + (I - R K) s2 -- explicitly g = a and s2 (W moves with f + o), implicitly s2^T d f_hat / d o
+  with d f_hat / d o = -(I + K W)^-1 K W, so (I + d f_hat / d o)^T s2 = (I + W K)^-1 s2 = (I - R K) s2
+  (GPML's infLaplace dnlZ.mean, with d (f_hat + o) / d o = (I + K W)^-1).
 * Prediction: the Gaussian regression with noise 1/W and targets f_hat + g / W has this
   posterior (its (K + W^-1)^-1 targets is a = g at the mode): the sites W, W f_hat + g go
   through EP's ``site_regression`` and the exact engine's whitened state (Algorithm 3.2).
@@ -76,7 +80,7 @@ from .expectation_propagation import site_regression
 
 
 def evaluate(kernel, likelihood, X, y, Z=None, *, tol, max_iter, need_grad=True, need_state=False,
-             jitter=None, chunk_size=None):
+             jitter=None, chunk_size=None, offset_grad=False):
     """Laplace log evidence, its gradients (kernel hyperparameters, likelihood's, Z) and posterior.
 
     X (N, D), y (N,) as the likelihood prepared them.  ``Z`` None: the dense O(N^3) method (the
@@ -111,6 +115,9 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, tol, max_iter, need_grad=True,
         K_uu's jitter (FITC only).
     chunk_size : int, optional
         Rows per O(N M^2) chunk (FITC only).
+    offset_grad : bool, default False
+        ``likelihood`` sees f + o for a latent offset o: with ``need_grad``, also
+        ``grads["offset"]`` (N,), d log q / d o = a + (I - R K) s2 (module docstring).
 
     Returns
     -------
@@ -124,10 +131,14 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, tol, max_iter, need_grad=True,
         Newton did not converge in ``max_iter`` steps, or the mode is not a maximum.
     """
     if Z is not None:
-        return _evaluate_fitc(kernel, likelihood, X, y, Z, tol, max_iter, need_grad, need_state,
-                              jitter, chunk_size)
-    with threads.bulk(float(X.shape[0]) ** 3):
-        return _evaluate(kernel, likelihood, X, y, tol, max_iter, need_grad, need_state)
+        ev = _evaluate_fitc(kernel, likelihood, X, y, Z, tol, max_iter, need_grad, need_state,
+                            jitter, chunk_size)
+    else:
+        with threads.bulk(float(X.shape[0]) ** 3):
+            ev = _evaluate(kernel, likelihood, X, y, tol, max_iter, need_grad, need_state)
+    if not offset_grad:
+        ev.grads.pop("offset", None)
+    return ev
 
 
 def _newton_system(K, W):
@@ -475,8 +486,10 @@ def _dense_gradients(kernel, likelihood, X, y, K, a, f, g, d3, R, posterior_var)
     s2 = 0.5 * posterior_var * d3
     # Adjoint of K: 1/2 a a^T - 1/2 R from the explicit terms, (I - R K) s2 g^T from the
     # implicit change of f_hat (symmetrised: dK is symmetric).
-    G = 0.5 * np.outer(a, a) - 0.5 * R + np.outer(s2 - R @ (K @ s2), g)
+    u = s2 - R @ (K @ s2)                                     # (I - R K) s2
+    G = 0.5 * np.outer(a, a) - 0.5 * R + np.outer(u, g)
     grads, _ = kernel.vjp(X, X, 0.5 * (G + G.T))
+    grads["offset"] = a + u                                   # d/d o of a latent offset (module docstring)
     # GPML's infLaplace for each likelihood hyperparameter theta: the explicit terms
     # sum d log p / d theta + 1/2 diag((K^-1 + W)^-1)^T d^3 log p / df^2 d theta and the
     # implicit change of f_hat through b = K d^2 log p / df d theta.
@@ -570,6 +583,7 @@ def _evaluate_fitc(kernel, likelihood, X, y, Z, tol, max_iter, need_grad, need_s
         dZ = dZ + 2.0 * dZ_uu
         for name, (dlp, d1p, d2p) in likelihood.log_density_param_derivatives(y, f).items():
             grads[name] = np.array(np.sum(dlp) + 0.5 * posterior_var @ d2p + u @ prior.mv(d1p))
+        grads["offset"] = a + u                                   # d/d o of a latent offset
     state = None
     if need_state:
         # The posterior of W_+ = max(W, 0) (module docstring): C_+ >= I, so 0 <= f_var <= k_**.
