@@ -160,10 +160,10 @@ def _natural(cov, mean_names):
      "iso", [("mean.0.constant", 0), ("mean.1.coefficients", 1)]),
 ])
 def test_gpml_mean_oracles(name, kernel, mean, cov, mean_names):
-    """GPML's nlZ and its gradients (dnlZ.cov, dnlZ.mean, dnlZ.lik) to rtol 1e-8.  The predictions
-    (which include m(X*)) are left to Posterior.predict's own change."""
+    """GPML's nlZ, its gradients (dnlZ.cov, dnlZ.mean, dnlZ.lik) and the predictions (which
+    include m(X*)) to rtol 1e-8."""
     model = gd.Model(kernel, gd.likelihoods.Gaussian(), inference=gd.inference.Exact(), mean=mean)
-    check_case(name, model, _natural(cov, mean_names), predictions=False)
+    check_case(name, model, _natural(cov, mean_names))
 
 
 @pytest.mark.parametrize("sparse", [False, True])
