@@ -21,7 +21,7 @@ import pytest
 TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
 SCRIPTS = ["01_sparse_regression.py", "02_heteroscedastic_and_model_files.py",
            "03_classification_side_by_side.py", "04_inducing_points.py",
-           "05_counts_coal_mining.py", "06_large_n_stochastic_and_dask.py"]
+           "05_counts_coal_mining.py", "06_large_n_stochastic_and_dask.py", "07_seasonal_series.py"]
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 SMALL_SIZE_NOTE = "small size: GPDSL_TUTORIAL_SMALL=1"
 
@@ -115,6 +115,20 @@ def check_results(name, ns):
             assert ns["posts"][method].converged, method
         assert ns["difference"] < 1e-10                          # Dask fit = in-memory fit
         assert ns["rmse"] < 0.03                                 # the noise sd is 0.1
+    elif name.startswith("07"):
+        # The additive parts and the mean function recompose the whole posterior mean.
+        assert ns["recomposed_error"] < 1e-10
+        # The period is a year within two weeks (fitted: +0.9 days), the slope ~12% a year.
+        assert abs(ns["period"] - 1.0) < 14 / 365.25
+        assert 0.08 < ns["slope"] < 0.15
+        # Two years ahead on the log scale (measured: RMSE 0.029, all 24 months inside the 95%
+        # interval; without the mean function RMSE 0.14).
+        assert ns["scores"]["composite + mean"]["RMSE"] < 0.06
+        assert ns["scores"]["composite + mean"]["coverage 95%"] >= 0.9
+        assert ns["scores"]["composite + mean"]["RMSE"] < ns["scores"]["composite, zero mean"]["RMSE"]
+        # The VFE bound at Exact's hyperparameters is below the exact evidence there.
+        assert ns["bound_at_exact"] <= ns["exact"].log_evidence
+        assert ns["status"] == 0
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
