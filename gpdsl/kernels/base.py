@@ -210,6 +210,44 @@ class Kernel(Component, family="kernel"):
         raise NotImplementedError(f"{type(self).__name__} does not define diag_vjp")
 
 
+class ConstantDiagonal(Kernel, abstract=True):
+    """A kernel whose k(x, x) is its scalar ``variance`` field at every input (the stationary
+    kernels, ``Constant``, ``White``): its ``diag`` and ``diag_vjp``.
+
+    Parameters
+    ----------
+    active_dims, name : keyword only, optional
+        As for every kernel (:class:`Kernel`); a subclass declares ``variance``.
+    """
+
+    def diag(self, X):
+        """``variance`` at every input.
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+
+        Returns
+        -------
+        ndarray, shape (n,)
+        """
+        return np.full(X.shape[0], float(self.variance))
+
+    def diag_vjp(self, X, g):
+        """d/d variance of sum_i g_i diag_i, i.e. sum_i g_i; the diagonal depends on nothing else.
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+        g : ndarray, shape (n,)
+
+        Returns
+        -------
+        dict of str to ndarray
+        """
+        return {"variance": np.array(np.sum(g))}
+
+
 @dataclass(frozen=True, eq=False)
 class _Composite(Kernel):
     kernels: tuple
@@ -382,7 +420,7 @@ class Product(_Composite):
         grads, d_X1 = {}, np.zeros(X1.shape)
         for i, k in enumerate(self.kernels):
             others = np.prod([m for j, m in enumerate(mats) if j != i], axis=0)
-            g, dx = k.vjp(X1, X2, G * others)
+            g, dx = k.vjp(X1, X2, G * others, mats[i])      # the factor's own Gram, not formed again
             grads = add_partial(grads, self._named(i, g))
             d_X1 += dx
         return grads, d_X1
@@ -396,4 +434,4 @@ class Product(_Composite):
         return grads
 
 
-__all__ = ["Kernel", "Sum", "Product", "Parameter"]
+__all__ = ["Kernel", "ConstantDiagonal", "Sum", "Product", "Parameter"]

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..parameters import check_hyperparameter, declared_value
-from .base import Kernel
+from .base import ConstantDiagonal
 
 
 @dataclass(frozen=True, eq=False)
-class _ScalarVariance(Kernel):
+class _ScalarVariance(ConstantDiagonal):
     """A kernel with one positive scalar hyperparameter, ``variance``."""
 
     variance: object = 1.0
@@ -30,32 +30,6 @@ class _ScalarVariance(Kernel):
     def variants(cls):
         return (cls(variance=0.8),)
 
-    def diag(self, X):
-        """``variance`` at every input.
-
-        Parameters
-        ----------
-        X : ndarray, shape (n, D)
-
-        Returns
-        -------
-        ndarray, shape (n,)
-        """
-        return np.full(X.shape[0], float(self.variance))
-
-    def diag_vjp(self, X, g):
-        """d/d variance of sum_i g_i diag_i, i.e. sum_i g_i.
-
-        Parameters
-        ----------
-        X : ndarray, shape (n, D)
-        g : ndarray, shape (n,)
-
-        Returns
-        -------
-        dict of str to ndarray
-        """
-        return {"variance": np.array(np.sum(g))}
 
 
 _PARAMETERS_DOC = """

@@ -18,7 +18,7 @@ import numpy as np
 
 from .._jit import covariance as _cov
 from ..parameters import check_hyperparameter, declared_value
-from .base import Kernel, Parameter
+from .base import ConstantDiagonal, Parameter
 
 _PARAMETERS_DOC = """
     Parameters
@@ -43,7 +43,7 @@ _PARAMETERS_DOC = """
 
 
 @dataclass(frozen=True, eq=False)
-class Stationary(Kernel, abstract=True):
+class Stationary(ConstantDiagonal, abstract=True):
     """Base of the kernels of the length-scaled distance r; a subclass sets ``profile``."""
 
     lengthscale: object = 1.0
@@ -141,19 +141,6 @@ class Stationary(Kernel, abstract=True):
         K *= float(self.variance)
         return K
 
-    def diag(self, X):
-        """The signal variance at every input (a stationary kernel's k(x, x)).
-
-        Parameters
-        ----------
-        X : ndarray, shape (n, D)
-
-        Returns
-        -------
-        ndarray, shape (n,)
-        """
-        return np.full(X.shape[0], float(self.variance))
-
     def vjp(self, X1, X2, G, K=None):
         """d/d lengthscale (shape (D,) if ARD, else scalar), d/d variance and d/d X1 of
         sum_ij G_ij K_ij, through the jitted slope sweep.
@@ -209,20 +196,6 @@ class Stationary(Kernel, abstract=True):
         d_X1 = 2.0 * (A1 * row[:, None] - SA2) * inv_ls2
         d_ls = -2.0 * inv_ls2 * inv_ls * (row @ (A1 * A1) - 2.0 * np.einsum("ij,ij->j", A1, SA2) + col @ (A2 * A2))
         return d_X1, d_ls
-
-    def diag_vjp(self, X, g):
-        """d/d variance of sum_i g_i diag_i; the diagonal does not depend on the length-scales.
-
-        Parameters
-        ----------
-        X : ndarray, shape (n, D)
-        g : ndarray, shape (n,)
-
-        Returns
-        -------
-        dict of str to ndarray
-        """
-        return {"variance": np.array(np.sum(g))}
 
     def describe(self):
         """E.g. ``"SquaredExponential(ARD)"`` or ``"Matern32(isotropic)"``.
