@@ -409,7 +409,8 @@ class Model:
         held by the blocks.  X stays distributed; y and the per-point vectors (O(N)) are held in
         memory.  With the method's ``chunk_size`` equal to X's row chunks the result is the
         in-memory fit's to the bit (the partial sums are added in the same tree; EP/QP within
-        1e-10, FITC-Laplace to rounding); otherwise to rounding.  Other methods and inducing specs compute X into memory.
+        1e-10, FITC-Laplace to rounding; a ``Linear`` mean's X^T g is summed in Dask's order, to
+        rounding); otherwise to rounding.  Other methods and inducing specs compute X into memory.
 
         ``subsample=n`` fits on n rows drawn at random (``np.random.default_rng(seed)``): the
         hyperparameters, Z and any greedy selection (with its reinitialisation loop) are those of
