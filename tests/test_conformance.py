@@ -456,3 +456,51 @@ def test_readme_pairs_table_is_supported_pairs():
                 assert gd.inference.INFERENCE[method]().accepts(lik) == (cell == "yes"), (row, method)
     assert set(methods) == set(gd.inference.INFERENCE)
     assert sorted(listed) == gd.inference.supported_pairs()
+
+
+# -- every method with a composite of the new kernels and a mean function -----------------------
+COMPOSITE = (gd.kernels.Periodic(gd.kernels.RationalQuadratic(0.9, 1.1, alpha=0.8), period=1.7)
+             * gd.kernels.Linear(0.5, active_dims=[1])
+             + gd.kernels.Matern12(0.8, 0.3, name="rough"))
+AFFINE = gd.means.Constant(0.2) + gd.means.Linear(np.array([0.3, -0.2]))
+
+
+def _method_cases():
+    """Each registered method's first variant with the first of a few likelihoods it accepts."""
+    likelihoods = [gd.likelihoods.Gaussian(0.3), gd.likelihoods.Bernoulli("logit"), gd.likelihoods.Bernoulli("probit"),
+                   gd.likelihoods.Poisson(link="log")]
+    cases = []
+    for method_cls in _own(Inference.registry):
+        method = _tight(method_cls.variants()[0])
+        chosen = next((lik for lik in likelihoods if method.accepts(lik)), None)
+        if chosen is not None and method.supports_offset:
+            cases.append(pytest.param(chosen, method, id=f"{type(chosen).__name__}-{method_cls.__name__}"))
+    return cases
+
+
+@pytest.mark.parametrize("likelihood,inference", _method_cases())
+def test_method_with_composite_kernel_and_mean_matches_central_differences(likelihood, inference):
+    """Every method runs a composite of the new kernels (periodic of an RQ base, a linear kernel on
+    one column, a named Matérn 1/2) with an affine mean: its gradients in every kernel, likelihood
+    and mean parameter and in Z against central differences."""
+    inducing = gd.inducing.Optimized(Z0) if inference.inducing_rule != "forbidden" else None
+    model = gd.Model(COMPOSITE, likelihood, inducing, inference, mean=AFFINE)
+    y = likelihood.prepare_targets(_data(likelihood))
+    table = model.parameter_table(XP, Z0 if model.sparse else None)
+    values = table.values()
+    Z = values.pop("inducing.Z", None)
+    ev = model.evaluate(values, XP, y, Z)
+
+    def objective(vals, Zz):
+        return model.evaluate(vals, XP, y, Zz, need_grad=False).log_evidence
+
+    assert np.isfinite(ev.log_evidence)
+    assert {"mean.0.constant", "mean.1.coefficients", "kernel.rough.lengthscale"} <= set(ev.grads)
+    for e in table.free:
+        if e.name == "inducing.Z":
+            continue
+        fd = central_difference(lambda v: objective({**values, e.name: v}, Z), values[e.name])
+        np.testing.assert_allclose(ev.grads[e.name], fd, rtol=2e-5, atol=2e-6, err_msg=e.name)
+    if Z is not None:
+        fd = central_difference(lambda Zz: objective(values, Zz), Z)
+        np.testing.assert_allclose(ev.dZ, fd, rtol=2e-5, atol=2e-6, err_msg="Z")
