@@ -33,8 +33,9 @@ class ChangePoint(_Composite):
     kernels : tuple of two Kernel
         (k_0, k_1): the kernel before the change point and the kernel after it.
     location : float, Fixed or prior, optional
-        The change point along column ``dimension`` (unconstrained: optimised as it is).  None
-        starts it at the midpoint of that column's range in the training inputs.
+        The change point along column ``dimension``.  None starts it at the midpoint of that
+        column's range in the training inputs; a start inside that range is kept inside it (it
+        is optimised as the logit of its place in the range), one outside is unconstrained.
     steepness : float, Fixed or prior, default 1.0
         Positive slope of the sigmoid switch (1 / its width in input units).
     dimension : int, default 0
@@ -83,8 +84,9 @@ class ChangePoint(_Composite):
             raise ValueError(f"ChangePoint: dimension {self.dimension} is beyond X's {X.shape[1]} feature(s)")
 
     def parameters(self, X):
-        """The parts' parameters (``"<label>.<name>"``), then ``location`` (unconstrained; None
-        starts it at the midpoint of X[:, dimension]'s range) and ``steepness``.
+        """The parts' parameters (``"<label>.<name>"``), then ``location`` (None starts it at the
+        midpoint of X[:, dimension]'s range; bounded by that range when it starts inside it) and
+        ``steepness``.
 
         Parameters
         ----------
@@ -100,12 +102,17 @@ class ChangePoint(_Composite):
             If ``dimension`` is not a column of X.
         """
         self._check_width(X)
+        column = X[:, self.dimension]
+        low, high = float(np.asarray(column.min())), float(np.asarray(column.max()))
         location = self.location
         if location is None:
-            column = X[:, self.dimension]
-            mid = 0.5 * (float(np.asarray(column.min())) + float(np.asarray(column.max())))
+            mid = 0.5 * (low + high)
             location = mid if np.isfinite(mid) else 0.0
-        return super().parameters(X) + [Parameter("location", location, positive=False),
+        # Kept inside the data's range when it starts there (the logit of its place in it): outside
+        # it the kernel is one of its parts and the location has no gradient to come back by.
+        start = float(declared_value(location))
+        bounds = (low, high) if np.isfinite(low) and np.isfinite(high) and low < start < high else None
+        return super().parameters(X) + [Parameter("location", location, positive=False, bounds=bounds),
                                         Parameter("steepness", self.steepness)]
 
     def bind(self, values=None):
