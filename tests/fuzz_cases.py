@@ -200,10 +200,34 @@ def _inputs(rng, n, d):
 
 
 def _kernel(rng, d):
-    """A stationary kernel with extreme-range hyperparameters (isotropic or ARD)."""
+    """A stationary kernel with extreme-range hyperparameters (isotropic or ARD), in half the cases
+    turned into one of issue 27's kernels or composites.  Those draws come from a generator spawned
+    from ``rng``, which leaves ``rng``'s own stream, and so every other draw of the case, as it was
+    (the known failures keep their seeds)."""
     cls = [gd.kernels.SquaredExponential, gd.kernels.Matern32, gd.kernels.Matern52][int(rng.integers(3))]
     lengthscale = _log_uniform(rng, 1e-2, 1e3, d) if rng.random() < 0.5 else float(_log_uniform(rng, 1e-2, 1e3))
-    return cls(lengthscale=lengthscale, variance=float(_log_uniform(rng, 1e-3, 1e3)))
+    variance = float(_log_uniform(rng, 1e-3, 1e3))
+    base = cls(lengthscale=lengthscale, variance=variance)
+    extra = rng.spawn(1)[0]
+    form = str(extra.choice(["stationary", "matern12", "rq", "periodic", "plus_linear", "times_linear", "plus_white",
+                             "spectral"], p=[0.5] + [0.5 / 7] * 7))
+    K = gd.kernels
+    if form == "matern12":
+        return K.Matern12(lengthscale=lengthscale, variance=variance)
+    if form == "rq":
+        return K.RationalQuadratic(lengthscale=lengthscale, variance=variance, alpha=float(_log_uniform(extra, 1e-2, 1e2)))
+    if form == "periodic":
+        return K.Periodic(base=base, period=float(_log_uniform(extra, 1e-2, 1e2)))
+    linear = K.Linear(variance=float(_log_uniform(extra, 1e-3, 1e2)), active_dims=[int(extra.integers(d))])
+    if form == "plus_linear":
+        return base + linear
+    if form == "times_linear":
+        return base * linear
+    if form == "plus_white":
+        return base + K.White(float(_log_uniform(extra, 1e-4, 1e0)))
+    if form == "spectral":
+        return K.SpectralMixture(2)
+    return base
 
 
 def _latent(rng, X):
