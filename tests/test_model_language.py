@@ -134,3 +134,26 @@ def test_a_mean_function_with_a_dask_x_evaluates_as_in_memory():
     for name, g in here.grads.items():
         np.testing.assert_allclose(np.asarray(there.grads[name]), g, rtol=1e-12, atol=1e-12, err_msg=name)
     np.testing.assert_array_equal(there.dZ, here.dZ)
+
+
+def test_priors_on_the_new_hyperparameters_enter_the_map_objective_and_round_trip():
+    """A prior on a periodic kernel's period and an RQ's alpha (and one shared by two fields,
+    counted once) adds its log density to the objective, and the model file keeps it."""
+    t = np.linspace(0.0, 6.0, 50)[:, None]
+    yt = np.sin(2 * np.pi * t[:, 0]) + 0.1 * rng.standard_normal(50)
+    period_prior, alpha_prior = gd.priors.LogNormal(0.0, 0.1), gd.priors.Gamma(2.0, 2.0)
+    shared = gd.Shared("ls", gd.priors.LogNormal(0.0, 1.0))
+    kernel = (gd.kernels.Periodic(gd.kernels.SquaredExponential(shared), period=period_prior)
+              + gd.kernels.RationalQuadratic(shared, 0.5, alpha=alpha_prior))
+    model = gd.Model(kernel, gd.likelihoods.Gaussian(0.1))
+    table = model.parameter_table(t)
+    values = table.values()
+    log_prior, grads = table.log_prior(values)
+    want = (period_prior.log_density(values["kernel.0.period"]) + alpha_prior.log_density(values["kernel.1.alpha"])
+            + gd.priors.LogNormal(0.0, 1.0).log_density(values["kernel.0.lengthscale"]))
+    assert log_prior == pytest.approx(float(want), rel=1e-12)
+    assert "kernel.1.lengthscale" not in grads                  # the tie's prior counts once
+    post = model.fit(t, yt)
+    assert abs(float(post.values["kernel.0.period"]) - 1.0) < 0.02
+    assert set(post.priors) >= {"kernel.0.period", "kernel.1.alpha", "kernel.0.lengthscale"}
+    assert gd.Model.from_dict(model.to_dict()) == model
