@@ -157,3 +157,20 @@ def test_priors_on_the_new_hyperparameters_enter_the_map_objective_and_round_tri
     assert abs(float(post.values["kernel.0.period"]) - 1.0) < 0.02
     assert set(post.priors) >= {"kernel.0.period", "kernel.1.alpha", "kernel.0.lengthscale"}
     assert gd.Model.from_dict(model.to_dict()) == model
+
+
+def test_the_xarray_view_gives_each_new_hyperparameter_its_dims(tmp_path):
+    """The spectral mixture's per-component arrays and a linear mean's per-feature coefficients
+    keep their own dims in ``to_xarray`` and through save/load."""
+    model = gd.Model(gd.kernels.SpectralMixture(2) + gd.kernels.Linear(np.ones(2)), gd.likelihoods.Gaussian(0.1),
+                     mean=gd.means.Linear())
+    post = model.fit(X, y, optimize=False)
+    ds = post.to_xarray()
+    assert ds["kernel.0.weights"].dims == ("component",)
+    assert ds["kernel.0.means"].dims == ("component", "feature")
+    assert ds["kernel.1.variance"].dims == ("feature",)
+    assert ds["mean.coefficients"].dims == ("feature",)
+    post.save(tmp_path / "post.nc")
+    back = gd.load(tmp_path / "post.nc").to_xarray()
+    assert back["kernel.0.scales"].dims == ("component", "feature")
+    np.testing.assert_array_equal(back["kernel.0.scales"].values, ds["kernel.0.scales"].values)
