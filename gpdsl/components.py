@@ -289,6 +289,42 @@ class Bound:
         return f"Bound({self.component!r}, {self.prefix!r})"
 
 
+def part_parameters(labels, parts, X):
+    """The parameters of a composite's parts, each named ``"<label>.<name>"``.
+
+    Parameters
+    ----------
+    labels : sequence of str
+        Each part's label (its name or its index).
+    parts : sequence of Component
+    X : ndarray, shape (N, D)
+
+    Returns
+    -------
+    list of Parameter
+    """
+    return [dataclasses.replace(p, name=f"{label}.{p.name}") for label, part in zip(labels, parts)
+            for p in part.parameters(X)]
+
+
+def bind_parts(labels, parts, values):
+    """Each part of a composite bound to its share of ``values`` (keys ``"<label>.<name>"``).
+
+    Parameters
+    ----------
+    labels : sequence of str
+    parts : sequence of Component
+    values : mapping of str to array_like or None
+
+    Returns
+    -------
+    tuple of Component
+    """
+    values = values or {}
+    return tuple(part.bind({k[len(label) + 1:]: v for k, v in values.items() if k.startswith(label + ".")})
+                 for label, part in zip(labels, parts))
+
+
 def qualify_keys(grads, qualify):
     """A dict of gradients with its keys passed through ``qualify``.
 
@@ -323,4 +359,4 @@ def bind(component, values, prefix):
     return Bound(component.bind(local), prefix)
 
 
-__all__ = ["Component", "Parameter", "Bound", "bind", "lookup", "type_name"]
+__all__ = ["Component", "Parameter", "Bound", "bind", "bind_parts", "lookup", "part_parameters", "type_name"]

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..chunks import add_partial
-from ..components import Component, Parameter, qualify_keys
+from ..components import Component, Parameter, bind_parts, part_parameters, qualify_keys
 
 
 def _qualify_vjp(output, qualify):
@@ -320,17 +320,10 @@ class _Composite(Kernel):
         -------
         list of Parameter
         """
-        return [dataclasses.replace(p, name=f"{label}.{p.name}")
-                for label, k in zip(self.labels(), self.kernels) for p in k.parameters(X)]
+        return part_parameters(self.labels(), self.kernels, X)
 
     def bind(self, values=None):
-        values = values or {}
-        parts = []
-        for label, k in zip(self.labels(), self.kernels):
-            head = f"{label}."
-            parts.append(k.bind({name[len(head):]: v for name, v in values.items() if name.startswith(head)}))
-        bound = dataclasses.replace(self, kernels=tuple(parts))
-        return bound
+        return dataclasses.replace(self, kernels=bind_parts(self.labels(), self.kernels, values))
 
     @classmethod
     def variants(cls):

@@ -11,6 +11,7 @@ import numpy as np
 from scipy.special import expit
 
 from ..chunks import add_partial
+from ..components import Component
 from ..parameters import check_hyperparameter, declared_value
 from .base import Kernel, Parameter, _Composite
 
@@ -116,14 +117,8 @@ class ChangePoint(_Composite):
                                         Parameter("steepness", self.steepness)]
 
     def bind(self, values=None):
-        values = values or {}
-        bound = super().bind(values)
-        for name in self.hyperparameters:
-            if name in values:
-                object.__setattr__(bound, name, np.asarray(values[name], dtype=float))
-            elif getattr(self, name) is not None:
-                object.__setattr__(bound, name, declared_value(getattr(self, name)))
-        return bound
+        # The parts as a composite binds them, then location and steepness as any component's fields.
+        return Component.bind(super().bind(values), values)
 
     @classmethod
     def variants(cls):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..chunks import add_partial
-from ..components import Component, qualify_keys
+from ..components import Component, bind_parts, part_parameters, qualify_keys
 
 
 class Mean(Component, family="mean"):
@@ -87,16 +87,10 @@ class SumMean(Mean):
             raise TypeError(f"SumMean: means must be a tuple of at least two gd.means mean functions, got {self.means!r}")
 
     def parameters(self, X):
-        return [dataclasses.replace(p, name=f"{i}.{p.name}")
-                for i, m in enumerate(self.means) for p in m.parameters(X)]
+        return part_parameters([str(i) for i in range(len(self.means))], self.means, X)
 
     def bind(self, values=None):
-        values = values or {}
-        parts = []
-        for i, m in enumerate(self.means):
-            head = f"{i}."
-            parts.append(m.bind({k[len(head):]: v for k, v in values.items() if k.startswith(head)}))
-        return dataclasses.replace(self, means=tuple(parts))
+        return dataclasses.replace(self, means=bind_parts([str(i) for i in range(len(self.means))], self.means, values))
 
     @classmethod
     def variants(cls):
