@@ -289,6 +289,42 @@ class Bound:
         return f"Bound({self.component!r}, {self.prefix!r})"
 
 
+def per_feature(owner, name, spec, X, positive=True, always=False):
+    """The :class:`Parameter` of a field that is a scalar (shared by every feature) or an array
+    of one value per feature of X (an ARD length-scale, a per-feature period); with ``always``
+    one per feature either way (a scalar is then every feature's start).
+
+    Parameters
+    ----------
+    owner : str
+        The class, for the message.
+    name : str
+        The field.
+    spec : object
+        Its declared value.
+    X : ndarray, shape (N, D)
+    positive : bool, default True
+    always : bool, default False
+
+    Returns
+    -------
+    Parameter
+        Shape (D,) with dims ``("feature",)`` for an array (or ``always``), a scalar otherwise.
+
+    Raises
+    ------
+    ValueError
+        An array with a number of entries other than D.
+    """
+    dim = X.shape[1]
+    value = declared_value(spec)
+    if value.ndim == 1 and value.shape[0] != dim:
+        raise ValueError(f"{owner}: {name} has {value.shape[0]} entries but X has {dim} features (give a scalar "
+                         f"for one {name} shared by every feature)")
+    array = value.ndim == 1 or always
+    return Parameter(name, spec, positive=positive, shape=(dim,) if array else None, dims=("feature",) if array else ())
+
+
 def part_parameters(labels, parts, X):
     """The parameters of a composite's parts, each named ``"<label>.<name>"``.
 
@@ -359,4 +395,5 @@ def bind(component, values, prefix):
     return Bound(component.bind(local), prefix)
 
 
-__all__ = ["Component", "Parameter", "Bound", "bind", "bind_parts", "lookup", "part_parameters", "type_name"]
+__all__ = ["Component", "Parameter", "Bound", "bind", "bind_parts", "lookup", "part_parameters", "per_feature",
+           "type_name"]

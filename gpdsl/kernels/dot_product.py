@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..components import per_feature
 from ..parameters import check_hyperparameter, declared_value
 from .base import Kernel, Parameter
 
@@ -79,12 +80,7 @@ class Linear(Kernel):
         ValueError
             If an ARD variance has a number of entries other than D.
         """
-        dim = X.shape[1]
-        if self.ard and declared_value(self.variance).shape[0] != dim:
-            raise ValueError(f"Linear: variance has {declared_value(self.variance).shape[0]} entries but X has "
-                             f"{dim} features (give a scalar for an isotropic kernel)")
-        out = [Parameter("variance", self.variance, shape=(dim,) if self.ard else None,
-                         dims=("feature",) if self.ard else ())]
+        out = [per_feature("Linear", "variance", self.variance, X)]
         if self.offset is not None:
             out.append(Parameter("offset", self.offset))
         return out

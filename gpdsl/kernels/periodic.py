@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..parameters import check_hyperparameter, declared_value
-from .base import Kernel, Parameter
+from ..components import per_feature
+from ..parameters import check_hyperparameter
+from .base import Kernel
 from .stationary import Matern12, Matern32, Matern52, RationalQuadratic, SquaredExponential
 
 # The profiles a periodic kernel takes (each positive definite on R^(2D), where the embedding lives).
@@ -92,13 +93,7 @@ class Periodic(Kernel):
         ValueError
             If an ARD length-scale or a per-feature period has a number of entries other than D.
         """
-        dim = X.shape[1]
-        per = declared_value(self.period)
-        if per.ndim == 1 and per.shape[0] != dim:
-            raise ValueError(f"Periodic: period has {per.shape[0]} entries but X has {dim} features "
-                             "(give a scalar for one period shared by every feature)")
-        return self.base.parameters(X) + [Parameter("period", self.period, shape=(dim,) if per.ndim else None,
-                                                     dims=("feature",) if per.ndim else ())]
+        return self.base.parameters(X) + [per_feature("Periodic", "period", self.period, X)]
 
     def bind(self, values=None):
         """A copy whose ``period`` and base hold natural-scale float arrays.

@@ -17,6 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._jit import covariance as _cov
+from ..components import per_feature
 from ..parameters import check_hyperparameter, declared_value
 from .base import ConstantDiagonal, Parameter
 
@@ -80,13 +81,7 @@ class Stationary(ConstantDiagonal, abstract=True):
         ValueError
             If an ARD length-scale has a number of entries other than D.
         """
-        dim = X.shape[1]
-        if self.ard and declared_value(self.lengthscale).shape[0] != dim:
-            raise ValueError(f"{type(self).__name__}: lengthscale has {declared_value(self.lengthscale).shape[0]} "
-                             f"entries but X has {dim} features (give a scalar for an isotropic kernel)")
-        return [Parameter("lengthscale", self.lengthscale, shape=(dim,) if self.ard else None,
-                          dims=("feature",) if self.ard else ()),
-                Parameter("variance", self.variance)]
+        return [per_feature(type(self).__name__, "lengthscale", self.lengthscale, X), Parameter("variance", self.variance)]
 
     @classmethod
     def variants(cls):

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..components import Parameter
-from ..parameters import check_hyperparameter, declared_value
+from ..components import per_feature
+from ..parameters import check_hyperparameter
 from .base import Mean
 
 
@@ -101,10 +101,7 @@ class Linear(Mean):
         ValueError
             If ``coefficients`` has a length other than D.
         """
-        value = declared_value(self.coefficients)
-        if value.ndim == 1 and value.shape[0] != X.shape[1]:
-            raise ValueError(f"Linear: coefficients has {value.shape[0]} entries but X has {X.shape[1]} features")
-        return [Parameter("coefficients", self.coefficients, positive=False, shape=(X.shape[1],), dims=("feature",))]
+        return [per_feature("Linear", "coefficients", self.coefficients, X, positive=False, always=True)]
 
     def value(self, X):
         return X @ np.broadcast_to(self.coefficients, (X.shape[1],))
