@@ -112,7 +112,7 @@ class FitResult:
 
 
 def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=1000, progress=False, callback=None,
-        standardize=False, subsample=None, offset=None):
+        standardize=False, subsample=None, offset=None, start=None):
     """Fit ``model`` to X, y: what :meth:`gpdsl.Model.fit` runs (its docstring describes the fit).
 
     Parameters
@@ -123,7 +123,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
         Training inputs.
     y : array_like, shape (N,)
         Training targets.
-    optimize, fixed, restarts, seed, max_iter, progress, callback, standardize, subsample, offset : object
+    optimize, fixed, restarts, seed, max_iter, progress, callback, standardize, subsample, offset, start : object
         As :meth:`gpdsl.Model.fit` takes them.
 
     Returns
@@ -161,7 +161,8 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
     X_fit, y_fit = (X, y) if rows is None else (np.array(X[rows]), y[rows])
     offset_fit = offset if rows is None or offset is None else offset[rows]
     # Declared kernel and likelihood values (Z is not chosen yet, so it cannot be named).
-    declared = model.parameter_table(X_fit, None, tuple(f for f in fixed if f != "inducing.Z")).values()
+    declared_table = model.parameter_table(X_fit, None, tuple(f for f in fixed if f != "inducing.Z"))
+    declared = declared_table.values()
     # The fit options of every round (the small-M probe takes the first four).
     options = {"fixed": fixed, "seed": seed, "max_iter": max_iter, "offset": offset_fit}
     every = {**options, "optimize": optimize, "restarts": restarts, "progress": progress, "callback": callback}
@@ -171,7 +172,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
         weights, targets = shifted(likelihood, model.latent_offset(declared, X_fit, offset_fit)).surrogate(X_fit, y_fit)
         context = SelectionContext(model.kernel, declared, weights=weights, targets=targets, first_round=True)
         selection = model.inducing.select(_selection_inputs(model, X_fit), y_fit, context)
-    result = fit_at(model, X_fit, y_fit, selection, **every, start=None, warm=None)
+    result = fit_at(model, X_fit, y_fit, selection, **every, start=_checked_start(start, declared_table), warm=None)
     rounds, reinit_stop = [(selection, result)], None
     if model.sparse and model.inducing.reinit:
         rounds, reinit_stop = _reinit_loop(model, X_fit, y_fit, rounds, **every)
@@ -253,7 +254,7 @@ def _warn_unconverged(model, diagnostics, fit, local):
                       f"{diagnostics.optimizer_restarts} restart(s) with the gradient still large: "
                       f"|d objective / d {diagnostics.grad_name}| = {diagnostics.grad_norm:.3g} > "
                       f"{diagnostics.grad_tol:.3g}; the result is flagged converged=False (raise max_iter, "
-                      "or refit from post.values)", ConvergenceWarning, stacklevel=5)
+                      "or continue with fit(..., start=post.values))", ConvergenceWarning, stacklevel=5)
     # A minibatch run's q is the optimiser's (its flag is the stopping rule's, warned about above).
     if local is not None and not local.converged and not fit.minibatch:
         # ``sweeps`` counts the method's accepted local iterations (EP/QP site sweeps, c
@@ -390,6 +391,35 @@ def _no_better_than_constant(model, y, values, log_evidence):
                   "standardise the data (fit(standardize=True)) or refit with restarts= or other "
                   "starting values (flagged constant_model=True)", ConvergenceWarning, stacklevel=5)
     return True
+
+
+def _checked_start(start, table):
+    """``fit(start=...)``: None, or a mapping of names the model has (``post.values``), each of
+    its entry's shape ("inducing.Z" and a method's variational parameters are taken where their
+    shapes still fit); a fixed entry keeps its declared value."""
+    if start is None:
+        return None
+    entries = {e.name: e for e in table.entries if not e.fixed}
+    known = {e.name for e in table.entries}
+    if not hasattr(start, "items"):
+        raise TypeError(f"fit: start must be None or a mapping of hyperparameter names to values (post.values), "
+                        f"got {type(start).__name__}")
+    out = {}
+    for name, value in start.items():
+        if name in entries:
+            e, value = entries[name], np.asarray(value, dtype=float)
+            if value.shape != e.value.shape:
+                raise ValueError(f"fit: start[{name!r}] has shape {value.shape}, the model's entry {e.value.shape}")
+            low, high = e.bounds if e.bounds is not None else ((0.0 if e.positive else -np.inf), np.inf)
+            if not np.all(np.isfinite(value) & (value > low) & (value < high)):
+                raise ValueError(f"fit: start[{name!r}] = {value!r} must be finite and inside ({low:g}, {high:g})")
+        elif name in known:
+            continue                                    # fixed: held at its declared value
+        elif name != "inducing.Z" and not name.startswith("variational."):
+            raise ValueError(f"fit: start names {name!r}, which is not a hyperparameter of this model; known: "
+                             f"{sorted(known)}")
+        out[name] = value
+    return out
 
 
 def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter, progress, callback, start, warm,

@@ -323,7 +323,7 @@ class Model:
 
     @threads.managed
     def fit(self, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=1000,
-            progress=False, callback=None, standardize=False, subsample=None, offset=None):
+            progress=False, callback=None, standardize=False, subsample=None, offset=None, start=None):
         """Fit hyperparameters (and Z for ``gd.inducing.Optimized``) by maximising the evidence.
 
         The objective is the method's log evidence or bound (e.g. Titsias (2009) eq. 16 for VFE)
@@ -360,6 +360,11 @@ class Model:
             A known offset of each row's latent input: the likelihood sees f(x_n) + offset_n
             (a GLM's offset; log exposure for counts, ``np.log(exposure)``).  Every method
             takes one; predictions take the new rows' (``predict(X, offset=...)``).
+        start : mapping of str to array_like, optional
+            Values to start from in place of the declared ones, by name (``post.values`` of an
+            earlier fit, e.g. to continue one that stopped short; in the fit's units, so with the
+            same ``standardize``); names it leaves out keep their declared start.  ``restarts``
+            perturb it.
 
         Returns
         -------
@@ -430,7 +435,7 @@ class Model:
 
         return fitting.fit(self, X, y, optimize=optimize, fixed=fixed, restarts=restarts, seed=seed, max_iter=max_iter,
                            progress=progress, callback=callback, standardize=standardize, subsample=subsample,
-                           offset=offset)
+                           offset=offset, start=start)
 
     def _chunks_dask(self):
         """Whether this model's fit runs its O(N M^2) passes as Dask tasks when X is a Dask array:

@@ -174,3 +174,23 @@ def test_the_xarray_view_gives_each_new_hyperparameter_its_dims(tmp_path):
     back = gd.load(tmp_path / "post.nc").to_xarray()
     assert back["kernel.0.scales"].dims == ("component", "feature")
     np.testing.assert_array_equal(back["kernel.0.scales"].values, ds["kernel.0.scales"].values)
+
+
+def test_fit_continues_from_start():
+    """``fit(start=post.values)`` starts where an earlier fit ended (the warning's advice after a
+    plateau stop): at least as good an objective, and bad starts are refused by name."""
+    model = gd.Model(SE(1.0, 1.0) + gd.kernels.Periodic(SE(1.0, 0.5), period=1.3), gd.likelihoods.Gaussian(0.1))
+    first = model.fit(X, y, max_iter=5)
+    again = model.fit(X, y, start=first.values, max_iter=5)
+    assert again.log_evidence >= first.log_evidence - 1e-9
+    unchanged = model.fit(X, y, start=first.values, optimize=False)
+    assert unchanged.log_evidence == pytest.approx(first.log_evidence, rel=1e-12)
+    with pytest.raises(ValueError, match="start names 'kernel.bogus'"):
+        model.fit(X, y, start={"kernel.bogus": 1.0})
+    with pytest.raises(ValueError, match=r"start\['kernel.1.period'\] .* must be finite and inside \(0, inf\)"):
+        model.fit(X, y, start={"kernel.1.period": -1.0})
+    with pytest.raises(TypeError, match="start must be None or a mapping"):
+        model.fit(X, y, start=[1.0])
+    fixed = gd.Model(SE(1.0, gd.Fixed(2.0)), gd.likelihoods.Gaussian(0.1))
+    post = fixed.fit(X, y, start={"kernel.variance": 5.0}, optimize=False)
+    assert float(post.values["kernel.variance"]) == 2.0          # a fixed entry keeps its value
