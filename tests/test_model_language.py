@@ -194,3 +194,9 @@ def test_fit_continues_from_start():
     fixed = gd.Model(SE(1.0, gd.Fixed(2.0)), gd.likelihoods.Gaussian(0.1))
     post = fixed.fit(X, y, start={"kernel.variance": 5.0}, optimize=False)
     assert float(post.values["kernel.variance"]) == 2.0          # a fixed entry keeps its value
+
+
+def test_a_kernels_repr_shows_active_dims_and_name_only_where_set():
+    assert repr(SE(0.5, 2.0)) == "SquaredExponential(lengthscale=0.5, variance=2.0)"
+    assert repr(M32(name="rough", active_dims=[1])) == \
+        "Matern32(lengthscale=1.0, variance=1.0, active_dims=(1,), name='rough')"

@@ -79,6 +79,15 @@ def _on_active_columns(method):
     return selecting
 
 
+def _kernel_repr(kernel):
+    """The dataclass repr with ``active_dims`` and ``name`` last and only where they are set."""
+    common = ("active_dims", "name")
+    shown = [f"{f.name}={getattr(kernel, f.name)!r}" for f in dataclasses.fields(kernel)
+             if f.repr and f.name not in common]
+    shown += [f"{name}={getattr(kernel, name)!r}" for name in common if getattr(kernel, name) is not None]
+    return f"{type(kernel).__name__}({', '.join(shown)})"
+
+
 def _check_common_fields(kernel):
     """Validate ``active_dims`` and ``name`` (every kernel's keyword-only fields)."""
     owner = type(kernel).__name__
@@ -121,6 +130,9 @@ class Kernel(Component, family="kernel"):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        # Set before @dataclass runs, which then keeps it (it never replaces a class's own __repr__).
+        if "__repr__" not in cls.__dict__:
+            cls.__repr__ = _kernel_repr
         for method in ("gram", "diag", "vjp", "diag_vjp", "parameters"):
             if method in cls.__dict__:
                 setattr(cls, method, _on_active_columns(cls.__dict__[method]))
