@@ -68,8 +68,9 @@ def _threads_from_argv(argv):
 
 
 THREADS = _threads_from_argv(sys.argv)
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ[_var] = THREADS
+if THREADS != "default":            # "default": the environment as a user has it (no thread variables set)
+    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ[_var] = THREADS
 
 import argparse  # noqa: E402
 import cProfile  # noqa: E402
@@ -124,7 +125,10 @@ def loadavg():
 
 
 def limit_threads():
-    """threadpoolctl's limit on top of the environment (None where threadpoolctl is missing)."""
+    """threadpoolctl's limit on top of the environment (None where threadpoolctl is missing, or
+    with ``--threads default``)."""
+    if THREADS == "default":
+        return None
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
@@ -564,7 +568,8 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--slow-repeats", type=int, default=1,
                    help="repeats of part 2's long fits (gpdsl with the plateau rule off, GPflow)")
-    p.add_argument("--threads", default="1", help="BLAS / OpenMP / Numba threads (set before NumPy loads)")
+    p.add_argument("--threads", default="1", help="BLAS / OpenMP / Numba threads (set before NumPy loads); "
+                   "'default' leaves the environment as it is")
     p.add_argument("--n", type=int, default=20000, help="part 2's N")
     p.add_argument("--m", type=int, default=100, help="part 2's M")
     p.add_argument("--seed", type=int, default=0)
