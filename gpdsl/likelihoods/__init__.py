@@ -8,9 +8,10 @@ from .bernoulli import Bernoulli  # isort: skip
 from .poisson import Poisson, expected_log_square
 from .student_t import StudentT
 from .negative_binomial import NegativeBinomial
+from .categorical import Categorical
 
 # The registry model files (TOML) and ``gpdsl.load`` read: every concrete likelihood, by class name.
 LIKELIHOODS = Likelihood.registry
 
-__all__ = ["Likelihood", "SiteModel", "Gaussian", "HeteroscedasticGaussian", "Bernoulli", "Poisson", "StudentT", "NegativeBinomial",
+__all__ = ["Likelihood", "SiteModel", "Gaussian", "HeteroscedasticGaussian", "Bernoulli", "Poisson", "StudentT", "NegativeBinomial", "Categorical",
            "LIKELIHOODS", "CAPABILITIES", "expected_log_square", "gauss_hermite"]

@@ -159,6 +159,9 @@ class Likelihood(Component, family="likelihood"):
     # Nodes of the Gauss-Hermite rule of the default variational expectations: 100 points
     # integrate log Phi and log sigma under latent sds up to ~3 to ~1e-12 (tests/test_likelihoods.py).
     quadrature_points = 100
+    # How many latent functions a row's likelihood reads: 1, or K for a K-class likelihood
+    # (gpdsl.likelihoods.categorical), whose operations take latent arrays (n, K).
+    n_latent = 1
 
     def _unsupported(self, operation):
         return NotImplementedError(f"{type(self).__name__} does not provide {operation}")
