@@ -241,7 +241,7 @@ def check_targets(model, y, target):
         Its name, for the message.
     """
     try:
-        model.likelihood.prepare_targets(y)
+        model.likelihood.with_labels_of(y).coded_targets(y, y.shape[0], f"target column {target!r}")
     except ValueError as err:
         raise UsageError(f"[data]: target column {target!r}: {err}") from err
 
@@ -504,6 +504,17 @@ def _classification_metrics(posterior, X_test, y_test, offset=None):
             "Brier score": float(np.mean((p - positive) ** 2))}
 
 
+def _multiclass_metrics(posterior, X_test, y_test, offset=None):
+    """Error rate of the most probable class, mean log p(y* | x*) and the multi-class Brier score
+    sum_k (p_k - [y* = k])^2 (Brier 1950), averaged over the points."""
+    codes = posterior.model.likelihood.coded_targets(y_test, X_test.shape[0], "y_test").astype(np.intp)
+    p = posterior.predict(X_test)["p"].values
+    truth = np.eye(p.shape[1])[codes]
+    return {"error rate": float(np.mean(np.argmax(p, axis=1) != codes)),
+            "mean log predictive": float(np.mean(posterior.log_predictive(X_test, y_test))),
+            "Brier score": float(np.mean(np.sum((p - truth) ** 2, axis=1)))}
+
+
 def _mean_and_log_predictive_metrics(posterior, X_test, y_test, offset=None):
     """RMSE of the predictive mean and the mean log predictive density (the likelihood's own:
     negative binomial for counts, Student-t by quadrature)."""
@@ -528,6 +539,10 @@ HELD_OUT_METRICS = {
         ("error rate", "fraction of labels on the other side of p(y* = 1) = 0.5"),
         ("mean log predictive", "mean of log p(y* | x*); 0 is perfect"),
         ("Brier score", "mean of (p(y* = 1) - [y* = 1])^2"))),
+    "categorical": (_multiclass_metrics, (
+        ("error rate", "fraction of points whose most probable class is not their label"),
+        ("mean log predictive", "mean of log p(y* | x*); 0 is perfect"),
+        ("Brier score", "mean of sum_k (p(y* = k) - [y* = k])^2"))),
     "count": (_mean_and_log_predictive_metrics, (
         ("RMSE", "root mean squared error of the predictive mean count"),
         ("mean log predictive", "mean of log p(y* | x*), the likelihood's predictive of counts"))),
@@ -574,8 +589,8 @@ def held_out_metrics(posterior, X_test, y_test, offset=None):
     -------
     dict
         Metric name -> float.  Gaussian likelihoods: ``RMSE`` of y_mean and ``MNLPD`` (left out
-        where the noise variance at new inputs is unknown); ``Bernoulli``: ``error rate``,
-        ``mean log predictive`` and ``Brier score``; ``Poisson``: ``RMSE`` of the predictive
+        where the noise variance at new inputs is unknown); ``Bernoulli`` and ``Categorical``:
+        ``error rate``, ``mean log predictive`` and ``Brier score``; ``Poisson``: ``RMSE`` of the predictive
         mean count and ``mean log predictive``.
     """
     compute, _ = HELD_OUT_METRICS[metrics_kind(posterior.model.likelihood)]

@@ -22,7 +22,7 @@ from .checks import check_bool, check_positive_int
 from .components import bind
 from .diagnostics import GRADIENT_FREE_STOPS, FitDiagnostics, gradient_tolerance, largest_gradient
 from .inducing import NoCandidateError, SelectionContext
-from .inputs import check_fit_arguments, validate_inputs, validate_offset, validate_targets
+from .inputs import check_fit_arguments, validate_inputs, validate_offset
 from .methods.common import ConvergenceWarning, shifted
 from .parameters import ParameterTable
 from .posterior import FitRecord, Posterior
@@ -136,9 +136,15 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
         As :meth:`gpdsl.Model.fit`.
     """
     X = validate_inputs(X, lazy=model._chunks_dask())
-    y = model.likelihood.prepare_targets(validate_targets(y, X.shape[0]))
+    labelled = model.likelihood.with_labels_of(y)
+    if labelled is not model.likelihood:
+        model = dataclasses.replace(model, likelihood=labelled)
+    y = model.likelihood.coded_targets(y, X.shape[0])
     fixed = check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, callback)
     offset = validate_offset(offset, X.shape[0], model.inference)
+    if offset is not None and model.likelihood.n_latent > 1:
+        raise ValueError(f"fit: offset is an offset of one latent function; {model.likelihood.describe()} has "
+                         f"{model.likelihood.n_latent}")
     check_bool("fit", "standardize", standardize, error=TypeError)
     if subsample is not None:
         check_positive_int("fit", "subsample", subsample)
@@ -169,8 +175,8 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
     selection = None
     if model.sparse:
         _, likelihood = model.bind(declared)
-        weights, targets = shifted(likelihood, model.latent_offset(declared, X_fit, offset_fit)).surrogate(X_fit, y_fit)
-        context = SelectionContext(model.kernel, declared, weights=weights, targets=targets, first_round=True)
+        surrogate = shifted(likelihood, model.latent_offset(declared, X_fit, offset_fit)).surrogate(X_fit, y_fit)
+        context = SelectionContext(model.kernel, declared, **_selection_data(surrogate), first_round=True)
         selection = model.inducing.select(_selection_inputs(model, X_fit), y_fit, context)
     result = fit_at(model, X_fit, y_fit, selection, **every, start=_checked_start(start, declared_table), warm=None)
     rounds, reinit_stop = [(selection, result)], None
@@ -278,8 +284,7 @@ def _probe_small_m(model, X, y, rounds, *, fixed, seed, max_iter, offset):
     probe = model.inducing.small_m_probe(X.shape[1], best.Z.shape[0], X.shape[0])
     if probe is None:
         return rounds, None
-    weights, targets = best.evaluation.pseudo_data
-    context = SelectionContext(model.kernel, best.values, weights=weights, targets=targets)
+    context = SelectionContext(model.kernel, best.values, **_selection_data(best.evaluation.pseudo_data))
     probe_selection = probe.select(_selection_inputs(model, X), y, context)
     probed = fit_at(model, X, y, probe_selection, fixed=fixed, optimize=True, restarts=0, seed=seed,
                     max_iter=max_iter, progress=False, callback=None, start=best.values, warm=None, offset=offset)
@@ -292,6 +297,19 @@ def _probe_small_m(model, X, y, rounds, *, fixed, seed, max_iter, offset):
                   f"M = {probe_selection.Z.shape[0]} round is kept (diagnostics.small_m_replaced); give m or a "
                   "smaller tol", ConvergenceWarning, stacklevel=5)
     return rounds + [(probe_selection, probed)], int(probe_selection.Z.shape[0])
+
+
+def _selection_data(pseudo_data):
+    """The weights and targets greedy selection reads from a method's pseudo-regression (w, r).
+
+    With K latent functions sharing one kernel and Z (w and r of shape (N, K)) the residual
+    variance k_nn - q_nn is the same for every class, so HGV's criterion summed over the classes
+    is sum_k w_nk (k_nn - q_nn): the weights are summed.  The classes' Gaussian bounds do not add
+    up to one bound of summed targets, so there are no targets (GreedyBound refuses them)."""
+    weights, targets = pseudo_data
+    if np.ndim(weights) == 2:
+        return {"weights": np.sum(weights, axis=1), "targets": None}
+    return {"weights": weights, "targets": targets}
 
 
 def _check_subsample(model):
@@ -335,8 +353,7 @@ def _reinit_loop(model, X, y, rounds, *, fixed, optimize, restarts, seed, max_it
     seen = {frozenset(selection.indices.tolist())}
     for _ in range(spec.max_reinit):
         values, evaluation = fit.values, fit.evaluation
-        weights, targets = evaluation.pseudo_data
-        context = SelectionContext(model.kernel, values, weights=weights, targets=targets)
+        context = SelectionContext(model.kernel, values, **_selection_data(evaluation.pseudo_data))
         try:
             selection = spec.select(_selection_inputs(model, X), y, context)
         except NoCandidateError:

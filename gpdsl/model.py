@@ -76,6 +76,9 @@ class Model:
             raise ValueError(f"Model: {type(self.inference).__name__} takes no offset of the latent input, so it cannot "
                              f"have a mean function; leave mean=None")
         self.inference.check_likelihood(self.likelihood)
+        if self.mean is not None and self.likelihood.n_latent > 1:
+            raise ValueError(f"Model: a mean function is for one latent function; {self.likelihood.describe()} has "
+                             f"{self.likelihood.n_latent} (leave mean=None)")
         rule = self.inference.inducing_rule
         if self.inducing is not None and not isinstance(self.inducing, InducingSpec):
             raise TypeError(f"Model: inducing must be None or a spec from gd.inducing, got {self.inducing!r}")

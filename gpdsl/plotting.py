@@ -92,7 +92,9 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None, *, offset=None, of
     unknown) and the inducing inputs marked along the bottom; D > 1: predicted against observed
     targets with 2 sd error bars.  Binary labels, 1-D inputs: p(y* = 1 | x) with the labels at
     0 and 1; 2-D inputs: a decision map (p over the input plane, its 0.5 contour, the points
-    coloured by label, the inducing inputs); D > 2: p(y* = 1) against the observed label.  The
+    coloured by label, the inducing inputs); D > 2: p(y* = 1) against the observed label.  K
+    classes, 2-D inputs: a map of the most probable class, faded as its probability falls, with
+    the class boundaries and the points; otherwise each point's p(y* = its label).  The
     D > 1 scatter plots show the held-out points when given, else the training points.  With
     an ``offset`` the plots over a grid of new inputs (1-D bands and curves, 2-D maps) are not
     drawn, since no offset is known between the rows: every D gets the scatter plot of the rows,
@@ -312,6 +314,60 @@ def _plot_probability_label(ax, posterior, X, y, which, offset=None):
     ax.legend(loc="best", fontsize="small")
 
 
+def _plot_multiclass(fig, ax, posterior, X, y, X_test, y_test, n=120):
+    """K classes: a decision map over the input plane (2-D: each grid point coloured by its most
+    probable class, faded as that probability falls, the points coloured by label), otherwise
+    each point's predicted probability of its own label against that label."""
+    likelihood = posterior.model.likelihood
+    codes = likelihood.coded_targets(y, X.shape[0])
+    codes_test = None if X_test is None else likelihood.coded_targets(y_test, X_test.shape[0], "y_test")
+    labels = likelihood.class_labels()
+    colours = [f"C{k % 10}" for k in range(labels.size)]
+    if X.shape[1] != 2:
+        which, X_rows, y_rows, c_rows = (("training", X, y, codes) if X_test is None
+                                         else ("held-out", X_test, y_test, codes_test))
+        p_own = np.exp(posterior.log_predictive(X_rows, y_rows))
+        jitter = np.random.default_rng(0).uniform(-0.2, 0.2, c_rows.size)
+        ax.scatter(c_rows + jitter, p_own, s=12, c=[colours[int(k)] for k in c_rows],
+                   label=f"{which} points ({c_rows.size})")
+        ax.set_xticks(np.arange(labels.size), [str(label) for label in labels])
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_xlabel("observed class")
+        ax.set_ylabel("predicted p(y* = observed class)")
+        ax.legend(loc="best", fontsize="small")
+        return
+    from matplotlib.colors import to_rgb
+
+    points = X if X_test is None else np.vstack([X, X_test])
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    pad = np.where(hi > lo, 0.05 * (hi - lo), 1.0)
+    g0 = np.linspace(lo[0] - pad[0], hi[0] + pad[0], n)
+    g1 = np.linspace(lo[1] - pad[1], hi[1] + pad[1], n)
+    G0, G1 = np.meshgrid(g0, g1)
+    p = posterior.predict(np.column_stack([G0.ravel(), G1.ravel()]))["p"].values
+    best, confidence = np.argmax(p, axis=1), np.max(p, axis=1)
+    rgb = np.array([to_rgb(c) for c in colours])[best]
+    # Faded towards white where the most probable class is barely ahead (1/K: no preference).
+    fade = ((confidence - 1.0 / labels.size) / (1.0 - 1.0 / labels.size))[:, None]
+    ax.imshow((1.0 - 0.6 * fade + 0.6 * fade * rgb).reshape(G0.shape + (3,)), origin="lower", aspect="auto",
+              extent=(g0[0], g0[-1], g1[0], g1[-1]))
+    ax.contour(G0, G1, best.reshape(G0.shape), levels=np.arange(labels.size) + 0.5, colors="k", linewidths=1.0)
+    for k, label in enumerate(labels):
+        train = codes == k
+        ax.scatter(X[train, 0], X[train, 1], s=14, color=colours[k], edgecolors="k", linewidths=0.5,
+                   label=f"training {label} ({int(train.sum())})")
+        if X_test is not None:
+            test = codes_test == k
+            ax.scatter(X_test[test, 0], X_test[test, 1], s=30, marker="D", color=colours[k], edgecolors="k",
+                       linewidths=1.0, label=f"held-out {label} ({int(test.sum())})")
+    if posterior.model.sparse:
+        Z = posterior.inducing_inputs
+        ax.plot(Z[:, 0], Z[:, 1], "^", color="w", mec="k", ms=8, label=f"inducing inputs ({Z.shape[0]})")
+    ax.set_xlabel("x[0]")
+    ax.set_ylabel("x[1]")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize="small")
+
+
 # kind of targets (gpdsl.inputs.target_kind) -> drawing function; a kind not listed gets the
 # regression plot (real targets and counts, whose predictive has y_mean and y_var).
-PLOTS = {"binary": _plot_classification}
+PLOTS = {"binary": _plot_classification, "categorical": _plot_multiclass}

@@ -23,10 +23,10 @@ from .checks import as_float_array
 from .chunks import default_chunk_size, is_chunked, lazy_rows, map_rows
 from .components import bind
 from .diagnostics import FitDiagnostics
-from .inputs import validate_inputs, validate_offset, validate_targets
+from .inputs import validate_inputs, validate_offset
 from .io.files import check_path, sigint_deferred, write_replacing
 from .kernels import Sum
-from .io.layout import FORMAT_VERSION, checksum, hyperparameter_entries, variable_dims
+from .io.layout import CLASS_LAYOUT, FORMAT_VERSION, LAYOUT, checksum, hyperparameter_entries, variable_dims
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,6 +192,11 @@ class Posterior:
         return self.diagnostics.local_sweeps
 
     @property
+    def n_latent(self):
+        """int: the number of latent functions (K for a K-class likelihood, else 1)."""
+        return self.model.likelihood.n_latent
+
+    @property
     def n_features(self):
         """int: the number of input features D the model was fitted on."""
         return self.state.Z.shape[1]
@@ -233,10 +238,11 @@ class Posterior:
 
         Returns
         -------
-        mean : ndarray or dask.array.Array, shape (n,)
+        mean : ndarray or dask.array.Array, shape (n,), or (n, K) for K latent functions
             Latent predictive mean, in the data's units (a component's mean is scaled, not
-            shifted, by a standardisation: the targets' mean belongs to the whole f).
-        var : ndarray or dask.array.Array, shape (n,)
+            shifted, by a standardisation: the targets' mean belongs to the whole f).  A K-class
+            likelihood has one column per class.
+        var : ndarray or dask.array.Array, shape (n,), or (n, K)
             Latent predictive variance (clipped at 0), in the data's units.
 
         Raises
@@ -246,7 +252,7 @@ class Posterior:
             is not the label of a part of a ``Sum`` kernel.
         """
         kernel = self._kernel(component)
-        mean, var = self._latent(self._fit_inputs(X_new, lazy=True), kernel, with_mean=component is None)
+        mean, var = self._latent(self._fit_inputs(X_new, lazy=self.n_latent == 1), kernel, with_mean=component is None)
         if component is not None and self.standardization is not None:
             mean = mean - self.standardization.mean(0.0)      # a part carries no share of the targets' mean
         return mean, var
@@ -271,12 +277,10 @@ class Posterior:
         """{"mean", "var"}: the latent predictive mean and variance (n,) in the fit's units at a
         block X_block (n, D) of inputs in the fit's units."""
         kernel, state = kernel or self._kernel(), self.state
-        b = state.basis(kernel.gram(state.Z, X_block))
-        var = kernel.diag(X_block) - np.einsum("ij,ij->j", b, state.correction @ b)
-        mean = b.T @ state.weights
+        mean, var = state.moments(state.basis(kernel.gram(state.Z, X_block)), kernel.diag(X_block))
         if with_mean:
             mean = mean + self._prior_mean(X_block)
-        return {"mean": mean, "var": np.maximum(var, 0.0)}
+        return {"mean": mean, "var": var}
 
     def _prior_mean(self, X_block):
         """The mean function m at X_block (n, D) in the fit's units (0 without one)."""
@@ -319,10 +323,12 @@ class Posterior:
 
         Returns
         -------
-        mean : ndarray, shape (n,)
+        mean : ndarray, shape (n,), or (n, K) for K latent functions
             Latent predictive mean, in the data's units.
-        cov : ndarray, shape (n, n)
-            Symmetrised latent predictive covariance, in the data's units.
+        cov : ndarray, shape (n, n); K latent functions: (K, n, n) or (n, K, n, K)
+            Symmetrised latent predictive covariance, in the data's units.  K latent functions
+            independent in the posterior give one (n, n) block a class; where the posterior
+            couples them (multi-class Laplace) it is the joint (n, K, n, K) covariance.
 
         Raises
         ------
@@ -331,10 +337,27 @@ class Posterior:
         """
         X_new = self._fit_inputs(X_new)
         kernel, state = self._kernel(), self.state
-        with threads.bulk(float(X_new.shape[0]) ** 2 * state.Z.shape[0]):
+        with threads.bulk(float(X_new.shape[0]) ** 2 * state.Z.shape[0] * self.n_latent):
             b = state.basis(kernel.gram(state.Z, X_new))
+            if self.n_latent > 1:
+                return b.T @ state.weights, self._class_covariance(kernel.gram(X_new, X_new), b)
             cov = kernel.gram(X_new, X_new) - b.T @ state.correction @ b
         return self._data_units(b.T @ state.weights + self._prior_mean(X_new), 0.5 * (cov + cov.T))
+
+    def _class_covariance(self, prior, b):
+        """The joint latent covariance of K latent functions at n points, from the prior Gram
+        (n, n) and the whitened basis b (M, n): (K, n, n), one block a class, for independent
+        classes; (n, K, n, K) where the posterior couples them (``state.coupling``)."""
+        state = self.state
+        blocks = prior[None] - np.einsum("in,kij,jm->knm", b, state.correction, b)
+        blocks = 0.5 * (blocks + np.swapaxes(blocks, 1, 2))
+        if state.coupling is None:
+            return blocks
+        G = state.coupling @ b                                           # (K, M, n)
+        cov = np.einsum("kin,ljm->nkml", G, G)
+        idx = np.arange(self.n_latent)
+        cov[:, idx, :, idx] += blocks
+        return cov
 
     def noise_variance(self, X_new, noise_variance=None):
         """Observation-noise variances at X_new (the data's units), or None when they cannot be known.
@@ -404,8 +427,13 @@ class Posterior:
         """
         import xarray as xr
 
-        X_new = validate_inputs(X_new, "X_new", self.n_features, lazy=True)
+        X_new = validate_inputs(X_new, "X_new", self.n_features, lazy=self.n_latent == 1)
         offset = validate_offset(offset, X_new.shape[0], name="offset")
+        if self.n_latent > 1:
+            if offset is not None:
+                raise ValueError(f"predict: offset is an offset of one latent function; "
+                                 f"{self.model.likelihood.describe()} has {self.n_latent}")
+            return self._class_dataset(xr, X_new, self._class_predictions(X_new))
         if noise_variance is not None and not self.gaussian:
             raise ValueError(f"predict: noise_variance applies to Gaussian likelihoods only; "
                              f"{type(self.model.likelihood).__name__} has no observation noise to add")
@@ -440,6 +468,47 @@ class Posterior:
         else:
             data.update(self._likelihood().predictive(mean, var))
         return data
+
+    def _class_moments(self, X_block):
+        """The latent means (n, K) and variances (n, K) of a K-class likelihood at a block X_block
+        (n, D) of inputs in the fit's units, or each point's (K, K) covariance (n, K, K) where the
+        posterior couples the classes (multi-class Laplace)."""
+        kernel, state = self._kernel(), self.state
+        return state.moments(state.basis(kernel.gram(state.Z, X_block)), kernel.diag(X_block),
+                             full=state.coupling is not None)
+
+    def _class_rows(self, X_new, fn, *rows):
+        """``fn(mean, var, *row_blocks) -> tuple of (n_block, ...) arrays`` over row blocks of the
+        checked inputs X_new (n, D) in the data's units and the row arrays ``rows``, concatenated."""
+        X_fit = X_new if self.standardization is None else self.standardization.inputs(X_new)
+
+        def chunk(X_block, *row_blocks):
+            return (), fn(*self._class_moments(X_block), *row_blocks)
+
+        n, m = X_fit.shape[0], self.state.Z.shape[0]
+        return map_rows(chunk, (X_fit,) + rows, default_chunk_size(n, m * self.n_latent), width=m)[1]
+
+    def _class_predictions(self, X_new):
+        """{"f_mean", "f_var", "p"}: (n, K) each, the latent moments and class probabilities of
+        a K-class likelihood at checked inputs X_new (n, D) in the data's units (the probabilities
+        integrate over each point's joint latent covariance where the posterior has one)."""
+        likelihood = self._likelihood()
+
+        def predictions(mean, var):
+            diag = np.diagonal(var, axis1=1, axis2=2) if var.ndim == 3 else var
+            return mean, diag, likelihood.predictive(mean, var)["p"]
+
+        mean, var, p = self._class_rows(X_new, predictions)
+        return {"f_mean": mean, "f_var": var, "p": p}
+
+    def _class_dataset(self, xr, X_new, data):
+        """The xarray.Dataset of :meth:`predict` for a K-class likelihood: dims ``obs`` and
+        ``class`` (the class labels), and ``label``, each row's most probable class."""
+        labels = self.model.likelihood.class_labels()
+        variables = {name: (("obs", "class"), value) for name, value in data.items()}
+        variables["label"] = ("obs", labels[np.argmax(data["p"], axis=1)])
+        return xr.Dataset(variables, coords={"obs": np.arange(X_new.shape[0]), "class": labels},
+                          attrs={"inference": type(self.model.inference).__name__})
 
     def _predict_names(self, noise_given):
         """The names of :meth:`predict`'s variables, known without the data (for lazy predictions)."""
@@ -482,7 +551,13 @@ class Posterior:
             heteroscedastic likelihood).
         """
         X_new = validate_inputs(X_new, "X_new", self.n_features)
-        y_new = self.model.likelihood.prepare_targets(validate_targets(y_new, X_new.shape[0], "y_new"))
+        y_new = self.model.likelihood.coded_targets(y_new, X_new.shape[0], "y_new")
+        if self.n_latent > 1:
+            if offset is not None:
+                raise ValueError(f"log_predictive: offset is an offset of one latent function; "
+                                 f"{self.model.likelihood.describe()} has {self.n_latent}")
+            likelihood = self._likelihood()
+            return self._class_rows(X_new, lambda mean, var, y: (likelihood.log_predictive(mean, var, y),), y_new)[0]
         mean, var = self.predict_f(X_new)
         offset = validate_offset(offset, X_new.shape[0], name="offset")
         if offset is not None:
@@ -547,17 +622,16 @@ class Posterior:
 
         state = self.state
         m, d = state.Z.shape
-        data = {
-            "Z": (("inducing", "feature"), state.Z),
-            "q_mean": ("inducing", state.q_mean),
-            "q_cov": (("inducing", "inducing_bis"), state.q_cov),
-        }
+        layout = CLASS_LAYOUT if self.n_latent > 1 else LAYOUT
         # Kept so that a loaded posterior predicts with the very same arithmetic.  The whitened
         # state has its own names, so that a reader that knows only the natural-basis ones of
         # earlier versions fails on it rather than predicting with it.
-        data["predictive_whitened_weights"] = ("inducing", state.weights)
-        data["predictive_whitened_correction"] = (("inducing", "inducing_bis"), state.correction)
-        data["predictive_chol"] = (("inducing", "inducing_bis"), state.chol)
+        arrays = {"Z": state.Z, "q_mean": state.q_mean, "q_cov": state.q_cov, "predictive_whitened_weights": state.weights,
+                  "predictive_whitened_correction": state.correction, "predictive_chol": state.chol}
+        if state.coupling is not None:
+            arrays["predictive_whitened_coupling"] = state.coupling
+        dims = {**layout["common"].variables, **layout["whitened"].variables, **LAYOUT["coupling"].variables}
+        data = {name: (dims[name][0], value) for name, value in arrays.items()}
         try:
             declared = {e.name: e.dims for e in hyperparameter_entries(self.model, state.Z)}
         except ValueError:
@@ -566,7 +640,7 @@ class Posterior:
             data[name] = (variable_dims(name, value, declared.get(name)), value)
         local_attrs = {}
         if self.sites is not None:
-            local = self.model.inference.local_state
+            local = self.model.inference.local_state_for(self.model.likelihood)
             local_vars, local_attrs = local.export(self.sites, self.total_sweeps)
             data.update(local_vars)
             local_attrs["local_state"] = local.name
@@ -610,6 +684,8 @@ class Posterior:
             **scaling_attrs,
         }
         coords = {"inducing": np.arange(m), "inducing_bis": np.arange(m), "feature": np.arange(d)}
+        if self.n_latent > 1:
+            coords["class"] = np.arange(self.n_latent)
         ds = xr.Dataset(data, coords=coords, attrs=attrs)
         ds.attrs["checksum"] = checksum(ds)
         return ds

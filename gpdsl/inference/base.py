@@ -38,9 +38,13 @@ class Inference(Component, family="inference"):
     optimises_variational_parameters = False
     # Whether evaluate takes a per-row offset of the latent input (Model.fit(offset=...)).
     supports_offset = True
+    # Whether the method handles a likelihood of K > 1 latent functions (``n_latent``, a K-class
+    # likelihood): K GPs a priori independent under one kernel, sharing Z.
+    multi_latent = False
 
     def accepts(self, likelihood):
-        """Whether ``likelihood`` provides the capability this method ``requires``.
+        """Whether ``likelihood`` provides the capability this method ``requires`` (and, for a
+        likelihood of several latent functions, whether the method handles those).
 
         Parameters
         ----------
@@ -50,7 +54,24 @@ class Inference(Component, family="inference"):
         -------
         bool
         """
+        if likelihood.n_latent > 1 and not self.multi_latent:
+            return False
         return likelihood.provides(self.requires)
+
+    def local_state_for(self, likelihood):
+        """How the local state is saved with a posterior of this method and ``likelihood``
+        (:class:`gpdsl.methods.common.LocalStateFormat`, or None): ``local_state`` unless the
+        likelihood's latent functions give it another shape.
+
+        Parameters
+        ----------
+        likelihood : gpdsl.likelihoods.Likelihood
+
+        Returns
+        -------
+        gpdsl.methods.common.LocalStateFormat or None
+        """
+        return self.local_state
 
     def check_likelihood(self, likelihood):
         """Check that this method accepts ``likelihood`` (:meth:`accepts`).

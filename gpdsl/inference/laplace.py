@@ -18,7 +18,9 @@ class Laplace(Inference):
     Q + diag(K - Q) with one (GPML's ``infLaplace`` with ``apxSparse``, O(N M^2), gradients in Z
     too).  Newton's method finds the mode from f = 0 at every evaluation and stops when a step
     gains less than ``tol`` nats, after ``max_iter`` steps at most.  A likelihood that is not
-    log-concave (Student-t) gives negative W at outliers, handled as GPML does.
+    log-concave (Student-t) gives negative W at outliers, handled as GPML does.  With a K-class
+    ``Categorical(K, "softmax")`` likelihood it is the dense multi-class Laplace approximation of
+    Rasmussen & Williams Algorithms 3.3, 3.4 and 5.2 (:mod:`gpdsl.methods.laplace_multiclass`).
 
     Parameters
     ----------
@@ -40,6 +42,8 @@ class Laplace(Inference):
     requires = "log_density_derivatives"
     log_evidence_kind = "Laplace approximation"
     supports_dask_chunks = True
+    # K classes with the softmax link: Rasmussen & Williams Algorithms 3.3, 3.4 and 5.2, dense.
+    multi_latent = True
 
     def __post_init__(self):
         check_positive_number("Laplace", "tol", self.tol)
@@ -48,6 +52,14 @@ class Laplace(Inference):
         _check_chunk("Laplace", self.chunk_size)
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
+        if likelihood.n_latent > 1:
+            if Z is not None or offset is not None:
+                raise ValueError(f"Laplace: {likelihood.describe()} is fitted by the dense multi-class Laplace "
+                                 "approximation, without inducing points, a mean function or an offset; "
+                                 "pass inducing=None (or use SVGP for a sparse multi-class model)")
+            from ..methods import laplace_multiclass  # TODO-merge: top-level import
+            return laplace_multiclass.evaluate(kernel, likelihood, X, y, tol=self.tol, max_iter=self.max_iter,
+                                               need_grad=need_grad, need_state=need_state, warm=warm)
         return laplace.evaluate(kernel, shifted(likelihood, offset), X, y, Z, tol=self.tol, max_iter=self.max_iter,
                                 jitter=self.jitter, chunk_size=self.chunk_size, need_grad=need_grad,
                                 need_state=need_state, offset_grad=offset is not None)

@@ -80,6 +80,9 @@ class _Variational(Inference):
 
     def check_likelihood(self, likelihood):
         super().check_likelihood(likelihood)
+        if self.q_updates == "joint" and likelihood.n_latent > 1:
+            raise ValueError(f"{type(self).__name__}: q_updates='joint' is for one latent function; "
+                             f"{likelihood.describe()} has {likelihood.n_latent}: use q_updates='natural'")
         if self.q_updates == "joint" and likelihood.sign_symmetric:
             raise ValueError(f"{type(self).__name__}: q_updates='joint' starts q at the prior, whose mean 0 is a "
                              f"saddle of the bound for {likelihood.describe()} (p(y | f) = p(y | -f)), and stays "
@@ -119,7 +122,7 @@ class _Variational(Inference):
         """
         weights, targets = likelihood.surrogate(X, y)
         q, _, _ = self._optimise_q(kernel, gaussian_noise(1.0 / np.mean(weights)), {}, X, targets / weights, Z,
-                                   self._initial_q(X.shape[0], Z), polish=False)
+                                   self._initial_q(X.shape[0], Z, likelihood.n_latent), polish=False)
         return q
 
     def variational_entries(self, n, Z, fixed_names=()):
@@ -133,7 +136,7 @@ class _Variational(Inference):
         if self.q_updates == "joint":
             return self._evaluate(kernel, likelihood, values, X, y, Z, need_grad=need_grad, need_state=need_state,
                                   offset=offset)
-        start = self._initial_q(X.shape[0], Z)
+        start = self._initial_q(X.shape[0], Z, likelihood.n_latent)
         warm_fits = warm is not None and all(np.shape(warm.q[k]) == np.shape(v) for k, v in start.items())
         if warm_fits and self._stochastic:
             # The minibatch steps have moved q; the posterior is the bound at that q, without
@@ -208,7 +211,11 @@ class SVGP(_Variational):
     stop_tol: float = 1e-3
     stop_window: int = 200
     inducing_rule = "required"
+    multi_latent = True
     _state_format = variational_state_format({"q_mu": "inducing", "q_sqrt": "q_sqrt_index"})
+    # K latent functions: q_mu (M, K), q_sqrt (K, M (M + 1) / 2), one q(v_k) a class.
+    _class_state_format = variational_state_format({"q_mu": ("inducing", "class"),
+                                                    "q_sqrt": ("class", "q_sqrt_index")})
 
     def __post_init__(self):
         super().__post_init__()
@@ -227,8 +234,13 @@ class SVGP(_Variational):
             return super().minimise(objective, u0, max_iter, progress, callback)
         return stochastic.minimise(objective, u0, max_iter, progress, callback, spec=self)
 
-    def _initial_q(self, n, Z):
-        return None if Z is None else svgp.initial_values(Z.shape[0])
+    def local_state_for(self, likelihood):
+        """q's format, with a class dimension for a likelihood of K > 1 latent functions."""
+        local = self.local_state
+        return self._class_state_format if local is not None and likelihood.n_latent > 1 else local
+
+    def _initial_q(self, n, Z, n_latent=1):
+        return None if Z is None else svgp.initial_values(Z.shape[0], *([n_latent] if n_latent > 1 else []))  # TODO-merge
 
     def _optimise_q(self, kernel, likelihood, values, X, y, Z, start, polish, offset=None):
         return svgp.optimise_q(kernel, likelihood, values, X, y, Z, start, jitter=self.jitter,
@@ -253,7 +265,7 @@ class VGP(_Variational):
     jitter: float | None = None
     _state_format = variational_state_format({"alpha": "obs", "lambda": "obs"})
 
-    def _initial_q(self, n, Z):
+    def _initial_q(self, n, Z, n_latent=1):
         return vgp.initial_values(n)
 
     def _optimise_q(self, kernel, likelihood, values, X, y, Z, start, polish, offset=None):

@@ -13,7 +13,7 @@ from scipy import stats
 
 from ..checks import check_positive_int, check_seed
 from ..components import bind
-from ..inputs import validate_inputs, validate_targets
+from ..inputs import validate_inputs
 from ..linalg import cholesky
 
 
@@ -51,22 +51,20 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
         unknown (a heteroscedastic likelihood with known variances).
     """
     X_new = validate_inputs(X_new, "X_new", posterior.n_features)
-    y_new = validate_targets(y_new, X_new.shape[0], "y_new")
+    y_new = posterior.model.likelihood.coded_targets(y_new, X_new.shape[0], "y_new")
     check_positive_int("to_inference_data", "draws", draws)
     check_positive_int("to_inference_data", "chains", chains)
     # Checked here, not left to default_rng, whose error names neither the function nor seed.
     check_seed("to_inference_data", seed)
     likelihood = posterior.model.likelihood
-    y_new = likelihood.prepare_targets(y_new)
     if posterior.gaussian:
         noise = posterior.noise_variance(X_new)
         if noise is None:
             raise ValueError("to_inference_data: the noise variance at X_new is unknown for known-variance "
                              "heteroscedastic likelihoods; use posterior.predict(noise_variance=...)")
     mean, cov = posterior.predict_f_full_cov(X_new)
-    L, jitter = cholesky(cov, None, what="predictive covariance of f")
     rng = np.random.default_rng(seed)
-    f = mean + rng.standard_normal((chains, draws, mean.size)) @ L.T
+    f, jitter = _joint_draws(mean, cov, rng, (chains, draws))
     if posterior.gaussian:
         y_rep = f + np.sqrt(noise) * rng.standard_normal(f.shape)
         log_lik = stats.norm.logpdf(y_new, loc=f, scale=np.sqrt(noise))
@@ -77,11 +75,31 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
     hyper = {name.replace(".", "_"): v for name, v in posterior.values.items()}
     attrs = {"inference": type(posterior.model.inference).__name__,
              "log_evidence": posterior.log_evidence, "sampling_jitter": jitter}
+    coords = {"obs": np.arange(X_new.shape[0]), "feature": np.arange(X_new.shape[1])}
+    f_dims = ["obs"]
+    if posterior.n_latent > 1:
+        coords["class"] = likelihood.class_labels()
+        f_dims = ["obs", "class"]
     return az.from_dict(
         posterior={"f": f}, posterior_predictive={"y": y_rep}, log_likelihood={"y": log_lik},
         observed_data={"y": y_new}, constant_data={"X": X_new, **hyper},
-        coords={"obs": np.arange(X_new.shape[0]), "feature": np.arange(X_new.shape[1])},
-        dims={"f": ["obs"], "y": ["obs"], "X": ["obs", "feature"]}, attrs=attrs)
+        coords=coords, dims={"f": f_dims, "y": ["obs"], "X": ["obs", "feature"]}, attrs=attrs)
+
+
+def _joint_draws(mean, cov, rng, size):
+    """Draws of size + mean.shape from N(mean, cov) as :meth:`gpdsl.Posterior.predict_f_full_cov`
+    gives them: mean (n,) with cov (n, n); mean (n, K) with cov (K, n, n) (independent latent
+    functions, drawn a class at a time) or (n, K, n, K) (jointly).  Returns the draws and the
+    largest jitter the Cholesky factorisations added."""
+    if mean.ndim == 1 or cov.ndim == 4:
+        L, jitter = cholesky(cov.reshape(mean.size, mean.size), None, what="predictive covariance of f")
+        return (mean.reshape(-1) + rng.standard_normal(size + (mean.size,)) @ L.T).reshape(size + mean.shape), jitter
+    draws, jitters = [], []
+    for k in range(mean.shape[1]):
+        f_k, jitter = _joint_draws(mean[:, k], cov[k], rng, size)
+        draws.append(f_k)
+        jitters.append(jitter)
+    return np.stack(draws, axis=-1), max(jitters)
 
 
 def summary(idata, **kwargs):

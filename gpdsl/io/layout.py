@@ -155,7 +155,21 @@ LAYOUT = {
         {"standardization_x_mean": (("feature",), "float"), "standardization_x_scale": (("feature",), "float")},
         {"standardization_y_mean": "real", "standardization_y_scale": "real"}),
 }
-OPTIONAL_PARTS = ("selection", "reinit", "subsample", "standardization")
+LAYOUT["coupling"] = Part({"predictive_whitened_coupling": (("class", "inducing", "inducing_bis"), "float")}, {})
+OPTIONAL_PARTS = ("selection", "reinit", "subsample", "standardization", "coupling")
+
+# A posterior of K latent functions (a K-class likelihood) has one q(u_k) and one predictive
+# cache a class (gpdsl.methods.common.PredictiveState), along the dimension "class" (0..K-1; the
+# labels are the likelihood's, in model_spec); multi-class Laplace adds the part "coupling".
+CLASS_LAYOUT = {
+    "common": Part({**LAYOUT["common"].variables, "class": (("class",), "index"),
+                    "q_mean": (("inducing", "class"), "float"),
+                    "q_cov": (("class", "inducing", "inducing_bis"), "float")}, LAYOUT["common"].attributes),
+    "whitened": Part({"predictive_whitened_weights": (("inducing", "class"), "float"),
+                      "predictive_whitened_correction": (("class", "inducing", "inducing_bis"), "float"),
+                      "predictive_chol": (("inducing", "inducing_bis"), "float")}, {}),
+}
 
 
-__all__ = ["FORMAT_VERSION", "PosteriorFileError", "checksum", "hyperparameter_entries", "variable_dims"]
+__all__ = ["FORMAT_VERSION", "PosteriorFileError", "checksum", "hyperparameter_entries", "variable_dims", "LAYOUT",
+           "CLASS_LAYOUT", "OPTIONAL_PARTS"]

@@ -23,7 +23,7 @@ from ..model import Model
 from ..posterior import FitRecord, Posterior
 from ..scaling import Standardization
 from .files import check_path
-from .layout import (FORMAT_VERSION, LAYOUT, OPTIONAL_PARTS, Part, PosteriorFileError, checksum,
+from .layout import (CLASS_LAYOUT, FORMAT_VERSION, LAYOUT, OPTIONAL_PARTS, Part, PosteriorFileError, checksum,
                      hyperparameter_entries, variable_dims)
 
 
@@ -113,7 +113,9 @@ def _posterior_from(ds, source):
     state = PredictiveState(Z=ds["Z"].values, weights=ds["predictive_whitened_weights"].values,
                             correction=ds["predictive_whitened_correction"].values,
                             q_mean=ds["q_mean"].values, q_cov=ds["q_cov"].values,
-                            chol=ds["predictive_chol"].values)
+                            chol=ds["predictive_chol"].values,
+                            coupling=ds["predictive_whitened_coupling"].values
+                            if "predictive_whitened_coupling" in ds else None)
     sites, total_sweeps = local.load(ds) if local is not None else (None, 0)
     selection = None
     if "selected_index" in ds:
@@ -187,8 +189,9 @@ def _validated(ds, source):
         model = Model.from_dict(spec)
     except (TypeError, ValueError, KeyError) as err:
         raise _error(source, "attribute 'model_spec'", f"does not describe a model: {err}") from err
-    local = model.inference.local_state
-    layout = {**LAYOUT, **({local.name: Part(local.variables, local.attributes)} if local is not None else {})}
+    local = model.inference.local_state_for(model.likelihood)
+    layout = {**LAYOUT, **(CLASS_LAYOUT if model.likelihood.n_latent > 1 else {}),
+              **({local.name: Part(local.variables, local.attributes)} if local is not None else {})}
     # Version 2 added the fit's record ("diagnostics"); a version-1 file has none.
     parts = (["common", "whitened"] + (["diagnostics"] if version >= 2 else [])
              + ([local.name] if local is not None else []))

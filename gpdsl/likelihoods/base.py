@@ -51,6 +51,7 @@ import numpy as np
 
 from ..chunks import row_slices
 from ..components import Component, qualify_keys
+from ..inputs import validate_targets
 
 _LOG_2PI = np.log(2.0 * np.pi)
 
@@ -232,6 +233,41 @@ class Likelihood(Component, family="likelihood"):
             If the targets are not valid for the likelihood.
         """
         return _check_real_targets(type(self).__name__, y)
+
+    def with_labels_of(self, y):
+        """This likelihood with whatever it learns from the training labels y before a fit (a
+        K-class likelihood: the class labels); ``self`` unless it has something to learn.
+
+        Parameters
+        ----------
+        y : array_like, shape (N,)
+            The training targets as the user gave them.
+
+        Returns
+        -------
+        Likelihood
+        """
+        return self
+
+    def coded_targets(self, y, n, name="y"):
+        """Targets as the user gives them (to ``fit``, ``log_predictive``) checked against n rows
+        and coded as the other operations take them: :func:`gpdsl.inputs.validate_targets`, then
+        :meth:`prepare_targets`.
+
+        Parameters
+        ----------
+        y : array_like, shape (n,)
+            The targets.
+        n : int
+            The number of rows of X.
+        name : str, default "y"
+            The argument's name, for messages.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+        """
+        return self.prepare_targets(validate_targets(y, n, name))
 
     def log_density(self, y, f):
         """log p(y | f), elementwise (any shape broadcasting y against f).

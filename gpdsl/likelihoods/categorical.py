@@ -13,6 +13,7 @@ class codes 0..K-1 as floats.  The links:
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -164,16 +165,58 @@ class Categorical(Likelihood):
                              f"{list(self.classes)}: {unseen[:6]}")
         return np.array([lookup[label] for label in listed], dtype=float)
 
+    def with_labels_of(self, y):
+        """With ``classes=None`` and labels that are not the codes 0..K-1: this likelihood with
+        ``classes`` the K distinct labels of y, sorted (scikit-learn's order); otherwise self.
+
+        Parameters
+        ----------
+        y : array_like, shape (N,)
+
+        Raises
+        ------
+        ValueError
+            Labels that are not codes and not K distinct values.
+        """
+        if self.classes is not None:
+            return self
+        labels = np.asarray(y)
+        labels = labels[:, 0] if labels.ndim == 2 and labels.shape[1] == 1 else labels
+        if labels.dtype.kind in "biuf" and np.all(np.isin(labels, np.arange(self.n_classes))):
+            return self
+        distinct = np.unique(labels)
+        if distinct.size != self.n_classes:
+            raise ValueError(f"Categorical: y must be the codes 0..{self.n_classes - 1} or {self.n_classes} distinct "
+                             f"labels (n_classes={self.n_classes}); got {distinct.size} distinct values "
+                             f"{distinct.tolist()[:6]}")
+        return dataclasses.replace(self, classes=tuple(distinct.tolist()))
+
+    def coded_targets(self, y, n, name="y"):
+        """Labels (the ``classes``, or the codes 0..K-1) as float codes (n,), checked against n rows.
+
+        Parameters
+        ----------
+        y : array_like, shape (n,)
+        n : int
+        name : str, default "y"
+
+        Raises
+        ------
+        ValueError
+            Another length, or a label that is not a class.
+        """
+        codes = self.encode(y, name)
+        if codes.shape[0] != n:
+            raise ValueError(f"len({name}) = {codes.shape[0]} does not match len(X) = {n}")
+        return codes
+
     def prepare_targets(self, y):
-        """Checked float targets as codes 0..K-1 (:meth:`encode` maps labelled targets first).
+        """Float class codes checked to be 0..K-1.
 
         Parameters
         ----------
         y : ndarray, shape (N,)
         """
-        return self.encode(y) if self.classes is None else self._checked_codes(y)
-
-    def _checked_codes(self, y):
         codes = np.asarray(y, dtype=float)
         if not np.all(np.isin(codes, np.arange(self.n_classes))):
             raise ValueError(f"Categorical: coded targets must be 0..{self.n_classes - 1}")
@@ -224,15 +267,33 @@ class Categorical(Likelihood):
         return np.sum(cumulative < u, axis=-1).astype(float)
 
     def constant_model_log_likelihood(self, y):
-        """sum_n log of its class's training frequency: the best model without inputs.
+        """sum_n log p(y_n | f = 0) = -N log K, the limit of every method as the kernel variance
+        goes to 0 (softmax and logistic softmax); None for robust-max, whose f = 0 ties every class.
 
         Parameters
         ----------
         y : ndarray, shape (N,)
         """
-        counts = np.bincount(np.asarray(y).astype(np.intp), minlength=self.n_classes)
-        seen = counts[counts > 0]
-        return float(np.sum(seen * np.log(seen / seen.sum())))
+        return None if self.link == "robustmax" else -float(len(y) * np.log(self.n_classes))
+
+    def surrogate(self, X, y):
+        """Greedy selection's weights before the first fit: the classes' curvatures at f = 0 summed,
+        which are the same for every row (so HGV's first round is GV's); no targets (the classes'
+        regressions are not one).
+
+        Parameters
+        ----------
+        X : ndarray, shape (N, D)
+        y : ndarray, shape (N,)
+
+        Returns
+        -------
+        weights : ndarray, shape (N,)
+        targets : None
+        """
+        # softmax: the Hessian's diagonal 1/K (1 - 1/K) a class; the logistic softmax's and the
+        # robust-max's are of that order too, and a constant is all the first round can use.
+        return np.full(X.shape[0], (self.n_classes - 1.0) / self.n_classes), None
 
     def log_density_bound(self, y):
         # p(y | f) -> 1 (robust-max: 1 - epsilon) as the labelled latent dominates.

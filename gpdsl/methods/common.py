@@ -44,6 +44,14 @@ class PredictiveState:
         Covariance of q(u).
     chol : ndarray, shape (M, M)
         Lower Cholesky factor L that whitens K_z*.
+    coupling : ndarray, shape (K, M, M), or None
+        K latent functions only, where the posterior couples them (multi-class Laplace).
+
+    With K latent functions (a K-class likelihood) ``weights`` is (M, K), ``correction``,
+    ``q_cov`` are (K, M, M) and ``q_mean`` (M, K), one per latent function sharing Z and chol;
+    the latent functions at a point are independent unless ``coupling`` is given, whose rows
+    G_k b_* give the cross-covariances: cov_*(k, k') = delta_kk' (k_** - b_*^T correction[k] b_*)
+    + (G_k b_*)^T (G_k' b_*).
     """
 
     Z: np.ndarray
@@ -52,6 +60,43 @@ class PredictiveState:
     q_mean: np.ndarray
     q_cov: np.ndarray
     chol: np.ndarray
+    coupling: np.ndarray | None = None
+
+    @property
+    def n_latent(self):
+        """The number of latent functions: 1, or K for a (M, K) ``weights``."""
+        return 1 if self.weights.ndim == 1 else self.weights.shape[1]
+
+    def moments(self, b, prior_var, full=False):
+        """Latent predictive means and variances at n points of whitened basis b (M, n).
+
+        Parameters
+        ----------
+        b : ndarray, shape (M, n)
+            The whitened basis b_* = chol^-1 K_z* (:meth:`basis`).
+        prior_var : ndarray, shape (n,)
+            The prior variances k_**.
+        full : bool, default False
+            K latent functions: return each point's (K, K) covariance instead of the variances.
+
+        Returns
+        -------
+        mean : ndarray, shape (n,) or (n, K)
+        var : ndarray, shape (n,), (n, K) or, with ``full``, (n, K, K)
+            Variances clipped at 0 (the covariances' diagonals too).
+        """
+        mean = b.T @ self.weights
+        if self.n_latent == 1:
+            return mean, np.maximum(prior_var - np.einsum("ij,ij->j", b, self.correction @ b), 0.0)
+        var = prior_var[:, None] - np.einsum("in,kij,jn->nk", b, self.correction, b)
+        if self.coupling is None:
+            var = np.maximum(var, 0.0)
+            return mean, (var[:, :, None] * np.eye(self.n_latent) if full else var)
+        G = self.coupling @ b                                       # (K, M, n)
+        cov = np.einsum("kin,lin->nkl", G, G)
+        idx = np.arange(self.n_latent)
+        cov[:, idx, idx] = np.maximum(cov[:, idx, idx] + var, 0.0)
+        return mean, (cov if full else cov[:, idx, idx].copy())
 
     def basis(self, Kzs):
         """The whitened basis b_* = chol^-1 K_z*.
@@ -286,9 +331,9 @@ def variational_state_format(dims):
 
     Parameters
     ----------
-    dims : dict of str to str
-        ``{name: dimension}`` of the arrays named ``"variational.<name>"``; in the file they
-        are the variables ``variational_<name>`` along that dimension.
+    dims : dict of str to str or tuple of str
+        ``{name: dimension or dimensions}`` of the arrays named ``"variational.<name>"``; in
+        the file they are the variables ``variational_<name>`` along those dimensions.
 
     Returns
     -------
@@ -296,6 +341,8 @@ def variational_state_format(dims):
         Named ``"variational_q"``, with attributes ``q_steps_final``, ``q_converged`` and
         ``q_total_steps``.
     """
+
+    dims = {name: (dim,) if isinstance(dim, str) else tuple(dim) for name, dim in dims.items()}
 
     def export(state, total_steps):
         variables = {f"variational_{name}": (dim, state.q[f"variational.{name}"]) for name, dim in dims.items()}
@@ -309,7 +356,7 @@ def variational_state_format(dims):
 
     return LocalStateFormat(
         "variational_q",
-        {f"variational_{name}": ((dim,), "float") for name, dim in dims.items()},
+        {f"variational_{name}": (dim, "float") for name, dim in dims.items()},
         {"local_state": "str", "q_steps_final": "count", "q_converged": "flag", "q_total_steps": "count"},
         export, load)
 
