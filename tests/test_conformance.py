@@ -58,10 +58,13 @@ KERNEL_CASES = [pytest.param(v, id=f"{cls.__name__}-{i}") for cls in _own(Kernel
                 for i, v in enumerate(cls.variants())]
 
 
-def _likelihoods(where):
-    """Every registered likelihood variant for which ``where(variant)`` holds (what a check needs)."""
+def _likelihoods(where, n_latent=1):
+    """Every registered likelihood variant of ``n_latent`` latent functions (1, or "many") for
+    which ``where(variant)`` holds (what a check needs)."""
+    def latent(v):
+        return v.n_latent == 1 if n_latent == 1 else v.n_latent > 1
     return [pytest.param(v, id=f"{cls.__name__}-{i}") for cls in _own(Likelihood.registry)
-            for i, v in enumerate(cls.variants()) if where(v)]
+            for i, v in enumerate(cls.variants()) if latent(v) and where(v)]
 
 
 def _implements(operation):
@@ -283,6 +286,51 @@ def test_log_predictive_matches_quadrature_and_predictive_matches_draws(likeliho
         np.testing.assert_array_less(np.abs(var - summary["y_var"]), 5 * np.sqrt((m4 - var * var) / draws) + 1e-9)
 
 
+# q(f_n) of K = 3 latent functions at three points: far apart, level, and one wide.
+MEANS_K = np.array([[-1.2, 0.3, 0.9], [0.5, 0.5, -0.4], [0.0, 2.5, 0.1]])
+VARS_K = np.array([[0.4, 1.5, 0.02], [0.1, 0.9, 2.0], [1.0, 0.3, 0.6]])
+
+
+@pytest.mark.parametrize("likelihood", _likelihoods(lambda v: v.provides("variational_expectations"), n_latent="many"))
+def test_multi_latent_expectations_bound_draws_and_match_differences(likelihood):
+    """K latent functions: E_q[log p(y | f)] is at most the average over 2e5 draws (every rule
+    here is exact or a Jensen lower bound) and its derivatives in each mean and variance equal
+    central differences."""
+    lik = likelihood.bind()
+    y = np.array([0.0, 1.0, 2.0])[: likelihood.n_latent]
+    y = np.resize(y, MEANS_K.shape[0])
+    ve, d_mean, d_var, grads = lik.variational_expectations(y, MEANS_K, VARS_K)
+    assert ve.shape == (3,) and d_mean.shape == d_var.shape == MEANS_K.shape and grads == {}
+    draws = MEANS_K + np.sqrt(VARS_K) * np.random.default_rng(8).standard_normal((200_000,) + MEANS_K.shape)
+    logp = lik.log_density(np.broadcast_to(y, draws.shape[:2]), draws)
+    mc, se = logp.mean(axis=0), logp.std(axis=0) / np.sqrt(draws.shape[0])
+    np.testing.assert_array_less(ve, mc + 5 * se + 2e-3)
+    for i in range(3):
+        fd_m = central_difference(lambda m: lik.variational_expectations(y[i:i + 1], m[None], VARS_K[i:i + 1])[0][0],
+                                  MEANS_K[i], step=1e-5)
+        fd_v = central_difference(lambda v: lik.variational_expectations(y[i:i + 1], MEANS_K[i:i + 1], v[None])[0][0],
+                                  VARS_K[i], step=1e-6)
+        np.testing.assert_allclose(d_mean[i], fd_m, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(d_var[i], fd_v, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("likelihood", _likelihoods(_implements("predictive"), n_latent="many"))
+def test_multi_latent_predictive_is_a_distribution_matching_draws(likelihood):
+    """K latent functions: the class probabilities sum to 1, equal the frequencies of labels
+    sampled at draws of f (to 5 standard errors plus the rule's 2e-3) and give log_predictive."""
+    lik = likelihood.bind()
+    p = lik.predictive(MEANS_K, VARS_K)["p"]
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=1e-12)
+    draws = 100_000
+    f = MEANS_K + np.sqrt(VARS_K) * np.random.default_rng(9).standard_normal((draws,) + MEANS_K.shape)
+    labels = lik.sample(f, np.random.default_rng(10))
+    freq = np.stack([np.mean(labels == k, axis=0) for k in range(likelihood.n_latent)], axis=1)
+    np.testing.assert_array_less(np.abs(freq - p), 5 * np.sqrt(p * (1 - p) / draws) + 2e-3)
+    for k in range(likelihood.n_latent):
+        codes = np.full(MEANS_K.shape[0], float(k))
+        np.testing.assert_allclose(lik.log_predictive(MEANS_K, VARS_K, codes), np.log(p[:, k]), rtol=1e-10)
+
+
 CAVITIES = [(-0.8, 0.5), (0.4, 2.0), (1.1, 0.05)]
 
 
@@ -359,6 +407,10 @@ def _data(likelihood):
     # A likelihood even in f (the square-link Poisson) gets data away from f = 0, where its tilted
     # laws are bimodal: EP clamps such sites, and its gradient is then documented as approximate.
     f = (3.5 if likelihood.sign_symmetric else 0.5) + 0.5 * np.sin(1.3 * XP[:, 0]) + 0.3 * XP[:, 1]
+    if likelihood.n_latent > 1:
+        # One latent function a class, each its own phase of the same pattern.
+        f = np.column_stack([np.sin(1.3 * XP[:, 0] + 2.0 * k) + 0.3 * k * XP[:, 1]
+                             for k in range(likelihood.n_latent)])
     return _targets(likelihood, f, seed=6)
 
 
