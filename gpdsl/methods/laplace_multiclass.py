@@ -47,10 +47,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import lapack
+from scipy.linalg import blas, lapack
 
 from .. import threads
-from ..linalg import cholesky, solve_lower, solve_upper_t
+from ..linalg import cholesky, solve_lower, solve_upper_t, whiten
 from .common import Evaluation, PredictiveState
 from .laplace import _rounding_step
 
@@ -58,26 +58,44 @@ from .laplace import _rounding_step
 @dataclass
 class _Newton:
     """The factors of the Newton system at class probabilities P (N, K) (module docstring):
-    E (K, N, N) with E[c] = E_c, M the Cholesky factor of sum_c E_c and half_log_det
+    E (K, N, N) with E[c] = E_c (held as the Fortran-ordered E[c].T for LAPACK in place: its
+    lower triangle, E[c]'s upper one, until :meth:`full` fills in the other), M the Cholesky
+    factor of sum_c E_c and half_log_det
     = 1/2 log|I + K W| = sum_c sum log diag L_c + sum log diag M."""
 
     E: np.ndarray
     M: np.ndarray
     half_log_det: float
+    symmetric: bool = False
 
     def solve_sum(self, v):
         """(sum_c E_c)^-1 v."""
         return solve_upper_t(self.M, solve_lower(self.M, v))
 
+    def times_E(self, V):
+        """(E_1 v_1, ..., E_K v_K) for V (N, K)."""
+        return np.stack([blas.dsymv(1.0, self.E[c].T, V[:, c], lower=1) for c in range(V.shape[1])], axis=1)
+
     def apply_R(self, V):
         """Rm V for V (N, K): (Rm V)_c = E_c v_c - E_c (M M^T)^-1 sum_c' E_c' v_c'."""
-        EV = np.stack([self.E[c] @ V[:, c] for c in range(V.shape[1])], axis=1)
+        EV = self.times_E(V)
         t = self.solve_sum(EV.sum(axis=1))
-        return EV - np.stack([self.E[c] @ t for c in range(V.shape[1])], axis=1)
+        return EV - self.times_E(np.repeat(t[:, None], V.shape[1], axis=1))
+
+    def full(self):
+        """E with both triangles filled (in place)."""
+        if not self.symmetric:
+            lower = np.tril_indices(self.E.shape[1], -1)
+            for Ec in self.E:
+                Ec[lower] = Ec.T[lower]
+            self.symmetric = True
+        return self.E
 
 
 def _factor(Kx, P):
-    """:class:`_Newton` at class probabilities P (N, K).
+    """:class:`_Newton` at class probabilities P (N, K): per class B_c = L_c L_c^T (LAPACK potrf)
+    and E_c = D_c^1/2 B_c^-1 D_c^1/2 from potri, in place in E[c].T and one triangle only (potrf
+    of sum_c E_c reads no more): O(K N^3) with one N x N temporary.
 
     Raises
     ------
@@ -87,22 +105,23 @@ def _factor(Kx, P):
     n, k = P.shape
     E = np.empty((k, n, n))
     half_log_det = 0.0
-    try:
-        for c in range(k):
-            sd = np.sqrt(P[:, c])
-            B = sd[:, None] * Kx * sd[None, :]
-            B[np.diag_indices(n)] += 1.0
-            L, _ = cholesky(B, 0.0, what="B_c = I + D_c^1/2 K D_c^1/2")
-            half_log_det += float(np.sum(np.log(np.diag(L))))
-            Binv, info = lapack.dpotri(L, lower=1)
-            if info != 0:
-                raise np.linalg.LinAlgError(f"dpotri failed (info {info})")
-            Binv = np.tril(Binv) + np.tril(Binv, -1).T
-            E[c] = sd[:, None] * Binv * sd[None, :]
-        S = E.sum(axis=0)
-        M, _ = cholesky(0.5 * (S + S.T), 0.0, what="sum_c E_c")
-    except np.linalg.LinAlgError as err:
-        raise FloatingPointError(f"multi-class Laplace: {err}") from err
+    diag = np.diag_indices(n)
+    for c in range(k):
+        sd = np.sqrt(P[:, c])
+        scale = np.outer(sd, sd)
+        B = np.multiply(Kx, scale, out=E[c])
+        B[diag] += 1.0
+        L, info = lapack.dpotrf(B.T, lower=1, clean=0, overwrite_a=1)
+        if info != 0:
+            raise FloatingPointError("multi-class Laplace: B_c = I + D_c^1/2 K D_c^1/2 is not positive definite")
+        half_log_det += float(np.sum(np.log(np.diag(L))))
+        Binv, info = lapack.dpotri(L, lower=1, overwrite_c=1)
+        if info != 0:
+            raise FloatingPointError("multi-class Laplace: B_c is singular")
+        Binv *= scale.T                # in place (scale is symmetric: scale.T has Binv's layout)
+    M, info = lapack.dpotrf(E.sum(axis=0).T, lower=1, clean=1, overwrite_a=1)
+    if info != 0:
+        raise FloatingPointError("multi-class Laplace: sum_c E_c is not positive definite")
     half_log_det += float(np.sum(np.log(np.diag(M))))
     return _Newton(E, M, half_log_det)
 
@@ -171,10 +190,9 @@ def find_mode(likelihood, Kx, y, tol, max_iter, warm=None):
         G = Y - P
         PF = P * F
         b = PF - P * PF.sum(axis=1, keepdims=True) + G          # W f + g
-        KB = Kx @ b
-        C = np.stack([newton.E[c] @ KB[:, c] for c in range(k)], axis=1)   # E K b
+        C = newton.times_E(Kx @ b)                               # E K b
         t = newton.solve_sum(C.sum(axis=1))
-        step = b - C + np.stack([newton.E[c] @ t for c in range(k)], axis=1) - A
+        step = b - C + newton.times_E(np.repeat(t[:, None], k, axis=1)) - A
         residual = np.max(np.abs(G - A), initial=0.0)
         for _ in range(60):            # halve until Psi rises (it is concave in a)
             A_try = A + step
@@ -254,14 +272,26 @@ def _evaluate(kernel, likelihood, X, y, tol, max_iter, need_grad, need_state, wa
     w = P - P * P
     grads, state = {}, None
     if need_grad or need_state:
-        E, M = newton.E, newton.M
-        U = np.empty((k, n, n))                                # M^-1 E_c
+        E, M = newton.full(), newton.M
         T = np.empty((k, n, n))                                # M^-1 E_c K
         kek = np.empty((n, k))                                 # diag(K E_c K)
+        sum_UU = np.zeros((n, n))                              # sum_c (M^-1 E_c)^T (M^-1 E_c)
+        if need_state:
+            LK, _ = cholesky(Kx, None, what="K")
+            correction, coupling, q_cov = (np.empty((k, n, n)) for _ in range(3))
         for c in range(k):
-            U[c] = solve_lower(M, E[c])
-            T[c] = U[c] @ Kx
-            kek[:, c] = np.einsum("ij,ij->j", Kx, M @ T[c])    # E_c K = M T_c
+            U = whiten(M, E[c])                                # M^-1 E_c
+            EK = E[c] @ Kx
+            T[c] = whiten(M, EK)
+            kek[:, c] = np.einsum("ij,ij->j", Kx, EK)
+            if need_grad:
+                sum_UU = blas.dsyrk(1.0, U, beta=1.0, c=sum_UU, trans=1, lower=1, overwrite_c=1)
+            if need_state:
+                corr = LK.T @ (E[c] @ LK)
+                correction[c] = 0.5 * (corr + corr.T)
+                coupling[c] = U @ LK
+                cov = Kx - Kx @ EK + T[c].T @ T[c]
+                q_cov[c] = 0.5 * (cov + cov.T)
     if need_grad:
         # The K x K blocks S_i of Sigma = (K^-1 + W)^-1 at the training inputs.
         S = np.einsum("cji,dji->icd", T, T)
@@ -271,21 +301,11 @@ def _evaluate(kernel, likelihood, X, y, tol, max_iter, need_grad, need_state, wa
         pSp = np.sum(P * Sp, axis=1, keepdims=True)
         s2 = -0.5 * P * (v - np.sum(v * P, axis=1, keepdims=True) - 2.0 * Sp + 2.0 * pSp)
         u = s2 - newton.apply_R(Kx @ s2)                       # (I - Rm K) s2
-        sum_R = M @ M.T - np.einsum("cji,cjl->il", U, U)       # sum_c Rm_cc
+        sum_UU = np.tril(sum_UU) + np.tril(sum_UU, -1).T
+        sum_R = M @ M.T - sum_UU                               # sum_c Rm_cc
         adj = 0.5 * (A @ A.T) - 0.5 * sum_R + u @ G.T
         grads, _ = kernel.vjp(X, X, 0.5 * (adj + adj.T))
     if need_state:
-        LK, _ = cholesky(Kx, None, what="K")
-        correction = np.empty((k, n, n))
-        coupling = np.empty((k, n, n))
-        q_cov = np.empty((k, n, n))
-        for c in range(k):
-            ELK = E[c] @ LK
-            correction[c] = LK.T @ ELK
-            correction[c] = 0.5 * (correction[c] + correction[c].T)
-            coupling[c] = U[c] @ LK
-            cov = Kx - Kx @ (M @ T[c]) + T[c].T @ T[c]
-            q_cov[c] = 0.5 * (cov + cov.T)
         state = PredictiveState(Z=X, weights=LK.T @ A, correction=correction, q_mean=F.copy(), q_cov=q_cov,
                                 chol=LK)
         state.coupling = coupling       # a field of PredictiveState for K > 1 (INTERFACE), set either way
