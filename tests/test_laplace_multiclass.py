@@ -83,6 +83,9 @@ def test_against_naive(name, k):
     # Without the state or the gradients: the same evidence.
     bare = _evaluate(kernel, values, X, y, k, need_grad=False)
     assert bare.log_evidence == ev.log_evidence and bare.grads == {} and bare.state is None
+    state_only = _evaluate(kernel, values, X, y, k, need_grad=False, need_state=True).state
+    for field in ("weights", "correction", "coupling", "q_mean", "q_cov", "chol"):
+        np.testing.assert_array_equal(getattr(state_only, field), getattr(ev.state, field))
 
 
 def test_mode_equation():
