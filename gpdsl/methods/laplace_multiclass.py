@@ -1,0 +1,313 @@
+"""The dense multi-class Laplace approximation for the softmax link (Rasmussen & Williams 2006,
+section 3.5: Algorithms 3.3, 3.4 and 5.2), K latent GPs independent a priori with one shared
+kernel k (the prior of the NK-vector f = (f_1, ..., f_K) is block diagonal, K_x in every block).
+
+Latent arrays are (N, K): F[:, c] = f_c.  At f, pi = softmax(f) per row (N, K), the gradient of
+log p(y | f) is g = Y - pi (Y one-hot) and the negative Hessian is W = D - Pi Pi^T with
+D = diag(pi) (NK x NK, class-major) and Pi = D R, R = (I_N; ...; I_N) the NK x N stack: block
+(c, c') of W is diag(pi_c) delta_cc' - diag(pi_c pi_c').  W is positive semi-definite and
+singular (W (1_K (x) e_i) = 0), so the algorithms never form W^-1 or W^1/2.
+
+* Newton (Algorithm 3.3): with B_c = I + D_c^1/2 K_x D_c^1/2 = L_c L_c^T,
+  E_c = D_c^1/2 B_c^-1 D_c^1/2 = (K_x + D_c^-1)^-1 and M M^T = sum_c E_c (= R^T E R),
+  Woodbury gives the NK x NK matrix (K + W^-1)^-1 = W (I + K W)^-1 without forming it:
+  Rm = E - E R (M M^T)^-1 R^T E, block (c, c') = E_c delta_cc' - E_c (M M^T)^-1 E_c'.
+  The Newton step is a_new = (I + W K)^-1 b = b - Rm K b with b = W f + g, i.e.
+  c = E K b, a_new = b - c + E R M^-T M^-1 R^T c; each step is halved until
+  Psi(a) = -1/2 a^T f + sum log p(y | f) rises (Psi is concave in a), and the last steps within
+  Psi's rounding are taken while the residual g - a falls, as the binary method does
+  (:func:`gpdsl.methods.laplace._rounding_step`).  Cost per step: K Cholesky factors and
+  inverses of N x N matrices, O(K N^3); the NK x NK inverse is never formed.
+* Evidence: log q(y) = Psi(a_hat) - 1/2 log|I + K W| with
+  |I + K W| = |I + K D| |I_N - R^T D (I + K D)^-1 K D R| = prod_c |B_c| |sum_c E_c|
+  (determinant lemma; D (I + K D)^-1 K D = D - E and sum_c D_c = I_N), so
+  1/2 log|I + K W| = sum_c sum log diag L_c + sum log diag M.  (R&W's Algorithm 3.3 as printed
+  leaves out the log|M| term; tests/naive_multiclass.py takes the determinant of I + K W.)
+* Gradients (Algorithm 5.2): for C = dK_x / d theta (in every block),
+  d log q / d theta = 1/2 sum_c a_c^T C a_c - 1/2 sum_c tr(Rm_cc C) + sum_c u_c^T C g_c, where
+  the last term is the implicit one through the mode: d f_hat = (I + K W)^-1 C g and
+  s2 = -1/2 d log|I + K W| / d f_hat, u = (I - Rm K) s2.  Per row i with the K x K block
+  S_i of Sigma = (K^-1 + W)^-1 (the posterior covariance of f_i), v = diag S_i and
+  d pi_c / d f_e = pi_c (delta_ce - pi_e):
+  s2_ie = -1/2 tr(S_i dW_i / d f_ie) = -1/2 pi_e (v_e - pi^T v - 2 (S_i pi)_e + 2 pi^T S_i pi).
+  S_i[c, c'] = delta_cc' (k_ii - (K_x E_c K_x)_ii) + (T_c^T T_c')_ii with T_c = M^-1 E_c K_x.
+  The adjoint of the shared K_x is G = 1/2 A A^T - 1/2 sum_c Rm_cc + sym(U g^T) (A, U, g the
+  (N, K) arrays), sum_c Rm_cc = M M^T - sum_c (M^-1 E_c)^T (M^-1 E_c), and one kernel VJP
+  carries it to the hyperparameters (summed over the classes).
+* Predictions (Algorithm 3.4): mean_*c = k_*^T a_c (= k_*^T (y_c - pi_c) at the mode) and
+  cov_*(c, c') = delta_cc' (k_** - k_*^T E_c k_*) + (M^-1 E_c k_*)^T (M^-1 E_c' k_*) (R&W eq. 3.43
+  with Rm).  With L_K L_K^T = K_x (+ jitter from the ladder) and b_* = L_K^-1 k_*, the
+  :class:`~gpdsl.methods.common.PredictiveState` for K > 1 holds weights L_K^T A (N, K),
+  correction[c] = L_K^T E_c L_K and coupling[c] = M^-1 E_c L_K (K, N, N): exact whatever
+  jitter L_K needed (k_* = L_K b_* and L_K^-T L_K^T = I).  q(f_c) at X: mean f_hat[:, c],
+  covariance K_x - K_x Rm_cc K_x (the block of Sigma).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import blas, lapack
+
+from .. import threads
+from ..linalg import cholesky, solve_lower, solve_upper_t, whiten
+from .common import Evaluation, PredictiveState
+from .laplace import _rounding_step
+
+
+@dataclass
+class _Newton:
+    """The factors of the Newton system at class probabilities P (N, K) (module docstring):
+    E (K, N, N) with E[c] = E_c (held as the Fortran-ordered E[c].T for LAPACK in place: its
+    lower triangle, E[c]'s upper one, until :meth:`full` fills in the other), M the Cholesky
+    factor of sum_c E_c and half_log_det
+    = 1/2 log|I + K W| = sum_c sum log diag L_c + sum log diag M."""
+
+    E: np.ndarray
+    M: np.ndarray
+    half_log_det: float
+    symmetric: bool = False
+
+    def solve_sum(self, v):
+        """(sum_c E_c)^-1 v."""
+        return solve_upper_t(self.M, solve_lower(self.M, v))
+
+    def times_E(self, V):
+        """(E_1 v_1, ..., E_K v_K) for V (N, K)."""
+        return np.stack([blas.dsymv(1.0, self.E[c].T, V[:, c], lower=1) for c in range(V.shape[1])], axis=1)
+
+    def apply_R(self, V):
+        """Rm V for V (N, K): (Rm V)_c = E_c v_c - E_c (M M^T)^-1 sum_c' E_c' v_c'."""
+        EV = self.times_E(V)
+        t = self.solve_sum(EV.sum(axis=1))
+        return EV - self.times_E(np.repeat(t[:, None], V.shape[1], axis=1))
+
+    def full(self):
+        """E with both triangles filled (in place)."""
+        if not self.symmetric:
+            lower = np.tril_indices(self.E.shape[1], -1)
+            for Ec in self.E:
+                Ec[lower] = Ec.T[lower]
+            self.symmetric = True
+        return self.E
+
+
+def _factor(Kx, P):
+    """:class:`_Newton` at class probabilities P (N, K): per class B_c = L_c L_c^T (LAPACK potrf)
+    and E_c = D_c^1/2 B_c^-1 D_c^1/2 from potri, in place in E[c].T and one triangle only (potrf
+    of sum_c E_c reads no more): O(K N^3) with one N x N temporary.
+
+    Raises
+    ------
+    FloatingPointError
+        B_c or sum_c E_c not positive definite (in exact arithmetic they always are).
+    """
+    n, k = P.shape
+    E = np.empty((k, n, n))
+    half_log_det = 0.0
+    diag = np.diag_indices(n)
+    for c in range(k):
+        sd = np.sqrt(P[:, c])
+        scale = np.outer(sd, sd)
+        B = np.multiply(Kx, scale, out=E[c])
+        B[diag] += 1.0
+        L, info = lapack.dpotrf(B.T, lower=1, clean=0, overwrite_a=1)
+        if info != 0:
+            raise FloatingPointError("multi-class Laplace: B_c = I + D_c^1/2 K D_c^1/2 is not positive definite")
+        half_log_det += float(np.sum(np.log(np.diag(L))))
+        Binv, info = lapack.dpotri(L, lower=1, overwrite_c=1)
+        if info != 0:
+            raise FloatingPointError("multi-class Laplace: B_c is singular")
+        Binv *= scale.T                # in place (scale is symmetric: scale.T has Binv's layout)
+    M, info = lapack.dpotrf(E.sum(axis=0).T, lower=1, clean=1, overwrite_a=1)
+    if info != 0:
+        raise FloatingPointError("multi-class Laplace: sum_c E_c is not positive definite")
+    half_log_det += float(np.sum(np.log(np.diag(M))))
+    return _Newton(E, M, half_log_det)
+
+
+def _one_hot(y, k):
+    codes = np.asarray(y).astype(np.intp)
+    Y = np.zeros((codes.size, k))
+    Y[np.arange(codes.size), codes] = 1.0
+    return Y
+
+
+def _psi(likelihood, y, A, F):
+    return float(-0.5 * np.sum(A * F) + np.sum(likelihood.log_density(y, F)))
+
+
+def find_mode(likelihood, Kx, y, tol, max_iter, warm=None):
+    """Algorithm 3.3: Newton's method for the mode of Psi(a) = -1/2 a^T K a + log p(y | K a).
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Categorical
+        The softmax link (``class_probabilities`` and ``log_density``).
+    Kx : ndarray, shape (N, N)
+        The shared prior covariance.
+    y : ndarray, shape (N,)
+        Class codes 0..K-1.
+    tol : float
+        Stop when a step raises Psi by less than this (nats).
+    max_iter : int
+        Most Newton steps.
+    warm : ndarray, shape (N, K), optional
+        a = K^-1 f of a previous mode: the start when its Psi is above that of a = 0.
+
+    Returns
+    -------
+    A : ndarray, shape (N, K)
+        K^-1 f_hat per class.
+    F : ndarray, shape (N, K)
+        The mode f_hat.
+    psi : float
+    P : ndarray, shape (N, K)
+        The class probabilities at f_hat.
+    newton : _Newton or None
+        The factors at P when the last Newton iteration computed them there (else None).
+
+    Raises
+    ------
+    FloatingPointError
+        The mode was not reached in ``max_iter`` steps.
+    """
+    n, k = Kx.shape[0], likelihood.n_latent
+    Y = _one_hot(y, k)
+    A, F = np.zeros((n, k)), np.zeros((n, k))
+    psi = _psi(likelihood, y, A, F)
+    if warm is not None:
+        A_w = np.array(warm, dtype=float)
+        if A_w.shape != (n, k):
+            raise ValueError(f"multi-class Laplace: warm must have shape {(n, k)}, got {A_w.shape}")
+        F_w = Kx @ A_w
+        psi_w = _psi(likelihood, y, A_w, F_w)
+        if np.isfinite(psi_w) and psi_w > psi:
+            A, F, psi = A_w, F_w, psi_w
+    P = likelihood.class_probabilities(F)
+    for _ in range(max_iter):
+        newton = _factor(Kx, P)
+        G = Y - P
+        PF = P * F
+        b = PF - P * PF.sum(axis=1, keepdims=True) + G          # W f + g
+        C = newton.times_E(Kx @ b)                               # E K b
+        t = newton.solve_sum(C.sum(axis=1))
+        step = b - C + newton.times_E(np.repeat(t[:, None], k, axis=1)) - A
+        residual = np.max(np.abs(G - A), initial=0.0)
+        for _ in range(60):            # halve until Psi rises (it is concave in a)
+            A_try = A + step
+            F_try = Kx @ A_try
+            psi_try = _psi(likelihood, y, A_try, F_try)
+            P_try = likelihood.class_probabilities(F_try)
+            if psi_try >= psi or _rounding_step(psi, psi_try, residual, Y - P_try - A_try):
+                break
+            step = 0.5 * step
+        else:
+            return A, F, psi, P, newton          # no rise left even for a tiny step: at the mode
+        gain = psi_try - psi
+        A, F, psi, P = A_try, F_try, psi_try, P_try
+        if gain < tol:
+            return A, F, psi, P, None
+    raise FloatingPointError(f"multi-class Laplace: Newton's method did not reach the mode in {max_iter} steps")
+
+
+def evaluate(kernel, likelihood, X, y, *, tol, max_iter, need_grad=True, need_state=False, warm=None):
+    """Multi-class (softmax) Laplace log evidence, its kernel gradients and posterior (dense).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The prior covariance function shared by the K latent GPs (bound: its gradients come back
+        qualified, ``"kernel.<name>"``).
+    likelihood : gpdsl.likelihoods.Categorical
+        K classes, the softmax link.
+    X : ndarray, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Class codes 0..K-1 (floats).
+    tol : float
+        Newton stops when a step raises Psi by less than this (nats).
+    max_iter : int
+        Most Newton steps.
+    need_grad : bool, default True
+        Compute the gradients in the kernel hyperparameters (Algorithm 5.2).
+    need_state : bool, default False
+        Build the predictive state (K > 1 form, with ``coupling``).
+    warm : ndarray, shape (N, K), optional
+        ``Evaluation.warm`` of a previous evaluation (a = K^-1 f_hat): Newton starts there when
+        its Psi beats that of f = 0.
+
+    Returns
+    -------
+    gpdsl.methods.common.Evaluation
+        log q(y), its gradients (summed over the classes), dZ None, the jitter 0 (the Newton
+        factors need none), the state, ``warm`` = a = K^-1 f_hat (N, K), and the pseudo-data
+        (w, r) (N, K) with w = pi - pi^2 (the diagonal of W's blocks) and r = g + w f_hat.
+
+    Raises
+    ------
+    ValueError
+        A likelihood with another link or a single latent function.
+    FloatingPointError
+        Newton did not converge in ``max_iter`` steps, or a factor failed.
+    """
+    k = getattr(likelihood, "n_latent", 1)
+    if k < 2 or getattr(likelihood, "link", None) != "softmax":
+        raise ValueError("multi-class Laplace needs a Categorical likelihood with the softmax link")
+    X = np.asarray(X, dtype=float)
+    with threads.bulk(float(k) * float(X.shape[0]) ** 3):
+        return _evaluate(kernel, likelihood, X, y, tol, max_iter, need_grad, need_state, warm)
+
+
+def _evaluate(kernel, likelihood, X, y, tol, max_iter, need_grad, need_state, warm):
+    Kx = kernel.gram(X, X)
+    n, k = Kx.shape[0], likelihood.n_latent
+    A, F, psi, P, newton = find_mode(likelihood, Kx, y, tol, max_iter, warm)
+    if newton is None:
+        newton = _factor(Kx, P)
+    log_evidence = psi - newton.half_log_det
+    if not np.isfinite(log_evidence):
+        raise FloatingPointError("multi-class Laplace: non-finite evidence")
+    G = _one_hot(y, k) - P                                     # d log p / d f at the mode
+    w = P - P * P
+    grads, state = {}, None
+    if need_grad or need_state:
+        E, M = newton.full(), newton.M
+        T = np.empty((k, n, n))                                # M^-1 E_c K
+        kek = np.empty((n, k))                                 # diag(K E_c K)
+        sum_UU = np.zeros((n, n))                              # sum_c (M^-1 E_c)^T (M^-1 E_c)
+        if need_state:
+            LK, _ = cholesky(Kx, None, what="K")
+            correction, coupling, q_cov = (np.empty((k, n, n)) for _ in range(3))
+        for c in range(k):
+            U = whiten(M, E[c])                                # M^-1 E_c
+            EK = E[c] @ Kx
+            T[c] = whiten(M, EK)
+            kek[:, c] = np.einsum("ij,ij->j", Kx, EK)
+            if need_grad:
+                sum_UU = blas.dsyrk(1.0, U, beta=1.0, c=sum_UU, trans=1, lower=1, overwrite_c=1)
+            if need_state:
+                corr = LK.T @ (E[c] @ LK)
+                correction[c] = 0.5 * (corr + corr.T)
+                coupling[c] = U @ LK
+                cov = Kx - Kx @ EK + T[c].T @ T[c]
+                q_cov[c] = 0.5 * (cov + cov.T)
+    if need_grad:
+        # The K x K blocks S_i of Sigma = (K^-1 + W)^-1 at the training inputs.
+        S = np.einsum("cji,dji->icd", T, T)
+        S[:, np.arange(k), np.arange(k)] += np.diag(Kx)[:, None] - kek
+        v = S[:, np.arange(k), np.arange(k)]
+        Sp = np.einsum("icd,id->ic", S, P)
+        pSp = np.sum(P * Sp, axis=1, keepdims=True)
+        s2 = -0.5 * P * (v - np.sum(v * P, axis=1, keepdims=True) - 2.0 * Sp + 2.0 * pSp)
+        u = s2 - newton.apply_R(Kx @ s2)                       # (I - Rm K) s2
+        sum_UU = np.tril(sum_UU) + np.tril(sum_UU, -1).T
+        sum_R = M @ M.T - sum_UU                               # sum_c Rm_cc
+        adj = 0.5 * (A @ A.T) - 0.5 * sum_R + u @ G.T
+        grads, _ = kernel.vjp(X, X, 0.5 * (adj + adj.T))
+    if need_state:
+        state = PredictiveState(Z=X, weights=LK.T @ A, correction=correction, q_mean=F.copy(), q_cov=q_cov,
+                                chol=LK)
+        state.coupling = coupling       # a field of PredictiveState for K > 1 (INTERFACE), set either way
+    return Evaluation(log_evidence=float(log_evidence), grads=grads, dZ=None, jitter=0.0, state=state,
+                      warm=A.copy(), pseudo_data=(w, G + w * F))

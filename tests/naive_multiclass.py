@@ -1,0 +1,91 @@
+"""A slow, obviously-correct dense multi-class (softmax) Laplace approximation: the reference for
+gpdsl.methods.laplace_multiclass.  Everything on the full NK-vector f (class-major: f[c N + i] is
+class c at row i) with the full NK x NK block-diagonal prior and the full NK x NK negative Hessian
+W = diag(pi) - Pi Pi^T (Rasmussen & Williams eq. 3.38); plain numpy.linalg.solve / slogdet, no
+Cholesky factors, no block tricks."""
+import numpy as np
+
+
+def softmax(F):
+    """Row-wise softmax of F (N, K)."""
+    Z = F - F.max(axis=1, keepdims=True)
+    E = np.exp(Z)
+    return E / E.sum(axis=1, keepdims=True)
+
+
+def log_likelihood(Y, F):
+    """sum_i log p(y_i | f_i) for one-hot Y (N, K)."""
+    Z = F.max(axis=1, keepdims=True)
+    lse = (Z[:, 0] + np.log(np.exp(F - Z).sum(axis=1)))
+    return float(np.sum(Y * F) - np.sum(lse))
+
+
+def hessian(P):
+    """W = diag(pi) - Pi Pi^T (NK x NK, class-major) for class probabilities P (N, K)."""
+    n, k = P.shape
+    pi = P.T.ravel()                                   # class-major
+    Pi = np.vstack([np.diag(P[:, c]) for c in range(k)])   # (NK, N)
+    return np.diag(pi) - Pi @ Pi.T
+
+
+def laplace(Kx, y, k, tol=1e-15, max_iter=200):
+    """Mode, evidence and the pieces of the predictions for the prior K = blockdiag(Kx, ..., Kx).
+
+    Newton on the full vector: f_new = (K^-1 + W)^-1 (W f + g), taken as a_new = (I + W K)^-1 b,
+    b = W f + g, each step halved until Psi = -1/2 a^T f + log p(y | f) rises.  Evidence
+    log q = Psi - 1/2 log|I + K W| (a determinant of the full NK x NK matrix).  Returns a dict:
+    f, a (N, K), P (N, K), W, K (NK x NK), log_evidence."""
+    n = Kx.shape[0]
+    K = np.kron(np.eye(k), Kx)
+    Y = np.zeros((n, k))
+    Y[np.arange(n), np.asarray(y).astype(int)] = 1.0
+    yv = Y.T.ravel()
+    a = np.zeros(n * k)
+    f = K @ a
+
+    def psi_of(a, f):
+        return -0.5 * a @ f + log_likelihood(Y, f.reshape(k, n).T)
+
+    psi = psi_of(a, f)
+    for _ in range(max_iter):
+        P = softmax(f.reshape(k, n).T)
+        W = hessian(P)
+        g = yv - P.T.ravel()
+        b = W @ f + g
+        a_new = np.linalg.solve(np.eye(n * k) + W @ K, b)
+        step = a_new - a
+        for _ in range(60):
+            a_try = a + step
+            f_try = K @ a_try
+            psi_try = psi_of(a_try, f_try)
+            if psi_try >= psi:
+                break
+            step = 0.5 * step
+        else:
+            break
+        gain = psi_try - psi
+        a, f, psi = a_try, f_try, psi_try
+        if gain < tol:
+            break
+    P = softmax(f.reshape(k, n).T)
+    W = hessian(P)
+    _, logdet = np.linalg.slogdet(np.eye(n * k) + K @ W)
+    return dict(f=f.reshape(k, n).T, a=a.reshape(k, n).T, P=P, W=W, K=K, Y=Y,
+                log_evidence=psi - 0.5 * logdet)
+
+
+def predict(fit, Ks, kss):
+    """R&W eqs. 3.40-3.43 at n* test points: Ks = k(X, X*) (N, n*), kss = k(x*, x*) (n*,).
+    Mean mu_*c = k_*^T (y_c - pi_c) (n*, K); covariance
+    Sigma_* = diag(k_**) - Q_*^T (K + W^-1)^-1 Q_* with (K + W^-1)^-1 = W (I + K W)^-1 (W is
+    singular) and Q_* = blockdiag(k_*, ..., k_*) (NK x K) -> (n*, K, K)."""
+    n, k = fit["f"].shape
+    G = fit["Y"] - fit["P"]
+    mean = Ks.T @ G
+    W, K = fit["W"], fit["K"]
+    Rm = W @ np.linalg.inv(np.eye(n * k) + K @ W)
+    cov = np.empty((Ks.shape[1], k, k))
+    for s in range(Ks.shape[1]):
+        Q = np.kron(np.eye(k), Ks[:, s:s + 1])            # (NK, K)
+        cov[s] = kss[s] * np.eye(k) - Q.T @ Rm @ Q
+    return mean, cov
