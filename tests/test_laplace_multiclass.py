@@ -66,7 +66,7 @@ def test_against_naive(name, k):
     ref = naive_multiclass.laplace(bound.gram(X, X), y, k)
     assert ev.log_evidence == pytest.approx(ref["log_evidence"], abs=1e-8)
     np.testing.assert_allclose(ev.state.q_mean, ref["f"], rtol=0, atol=1e-8)
-    np.testing.assert_allclose(ev.warm, ref["a"], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(ev.warm.weights, ref["a"], rtol=0, atol=1e-8)
     X_all = np.vstack([X_new, X[:5]])
     mean, cov = _predict(ev.state, bound, X_all)
     ref_mean, ref_cov = naive_multiclass.predict(ref, bound.gram(X, X_all), bound.diag(X_all))
@@ -94,7 +94,7 @@ def test_mode_equation():
     X, y, _ = _data(40, 4, seed=7)
     ev = _evaluate(kernel, values, X, y, 4, need_state=True)
     P = gd.likelihoods.Categorical(4).class_probabilities(ev.state.q_mean)
-    np.testing.assert_allclose(ev.warm, np.eye(4)[y.astype(int)] - P, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ev.warm.weights, np.eye(4)[y.astype(int)] - P, rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("k", [3, 4])
@@ -180,7 +180,7 @@ def test_warm_start():
     for key in values:
         np.testing.assert_allclose(warm.grads[key], cold.grads[key], rtol=1e-9, atol=1e-10)
     assert warm_lik.calls <= cold_lik.calls - 3
-    bad = _evaluate(kernel, values, X, y, 3, warm=-50.0 * np.eye(3)[y.astype(int)])
+    bad = _evaluate(kernel, values, X, y, 3, warm=laplace_multiclass.ModeState(-50.0 * np.eye(3)[y.astype(int)]))
     assert bad.log_evidence == pytest.approx(cold.log_evidence, abs=1e-9)
 
 
@@ -192,6 +192,6 @@ def test_errors():
         with pytest.raises(ValueError, match="softmax"):
             laplace_multiclass.evaluate(bound, lik, X, y, tol=TOL, max_iter=100)
     with pytest.raises(ValueError, match="warm"):
-        _evaluate(kernel, values, X, y, 3, warm=np.zeros((20, 2)))
+        _evaluate(kernel, values, X, y, 3, warm=laplace_multiclass.ModeState(np.zeros((20, 2))))
     with pytest.raises(FloatingPointError, match="did not reach the mode"):
         _evaluate(kernel, values, X, y, 3, max_iter=1)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..checks import check_positive_int, check_positive_number
 from ..linalg import check_jitter
-from ..methods import laplace
+from ..methods import laplace, laplace_multiclass
 from ..methods.common import shifted
 from .base import Inference, _check_chunk
 
@@ -51,13 +51,16 @@ class Laplace(Inference):
         check_jitter("Laplace", self.jitter)
         _check_chunk("Laplace", self.chunk_size)
 
+    def local_state_for(self, likelihood):
+        """The mode a = K^-1 f_hat of the multi-class approximation (none for one latent function)."""
+        return laplace_multiclass.MODE_FORMAT if likelihood.n_latent > 1 else None
+
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
         if likelihood.n_latent > 1:
             if Z is not None or offset is not None:
                 raise ValueError(f"Laplace: {likelihood.describe()} is fitted by the dense multi-class Laplace "
                                  "approximation, without inducing points, a mean function or an offset; "
                                  "pass inducing=None (or use SVGP for a sparse multi-class model)")
-            from ..methods import laplace_multiclass  # TODO-merge: top-level import
             return laplace_multiclass.evaluate(kernel, likelihood, X, y, tol=self.tol, max_iter=self.max_iter,
                                                need_grad=need_grad, need_state=need_state, warm=warm)
         return laplace.evaluate(kernel, shifted(likelihood, offset), X, y, Z, tol=self.tol, max_iter=self.max_iter,

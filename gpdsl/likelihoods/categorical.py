@@ -58,7 +58,7 @@ class Categorical(Likelihood):
         distinct labels.
     """
 
-    n_classes: int = 2
+    n_classes: int
     link: str = "softmax"
     epsilon: float = 1e-3
     classes: tuple | None = None

@@ -51,8 +51,42 @@ from scipy.linalg import blas, lapack
 
 from .. import threads
 from ..linalg import cholesky, solve_lower, solve_upper_t, whiten
-from .common import Evaluation, PredictiveState
+from .common import Evaluation, LocalStateFormat, PredictiveState
 from .laplace import _rounding_step
+
+
+@dataclass
+class ModeState:
+    """The warm start of the next evaluation and the local state a posterior keeps: a = K^-1 f_hat
+    (N, K) at the mode (``weights``; the start at new hyperparameters is K_new a, with nothing
+    solved against an ill-conditioned K) and the Newton steps of the evaluation (``sweeps``).
+
+    Parameters
+    ----------
+    weights : ndarray, shape (N, K)
+    sweeps : int, default 0
+    converged : bool, default True
+        Newton reached the mode (an evaluation that does not raises FloatingPointError).
+    """
+
+    weights: np.ndarray
+    sweeps: int = 0
+    converged: bool = True
+
+
+def _export_mode(state, total_steps):
+    return ({"laplace_mode_weights": (("obs", "class"), state.weights)},
+            {"newton_steps_final": state.sweeps, "newton_total_steps": total_steps})
+
+
+def _load_mode(ds):
+    return (ModeState(ds["laplace_mode_weights"].values, sweeps=int(ds.attrs["newton_steps_final"])),
+            int(ds.attrs["newton_total_steps"]))
+
+
+MODE_FORMAT = LocalStateFormat(
+    "laplace_mode", {"laplace_mode_weights": (("obs", "class"), "float")},
+    {"local_state": "str", "newton_steps_final": "count", "newton_total_steps": "count"}, _export_mode, _load_mode)
 
 
 @dataclass
@@ -166,6 +200,8 @@ def find_mode(likelihood, Kx, y, tol, max_iter, warm=None):
         The class probabilities at f_hat.
     newton : _Newton or None
         The factors at P when the last Newton iteration computed them there (else None).
+    steps : int
+        The Newton steps taken.
 
     Raises
     ------
@@ -185,7 +221,7 @@ def find_mode(likelihood, Kx, y, tol, max_iter, warm=None):
         if np.isfinite(psi_w) and psi_w > psi:
             A, F, psi = A_w, F_w, psi_w
     P = likelihood.class_probabilities(F)
-    for _ in range(max_iter):
+    for steps in range(1, max_iter + 1):
         newton = _factor(Kx, P)
         G = Y - P
         PF = P * F
@@ -203,11 +239,11 @@ def find_mode(likelihood, Kx, y, tol, max_iter, warm=None):
                 break
             step = 0.5 * step
         else:
-            return A, F, psi, P, newton          # no rise left even for a tiny step: at the mode
+            return A, F, psi, P, newton, steps   # no rise left even for a tiny step: at the mode
         gain = psi_try - psi
         A, F, psi, P = A_try, F_try, psi_try, P_try
         if gain < tol:
-            return A, F, psi, P, None
+            return A, F, psi, P, None, steps
     raise FloatingPointError(f"multi-class Laplace: Newton's method did not reach the mode in {max_iter} steps")
 
 
@@ -233,7 +269,7 @@ def evaluate(kernel, likelihood, X, y, *, tol, max_iter, need_grad=True, need_st
         Compute the gradients in the kernel hyperparameters (Algorithm 5.2).
     need_state : bool, default False
         Build the predictive state (K > 1 form, with ``coupling``).
-    warm : ndarray, shape (N, K), optional
+    warm : ModeState, optional
         ``Evaluation.warm`` of a previous evaluation (a = K^-1 f_hat): Newton starts there when
         its Psi beats that of f = 0.
 
@@ -241,7 +277,7 @@ def evaluate(kernel, likelihood, X, y, *, tol, max_iter, need_grad=True, need_st
     -------
     gpdsl.methods.common.Evaluation
         log q(y), its gradients (summed over the classes), dZ None, the jitter 0 (the Newton
-        factors need none), the state, ``warm`` = a = K^-1 f_hat (N, K), and the pseudo-data
+        factors need none), the state, ``warm`` (:class:`ModeState`, a = K^-1 f_hat), and the pseudo-data
         (w, r) (N, K) with w = pi - pi^2 (the diagonal of W's blocks) and r = g + w f_hat.
 
     Raises
@@ -262,7 +298,8 @@ def evaluate(kernel, likelihood, X, y, *, tol, max_iter, need_grad=True, need_st
 def _evaluate(kernel, likelihood, X, y, tol, max_iter, need_grad, need_state, warm):
     Kx = kernel.gram(X, X)
     n, k = Kx.shape[0], likelihood.n_latent
-    A, F, psi, P, newton = find_mode(likelihood, Kx, y, tol, max_iter, warm)
+    A, F, psi, P, newton, steps = find_mode(likelihood, Kx, y, tol, max_iter,
+                                            None if warm is None else warm.weights)
     if newton is None:
         newton = _factor(Kx, P)
     log_evidence = psi - newton.half_log_det
@@ -307,7 +344,6 @@ def _evaluate(kernel, likelihood, X, y, tol, max_iter, need_grad, need_state, wa
         grads, _ = kernel.vjp(X, X, 0.5 * (adj + adj.T))
     if need_state:
         state = PredictiveState(Z=X, weights=LK.T @ A, correction=correction, q_mean=F.copy(), q_cov=q_cov,
-                                chol=LK)
-        state.coupling = coupling       # a field of PredictiveState for K > 1 (INTERFACE), set either way
+                                chol=LK, coupling=coupling)
     return Evaluation(log_evidence=float(log_evidence), grads=grads, dZ=None, jitter=0.0, state=state,
-                      warm=A.copy(), pseudo_data=(w, G + w * F))
+                      warm=ModeState(A.copy(), sweeps=steps), pseudo_data=(w, G + w * F))
