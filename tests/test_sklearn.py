@@ -17,7 +17,8 @@ import warnings
 import numpy as np
 import pytest
 
-sklearn = pytest.importorskip("sklearn")
+# parametrize_with_checks(expected_failed_checks=...) and __sklearn_tags__ are scikit-learn 1.6's.
+sklearn = pytest.importorskip("sklearn", minversion="1.6")
 
 import gpdsl as gd  # noqa: E402
 from gpdsl.sklearn import GPClassifier, GPRegressor  # noqa: E402
@@ -292,9 +293,10 @@ def test_binary_classifier_on_breast_cancer(cancer):
     pipe = make_pipeline(StandardScaler(), GPClassifier())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", gd.ConvergenceWarning)     # ridges: the classes are nearly separable
-        scores = cross_val_score(pipe, X, y, cv=StratifiedKFold(5, shuffle=True, random_state=0))
-    # Measured 0.974 (folds 0.956 to 1.0).
-    assert 0.96 <= scores.mean() <= 0.99 and scores.min() >= 0.94
+        scores = cross_val_score(pipe, X, y, cv=StratifiedKFold(3, shuffle=True, random_state=0))
+    # Measured 0.968 (folds 0.958, 0.968, 0.979); scikit-learn's GaussianProcessClassifier() on the
+    # same folds: 0.963.
+    assert 0.955 <= scores.mean() <= 0.985 and scores.min() >= 0.94
 
 
 def test_binary_labels_and_grid_search(cancer):
