@@ -95,7 +95,8 @@ def test_check_estimator(estimator, check):
 
 
 def test_import_gpdsl_does_not_import_sklearn():
-    code = "import sys, gpdsl; assert 'sklearn' not in sys.modules; import gpdsl.sklearn; assert 'sklearn' in sys.modules"
+    code = ("import sys, gpdsl; assert 'sklearn' not in sys.modules; "
+            "import gpdsl.sklearn; assert 'sklearn' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -372,3 +373,16 @@ def test_multiclass_iris():
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
     np.testing.assert_array_equal(pipe.predict(X), clf.classes_[np.argmax(proba, axis=1)])
     assert clf.posterior_.predict(StandardScaler().fit_transform(X)[:2])["p"].dims == ("obs", "class")
+
+
+@pytest.mark.parametrize("inference", [gd.inference.SVGP(), gd.inference.PolyaGamma(), gd.inference.EP()])
+def test_binary_with_other_methods(cancer, inference):
+    """A method that needs inducing points and is given none gets k-means ones (at most N)."""
+    X = StandardScaler().fit_transform(cancer[0])[:120]
+    y = cancer[1][:120]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gd.ConvergenceWarning)
+        clf = GPClassifier(likelihood=gd.likelihoods.Bernoulli("logit"), inference=inference, max_iter=100).fit(X, y)
+    expected = gd.inducing.KMeans(100, seed=0) if inference.inducing_rule == "required" else None
+    assert clf.model_.inducing == expected
+    assert clf.score(X, y) > 0.95
