@@ -1,0 +1,561 @@
+"""scikit-learn estimators over a declared :class:`gpdsl.Model`: :class:`GPRegressor` and
+:class:`GPClassifier`.
+
+Each estimator takes the model's parts (``kernel``, ``likelihood``, ``inducing``, ``inference``,
+``mean``) and the options of :meth:`gpdsl.Model.fit` (``optimize``, ``fixed``, ``restarts``,
+``max_iter``, ``standardize``, ``random_state``) as constructor parameters, stored unchanged
+(scikit-learn's rules: no validation before ``fit``, ``clone``/``get_params``/``set_params``).
+``fit`` declares the model (filling the parts left at None with the defaults below), fits it and
+keeps ``model_`` (the :class:`gpdsl.Model`) and ``posterior_`` (the :class:`gpdsl.Posterior`), so
+every gpdsl view of the fit (``posterior_.to_xarray()``, ``to_inference_data``, ``save``) is at
+hand.  They work in ``Pipeline``, ``GridSearchCV`` and ``cross_val_score`` and pass
+``sklearn.utils.estimator_checks.check_estimator`` (``tests/test_sklearn.py``).
+
+Nested parameters: ``get_params(deep=True)`` lists each dataclass field of a part as
+``"<part>__<field>"`` (``kernel__lengthscale``, ``inference__damping``; deeper for a part held
+by a part, ``kernel__base__lengthscale``), and ``set_params`` replaces the part by
+:func:`dataclasses.replace` with the new field values (the part's own checks then run).  A part
+left at None is given its default first for ``kernel`` (so ``GridSearchCV(GPRegressor(),
+{"kernel__lengthscale": [...]})`` works); the other parts' defaults depend on the data, and
+setting a field of one of them while it is None is refused.  Note that a hyperparameter set so is
+the optimiser's *start* unless ``optimize=False`` or it is ``fixed`` (or declared
+``gd.Fixed(value)``).
+
+This module imports scikit-learn; ``import gpdsl`` does not import it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
+
+from . import inducing as _inducing
+from . import inference as _inference
+from . import kernels as _kernels
+from . import likelihoods as _likelihoods
+from .model import Model
+
+try:                                     # scikit-learn >= 1.6
+    from sklearn.utils.validation import validate_data as _sk_validate_data
+except ImportError:                      # pragma: no cover - older scikit-learn
+    _sk_validate_data = None
+
+__all__ = ["GPRegressor", "GPClassifier"]
+
+PARTS = ("kernel", "likelihood", "inducing", "inference", "mean")
+
+
+def _validate_data(estimator, *args, reset=True, **kwargs):
+    """scikit-learn's ``validate_data(estimator, X[, y])`` (>= 1.6) or the estimator method it
+    replaced; ``fit`` passes y even when it is None (scikit-learn then says y is required)."""
+    if _sk_validate_data is not None:
+        return _sk_validate_data(estimator, *args, reset=reset, **kwargs)
+    return estimator._validate_data(*args, reset=reset, **kwargs)  # pragma: no cover - older scikit-learn
+
+
+def _seed(random_state):
+    """Model.fit's ``seed`` from a scikit-learn ``random_state``: an int as it is, None as None
+    (fresh entropy), a ``RandomState`` by one draw from it."""
+    if random_state is None or isinstance(random_state, (numbers.Integral, np.integer)):
+        return None if random_state is None else int(random_state)
+    return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+
+
+def _fields(part):
+    """The init fields of a component (a dataclass instance), by name."""
+    return {f.name: f for f in dataclasses.fields(part) if f.init}
+
+
+def _nested_params(prefix, part, out):
+    """``out[prefix__field] = value`` for every init field of ``part``, recursing into fields
+    that are components themselves."""
+    for name in _fields(part):
+        value = getattr(part, name)
+        out[f"{prefix}__{name}"] = value
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            _nested_params(f"{prefix}__{name}", value, out)
+
+
+def _replace(part, changes, where):
+    """``part`` with ``changes`` ({"field": value, "field__sub": value}) applied by
+    :func:`dataclasses.replace`, recursing for ``field__sub`` keys."""
+    if not dataclasses.is_dataclass(part) or isinstance(part, type):
+        raise ValueError(f"set_params: {where} is {part!r}, which has no fields to set")
+    known = _fields(part)
+    direct, deeper = {}, {}
+    for key, value in changes.items():
+        name, delim, sub = key.partition("__")
+        if name not in known:
+            raise ValueError(f"set_params: {type(part).__name__} ({where}) has no field {name!r}; "
+                             f"its fields: {sorted(known)}")
+        if delim:
+            deeper.setdefault(name, {})[sub] = value
+        else:
+            direct[name] = value
+    for name, sub_changes in deeper.items():
+        inner = direct.get(name, getattr(part, name))
+        direct[name] = _replace(inner, sub_changes, f"{where}__{name}")
+    return dataclasses.replace(part, **direct)
+
+
+class _GPEstimator(BaseEstimator):
+    """What both estimators share: nested parameters, the fit options and the model's build."""
+
+    #: Above this many training rows a model whose ``inducing`` and ``inference`` are both None
+    #: is made sparse (``gd.inducing.KMeans(default_inducing)``): the dense methods cost O(N^3).
+    exact_max_n = 2000
+    #: The number of k-means inducing points given to a sparse default, or to a method that needs
+    #: an inducing spec and was given none (at most the number of training rows).
+    default_inducing = 200
+
+    # -- parameters ----------------------------------------------------------------------------
+    def get_params(self, deep=True):
+        """The constructor's parameters; with ``deep``, each part's fields as ``part__field`` too.
+
+        Parameters
+        ----------
+        deep : bool, default True
+            Add the fields of the parts that are set (``kernel__lengthscale``, ...).
+
+        Returns
+        -------
+        dict
+        """
+        params = super().get_params(deep=False)
+        if deep:
+            for part in PARTS:
+                value = params.get(part)
+                if dataclasses.is_dataclass(value) and not isinstance(value, type):
+                    _nested_params(part, value, params)
+        return params
+
+    def set_params(self, **params):
+        """Set parameters; ``part__field=value`` replaces that field of the part (module docstring).
+
+        Parameters
+        ----------
+        **params
+            Constructor parameters, and ``<part>__<field>`` for the parts' fields.
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            An unknown parameter or field, or a field of a part left at None (other than the
+            kernel, which then starts from its default).
+        """
+        plain, nested = {}, {}
+        for key, value in params.items():
+            part, delim, sub = key.partition("__")
+            if delim:
+                if part not in PARTS:
+                    raise ValueError(f"Invalid parameter {part!r} for estimator {self}. Valid parameters are: "
+                                     f"{sorted(super().get_params(deep=False))!r}.")
+                nested.setdefault(part, {})[sub] = value
+            else:
+                plain[key] = value
+        if plain:
+            super().set_params(**plain)
+        for part, changes in nested.items():
+            current = getattr(self, part)
+            if current is None:
+                if part != "kernel":
+                    raise ValueError(f"set_params: {part} is None (its default depends on the data); give "
+                                     f"{part}=... before setting its fields {sorted(changes)}")
+                current = self._default_kernel()
+            setattr(self, part, _replace(current, changes, part))
+        return self
+
+    # -- the model -------------------------------------------------------------------------------
+    def _default_kernel(self):
+        return _kernels.SquaredExponential()
+
+    def _sparse_default(self, n):
+        """``gd.inducing.KMeans`` with min(default_inducing, n) centres."""
+        seed = _seed(self.random_state)
+        return _inducing.KMeans(min(self.default_inducing, n), seed=0 if seed is None else seed)
+
+    def _inducing_for(self, inference, n):
+        """The inducing spec: the one given, else a k-means default where ``inference`` needs one."""
+        if self.inducing is not None:
+            return self.inducing
+        if getattr(inference, "inducing_rule", "forbidden") == "required":
+            return self._sparse_default(n)
+        return None
+
+    def _fit_posterior(self, model, X, y):
+        """Model.fit with the estimator's fit options; records model_, posterior_ and the fit's numbers."""
+        posterior = model.fit(X, y, optimize=self.optimize, fixed=self.fixed, restarts=self.restarts,
+                              seed=_seed(self.random_state), max_iter=self.max_iter, standardize=self.standardize)
+        self.model_ = model
+        self.posterior_ = posterior
+        self.log_marginal_likelihood_value_ = float(posterior.log_evidence)
+        self.hyperparameters_ = {name: np.array(value) for name, value in posterior.values.items()
+                                 if not name.startswith("variational.")}
+        self.n_iter_ = int(posterior.n_iterations)
+        return posterior
+
+    def _checked_inputs(self, X):
+        check_is_fitted(self, "posterior_")
+        return _validate_data(self, X, reset=False, dtype=np.float64)
+
+
+class GPRegressor(RegressorMixin, _GPEstimator):
+    """Gaussian-process regression with a declared :class:`gpdsl.Model`, as a scikit-learn regressor.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel or None, default None
+        The prior covariance; None is ``gd.kernels.SquaredExponential()`` (isotropic, length-scale
+        and variance 1, both fitted).
+    likelihood : gpdsl.likelihoods.Likelihood or None, default None
+        None is ``gd.likelihoods.Gaussian()`` (noise variance 1 at the start, fitted).
+    inducing : gpdsl.inducing.InducingSpec or None, default None
+        The inducing inputs' spec.  None: dense when the model is (``Exact``), and for more than
+        :attr:`exact_max_n` training rows (with ``inference`` None too) or a method that needs one,
+        ``gd.inducing.KMeans(min(default_inducing, N))``.
+    inference : gpdsl.inference.Inference or None, default None
+        None: ``gd.inference.Exact()`` without inducing points, ``gd.inference.VFE()`` with them
+        (given, or the large-N default above).
+    mean : gpdsl.means.Mean or None, default None
+        The prior mean function (None: zero).
+    optimize : bool, default True
+        Fit the hyperparameters (False: the posterior at the declared values, as scikit-learn's
+        ``optimizer=None``).
+    fixed : tuple of str, default ()
+        Hyperparameters held at their declared values (``"likelihood.variance"``).
+    restarts : int, default 0
+        Extra L-BFGS-B runs from random starts (``n_restarts_optimizer``).
+    max_iter : int, default 1000
+        L-BFGS-B iterations per run.
+    standardize : bool, default False
+        ``Model.fit(standardize=True)``: inputs and targets scaled to mean 0 and sd 1 for the fit,
+        predictions in the data's units (scikit-learn's ``normalize_y``, and the inputs too).
+    include_noise : bool, default False
+        Whether ``predict``'s ``std``/``cov`` and ``sample_y`` include the likelihood's noise.
+        False (the default) is scikit-learn's ``GaussianProcessRegressor`` with its noise given as
+        ``alpha``: the latent function's predictive, f(x*) | data.  True is the noisy target's,
+        y(x*) | data, which is what scikit-learn returns when the noise is a ``WhiteKernel`` in
+        its kernel.  The mean is the same either way.
+    random_state : int, RandomState instance or None, default None
+        Seed of the restarts' draws and of the default k-means start (None: fresh draws for the
+        restarts, seed 0 for k-means).
+
+    Attributes
+    ----------
+    model_ : gpdsl.Model
+        The model fitted (defaults filled in).
+    posterior_ : gpdsl.Posterior
+        The fit: ``posterior_.predict(X)`` (an xarray Dataset), ``values``, ``to_xarray()``, ...
+    log_marginal_likelihood_value_ : float
+        ``posterior_.log_evidence``: the exact log marginal likelihood (``Exact``), or the
+        method's bound or approximation (VFE's collapsed bound, ...).
+    hyperparameters_ : dict of str to ndarray
+        The fitted hyperparameters by name (``"kernel.lengthscale"``, ...).
+    n_iter_ : int
+        L-BFGS-B iterations of the fit (0 with ``optimize=False``).
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when X has string column names (a DataFrame).
+    """
+
+    def __init__(self, kernel=None, likelihood=None, inducing=None, inference=None, mean=None, *,
+                 optimize=True, fixed=(), restarts=0, max_iter=1000, standardize=False,
+                 include_noise=False, random_state=None):
+        self.kernel = kernel
+        self.likelihood = likelihood
+        self.inducing = inducing
+        self.inference = inference
+        self.mean = mean
+        self.optimize = optimize
+        self.fixed = fixed
+        self.restarts = restarts
+        self.max_iter = max_iter
+        self.standardize = standardize
+        self.include_noise = include_noise
+        self.random_state = random_state
+
+    def _build_model(self, n):
+        """The Model for n training rows, the parts left at None filled with the defaults."""
+        kernel = self.kernel if self.kernel is not None else self._default_kernel()
+        likelihood = self.likelihood if self.likelihood is not None else _likelihoods.Gaussian()
+        inference = self.inference
+        if inference is None:
+            dense = self.inducing is None and n <= self.exact_max_n
+            inference = _inference.Exact() if dense else _inference.VFE()
+        return Model(kernel=kernel, likelihood=likelihood, inducing=self._inducing_for(inference, n),
+                     inference=inference, mean=self.mean)
+
+    def fit(self, X, y):
+        """Fit the model to X (N, D) and real targets y (N,).
+
+        Parameters
+        ----------
+        X : array_like, shape (N, D)
+        y : array_like, shape (N,)
+
+        Returns
+        -------
+        self
+        """
+        X, y = _validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        self._fit_posterior(self._build_model(X.shape[0]), X, np.asarray(y, dtype=float))
+        return self
+
+    def _moments(self, X):
+        """Predictive mean, latent variance and the observation's extra variance at checked X."""
+        data = self.posterior_.predict(X)
+        f_var = np.asarray(data["f_var"], dtype=float)
+        mean = np.asarray(data["y_mean"] if "y_mean" in data else data["f_mean"], dtype=float)
+        if "y_var" in data:
+            extra = np.maximum(np.asarray(data["y_var"], dtype=float) - f_var, 0.0)
+        else:
+            extra = np.zeros_like(f_var)
+        return mean, f_var, extra
+
+    def predict(self, X, return_std=False, return_cov=False):
+        """Predictive mean at X, and its standard deviation or covariance.
+
+        Parameters
+        ----------
+        X : array_like, shape (n, D)
+        return_std : bool, default False
+            Also return the predictive standard deviation (of f, or of y with ``include_noise``).
+        return_cov : bool, default False
+            Also return the joint predictive covariance (n, n) (likewise).
+
+        Returns
+        -------
+        y_mean : ndarray, shape (n,)
+        y_std : ndarray, shape (n,)
+            With ``return_std``.
+        y_cov : ndarray, shape (n, n)
+            With ``return_cov``.
+
+        Raises
+        ------
+        RuntimeError
+            Both ``return_std`` and ``return_cov`` (as scikit-learn's regressor).
+        """
+        if return_std and return_cov:
+            raise RuntimeError("At most one of return_std or return_cov can be requested.")
+        X = self._checked_inputs(X)
+        mean, f_var, extra = self._moments(X)
+        if return_cov:
+            _, cov = self.posterior_.predict_f_full_cov(X)
+            cov = np.array(cov, dtype=float)
+            if self.include_noise:
+                cov[np.diag_indices_from(cov)] += extra
+            return mean, cov
+        if return_std:
+            return mean, np.sqrt(f_var + extra if self.include_noise else f_var)
+        return mean
+
+    def sample_y(self, X, n_samples=1, random_state=0):
+        """Joint draws of the predictive at X (of f, or of y with ``include_noise``).
+
+        As scikit-learn's ``GaussianProcessRegressor.sample_y``: ``rng.multivariate_normal(mean,
+        cov, n_samples).T`` with ``rng = check_random_state(random_state)``.
+
+        Parameters
+        ----------
+        X : array_like, shape (n, D)
+        n_samples : int, default 1
+        random_state : int, RandomState instance or None, default 0
+
+        Returns
+        -------
+        ndarray, shape (n, n_samples)
+        """
+        mean, cov = self.predict(X, return_cov=True)
+        rng = check_random_state(random_state)
+        return rng.multivariate_normal(mean, cov, n_samples).T
+
+
+class GPClassifier(ClassifierMixin, _GPEstimator):
+    """Gaussian-process classification with a declared :class:`gpdsl.Model`, as a scikit-learn classifier.
+
+    Any labels scikit-learn accepts (``classes_`` is their sorted set).  Two classes fit one latent
+    function with a binary likelihood (``classes_[1]`` is the positive class, y = 1); K > 2 fit K
+    latent functions with ``gd.likelihoods.Categorical(K)`` on the class codes 0..K-1 (in
+    ``classes_`` order).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel or None, default None
+        None is ``gd.kernels.SquaredExponential()`` (isotropic; length-scale and variance fitted).
+        On (nearly) separable classes the evidence keeps rising with the kernel variance and gpdsl
+        warns of a ridge: a prior (``SquaredExponential(variance=gd.priors.LogNormal(0.0, 2.0))``)
+        pins it.
+    likelihood : gpdsl.likelihoods.Likelihood or None, default None
+        None: ``gd.likelihoods.Bernoulli("logit")`` for two classes (its bias fitted: a class
+        prior), ``gd.likelihoods.Categorical(K, "softmax")`` for K > 2.  A given likelihood must
+        fit the number of classes (``n_latent`` 1 for two classes, K otherwise).
+    inducing : gpdsl.inducing.InducingSpec or None, default None
+        None: dense when the method can run dense and N <= :attr:`exact_max_n`, else (and for a
+        method that needs one, SVGP) ``gd.inducing.KMeans(min(default_inducing, N))``.
+    inference : gpdsl.inference.Inference or None, default None
+        None: ``gd.inference.Laplace()`` for two classes (Rasmussen & Williams' Laplace
+        approximation, scikit-learn's ``GaussianProcessClassifier``'s method; dense, or under the
+        FITC prior with inducing points; ``EP()`` for a likelihood without log-density
+        derivatives); ``gd.inference.SVGP()`` for K > 2.
+    mean : gpdsl.means.Mean or None, default None
+        The prior mean function (binary only).
+    optimize, fixed, restarts, max_iter, standardize, random_state
+        As :class:`GPRegressor` (``standardize`` scales the inputs only).
+
+    Attributes
+    ----------
+    classes_ : ndarray, shape (n_classes,)
+    n_classes_ : int
+    model_ : gpdsl.Model
+    posterior_ : gpdsl.Posterior
+        Its ``predict(X)["p"]``: p(y = classes_[1]) (dim ``obs``) for two classes, the class
+        probabilities (dims ``obs``, ``class``) for K > 2.
+    log_marginal_likelihood_value_ : float
+        ``posterior_.log_evidence`` (Laplace's approximation, the ELBO, ...).
+    hyperparameters_ : dict of str to ndarray
+    n_iter_ : int
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+    """
+
+    #: The dense Laplace fit is O(N^3) per Newton step: sparse above this many rows.
+    exact_max_n = 1000
+    #: The default k-means inducing points of the sparse and the multi-class defaults.
+    default_inducing = 100
+
+    def __init__(self, kernel=None, likelihood=None, inducing=None, inference=None, mean=None, *,
+                 optimize=True, fixed=(), restarts=0, max_iter=1000, standardize=False, random_state=None):
+        self.kernel = kernel
+        self.likelihood = likelihood
+        self.inducing = inducing
+        self.inference = inference
+        self.mean = mean
+        self.optimize = optimize
+        self.fixed = fixed
+        self.restarts = restarts
+        self.max_iter = max_iter
+        self.standardize = standardize
+        self.random_state = random_state
+
+    def _likelihood_for(self, n_classes):
+        likelihood = self.likelihood
+        if likelihood is None:
+            if n_classes == 2:
+                return _likelihoods.Bernoulli("logit")
+            return _likelihoods.Categorical(n_classes, "softmax")
+        latent = int(getattr(likelihood, "n_latent", 1))
+        if latent == 1 and n_classes > 2:
+            raise ValueError(f"GPClassifier: the likelihood {likelihood!r} is binary, and y holds {n_classes} "
+                             f"classes; give likelihood=None or gd.likelihoods.Categorical({n_classes})")
+        if latent > 1 and latent != n_classes:
+            raise ValueError(f"GPClassifier: the likelihood {likelihood!r} has {latent} classes, and y holds "
+                             f"{n_classes}")
+        return likelihood
+
+    def _build_model(self, n, likelihood):
+        kernel = self.kernel if self.kernel is not None else self._default_kernel()
+        inference = self.inference
+        if inference is None:
+            if int(getattr(likelihood, "n_latent", 1)) > 1:
+                inference = _inference.SVGP()
+            else:
+                inference = _inference.Laplace()
+                try:
+                    inference.check_likelihood(likelihood)
+                except (TypeError, ValueError):
+                    inference = _inference.EP()
+            inducing = self.inducing
+            if inducing is None and (inference.inducing_rule == "required" or n > self.exact_max_n):
+                inducing = self._sparse_default(n)
+        else:
+            inducing = self._inducing_for(inference, n)
+        return Model(kernel=kernel, likelihood=likelihood, inducing=inducing, inference=inference, mean=self.mean)
+
+    def fit(self, X, y):
+        """Fit the model to X (N, D) and labels y (N,).
+
+        Parameters
+        ----------
+        X : array_like, shape (N, D)
+        y : array_like, shape (N,)
+            Any labels (at least two distinct values).
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            Fewer than two classes, continuous targets, or a likelihood that does not fit the
+            number of classes.
+        """
+        X, y = _validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        classes, codes = np.unique(y, return_inverse=True)
+        if classes.shape[0] < 2:
+            raise ValueError(f"GPClassifier needs samples of at least 2 classes in the data, but the data "
+                             f"contain only one class: {classes[0]!r}")
+        likelihood = self._likelihood_for(classes.shape[0])
+        targets = codes.astype(float)
+        order = None
+        label_classes = getattr(likelihood, "classes", None)
+        if int(getattr(likelihood, "n_latent", 1)) > 1 and label_classes is not None:
+            # A Categorical declared with its labels: it takes them, in its own class order.
+            listed = list(label_classes)
+            missing = [c for c in classes.tolist() if c not in listed]
+            if missing:
+                raise ValueError(f"GPClassifier: y holds labels {missing[:6]} that are not among the "
+                                 f"likelihood's classes {listed}")
+            order = np.array([listed.index(c) for c in classes.tolist()])
+            targets = y
+        self.classes_ = classes
+        self.n_classes_ = int(classes.shape[0])
+        self._column_order = order
+        self._fit_posterior(self._build_model(X.shape[0], likelihood), X, targets)
+        return self
+
+    def predict_proba(self, X):
+        """Class probabilities at X, columns in ``classes_`` order.
+
+        Parameters
+        ----------
+        X : array_like, shape (n, D)
+
+        Returns
+        -------
+        ndarray, shape (n, n_classes)
+        """
+        X = self._checked_inputs(X)
+        p = np.asarray(self.posterior_.predict(X)["p"], dtype=float)
+        if p.ndim == 1:
+            p = np.clip(p, 0.0, 1.0)
+            proba = np.column_stack([1.0 - p, p])
+        else:
+            proba = np.clip(p if self._column_order is None else p[:, self._column_order], 0.0, None)
+        return proba / proba.sum(axis=1, keepdims=True)
+
+    def predict(self, X):
+        """The most probable class at each row of X.
+
+        Parameters
+        ----------
+        X : array_like, shape (n, D)
+
+        Returns
+        -------
+        ndarray, shape (n,)
+            Labels from ``classes_``.
+        """
+        proba = self.predict_proba(X)           # first: it checks that the estimator is fitted
+        return self.classes_[np.argmax(proba, axis=1)]
