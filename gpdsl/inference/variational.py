@@ -240,7 +240,7 @@ class SVGP(_Variational):
         return self._class_state_format if local is not None and likelihood.n_latent > 1 else local
 
     def _initial_q(self, n, Z, n_latent=1):
-        return None if Z is None else svgp.initial_values(Z.shape[0], *([n_latent] if n_latent > 1 else []))  # TODO-merge
+        return None if Z is None else svgp.initial_values(Z.shape[0], n_latent)
 
     def _optimise_q(self, kernel, likelihood, values, X, y, Z, start, polish, offset=None):
         return svgp.optimise_q(kernel, likelihood, values, X, y, Z, start, jitter=self.jitter,

@@ -375,15 +375,16 @@ class Categorical(Likelihood):
         return codes
 
     def log_density(self, y, F):
-        """log p(y_n | f_n) for codes y (n,) and latent values F (n, K) -> (n,).
+        """log p(y_n | f_n) for codes y (n,) and latent values F (n, K) -> (n,); y broadcasts
+        against F's leading dims (draws of F (..., n, K)).
 
         Parameters
         ----------
         y : ndarray, shape (n,)
-        F : ndarray, shape (n, K)
+        F : ndarray, shape (..., n, K)
         """
         F = np.asarray(F, dtype=float)
-        codes = np.asarray(y).astype(np.intp)
+        codes = np.broadcast_to(np.asarray(y).astype(np.intp), F.shape[:-1])
         picked = np.take_along_axis(F, codes[..., None], axis=-1)[..., 0]
         if self.link == "robustmax":
             win = picked >= F.max(axis=-1)
