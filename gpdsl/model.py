@@ -88,6 +88,7 @@ class Model:
         if rule == "forbidden" and self.inducing is not None:
             raise ValueError(f"Model: {type(self.inference).__name__} inference uses no inducing points; "
                              "pass inducing=None")
+        self.inference.check_inducing(self.likelihood, self.inducing)
 
     @property
     def sparse(self):

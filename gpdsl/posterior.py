@@ -354,7 +354,7 @@ class Posterior:
         if state.coupling is None:
             return blocks
         G = state.coupling @ b                                           # (K, M, n)
-        cov = np.einsum("kin,ljm->nkml", G, G)
+        cov = np.einsum("kin,lim->nkml", G, G)
         idx = np.arange(self.n_latent)
         cov[:, idx, :, idx] += blocks
         return cov

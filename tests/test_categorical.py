@@ -40,7 +40,8 @@ class _Robust100(Categorical):
 
 @pytest.mark.parametrize("likelihood", [Categorical(4, "robustmax"), _Robust100(4, "robustmax", epsilon=0.01)])
 def test_robustmax_is_gpflows_rule(likelihood):
-    """ve = P log(1 - eps) + (1 - P) log(eps / (K - 1)) and predict_y with GPflow's P (to 1e-14)."""
+    """ve = P log(1 - eps) + (1 - P) log(eps / (K - 1)) and predict_y with GPflow's P (to 1e-14),
+    at ``quadrature_points`` and ``prediction_points`` nodes."""
     y, mean, var = _rows()
     eps, K = likelihood.epsilon, 4
     P = _gpflow_prob_is_largest(y, mean, var, likelihood.quadrature_points)
@@ -48,7 +49,7 @@ def test_robustmax_is_gpflows_rule(likelihood):
     np.testing.assert_allclose(ve, P * np.log(1 - eps) + (1 - P) * np.log(eps / (K - 1)), rtol=1e-14, atol=1e-14)
     p = likelihood.predictive(mean, var)["p"]
     for k in range(K):
-        Pk = _gpflow_prob_is_largest(np.full(6, float(k)), mean, var, likelihood.quadrature_points)
+        Pk = _gpflow_prob_is_largest(np.full(6, float(k)), mean, var, likelihood.prediction_points)
         np.testing.assert_allclose(p[:, k], Pk * (1 - eps) + (1 - Pk) * eps / (K - 1), rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(likelihood.log_predictive(mean, var, y), np.log(p[np.arange(6), y.astype(int)]),
                                rtol=1e-14)

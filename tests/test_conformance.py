@@ -320,7 +320,10 @@ def test_multi_latent_predictive_is_a_distribution_matching_draws(likelihood):
     sampled at draws of f (to 5 standard errors plus the rule's 2e-3) and give log_predictive."""
     lik = likelihood.bind()
     p = lik.predictive(MEANS_K, VARS_K)["p"]
-    np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=1e-12)
+    # A rule (predictive_approximation) need not be normalised by construction: robust-max's
+    # one-dimensional one sums to 1 - 6e-4 here.
+    exact = getattr(lik, "predictive_approximation", None) is None
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=0, atol=1e-12 if exact else 1e-3)
     draws = 100_000
     f = MEANS_K + np.sqrt(VARS_K) * np.random.default_rng(9).standard_normal((draws,) + MEANS_K.shape)
     labels = lik.sample(f, np.random.default_rng(10))
@@ -400,6 +403,10 @@ PAIRS = _pair_cases()
 
 def _model(likelihood, inference):
     inducing = gd.inducing.Optimized(Z0) if inference.inducing_rule != "forbidden" else None
+    try:
+        inference.check_inducing(likelihood, inducing)
+    except ValueError:        # a method dense for this likelihood (multi-class Laplace)
+        inducing = None
     return gd.Model(KERNEL, likelihood, inducing, inference)
 
 

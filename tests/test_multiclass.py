@@ -97,3 +97,72 @@ def test_a_mean_function_is_refused_for_k_classes():
     with pytest.raises(ValueError, match="a mean function is for one latent function"):
         gd.Model(gd.kernels.SquaredExponential(), Categorical(3), gd.inducing.KMeans(4), gd.inference.SVGP(),
                  mean=gd.means.Constant())
+
+
+def test_laplace_with_k_classes_is_dense():
+    with pytest.raises(ValueError, match="dense multi-class approximation"):
+        gd.Model(gd.kernels.SquaredExponential(), Categorical(3), gd.inducing.KMeans(4), gd.inference.Laplace())
+
+
+# -- fitted models ----------------------------------------------------------------------------------
+def _iris():
+    from sklearn.datasets import load_iris
+    X, y = load_iris(return_X_y=True)
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    return X, np.array(["setosa", "versicolor", "virginica"])[y]
+
+
+@pytest.fixture(scope="module")
+def iris_laplace():
+    X, labels = _iris()
+    model = gd.Model(gd.kernels.SquaredExponential(), Categorical(3), inference=gd.inference.Laplace())
+    return X, labels, model.fit(X, labels)
+
+
+def test_labels_become_the_class_coordinate_of_the_predictions(iris_laplace):
+    X, labels, post = iris_laplace
+    assert post.model.likelihood.classes == ("setosa", "versicolor", "virginica")
+    pred = post.predict(X[::25])
+    assert pred["p"].dims == ("obs", "class") and pred["f_mean"].dims == ("obs", "class")
+    assert list(pred["class"].values) == ["setosa", "versicolor", "virginica"]
+    np.testing.assert_allclose(pred["p"].sum("class"), 1.0, rtol=1e-12)
+    np.testing.assert_array_equal(pred["label"].values, pred["class"].values[np.argmax(pred["p"].values, axis=1)])
+    # Iris is nearly separable: the training labels are predicted (all but a few).
+    assert np.mean(post.predict(X)["label"].values == labels) > 0.96
+    mean, var = post.predict_f(X[:7])
+    assert mean.shape == var.shape == (7, 3)
+    lp = post.log_predictive(X[::25], labels[::25])
+    picked = pred["p"].values[np.arange(lp.size), post.model.likelihood.coded_targets(labels[::25], lp.size).astype(int)]
+    np.testing.assert_allclose(lp, np.log(picked), rtol=1e-10)
+    with pytest.raises(ValueError, match="not among the classes"):
+        post.log_predictive(X[:2], ["setosa", "rose"])
+
+
+def test_laplace_posterior_round_trips_and_exports_class_draws(iris_laplace, tmp_path):
+    import arviz as az
+    X, labels, post = iris_laplace
+    post.save(tmp_path / "iris.nc")
+    back = gd.load(tmp_path / "iris.nc")
+    assert back.model == post.model
+    np.testing.assert_array_equal(back.predict(X[:9])["p"].values, post.predict(X[:9])["p"].values)
+    assert back.sites.weights.shape == (150, 3)
+    idata = post.to_inference_data(X[::10], labels[::10], draws=300, seed=1)
+    assert idata.posterior["f"].dims == ("chain", "draw", "obs", "class")
+    assert idata.log_likelihood["y"].shape == (4, 300, 15)
+    # The draws' class probabilities average to the predictive ones (Monte Carlo, 1200 draws).
+    lik = post.model.likelihood
+    p_draws = lik.class_probabilities(idata.posterior["f"].values).mean(axis=(0, 1))
+    np.testing.assert_allclose(p_draws, post.predict(X[::10])["p"].values, atol=0.03)
+    assert np.isfinite(az.loo(idata).elpd_loo)
+
+
+def test_joint_covariance_agrees_with_the_pointwise_one(iris_laplace):
+    """predict_f_full_cov's (n, K, n, K) covariance (Laplace couples the classes) has each point's
+    (K, K) block and the per-class variances of predict_f (to 1e-10)."""
+    X, _, post = iris_laplace
+    mean, cov = post.predict_f_full_cov(X[::15])
+    f_mean, f_var = post.predict_f(X[::15])
+    np.testing.assert_allclose(mean, f_mean, rtol=1e-12, atol=1e-12)
+    idx = np.arange(mean.shape[0])
+    np.testing.assert_allclose(np.stack([np.diag(cov[i, :, i, :]) for i in idx]), f_var, rtol=1e-10)
+    np.testing.assert_allclose(cov.reshape(cov.shape[0] * 3, -1), cov.reshape(cov.shape[0] * 3, -1).T, atol=1e-9)

@@ -58,6 +58,21 @@ class Inference(Component, family="inference"):
             return False
         return likelihood.provides(self.requires)
 
+    def check_inducing(self, likelihood, inducing):
+        """Refuse an inducing spec this method cannot use with ``likelihood`` (beyond its
+        ``inducing_rule``, which the model checks); nothing by default.
+
+        Parameters
+        ----------
+        likelihood : gpdsl.likelihoods.Likelihood
+        inducing : gpdsl.inducing.InducingSpec or None
+
+        Raises
+        ------
+        ValueError
+            The pair cannot use it.
+        """
+
     def local_state_for(self, likelihood):
         """How the local state is saved with a posterior of this method and ``likelihood``
         (:class:`gpdsl.methods.common.LocalStateFormat`, or None): ``local_state`` unless the

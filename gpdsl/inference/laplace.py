@@ -51,6 +51,13 @@ class Laplace(Inference):
         check_jitter("Laplace", self.jitter)
         _check_chunk("Laplace", self.chunk_size)
 
+    def check_inducing(self, likelihood, inducing):
+        """The multi-class approximation is dense: no inducing spec with K latent functions."""
+        if inducing is not None and likelihood.n_latent > 1:
+            raise ValueError(f"Model: Laplace fits {likelihood.describe()} by the dense multi-class approximation "
+                             "(Rasmussen & Williams Algorithm 3.3), which uses no inducing points; pass inducing=None "
+                             "(or use SVGP for a sparse multi-class model)")
+
     def local_state_for(self, likelihood):
         """The mode a = K^-1 f_hat of the multi-class approximation (none for one latent function)."""
         return laplace_multiclass.MODE_FORMAT if likelihood.n_latent > 1 else None
@@ -59,8 +66,7 @@ class Laplace(Inference):
         if likelihood.n_latent > 1:
             if Z is not None or offset is not None:
                 raise ValueError(f"Laplace: {likelihood.describe()} is fitted by the dense multi-class Laplace "
-                                 "approximation, without inducing points, a mean function or an offset; "
-                                 "pass inducing=None (or use SVGP for a sparse multi-class model)")
+                                 "approximation, without inducing points or an offset")
             return laplace_multiclass.evaluate(kernel, likelihood, X, y, tol=self.tol, max_iter=self.max_iter,
                                                need_grad=need_grad, need_state=need_state, warm=warm)
         return laplace.evaluate(kernel, shifted(likelihood, offset), X, y, Z, tol=self.tol, max_iter=self.max_iter,
