@@ -647,3 +647,53 @@ def test_plot_with_offset(tmp_path):
             assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         with pytest.raises(ValueError, match="offset_test is needed"):
             plot_fit(post, X[:30], y[:30], tmp_path / "x.png", X_test=X[30:], y_test=y[30:], offset=o[:30])
+
+
+def write_three_class_csv(path, n=150, seed=0):
+    """Three Gaussian blobs in 2-D with labels 1, 2, 3 (not codes: the classes become (1, 2, 3))."""
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 0.0], [2.0, 0.5], [0.5, 2.0]])
+    labels = rng.integers(0, 3, n)
+    X = centres[labels] + 0.7 * rng.standard_normal((n, 2))
+    with open(path, "w") as fh:
+        fh.write("a,b,label\n")
+        for (a, b), t in zip(X, labels):
+            fh.write(f"{a:.17g},{b:.17g},{t + 1}\n")
+
+
+@pytest.mark.parametrize("likelihood, inference", [
+    ('type = "Categorical"\nn_classes = 3\nlink = "robustmax"', "SVGP"),
+    ('type = "Categorical"\nn_classes = 3', "SVGP"),
+])
+def test_toml_three_classes_held_out(tmp_path, capsys, likelihood, inference):
+    """K classes from a model file: the held-out error of the most probable class, the mean log
+    predictive and the multi-class Brier score, recomputed from the saved posterior; a decision map."""
+    write_three_class_csv(tmp_path / "labels.csv")
+    path = write_model(tmp_path, CLASSIFIER_TOML.format(likelihood=likelihood, inference=inference))
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    _, (_, _, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
+    post = gd.load(out / "posterior.nc")
+    assert post.model.likelihood.classes == (1.0, 2.0, 3.0)
+    p = post.predict(X_test)["p"].values
+    codes = (y_test - 1).astype(int)
+    expected = {"error rate": np.mean(np.argmax(p, axis=1) != codes),
+                "mean log predictive": np.mean(np.log(p[np.arange(codes.size), codes])),
+                "Brier score": np.mean(np.sum((p - np.eye(3)[codes]) ** 2, axis=1))}
+    assert 0 < expected["error rate"] < 0.4
+    for name, value in expected.items():
+        assert printed_metric(captured.out, name) == pytest.approx(value, rel=1e-5, abs=1e-9), name
+    assert (out / "fit.png").is_file() == HAS_MATPLOTLIB
+
+
+def test_labels_outside_the_classes_are_reported_before_fitting(tmp_path, capsys):
+    write_three_class_csv(tmp_path / "labels.csv")
+    lines = (tmp_path / "labels.csv").read_text().splitlines()
+    lines[7] = lines[7].rsplit(",", 1)[0] + ",4"
+    (tmp_path / "labels.csv").write_text("\n".join(lines) + "\n")
+    path = write_model(tmp_path, CLASSIFIER_TOML.format(likelihood='type = "Categorical"\nn_classes = 3',
+                                                        inference="SVGP"))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, "target column 'label'", "got 4 distinct values")

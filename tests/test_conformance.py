@@ -512,9 +512,9 @@ def test_readme_pairs_table_is_supported_pairs():
             assert cell in ("yes", "no"), row
             if cell == "yes":
                 listed.add(f"{name} + {method}")
-        variant = re.match(r"`(\w+)\(link=\"(\w+)\"\)`", cells[0])
-        if variant:   # a row per link: each cell is what the method says of that link
-            lik = getattr(gd.likelihoods, variant.group(1))(link=variant.group(2))
+        variant = re.match(r"`(\w+)\((K, )?link=\"(\w+)\"\)`", cells[0])
+        if variant:   # a row per link: each cell is what the method says of that link (K = 3 classes)
+            lik = getattr(gd.likelihoods, variant.group(1))(*([3] if variant.group(2) else []), link=variant.group(3))
             for method, cell in zip(methods, cells[1:]):
                 assert gd.inference.INFERENCE[method]().accepts(lik) == (cell == "yes"), (row, method)
     assert set(methods) == set(gd.inference.INFERENCE)
