@@ -406,7 +406,9 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         None: ``gd.inference.Laplace()`` for two classes (Rasmussen & Williams' Laplace
         approximation, scikit-learn's ``GaussianProcessClassifier``'s method; dense, or under the
         FITC prior with inducing points; ``EP()`` for a likelihood without log-density
-        derivatives); ``gd.inference.SVGP()`` for K > 2.
+        derivatives); for K > 2 also ``Laplace()`` (dense, Rasmussen & Williams Algorithm 3.3, the
+        softmax link) up to :attr:`exact_max_n` rows, ``gd.inference.SVGP()`` beyond that and for
+        links other than softmax.
     mean : gpdsl.means.Mean or None, default None
         The prior mean function (binary only).
     optimize, fixed, restarts, max_iter, standardize, random_state
@@ -467,7 +469,12 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         inference = self.inference
         if inference is None:
             if int(getattr(likelihood, "n_latent", 1)) > 1:
-                inference = _inference.SVGP()
+                # Dense multi-class Laplace (R&W Algorithm 3.3) where it fits, as for two classes.
+                inference = _inference.Laplace() if n <= self.exact_max_n else _inference.SVGP()
+                try:
+                    inference.check_likelihood(likelihood)
+                except (TypeError, ValueError):
+                    inference = _inference.SVGP()
             else:
                 inference = _inference.Laplace()
                 try:

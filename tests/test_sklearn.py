@@ -5,11 +5,7 @@ cloning, Pipeline / GridSearchCV / cross_val_score on real data, and the numbers
 equals a direct ``Model.fit`` and scikit-learn's ``GaussianProcessRegressor`` at fixed
 hyperparameters, the binary classifier's Laplace evidence and latent predictive equal scikit-learn's
 ``GaussianProcessClassifier``'s at a fixed kernel.
-
-The multi-class tests need ``Categorical`` with SVGP: they skip (``needs_multiclass``) while
-``gd.likelihoods.Categorical(3)`` cannot be fitted with SVGP (NotImplementedError/ValueError).
 """
-import functools
 import subprocess
 import sys
 import warnings
@@ -33,28 +29,6 @@ from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
 from sklearn.utils.multiclass import type_of_target  # noqa: E402
-
-
-@functools.lru_cache(maxsize=None)
-def multiclass_available():
-    """True once ``Categorical(3)`` fits with SVGP (the multi-class methods of issue 28)."""
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(12, 2))
-    y = np.arange(12) % 3
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            gd.Model(gd.kernels.SquaredExponential(), gd.likelihoods.Categorical(3), gd.inducing.KMeans(4, seed=0),
-                     gd.inference.SVGP()).fit(X, y.astype(float), max_iter=2)
-    except (NotImplementedError, ValueError):
-        return False
-    return True
-
-
-def needs_multiclass():
-    if not multiclass_available():
-        pytest.skip("gd.likelihoods.Categorical(3) cannot be fitted with SVGP yet (multi-class inference of "
-                    "issue 28 not integrated)")
 
 
 class BinaryGPClassifier(GPClassifier):
@@ -87,8 +61,6 @@ def expected_failed_checks(estimator):
 
 @parametrize_with_checks(CHECKED, expected_failed_checks=expected_failed_checks)
 def test_check_estimator(estimator, check):
-    if type(estimator) is GPClassifier:
-        needs_multiclass()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", gd.ConvergenceWarning)
         check(estimator)
@@ -343,6 +315,11 @@ def test_multiclass_wiring_with_a_stand_in_posterior(monkeypatch):
     labels = np.array(["c", "a", "b"] * 4)
     clf = GPClassifier().fit(X, labels)
     assert seen["model"].likelihood == gd.likelihoods.Categorical(3, "softmax")
+    # Dense multi-class Laplace at this size; SVGP with k-means points beyond exact_max_n rows.
+    assert isinstance(seen["model"].inference, gd.inference.Laplace) and seen["model"].inducing is None
+    big = GPClassifier()
+    big.exact_max_n = 6
+    big.fit(X, labels)
     assert isinstance(seen["model"].inference, gd.inference.SVGP)
     assert seen["model"].inducing == gd.inducing.KMeans(12, seed=0)
     np.testing.assert_array_equal(seen["y"], [2.0, 0.0, 1.0] * 4)       # codes in classes_ order
@@ -359,7 +336,6 @@ def test_multiclass_wiring_with_a_stand_in_posterior(monkeypatch):
 
 
 def test_multiclass_iris():
-    needs_multiclass()
     X, y = load_iris(return_X_y=True)
     names = np.array(["setosa", "versicolor", "virginica"])[y]
     pipe = make_pipeline(StandardScaler(), GPClassifier())
