@@ -1,0 +1,401 @@
+"""Conditionally conjugate multi-class classification with the logistic-softmax link
+(Galy-Fajou, Wenzel, Donner & Opper, "Multi-Class Gaussian Process Classification Made Conjugate:
+Efficient Inference via Data Augmentation", UAI 2019 / AISTATS 2020): the K-class counterpart of
+the two-class Pólya-Gamma method (:mod:`gpdsl.methods.polya_gamma`, collapsed, and
+:mod:`gpdsl.methods.stochastic_polya_gamma`, stochastic), for ``Categorical(K, "logistic_softmax")``.
+
+Likelihood.  K latent GPs f_k (one shared kernel, shared inducing inputs Z), y_i in 0..K-1,
+y_ik = [y_i = k], sigma the logistic function:  p(y_i | f_i) = sigma(f_iy) / sum_j sigma(f_ij).
+
+Augmentation (derived here; three identities):
+
+1. 1/x = int_0^inf exp(-lambda x) dlambda for x > 0, so
+   p(y_i | f_i) = int_0^inf sigma(f_iy) prod_j exp(-lambda_i sigma(f_ij)) dlambda_i.
+2. sigma(f) = 1 - sigma(-f), so exp(-lambda sigma(f)) = e^-lambda exp(lambda sigma(-f))
+   = sum_{n >= 0} Po(n | lambda) sigma(-f)^n.
+3. sigma(z)^a sigma(-z)^b = e^{a z} / (1 + e^z)^{a + b} = 2^-(a+b) e^{(a - b) z / 2}
+   E_{PG(omega | a + b, 0)}[exp(-omega z^2 / 2)]  (Polson, Scott & Windle 2013).
+
+With a = y_ik, b = n_ik (a + b = 0 is the point mass omega = 0), the augmented joint, whose
+integral over lambda_i (Lebesgue: an improper flat prior p(lambda) = 1, our choice) and sums over
+n_ik and omega_ik is exactly p(y_i | f_i), is
+
+    p(y_i, lambda_i, n_i, omega_i | f_i) = prod_k Po(n_ik | lambda_i) 2^-(y_ik + n_ik)
+        exp((y_ik - n_ik) f_ik / 2 - omega_ik f_ik^2 / 2) PG(omega_ik | y_ik + n_ik, 0):
+
+Gaussian in f given (n, omega).  Mean field q(lambda_i) = Gamma(alpha_i, beta_i),
+q(n_ik) = Po(gamma_ik), q(omega_ik | n_ik) = PG(y_ik + n_ik, c_ik), q(u_k) Gaussian, with
+q(f_ik) = N(mean_ik, var_ik) its marginals.  With psi_i = E[log lambda_i] = digamma(alpha_i) - log
+beta_i, E[omega | n] = (y + n) tanh(c/2) / (2c), KL[PG(b, c) || PG(b, 0)] = b (log cosh(c/2) -
+c/4 tanh(c/2)) and the Poisson's E[log n!] cancelling between E[log Po(n | lambda)] and the entropy
+of q(n), the bound is  ELBO = sum_ik E_ik + sum_i Lambda_i - sum_k KL[q(u_k) || p(u_k)]  with
+
+    E_ik = kappa_ik mean_ik - theta_ik (mean_ik^2 + var_ik) / 2                                 (A)
+           + gamma_ik (psi_i - log gamma_ik + 1 - log 2) - y_ik log 2
+           + (y_ik + gamma_ik) (c_ik/4 tanh(c_ik/2) - log cosh(c_ik/2))                         (B)
+    Lambda_i = -K alpha_i / beta_i + alpha_i - log beta_i + lgamma(alpha_i) + (1 - alpha_i) digamma(alpha_i)
+    theta_ik = E[omega_ik] = (y_ik + gamma_ik) tanh(c_ik/2) / (2 c_ik),  kappa_ik = (y_ik - gamma_ik) / 2.
+
+Closed-form coordinate updates (each the exact maximiser of the ELBO in its block):
+
+    c_ik = sqrt(mean_ik^2 + var_ik)                         (independent of y + gamma > 0)
+    gamma_ik = exp(psi_i) exp(-mean_ik / 2) / (2 cosh(c_ik / 2))      (d/dgamma at that c: log 2 from (B))
+    alpha_i = 1 + sum_k gamma_ik,  beta_i = K                  (flat prior: q ~ lambda^{sum gamma} e^{-K lambda})
+
+The factor 2 in 2 cosh is the 2^-(y + n) of identity 3.  gamma_i and alpha_i are optimised jointly:
+with h_ik = e^{-mean/2} / (2 cosh(c/2)) < sigma(-mean_ik) < 1 the root of alpha = 1 +
+exp(digamma(alpha)) sum_k h_ik / K is unique (a contraction), found by Newton's method per row
+(:func:`gpdsl._jit.logistic_softmax.ls_local_update`).  At beta = K and alpha = 1 + sum gamma,
+Lambda_i + sum_k gamma_ik psi_i = lgamma(alpha_i) - alpha_i log K.  q(u_k)'s optimum at fixed
+local variables: (A) is the Gaussian pseudo-regression of class k with weights theta_ik (noise
+1/theta_ik) and linear terms kappa_ik (targets kappa/theta), so, as in thesis eq. C.1 for PGPR,
+
+    K_uu = L L^T,  A = L^-1 K_uf,  B_k = I + A Theta_k A^T = L_Bk L_Bk^T,  g_k = L_Bk^-1 A kappa_k,
+    L* = sum_k [-1/2 log|B_k| + 1/2 g_k^T g_k - 1/2 sum_i theta_ik (K_ii - Q_ii)] + sum_ik (B) + sum_i Lambda_i,
+
+the collapsed bound (Titsias' VFE bound of each pseudo-regression plus 1/2 log(2 pi / theta) +
+kappa^2 / (2 theta) per point, which cancel its Gaussian constants: no 1/theta is formed).
+q(u_k) = N(L B_k^-1 A kappa_k, L B_k^-1 L^T), and the marginals mean_ik = a_i^T B_k^-1 A kappa_k,
+var_ik = K_ii - Q_ii + |L_Bk^-1 a_i|^2.  At the optimal c and (gamma, alpha) the per-row bound is
+
+    l_i = lgamma(alpha_i) - log K - (alpha_i - 1)(digamma(alpha_i) - 1) + mean_iy / 2 - log(2 cosh(c_iy / 2)),
+
+with derivatives (envelope theorem) dl_i/dmean_ik = kappa_ik - theta_ik mean_ik, dl_i/dvar_ik =
+-theta_ik / 2: conjugate sites (precision theta, natural location kappa) for the stochastic method.
+
+Collapsed (:func:`evaluate`): each evaluation runs the coordinate ascent c, (gamma, alpha) <- optimum
+at q*(u) of the current locals, to convergence (largest change of a c_ik or gamma_ik below
+``spec.tol``), optionally with Anderson acceleration on (c, log gamma) kept only where it raises
+the bound, so the bound never decreases; gradients in the kernel and Z are those of the K
+pseudo-regressions at fixed locals, valid at the fixed point by the envelope theorem.
+Stochastic (:func:`minibatch_step`, Hoffman et al. 2013 SVI as for two classes): a batch's
+locals at their closed-form optimum, a natural-gradient step on every q(u_k) in the whitened
+basis, and the batch's bound and hyperparameter gradient at fixed q.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+from scipy import linalg as sp_linalg
+
+from .._jit import announce_compilation
+from .._jit.logistic_softmax import ls_expectations, ls_local_terms, ls_local_update, ls_variances
+from ..chunks import add_partial, default_chunk_size, map_rows
+from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower
+from . import collapsed
+from .common import NATGRAD_MIN_STEP, Evaluation, LocalStateFormat, PredictiveState
+
+_CACHE_BYTES = 2 ** 28      # 256 MB of cached L^-1 K_uf, as for the two-class method
+_BLOCK_DOUBLES = 2 ** 22    # rows per block: the (K, M, rows) stack of L_Bk^-1 A of 32 MB
+_ANDERSON_MEMORY = 10
+_COMPILE_SECONDS = 3
+_LOG_FLOOR = -700.0         # log gamma of an Anderson proposal is kept above this (gamma > 0)
+
+
+@dataclass
+class LogisticSoftmaxState:
+    """The local variational parameters and the inner loop's record.
+
+    ``c``, ``gamma`` (N, K), ``alpha``, ``beta`` (N,) are where the bound, gradients and
+    posterior were evaluated; ``c_next``, ``gamma_next``, ``alpha_next`` the one further update
+    (the next warm start); ``sweeps`` the O(N K M^2) passes; ``bound_history`` the bound at each
+    accepted point (non-decreasing).
+
+    Parameters
+    ----------
+    c, gamma : ndarray, shape (N, K)
+        PG parameters c_ik and Poisson means gamma_ik.
+    alpha, beta : ndarray, shape (N,)
+        Gamma shape and rate of q(lambda_i).
+    c_next, gamma_next : ndarray, shape (N, K)
+        The next update.
+    alpha_next : ndarray, shape (N,)
+        The next update.
+    sweeps : int, default 0
+    converged : bool, default False
+    bound_history : list of float, optional
+    """
+
+    c: np.ndarray
+    gamma: np.ndarray
+    alpha: np.ndarray
+    beta: np.ndarray
+    c_next: np.ndarray
+    gamma_next: np.ndarray
+    alpha_next: np.ndarray
+    sweeps: int = 0
+    converged: bool = False
+    bound_history: list = field(default_factory=list)
+
+
+def _export_state(local, total_updates):
+    obs_class = ("obs", "class")
+    return ({"c": (obs_class, local.c), "gamma": (obs_class, local.gamma), "alpha": ("obs", local.alpha),
+             "beta": ("obs", local.beta), "c_next": (obs_class, local.c_next),
+             "gamma_next": (obs_class, local.gamma_next), "alpha_next": ("obs", local.alpha_next),
+             "bound_history": ("c_update", np.asarray(local.bound_history))},
+            {"ls_updates_final": local.sweeps, "ls_converged": int(local.converged),
+             "ls_total_updates": total_updates})
+
+
+def _load_state(ds):
+    get = {name: ds[name].values for name in ("c", "gamma", "alpha", "beta", "c_next", "gamma_next", "alpha_next")}
+    local = LogisticSoftmaxState(**get, sweeps=int(ds.attrs["ls_updates_final"]),
+                                 converged=bool(ds.attrs["ls_converged"]),
+                                 bound_history=list(ds["bound_history"].values))
+    return local, int(ds.attrs["ls_total_updates"])
+
+
+_OC = (("obs", "class"), "float")
+STATE_FORMAT = LocalStateFormat(
+    "logistic_softmax",
+    {"c": _OC, "gamma": _OC, "alpha": (("obs",), "float"), "beta": (("obs",), "float"), "c_next": _OC,
+     "gamma_next": _OC, "alpha_next": (("obs",), "float"), "bound_history": (("c_update",), "float")},
+    {"local_state": "str", "ls_updates_final": "count", "ls_converged": "flag", "ls_total_updates": "count"},
+    _export_state, _load_state)
+
+
+def _codes(y, K):
+    codes = np.asarray(y, dtype=float)
+    if codes.ndim != 1 or not np.all(np.isin(codes, np.arange(K))):
+        raise ValueError(f"logistic-softmax: targets must be class codes 0..{K - 1}, shape (N,)")
+    return codes
+
+
+def evaluate(kernel, likelihood, X, y, Z, *, spec, warm=None, need_grad=True, need_state=False, offset=None):
+    """Collapsed logistic-softmax bound L* (module docstring), its gradients in the kernel
+    hyperparameters (summed over the K classes) and Z, and, if asked, the posterior.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The kernel shared by the K latent GPs.
+    likelihood : gpdsl.likelihoods.Categorical
+        K classes, link ``"logistic_softmax"`` (no hyperparameters).
+    X : ndarray or Dask array, shape (N, D)
+    y : ndarray, shape (N,)
+        Class codes 0..K-1 (floats).
+    Z : ndarray, shape (M, D)
+        Inducing inputs, shared by the classes.
+    spec : gpdsl.inference.PolyaGamma
+        Read for ``tol`` (largest change of a c_ik or gamma_ik), ``max_iter`` (passes per
+        evaluation, counted as for two classes), ``acceleration``, ``jitter``, ``chunk_size``.
+    warm : LogisticSoftmaxState, optional
+        Start from its ``*_next``; None starts at the local optimum under q(u) = p(u).
+    need_grad : bool, default True
+    need_state : bool, default False
+        Build the :class:`PredictiveState` (weights (M, K), correction (K, M, M), q_mean (M, K),
+        q_cov (K, M, M)).
+    offset : None
+        Offsets are not supported for K > 1.
+
+    Returns
+    -------
+    gpdsl.methods.common.Evaluation
+        ``log_evidence`` L* at the converged locals, ``grads`` ("kernel.*"), ``dZ`` (M, D),
+        ``warm`` the :class:`LogisticSoftmaxState`, ``pseudo_data`` (theta (N, K), kappa (N, K)).
+
+    Raises
+    ------
+    ValueError
+        An offset, or targets that are not codes 0..K-1.
+    numpy.linalg.LinAlgError, FloatingPointError
+        If the last jitter rung fails.
+    """
+    if offset is not None:
+        raise ValueError("logistic-softmax: offsets (mean functions) are not supported for K > 1 classes")
+    K = int(likelihood.n_latent)
+    codes = _codes(y, K)
+    rungs = JITTER_LADDER if spec.jitter is None else (float(spec.jitter),)
+    progress = {"warm": warm, "passes": 0}
+    for attempt, rung in enumerate(rungs):
+        try:
+            ev = _evaluate_at(kernel, K, X, codes, Z, spec, rung, progress, need_grad, need_state)
+            ev.warm.sweeps = progress["passes"]
+            return ev
+        except (np.linalg.LinAlgError, FloatingPointError):
+            if attempt == len(rungs) - 1:
+                raise
+
+
+def _start(kernel, K, X, codes, warm):
+    n = X.shape[0]
+    if warm is not None and np.shape(warm.c_next) == (n, K):
+        return np.array(warm.c_next), np.array(warm.gamma_next), np.array(warm.alpha_next)
+    # The local optimum under q(u) = p(u): marginals N(0, K_ii).
+    kff = np.asarray(kernel.diag(X), dtype=float)
+    return ls_local_update(codes, np.zeros((n, K)), np.repeat(kff[:, None], K, axis=1))
+
+
+def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need_state):
+    """One evaluation at one jitter rung (as :func:`gpdsl.methods.polya_gamma._evaluate_at`)."""
+    n, m = X.shape[0], Z.shape[0]
+    chunk = spec.chunk_size or max(64, min(default_chunk_size(n, m), _BLOCK_DOUBLES // (K * m)))
+    L, jit = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
+    cache = n * m * 8 <= _CACHE_BYTES
+    kept = None
+    beta = np.full(n, float(K))
+
+    def sweep(point, factor=None, accumulate=True):
+        nonlocal kept
+        fn = partial(_sweep_block, kernel, Z, L, factor, accumulate, cache)
+        total, rows, blocks = map_rows(fn, (X, codes) + tuple(point) + (beta,), chunk, carried=kept, keep=True)
+        kept = blocks if cache else None
+        return total, rows
+
+    point = _start(kernel, K, X, codes, progress["warm"])
+    announce_compilation("logistic-softmax", _COMPILE_SECONDS, ls_local_terms,
+                         (codes[:1], point[0][:1], point[1][:1], point[2][:1], beta[:1], beta[:1]))
+    sums, _ = sweep(point)
+    factor, bound = _bound(sums)
+    history, converged, sweeps = [bound], False, 1
+    points, targets = [], []
+    while True:
+        extrapolate = spec.acceleration and len(points) > 0
+        sums_target, rows = sweep(point, factor, accumulate=not extrapolate)
+        target = rows[:3]
+        sweeps += 1
+        change = max(np.max(np.abs(target[0] - point[0])), np.max(np.abs(target[1] - point[1])))
+        if change < spec.tol:
+            converged = True
+            break
+        if sweeps >= spec.max_iter:
+            break
+        points = points[-_ANDERSON_MEMORY:] + [_flat(point)]
+        targets = targets[-_ANDERSON_MEMORY:] + [_flat(target)]
+        if extrapolate:
+            proposal = _unflat(_anderson(points, targets), n, K)
+            sums_proposal, _ = sweep(proposal)
+            sweeps += 1
+            factor_proposal, bound_proposal = _bound(sums_proposal)
+            if bound_proposal >= bound:
+                point, sums, factor, bound = proposal, sums_proposal, factor_proposal, bound_proposal
+                history.append(bound)
+                continue
+            points, targets = points[-1:], targets[-1:]
+            sums_target, _ = sweep(target)
+            sweeps += 1
+        point, sums = target, sums_target
+        factor, bound = _bound(sums)
+        history.append(bound)
+
+    c, gamma, alpha = point
+    progress["warm"] = LogisticSoftmaxState(c, gamma, alpha, beta, *target)
+    progress["passes"] += sweeps
+    theta, kappa, _ = ls_local_terms(codes, c, gamma, alpha, beta, np.zeros(n))
+    grads, dZ, state = {}, None, None
+    LBi, weights = factor
+    B_inv = np.matmul(np.transpose(LBi, (0, 2, 1)), LBi)
+    if need_grad:
+        grads, dZ = _gradients(kernel, X, codes, Z, L, jit, point, beta, weights, B_inv, sums[0], kept, chunk)
+    if need_state:
+        L_LBiT = np.matmul(L, np.transpose(LBi, (0, 2, 1)))
+        state = PredictiveState(Z=Z, weights=weights, correction=np.eye(m) - B_inv, q_mean=L @ weights,
+                                q_cov=np.matmul(L_LBiT, np.transpose(L_LBiT, (0, 2, 1))), chol=L)
+    local = LogisticSoftmaxState(c, gamma, alpha, beta, *target, sweeps=sweeps, converged=converged,
+                                 bound_history=history)
+    return Evaluation(log_evidence=history[-1], grads=grads, dZ=dZ, jitter=jit, state=state, warm=local,
+                      pseudo_data=(theta, kappa))
+
+
+def _flat(point):
+    """(c, gamma, alpha) -> the vector (c, log gamma) that Anderson extrapolates."""
+    return np.concatenate([point[0].ravel(), np.log(np.maximum(point[1], 1e-300)).ravel()])
+
+
+def _unflat(x, n, K):
+    c = np.maximum(x[:n * K], 0.0).reshape(n, K)
+    gamma = np.exp(np.maximum(x[n * K:], _LOG_FLOOR)).reshape(n, K)
+    return c, gamma, 1.0 + gamma.sum(axis=1)
+
+
+def _anderson(points, targets):
+    """Anderson's extrapolation (Walker & Ni 2011, type II) of the iterates and their updates."""
+    G = np.array(targets)
+    R = G - np.array(points)
+    coef = np.linalg.lstsq(np.diff(R, axis=0).T, R[-1], rcond=None)[0]
+    return G[-1] - np.diff(G, axis=0).T @ coef
+
+
+def _sweep_block(kernel, Z, L, factor, accumulate, cache, Xb, codes_b, cb, gb, ab, bb, hit=None):
+    """One block of a pass: without ``factor`` the sums (P_k = A Theta_k A^T (K, M, M),
+    A kappa (M, K), the local terms) at the block's locals; with ``factor = (L_Bk^-1 (K, M, M),
+    weights (M, K))`` of the current point also the rows' update (c, gamma, alpha, mean), and, if
+    ``accumulate``, the sums at that update.  Returns (sums, rows, kept)."""
+    if hit is None:
+        _, A, kff, residual = collapsed.whitened_rows(kernel, Xb, Z, L)
+        collapsed.check_rows_nystrom(residual, kff)
+    else:
+        A, residual = hit
+    kept = (A, residual) if cache else None
+    rows = ()
+    if factor is not None:
+        # L_Bk^-1 A by products with the explicit inverses (B_k >= I, so |L_Bk^-1| <= 1; as
+        # for two classes, the matmul runs several times faster than the triangular solve).
+        mean = A.T @ factor[1]
+        var = ls_variances(np.matmul(factor[0], A), residual)
+        cb, gb, ab = ls_local_update(codes_b, mean, var)
+        rows = (cb, gb, ab, mean)
+        if not accumulate:
+            return (), rows, kept
+    theta, kappa, local = ls_local_terms(codes_b, cb, gb, ab, bb, residual)
+    K, m = theta.shape[1], A.shape[0]
+    P = np.empty((K, m, m))
+    for k in range(K):
+        As = A * np.sqrt(theta[:, k])
+        P[k] = As @ As.T
+    return (P, A @ kappa, local), rows, kept
+
+
+def _bound(sums):
+    """L* from the sums of a pass; returns ((L_Bk^-1 (K, M, M), weights (M, K)), L*), weights_k =
+    B_k^-1 A kappa_k (the whitened predictive weights)."""
+    P, r, local = sums
+    K, m = P.shape[0], P.shape[1]
+    LBi, weights = np.empty_like(P), np.empty((m, K))
+    bound = local
+    for k in range(K):
+        LB, _ = cholesky(np.eye(m) + 0.5 * (P[k] + P[k].T), 0.0, what="B = I + A Theta A^T")
+        g = solve_lower(LB, r[:, k])
+        bound += -np.sum(np.log(np.diag(LB))) + 0.5 * g @ g
+        LBi[k] = inverse_lower(LB)
+        weights[:, k] = LBi[k].T @ g
+    if not bound <= 0.0:
+        raise FloatingPointError(f"logistic-softmax bound {bound:.3g} > 0 is lost to rounding")
+    return (LBi, weights), float(bound)
+
+
+def _gradients(kernel, X, codes, Z, L, jit, point, beta, weights, B_inv, P, kept, chunk):
+    """d L* / d (kernel, Z) at fixed locals: the VFE gradients of the K pseudo-regressions
+    (:func:`gpdsl.methods.collapsed._gradient_pass`, trace case) summed over the classes before
+    the kernel's VJPs.  With C_k = I - B_k^-1, w_k = weights[:, k], e'_ik = kappa_ik - theta_ik mean_ik:
+        G_uf = L^-T [sum_k C_k A Theta_k + w e'^T],  dL*/dK_ii = -1/2 sum_k theta_ik,
+        G_uu = L^-T [1/2 sum_k (C_k - w_k w_k^T - P_k)] L^-1."""
+    K, m = B_inv.shape[0], L.shape[0]
+    Li = inverse_lower(L)
+
+    def pass_fn(Xb, codes_b, cb, gb, ab, bb, hit=None):
+        Kuf = kernel.gram(Z, Xb)
+        if hit is None:
+            A = solve_lower(L, Kuf)
+            residual = kernel.diag(Xb) - np.einsum("ij,ij->j", A, A)
+        else:
+            A, residual = hit
+        theta, kappa, _ = ls_local_terms(codes_b, cb, gb, ab, bb, residual)
+        mean = A.T @ weights
+        G = A * theta.sum(axis=1)
+        for k in range(K):
+            G -= B_inv[k] @ (A * theta[:, k])
+        G += weights @ (kappa - theta * mean).T
+        kgrads, dZ = kernel.vjp(Z, Xb, Li.T @ G, K=Kuf)
+        kgrads = add_partial(kgrads, kernel.diag_vjp(Xb, -0.5 * theta.sum(axis=1)))
+        return (kgrads, dZ), ()
+
+    (kgrads, dZ), _ = map_rows(pass_fn, (X, codes) + tuple(point) + (beta,), chunk, carried=kept)
+    G_white = 0.5 * (K * np.eye(m) - B_inv.sum(axis=0) - weights @ weights.T - P.sum(axis=0))
+    G_uu = Li.T @ G_white @ Li
+    G_uu = jitter_adjoint(0.5 * (G_uu + G_uu.T), jit)
+    uu_grads, dZ_uu = kernel.vjp(Z, Z, G_uu)
+    return add_partial(kgrads, uu_grads), dZ + 2.0 * dZ_uu
