@@ -78,7 +78,6 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
-from scipy import linalg as sp_linalg
 
 from .._jit import announce_compilation
 from .._jit.logistic_softmax import ls_expectations, ls_local_terms, ls_local_update, ls_variances
@@ -86,6 +85,7 @@ from ..chunks import add_partial, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower
 from . import collapsed
 from .common import NATGRAD_MIN_STEP, Evaluation, LocalStateFormat, PredictiveState
+from .svgp import _from_natural, pack_lower, unpack_lower
 
 _CACHE_BYTES = 2 ** 28      # 256 MB of cached L^-1 K_uf, as for the two-class method
 _BLOCK_DOUBLES = 2 ** 22    # rows per block: the (K, M, rows) stack of L_Bk^-1 A of 32 MB
@@ -289,7 +289,7 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
     LBi, weights = factor
     B_inv = np.matmul(np.transpose(LBi, (0, 2, 1)), LBi)
     if need_grad:
-        grads, dZ = _gradients(kernel, X, codes, Z, L, jit, point, beta, weights, B_inv, sums[0], kept, chunk)
+        grads, dZ = _collapsed_gradients(kernel, X, codes, Z, L, jit, point, beta, weights, B_inv, sums[0], kept, chunk)
     if need_state:
         L_LBiT = np.matmul(L, np.transpose(LBi, (0, 2, 1)))
         state = PredictiveState(Z=Z, weights=weights, correction=np.eye(m) - B_inv, q_mean=L @ weights,
@@ -367,7 +367,7 @@ def _bound(sums):
     return (LBi, weights), float(bound)
 
 
-def _gradients(kernel, X, codes, Z, L, jit, point, beta, weights, B_inv, P, kept, chunk):
+def _collapsed_gradients(kernel, X, codes, Z, L, jit, point, beta, weights, B_inv, P, kept, chunk):
     """d L* / d (kernel, Z) at fixed locals: the VFE gradients of the K pseudo-regressions
     (:func:`gpdsl.methods.collapsed._gradient_pass`, trace case) summed over the classes before
     the kernel's VJPs.  With C_k = I - B_k^-1, w_k = weights[:, k], e'_ik = kappa_ik - theta_ik mean_ik:
@@ -399,3 +399,294 @@ def _gradients(kernel, X, codes, Z, L, jit, point, beta, weights, B_inv, P, kept
     G_uu = jitter_adjoint(0.5 * (G_uu + G_uu.T), jit)
     uu_grads, dZ_uu = kernel.vjp(Z, Z, G_uu)
     return add_partial(kgrads, uu_grads), dZ + 2.0 * dZ_uu
+
+
+# -- stochastic variational (Hoffman, Blei, Wang & Paisley 2013 SVI; the K-class counterpart of
+# gd.inference.PolyaGamma(minibatch=B)) -------------------------------------------------------------
+# q(v_k) = N(m_k, R_k R_k^T) in the whitened basis u_k = L v_k, as SVGP's: "variational.q_mu" (M, K),
+# "variational.q_sqrt" (K, M (M + 1) / 2) (row k the packed lower triangle of R_k).  The locals of a
+# row are always at their closed-form optimum given q (ls_expectations), so the bound is
+# sum_i l_i(mean_i, var_i) - sum_k KL[q(v_k) || N(0, I)] and a natural step of size 1 on q(v_k)
+# from all rows is the collapsed method's optimal q(u_k) at those locals.
+
+_Q_KEYS = ("variational.q_mu", "variational.q_sqrt")
+
+
+class LogisticSoftmaxExpectations:
+    """The closed-form per-row bound of the augmentation at its local optimum, in the multi-latent
+    likelihood interface (``variational_expectations(y (n,), mean (n, K), var (n, K))``): what turns a
+    K-class SVGP's passes into this method's, as
+    :class:`gpdsl.methods.stochastic_polya_gamma.PolyaGammaExpectations` does for two classes.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Categorical
+        The model's logistic-softmax likelihood.
+    """
+
+    sign_symmetric = False
+
+    def __init__(self, likelihood):
+        self.likelihood = likelihood
+
+    def __getattr__(self, name):
+        return getattr(self.likelihood, name)
+
+    def variational_expectations(self, y, mean, var):
+        """(l (n,), dl/dmean (n, K), dl/dvar (n, K), {}): module docstring, l_i.
+
+        Parameters
+        ----------
+        y : ndarray, shape (n,)
+        mean, var : ndarray, shape (n, K)
+        """
+        K = mean.shape[1]
+        bound, d_mean, d_var = ls_expectations(_codes(y, K), np.ascontiguousarray(mean, dtype=float),
+                                               np.ascontiguousarray(var, dtype=float))
+        return bound, d_mean, d_var, {}
+
+
+def initial_values(M, K):
+    """q(v_k) = N(0, I) for every class: ``q_mu`` zeros (M, K), ``q_sqrt`` K packed identities.
+
+    Parameters
+    ----------
+    M, K : int
+
+    Returns
+    -------
+    dict of str to ndarray
+    """
+    return {"variational.q_mu": np.zeros((M, K)),
+            "variational.q_sqrt": np.tile(pack_lower(np.eye(M)), (K, 1))}
+
+
+def _checked_q(q, M, K):
+    m = np.asarray(q["variational.q_mu"], dtype=float)
+    packed = np.asarray(q["variational.q_sqrt"], dtype=float)
+    if m.shape != (M, K) or packed.shape != (K, M * (M + 1) // 2):
+        raise ValueError(f"logistic-softmax: q_mu must have shape ({M}, {K}) and q_sqrt ({K}, {M * (M + 1) // 2}), "
+                         f"got {m.shape} and {packed.shape}")
+    R = np.stack([unpack_lower(row, M) for row in packed])
+    if not (np.all(np.isfinite(m)) and np.all(np.isfinite(R)) and np.all(np.diagonal(R, axis1=1, axis2=2) != 0.0)):
+        raise FloatingPointError("logistic-softmax: non-finite q(v) or a zero on the diagonal of q_sqrt")
+    return m, R
+
+
+def _kl(m, R):
+    """sum_k KL[N(m_k, R_k R_k^T) || N(0, I)]."""
+    diag = np.abs(np.diagonal(R, axis1=1, axis2=2))
+    return float(0.5 * (np.sum(R * R) + np.sum(m * m) - m.size) - np.sum(np.log(diag)))
+
+
+def _data_pass(kernel, X, codes, Z, L, m, R, chunk, need_grad):
+    """sum_i l_i and the partials of its gradient, as :func:`gpdsl.methods.svgp._data_pass` per
+    class: with g = dl/dmean, d = dl/dvar (n, K), P_k = A diag(d_k) A^T, S_k = R_k R_k^T,
+    G_uf = L^-T [m g^T - 2 sum_k (I - S_k) A diag(d_k)] and dl/dK_ii = sum_k d_ik.
+    Returns ((ell, A g (M, K), P (K, M, M)[, kgrads, dZ_uf]), (mean, g, d))."""
+    K = m.shape[1]
+    S = np.matmul(R, np.transpose(R, (0, 2, 1)))
+    RT = np.ascontiguousarray(np.transpose(R, (0, 2, 1)))
+    Li = inverse_lower(L) if need_grad else None
+
+    def chunk_pass(Xb, codes_b):
+        Kuf, A, kff, residual = collapsed.whitened_rows(kernel, Xb, Z, L)
+        collapsed.check_rows_nystrom(residual, kff)
+        mean = A.T @ m
+        var = ls_variances(np.matmul(RT, A), residual)
+        ve, g, d = ls_expectations(codes_b, mean, var)
+        Ad = [A * d[:, k] for k in range(K)]
+        P = np.stack([Ad[k] @ A.T for k in range(K)])
+        out = (float(np.sum(ve)), A @ g, P)
+        if need_grad:
+            G = m @ g.T - 2.0 * A * d.sum(axis=1)
+            for k in range(K):
+                G += 2.0 * (S[k] @ Ad[k])
+            kgrads, dZ = kernel.vjp(Z, Xb, Li.T @ G, K=Kuf)
+            out += (add_partial(kgrads, kernel.diag_vjp(Xb, d.sum(axis=1))), dZ)
+        return out, (mean, g, d)
+
+    return map_rows(chunk_pass, (X, codes), chunk, width=0)
+
+
+def _q_gradients(kernel, Z, L, jit, m, R, Ag, P, kgrads, dZ):
+    """The K_uu part (svgp._gradients, summed over classes): Phi = tril(sum_k 2 (I - S_k) P_k -
+    m_k (A g_k)^T) with its diagonal halved, G_uu = sym(L^-T Phi L^-1)."""
+    M = L.shape[0]
+    S = np.matmul(R, np.transpose(R, (0, 2, 1)))
+    Phi = 2.0 * (P.sum(axis=0) - np.matmul(S, P).sum(axis=0)) - m @ Ag.T
+    Phi = np.tril(Phi)
+    Phi[np.diag_indices(M)] *= 0.5
+    Li = inverse_lower(L)
+    G_uu = Li.T @ Phi @ Li
+    uu_grads, dZ_uu = kernel.vjp(Z, Z, jitter_adjoint(0.5 * (G_uu + G_uu.T), jit))
+    return add_partial(kgrads, uu_grads), dZ + 2.0 * dZ_uu
+
+
+def bound_at_q(kernel, likelihood, X, y, Z, q, *, jitter=None, chunk_size=None, need_grad=True, need_state=False):
+    """The uncollapsed bound at q (locals at their optimum), its gradients in the kernel and Z at
+    fixed q, and, if asked, the predictive state (weights = q_mu, correction[k] = I - S_k).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+    likelihood : gpdsl.likelihoods.Categorical
+    X : ndarray, shape (N, D)
+    y : ndarray, shape (N,)
+    Z : ndarray, shape (M, D)
+    q : dict of str to ndarray
+        ``"variational.q_mu"`` (M, K), ``"variational.q_sqrt"`` (K, M (M + 1) / 2).
+    jitter : float or None
+    chunk_size : int or None
+    need_grad, need_state : bool
+
+    Returns
+    -------
+    gpdsl.methods.common.Evaluation
+        ``warm`` is q; ``pseudo_data`` (theta, kappa) (N, K) of the sites.
+    """
+    K, M = int(likelihood.n_latent), Z.shape[0]
+    codes = _codes(y, K)
+    m, R = _checked_q(q, M, K)
+    chunk = chunk_size or default_chunk_size(X.shape[0], M)
+    rungs = JITTER_LADDER if jitter is None else (float(jitter),)
+    for attempt, rung in enumerate(rungs):
+        try:
+            L, jit = cholesky(kernel.gram(Z, Z), rung, what="K_uu")
+            (ell, Ag, P, *partials), (mean, g, d) = _data_pass(kernel, X, codes, Z, L, m, R, chunk, need_grad)
+            break
+        except (np.linalg.LinAlgError, FloatingPointError):
+            if attempt == len(rungs) - 1:
+                raise
+    elbo = ell - _kl(m, R)
+    grads, dZ, state = {}, None, None
+    if need_grad:
+        grads, dZ = _q_gradients(kernel, Z, L, jit, m, R, Ag, P, *partials)
+    if need_state:
+        LR = np.matmul(L, R)
+        state = PredictiveState(Z=Z, weights=m, correction=np.eye(M) - np.matmul(R, np.transpose(R, (0, 2, 1))),
+                                q_mean=L @ m, q_cov=np.matmul(LR, np.transpose(LR, (0, 2, 1))), chol=L)
+    theta = -2.0 * d
+    return Evaluation(log_evidence=float(elbo), grads=grads, dZ=dZ, jitter=jit, state=state, warm=q,
+                      pseudo_data=(theta, g + theta * mean))
+
+
+def _natural_step(m, R, AWA, Ar, scale, rho):
+    """Every q(v_k) moved by a natural-gradient step of size rho towards the optimum of the sites
+    (precisions in AWA (K, M, M) = A Theta_k A^T, locations Ar (M, K) = A kappa_k), times ``scale``."""
+    K, M = R.shape[0], R.shape[1]
+    m_new, R_new = np.empty_like(m), np.empty_like(R)
+    for k in range(K):
+        Ri = inverse_lower(R[k])
+        Lam = Ri.T @ Ri
+        Lam_hat = scale * 0.5 * (AWA[k] + AWA[k].T)
+        Lam_hat[np.diag_indices(M)] += 1.0
+        step = rho
+        while True:
+            try:
+                m_new[:, k], R_new[k] = _from_natural((1.0 - step) * Lam + step * Lam_hat,
+                                                      (1.0 - step) * (Lam @ m[:, k]) + step * scale * Ar[:, k])
+                break
+            except np.linalg.LinAlgError:
+                step *= 0.5
+                if step < NATGRAD_MIN_STEP:
+                    raise FloatingPointError("logistic-softmax: no natural step keeps S_k positive definite") from None
+    return m_new, R_new
+
+
+def _pack(m, R):
+    return {"variational.q_mu": m, "variational.q_sqrt": np.stack([pack_lower(Rk) for Rk in R])}
+
+
+def minibatch_step(kernel, likelihood, X, y, Z, q, *, scale, rho, jitter=None, one_pass=True, offset=None):
+    """One SVI step on a batch X (B, D), y (B,) of N = ``scale`` B rows, as
+    :func:`gpdsl.methods.svgp.minibatch_step` (same signature and return): the batch's locals at
+    their closed-form optimum given q (:func:`gpdsl._jit.logistic_softmax.ls_local_update`), a
+    natural-gradient step of size ``rho`` on every q(v_k) from their conjugate sites (theta_ik,
+    kappa_ik) times ``scale`` (step 1 with the whole batch: the collapsed optimum q*(u_k) at those
+    locals), and the batch's bound estimate ``scale * sum_batch l_i - KL`` with its gradient in
+    the kernel hyperparameters and Z at the starting q (``one_pass=True``) or at the new q (False).
+    ``likelihood``: the Categorical, or :class:`LogisticSoftmaxExpectations` around it.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+    likelihood : gpdsl.likelihoods.Categorical
+    X : ndarray, shape (B, D)
+    y : ndarray, shape (B,)
+    Z : ndarray, shape (M, D)
+    q : dict of str to ndarray
+    scale : float
+        N / B.
+    rho : float
+        The natural step.
+    jitter : float or None
+    one_pass : bool, default True
+    offset : None
+        Not supported for K > 1.
+
+    Returns
+    -------
+    q : dict of str to ndarray
+    elbo : float
+    grads : dict of str to ndarray
+    dZ : ndarray, shape (M, D)
+    jitter : float
+    """
+    if offset is not None:
+        raise ValueError("logistic-softmax: offsets (mean functions) are not supported for K > 1 classes")
+    K, M = int(likelihood.n_latent), Z.shape[0]
+    codes = _codes(y, K)
+    m, R = _checked_q(q, M, K)
+    L, jit = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
+    (ell, Ag, P, *partials), _ = _data_pass(kernel, X, codes, Z, L, m, R, X.shape[0], one_pass)
+    if one_pass:
+        elbo = scale * ell - _kl(m, R)
+        grads, dZ = _q_gradients(kernel, Z, L, jit, m, R, Ag, P, *partials)
+    # Sites: A Theta_k A^T = -2 P_k, A kappa_k = A g_k - 2 P_k m_k.
+    m_new, R_new = _natural_step(m, R, -2.0 * P, Ag - 2.0 * np.einsum("kij,jk->ik", P, m), scale, rho)
+    if not one_pass:
+        (ell, Ag, P, *partials), _ = _data_pass(kernel, X, codes, Z, L, m_new, R_new, X.shape[0], True)
+        elbo = scale * ell - _kl(m_new, R_new)
+        grads, dZ = _q_gradients(kernel, Z, L, jit, m_new, R_new, Ag, P, *partials)
+    if not np.isfinite(elbo):
+        raise FloatingPointError("logistic-softmax: non-finite bound")
+    return _pack(m_new, R_new), float(elbo), {k: scale * g for k, g in grads.items()}, scale * dZ, jit
+
+
+def optimise_q(kernel, likelihood, X, y, Z, q=None, *, jitter=None, chunk_size=None, tol=1e-8, max_iter=100):
+    """q moved to its optimum at fixed hyperparameters and Z by full-batch natural steps of size 1:
+    each is the exact coordinate maximiser of every q(v_k) at the optimal locals of the current q
+    (CAVI), so the bound never decreases.  Stops once a step gains less than ``tol`` nats.
+
+    Parameters
+    ----------
+    kernel, likelihood, X, y, Z
+        As :func:`bound_at_q`.
+    q : dict of str to ndarray, optional
+        The start (None: :func:`initial_values`).
+    jitter : float or None
+    chunk_size : int or None
+    tol : float, default 1e-8
+    max_iter : int, default 100
+
+    Returns
+    -------
+    q : dict of str to ndarray
+    n_steps : int
+    converged : bool
+    """
+    K, M = int(likelihood.n_latent), Z.shape[0]
+    codes = _codes(y, K)
+    m, R = _checked_q(initial_values(M, K) if q is None else q, M, K)
+    chunk = chunk_size or default_chunk_size(X.shape[0], M)
+    L, _ = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
+    previous = -np.inf
+    for step in range(1, max_iter + 1):
+        (ell, Ag, P), _ = _data_pass(kernel, X, codes, Z, L, m, R, chunk, False)
+        elbo = ell - _kl(m, R)
+        if elbo - previous < tol:
+            return _pack(m, R), step - 1, True
+        previous = elbo
+        m, R = _natural_step(m, R, -2.0 * P, Ag - 2.0 * np.einsum("kij,jk->ik", P, m), 1.0, 1.0)
+    return _pack(m, R), max_iter, False
