@@ -312,10 +312,15 @@ def _unflat(x, n, K):
 
 
 def _anderson(points, targets):
-    """Anderson's extrapolation (Walker & Ni 2011, type II) of the iterates and their updates."""
+    """Anderson's extrapolation (Walker & Ni 2011, type II) of the iterates and their updates.  The
+    least-squares fit of the last residual by the residual differences is solved by its normal
+    equations (at most 10 x 10; the vectors have 2 N K entries, where an SVD-based lstsq on them
+    took a tenth of an evaluation): a poorly conditioned fit only gives a proposal that the bound
+    test rejects."""
     G = np.array(targets)
     R = G - np.array(points)
-    coef = np.linalg.lstsq(np.diff(R, axis=0).T, R[-1], rcond=None)[0]
+    dR = np.diff(R, axis=0)
+    coef = np.linalg.lstsq(dR @ dR.T, dR @ R[-1], rcond=None)[0]
     return G[-1] - np.diff(G, axis=0).T @ coef
 
 
