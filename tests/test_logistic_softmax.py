@@ -11,6 +11,7 @@ from scipy import integrate, special, stats
 import gpdsl as gd
 from gpdsl._jit.logistic_softmax import ls_expectations, ls_local_update, trigamma
 from gpdsl.methods import logistic_softmax as ls
+from gpdsl.methods import svgp
 from naive import bound_pair
 
 SE = gd.kernels.SquaredExponential(1.0, 1.0)
@@ -204,28 +205,30 @@ def test_warm_start_resumes_at_the_fixed_point():
 # -- (e) the stochastic method ----------------------------------------------------------------------
 @pytest.mark.parametrize("rho", [1.0, 0.5])
 def test_full_batch_natural_steps_reach_the_collapsed_optimum(rho):
-    """minibatch_step with the whole batch (scale 1): q(u_k) converges to the collapsed q*(u_k) at
+    """SVGP's minibatch_step on the augmentation's per-row bound (LogisticSoftmaxExpectations) with
+    the whole batch (scale 1): q(u_k) converges to the collapsed q*(u_k) at
     the collapsed fixed point (means and covariances to 1e-8) and its bound to L* (1e-8); the
     gradients at that q are the collapsed ones (1e-7)."""
     X, y, Z = _problem(4)
     values = _values(1.0, 2.0)
     kernel, lik = bound_pair(SE, LIK, values)
     ev = _evaluate(values, X, y, Z)
-    q = ls.initial_values(Z.shape[0], 3)
+    augmented = ls.LogisticSoftmaxExpectations(lik)
+    q = svgp.initial_values(Z.shape[0], 3)
     elbos = []
     for _ in range(150):
-        q, elbo, grads, dZ, _ = ls.minibatch_step(kernel, lik, X, y, Z, q, scale=1.0, rho=rho, jitter=0.0)
+        q, elbo, grads, dZ, _ = svgp.minibatch_step(kernel, augmented, X, y, Z, q, scale=1.0, rho=rho, jitter=0.0)
         elbos.append(elbo)
     if rho == 1.0:
         assert np.all(np.diff(elbos) >= -1e-9)          # step 1 is CAVI: monotone
-    at = ls.bound_at_q(kernel, lik, X, y, Z, q, jitter=0.0, need_state=True)
+    at = svgp.evaluate(kernel, augmented, q, X, y, Z, jitter=0.0, need_state=True)
     assert at.log_evidence == pytest.approx(ev.log_evidence, abs=1e-8)
     assert np.allclose(at.state.q_mean, ev.state.q_mean, atol=1e-8)
     assert np.allclose(at.state.q_cov, ev.state.q_cov, atol=1e-8)
     for name in values:
         assert at.grads[name] == pytest.approx(ev.grads[name], rel=1e-7, abs=1e-8)
     assert np.allclose(at.dZ, ev.dZ, atol=1e-7)
-    moved, steps, converged = ls.optimise_q(kernel, lik, X, y, Z, jitter=0.0, tol=1e-12, max_iter=500)
+    moved, steps, converged = svgp.optimise_q(kernel, augmented, {}, X, y, Z, jitter=0.0, tol=1e-12, max_iter=500)
     assert converged
     assert np.allclose(moved["variational.q_mu"], at.state.weights, atol=1e-7)
 
@@ -235,15 +238,18 @@ def test_bound_at_q_gradients_match_finite_differences():
     with the locals at their optimum given q (envelope theorem), against central differences."""
     X, y, Z = _problem(5)
     rng = np.random.default_rng(0)
-    q = ls.initial_values(Z.shape[0], 3)
+    q = svgp.initial_values(Z.shape[0], 3)
     q["variational.q_mu"] = 0.5 * rng.standard_normal(q["variational.q_mu"].shape)
     q["variational.q_sqrt"] = 0.7 * q["variational.q_sqrt"] + 0.01 * rng.standard_normal(q["variational.q_sqrt"].shape)
     values = _values(0.9, 1.7)
 
     def bound(v, Zv):
-        return ls.bound_at_q(*bound_pair(SE, LIK, v), X, y, Zv, q, jitter=0.0, need_grad=False).log_evidence
+        kernel, lik = bound_pair(SE, LIK, v)
+        return svgp.evaluate(kernel, ls.LogisticSoftmaxExpectations(lik), q, X, y, Zv, jitter=0.0,
+                             need_grad=False).log_evidence
 
-    at = ls.bound_at_q(*bound_pair(SE, LIK, values), X, y, Z, q, jitter=0.0)
+    kernel, lik = bound_pair(SE, LIK, values)
+    at = svgp.evaluate(kernel, ls.LogisticSoftmaxExpectations(lik), q, X, y, Z, jitter=0.0)
     h = 1e-6
     for name in values:
         up, down = dict(values), dict(values)
@@ -265,12 +271,13 @@ def test_minibatch_steps_approach_the_optimum():
     kernel, lik = bound_pair(SE, LIK, values)
     ev = _evaluate(values, X, y, Z)
     rng = np.random.default_rng(1)
-    q = ls.initial_values(Z.shape[0], 3)
+    augmented = ls.LogisticSoftmaxExpectations(lik)
+    q = svgp.initial_values(Z.shape[0], 3)
     for step in range(600):
         rows = rng.choice(60, 20, replace=False)
-        q, *_ = ls.minibatch_step(kernel, lik, X[rows], y[rows], Z, q, scale=3.0, rho=min(0.5, 10.0 / (step + 20)),
-                                  jitter=0.0)
-    at = ls.bound_at_q(kernel, lik, X, y, Z, q, jitter=0.0, need_grad=False, need_state=True)
+        q, *_ = svgp.minibatch_step(kernel, augmented, X[rows], y[rows], Z, q, scale=3.0,
+                                    rho=min(0.5, 10.0 / (step + 20)), jitter=0.0)
+    at = svgp.evaluate(kernel, augmented, q, X, y, Z, jitter=0.0, need_grad=False, need_state=True)
     scale = np.max(np.abs(ev.state.q_mean))
     assert np.max(np.abs(at.state.q_mean - ev.state.q_mean)) < 0.05 * scale
     assert ev.log_evidence - 0.02 < at.log_evidence <= ev.log_evidence + 1e-9

@@ -276,4 +276,5 @@ def supported_pairs():
     """
     own = [cls for name, cls in Likelihood.registry.items() if name == type_name(cls) and ":" not in name]
     return sorted(f"{cls.__name__} + {name}" for name, method in Inference.registry.items() if name == type_name(method)
-                  for cls in own if any(variant.provides(method.requires) for variant in cls.variants()))
+                  for cls in own if any((variant.n_latent == 1 or method.multi_latent) and variant.provides(method.requires)
+                                        for variant in cls.variants()))

@@ -6,14 +6,18 @@ from dataclasses import dataclass
 
 from ..checks import check_positive_int, check_positive_number
 from ..linalg import check_jitter
-from ..methods import polya_gamma, stochastic, stochastic_polya_gamma
+from ..methods import logistic_softmax, polya_gamma, stochastic, stochastic_polya_gamma
 from .base import _STOCHASTIC_STOP_PARAMETERS, Inference, _check_chunk, _check_minibatch_options
 
 
 @dataclass(frozen=True)
 class PolyaGamma(Inference):
     """Pólya-Gamma classification for the logit link: collapsed (PGPR, Passerello thesis ch. 4)
-    or, with ``minibatch``, stochastic variational (Wenzel et al. 2019).
+    or, with ``minibatch``, stochastic variational (Wenzel et al. 2019).  For K classes under the
+    logistic softmax (``Categorical(K, "logistic_softmax")``) the same two forms run the
+    Pólya-Gamma + Poisson augmentation of Galy-Fajou, Wenzel, Donner & Opper (2020)
+    (:mod:`gpdsl.methods.logistic_softmax`): closed-form updates of the locals (c, gamma, alpha)
+    with q(u_k) collapsed, or minibatch natural steps on q(u_k).
 
     ``minibatch=None`` (default), collapsed: q(u) is optimal in closed form (eq. 4.5), the bound
     is eq. 4.7 in the stable form C.1, and the local parameters c are updated in closed form
@@ -93,8 +97,10 @@ class PolyaGamma(Inference):
     stop_tol: float = 1e-3
     stop_window: int = 200
     inducing_rule = "required"
-    # The Pólya-Gamma augmentation exists for the logistic link only.
+    # The Pólya-Gamma augmentation exists for the logistic link only (and, with the Poisson one,
+    # for K classes under the logistic softmax).
     requires = "polya_gamma"
+    multi_latent = True
 
     def __post_init__(self):
         check_positive_number("PolyaGamma", "tol", self.tol)
@@ -110,6 +116,21 @@ class PolyaGamma(Inference):
         """How the local state is saved: the c of the collapsed method, q of the stochastic one."""
         from .variational import SVGP
         return polya_gamma.STATE_FORMAT if self.minibatch is None else SVGP._state_format
+
+    def local_state_for(self, likelihood):
+        """K classes: the augmentation's locals (c, gamma, alpha, beta), or q with a class dimension."""
+        if likelihood.n_latent == 1:
+            return self.local_state
+        from .variational import SVGP
+        return logistic_softmax.STATE_FORMAT if self.minibatch is None else SVGP._class_state_format
+
+    @staticmethod
+    def _expectations(likelihood):
+        """The per-row bound of the augmentation at its optimal locals, as SVGP's likelihood: the
+        Jaakkola-Jordan bound for two classes, the logistic-softmax augmentation's for K."""
+        if likelihood.n_latent > 1:
+            return logistic_softmax.LogisticSoftmaxExpectations(likelihood)
+        return stochastic_polya_gamma.PolyaGammaExpectations(likelihood)
 
     @property
     def log_evidence_kind(self):
@@ -139,9 +160,12 @@ class PolyaGamma(Inference):
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
         if self.minibatch is not None:
-            return self._variational().evaluate(kernel, stochastic_polya_gamma.PolyaGammaExpectations(likelihood),
+            return self._variational().evaluate(kernel, self._expectations(likelihood),
                                                 values, X, y, Z, need_grad=need_grad, need_state=need_state,
                                                 warm=warm, offset=offset)
+        if likelihood.n_latent > 1:
+            return logistic_softmax.evaluate(kernel, likelihood, X, y, Z, spec=self, warm=warm, need_grad=need_grad,
+                                             need_state=need_state, offset=offset)
         return polya_gamma.evaluate(kernel, likelihood, X, y, Z, spec=self, warm=warm, need_grad=need_grad,
                                     need_state=need_state, offset=offset)
 
@@ -151,4 +175,4 @@ class PolyaGamma(Inference):
         # One pass per step: the hyperparameters' gradient at the q the step starts from costs half
         # of the gradient at the q it moves to, and reached the same test NLPD on twonorm (N = 1e6).
         return stochastic.minimise(objective, u0, max_iter, progress, callback, spec=self,
-                                   expectations=stochastic_polya_gamma.PolyaGammaExpectations, one_pass=True)
+                                   expectations=self._expectations, one_pass=True)

@@ -158,7 +158,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=
     first, second = np.zeros_like(u), np.zeros_like(u)
     values = table.unpack(u)
     Z = values.get("inducing.Z", objective.Z0)
-    q = initial_values(Z.shape[0])
+    q = initial_values(Z.shape[0], model.likelihood.n_latent)
     # A re-selection round (the inducing spec's reinit loop) may have changed M: its q then
     # does not fit, and the steps start from the prior, as a fresh fit does.
     if objective.warm is not None and all(np.shape(objective.warm.q[k]) == np.shape(v) for k, v in q.items()):
