@@ -82,8 +82,10 @@ class PolyaGammaExpectations:
         The model's logit Bernoulli.
     """
 
-    # As the Likelihood attribute: the logit bound is not even in f, q starts from the prior.
+    # As the Likelihood attributes: the logit bound is not even in f, q starts from the prior;
+    # one latent function.
     sign_symmetric = False
+    n_latent = 1
 
     def __init__(self, likelihood):
         self.likelihood = likelihood
