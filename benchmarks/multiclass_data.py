@@ -46,7 +46,7 @@ DATASETS = ("iris", "digits", "letter", "penbased")
 TEST_FRACTION = {"iris": 0.2, "digits": 0.2, "letter": 0.1, "penbased": 0.1}
 SPLIT_SEED = 0
 KMEANS_SEED = 0
-FORMAT = 1          # bump when the split or the start changes: old cache files are then ignored
+FORMAT = 2          # bump when the split or the start changes: old cache files are then ignored
 
 
 def cache_dir():
@@ -119,7 +119,7 @@ def prepare(name, M, n_train=None, seed=SPLIT_SEED, kmeans_seed=KMEANS_SEED, for
     tmp = path + f".{os.getpid()}.tmp.npz"
     np.savez(tmp, Z=Z, name=name, M=M, split_seed=seed, kmeans_seed=kmeans_seed,
              n_train=-1 if n_train is None else n_train,
-             fingerprint=fingerprint(d["X"], d["y"], d["Xte"], d["yte"], Z),
+             fingerprint=fingerprint(d["X"], d["y"], d["Xte"], d["yte"]), z_fingerprint=fingerprint(Z),
              classes=d["classes"].astype(str), **{k: d[k] for k in ("X", "y", "Xte", "yte", "mean", "sd")})
     os.replace(tmp, path)                                   # atomic: a concurrent reader sees all or nothing
     return path
@@ -129,7 +129,7 @@ def load_problem(path):
     """The arrays of a ``prepare`` npz (numpy only): a dict X, y, Xte, yte, Z, classes, ..."""
     with np.load(path, allow_pickle=False) as f:
         d = {k: f[k] for k in f.files}
-    for k in ("name", "fingerprint"):
+    for k in ("name", "fingerprint", "z_fingerprint"):
         d[k] = str(d[k])
     for k in ("M", "split_seed", "kmeans_seed", "n_train"):
         d[k] = int(d[k])
@@ -158,7 +158,7 @@ def main():
         path = prepare(args.prepare, args.M, args.n_train, force=args.force)
         d = load_problem(path)
         print(f"{d['name']}: train {d['X'].shape}, test {d['Xte'].shape}, K = {d['K']}, Z {d['Z'].shape}, "
-              f"fingerprint {d['fingerprint']}", file=sys.stderr)
+              f"fingerprints: data {d['fingerprint']}, Z {d['z_fingerprint']}", file=sys.stderr)
         print(path)
         return
     for name in args.datasets:
