@@ -31,7 +31,7 @@ TORCH_INDEX=${TORCH_INDEX:-}
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(data gpflow gpytorch)
 
-venv() {  # venv DIR: make it (once) and bring its pip up to date enough
+venv() {  # venv DIR: make it once
     [ -x "$1/bin/python" ] || "$PYTHON" -m venv "$1"
 }
 
