@@ -28,13 +28,14 @@ standardised inputs; zero mean; Z learnt from the shared k-means start; float64)
 
 * ``gpflow``: GPflow 2.11 ``SVGP(SquaredExponential(), MultiClass(K), Z, num_latent_gps=K,
   num_data=N)`` — robust-max link at its default epsilon 1e-3 (not trained, GPflow's default),
-  whitened, full-covariance q(u) per latent, one kernel shared by the K latent GPs (GPflow's
-  ``SharedIndependent`` for a single kernel), its Gauss-Hermite expected log likelihood (GPflow's
-  default, 20 points).  ``--mode lbfgs``: ``gpflow.optimizers.Scipy().minimize`` (L-BFGS-B at
+  whitened, full-covariance q(u) per latent, one single-output kernel shared by the K latent GPs
+  (q_mu (M, K), q_sqrt (K, M, M)), the expected log likelihood by GPflow's one-dimensional
+  Gauss-Hermite rule for the robust max (``num_gauss_hermite_points`` at its default, 20).  ``--mode lbfgs``: ``gpflow.optimizers.Scipy().minimize`` (L-BFGS-B at
   scipy's defaults, compiled loss and gradient) of the full-batch ``training_loss`` with
   ``maxiter=--steps``; ``--mode adam``: ``tf_keras.optimizers.Adam(--lr)`` on minibatches of
-  ``--batch`` rows (``tf.data``: shuffled, repeated), ``--steps`` compiled steps.  Predictions:
-  ``predict_y`` (the robust-max class probabilities), NLPD from the true class's column.
+  ``--batch`` rows (``tf.data``: repeated, shuffled through an N-row buffer), ``--steps``
+  compiled steps.  Predictions: ``predict_y`` (the robust-max class probabilities), NLPD from the
+  true class's column (``test_nlpd_log_density``: ``predict_log_density``, a check).
   One TensorFlow thread (intra- and inter-op).
 * ``gpytorch``: GPyTorch ``ApproximateGP`` with ``IndependentMultitaskVariationalStrategy(
   VariationalStrategy(Z, CholeskyVariationalDistribution(M, batch_shape=[K]),
@@ -162,7 +163,7 @@ def fit_gpflow(d, args):
                     converged=bool(result.success), message=str(result.message))
     else:
         batch = args.batch or N
-        data = tf.data.Dataset.from_tensor_slices((X, Y)).repeat().shuffle(min(N, 10_000), seed=args.seed)
+        data = tf.data.Dataset.from_tensor_slices((X, Y)).repeat().shuffle(N, seed=args.seed)
         loss = model.training_loss_closure(iter(data.batch(batch)), compile=True)
         optimiser = tf_keras.optimizers.Adam(learning_rate=args.lr)
 
