@@ -30,9 +30,9 @@ standardised inputs; zero mean; Z learnt from the shared k-means start; float64)
   num_data=N)`` — robust-max link at its default epsilon 1e-3 (not trained, GPflow's default),
   whitened, full-covariance q(u) per latent, one single-output kernel shared by the K latent GPs
   (q_mu (M, K), q_sqrt (K, M, M)), the expected log likelihood by GPflow's one-dimensional
-  Gauss-Hermite rule for the robust max (``num_gauss_hermite_points`` at its default, 20).  ``--mode lbfgs``: ``gpflow.optimizers.Scipy().minimize`` (L-BFGS-B at
-  scipy's defaults, compiled loss and gradient) of the full-batch ``training_loss`` with
-  ``maxiter=--steps``; ``--mode adam``: ``tf_keras.optimizers.Adam(--lr)`` on minibatches of
+  Gauss-Hermite rule for the robust max (``num_gauss_hermite_points`` at its default, 20).
+  ``--mode lbfgs``: ``gpflow.optimizers.Scipy().minimize`` (L-BFGS-B at scipy's defaults, compiled
+  loss and gradient) of the full-batch ``training_loss`` with ``maxiter=--steps``; ``--mode adam``: ``tf_keras.optimizers.Adam(--lr)`` on minibatches of
   ``--batch`` rows (``tf.data``: repeated, shuffled through an N-row buffer), ``--steps``
   compiled steps.  Predictions: ``predict_y`` (the robust-max class probabilities), NLPD from the
   true class's column (``test_nlpd_log_density``: ``predict_log_density``, a check).
