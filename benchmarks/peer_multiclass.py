@@ -12,16 +12,17 @@ the fit in a fresh process of the peer's interpreter (``--python``; default
 ``$PEER_GPFLOW/bin/python`` = ``/tmp/peer-gpflow/bin/python``, ``$PEER_GPYTORCH/bin/python`` =
 ``/tmp/peer-gpytorch/bin/python``, gpdsl's own for scikit-learn: ``benchmarks/setup_peer_envs.sh``
 makes them) with ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` (and numexpr's,
-Accelerate's) at ``--threads`` (1) set before any import, and relays that process's JSON line.
+Accelerate's, Numba's) at ``--threads`` (1) set before any import, and relays that process's JSON line.
 The process CPU and peak RSS are therefore that fit's process alone.
 
 Printed fields: ``fit_cpu_s`` / ``fit_wall_s`` (process CPU seconds, ``time.process_time``, and
 wall seconds from building the model to the end of the optimisation: graph tracing and
 compilation included, data loading and imports not), ``process_cpu_s`` (the worker's whole CPU
 at exit: imports and prediction too, ``resource.getrusage``), ``peak_rss_mb`` (the worker's
-``ru_maxrss``), ``test_error`` (argmax of the predictive class probabilities), ``test_nlpd``
-(mean over test rows of -log p(y* = true class | x*)), ``steps_taken``, versions, load averages
-before and after, the data's fingerprint (identical splits and Z across peers).
+``ru_maxrss`` at exit; ``peak_rss_fit_mb``: at the end of the optimisation), ``test_error``
+(argmax of the predictive class probabilities), ``test_nlpd`` (mean over test rows of
+-log p(y* = true class | x*)), ``steps_taken``, versions, load averages before and after, the
+fingerprints of the data and of Z (identical splits and Z across peers).
 
 The peers (the same isotropic SE kernel start everywhere: lengthscale 1, variance 1 on the
 standardised inputs; zero mean; Z learnt from the shared k-means start; float64):
@@ -32,9 +33,9 @@ standardised inputs; zero mean; Z learnt from the shared k-means start; float64)
   (q_mu (M, K), q_sqrt (K, M, M)), the expected log likelihood by GPflow's one-dimensional
   Gauss-Hermite rule for the robust max (``num_gauss_hermite_points`` at its default, 20).
   ``--mode lbfgs``: ``gpflow.optimizers.Scipy().minimize`` (L-BFGS-B at scipy's defaults, compiled
-  loss and gradient) of the full-batch ``training_loss`` with ``maxiter=--steps``; ``--mode adam``: ``tf_keras.optimizers.Adam(--lr)`` on minibatches of
-  ``--batch`` rows (``tf.data``: repeated, shuffled through an N-row buffer), ``--steps``
-  compiled steps.  Predictions: ``predict_y`` (the robust-max class probabilities), NLPD from the
+  loss and gradient) of the full-batch ``training_loss`` with ``maxiter=--steps``; ``--mode adam``:
+  ``tf_keras.optimizers.Adam(--lr)`` on minibatches of ``--batch`` rows (``tf.data``: repeated,
+  shuffled through an N-row buffer), ``--steps`` compiled steps.  Predictions: ``predict_y`` (the robust-max class probabilities), NLPD from the
   true class's column (``test_nlpd_log_density``: ``predict_log_density``, a check).
   One TensorFlow thread (intra- and inter-op).
 * ``gpytorch``: GPyTorch ``ApproximateGP`` with ``IndependentMultitaskVariationalStrategy(
@@ -136,6 +137,9 @@ def launch(args, argv):
 
 # ---------------------------------------------------------------------------------------------- worker
 
+FIT_RSS = []          # ru_maxrss at the end of the optimisation (before predicting)
+
+
 def rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0        # Linux: kilobytes
 
@@ -175,9 +179,11 @@ def fit_gpflow(d, args):
             step()
         info.update(steps_taken=args.steps, batch=batch, lr=args.lr)
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    FIT_RSS.append(rss_mb())
     info["elbo"] = float(model.elbo((X, Y)))
     probs = np.concatenate([model.predict_y(d["Xte"][i:i + 1000])[0].numpy() for i in range(0, len(d["Xte"]), 1000)])
-    logp = np.concatenate([model.predict_log_density((d["Xte"][i:i + 1000], d["yte"][i:i + 1000, None].astype(float))).numpy()
+    Yte = d["yte"].astype(np.float64)[:, None]
+    logp = np.concatenate([model.predict_log_density((d["Xte"][i:i + 1000], Yte[i:i + 1000])).numpy()
                            for i in range(0, len(d["Xte"]), 1000)])
     info["test_nlpd_log_density"] = float(-np.mean(logp))            # the same by predict_log_density: a check
     info.update(lengthscale=float(kernel.lengthscales.numpy()), variance=float(kernel.variance.numpy()),
@@ -220,6 +226,8 @@ def fit_gpytorch(d, args):
     optimiser = torch.optim.Adam(list(model.parameters()) + list(likelihood.parameters()), lr=args.lr)
     elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=N)
     batch = args.batch or N
+    if batch == K:
+        sys.exit(f"--batch {batch} equals K: SoftmaxLikelihood would read the batch as its legacy (K, N) layout")
     generator = torch.Generator().manual_seed(args.seed)
     order, at = torch.randperm(N, generator=generator), 0
     for _ in range(args.steps):
@@ -236,6 +244,7 @@ def fit_gpytorch(d, args):
         loss.backward()
         optimiser.step()
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    FIT_RSS.append(rss_mb())
     model.eval()
     likelihood.eval()
     torch.manual_seed(args.seed + 1)
@@ -271,6 +280,7 @@ def fit_sklearn(d, args):
                                     random_state=args.seed)
     gpc.fit(d["X"], d["y"])
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    FIT_RSS.append(rss_mb())
     probs = gpc.predict_proba(d["Xte"])
     estimators = getattr(gpc.base_estimator_, "estimators_", [gpc.base_estimator_])
     info = {"steps_taken": None, "kernels": [str(e.kernel_) for e in estimators][:3],
@@ -290,16 +300,19 @@ def work(args):
     p_true = np.clip(probs[np.arange(len(yte)), yte], 1e-300, 1.0)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     import platform
-    out = {"peer": args.peer, "mode": args.mode, "data": d["name"], "N": int(d["X"].shape[0]), "D": int(d["X"].shape[1]),
+    out = {"peer": args.peer, "mode": args.mode, "data": d["name"],
+           "N": int(d["X"].shape[0]), "D": int(d["X"].shape[1]),
            "K": d["K"], "M": None if args.peer == "sklearn" else int(d["Z"].shape[0]), "n_test": int(len(yte)),
            "steps": None if args.peer == "sklearn" else args.steps, "seed": args.seed, "threads": args.threads,
            "fit_cpu_s": round(cpu, 3), "fit_wall_s": round(wall, 3),
            "process_cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "peak_rss_mb": round(rss_mb(), 1),
+           "peak_rss_fit_mb": round(FIT_RSS[0], 1),
            "test_error": float(np.mean(np.argmax(probs, 1) != yte)), "test_nlpd": float(-np.mean(np.log(p_true))),
            **info,
            "versions": {"python": platform.python_version(), "numpy": np.__version__, **versions},
            "loadavg_start": [round(v, 2) for v in load0], "loadavg_end": [round(v, 2) for v in os.getloadavg()],
-           "cpus": os.cpu_count(), "data_fingerprint": d["fingerprint"], "z_fingerprint": d["z_fingerprint"], "npz": args.npz}
+           "cpus": os.cpu_count(), "data_fingerprint": d["fingerprint"], "z_fingerprint": d["z_fingerprint"],
+           "npz": args.npz}
     print(json.dumps(out))
 
 
