@@ -19,7 +19,8 @@ Printed fields: ``fit_cpu_s`` / ``fit_wall_s`` (process CPU seconds, ``time.proc
 wall seconds from building the model to the end of the optimisation: graph tracing and
 compilation included, data loading and imports not), ``process_cpu_s`` (the worker's whole CPU
 at exit: imports and prediction too, ``resource.getrusage``), ``peak_rss_mb`` (the worker's
-``ru_maxrss`` at exit; ``peak_rss_fit_mb``: at the end of the optimisation), ``test_error``
+``ru_maxrss`` at exit, after the untimed full-data ELBO and the predictions; ``peak_rss_fit_mb``,
+the figure to quote: at the end of the optimisation), ``test_error``
 (argmax of the predictive class probabilities), ``test_nlpd`` (mean over test rows of
 -log p(y* = true class | x*)), ``steps_taken``, versions, load averages before and after, the
 fingerprints of the data and of Z (identical splits and Z across peers).
