@@ -4,6 +4,7 @@
     python3 benchmarks/peer_multiclass.py --peer gpflow   --data letter --M 100 --steps 5000 --mode adam
     python3 benchmarks/peer_multiclass.py --peer gpytorch --data letter --M 100 --steps 5000
     python3 benchmarks/peer_multiclass.py --peer sklearn  --data digits
+    python3 benchmarks/peer_multiclass.py --peer gpdsl    --data letter --M 100 --steps 1000 --method augmented
 
 Run it with gpdsl's interpreter (``python3``): it is a launcher that (1) has
 ``benchmarks/multiclass_data.py --prepare`` write the split and the k-means Z (scikit-learn,
@@ -68,6 +69,15 @@ standardised inputs; zero mean; Z learnt from the shared k-means start; float64)
   penbased (N = 9,892, K = 10): time — ~8 GB of factors fit, but 24 s, 89 s, 523 s CPU at 500,
   1,000, 2,000 rows (N^1.9, then N^2.6) give ~9-18 CPU hours at 9,892.
 
+* ``gpdsl`` (this checkout, gpdsl's interpreter): ``--method`` ``augmented`` (``PolyaGamma()`` with
+  ``Categorical(K, "logistic_softmax")``: the conjugate augmentation, q(u) collapsed, L-BFGS-B on the
+  kernel and Z), ``augmented-minibatch`` (``PolyaGamma(minibatch=--batch)``), ``svgp-softmax`` /
+  ``svgp-robustmax`` (full-batch SVGP, natural-gradient q, L-BFGS-B), their ``-minibatch`` forms
+  (``SVGP(batch_size=--batch)``) and ``laplace`` (dense softmax Laplace, no Z); the same isotropic SE
+  start, Z ``gd.inducing.Optimized`` from the shared k-means start, ``--steps`` as ``fit(max_iter=)``,
+  every other option at its default (the minibatch methods stop by their rule before ``--steps``
+  where it fires).  Predictions: ``predict``'s class probabilities.
+
 Timings are printed, never asserted; a run on a loaded machine says so in its load averages.
 """
 import argparse
@@ -84,13 +94,18 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NU
                "VECLIB_MAXIMUM_THREADS", "NUMBA_NUM_THREADS")
 DEFAULT_PYTHON = {"gpflow": os.path.join(os.environ.get("PEER_GPFLOW", "/tmp/peer-gpflow"), "bin", "python"),
                   "gpytorch": os.path.join(os.environ.get("PEER_GPYTORCH", "/tmp/peer-gpytorch"), "bin", "python"),
-                  "sklearn": sys.executable}
+                  "sklearn": sys.executable, "gpdsl": sys.executable}
+# gpdsl's methods (--method), each at its defaults but for the budget (--steps) and, for the
+# minibatch ones, the batch (--batch): the model and the start every peer gets.
+GPDSL_METHODS = ("augmented", "augmented-minibatch", "svgp-softmax", "svgp-robustmax", "svgp-softmax-minibatch",
+                 "svgp-robustmax-minibatch", "laplace")
 
 
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--peer", required=True, choices=("gpflow", "gpytorch", "sklearn"))
+    p.add_argument("--peer", required=True, choices=("gpflow", "gpytorch", "sklearn", "gpdsl"))
+    p.add_argument("--method", choices=GPDSL_METHODS, default="augmented", help="gpdsl: the method (augmented)")
     p.add_argument("--data", required=True, choices=("iris", "digits", "letter", "penbased"))
     p.add_argument("--M", type=int, default=100, help="inducing points (k-means start; 100)")
     p.add_argument("--steps", type=int, default=1000, help="optimiser iterations / Adam steps (1000)")
@@ -113,6 +128,8 @@ def parse(argv=None):
         p.error("gpytorch runs with --mode adam only")
     if args.peer == "sklearn":
         args.mode = "exact"
+    if args.peer == "gpdsl":
+        args.mode = args.method
     return args
 
 
@@ -295,21 +312,67 @@ def fit_sklearn(d, args):
     return cpu, wall, probs, info, {"scikit-learn": sklearn.__version__}
 
 
+def fit_gpdsl(d, args):
+    """gpdsl (this checkout's, on sys.path) with ``--method``: the isotropic SE start of the peers,
+    Z optimised from the shared k-means start (``Optimized``), ``--steps`` as fit's max_iter (L-BFGS-B
+    iterations, or minibatch steps of ``--batch`` rows) and every other option at its default."""
+    sys.path.insert(0, os.path.dirname(HERE))
+    import warnings
+
+    import numpy as np
+
+    import gpdsl as gd
+    c0, w0 = time.process_time(), time.perf_counter()
+    K, batch = d["K"], args.batch or None
+    link, inference = {
+        "augmented": ("logistic_softmax", gd.inference.PolyaGamma()),
+        "augmented-minibatch": ("logistic_softmax", gd.inference.PolyaGamma(minibatch=batch, seed=args.seed)),
+        "svgp-softmax": ("softmax", gd.inference.SVGP()),
+        "svgp-robustmax": ("robustmax", gd.inference.SVGP()),
+        "svgp-softmax-minibatch": ("softmax", gd.inference.SVGP(batch_size=batch, seed=args.seed)),
+        "svgp-robustmax-minibatch": ("robustmax", gd.inference.SVGP(batch_size=batch, seed=args.seed)),
+        "laplace": ("softmax", gd.inference.Laplace()),
+    }[args.method]
+    inducing = None if args.method == "laplace" else gd.inducing.Optimized(d["Z"])
+    model = gd.Model(gd.kernels.SquaredExponential(1.0, 1.0), gd.likelihoods.Categorical(K, link), inducing, inference)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", gd.ConvergenceWarning)
+        post = model.fit(d["X"], d["y"].astype(float), max_iter=args.steps)
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    FIT_RSS.append(rss_mb())
+    probs = post.predict(d["Xte"])["p"].values
+    info = {"steps_taken": int(post.n_iterations), "converged": bool(post.converged),
+            "log_evidence": float(post.log_evidence), "log_evidence_kind": model.inference.log_evidence_kind,
+            "lengthscale": float(post.values["kernel.lengthscale"]), "variance": float(post.values["kernel.variance"]),
+            "warnings": sorted({str(w.message)[:120] for w in caught}),
+            "test_nlpd_log_predictive": float(-np.mean(post.log_predictive(d["Xte"], d["yte"].astype(float))))}
+    return cpu, wall, probs, info, {"gpdsl": gd.__version__, "commit": _commit()}
+
+
+def _commit():
+    try:
+        return subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def work(args):
     load0 = os.getloadavg()
     sys.path.insert(0, HERE)
     import numpy as np
     from multiclass_data import load_problem
     d = load_problem(args.npz)
-    cpu, wall, probs, info, versions = {"gpflow": fit_gpflow, "gpytorch": fit_gpytorch, "sklearn": fit_sklearn}[
-        args.peer](d, args)
+    cpu, wall, probs, info, versions = {"gpflow": fit_gpflow, "gpytorch": fit_gpytorch, "sklearn": fit_sklearn,
+                                        "gpdsl": fit_gpdsl}[args.peer](d, args)
     yte = d["yte"]
     p_true = np.clip(probs[np.arange(len(yte)), yte], 1e-300, 1.0)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     import platform
     out = {"peer": args.peer, "mode": args.mode, "data": d["name"],
            "N": int(d["X"].shape[0]), "D": int(d["X"].shape[1]),
-           "K": d["K"], "M": None if args.peer == "sklearn" else int(d["Z"].shape[0]), "n_test": int(len(yte)),
+           "K": d["K"], "M": None if args.peer == "sklearn" or args.mode == "laplace" else int(d["Z"].shape[0]),
+           "n_test": int(len(yte)),
            "steps": None if args.peer == "sklearn" else args.steps, "seed": args.seed, "threads": args.threads,
            "fit_cpu_s": round(cpu, 3), "fit_wall_s": round(wall, 3),
            "process_cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "peak_rss_mb": round(rss_mb(), 1),
