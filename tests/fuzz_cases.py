@@ -71,7 +71,10 @@ VARIANTS = ("exact", "vfe", "fitc", "ep_dense", "ep_fitc", "qp_dense", "qp_fitc"
             "gaussian_laplace_dense", "gaussian_laplace_fitc", "hetero_dtc", "hetero_fitc",
             "poisson_log_laplace_dense", "poisson_log_laplace_fitc", "poisson_log_ep_dense", "poisson_log_svgp",
             "negbin_ep_dense", "negbin_ep_fitc", "negbin_qp_dense", "negbin_qp_fitc",
-            "negbin_laplace_dense", "negbin_laplace_fitc", "negbin_svgp", "negbin_svgp_minibatch", "negbin_vgp")
+            "negbin_laplace_dense", "negbin_laplace_fitc", "negbin_svgp", "negbin_svgp_minibatch", "negbin_vgp",
+            # Issue 28: K classes (softmax Laplace, SVGP with any link, the logistic-softmax augmentation).
+            "categorical_laplace_dense", "categorical_svgp", "categorical_svgp_minibatch", "categorical_pg",
+            "categorical_pg_minibatch")
 
 # What each variant fits: (likelihood class, inference class, form), form "dense", "sparse" or
 # "minibatch" (a minibatch form is sparse too).  tests/test_fuzz.py checks that make_case builds
@@ -119,6 +122,11 @@ VARIANT_FORMS = {
     "negbin_svgp": ("NegativeBinomial", "SVGP", "sparse"),
     "negbin_svgp_minibatch": ("NegativeBinomial", "SVGP", "minibatch"),
     "negbin_vgp": ("NegativeBinomial", "VGP", "dense"),
+    "categorical_laplace_dense": ("Categorical", "Laplace", "dense"),
+    "categorical_svgp": ("Categorical", "SVGP", "sparse"),
+    "categorical_svgp_minibatch": ("Categorical", "SVGP", "minibatch"),
+    "categorical_pg": ("Categorical", "PolyaGamma", "sparse"),
+    "categorical_pg_minibatch": ("Categorical", "PolyaGamma", "minibatch"),
 }
 
 # The variants whose likelihood has the log link on counts (Poisson(link="log"), NegativeBinomial):
@@ -251,6 +259,22 @@ def _labels(rng, X):
     return (np.where(y, 1.0, -1.0) if rng.random() < 0.5 else y.astype(float)), mode
 
 
+def _classes(rng, X):
+    """K = 2..5 classes coded 0..K-1: random, by the largest of K smooth functions, or nearly one
+    class (every class kept at least once: K is the number of distinct labels)."""
+    k = int(rng.integers(2, 6))
+    n = X.shape[0]
+    mode = str(rng.choice(["random", "smooth", "dominant"]))
+    if mode == "random":
+        y = rng.integers(0, k, n)
+    elif mode == "smooth":
+        y = np.argmax(np.column_stack([3.0 * _latent(rng, X) for _ in range(k)]), axis=1)
+    else:
+        y = np.zeros(n, dtype=int)
+    y[rng.choice(n, size=k, replace=False)] = np.arange(k)
+    return y.astype(float), mode, k
+
+
 def _counts(rng, X):
     """Non-negative integer counts: small rates, all zero, large (up to ~1e6) or mixed scales."""
     mode = str(rng.choice(["small", "zeros", "large", "mixed"]))
@@ -355,7 +379,7 @@ def _variational(rng, cls, likelihood, minibatch, n):
         return cls(batch_size=int(rng.integers(1, n + 1)), stop_window=int(rng.choice([10, 20])),
                    learning_rate=float(_log_uniform(rng, 1e-3, 1e-1)), natural_step=float(rng.uniform(0.05, 1.0)),
                    seed=int(rng.integers(1000)))
-    joint = not likelihood.sign_symmetric and rng.random() < 0.25
+    joint = not likelihood.sign_symmetric and likelihood.n_latent == 1 and rng.random() < 0.25
     return cls(q_updates="joint" if joint else "natural")
 
 
@@ -383,6 +407,11 @@ def _issue_25_model(variant, rng, X, kernel, probit, logit):
     elif likelihood_name == "NegativeBinomial":
         y, mode = _counts(rng, X)
         likelihood = gd.likelihoods.NegativeBinomial(dispersion=float(_log_uniform(rng, 1e-3, 1e2)))
+    elif likelihood_name == "Categorical":
+        y, mode, k = _classes(rng, X)
+        link = ("softmax" if inference_name == "Laplace" else "logistic_softmax" if inference_name == "PolyaGamma"
+                else str(rng.choice(["softmax", "robustmax", "logistic_softmax"])))
+        likelihood = gd.likelihoods.Categorical(k, link)
     else:
         y, mode = _heavy_tailed_targets(rng, X)
         likelihood = _student_t(rng)
@@ -393,6 +422,8 @@ def _issue_25_model(variant, rng, X, kernel, probit, logit):
         inference = _site_inference(rng, getattr(gd.inference, inference_name))
     elif inference_name == "Laplace":
         inference = gd.inference.Laplace()
+    elif inference_name == "PolyaGamma" and form != "minibatch":
+        inference = gd.inference.PolyaGamma(acceleration=bool(rng.random() < 0.5))
     elif inference_name == "PolyaGamma":
         inference = gd.inference.PolyaGamma(minibatch=int(rng.integers(1, n + 1)), stop_window=int(rng.choice([10, 20])),
                                             learning_rate=float(_log_uniform(rng, 1e-3, 1e-1)),
@@ -473,7 +504,7 @@ def _prior_bounds_variance(model):
     non-negative, as GPML's infEP) and for VGP (q's precision K^-1 + diag(lambda^2)).  It is not
     for a likelihood that is not log-concave on the whole real line (Student-t; Poisson with the
     square link, whose 2 y log|f| is -inf at f = 0: its expected log density is convex in q's mean
-    near 0) under Laplace (negative W at outliers, R&W section 3.4) or SVGP (the optimal q's
+    near 0; the robust max, a step in f) under Laplace (negative W at outliers, R&W section 3.4) or SVGP (the optimal q's
     precision is K_uu^-1 plus the expected negative Hessian, which can then be negative), nor for
     SVGP with ``q_updates="joint"``, whose q_sqrt is free and is stopped by L-BFGS-B anywhere.
     """
@@ -481,8 +512,12 @@ def _prior_bounds_variance(model):
     if isinstance(inference, gd.inference.SVGP) and inference.q_updates == "joint":
         return False
     not_log_concave = (isinstance(likelihood, gd.likelihoods.StudentT)
-                       or isinstance(likelihood, gd.likelihoods.Poisson) and likelihood.link == "square")
-    return not (not_log_concave and isinstance(inference, (gd.inference.Laplace, gd.inference.SVGP)))
+                       or isinstance(likelihood, gd.likelihoods.Poisson) and likelihood.link == "square"
+                       or isinstance(likelihood, gd.likelihoods.Categorical) and likelihood.link == "robustmax")
+    # SVGP's logistic-softmax rule: its Jensen term -log sum_j E[sigma(f_j)] can rise with a
+    # variance, so a site's precision can be negative (PolyaGamma's augmented sites are not).
+    jensen_rises = isinstance(likelihood, gd.likelihoods.Categorical) and likelihood.link == "logistic_softmax"
+    return not ((not_log_concave or jensen_rises) and isinstance(inference, (gd.inference.Laplace, gd.inference.SVGP)))
 
 
 def _undefined_moment_allowed(post, name, X):
@@ -541,19 +576,24 @@ def _check_predictions(post, X, y, where, offset=None):
         bad = _nonfinite(f"{name} ({where})", values)
         if bad:
             return bad
-    f_var = pred["f_var"].values
-    prior = bind(post.model.kernel, post.values, "kernel").diag(X)
+    # K latent functions: one column a class, each under the same prior variance.
+    f_var = pred["f_var"].values.reshape(X.shape[0], -1)
+    prior = np.broadcast_to(bind(post.model.kernel, post.values, "kernel").diag(X)[:, None], f_var.shape)
     if np.any(f_var < 0):
         return Outcome("failure: f_var < 0", f"{where}: min f_var {f_var.min():.3g}")
     excess = f_var - prior * (1.0 + PRIOR_VARIANCE_RTOL)
     if _prior_bounds_variance(post.model) and np.any(excess > 0):
-        i = int(np.argmax(excess / prior))
+        i = np.unravel_index(int(np.argmax(excess / prior)), f_var.shape)
         return Outcome("failure: f_var > prior variance",
                        f"{where}: f_var {f_var[i]:.17g} > k(x, x) {prior[i]:.17g} (ratio {f_var[i] / prior[i]:.6g})")
     if "p" in pred:
         p = pred["p"].values
         if np.any((p < 0) | (p > 1)):
             return Outcome("failure: p outside [0, 1]", f"{where}: p in [{p.min():.17g}, {p.max():.17g}]")
+        # Class probabilities sum to 1 (robust-max's 100-node quadrature to within 5e-3: 1.3e-3 seen).
+        if p.ndim == 2 and np.any(np.abs(p.sum(axis=1) - 1.0) > 5e-3):
+            return Outcome("failure: class probabilities do not sum to 1",
+                           f"{where}: sums in [{p.sum(axis=1).min():.17g}, {p.sum(axis=1).max():.17g}]")
     return _nonfinite(f"log_predictive ({where})", post.log_predictive(X, y, offset=offset))
 
 

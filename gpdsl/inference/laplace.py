@@ -52,14 +52,25 @@ class Laplace(Inference):
         _check_chunk("Laplace", self.chunk_size)
 
     def check_inducing(self, likelihood, inducing):
-        """The multi-class approximation is dense: no inducing spec with K latent functions."""
+        """The multi-class approximation is dense: no inducing spec with K latent functions.
+
+        Parameters
+        ----------
+        likelihood : gpdsl.likelihoods.Likelihood
+        inducing : gpdsl.inducing.InducingSpec or None
+        """
         if inducing is not None and likelihood.n_latent > 1:
             raise ValueError(f"Model: Laplace fits {likelihood.describe()} by the dense multi-class approximation "
                              "(Rasmussen & Williams Algorithm 3.3), which uses no inducing points; pass inducing=None "
                              "(or use SVGP for a sparse multi-class model)")
 
     def local_state_for(self, likelihood):
-        """The mode a = K^-1 f_hat of the multi-class approximation (none for one latent function)."""
+        """The mode a = K^-1 f_hat of the multi-class approximation (none for one latent function).
+
+        Parameters
+        ----------
+        likelihood : gpdsl.likelihoods.Likelihood
+        """
         return laplace_multiclass.MODE_FORMAT if likelihood.n_latent > 1 else None
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):

@@ -118,7 +118,12 @@ class PolyaGamma(Inference):
         return polya_gamma.STATE_FORMAT if self.minibatch is None else SVGP._state_format
 
     def local_state_for(self, likelihood):
-        """K classes: the augmentation's locals (c, gamma, alpha, beta), or q with a class dimension."""
+        """K classes: the augmentation's locals (c, gamma, alpha, beta), or q with a class dimension.
+
+        Parameters
+        ----------
+        likelihood : gpdsl.likelihoods.Likelihood
+        """
         if likelihood.n_latent == 1:
             return self.local_state
         from .variational import SVGP

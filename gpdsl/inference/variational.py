@@ -235,7 +235,12 @@ class SVGP(_Variational):
         return stochastic.minimise(objective, u0, max_iter, progress, callback, spec=self)
 
     def local_state_for(self, likelihood):
-        """q's format, with a class dimension for a likelihood of K > 1 latent functions."""
+        """q's format, with a class dimension for a likelihood of K > 1 latent functions.
+
+        Parameters
+        ----------
+        likelihood : gpdsl.likelihoods.Likelihood
+        """
         local = self.local_state
         return self._class_state_format if local is not None and likelihood.n_latent > 1 else local
 
