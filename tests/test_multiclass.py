@@ -166,3 +166,20 @@ def test_joint_covariance_agrees_with_the_pointwise_one(iris_laplace):
     idx = np.arange(mean.shape[0])
     np.testing.assert_allclose(np.stack([np.diag(cov[i, :, i, :]) for i in idx]), f_var, rtol=1e-10)
     np.testing.assert_allclose(cov.reshape(cov.shape[0] * 3, -1), cov.reshape(cov.shape[0] * 3, -1).T, atol=1e-9)
+
+
+def test_greedy_selection_weights_sum_the_classes():
+    """HGV for K classes: the residual variance k_nn - q_nn is every class's (one kernel, one Z), so
+    the criterion sum_k w_nk (k_nn - q_nn) weights it by the classes' summed precisions; the
+    classes' pseudo-targets are not one regression's, so GreedyBound gets none."""
+    from gpdsl.fitting import _selection_data
+    w = np.array([[0.1, 0.2, 0.3], [1.0, 0.0, 0.5]])
+    data = _selection_data((w, -w))
+    np.testing.assert_allclose(data["weights"], [0.6, 1.5], rtol=1e-15)
+    assert data["targets"] is None
+    X, labels = _iris()
+    model = gd.Model(gd.kernels.SquaredExponential(), Categorical(3, "logistic_softmax"),
+                     gd.inducing.GreedyVariance(m=12, weighted=True, reinit=True), gd.inference.PolyaGamma())
+    post = model.fit(X, labels)
+    assert post.state.Z.shape == (12, 4) and len(post.reinit_history) >= 2
+    assert post.log_evidence == pytest.approx(max(r["objective"] for r in post.reinit_history), rel=1e-12)
