@@ -180,7 +180,7 @@ def check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, cal
 
 def target_kind(likelihood):
     """What kind of targets a likelihood models: its class attribute ``target_kind`` (``"real"``,
-    ``"binary"`` or ``"count"``), or for a likelihood that declares none, ``"real"`` for Gaussian
+    ``"binary"``, ``"count"`` or ``"categorical"``), or for a likelihood that declares none, ``"real"`` for Gaussian
     observation noise (``observation_noise``), else ``"binary"`` where its predictive is ``p``
     (p(y* = 1)) and ``"real"`` otherwise.  The CLI's held-out scores and the
     plots are chosen by it.

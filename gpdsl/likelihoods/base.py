@@ -154,7 +154,7 @@ class Likelihood(Component, family="likelihood"):
     sign_symmetric = False
     # What log_predictive approximates the exact log E[p(y | f)] by, or None where it is exact.
     predictive_approximation = None
-    # The kind of targets ("real", "binary", "count"): the CLI's held-out scores and plots
+    # The kind of targets ("real", "binary", "count", "categorical"): the CLI's held-out scores and plots
     # (None: gpdsl.inputs.target_kind derives it).
     target_kind = None
     # Nodes of the Gauss-Hermite rule of the default variational expectations: 100 points
