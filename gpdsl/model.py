@@ -76,6 +76,10 @@ class Model:
             raise ValueError(f"Model: {type(self.inference).__name__} takes no offset of the latent input, so it cannot "
                              f"have a mean function; leave mean=None")
         self.inference.check_likelihood(self.likelihood)
+        if self.kernel.n_outputs not in (1, self.likelihood.n_latent):
+            raise ValueError(f"Model: kernel {self.kernel.describe()} is the prior of {self.kernel.n_outputs} latent "
+                             f"functions, but {self.likelihood.describe()} has {self.likelihood.n_latent}; give one "
+                             f"kernel per latent function, or one kernel to share")
         if self.mean is not None and self.likelihood.n_latent > 1:
             raise ValueError(f"Model: a mean function is for one latent function; {self.likelihood.describe()} has "
                              f"{self.likelihood.n_latent} (leave mean=None)")

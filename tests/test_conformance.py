@@ -54,8 +54,10 @@ def _own(registry):
     return out
 
 
+# Kernels of one output (a kernel of several latent functions, ``Separate``, returns stacks: its
+# checks are in tests/test_separate.py).
 KERNEL_CASES = [pytest.param(v, id=f"{cls.__name__}-{i}") for cls in _own(Kernel.registry)
-                for i, v in enumerate(cls.variants())]
+                for i, v in enumerate(cls.variants()) if v.n_outputs == 1]
 
 
 def _likelihoods(where, n_latent=1):

@@ -5,6 +5,7 @@ from .change_point import ChangePoint
 from .constant import Constant, White
 from .dot_product import Linear, Polynomial
 from .periodic import Periodic
+from .separate import Separate
 from .spectral_mixture import SpectralMixture
 from .stationary import Matern12, Matern32, Matern52, RationalQuadratic, SquaredExponential, Stationary
 
@@ -12,5 +13,5 @@ from .stationary import Matern12, Matern32, Matern52, RationalQuadratic, Squared
 KERNELS = Kernel.registry
 
 __all__ = ["Kernel", "Stationary", "SquaredExponential", "Matern12", "Matern32", "Matern52", "RationalQuadratic",
-           "Periodic", "Linear", "Polynomial", "Constant", "White", "SpectralMixture", "ChangePoint", "Sum", "Product",
+           "Periodic", "Linear", "Polynomial", "Constant", "White", "SpectralMixture", "ChangePoint", "Sum", "Product", "Separate",
            "KERNELS"]

@@ -127,6 +127,10 @@ class Kernel(Component, family="kernel"):
     name: object = field(default=None, kw_only=True)
 
     gradient_outputs = {"vjp": _qualify_vjp, "diag_vjp": qualify_keys}
+    # The latent functions the kernel is the prior of: 1 for a kernel of one output, which a
+    # likelihood of K latent functions shares among them all; K for one block per latent
+    # function (:class:`gpdsl.kernels.Separate`, whose operations return stacks).
+    n_outputs = 1
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -269,6 +273,11 @@ class _Composite(Kernel):
                                                                                   for k in self.kernels):
             raise TypeError(f"{type(self).__name__}: kernels must be a tuple of at least two kernels, "
                             f"got {self.kernels!r}")
+        wide = [k for k in self.kernels if k.n_outputs > 1]
+        if wide and self.n_outputs == 1:
+            raise ValueError(f"{type(self).__name__}: a kernel of several latent functions "
+                             f"({wide[0].describe()}) can only be a model's whole kernel, not part of a "
+                             f"{type(self).__name__.lower()}")
         labels = self.labels()
         if len(set(labels)) != len(labels):
             raise ValueError(f"{type(self).__name__}: the parts' names must differ, got {labels}")
