@@ -39,8 +39,9 @@ import numpy as np
 from scipy import linalg as sp_linalg
 
 from ..chunks import add_partial, default_chunk_size, map_rows
-from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_upper_t
-from .collapsed import check_rows_nystrom, whitened_rows
+from ..linalg import (JITTER_LADDER, cholesky, inverse_from_cholesky, inverse_lower, jitter_adjoint, solve_upper_t,
+                      whiten)
+from .collapsed import check_rows_nystrom
 from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps, shifted
 
 
@@ -211,7 +212,7 @@ def elbo_terms(kernel, likelihood, values, X, y, Z, *, jitter=None, chunk_size=N
 
 def _with_ladder(kernel, likelihood, values, X, y, Z, jitter, chunk_size, need_grad, need_state, offset):
     m, R = _checked_q(values, Z.shape[0], _latent_count(likelihood, offset))
-    kl = _kl_sum(_classes(m, R))
+    kl = _kl(m, R)
 
     rungs = JITTER_LADDER if jitter is None else (float(jitter),)
     for attempt, rung in enumerate(rungs):
@@ -238,208 +239,228 @@ def _latent_count(likelihood, offset=None):
     return K
 
 
+# q is held stacked over the K latent functions whatever K is: m (M, K), its column k m_k, and
+# R (K, M, M); the parameter dicts keep the single-output shapes (M,) and (M (M + 1) / 2,) for
+# K = 1 (:func:`_checked_q` and :func:`_q_dict` convert).  The prior factor L is (G, M, M): G = 1
+# for one kernel shared by the K latent functions (one L and one A = L^-1 K_uf per chunk serve
+# them all), G = K for one kernel each (``kernel.n_outputs`` = K, whose gram is a (K, M, M)
+# stack).  Every product below broadcasts a G-stack against a K-stack, so both cases are one code.
 def _checked_q(q, M, K=1):
-    """(m, R) from the ``"variational.*"`` entries of ``q``, checked: (M,), (M, M) for K = 1,
-    (M, K), (K, M, M) otherwise.  q alone can make the bound infinite (a zero on R's diagonal); no
-    jitter would help, so that is said before any pass."""
+    """(m (M, K), R (K, M, M)) from the ``"variational.*"`` entries of ``q``, checked: (M,), the
+    packed (M (M + 1) / 2,) for K = 1, (M, K), (K, M (M + 1) / 2) otherwise.  q alone can make the
+    bound infinite (a zero on R's diagonal); no jitter would help, so that is said before any pass."""
     m = np.asarray(q["variational.q_mu"], dtype=float)
     shape = (M,) if K == 1 else (M, K)
     if m.shape != shape:
         raise ValueError(f"SVGP: variational.q_mu must have shape {shape} for {M} inducing points"
                          f"{'' if K == 1 else f' and {K} latent functions'}, got {m.shape}")
     if K == 1:
-        R = unpack_lower(q["variational.q_sqrt"], M)
+        R = unpack_lower(q["variational.q_sqrt"], M)[None]
     else:
         packed = np.asarray(q["variational.q_sqrt"], dtype=float)
-        if packed.ndim != 2 or packed.shape[0] != K:
+        if packed.shape != (K, M * (M + 1) // 2):
             raise ValueError(f"SVGP: variational.q_sqrt must have one row per latent function, shape "
                              f"({K}, {M * (M + 1) // 2}), got {packed.shape}")
-        R = np.stack([unpack_lower(row, M) for row in packed])
+        R = np.zeros((K, M, M))
+        R[(slice(None),) + np.tril_indices(M)] = packed
     if not (np.all(np.isfinite(m)) and np.all(np.isfinite(R)) and np.all(np.diagonal(R, axis1=-2, axis2=-1) != 0.0)):
         raise FloatingPointError("SVGP: non-finite q(v) or a zero on the diagonal of q_sqrt (S singular)")
-    return m, R
+    return m.reshape(M, K), R
+
+
+def _q_dict(m, R):
+    """``{"variational.q_mu", "variational.q_sqrt"}`` of the stacked (m, R), in the parameters'
+    shapes (the inverse of :func:`_checked_q`)."""
+    packed = R[(slice(None),) + np.tril_indices(R.shape[-1])]
+    if m.shape[1] == 1:
+        return {"variational.q_mu": m[:, 0].copy(), "variational.q_sqrt": packed[0]}
+    return {"variational.q_mu": m, "variational.q_sqrt": packed}
 
 
 def _kl(m, R):
-    """KL[N(m, R R^T) || N(0, I)]."""
-    return 0.5 * (np.sum(R * R) + m @ m - m.shape[0]) - np.sum(np.log(np.abs(np.diag(R))))
+    """sum_k KL[N(m_k, R_k R_k^T) || N(0, I)]."""
+    return 0.5 * (np.sum(R * R) + np.sum(m * m) - m.size) - np.sum(np.log(np.abs(np.diagonal(R, axis1=-2, axis2=-1))))
 
 
-def _kl_sum(classes):
-    """sum_k KL[q(v_k) || N(0, I)] over the classes' (m_k, R_k)."""
-    return sum(_kl(m, R) for m, R in classes)
+def _factor(kernel, Z, jitter):
+    """The prior factors L (G, M, M) of K_uu's blocks (G = ``kernel.n_outputs``) and the one
+    relative jitter used for all of them (:func:`gpdsl.linalg.cholesky`; where the blocks' own
+    rungs differ, all are factorised again at the highest, so that one jitter describes L)."""
+    Kuu = kernel.gram(Z, Z)
+    blocks = Kuu[None] if Kuu.ndim == 2 else Kuu
+    factors = [cholesky(K_g, jitter, what="K_uu") for K_g in blocks]
+    jit = max(j for _, j in factors)
+    if any(j != jit for _, j in factors):
+        factors = [cholesky(K_g, jit, what="K_uu") for K_g in blocks]
+    return np.stack([L_g for L_g, _ in factors]), jit
 
 
-# The K latent functions are independent under q and a priori, and share L (one kernel, one Z):
-# the passes below loop over the classes' (m_k, R_k) (:func:`_classes`), which for K = 1 is the
-# single (m, R) with the shapes (M,), (M, M) and per-row arrays (n,) of the single-output case.
-def _classes(m, R):
-    """[(m_k, R_k)]: [(m, R)] for m (M,), else one pair per column of m (M, K) and R (K, M, M)."""
-    if m.ndim == 1:
-        return [(m, R)]
-    return [(np.ascontiguousarray(m[:, k]), R[k]) for k in range(m.shape[1])]
+def _whitened(kernel, X, Z, L):
+    """One row block's K_uf (G, M, n), A = L^-1 K_uf (G, M, n) and k_nn - |a_n|^2 (G, n), per
+    kernel block, checked as :func:`gpdsl.methods.collapsed.check_rows_nystrom`."""
+    Kuf = kernel.gram(Z, X)
+    kff = kernel.diag(X)
+    if Kuf.ndim == 2:
+        Kuf, kff = Kuf[None], kff[None]
+    A = np.stack([whiten(L_g, K_g) for L_g, K_g in zip(L, Kuf)])
+    residual = kff - np.einsum("gmn,gmn->gn", A, A)
+    check_rows_nystrom(residual, kff)
+    return Kuf, A, residual
 
 
-def _columns(parts):
-    """Per-class arrays as the columns of one (..., K) array (the single one for K = 1)."""
-    return parts[0] if len(parts) == 1 else np.stack(parts, axis=-1)
+def _project(A, c):
+    """a_gn^T c_k for every row n and latent function k: (n, K) from A (G, M, n), c (M, K)."""
+    return A[0].T @ c if A.shape[0] == 1 else np.einsum("kmn,mk->nk", A, c)
 
 
-def _rows(parts):
-    """Per-class arrays as the rows of one (K, ...) array (the single one for K = 1)."""
-    return parts[0] if len(parts) == 1 else np.stack(parts)
+def _gather(A, r):
+    """sum_n a_gn r_nk: (M, K) from A (G, M, n), r (n, K) (the transpose of :func:`_project`)."""
+    return A[0] @ r if A.shape[0] == 1 else np.einsum("kmn,nk->mk", A, r)
 
 
-def _split_columns(a, K):
-    """The K columns of a (..., K) (``[a]`` for K = 1)."""
-    return [a] if K == 1 else [np.ascontiguousarray(a[..., k]) for k in range(K)]
-
-
-def _split_rows(a, K):
-    """The K rows of a (K, ...) (``[a]`` for K = 1)."""
-    return [a] if K == 1 else list(a)
-
-
-def _stacked_q(classes):
-    """(m, R) of the classes' (m_k, R_k): the inverse of :func:`_classes`."""
-    return _columns([m for m, _ in classes]), _rows([R for _, R in classes])
-
-
-def _q_dict(classes):
-    """``{"variational.q_mu", "variational.q_sqrt"}`` of the classes' (m_k, R_k)."""
-    return {"variational.q_mu": _columns([m for m, _ in classes]),
-            "variational.q_sqrt": _rows([pack_lower(R) for _, R in classes])}
+def _unstacked(a, G):
+    """A (G, ...) stack as the kernel's operations take it: the one block of a shared kernel."""
+    return a[0] if G == 1 else a
 
 
 def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need_grad, need_state, offset=None):
     n, M = X.shape[0], Z.shape[0]
-    L, jit = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
-    classes = _classes(m, R)
-    S = [R_k @ R_k.T for _, R_k in classes]
-    (ell, *partials), (mean, d_mean, d_var) = _data_pass(kernel, likelihood, X, y, Z, L, classes, S,
-                                                         chunk_size or default_chunk_size(n, M), need_grad,
-                                                         offset=offset)
+    K = m.shape[1]
+    L, jit = _factor(kernel, Z, jitter)
+    (ell, *partials), (mean, d_mean, d_var) = _data_pass(kernel, likelihood, X, y, Z, L, m, R,
+                                                         chunk_size or default_chunk_size(n, M * K),
+                                                         ("grad", "q_grad") if need_grad else (), offset)
     terms = ElboTerms(elbo=float(ell - kl), kl=float(kl), expected_log_lik=float(ell))
+    if K == 1:
+        mean, d_mean, d_var = mean[:, 0], d_mean[:, 0], d_var[:, 0]
 
     grads, dZ = {}, None
     if need_grad:
-        grads, dZ = _gradients(kernel, Z, L, classes, S, jit, *partials, d_offset=None if offset is None else d_mean)
+        grads, dZ = _gradients(kernel, Z, L, m, R, jit, *partials, d_offset=None if offset is None else d_mean)
     state = None
     if need_state:
-        # K > 1 (INTERFACE): weights (M, K), correction (K, M, M), q_mean (M, K), q_cov (K, M, M).
-        LR = [L @ R_k for _, R_k in classes]
-        state = PredictiveState(Z=Z, weights=m, correction=_rows([np.eye(M) - S_k for S_k in S]), q_mean=L @ m,
-                                q_cov=_rows([LR_k @ LR_k.T for LR_k in LR]), chol=L)
+        # K > 1 (INTERFACE): weights (M, K), correction (K, M, M), q_mean (M, K), q_cov (K, M, M);
+        # chol (M, M) shared, or (K, M, M) one per latent function.
+        S = R @ np.swapaxes(R, -1, -2)
+        LR = L @ R
+        q_mean = np.einsum("kij,jk->ik", L, m) if L.shape[0] > 1 else L[0] @ m
+        state = PredictiveState(Z=Z, weights=m[:, 0] if K == 1 else m, correction=_unstacked(np.eye(M) - S, K),
+                                q_mean=q_mean[:, 0] if K == 1 else q_mean,
+                                q_cov=_unstacked(LR @ np.swapaxes(LR, -1, -2), K), chol=_unstacked(L, L.shape[0]))
     w = np.maximum(-2.0 * d_var, 0.0)
     return terms, Evaluation(log_evidence=terms.elbo, grads=grads, dZ=dZ, jitter=jit, state=state,
                              pseudo_data=(w, d_mean + w * mean))
 
 
-def _data_pass(kernel, likelihood, X, y, Z, L, classes, S, chunk, need_grad, natural=False, offset=None):
-    """sum_n E_q[log p(y_n | f_n)] and, with ``need_grad``, the partials of its gradient.
+def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None, keep=False, carried=None):
+    """sum_n E_q[log p(y_n | f_n)] and the partial sums of what ``outputs`` asks for.
 
-    ``classes`` the K latent functions' (m_k, R_k) (:func:`_classes`), ``S`` their S_k = R_k R_k^T.
-    With g_nk = dE_n/dmean_nk and d_nk = dE_n/dvar_nk (from the likelihood), mean_nk = a_n^T m_k
-    and var_nk = k_nn - a_n^T (I - S_k) a_n give
-        dE/da_n  = sum_k [g_nk m_k - 2 d_nk (I - S_k) a_n]   (columns of G_A, (M, n))
-        dE/dk_nn = sum_k d_nk,   dE/dm_k = A g_k,   dE/dS_k = A diag(d_k) A^T =: P_k.
-    Through A = L^-1 K_uf: the adjoint of K_uf is L^-T G_A = sum_k [beta_k g_k^T
-    - 2 L^-T (I - S_k) A diag(d_k)] (beta_k = L^-T m_k), summed over the classes and contracted
-    with one kernel VJP here, chunk by chunk; the adjoint of L is -L^-T G_A A^T, which needs only
-    the reduced A g_k and P_k (see :func:`_gradients`).
+    m (M, K), R (K, M, M) and L (G, M, M) stacked (see :func:`_checked_q`).  With
+    g_nk = dE_n/dmean_nk and d_nk = dE_n/dvar_nk (from the likelihood), mean_nk = a_n^T m_k and
+    var_nk = (k_nn - |a_n|^2) + |u_nk|^2, u_nk = R_k^T a_n (a sum of two non-negative parts, where
+    k_nn - a_n^T (I - S_k) a_n would cancel when S_k = R_k R_k^T is near I), a_n the row's column
+    of A = L^-1 K_uf of latent function k's kernel block:
 
-    Returns ``((ell, A g, P, grads, dZ_uf) or (ell,), (mean, g, d))``: A g (M,) and P (M, M) for
-    K = 1, (K, M) and (K, M, M) otherwise; the per-row arrays (N,) or (N, K) are the marginal means
-    and the likelihood's derivatives, for the pseudo-data.
+    * ``"natural"``: A W_k A^T (K, M, M) and (A r_k)^T (K, M), the data part of the natural
+      parameters of q(v_k) from the conjugate sites w = -2 d (not clipped: see
+      :func:`optimise_q`), r = g + w mean, W_k = diag(w_k).
+    * ``"grad"``: A g (M, K), Phi (G, M, M), the kernel/likelihood gradients (a dict) and the
+      K_uf part of d/dZ (M, D).  dE/da_n = sum_k [g_nk m_k - 2 d_nk (I - S_k) a_n], so the adjoint
+      of K_uf (through A = L^-1 K_uf) is L^-T G_A with G_A = m g^T - 2 W, where
+      W = sum_k [A D_k - R_k (U_k D_k)] (U_k = R_k^T A, D_k = diag(d_k)) sums the K latent
+      functions of each kernel block: one kernel VJP per chunk, and no L^-T (I - S_k) formed.
+      The adjoint of L is -L^-T G_A A^T; :func:`_gradients` needs its reduction
+      Phi = L^T Lbar = 2 W A^T - m (A g)^T (per block), O(n M^2) per block, not per class.
+    * ``"q_grad"``: P_k R_k = (A D_k) U_k^T (K, M, M), for dELBO/dR_k = 2 P_k R_k - R_k +
+      diag(1/R_ii) with P_k = A D_k A^T.
 
-    ``natural`` (for :func:`optimise_q`) returns ``((ell, A W A^T, A r), ())`` instead (per class,
-    stacked as above): the data part of the natural parameters that the conjugate sites
-    w = -2 d (not clipped), r = g + w mean give q(v_k), W = diag(w_k).  ``offset`` (N,) shifts each
-    row's latent input (:class:`Shifted`; K = 1 only).
+    Each is K stacked products of O(n M^2) (numpy's matmul over the stack) or O(n M^2) per kernel
+    block; nothing loops over the latent functions in Python.
+
+    Returns ``((ell, *partials), (mean, g, d))`` (the partials in the order of the list above,
+    for the ``outputs`` given; the per-row arrays (N, K) for the pseudo-data) and, with ``keep``,
+    the blocks' (K_uf, A, k_nn - |a_n|^2) for a later pass at the same Z and hyperparameters
+    (``carried``).  ``offset`` (N,) shifts each row's latent input (:class:`Shifted`; K = 1 only).
     """
-    K = len(classes)
-    if need_grad:
-        eye = np.eye(L.shape[0])
-        beta = [solve_upper_t(L, m_k) for m_k, _ in classes]
-        Li_T_C = [solve_upper_t(L, eye - S_k) for S_k in S]      # L^-T (I - S_k)
+    G, K = L.shape[0], m.shape[1]
 
-    def chunk_pass(X_block, y_block, offset_block=None):
+    def chunk_pass(X_block, y_block, *rest):
+        offset_block = rest[0] if offset is not None else None
+        Kuf, A, residual = rest[-1] if carried is not None else _whitened(kernel, X_block, Z, L)
+        U = np.swapaxes(R, -1, -2) @ A                               # (K, M, n): R_k^T A
+        mean = _project(A, m)
+        var = residual.T + np.einsum("kmn,kmn->nk", U, U)
         rows_likelihood = shifted(likelihood, offset_block)
-        Kuf, A, kff, residual = whitened_rows(kernel, X_block, Z, L)
-        check_rows_nystrom(residual, kff)
-        # var_nk = (k_nn - |a_n|^2) + |R_k^T a_n|^2: a sum of two non-negative parts, where
-        # k_nn - a_n^T (I - S_k) a_n would cancel when S_k is near I.
-        means, variances = [], []
-        for m_k, R_k in classes:
-            U = R_k.T @ A
-            means.append(m_k @ A)
-            variances.append(residual + np.einsum("ij,ij->j", U, U))
-        mean = _columns(means)
-        ve, g, d, lik_grads = rows_likelihood.variational_expectations(y_block, mean, _columns(variances))
-        g_k, d_k = _split_columns(g, K), _split_columns(d, K)
-        if natural:
-            w = [-2.0 * d_j for d_j in d_k]           # not clipped: see optimise_q
-            return (np.sum(ve), _rows([(A * w_j) @ A.T for w_j in w]),
-                    _rows([A @ (g_j + w_j * mean_j) for g_j, w_j, mean_j in zip(g_k, w, means)])), ()
-        if not need_grad:
-            return (np.sum(ve),), (mean, g, d)
-        G_uf, P = None, []
-        for beta_j, Li_T_C_j, g_j, d_j in zip(beta, Li_T_C, g_k, d_k):
-            Ad = A * d_j
-            G_j = Li_T_C_j @ Ad
-            G_j *= -2.0
-            G_j += np.outer(beta_j, g_j)
-            G_uf = G_j if G_uf is None else G_uf + G_j
-            P.append(Ad @ A.T)
-        kgrads, dZ = kernel.vjp(Z, X_block, G_uf, K=Kuf)
-        grads = add_partial(add_partial(kgrads, kernel.diag_vjp(X_block, d if K == 1 else d.sum(axis=1))), lik_grads)
-        return (np.sum(ve), _rows([A @ g_j for g_j in g_k]), _rows(P), grads, dZ), (mean, g, d)
+        if K == 1:
+            ve, g, d, lik_grads = rows_likelihood.variational_expectations(y_block, mean[:, 0], var[:, 0])
+            g, d = g[:, None], d[:, None]
+        else:
+            ve, g, d, lik_grads = rows_likelihood.variational_expectations(y_block, mean, var)
+        out = [np.sum(ve)]
+        At = np.swapaxes(A, -1, -2)
+        d_rows = d.T[:, None, :]                                     # (K, 1, n)
+        if "natural" in outputs:
+            w = -2.0 * d
+            out += [(A * w.T[:, None, :]) @ At, _gather(A, g + w * mean).T]
+        if "grad" in outputs:
+            V = R @ (U * d_rows)                                     # R_k U_k D_k, (K, M, n)
+            W = (A[0] * d.sum(axis=1))[None] - V.sum(axis=0, keepdims=True) if G == 1 else A * d_rows - V
+            G_A = (m @ g.T)[None] if G == 1 else m.T[:, :, None] * g.T[:, None, :]
+            G_A -= 2.0 * W
+            G_uf = np.stack([solve_upper_t(L_g, G_g) for L_g, G_g in zip(L, G_A)])
+            kgrads, dZ = kernel.vjp(Z, X_block, _unstacked(G_uf, G), K=_unstacked(Kuf, G))
+            d_diag = d.sum(axis=1) if G == 1 else d.T
+            grads = add_partial(add_partial(kgrads, kernel.diag_vjp(X_block, d_diag)), lik_grads)
+            Ag = _gather(A, g)
+            mAg = (m @ Ag.T)[None] if G == 1 else m.T[:, :, None] * Ag.T[:, None, :]
+            out += [Ag, 2.0 * (W @ At) - mAg, grads, dZ]
+        if "q_grad" in outputs:
+            out.append((A * d_rows) @ np.swapaxes(U, -1, -2))
+        return (tuple(out), (mean, g, d)) + (((Kuf, A, residual),) if keep else ())
 
+    rows = (X, y) if offset is None else (X, y, offset)
     # One BLAS thread (width 0): the chunks' elementwise work (K_uf's exp, the likelihood's
     # quadrature) is as large as their BLAS-3 products, and OpenBLAS's second thread spinning
     # beside it made the pass slower, not faster: twonorm full-batch probit fit in the default
     # environment 30.6 s CPU / 15.5 s wall with the bulk thread count, 10.2 / 10.2 with one; the
     # final pass of stochastic PG at N = 10^6, 3.33 s wall against 2.53.
-    return map_rows(chunk_pass, (X, y) if offset is None else (X, y, offset), chunk, width=0)
+    return map_rows(chunk_pass, rows, chunk, width=0, carried=carried, keep=keep)
 
 
-def _gradients(kernel, Z, L, classes, S, jit, Ag, P, grads, dZ, d_offset=None):
+def _gradients(kernel, Z, L, m, R, jit, Ag, Phi, grads, dZ, PR=None, d_offset=None):
     """Complete the gradient from the reduced partials of :func:`_data_pass`.
 
     A latent offset o enters the bound only through E_q[log p(y_n | o_n + f_n)], as a shift of
     its mean argument: d ELBO / d o_n = dE_n/dmean_n, the rows' g (``d_offset``, (N,)), kept
     as ``grads["offset"]`` (None: no offset, no entry).
 
-    q(v_k), per class: dELBO/dm_k = A g_k - m_k and, with S_k = R_k R_k^T,
-    dELBO/dR_k = 2 (P_k - I/2 + S_k^-1/2) R_k, whose lower triangle is that of 2 P_k R_k - R_k plus
-    diag(1/R_ii) (S^-1 R = R^-T is upper-triangular).
+    q(v_k), per latent function (with ``PR``, the reduced P_k R_k): dELBO/dm_k = A g_k - m_k and
+    dELBO/dR_k = 2 (P_k - I/2 + S_k^-1/2) R_k, whose lower triangle is that of 2 P_k R_k - R_k
+    plus diag(1/R_ii) (S^-1 R = R^-T is upper-triangular).
 
-    K_uu: the bound depends on K_uu only through L = chol(K_uu + jitter), shared by the classes.
-    With the adjoint of L Lbar = -L^-T G_A A^T, so L^T Lbar = sum_k [2 (I - S_k) P_k - m_k (A g_k)^T]
-    (one kernel VJP for all classes), the adjoint of K_uu through the
-    Cholesky factorisation (Murray 2016, "Differentiation of the Cholesky decomposition") is
-    sym(L^-T Phi(L^T Lbar) L^-1), Phi taking the lower triangle with its diagonal halved: from
-    dL = L Phi(L^-1 dK L^-T), <Lbar, dL> = <Phi(L^T Lbar), L^-1 dK L^-T> for any Lbar.
+    K_uu: the bound depends on each kernel block's K_uu only through its L = chol(K_uu + jitter).
+    With the adjoint of L Lbar = -L^-T G_A A^T, L^T Lbar = Phi (reduced in :func:`_data_pass`),
+    the adjoint of K_uu through the Cholesky factorisation (Murray 2016, "Differentiation of the
+    Cholesky decomposition") is sym(L^-T Phi~(L^T Lbar) L^-1), Phi~ taking the lower triangle with
+    its diagonal halved: from dL = L Phi~(L^-1 dK L^-T), <Lbar, dL> = <Phi~(L^T Lbar), L^-1 dK L^-T>
+    for any Lbar.
     """
-    M, K = L.shape[0], len(classes)
+    G, M = L.shape[0], L.shape[1]
     grads = dict(grads)
-    d_m, d_R, Phi = [], [], None
-    for (m, R), S_k, Ag_k, P_k in zip(classes, S, _split_rows(Ag, K), _split_rows(P, K)):
-        d_m.append(Ag_k - m)
-        dR = 2.0 * (P_k @ R) - R
-        dR[np.diag_indices(M)] += 1.0 / np.diag(R)
-        d_R.append(pack_lower(dR))
-        Phi_k = 2.0 * ((np.eye(M) - S_k) @ P_k) - np.outer(m, Ag_k)
-        Phi = Phi_k if Phi is None else Phi + Phi_k
-    grads["variational.q_mu"] = _columns(d_m)
-    grads["variational.q_sqrt"] = _rows(d_R)
-
+    if PR is not None:
+        dR = 2.0 * PR - R
+        diag = np.arange(M)
+        dR[:, diag, diag] += 1.0 / R[:, diag, diag]
+        q = _q_dict(Ag - m, dR)
+        grads["variational.q_mu"], grads["variational.q_sqrt"] = q["variational.q_mu"], q["variational.q_sqrt"]
     Phi = np.tril(Phi)
-    Phi[np.diag_indices(M)] *= 0.5
-    Li = inverse_lower(L)
-    G_uu = Li.T @ Phi @ Li
-    G_uu = jitter_adjoint(0.5 * (G_uu + G_uu.T), jit)
-    uu_grads, dZ_uu = kernel.vjp(Z, Z, G_uu)
+    Phi[:, np.arange(M), np.arange(M)] *= 0.5
+    G_uu = []
+    for L_g, Phi_g in zip(L, Phi):
+        Li = inverse_lower(L_g)
+        G_g = Li.T @ Phi_g @ Li
+        G_uu.append(jitter_adjoint(0.5 * (G_g + G_g.T), jit))
+    uu_grads, dZ_uu = kernel.vjp(Z, Z, _unstacked(np.stack(G_uu), G))
     if d_offset is not None:
         grads["offset"] = d_offset
     return add_partial(grads, uu_grads), dZ + 2.0 * dZ_uu
@@ -540,37 +561,35 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
     K = _latent_count(likelihood, offset)
     if q is None:
         q = values if all(k in values for k in _Q_KEYS) else initial_values(M, K)
-    classes = _classes(*_checked_q(q, M, K))
-    chunk = chunk_size or default_chunk_size(n, M)
+    m, R = _checked_q(q, M, K)
+    chunk = chunk_size or default_chunk_size(n, M * K)
 
-    def natural_pass(L, classes):
-        (ell, AWA, Ar), _ = _data_pass(kernel, likelihood, X, y, Z, L, classes, None, chunk, False,
-                                       natural=True, offset=offset)
-        elbo = float(ell - _kl_sum(classes))
+    def natural_pass(L, m, R):
+        (ell, AWA, Ar), _ = _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, ("natural",), offset)
+        elbo = float(ell - _kl(m, R))
         if not np.isfinite(elbo):
             raise FloatingPointError("SVGP: non-finite bound")
         return elbo, _prior_plus(AWA), Ar
 
-    Kuu = kernel.gram(Z, Z)
     rungs = JITTER_LADDER if jitter is None else (float(jitter),)
     for attempt, rung in enumerate(rungs):
         try:
-            L, _ = cholesky(Kuu, rung, what="K_uu")
-            elbo, Lam_hat, eta_hat = natural_pass(L, classes)
+            L, _ = _factor(kernel, Z, rung)
+            elbo, Lam_hat, eta_hat = natural_pass(L, m, R)
             break
         except (np.linalg.LinAlgError, FloatingPointError):
             if attempt == len(rungs) - 1:
                 raise
 
     def at(natural):
-        classes_c = _from_natural_classes(*natural, K)
-        elbo_c, Lam_hat_c, eta_hat_c = natural_pass(L, classes_c)
-        return elbo_c, (Lam_hat_c, eta_hat_c), classes_c
+        m_c, R_c = _from_natural(*natural)
+        elbo_c, Lam_hat_c, eta_hat_c = natural_pass(L, m_c, R_c)
+        return elbo_c, (Lam_hat_c, eta_hat_c), (m_c, R_c)
 
     # One step size for all classes: the bound couples them through the likelihood.
-    moved, n_steps, converged = damped_natural_steps(_natural(classes), (Lam_hat, eta_hat), elbo, at, tol, max_iter,
+    moved, n_steps, converged = damped_natural_steps(_natural(m, R), (Lam_hat, eta_hat), elbo, at, tol, max_iter,
                                                      polish)
-    return _q_dict(moved if moved is not None else classes), n_steps, converged
+    return _q_dict(*(moved if moved is not None else (m, R))), n_steps, converged
 
 
 _Q_KEYS = ("variational.q_mu", "variational.q_sqrt")
@@ -633,42 +652,35 @@ def minibatch_step(kernel, likelihood, X, y, Z, q, *, scale, rho, jitter=None, o
     dZ : ndarray, shape (M, D)
     jitter : float
     """
-    M = Z.shape[0]
-    K = _latent_count(likelihood, offset)
-    classes = _classes(*_checked_q(q, M, K))
-    L, jit = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
+    M, B = Z.shape[0], X.shape[0]
+    m, R = _checked_q(q, M, _latent_count(likelihood, offset))
+    L, jit = _factor(kernel, Z, jitter)
     if one_pass:
-        S = [R_k @ R_k.T for _, R_k in classes]
-        (ell, Ag, P, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, classes, S, X.shape[0], True,
-                                                        offset=offset)
-        elbo = scale * float(ell) - _kl_sum(classes)
-        if not np.isfinite(elbo):
-            raise FloatingPointError("SVGP: non-finite bound")
-        grads, dZ = _gradients(kernel, Z, L, classes, S, jit, Ag, P, grads, dZ,
-                               d_offset=None if offset is None else g)
-        AWA = -2.0 * P
-        Ar = _rows([Ag_k - 2.0 * (P_k @ m_k) for Ag_k, P_k, (m_k, _) in
-                    zip(_split_rows(Ag, K), _split_rows(P, K), classes)])
+        (ell, AWA, Ar, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, m, R, B,
+                                                                   ("natural", "grad"), offset)
+        elbo = scale * float(ell) - _kl(m, R)
+        grads, dZ = _gradients(kernel, Z, L, m, R, jit, Ag, Phi, grads, dZ, d_offset=None if offset is None else g[:, 0])
     else:
-        (_, AWA, Ar), _ = _data_pass(kernel, likelihood, X, y, Z, L, classes, None, X.shape[0], False, offset=offset,
-                                     natural=True)
+        # The second pass, at the new q, reuses this one's K_uf and A (same Z and hyperparameters).
+        (_, AWA, Ar), _, kept = _data_pass(kernel, likelihood, X, y, Z, L, m, R, B, ("natural",), offset, keep=True)
     Lam_hat = _prior_plus(AWA, scale)
-    Lam, eta = _natural(classes)
+    Lam, eta = _natural(m, R)
     while True:
         try:
-            classes = _from_natural_classes((1.0 - rho) * Lam + rho * Lam_hat, (1.0 - rho) * eta + rho * scale * Ar, K)
+            m, R = _from_natural((1.0 - rho) * Lam + rho * Lam_hat, (1.0 - rho) * eta + rho * scale * Ar)
             break
         except np.linalg.LinAlgError:
             rho *= 0.5
             if rho < NATGRAD_MIN_STEP:
                 raise FloatingPointError("SVGP: no natural-gradient step keeps S positive definite") from None
-    q = _q_dict(classes)
     if not one_pass:
-        terms, ev = _evaluate_at(kernel, likelihood, X, y, Z, *_stacked_q(classes), _kl_sum(classes), jit, X.shape[0],
-                                 True, False, offset)
-        elbo, grads, dZ = scale * terms.expected_log_lik - terms.kl, ev.grads, ev.dZ
-    grads = {k: scale * g for k, g in grads.items() if k not in _Q_KEYS}
-    return q, elbo, grads, scale * dZ, jit
+        (ell, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, m, R, B, ("grad",), offset,
+                                                          carried=kept)
+        elbo = scale * float(ell) - _kl(m, R)
+        grads, dZ = _gradients(kernel, Z, L, m, R, jit, Ag, Phi, grads, dZ, d_offset=None if offset is None else g[:, 0])
+    if not np.isfinite(elbo):
+        raise FloatingPointError("SVGP: non-finite bound")
+    return _q_dict(m, R), elbo, {k: scale * g_k for k, g_k in grads.items()}, scale * dZ, jit
 
 
 def _prior_plus(AWA, scale=1.0):
@@ -680,24 +692,18 @@ def _prior_plus(AWA, scale=1.0):
     return Lam_hat
 
 
-def _natural(classes):
-    """q's natural parameters (S_k^-1, S_k^-1 m_k), stacked over the classes as :func:`_rows`."""
-    Lam, eta = [], []
-    for m, R in classes:
-        Ri = inverse_lower(R)
-        Lam.append(Ri.T @ Ri)                                 # S^-1
-        eta.append(Lam[-1] @ m)
-    return _rows(Lam), _rows(eta)
-
-
-def _from_natural_classes(Lam, eta, K):
-    """[(m_k, R_k)] from natural parameters stacked as :func:`_rows`."""
-    return [_from_natural(Lam_k, eta_k) for Lam_k, eta_k in zip(_split_rows(Lam, K), _split_rows(eta, K))]
+def _natural(m, R):
+    """q's natural parameters (S_k^-1 (K, M, M), (S_k^-1 m_k) (K, M)) from the stacked (m, R)."""
+    Lam = np.stack([inverse_from_cholesky(R_k) for R_k in R])     # S^-1
+    return Lam, np.einsum("kij,jk->ki", Lam, m)
 
 
 def _from_natural(Lam, eta):
-    """(m, R) with R R^T = S = Lam^-1, R lower-triangular, m = S eta.  Lam = U U^T with U upper
-    (the reversed Cholesky factor), so R = U^-T with no inverse of Lam formed."""
-    U = sp_linalg.cholesky(Lam[::-1, ::-1], lower=True, check_finite=False)[::-1, ::-1]
-    R = inverse_lower(np.ascontiguousarray(U.T))
-    return R @ (R.T @ eta), R
+    """The stacked (m (M, K), R (K, M, M)) with R_k R_k^T = S_k = Lam_k^-1, R_k lower-triangular,
+    m_k = S_k eta_k.  Lam_k = U U^T with U upper (the reversed Cholesky factor), so R_k = U^-T with
+    no inverse of Lam_k formed."""
+    R = np.empty_like(Lam)
+    for k, Lam_k in enumerate(Lam):
+        U = sp_linalg.cholesky(Lam_k[::-1, ::-1], lower=True, check_finite=False)[::-1, ::-1]
+        R[k] = inverse_lower(np.ascontiguousarray(U.T))
+    return np.einsum("kij,kj->ik", R, np.einsum("kji,kj->ki", R, eta)), R
