@@ -19,7 +19,7 @@ from gpdsl.components import bind
 from gpdsl.io.layout import hyperparameter_entries
 from gpdsl.methods.common import PredictiveState, VariationalState
 from gpdsl.methods.laplace_multiclass import ModeState
-from gpdsl.posterior import Posterior
+from gpdsl.posterior import FitRecord, Posterior
 
 K, M, D = 3, 6, 2
 PARTS = (gd.kernels.SquaredExponential(0.7, 1.2), gd.kernels.Matern52(np.array([1.0, 0.5]), 0.6),
@@ -58,7 +58,7 @@ def _posterior(kernel, state, q_sqrt, coupled):
         sites = VariationalState({"variational.q_mu": state.weights, "variational.q_sqrt": q_sqrt}, sweeps=3,
                                  converged=True)
     values = {e.name: e.value for e in hyperparameter_entries(model, Z)}
-    return Posterior(model, values, state, log_evidence=-12.5, record=gd.posterior.FitRecord(sites=sites))
+    return Posterior(model, values, state, log_evidence=-12.5, record=FitRecord(sites=sites))
 
 
 def _separate(coupled):
