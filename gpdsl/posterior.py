@@ -26,7 +26,7 @@ from .diagnostics import FitDiagnostics
 from .inputs import validate_inputs, validate_offset
 from .io.files import check_path, sigint_deferred, write_replacing
 from .kernels import Sum
-from .io.layout import CLASS_LAYOUT, FORMAT_VERSION, LAYOUT, checksum, hyperparameter_entries, variable_dims
+from .io.layout import FORMAT_VERSION, checksum, hyperparameter_entries, model_layout, variable_dims
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +84,8 @@ class Posterior:
         The fitted natural hyperparameters by name (``"kernel.lengthscale"``, ...).
     state : gpdsl.methods.common.PredictiveState
         What prediction needs: Z (M, D), whitened weights (M,) and correction (M, M), q(u), the
-        Cholesky factor.
+        Cholesky factor (M, M), or one a latent function (K, M, M) for a kernel of K outputs
+        (:class:`gpdsl.kernels.Separate`).
     log_evidence : float
         The exact LML (Exact), the collapsed bound (VFE, Titsias (2009) eq. 16), FITC's
         approximate LML, EP's approximation (EP, and QP, whose hyperparameters maximise EP's
@@ -221,7 +222,8 @@ class Posterior:
         arrays, one task per row block of X_new.
 
         With b_* = L^-1 K_z* (L the state's Cholesky factor): mean m(x_*) + b_*^T weights and
-        variance k_** - b_*^T correction b_* (:class:`gpdsl.methods.common.PredictiveState`);
+        variance k_** - b_*^T correction b_* (:class:`gpdsl.methods.common.PredictiveState`;
+        with a kernel per latent function, latent function k's own L_k, K^k_z* and k^k_**);
         for VFE this is Titsias (2009) eq. 17's phi(f_m) carried to f_*.  One additive part f_c
         of a sum kernel (``component``) has the same posterior with k_c in place of k in K_z*
         and k_** (its cross-covariance with the inducing variables; the parts are independent
@@ -340,16 +342,20 @@ class Posterior:
         with threads.bulk(float(X_new.shape[0]) ** 2 * state.Z.shape[0] * self.n_latent):
             b = state.basis(kernel.gram(state.Z, X_new))
             if self.n_latent > 1:
-                return b.T @ state.weights, self._class_covariance(kernel.gram(X_new, X_new), b)
+                return state.mean(b), self._class_covariance(kernel.gram(X_new, X_new), b)
             cov = kernel.gram(X_new, X_new) - b.T @ state.correction @ b
-        return self._data_units(b.T @ state.weights + self._prior_mean(X_new), 0.5 * (cov + cov.T))
+        return self._data_units(state.mean(b) + self._prior_mean(X_new), 0.5 * (cov + cov.T))
 
     def _class_covariance(self, prior, b):
         """The joint latent covariance of K latent functions at n points, from the prior Gram
-        (n, n) and the whitened basis b (M, n): (K, n, n), one block a class, for independent
-        classes; (n, K, n, K) where the posterior couples them (``state.coupling``)."""
+        (n, n) of a shared kernel and the whitened basis b (M, n), or a kernel per latent
+        function's Grams (K, n, n) and bases b (K, M, n): (K, n, n), one block a class, for
+        independent classes; (n, K, n, K) where the posterior couples them (``state.coupling``)."""
         state = self.state
-        blocks = prior[None] - np.einsum("in,kij,jm->knm", b, state.correction, b)
+        if b.ndim == 3:
+            blocks = prior - np.swapaxes(b, 1, 2) @ (state.correction @ b)
+        else:
+            blocks = prior[None] - np.einsum("in,kij,jm->knm", b, state.correction, b)
         blocks = 0.5 * (blocks + np.swapaxes(blocks, 1, 2))
         if state.coupling is None:
             return blocks
@@ -622,7 +628,7 @@ class Posterior:
 
         state = self.state
         m, d = state.Z.shape
-        layout = CLASS_LAYOUT if self.n_latent > 1 else LAYOUT
+        layout = model_layout(self.model)
         # Kept so that a loaded posterior predicts with the very same arithmetic.  The whitened
         # state has its own names, so that a reader that knows only the natural-basis ones of
         # earlier versions fails on it rather than predicting with it.
@@ -630,7 +636,7 @@ class Posterior:
                   "predictive_whitened_correction": state.correction, "predictive_chol": state.chol}
         if state.coupling is not None:
             arrays["predictive_whitened_coupling"] = state.coupling
-        dims = {**layout["common"].variables, **layout["whitened"].variables, **LAYOUT["coupling"].variables}
+        dims = {**layout["common"].variables, **layout["whitened"].variables, **layout["coupling"].variables}
         data = {name: (dims[name][0], value) for name, value in arrays.items()}
         try:
             declared = {e.name: e.dims for e in hyperparameter_entries(self.model, state.Z)}

@@ -38,7 +38,9 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
     Returns
     -------
     arviz.InferenceData
-        ``posterior.f`` (chains, draws, n) drawn from N(mean, cov) of ``predict_f_full_cov``;
+        ``posterior.f`` (chains, draws, n) drawn from N(mean, cov) of ``predict_f_full_cov``,
+        or (chains, draws, n, K) along a ``class`` dimension for K latent functions (a shared
+        kernel or one a latent function, :class:`gpdsl.kernels.Separate`: the same draws);
         ``posterior_predictive.y`` (chains, draws, n) with observation noise added;
         ``log_likelihood.y`` (chains, draws, n) of ``y_new`` given each draw (for ``az.loo``);
         ``observed_data.y`` (n,); ``constant_data`` with X (n, D) and the hyperparameters.

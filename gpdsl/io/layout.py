@@ -169,7 +169,31 @@ CLASS_LAYOUT = {
                       "predictive_whitened_correction": (("class", "inducing", "inducing_bis"), "float"),
                       "predictive_chol": (("inducing", "inducing_bis"), "float")}, {}),
 }
+# A kernel per latent function (gpdsl.kernels.Separate) has one K_uu factor a class.
+SEPARATE_WHITENED = Part({**CLASS_LAYOUT["whitened"].variables,
+                          "predictive_chol": (("class", "inducing", "inducing_bis"), "float")}, {})
+
+
+def model_layout(model):
+    """The parts a posterior of ``model`` is written in: :data:`LAYOUT`, with :data:`CLASS_LAYOUT`'s
+    for a likelihood of K > 1 latent functions, and :data:`SEPARATE_WHITENED` for a kernel of K
+    outputs (one Cholesky factor a latent function: ``PredictiveState.chol`` (K, M, M)).
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+        The posterior's model.
+
+    Returns
+    -------
+    dict of str to Part
+    """
+    if model.likelihood.n_latent == 1:
+        return LAYOUT
+    # The kernel's number of outputs, not the state, decides: a reader has only the model.
+    separate = {"whitened": SEPARATE_WHITENED} if model.kernel.n_outputs > 1 else {}
+    return {**LAYOUT, **CLASS_LAYOUT, **separate}
 
 
 __all__ = ["FORMAT_VERSION", "PosteriorFileError", "checksum", "hyperparameter_entries", "variable_dims", "LAYOUT",
-           "CLASS_LAYOUT", "OPTIONAL_PARTS"]
+           "CLASS_LAYOUT", "SEPARATE_WHITENED", "OPTIONAL_PARTS", "model_layout"]

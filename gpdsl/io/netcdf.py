@@ -23,8 +23,8 @@ from ..model import Model
 from ..posterior import FitRecord, Posterior
 from ..scaling import Standardization
 from .files import check_path
-from .layout import (CLASS_LAYOUT, FORMAT_VERSION, LAYOUT, OPTIONAL_PARTS, Part, PosteriorFileError, checksum,
-                     hyperparameter_entries, variable_dims)
+from .layout import (FORMAT_VERSION, LAYOUT, OPTIONAL_PARTS, Part, PosteriorFileError, checksum,
+                     hyperparameter_entries, model_layout, variable_dims)
 
 
 def _error(source, item, problem):
@@ -190,7 +190,7 @@ def _validated(ds, source):
     except (TypeError, ValueError, KeyError) as err:
         raise _error(source, "attribute 'model_spec'", f"does not describe a model: {err}") from err
     local = model.inference.local_state_for(model.likelihood)
-    layout = {**LAYOUT, **(CLASS_LAYOUT if model.likelihood.n_latent > 1 else {}),
+    layout = {**model_layout(model),
               **({local.name: Part(local.variables, local.attributes)} if local is not None else {})}
     # Version 2 added the fit's record ("diagnostics"); a version-1 file has none.
     parts = (["common", "whitened"] + (["diagnostics"] if version >= 2 else [])
@@ -228,6 +228,10 @@ def _validated(ds, source):
                      "(the size of 'inducing')")
     if attrs["M"] != m:
         raise _error(source, "attribute 'M'", f"expected {m} (the size of 'inducing'), got {attrs['M']!r}")
+    n_latent = model.likelihood.n_latent
+    if n_latent > 1 and ds.sizes["class"] != n_latent:
+        raise _error(source, "dimension 'class'", f"has size {ds.sizes['class']}, expected {n_latent} (the latent "
+                     f"functions of {model.likelihood.describe()})")
 
     entries = _hyperparameter_entries(model, ds["Z"].values, source)
     for e in entries:

@@ -42,16 +42,19 @@ class PredictiveState:
         Mean of q(u).
     q_cov : ndarray, shape (M, M)
         Covariance of q(u).
-    chol : ndarray, shape (M, M)
-        Lower Cholesky factor L that whitens K_z*.
+    chol : ndarray, shape (M, M), or (K, M, M)
+        Lower Cholesky factor L that whitens K_z*; K latent functions with one kernel each
+        (:class:`gpdsl.kernels.Separate`): one factor L_k a latent function.
     coupling : ndarray, shape (K, M, M), or None
         K latent functions only, where the posterior couples them (multi-class Laplace).
 
     With K latent functions (a K-class likelihood) ``weights`` is (M, K), ``correction``,
-    ``q_cov`` are (K, M, M) and ``q_mean`` (M, K), one per latent function sharing Z and chol;
-    the latent functions at a point are independent unless ``coupling`` is given, whose rows
+    ``q_cov`` are (K, M, M) and ``q_mean`` (M, K), one per latent function sharing Z; the
+    latent functions at a point are independent unless ``coupling`` is given, whose rows
     G_k b_* give the cross-covariances: cov_*(k, k') = delta_kk' (k_** - b_*^T correction[k] b_*)
-    + (G_k b_*)^T (G_k' b_*).
+    + (G_k b_*)^T (G_k' b_*).  A shared kernel has one ``chol`` (M, M) and one basis b_* (M, n)
+    for all K; a kernel per latent function has ``chol`` (K, M, M), and latent function k's
+    weights, correction, q and coupling are in its own basis b_*k = L_k^-1 K^k_z* (K, M, n).
     """
 
     Z: np.ndarray
@@ -67,14 +70,28 @@ class PredictiveState:
         """The number of latent functions: 1, or K for a (M, K) ``weights``."""
         return 1 if self.weights.ndim == 1 else self.weights.shape[1]
 
-    def moments(self, b, prior_var, full=False):
-        """Latent predictive means and variances at n points of whitened basis b (M, n).
+    def mean(self, b):
+        """Latent predictive means b_*^T weights at n points of whitened basis b.
 
         Parameters
         ----------
-        b : ndarray, shape (M, n)
+        b : ndarray, shape (M, n), or (K, M, n) with one factor a latent function
+            The whitened basis (:meth:`basis`).
+
+        Returns
+        -------
+        ndarray, shape (n,) or (n, K)
+        """
+        return np.einsum("kin,ik->nk", b, self.weights) if b.ndim == 3 else b.T @ self.weights
+
+    def moments(self, b, prior_var, full=False):
+        """Latent predictive means and variances at n points of whitened basis b.
+
+        Parameters
+        ----------
+        b : ndarray, shape (M, n), or (K, M, n) with one factor a latent function
             The whitened basis b_* = chol^-1 K_z* (:meth:`basis`).
-        prior_var : ndarray, shape (n,)
+        prior_var : ndarray, shape (n,), or (K, n) with one kernel a latent function
             The prior variances k_**.
         full : bool, default False
             K latent functions: return each point's (K, K) covariance instead of the variances.
@@ -85,32 +102,49 @@ class PredictiveState:
         var : ndarray, shape (n,), (n, K) or, with ``full``, (n, K, K)
             Variances clipped at 0 (the covariances' diagonals too).
         """
-        mean = b.T @ self.weights
+        mean = self.mean(b)
         if self.n_latent == 1:
             return mean, np.maximum(prior_var - np.einsum("ij,ij->j", b, self.correction @ b), 0.0)
-        var = prior_var[:, None] - np.einsum("in,kij,jn->nk", b, self.correction, b)
+        prior = prior_var.T if prior_var.ndim == 2 else prior_var[:, None]
+        if b.ndim == 3:
+            # Batched products: one GEMM a latent function, where a four-index einsum would loop.
+            var = prior - np.einsum("kin,kin->nk", b, self.correction @ b)
+        else:
+            var = prior - np.einsum("in,kij,jn->nk", b, self.correction, b)
         if self.coupling is None:
             var = np.maximum(var, 0.0)
             return mean, (var[:, :, None] * np.eye(self.n_latent) if full else var)
-        G = self.coupling @ b                                       # (K, M, n)
+        G = self.coupling @ b                                       # (K, M, n), per class or shared b
         cov = np.einsum("kin,lin->nkl", G, G)
         idx = np.arange(self.n_latent)
         cov[:, idx, idx] = np.maximum(cov[:, idx, idx] + var, 0.0)
         return mean, (cov if full else cov[:, idx, idx].copy())
 
     def basis(self, Kzs):
-        """The whitened basis b_* = chol^-1 K_z*.
+        """The whitened basis b_* = chol^-1 K_z*, one a latent function where ``chol`` is.
 
         Parameters
         ----------
-        Kzs : ndarray, shape (M, n)
-            Cross-covariance K_z* between Z and n new inputs.
+        Kzs : ndarray, shape (M, n), or (K, M, n) for a ``chol`` (K, M, M)
+            Cross-covariance K_z* between Z and n new inputs (a stack of K, one a latent
+            function, as a kernel of K outputs gives it).
 
         Returns
         -------
-        ndarray, shape (M, n)
+        ndarray, shape of Kzs
+
+        Raises
+        ------
+        ValueError
+            If Kzs is not one block (M, n) for a shared ``chol``, or K blocks for K factors.
         """
-        return whiten(self.chol, Kzs)
+        if self.chol.ndim == 2 and np.ndim(Kzs) == 2:
+            return whiten(self.chol, Kzs)
+        if self.chol.ndim == 3 and np.ndim(Kzs) == 3 and len(Kzs) == len(self.chol):
+            return np.stack([whiten(L, K) for L, K in zip(self.chol, Kzs)])
+        want = "(M, n)" if self.chol.ndim == 2 else f"({len(self.chol)}, M, n)"
+        raise ValueError(f"PredictiveState.basis: Kzs must have shape {want} for chol of shape {self.chol.shape}, "
+                         f"got shape {np.shape(Kzs)} (a kernel of another number of latent functions)")
 
 
 @dataclass
