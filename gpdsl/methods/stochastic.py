@@ -47,7 +47,7 @@ import numpy as np
 from scipy.optimize import OptimizeResult
 
 from .common import VariationalState, shifted
-from .svgp import initial_values, minibatch_step
+from .svgp import CarriedQ, initial_values, minibatch_update
 
 _ADAM_BETA1, _ADAM_BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
 # Blocks per window of the stopping rule (batch means): 10 blocks of 20 steps at the default window
@@ -166,6 +166,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=
     elif model.likelihood.sign_symmetric:
         kernel, likelihood = model.bind(values)
         q = spec.surrogate_q(kernel, shifted(likelihood, model.latent_offset(values, X, offset)), X, y, Z)
+    q = CarriedQ.of(q, Z.shape[0], model.likelihood.n_latent)
     trail = []               # per-step batch estimates of the negative objective, per data point
     fired, message, step = False, "", 0
     for step in range(1, max_iter + 1):
@@ -177,11 +178,11 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=
             likelihood = expectations(likelihood)
         # The latent offset of the batch: the mean function's value there plus the known offset.
         X_batch = X[rows]
-        q, elbo, grads, dZ, _ = minibatch_step(kernel, likelihood, X_batch, y[rows], Z, q,
-                                               offset=model.latent_offset(values, X_batch,
-                                                                          None if offset is None else offset[rows]),
-                                               scale=n / batch, rho=spec.natural_step, jitter=spec.jitter,
-                                               one_pass=one_pass)
+        q, elbo, grads, dZ, _ = minibatch_update(kernel, likelihood, X_batch, y[rows], Z, q,
+                                                 offset=model.latent_offset(values, X_batch,
+                                                                            None if offset is None else offset[rows]),
+                                                 scale=n / batch, rho=spec.natural_step, jitter=spec.jitter,
+                                                 one_pass=one_pass)
         if "offset" in grads:
             # Already scaled by N / B, as the batch's other gradients.
             grads.update(model.mean_gradients(values, X_batch, grads.pop("offset")))
@@ -220,7 +221,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=
         print(message, flush=True)
     if not fired:
         message = _cap_message(trail, max_iter, window)
-    objective.warm = VariationalState(q, sweeps=step, converged=fired)
+    objective.warm = VariationalState(q.as_dict(), sweeps=step, converged=fired)
     smoothed = n * float(np.mean(trail[-window:])) if trail else np.nan
     return OptimizeResult(x=u, fun=smoothed, success=fired, stop_reason="stochastic_rule" if fired else "max_iter",
                           nit=step, jac=None, grad_norm=float(np.linalg.norm(first / (1.0 - _ADAM_BETA1 ** step))),

@@ -652,8 +652,81 @@ def minibatch_step(kernel, likelihood, X, y, Z, q, *, scale, rho, jitter=None, o
     dZ : ndarray, shape (M, D)
     jitter : float
     """
-    M, B = Z.shape[0], X.shape[0]
-    m, R = _checked_q(q, M, _latent_count(likelihood, offset))
+    state = CarriedQ.of(q, Z.shape[0], _latent_count(likelihood, offset))
+    state, elbo, grads, dZ, jit = minibatch_update(kernel, likelihood, X, y, Z, state, scale=scale, rho=rho,
+                                                   jitter=jitter, one_pass=one_pass, offset=offset)
+    return state.as_dict(), elbo, grads, dZ, jit
+
+
+class CarriedQ(NamedTuple):
+    """q(v) as a run of minibatch steps carries it from step to step: the stacked m (M, K) and
+    R (K, M, M) (see :func:`_checked_q`) and, once a step has formed them, q's natural parameters
+    (S_k^-1 (K, M, M), S_k^-1 m_k (K, M)), so that the next step need not form them from R again
+    (K inverses of M x M factors a step: 3.8 of about 30 ms at K = 26, M = 100, B = 256).
+
+    Parameters
+    ----------
+    m : ndarray, shape (M, K)
+    R : ndarray, shape (K, M, M)
+    natural : tuple of ndarray, or None
+        (S^-1, S^-1 m) of (m, R), or None (formed when needed).
+    """
+
+    m: np.ndarray
+    R: np.ndarray
+    natural: tuple | None = None
+
+    @classmethod
+    def of(cls, q, M, K):
+        """The carried form of a q dict (``"variational.q_mu"``, ``"variational.q_sqrt"``), checked.
+
+        Parameters
+        ----------
+        q : dict of str to ndarray
+        M : int
+            Inducing points.
+        K : int
+            Latent functions.
+
+        Returns
+        -------
+        CarriedQ
+        """
+        return cls(*_checked_q(q, M, K))
+
+    def as_dict(self):
+        """``{"variational.q_mu", "variational.q_sqrt"}`` in the parameters' shapes.
+
+        Returns
+        -------
+        dict of str to ndarray
+        """
+        return _q_dict(self.m, self.R)
+
+
+def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=None, one_pass=False, offset=None):
+    """:func:`minibatch_step` on a :class:`CarriedQ`: what a run of steps calls, q kept in the
+    carried form between steps.  Arguments and results as :func:`minibatch_step`'s, with
+    ``state`` (a CarriedQ) in place of the q dicts.
+
+    Parameters
+    ----------
+    kernel, likelihood, X, y, Z, scale, rho, jitter, one_pass, offset
+        As for :func:`minibatch_step`.
+    state : CarriedQ
+        The current q.
+
+    Returns
+    -------
+    state : CarriedQ
+        The new q, with its natural parameters.
+    elbo : float
+    grads : dict of str to ndarray
+    dZ : ndarray, shape (M, D)
+    jitter : float
+    """
+    B = X.shape[0]
+    m, R = state.m, state.R
     L, jit = _factor(kernel, Z, jitter)
     if one_pass:
         (ell, AWA, Ar, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, m, R, B,
@@ -664,10 +737,11 @@ def minibatch_step(kernel, likelihood, X, y, Z, q, *, scale, rho, jitter=None, o
         # The second pass, at the new q, reuses this one's K_uf and A (same Z and hyperparameters).
         (_, AWA, Ar), _, kept = _data_pass(kernel, likelihood, X, y, Z, L, m, R, B, ("natural",), offset, keep=True)
     Lam_hat = _prior_plus(AWA, scale)
-    Lam, eta = _natural(m, R)
+    Lam, eta = state.natural if state.natural is not None else _natural(m, R)
     while True:
         try:
-            m, R = _from_natural((1.0 - rho) * Lam + rho * Lam_hat, (1.0 - rho) * eta + rho * scale * Ar)
+            natural = ((1.0 - rho) * Lam + rho * Lam_hat, (1.0 - rho) * eta + rho * scale * Ar)
+            m, R = _from_natural(*natural)
             break
         except np.linalg.LinAlgError:
             rho *= 0.5
@@ -680,7 +754,7 @@ def minibatch_step(kernel, likelihood, X, y, Z, q, *, scale, rho, jitter=None, o
         grads, dZ = _gradients(kernel, Z, L, m, R, jit, Ag, Phi, grads, dZ, d_offset=None if offset is None else g[:, 0])
     if not np.isfinite(elbo):
         raise FloatingPointError("SVGP: non-finite bound")
-    return _q_dict(m, R), elbo, {k: scale * g_k for k, g_k in grads.items()}, scale * dZ, jit
+    return CarriedQ(m, R, natural), elbo, {k: scale * g_k for k, g_k in grads.items()}, scale * dZ, jit
 
 
 def _prior_plus(AWA, scale=1.0):
