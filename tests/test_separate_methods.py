@@ -155,3 +155,90 @@ def test_laplace_identical_parts_equal_the_shared_kernel(k):
     for field in ("weights", "correction", "coupling", "q_mean", "q_cov"):
         np.testing.assert_allclose(getattr(ev.state, field), getattr(ref.state, field), rtol=0, atol=1e-10,
                                    err_msg=field)
+
+
+# -- greedy selection ----------------------------------------------------------------------------
+EPS = 1e-12     # greedy selection's jitter (gpdsl.inducing.greedy._JITTER): its K is K_ff + eps I
+
+
+def _dense_residuals(bound, X, S):
+    """k^k_nn - q^k_nn(S) (K, N) of K_k + eps I by dense solves, one class at a time."""
+    out = []
+    for Kk in bound.gram(X, X):
+        Kj = Kk + EPS * np.eye(len(X))
+        Q = Kj[:, S] @ np.linalg.solve(Kj[np.ix_(S, S)], Kj[S, :]) if S else 0.0
+        out.append(np.diag(Kj - Q))
+    return np.array(out)
+
+
+def _context(kernel, values, weights=None, **kw):
+    return gd.inducing.SelectionContext(kernel, values, weights=weights, **kw)
+
+
+def test_greedy_variance_separate_picks_the_summed_class_criteria():
+    """HGV with one kernel per class, weights (N, K): every pick maximises sum_k w_nk (k^k_nn -
+    q^k_nn) over the points not yet picked, and the criterion after each pick is its sum over n,
+    both from dense solves per class (relative 1e-8; measured 7e-16)."""
+    kernel, values = _separate(3)
+    X, _, _ = _data(80, 3, seed=31)
+    w = np.random.default_rng(2).uniform(0.05, 0.25, size=(80, 3))
+    sel = gd.inducing.GreedyVariance(m=12, weighted=True).select(X, None, _context(kernel, values, w))
+    bound = bind(kernel, values, "kernel")
+    assert sel.stopped == "m" and len(set(sel.indices.tolist())) == 12
+    for i, j in enumerate(sel.indices):
+        crit = np.sum(w.T * _dense_residuals(bound, X, sel.indices[:i].tolist()), axis=0)
+        crit[sel.indices[:i]] = -np.inf
+        assert crit[j] == pytest.approx(crit.max(), rel=1e-8), i
+        after = np.sum(w.T * _dense_residuals(bound, X, sel.indices[:i + 1].tolist()))
+        assert sel.criterion[i] == pytest.approx(after, rel=1e-8), i
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_greedy_variance_identical_parts_equal_the_shared_selection(weighted):
+    """Separate((k, k, k)) with the classes' weights (N, K) selects what the shared kernel k does
+    with their sums (HGV), or unweighted (GV, whose per-class criterion is the classes' mean
+    residual): the same points in the same order, the same criteria to 1e-10 relative, and the
+    same stop by tol_per_point."""
+    separate, parts, shared, values = _identical(3)
+    X, _, _ = _data(120, 3, seed=32)
+    w = np.random.default_rng(3).uniform(0.05, 0.25, size=(120, 3))
+    spec = gd.inducing.GreedyVariance(tol_per_point=2e-3, max_m=60, weighted=weighted)
+    sel = spec.select(X, None, _context(separate, parts, w))
+    ref = spec.select(X, None, _context(shared, values, w.sum(axis=1)))
+    assert sel.stopped == ref.stopped == "tol"
+    np.testing.assert_array_equal(sel.indices, ref.indices)
+    np.testing.assert_allclose(sel.criterion, ref.criterion, rtol=1e-10, atol=0)
+
+
+def test_fit_selects_with_one_kernel_per_class():
+    """Model.fit with HGV and Separate: the selection reads the method's per-class weights (N, K)
+    (the first round the likelihood's surrogate spread over the classes), and with identical
+    parts the selections and the kept round's objective are the shared kernel's (1e-8)."""
+    separate, _, shared, _ = _identical(3)
+    values = {"kernel.lengthscale": np.array([1.5, 1.5]), "kernel.variance": np.array(10.0)}
+    parts = {f"kernel.{i}.{key.split('.')[1]}": v for i in range(3) for key, v in values.items()}
+    X = np.random.default_rng(33).normal(size=(90, 2))
+    y = np.argmax(X @ np.array([[3.0, -3.0, 0.0], [0.0, 0.0, 3.0]]), axis=1).astype(float)
+    lik = gd.likelihoods.Categorical(3, "logistic_softmax")
+    spec = gd.inducing.GreedyVariance(tol_per_point=5e-3, max_m=40, weighted=True, reinit=True)
+    fits = []
+    for kernel, start in ((separate, parts), (shared, values)):
+        model = gd.Model(kernel, lik, inducing=spec, inference=gd.inference.PolyaGamma())
+        fits.append(model.fit(X, y, optimize=False, start=start))
+    sep, ref = fits
+    np.testing.assert_array_equal(sep.record.selection.indices, ref.record.selection.indices)
+    assert sep.log_evidence == pytest.approx(ref.log_evidence, abs=1e-8)
+    assert len(sep.record.reinit_history) == len(ref.record.reinit_history) > 1
+
+
+def test_greedy_refusals_name_the_problem():
+    kernel, values = _separate(3)
+    X, _, _ = _data(30, 3, seed=34)
+    context = _context(kernel, values, np.ones((30, 3)), targets=np.zeros(30))
+    with pytest.raises(ValueError, match="GreedyBound: .*Separate.* prior of 3 latent functions"):
+        gd.inducing.GreedyBound(m=5).select(X, None, context)
+    with pytest.raises(ValueError, match=r"GreedyVariance: context.weights must be an \(30, 3\) array"):
+        gd.inducing.GreedyVariance(m=5, weighted=True).select(X, None, _context(kernel, values, np.ones(30)))
+    da = pytest.importorskip("dask.array")
+    with pytest.raises(ValueError, match="GreedyVariance: a Dask X with a kernel of 3 latent functions"):
+        gd.inducing.GreedyVariance(m=5).select(da.from_array(X, chunks=10), None, context)
