@@ -59,7 +59,8 @@ eq. C.1 for PGPR (written for one class, with A = A_k, L = L_k below),
 the collapsed bound (Titsias' VFE bound of each pseudo-regression plus 1/2 log(2 pi / theta) +
 kappa^2 / (2 theta) per point, which cancel its Gaussian constants: no 1/theta is formed).
 q(u_k) = N(L_k B_k^-1 A_k kappa_k, L_k B_k^-1 L_k^T), and the marginals mean_ik = a_ki^T B_k^-1 A_k kappa_k,
-var_ik = K^k_ii - Q^k_ii + |L_Bk^-1 a_ki|^2 (a_ki column i of A_k).  At the optimal c and (gamma, alpha) the per-row bound is
+var_ik = K^k_ii - Q^k_ii + |L_Bk^-1 a_ki|^2 (a_ki column i of A_k).  At the optimal c and
+(gamma, alpha) the per-row bound is
 
     l_i = lgamma(alpha_i) - log K - (alpha_i - 1)(digamma(alpha_i) - 1) + mean_iy / 2 - log(2 cosh(c_iy / 2)),
 
