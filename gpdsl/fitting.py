@@ -176,7 +176,8 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
     if model.sparse:
         _, likelihood = model.bind(declared)
         surrogate = shifted(likelihood, model.latent_offset(declared, X_fit, offset_fit)).surrogate(X_fit, y_fit)
-        context = SelectionContext(model.kernel, declared, **_selection_data(surrogate), first_round=True)
+        context = SelectionContext(model.kernel, declared, **_selection_data(surrogate, model.kernel.n_outputs),
+                                   first_round=True)
         selection = model.inducing.select(_selection_inputs(model, X_fit), y_fit, context)
     result = fit_at(model, X_fit, y_fit, selection, **every, start=_checked_start(start, declared_table), warm=None)
     rounds, reinit_stop = [(selection, result)], None
@@ -284,7 +285,8 @@ def _probe_small_m(model, X, y, rounds, *, fixed, seed, max_iter, offset):
     probe = model.inducing.small_m_probe(X.shape[1], best.Z.shape[0], X.shape[0])
     if probe is None:
         return rounds, None
-    context = SelectionContext(model.kernel, best.values, **_selection_data(best.evaluation.pseudo_data))
+    context = SelectionContext(model.kernel, best.values, **_selection_data(best.evaluation.pseudo_data,
+                                                                                   model.kernel.n_outputs))
     probe_selection = probe.select(_selection_inputs(model, X), y, context)
     probed = fit_at(model, X, y, probe_selection, fixed=fixed, optimize=True, restarts=0, seed=seed,
                     max_iter=max_iter, progress=False, callback=None, start=best.values, warm=None, offset=offset)
@@ -299,14 +301,24 @@ def _probe_small_m(model, X, y, rounds, *, fixed, seed, max_iter, offset):
     return rounds + [(probe_selection, probed)], int(probe_selection.Z.shape[0])
 
 
-def _selection_data(pseudo_data):
-    """The weights and targets greedy selection reads from a method's pseudo-regression (w, r).
+def _selection_data(pseudo_data, n_outputs=1):
+    """The weights and targets greedy selection reads from a method's pseudo-regression (w, r),
+    for a kernel of ``n_outputs`` latent functions (``model.kernel.n_outputs``).
 
     With K latent functions sharing one kernel and Z (w and r of shape (N, K)) the residual
     variance k_nn - q_nn is the same for every class, so HGV's criterion summed over the classes
-    is sum_k w_nk (k_nn - q_nn): the weights are summed.  The classes' Gaussian bounds do not add
-    up to one bound of summed targets, so there are no targets (GreedyBound refuses them)."""
+    is sum_k w_nk (k_nn - q_nn): the weights are summed.  With one kernel per class
+    (``n_outputs`` K) each class has its own residual and the criterion is
+    sum_k w_nk (k^k_nn - q^k_nn): the weights stay (N, K); the likelihood's surrogate before the
+    first fit, (N,) the classes' equal curvatures summed, is spread evenly over them.  The
+    classes' Gaussian bounds do not add up to one bound of summed targets, so there are no
+    targets (GreedyBound refuses them)."""
     weights, targets = pseudo_data
+    if n_outputs > 1:
+        weights = np.asarray(weights, dtype=float)
+        if weights.ndim == 1:
+            weights = np.repeat(weights[:, None] / n_outputs, n_outputs, axis=1)
+        return {"weights": weights, "targets": None}
     if np.ndim(weights) == 2:
         return {"weights": np.sum(weights, axis=1), "targets": None}
     return {"weights": weights, "targets": targets}
@@ -353,7 +365,8 @@ def _reinit_loop(model, X, y, rounds, *, fixed, optimize, restarts, seed, max_it
     seen = {frozenset(selection.indices.tolist())}
     for _ in range(spec.max_reinit):
         values, evaluation = fit.values, fit.evaluation
-        context = SelectionContext(model.kernel, values, **_selection_data(evaluation.pseudo_data))
+        context = SelectionContext(model.kernel, values, **_selection_data(evaluation.pseudo_data,
+                                                                                  model.kernel.n_outputs))
         try:
             selection = spec.select(_selection_inputs(model, X), y, context)
         except NoCandidateError:

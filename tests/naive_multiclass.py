@@ -4,6 +4,7 @@ class c at row i) with the full NK x NK block-diagonal prior and the full NK x N
 W = diag(pi) - Pi Pi^T (Rasmussen & Williams eq. 3.38); plain numpy.linalg.solve / slogdet, no
 Cholesky factors, no block tricks."""
 import numpy as np
+from scipy.linalg import block_diag
 
 
 def softmax(F):
@@ -28,15 +29,21 @@ def hessian(P):
     return np.diag(pi) - Pi @ Pi.T
 
 
+def prior(Kx, k):
+    """The NK x NK prior: blockdiag(Kx, ..., Kx) for a shared Kx (N, N), blockdiag(Kx[0], ...,
+    Kx[k-1]) for one covariance per class (k, N, N)."""
+    return np.kron(np.eye(k), Kx) if np.ndim(Kx) == 2 else block_diag(*Kx)
+
+
 def laplace(Kx, y, k, tol=1e-15, max_iter=200):
-    """Mode, evidence and the pieces of the predictions for the prior K = blockdiag(Kx, ..., Kx).
+    """Mode, evidence and the pieces of the predictions for the prior K = :func:`prior` (Kx, k).
 
     Newton on the full vector: f_new = (K^-1 + W)^-1 (W f + g), taken as a_new = (I + W K)^-1 b,
     b = W f + g, each step halved until Psi = -1/2 a^T f + log p(y | f) rises.  Evidence
     log q = Psi - 1/2 log|I + K W| (a determinant of the full NK x NK matrix).  Returns a dict:
     f, a (N, K), P (N, K), W, K (NK x NK), log_evidence."""
-    n = Kx.shape[0]
-    K = np.kron(np.eye(k), Kx)
+    n = Kx.shape[-1]
+    K = prior(Kx, k)
     Y = np.zeros((n, k))
     Y[np.arange(n), np.asarray(y).astype(int)] = 1.0
     yv = Y.T.ravel()
@@ -75,17 +82,19 @@ def laplace(Kx, y, k, tol=1e-15, max_iter=200):
 
 
 def predict(fit, Ks, kss):
-    """R&W eqs. 3.40-3.43 at n* test points: Ks = k(X, X*) (N, n*), kss = k(x*, x*) (n*,).
-    Mean mu_*c = k_*^T (y_c - pi_c) (n*, K); covariance
-    Sigma_* = diag(k_**) - Q_*^T (K + W^-1)^-1 Q_* with (K + W^-1)^-1 = W (I + K W)^-1 (W is
-    singular) and Q_* = blockdiag(k_*, ..., k_*) (NK x K) -> (n*, K, K)."""
+    """R&W eqs. 3.40-3.43 at n* test points: Ks = k(X, X*) (N, n*), kss = k(x*, x*) (n*,), or
+    one per class, (K, N, n*) and (K, n*).  Mean mu_*c = k^c_*^T (y_c - pi_c) (n*, K); covariance
+    Sigma_* = diag(k^c_**) - Q_*^T (K + W^-1)^-1 Q_* with (K + W^-1)^-1 = W (I + K W)^-1 (W is
+    singular) and Q_* = blockdiag(k^1_*, ..., k^K_*) (NK x K) -> (n*, K, K)."""
     n, k = fit["f"].shape
+    Ks = np.broadcast_to(Ks, (k,) + np.shape(Ks)[-2:])
+    kss = np.broadcast_to(kss, (k, np.shape(kss)[-1]))
     G = fit["Y"] - fit["P"]
-    mean = Ks.T @ G
+    mean = np.stack([Ks[c].T @ G[:, c] for c in range(k)], axis=1)
     W, K = fit["W"], fit["K"]
     Rm = W @ np.linalg.inv(np.eye(n * k) + K @ W)
-    cov = np.empty((Ks.shape[1], k, k))
-    for s in range(Ks.shape[1]):
-        Q = np.kron(np.eye(k), Ks[:, s:s + 1])            # (NK, K)
-        cov[s] = kss[s] * np.eye(k) - Q.T @ Rm @ Q
+    cov = np.empty((Ks.shape[2], k, k))
+    for s in range(Ks.shape[2]):
+        Q = block_diag(*[Ks[c, :, s:s + 1] for c in range(k)])     # (NK, K)
+        cov[s] = np.diag(kss[:, s]) - Q.T @ Rm @ Q
     return mean, cov

@@ -8,7 +8,9 @@ per-row bound at the local optimum with its derivatives (the stochastic method's
 and the marginal variances |V_k[:, n]|^2 of a stack of whitened products.
 
 Targets are the class codes 0..K-1 as floats, y_ik = 1 if code_i = k else 0.  Latent arrays are
-(n, K).  beta_i = K at the optimum; alpha_i = 1 + sum_k gamma_ik (module docstring of the method).
+(n, K).  The residual variances K^k_ii - Q^k_ii are (n, K), one column per class's kernel, or
+(n, 1), the one column of a kernel shared by all classes (always C-ordered: one compiled
+signature serves both).  beta_i = K at the optimum; alpha_i = 1 + sum_k gamma_ik (module docstring of the method).
 """
 import math
 
@@ -107,10 +109,12 @@ def ls_local_terms(codes, c, gamma, alpha, beta, residual):
     row sums of the bound's terms in the local variables alone (module docstring, eq. (B)):
 
         sum_ik [gamma (psi_i - log gamma + 1 - log 2) - y log 2 + (y + gamma)(c/4 tanh(c/2) - log cosh(c/2))]
-        + sum_i [-K alpha_i / beta_i + H(Gamma(alpha_i, beta_i))] - 1/2 sum_ik theta_ik residual_i,
+        + sum_i [-K alpha_i / beta_i + H(Gamma(alpha_i, beta_i))] - 1/2 sum_ik theta_ik residual_ik,
 
-    psi_i = digamma(alpha_i) - log beta_i.  Returns (theta (n, K), kappa (n, K), float)."""
+    psi_i = digamma(alpha_i) - log beta_i, residual (n, K) or (n, 1) = K^k_ii - Q^k_ii.  Returns
+    (theta (n, K), kappa (n, K), float)."""
     n, K = c.shape
+    shared = residual.shape[1] == 1
     theta = np.empty((n, K))
     kappa = np.empty((n, K))
     total = 0.0
@@ -132,7 +136,7 @@ def ls_local_terms(codes, c, gamma, alpha, beta, residual):
             kappa[i, k] = 0.5 * (y - g)
             if g > 0.0:
                 total += g * (psi - math.log(g) + 1.0 - _LOG2)
-            total += -y * _LOG2 + (y + g) * (0.5 * x * t - log_cosh) - 0.5 * th * residual[i]
+            total += -y * _LOG2 + (y + g) * (0.5 * x * t - log_cosh) - 0.5 * th * residual[i, 0 if shared else k]
     return theta, kappa, total
 
 
@@ -166,13 +170,15 @@ def ls_expectations(codes, mean, var):
 
 @njit(cache=True)
 def ls_variances(V, residual):
-    """var_ik = residual_i + |V[k, :, i]|^2 for a stack V (K, M, n) of whitened products
-    (L_Bk^-1 L^-1 K_uf, or R_k^T L^-1 K_uf).  Streams each V[k] along its rows.  -> (n, K)."""
+    """var_ik = residual_ik + |V[k, :, i]|^2 for a stack V (K, M, n) of whitened products
+    (L_Bk^-1 L_k^-1 K^k_uf, or R_k^T L^-1 K_uf) and residual (n, K), or (n, 1) shared by the
+    classes.  Streams each V[k] along its rows.  -> (n, K)."""
     K, m, n = V.shape
+    shared = residual.shape[1] == 1
     out = np.empty((n, K))
     acc = np.empty(n)
     for k in range(K):
-        acc[:] = residual
+        acc[:] = residual[:, 0 if shared else k]
         for j in range(m):
             for i in range(n):
                 v = V[k, j, i]

@@ -33,7 +33,9 @@ class SelectionContext:
     * ``kernel``: a :mod:`gpdsl.kernels` Kernel;
     * ``values``: natural hyperparameter values, keys like ``"kernel.lengthscale"`` (prefix ``"kernel"``);
     * ``weights``: (N,) HGV weights w_n >= 0, i.e. 1/noise_n (Theta for Polya-Gamma, Lambda^-1
-      for heteroscedastic regression, site precisions for EP/QP); None = uniform;
+      for heteroscedastic regression, site precisions for EP/QP); (N, K) one per class, w_nk,
+      for a kernel of K latent functions (``kernel.n_outputs`` K: one residual per class);
+      None = uniform;
     * ``targets``: (N,) weighted pseudo-targets r_n = w_n * ytilde_n (for GreedyBound);
       None = not available;
     * ``first_round``: True for the selection at the declared hyperparameters that starts a
@@ -45,8 +47,8 @@ class SelectionContext:
         The model's kernel.
     values : dict of str to ndarray
         Natural hyperparameter values.
-    weights : ndarray, shape (N,), optional
-        HGV weights w_n >= 0.
+    weights : ndarray, shape (N,) or (N, K), optional
+        HGV weights w_n >= 0 (w_nk for a kernel of K latent functions).
     targets : ndarray, shape (N,), optional
         Weighted pseudo-targets r_n.
     first_round : bool, default False

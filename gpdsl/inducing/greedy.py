@@ -1,6 +1,11 @@
 """Greedy selection of the inducing inputs from the training inputs: greedy variance (GV, HGV)
 and greedy bound maximisation.  Their rank-1 steps are the jitted kernels of
-:mod:`gpdsl._jit.greedy`; on a Dask X the greedy-variance factor is held by X's row blocks."""
+:mod:`gpdsl._jit.greedy`; on a Dask X the greedy-variance factor is held by X's row blocks.
+
+A kernel of K latent functions (``n_outputs`` K, :class:`gpdsl.kernels.Separate`: diag (K, N),
+gram (K, n1, n2)) gives each class its own residual k^k_nn - q^k_nn, so greedy variance keeps K
+factors (K times the work) and sums the classes' criteria; one kernel shared by the classes keeps
+one factor."""
 from __future__ import annotations
 
 import warnings
@@ -46,12 +51,13 @@ def _require_context(owner, context):
     return context
 
 
-def _per_point(owner, name, value, n, nonnegative):
-    """context.weights / context.targets as a finite (N,) float array (>= 0 for weights)."""
+def _per_point(owner, name, value, shape, nonnegative):
+    """context.weights / context.targets as a finite float array of ``shape`` ((N,), or (N, K) one
+    weight per class), >= 0 for weights."""
     a = np.asarray(value, dtype=float)
-    if a.shape != (n,) or not np.all(np.isfinite(a)) or (nonnegative and np.any(a < 0)):
+    if a.shape != shape or not np.all(np.isfinite(a)) or (nonnegative and np.any(a < 0)):
         rule = "finite and >= 0" if nonnegative else "finite"
-        raise ValueError(f"{owner}: context.{name} must be an ({n},) array, {rule}; got shape {a.shape}"
+        raise ValueError(f"{owner}: context.{name} must be an {shape} array, {rule}; got shape {a.shape}"
                          + (f", min {float(np.min(a))!r}" if a.size else ""))
     return a
 
@@ -68,7 +74,8 @@ def _residual_start(context, X):
 
     A point that duplicates a selected one keeps the residual 2 eps - eps^2 / d_j (the jitter at
     its own diagonal and at the pivot), up to rounding of a few eps_mach * K_nn; adding it would
-    make K_uu singular, so such points count as exhausted.
+    make K_uu singular, so such points count as exhausted.  Both are (N,), or (K, N) one row per
+    class for a kernel of K latent functions.
     """
     kdiag = np.asarray(context.bound_kernel().diag(X), dtype=float)
     d = kdiag + _JITTER
@@ -129,10 +136,25 @@ def _factor_block_step(context, x_j, m, c_j, d_j, j, X_block, d, index, C=None):
 
 
 def _kernel_column(context, X, j):
-    """K(X, x_j) (N,), computed as the row K(x_j, X): the kernels centre the inputs at the mean of
-    their first argument, here x_j itself, so the squared distances are plain sums of squares
-    (no cancellation, k_jj exact) and one (N, D) pass is saved."""
-    return context.bound_kernel().gram(X[j:j + 1], X)[0]
+    """K(X, x_j) (N,), or (K, N) one per class, computed as the row K(x_j, X): the kernels centre
+    the inputs at the mean of their first argument, here x_j itself, so the squared distances are
+    plain sums of squares (no cancellation, k_jj exact) and one (N, D) pass is saved."""
+    return context.bound_kernel().gram(X[j:j + 1], X)[..., 0, :]
+
+
+def _pick(d, w, floor):
+    """The next greedy-variance pivot: ``(j, criterion_j, trace)`` of
+    :func:`gpdsl._jit.greedy.weighted_argmax` for one residual d (N,) and weights w (N,).  With one
+    residual per class, d and floor (K, N) and w (N, K), the criterion is the sum of the classes'
+    sum_k w_nk d_kn, the first maximum among the points with a positive criterion and some class's
+    residual above its floor (a point exhausted in every class duplicates a selected one; j = -1
+    when none is left), and the trace sum_nk w_nk d_kn."""
+    if d.ndim == 1:
+        return _greedy.weighted_argmax(d, w, floor)
+    v = np.einsum("nk,kn->n", w, d)
+    open_ = (v > 0.0) & np.any(d > floor, axis=0)
+    j = int(np.argmax(np.where(open_, v, -np.inf))) if open_.any() else -1
+    return j, float(v[j]) if j >= 0 else 0.0, float(np.sum(v))
 
 
 @dataclass(frozen=True)
@@ -154,6 +176,14 @@ class GreedyVariance(InducingSpec):
     rounding) with a positive weighted residual ("exhausted", e.g. m larger than the number of
     distinct inputs).  ``criterion[i]`` is the weighted trace ``Tr(W (K_ff - Q_ff))`` (of the
     jittered K) after pick i.
+
+    With one kernel per latent function (``context.kernel.n_outputs`` K > 1,
+    :class:`gpdsl.kernels.Separate`) each class k has its own residual k^k_nn - q^k_nn and the
+    criterion is the sum of the classes' HGV criteria, ``sum_k w_nk (k^k_nn - q^k_nn)``, with
+    ``context.weights`` (N, K) (GV: w_nk = 1/K, the classes' mean residual, which is the shared
+    kernel's GV criterion when the parts are equal); the trace sums it over n.  K factors are
+    kept, K times the memory and work, and a point stays a candidate while some class's residual
+    is above the duplicate floor.  A Dask X is refused for such a kernel.
 
     The threshold is ``tol`` (absolute) or ``tol_per_point * n`` with n the number of rows the
     selection sums over.  The trace is a sum over those rows, so an absolute ``tol`` asks for a
@@ -325,7 +355,8 @@ class GreedyVariance(InducingSpec):
         TypeError
             If ``context`` is not a :class:`SelectionContext`.
         ValueError
-            ``m`` above N, or weights of the wrong shape, negative or not finite.
+            ``m`` above N, weights of the wrong shape ((N,), or (N, K) for a kernel of K latent
+            functions), negative or not finite, or a Dask X with a kernel of K latent functions.
         NoCandidateError
             If no point has a positive (weighted) prior variance.
         """
@@ -335,13 +366,20 @@ class GreedyVariance(InducingSpec):
         if self.m is not None:
             _check_m_le_n("GreedyVariance", self.m, n)
         context = _require_context("GreedyVariance", context)
-        w = (_per_point("GreedyVariance", "weights", context.weights, n, nonnegative=True)
-             if self.weighted and context.weights is not None else np.ones(n))
+        k = context.kernel.n_outputs
+        if chunked and k > 1:
+            raise ValueError(f"GreedyVariance: a Dask X with a kernel of {k} latent functions "
+                             f"({context.kernel.describe()}) is not supported (the factor held by X's row "
+                             "blocks is one kernel's); give X as a NumPy array, or use another inducing spec")
+        shape = (n,) if k == 1 else (n, k)
+        # Unweighted, one residual per class counts as their mean: a shared kernel's GV trace.
+        w = (_per_point("GreedyVariance", "weights", context.weights, shape, nonnegative=True)
+             if self.weighted and context.weights is not None else np.full(shape, 1.0 / k))
         if chunked:
             _, (d, floor) = map_rows(partial(_residual_rows, context), (X,), None)
         else:
             d, floor = _residual_start(context, X)
-        j, _, _ = _greedy.weighted_argmax(d, w, floor)
+        j, _, _ = _pick(d, w, floor)
         if j < 0:
             raise NoCandidateError("GreedyVariance: no training point has a positive (weighted) prior variance "
                                    "to select")
@@ -351,12 +389,21 @@ class GreedyVariance(InducingSpec):
         cap = min(self.m or self.max_m, first_cap or n, n)
         factor = _BlockFactor(context, X, d) if chunked else None
         # np.empty only reserves address space: rows are committed as they are written.
-        C = None if chunked else np.empty((cap, n))
+        C = None if chunked else np.empty((cap, n) if k == 1 else (k, cap, n))
         indices, traces, stopped = [], [], None
         while stopped is None:
             if chunked:
                 factor.add(len(indices), j)
                 nxt, _, trace = _greedy.weighted_argmax(factor.d, w, floor)
+            elif k > 1:
+                # One rank-1 step per class's factor C[c] and residual d[c] (views, updated in place).
+                m, column = len(indices), _kernel_column(context, X, j)
+                for c in range(k):
+                    args = (C[c], m, np.ascontiguousarray(C[c, :m, j]), d[c, j], column[c], j, d[c], _JITTER)
+                    announce_compilation("greedy-variance selection", _COMPILE_SECONDS["GreedyVariance"],
+                                         _greedy.block_step, args)
+                    _greedy.block_step(*args)
+                nxt, _, trace = _pick(d, w, floor)
             else:
                 args = (C, len(indices), j, _kernel_column(context, X, j), d, w, floor, _JITTER)
                 announce_compilation("greedy-variance selection", _COMPILE_SECONDS["GreedyVariance"],
@@ -473,7 +520,8 @@ class GreedyBound(InducingSpec):
         TypeError
             If ``context`` is not a :class:`SelectionContext` or lacks weights or targets.
         ValueError
-            ``m`` above N, or weights/targets of the wrong shape or not finite.
+            ``m`` above N, weights/targets of the wrong shape or not finite, or a kernel of
+            several latent functions.
         NoCandidateError
             If no point has a positive prior variance.
         """
@@ -482,12 +530,16 @@ class GreedyBound(InducingSpec):
         n = X.shape[0]
         _check_m_le_n(owner, self.m, n)
         context = _require_context(owner, context)
+        if context.kernel.n_outputs > 1:
+            raise ValueError(f"{owner}: the bound is that of one Gaussian regression, but the kernel "
+                             f"{context.kernel.describe()} is the prior of {context.kernel.n_outputs} latent "
+                             "functions; use GreedyVariance(weighted=True)")
         for name in ("weights", "targets"):
             if getattr(context, name) is None:
                 raise TypeError(f"{owner}: context.{name} is None; the bound needs context.weights (noise "
                                 "precisions w_n) and context.targets (r_n = w_n ytilde_n)")
-        w = _per_point(owner, "weights", context.weights, n, nonnegative=True)
-        r = _per_point(owner, "targets", context.targets, n, nonnegative=False)
+        w = _per_point(owner, "weights", context.weights, (n,), nonnegative=True)
+        r = _per_point(owner, "targets", context.targets, (n,), nonnegative=False)
         d, floor = _residual_start(context, X)
         C, LB, c = np.empty((self.m, n)), np.zeros((self.m, self.m)), np.zeros(self.m)
         available = np.ones(n, dtype=bool)

@@ -1,6 +1,10 @@
 """The dense multi-class Laplace approximation for the softmax link (Rasmussen & Williams 2006,
-section 3.5: Algorithms 3.3, 3.4 and 5.2), K latent GPs independent a priori with one shared
-kernel k (the prior of the NK-vector f = (f_1, ..., f_K) is block diagonal, K_x in every block).
+section 3.5: Algorithms 3.3, 3.4 and 5.2), K latent GPs independent a priori.  The prior of the
+NK-vector f = (f_1, ..., f_K) is block diagonal, K = blockdiag(K_1, ..., K_K): one shared kernel k
+puts K_c = K_x in every block (K_x (N, N), one Gram matrix for all classes), a kernel of K outputs
+(:class:`gpdsl.kernels.Separate`, whose gram is a stack (K, N, N)) puts its own K_c in block c.
+R&W write every formula with a per-class K_c, so each holds for both; below, the shared case reads
+K_c = K_x throughout.
 
 Latent arrays are (N, K): F[:, c] = f_c.  At f, pi = softmax(f) per row (N, K), the gradient of
 log p(y | f) is g = Y - pi (Y one-hot) and the negative Hessian is W = D - Pi Pi^T with
@@ -8,8 +12,8 @@ D = diag(pi) (NK x NK, class-major) and Pi = D R, R = (I_N; ...; I_N) the NK x N
 (c, c') of W is diag(pi_c) delta_cc' - diag(pi_c pi_c').  W is positive semi-definite and
 singular (W (1_K (x) e_i) = 0), so the algorithms never form W^-1 or W^1/2.
 
-* Newton (Algorithm 3.3): with B_c = I + D_c^1/2 K_x D_c^1/2 = L_c L_c^T,
-  E_c = D_c^1/2 B_c^-1 D_c^1/2 = (K_x + D_c^-1)^-1 and M M^T = sum_c E_c (= R^T E R),
+* Newton (Algorithm 3.3): with B_c = I + D_c^1/2 K_c D_c^1/2 = L_c L_c^T,
+  E_c = D_c^1/2 B_c^-1 D_c^1/2 = (K_c + D_c^-1)^-1 and M M^T = sum_c E_c (= R^T E R),
   Woodbury gives the NK x NK matrix (K + W^-1)^-1 = W (I + K W)^-1 without forming it:
   Rm = E - E R (M M^T)^-1 R^T E, block (c, c') = E_c delta_cc' - E_c (M M^T)^-1 E_c'.
   The Newton step is a_new = (I + W K)^-1 b = b - Rm K b with b = W f + g, i.e.
@@ -23,24 +27,27 @@ singular (W (1_K (x) e_i) = 0), so the algorithms never form W^-1 or W^1/2.
   (determinant lemma; D (I + K D)^-1 K D = D - E and sum_c D_c = I_N), so
   1/2 log|I + K W| = sum_c sum log diag L_c + sum log diag M.  (R&W's Algorithm 3.3 as printed
   leaves out the log|M| term; tests/naive_multiclass.py takes the determinant of I + K W.)
-* Gradients (Algorithm 5.2): for C = dK_x / d theta (in every block),
-  d log q / d theta = 1/2 sum_c a_c^T C a_c - 1/2 sum_c tr(Rm_cc C) + sum_c u_c^T C g_c, where
+* Gradients (Algorithm 5.2): for C_c = dK_c / d theta (block c of dK / d theta),
+  d log q / d theta = 1/2 sum_c a_c^T C_c a_c - 1/2 sum_c tr(Rm_cc C_c) + sum_c u_c^T C_c g_c, where
   the last term is the implicit one through the mode: d f_hat = (I + K W)^-1 C g and
   s2 = -1/2 d log|I + K W| / d f_hat, u = (I - Rm K) s2.  Per row i with the K x K block
   S_i of Sigma = (K^-1 + W)^-1 (the posterior covariance of f_i), v = diag S_i and
   d pi_c / d f_e = pi_c (delta_ce - pi_e):
   s2_ie = -1/2 tr(S_i dW_i / d f_ie) = -1/2 pi_e (v_e - pi^T v - 2 (S_i pi)_e + 2 pi^T S_i pi).
-  S_i[c, c'] = delta_cc' (k_ii - (K_x E_c K_x)_ii) + (T_c^T T_c')_ii with T_c = M^-1 E_c K_x.
-  The adjoint of the shared K_x is G = 1/2 A A^T - 1/2 sum_c Rm_cc + sym(U g^T) (A, U, g the
-  (N, K) arrays), sum_c Rm_cc = M M^T - sum_c (M^-1 E_c)^T (M^-1 E_c), and one kernel VJP
-  carries it to the hyperparameters (summed over the classes).
-* Predictions (Algorithm 3.4): mean_*c = k_*^T a_c (= k_*^T (y_c - pi_c) at the mode) and
-  cov_*(c, c') = delta_cc' (k_** - k_*^T E_c k_*) + (M^-1 E_c k_*)^T (M^-1 E_c' k_*) (R&W eq. 3.43
-  with Rm).  With L_K L_K^T = K_x (+ jitter from the ladder) and b_* = L_K^-1 k_*, the
-  :class:`~gpdsl.methods.common.PredictiveState` for K > 1 holds weights L_K^T A (N, K),
-  correction[c] = L_K^T E_c L_K and coupling[c] = M^-1 E_c L_K (K, N, N): exact whatever
-  jitter L_K needed (k_* = L_K b_* and L_K^-T L_K^T = I).  q(f_c) at X: mean f_hat[:, c],
-  covariance K_x - K_x Rm_cc K_x (the block of Sigma).
+  S_i[c, c'] = delta_cc' ((K_c)_ii - (K_c E_c K_c)_ii) + (T_c^T T_c')_ii with T_c = M^-1 E_c K_c.
+  The adjoint of K_c is G_c = 1/2 a_c a_c^T - 1/2 Rm_cc + sym(u_c g_c^T), Rm_cc = E_c -
+  (M^-1 E_c)^T (M^-1 E_c).  A shared K_x takes their sum G = 1/2 A A^T - 1/2 sum_c Rm_cc +
+  sym(U g^T) (A, U, g the (N, K) arrays), sum_c Rm_cc = M M^T - sum_c (M^-1 E_c)^T (M^-1 E_c),
+  and one kernel VJP carries it to the hyperparameters (summed over the classes); a stack of K
+  kernels takes the stack (G_1, ..., G_K) (K, N, N) in its one VJP.
+* Predictions (Algorithm 3.4): with k^c_* = k_c(X, x_*), mean_*c = k^c_*^T a_c (= k^c_*^T (y_c -
+  pi_c) at the mode) and cov_*(c, c') = delta_cc' (k^c_** - k^c_*^T E_c k^c_*) + (M^-1 E_c k^c_*)^T
+  (M^-1 E_c' k^c'_*) (R&W eq. 3.43 with Rm).  With L_c L_c^T = K_c (+ jitter from the ladder) and
+  b_*c = L_c^-1 k^c_*, the :class:`~gpdsl.methods.common.PredictiveState` for K > 1 holds weights
+  (L_c^T a_c)_c (N, K), correction[c] = L_c^T E_c L_c and coupling[c] = M^-1 E_c L_c (K, N, N):
+  exact whatever jitter L_c needed (k^c_* = L_c b_*c and L_c^-T L_c^T = I).  ``chol`` is L_x (N, N)
+  for a shared kernel, the stack (L_1, ..., L_K) (K, N, N) for one kernel per class.  q(f_c) at X:
+  mean f_hat[:, c], covariance K_c - K_c Rm_cc K_c (the block of Sigma).
 """
 from __future__ import annotations
 
@@ -126,8 +133,22 @@ class _Newton:
         return self.E
 
 
+def _block(Kx, c):
+    """K_c: the shared prior covariance Kx (N, N), or block c of a stack Kx (K, N, N)."""
+    return Kx if Kx.ndim == 2 else Kx[c]
+
+
+def _times_K(Kx, V):
+    """K V for the block-diagonal prior and V (N, K): (K_1 v_1, ..., K_K v_K), one product Kx V
+    for a shared Kx (N, N), one per class for a stack Kx (K, N, N)."""
+    if Kx.ndim == 2:
+        return Kx @ V
+    return np.matmul(Kx, V.T[:, :, None])[:, :, 0].T
+
+
 def _factor(Kx, P):
-    """:class:`_Newton` at class probabilities P (N, K): per class B_c = L_c L_c^T (LAPACK potrf)
+    """:class:`_Newton` at class probabilities P (N, K) and the prior covariance Kx (N, N), or
+    (K, N, N) one per class: per class B_c = L_c L_c^T (LAPACK potrf)
     and E_c = D_c^1/2 B_c^-1 D_c^1/2 from potri, in place in E[c].T and one triangle only (potrf
     of sum_c E_c reads no more): O(K N^3) with one N x N temporary.
 
@@ -143,7 +164,7 @@ def _factor(Kx, P):
     for c in range(k):
         sd = np.sqrt(P[:, c])
         scale = np.outer(sd, sd)
-        B = np.multiply(Kx, scale, out=E[c])
+        B = np.multiply(_block(Kx, c), scale, out=E[c])
         B[diag] += 1.0
         L, info = lapack.dpotrf(B.T, lower=1, clean=0, overwrite_a=1)
         if info != 0:
@@ -178,8 +199,8 @@ def find_mode(likelihood, Kx, y, tol, max_iter, warm=None):
     ----------
     likelihood : gpdsl.likelihoods.Categorical
         The softmax link (``class_probabilities`` and ``log_density``).
-    Kx : ndarray, shape (N, N)
-        The shared prior covariance.
+    Kx : ndarray, shape (N, N) or (K, N, N)
+        The shared prior covariance, or one per class.
     y : ndarray, shape (N,)
         Class codes 0..K-1.
     tol : float
@@ -208,7 +229,7 @@ def find_mode(likelihood, Kx, y, tol, max_iter, warm=None):
     FloatingPointError
         The mode was not reached in ``max_iter`` steps.
     """
-    n, k = Kx.shape[0], likelihood.n_latent
+    n, k = Kx.shape[-1], likelihood.n_latent
     Y = _one_hot(y, k)
     A, F = np.zeros((n, k)), np.zeros((n, k))
     psi = _psi(likelihood, y, A, F)
@@ -216,7 +237,7 @@ def find_mode(likelihood, Kx, y, tol, max_iter, warm=None):
         A_w = np.array(warm, dtype=float)
         if A_w.shape != (n, k):
             raise ValueError(f"multi-class Laplace: warm must have shape {(n, k)}, got {A_w.shape}")
-        F_w = Kx @ A_w
+        F_w = _times_K(Kx, A_w)
         psi_w = _psi(likelihood, y, A_w, F_w)
         if np.isfinite(psi_w) and psi_w > psi:
             A, F, psi = A_w, F_w, psi_w
@@ -226,13 +247,13 @@ def find_mode(likelihood, Kx, y, tol, max_iter, warm=None):
         G = Y - P
         PF = P * F
         b = PF - P * PF.sum(axis=1, keepdims=True) + G          # W f + g
-        C = newton.times_E(Kx @ b)                               # E K b
+        C = newton.times_E(_times_K(Kx, b))                      # E K b
         t = newton.solve_sum(C.sum(axis=1))
         step = b - C + newton.times_E(np.repeat(t[:, None], k, axis=1)) - A
         residual = np.max(np.abs(G - A), initial=0.0)
         for _ in range(60):            # halve until Psi rises (it is concave in a)
             A_try = A + step
-            F_try = Kx @ A_try
+            F_try = _times_K(Kx, A_try)
             psi_try = _psi(likelihood, y, A_try, F_try)
             P_try = likelihood.class_probabilities(F_try)
             if psi_try >= psi or _rounding_step(psi, psi_try, residual, Y - P_try - A_try):
@@ -253,8 +274,9 @@ def evaluate(kernel, likelihood, X, y, *, tol, max_iter, need_grad=True, need_st
     Parameters
     ----------
     kernel : gpdsl.kernels.Kernel
-        The prior covariance function shared by the K latent GPs (bound: its gradients come back
-        qualified, ``"kernel.<name>"``).
+        The prior covariance function shared by the K latent GPs, or one per latent GP
+        (``n_outputs`` K, gram (K, N, N): :class:`gpdsl.kernels.Separate`); bound, so its
+        gradients come back qualified, ``"kernel.<name>"``.
     likelihood : gpdsl.likelihoods.Categorical
         K classes, the softmax link.
     X : ndarray, shape (N, D)
@@ -276,7 +298,7 @@ def evaluate(kernel, likelihood, X, y, *, tol, max_iter, need_grad=True, need_st
     Returns
     -------
     gpdsl.methods.common.Evaluation
-        log q(y), its gradients (summed over the classes), dZ None, the jitter 0 (the Newton
+        log q(y), its gradients (a shared kernel's summed over the classes), dZ None, the jitter 0 (the Newton
         factors need none), the state, ``warm`` (:class:`ModeState`, a = K^-1 f_hat), and the pseudo-data
         (w, r) (N, K) with w = pi - pi^2 (the diagonal of W's blocks) and r = g + w f_hat.
 
@@ -296,8 +318,9 @@ def evaluate(kernel, likelihood, X, y, *, tol, max_iter, need_grad=True, need_st
 
 
 def _evaluate(kernel, likelihood, X, y, tol, max_iter, need_grad, need_state, warm):
-    Kx = kernel.gram(X, X)
-    n, k = Kx.shape[0], likelihood.n_latent
+    Kx = kernel.gram(X, X)                                     # (N, N) shared, or (K, N, N) per class
+    per_class = Kx.ndim == 3
+    n, k = Kx.shape[-1], likelihood.n_latent
     A, F, psi, P, newton, steps = find_mode(likelihood, Kx, y, tol, max_iter,
                                             None if warm is None else warm.weights)
     if newton is None:
@@ -310,40 +333,54 @@ def _evaluate(kernel, likelihood, X, y, tol, max_iter, need_grad, need_state, wa
     grads, state = {}, None
     if need_grad or need_state:
         E, M = newton.full(), newton.M
-        T = np.empty((k, n, n))                                # M^-1 E_c K
-        kek = np.empty((n, k))                                 # diag(K E_c K)
-        sum_UU = np.zeros((n, n))                              # sum_c (M^-1 E_c)^T (M^-1 E_c)
+        T = np.empty((k, n, n))                                # M^-1 E_c K_c
+        kek = np.empty((n, k))                                 # diag(K_c E_c K_c)
+        if per_class:
+            adj = np.empty((k, n, n))                          # G_c, its -1/2 Rm_cc first
+        else:
+            sum_UU = np.zeros((n, n))                          # sum_c (M^-1 E_c)^T (M^-1 E_c)
         if need_state:
-            LK, _ = cholesky(Kx, None, what="K")
+            LK = (np.stack([cholesky(Kx[c], None, what=f"K_{c}")[0] for c in range(k)]) if per_class
+                  else cholesky(Kx, None, what="K")[0])
             correction, coupling, q_cov = (np.empty((k, n, n)) for _ in range(3))
         for c in range(k):
+            Kc = _block(Kx, c)
             U = whiten(M, E[c])                                # M^-1 E_c
-            EK = E[c] @ Kx
+            EK = E[c] @ Kc
             T[c] = whiten(M, EK)
-            kek[:, c] = np.einsum("ij,ij->j", Kx, EK)
-            if need_grad:
+            kek[:, c] = np.einsum("ij,ij->j", Kc, EK)
+            if need_grad and per_class:
+                adj[c] = -0.5 * (E[c] - U.T @ U)
+            elif need_grad:
                 sum_UU = blas.dsyrk(1.0, U, beta=1.0, c=sum_UU, trans=1, lower=1, overwrite_c=1)
             if need_state:
-                corr = LK.T @ (E[c] @ LK)
+                Lc = _block(LK, c)
+                corr = Lc.T @ (E[c] @ Lc)
                 correction[c] = 0.5 * (corr + corr.T)
-                coupling[c] = U @ LK
-                cov = Kx - Kx @ EK + T[c].T @ T[c]
+                coupling[c] = U @ Lc
+                cov = Kc - Kc @ EK + T[c].T @ T[c]
                 q_cov[c] = 0.5 * (cov + cov.T)
     if need_grad:
         # The K x K blocks S_i of Sigma = (K^-1 + W)^-1 at the training inputs.
         S = np.einsum("cji,dji->icd", T, T)
-        S[:, np.arange(k), np.arange(k)] += np.diag(Kx)[:, None] - kek
+        S[:, np.arange(k), np.arange(k)] += np.diagonal(Kx, axis1=-2, axis2=-1).T.reshape(n, -1) - kek
         v = S[:, np.arange(k), np.arange(k)]
         Sp = np.einsum("icd,id->ic", S, P)
         pSp = np.sum(P * Sp, axis=1, keepdims=True)
         s2 = -0.5 * P * (v - np.sum(v * P, axis=1, keepdims=True) - 2.0 * Sp + 2.0 * pSp)
-        u = s2 - newton.apply_R(Kx @ s2)                       # (I - Rm K) s2
-        sum_UU = np.tril(sum_UU) + np.tril(sum_UU, -1).T
-        sum_R = M @ M.T - sum_UU                               # sum_c Rm_cc
-        adj = 0.5 * (A @ A.T) - 0.5 * sum_R + u @ G.T
-        grads, _ = kernel.vjp(X, X, 0.5 * (adj + adj.T))
+        u = s2 - newton.apply_R(_times_K(Kx, s2))              # (I - Rm K) s2
+        if per_class:
+            for c in range(k):
+                adj[c] += 0.5 * np.outer(A[:, c], A[:, c]) + np.outer(u[:, c], G[:, c])
+            grads, _ = kernel.vjp(X, X, 0.5 * (adj + np.transpose(adj, (0, 2, 1))))
+        else:
+            sum_UU = np.tril(sum_UU) + np.tril(sum_UU, -1).T
+            sum_R = M @ M.T - sum_UU                           # sum_c Rm_cc
+            adj = 0.5 * (A @ A.T) - 0.5 * sum_R + u @ G.T
+            grads, _ = kernel.vjp(X, X, 0.5 * (adj + adj.T))
     if need_state:
-        state = PredictiveState(Z=X, weights=LK.T @ A, correction=correction, q_mean=F.copy(), q_cov=q_cov,
+        weights = _times_K(np.transpose(LK, (0, 2, 1)) if per_class else LK.T, A)     # (L_c^T a_c)_c
+        state = PredictiveState(Z=X, weights=weights, correction=correction, q_mean=F.copy(), q_cov=q_cov,
                                 chol=LK, coupling=coupling)
     return Evaluation(log_evidence=float(log_evidence), grads=grads, dZ=None, jitter=0.0, state=state,
                       warm=ModeState(A.copy(), sweeps=steps), pseudo_data=(w, G + w * F))

@@ -4,8 +4,10 @@ Efficient Inference via Data Augmentation", UAI 2019 / AISTATS 2020): the K-clas
 the two-class Pólya-Gamma method (:mod:`gpdsl.methods.polya_gamma`, collapsed, and
 :mod:`gpdsl.methods.stochastic_polya_gamma`, stochastic), for ``Categorical(K, "logistic_softmax")``.
 
-Likelihood.  K latent GPs f_k (one shared kernel, shared inducing inputs Z), y_i in 0..K-1,
-y_ik = [y_i = k], sigma the logistic function:  p(y_i | f_i) = sigma(f_iy) / sum_j sigma(f_ij).
+Likelihood.  K latent GPs f_k (shared inducing inputs Z), y_i in 0..K-1, y_ik = [y_i = k], sigma
+the logistic function:  p(y_i | f_i) = sigma(f_iy) / sum_j sigma(f_ij).  The GPs share one kernel
+(gram (n1, n2): one K_uu, one K_uf for all classes) or have one each (``kernel.n_outputs`` K, gram
+(K, n1, n2): :class:`gpdsl.kernels.Separate`); below, the shared case reads K^k = K for every k.
 
 Augmentation (derived here; three identities):
 
@@ -48,15 +50,17 @@ exp(digamma(alpha)) sum_k h_ik / K is unique (a contraction), found by Newton's 
 (:func:`gpdsl._jit.logistic_softmax.ls_local_update`).  At beta = K and alpha = 1 + sum gamma,
 Lambda_i + sum_k gamma_ik psi_i = lgamma(alpha_i) - alpha_i log K.  q(u_k)'s optimum at fixed
 local variables: (A) is the Gaussian pseudo-regression of class k with weights theta_ik (noise
-1/theta_ik) and linear terms kappa_ik (targets kappa/theta), so, as in thesis eq. C.1 for PGPR,
+1/theta_ik) and linear terms kappa_ik (targets kappa/theta) under its prior K^k, so, as in thesis
+eq. C.1 for PGPR (written for one class, with A = A_k, L = L_k below),
 
-    K_uu = L L^T,  A = L^-1 K_uf,  B_k = I + A Theta_k A^T = L_Bk L_Bk^T,  g_k = L_Bk^-1 A kappa_k,
-    L* = sum_k [-1/2 log|B_k| + 1/2 g_k^T g_k - 1/2 sum_i theta_ik (K_ii - Q_ii)] + sum_ik (B) + sum_i Lambda_i,
+    K^k_uu = L_k L_k^T,  A_k = L_k^-1 K^k_uf,  B_k = I + A_k Theta_k A_k^T = L_Bk L_Bk^T,  g_k = L_Bk^-1 A_k kappa_k,
+    L* = sum_k [-1/2 log|B_k| + 1/2 g_k^T g_k - 1/2 sum_i theta_ik (K^k_ii - Q^k_ii)] + sum_ik (B) + sum_i Lambda_i,
 
 the collapsed bound (Titsias' VFE bound of each pseudo-regression plus 1/2 log(2 pi / theta) +
 kappa^2 / (2 theta) per point, which cancel its Gaussian constants: no 1/theta is formed).
-q(u_k) = N(L B_k^-1 A kappa_k, L B_k^-1 L^T), and the marginals mean_ik = a_i^T B_k^-1 A kappa_k,
-var_ik = K_ii - Q_ii + |L_Bk^-1 a_i|^2.  At the optimal c and (gamma, alpha) the per-row bound is
+q(u_k) = N(L_k B_k^-1 A_k kappa_k, L_k B_k^-1 L_k^T), and the marginals mean_ik = a_ki^T B_k^-1 A_k kappa_k,
+var_ik = K^k_ii - Q^k_ii + |L_Bk^-1 a_ki|^2 (a_ki column i of A_k).  At the optimal c and
+(gamma, alpha) the per-row bound is
 
     l_i = lgamma(alpha_i) - log K - (alpha_i - 1)(digamma(alpha_i) - 1) + mean_iy / 2 - log(2 cosh(c_iy / 2)),
 
@@ -67,7 +71,8 @@ Collapsed (:func:`evaluate`): each evaluation runs the coordinate ascent c, (gam
 at q*(u) of the current locals, to convergence (largest change of a c_ik or gamma_ik below
 ``spec.tol``), optionally with Anderson acceleration on (c, log gamma) kept only where it raises
 the bound, so the bound never decreases; gradients in the kernel and Z are those of the K
-pseudo-regressions at fixed locals, valid at the fixed point by the envelope theorem.
+pseudo-regressions at fixed locals, valid at the fixed point by the envelope theorem.  A shared
+kernel keeps one factor L and one A for all K regressions; one kernel per class costs K of each.
 Stochastic (:func:`minibatch_step`, Hoffman et al. 2013 SVI as for two classes): a batch's
 locals at their closed-form optimum, a natural-gradient step on every q(u_k) in the whitened
 basis, and the batch's bound and hyperparameter gradient at fixed q.
@@ -82,7 +87,7 @@ import numpy as np
 from .._jit import announce_compilation
 from .._jit.logistic_softmax import ls_expectations, ls_local_terms, ls_local_update, ls_variances
 from ..chunks import add_partial, default_chunk_size, map_rows
-from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower
+from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower, whiten
 from . import collapsed
 from .common import Evaluation, LocalStateFormat, PredictiveState
 
@@ -170,7 +175,8 @@ def evaluate(kernel, likelihood, X, y, Z, *, spec, warm=None, need_grad=True, ne
     Parameters
     ----------
     kernel : gpdsl.kernels.Kernel
-        The kernel shared by the K latent GPs.
+        The kernel shared by the K latent GPs, or one per latent GP (``n_outputs`` K, gram
+        (K, n1, n2): :class:`gpdsl.kernels.Separate`).
     likelihood : gpdsl.likelihoods.Categorical
         K classes, link ``"logistic_softmax"`` (no hyperparameters).
     X : ndarray or Dask array, shape (N, D)
@@ -186,14 +192,15 @@ def evaluate(kernel, likelihood, X, y, Z, *, spec, warm=None, need_grad=True, ne
     need_grad : bool, default True
     need_state : bool, default False
         Build the :class:`PredictiveState` (weights (M, K), correction (K, M, M), q_mean (M, K),
-        q_cov (K, M, M)).
+        q_cov (K, M, M); chol (M, M) for a shared kernel, (K, M, M) one per class).
     offset : None
         Offsets are not supported for K > 1.
 
     Returns
     -------
     gpdsl.methods.common.Evaluation
-        ``log_evidence`` L* at the converged locals, ``grads`` ("kernel.*"), ``dZ`` (M, D),
+        ``log_evidence`` L* at the converged locals, ``grads`` ("kernel.*", a shared kernel's summed
+        over the classes), ``dZ`` (M, D),
         ``warm`` the :class:`LogisticSoftmaxState`, ``pseudo_data`` (theta (N, K), kappa (N, K)).
 
     Raises
@@ -223,17 +230,72 @@ def _start(kernel, K, X, codes, warm):
     n = X.shape[0]
     if warm is not None and np.shape(warm.c_next) == (n, K):
         return np.array(warm.c_next), np.array(warm.gamma_next), np.array(warm.alpha_next)
-    # The local optimum under q(u) = p(u): marginals N(0, K_ii).
-    kff = np.asarray(kernel.diag(X), dtype=float)
-    return ls_local_update(codes, np.zeros((n, K)), np.repeat(kff[:, None], K, axis=1))
+    # The local optimum under q(u) = p(u): marginals N(0, K^k_ii).
+    kff = np.asarray(kernel.diag(X), dtype=float)            # (N,) shared, or (K, N) per class
+    var = np.ascontiguousarray(kff.T) if kff.ndim == 2 else np.repeat(kff[:, None], K, axis=1)
+    return ls_local_update(codes, np.zeros((n, K)), var)
+
+
+def _factor_uu(kernel, Z, jitter):
+    """The Cholesky factor of K_uu + jitter (M, M), or one per class (K, M, M) for a kernel whose
+    gram is a stack (every class at the same rung)."""
+    Kzz = kernel.gram(Z, Z)
+    if Kzz.ndim == 2:
+        return cholesky(Kzz, jitter, what="K_uu")
+    return np.stack([cholesky(Kzz[k], jitter, what=f"K_uu of class {k}")[0] for k in range(len(Kzz))]), jitter
+
+
+def _whitened_rows(Kuf, kff, L):
+    """A = L^-1 K_uf and the residual variances K_ii - Q_ii of a row block, as
+    :func:`gpdsl.methods.collapsed.whitened_rows` computes them for one factor.
+
+    Parameters
+    ----------
+    Kuf : ndarray, shape (M, n) or (K, M, n)
+        k(Z, X_block), shared or one per class.
+    kff : ndarray, shape (n,) or (K, n)
+        diag k(X_block).
+    L : ndarray, shape (M, M) or (K, M, M)
+        The factor(s) of K_uu.
+
+    Returns
+    -------
+    A : ndarray, shape (M, n) or (K, M, n)
+        One A for all classes, or A_k = L_k^-1 K^k_uf.
+    residual : ndarray, shape (n, K) or (n, 1)
+        K^k_ii - Q^k_ii, C-ordered (the jitted kernels' one signature); a shared kernel's one
+        column serves every class.
+
+    Raises
+    ------
+    FloatingPointError
+        Q_ii > K_ii (:func:`gpdsl.methods.collapsed.check_rows_nystrom`).
+    """
+    if L.ndim == 2:
+        A = whiten(L, Kuf)
+        residual = kff - np.einsum("ij,ij->j", A, A)
+        collapsed.check_rows_nystrom(residual, kff)
+        return A, residual[:, None]
+    A = np.stack([whiten(Lk, Kuf_k) for Lk, Kuf_k in zip(L, Kuf)])
+    residual = kff - np.einsum("kij,kij->kj", A, A)
+    collapsed.check_rows_nystrom(residual, kff)
+    return A, np.ascontiguousarray(residual.T)
+
+
+def _class_means(A, weights):
+    """mean_ik = a_ki^T weights[:, k] (n, K): one product A^T weights for a shared A (M, n), one
+    per class for a stack (K, M, n)."""
+    if A.ndim == 2:
+        return A.T @ weights
+    return np.einsum("kmi,mk->ik", A, weights)
 
 
 def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need_state):
     """One evaluation at one jitter rung (as :func:`gpdsl.methods.polya_gamma._evaluate_at`)."""
     n, m = X.shape[0], Z.shape[0]
     chunk = spec.chunk_size or max(64, min(default_chunk_size(n, m), _BLOCK_DOUBLES // (K * m)))
-    L, jit = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
-    cache = n * m * 8 <= _CACHE_BYTES
+    L, jit = _factor_uu(kernel, Z, jitter)
+    cache = n * m * 8 * (L.size // (m * m)) <= _CACHE_BYTES       # A is (K, M, N) with a factor per class
     kept = None
     beta = np.full(n, float(K))
 
@@ -246,7 +308,7 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
 
     point = _start(kernel, K, X, codes, progress["warm"])
     announce_compilation("logistic-softmax", _COMPILE_SECONDS, ls_local_terms,
-                         (codes[:1], point[0][:1], point[1][:1], point[2][:1], beta[:1], beta[:1]))
+                         (codes[:1], point[0][:1], point[1][:1], point[2][:1], beta[:1], beta[:1, None]))
     sums, _ = sweep(point)
     factor, bound = _bound(sums)
     history, converged, sweeps = [bound], False, 1
@@ -283,7 +345,7 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
     c, gamma, alpha = point
     progress["warm"] = LogisticSoftmaxState(c, gamma, alpha, beta, *target)
     progress["passes"] += sweeps
-    theta, kappa, _ = ls_local_terms(codes, c, gamma, alpha, beta, np.zeros(n))
+    theta, kappa, _ = ls_local_terms(codes, c, gamma, alpha, beta, np.zeros((n, 1)))
     grads, dZ, state = {}, None, None
     LBi, weights = factor
     B_inv = np.matmul(np.transpose(LBi, (0, 2, 1)), LBi)
@@ -291,7 +353,8 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
         grads, dZ = _collapsed_gradients(kernel, X, codes, Z, L, jit, point, beta, weights, B_inv, sums[0], kept, chunk)
     if need_state:
         L_LBiT = np.matmul(L, np.transpose(LBi, (0, 2, 1)))
-        state = PredictiveState(Z=Z, weights=weights, correction=np.eye(m) - B_inv, q_mean=L @ weights,
+        q_mean = L @ weights if L.ndim == 2 else np.matmul(L, weights.T[:, :, None])[:, :, 0].T
+        state = PredictiveState(Z=Z, weights=weights, correction=np.eye(m) - B_inv, q_mean=q_mean,
                                 q_cov=np.matmul(L_LBiT, np.transpose(L_LBiT, (0, 2, 1))), chol=L)
     local = LogisticSoftmaxState(c, gamma, alpha, beta, *target, sweeps=sweeps, converged=converged,
                                  bound_history=history)
@@ -324,13 +387,12 @@ def _anderson(points, targets):
 
 
 def _sweep_block(kernel, Z, L, factor, accumulate, cache, Xb, codes_b, cb, gb, ab, bb, hit=None):
-    """One block of a pass: without ``factor`` the sums (P_k = A Theta_k A^T (K, M, M),
-    A kappa (M, K), the local terms) at the block's locals; with ``factor = (L_Bk^-1 (K, M, M),
+    """One block of a pass: without ``factor`` the sums (P_k = A_k Theta_k A_k^T (K, M, M),
+    (A_k kappa_k)_k (M, K), the local terms) at the block's locals; with ``factor = (L_Bk^-1 (K, M, M),
     weights (M, K))`` of the current point also the rows' update (c, gamma, alpha, mean), and, if
     ``accumulate``, the sums at that update.  Returns (sums, rows, kept)."""
     if hit is None:
-        _, A, kff, residual = collapsed.whitened_rows(kernel, Xb, Z, L)
-        collapsed.check_rows_nystrom(residual, kff)
+        A, residual = _whitened_rows(kernel.gram(Z, Xb), kernel.diag(Xb), L)
     else:
         A, residual = hit
     kept = (A, residual) if cache else None
@@ -338,19 +400,20 @@ def _sweep_block(kernel, Z, L, factor, accumulate, cache, Xb, codes_b, cb, gb, a
     if factor is not None:
         # L_Bk^-1 A by products with the explicit inverses (B_k >= I, so |L_Bk^-1| <= 1; as
         # for two classes, the matmul runs several times faster than the triangular solve).
-        mean = A.T @ factor[1]
+        mean = _class_means(A, factor[1])
         var = ls_variances(np.matmul(factor[0], A), residual)
         cb, gb, ab = ls_local_update(codes_b, mean, var)
         rows = (cb, gb, ab, mean)
         if not accumulate:
             return (), rows, kept
     theta, kappa, local = ls_local_terms(codes_b, cb, gb, ab, bb, residual)
-    K, m = theta.shape[1], A.shape[0]
+    K, m = theta.shape[1], A.shape[-2]
     P = np.empty((K, m, m))
     for k in range(K):
-        As = A * np.sqrt(theta[:, k])
+        As = (A if A.ndim == 2 else A[k]) * np.sqrt(theta[:, k])
         P[k] = As @ As.T
-    return (P, A @ kappa, local), rows, kept
+    r = A @ kappa if A.ndim == 2 else np.einsum("kmi,ik->mk", A, kappa)
+    return (P, r, local), rows, kept
 
 
 def _bound(sums):
@@ -373,34 +436,46 @@ def _bound(sums):
 
 def _collapsed_gradients(kernel, X, codes, Z, L, jit, point, beta, weights, B_inv, P, kept, chunk):
     """d L* / d (kernel, Z) at fixed locals: the VFE gradients of the K pseudo-regressions
-    (:func:`gpdsl.methods.collapsed._gradient_pass`, trace case) summed over the classes before
-    the kernel's VJPs.  With C_k = I - B_k^-1, w_k = weights[:, k], e'_ik = kappa_ik - theta_ik mean_ik:
-        G_uf = L^-T [sum_k C_k A Theta_k + w e'^T],  dL*/dK_ii = -1/2 sum_k theta_ik,
-        G_uu = L^-T [1/2 sum_k (C_k - w_k w_k^T - P_k)] L^-1."""
-    K, m = B_inv.shape[0], L.shape[0]
-    Li = inverse_lower(L)
+    (:func:`gpdsl.methods.collapsed._gradient_pass`, trace case).  With C_k = I - B_k^-1,
+    w_k = weights[:, k], e'_ik = kappa_ik - theta_ik mean_ik, class k's adjoints are
+        G^k_uf = L_k^-T [C_k A_k Theta_k + w_k e'_k^T],  dL*/dK^k_ii = -1/2 theta_ik,
+        G^k_uu = L_k^-T [1/2 (C_k - w_k w_k^T - P_k)] L_k^-1;
+    a shared kernel takes their sums over the classes (one VJP of (M, n)), a kernel per class
+    their stack (one VJP of (K, M, n))."""
+    K, m = B_inv.shape[0], L.shape[-1]
+    per_class = L.ndim == 3
+    Li = np.stack([inverse_lower(Lk) for Lk in L]) if per_class else inverse_lower(L)
 
     def pass_fn(Xb, codes_b, cb, gb, ab, bb, hit=None):
         Kuf = kernel.gram(Z, Xb)
-        if hit is None:
-            A = solve_lower(L, Kuf)
-            residual = kernel.diag(Xb) - np.einsum("ij,ij->j", A, A)
-        else:
-            A, residual = hit
+        A, residual = _whitened_rows(Kuf, kernel.diag(Xb), L) if hit is None else hit
         theta, kappa, _ = ls_local_terms(codes_b, cb, gb, ab, bb, residual)
-        mean = A.T @ weights
+        e = kappa - theta * _class_means(A, weights)
+        if per_class:
+            G = np.empty(A.shape)
+            for k in range(K):
+                At = A[k] * theta[:, k]
+                G[k] = Li[k].T @ (At - B_inv[k] @ At + np.outer(weights[:, k], e[:, k]))
+            kgrads, dZ = kernel.vjp(Z, Xb, G, K=Kuf)
+            return (add_partial(kgrads, kernel.diag_vjp(Xb, -0.5 * theta.T)), dZ), ()
         G = A * theta.sum(axis=1)
         for k in range(K):
             G -= B_inv[k] @ (A * theta[:, k])
-        G += weights @ (kappa - theta * mean).T
+        G += weights @ e.T
         kgrads, dZ = kernel.vjp(Z, Xb, Li.T @ G, K=Kuf)
-        kgrads = add_partial(kgrads, kernel.diag_vjp(Xb, -0.5 * theta.sum(axis=1)))
-        return (kgrads, dZ), ()
+        return (add_partial(kgrads, kernel.diag_vjp(Xb, -0.5 * theta.sum(axis=1))), dZ), ()
 
     (kgrads, dZ), _ = map_rows(pass_fn, (X, codes) + tuple(point) + (beta,), chunk, carried=kept)
-    G_white = 0.5 * (K * np.eye(m) - B_inv.sum(axis=0) - weights @ weights.T - P.sum(axis=0))
-    G_uu = Li.T @ G_white @ Li
-    G_uu = jitter_adjoint(0.5 * (G_uu + G_uu.T), jit)
+    if per_class:
+        G_uu = np.empty(L.shape)
+        for k in range(K):
+            G_white = 0.5 * (np.eye(m) - B_inv[k] - np.outer(weights[:, k], weights[:, k]) - P[k])
+            G_k = Li[k].T @ G_white @ Li[k]
+            G_uu[k] = jitter_adjoint(0.5 * (G_k + G_k.T), jit)
+    else:
+        G_white = 0.5 * (K * np.eye(m) - B_inv.sum(axis=0) - weights @ weights.T - P.sum(axis=0))
+        G_uu = Li.T @ G_white @ Li
+        G_uu = jitter_adjoint(0.5 * (G_uu + G_uu.T), jit)
     uu_grads, dZ_uu = kernel.vjp(Z, Z, G_uu)
     return add_partial(kgrads, uu_grads), dZ + 2.0 * dZ_uu
 
