@@ -2,8 +2,9 @@
 
 Its stacks against the parts computed one by one, its gradients against central differences,
 the refusals that keep it where it means something, and its model-file round trip.  Fits with
-it are tested with each multi-latent method (tests/test_svgp_multiclass.py,
-tests/test_laplace_multiclass.py, tests/test_logistic_softmax.py)."""
+it are tested with each multi-latent method: SVGP in tests/test_svgp_multiclass.py, Laplace and
+greedy selection in tests/test_separate_methods.py, the augmented method in
+tests/test_logistic_softmax.py, predictions and files in tests/test_separate_predict.py."""
 from __future__ import annotations
 
 import numpy as np
