@@ -27,6 +27,7 @@ from .inputs import validate_inputs, validate_offset
 from .io.files import check_path, sigint_deferred, write_replacing
 from .kernels import Sum
 from .io.layout import FORMAT_VERSION, checksum, hyperparameter_entries, model_layout, variable_dims
+from .io.xarray_import import coordinate, xarray
 
 
 @dataclasses.dataclass(frozen=True)
@@ -431,7 +432,7 @@ class Posterior:
         TypeError, ValueError
             Invalid inputs, or ``noise_variance`` given to a non-Gaussian likelihood or invalid.
         """
-        import xarray as xr
+        xr = xarray()
 
         X_new = validate_inputs(X_new, "X_new", self.n_features, lazy=self.n_latent == 1)
         offset = validate_offset(offset, X_new.shape[0], name="offset")
@@ -453,7 +454,7 @@ class Posterior:
         else:
             data = self._predict_block(X_new, noise_variance, offset)
         return xr.Dataset({name: ("obs", value) for name, value in data.items()},
-                          coords={"obs": np.arange(X_new.shape[0])},
+                          coords={"obs": coordinate(range(X_new.shape[0]))},
                           attrs={"inference": type(self.model.inference).__name__})
 
     def _predict_block(self, X_block, noise_variance=None, offset=None):
@@ -513,7 +514,7 @@ class Posterior:
         labels = self.model.likelihood.class_labels()
         variables = {name: (("obs", "class"), value) for name, value in data.items()}
         variables["label"] = ("obs", labels[np.argmax(data["p"], axis=1)])
-        return xr.Dataset(variables, coords={"obs": np.arange(X_new.shape[0]), "class": labels},
+        return xr.Dataset(variables, coords={"obs": coordinate(range(X_new.shape[0])), "class": coordinate(labels)},
                           attrs={"inference": type(self.model.inference).__name__})
 
     def _predict_names(self, noise_given):
@@ -624,7 +625,7 @@ class Posterior:
         -------
         xarray.Dataset
         """
-        import xarray as xr
+        xr = xarray()
 
         state = self.state
         m, d = state.Z.shape

@@ -23,6 +23,7 @@ from ..model import Model
 from ..posterior import FitRecord, Posterior
 from ..scaling import Standardization
 from .files import check_path
+from .xarray_import import xarray
 from .layout import (FORMAT_VERSION, LAYOUT, OPTIONAL_PARTS, Part, PosteriorFileError, checksum,
                      hyperparameter_entries, model_layout, variable_dims)
 
@@ -60,7 +61,7 @@ def from_xarray(ds):
     PosteriorFileError
         A check failed; the message names the variable or attribute.
     """
-    import xarray as xr
+    xr = xarray()
 
     if not isinstance(ds, xr.Dataset):
         raise TypeError(f"from_xarray: ds must be an xarray.Dataset, got {type(ds).__name__}")
@@ -88,7 +89,7 @@ def load(path):
         (files written before format version 1, without the checksum, included); the
         message names the file and the variable or attribute at fault.
     """
-    import xarray as xr
+    xr = xarray()
 
     path = check_path("load", path)
     if not os.path.isfile(path):

@@ -19,7 +19,6 @@ from functools import lru_cache
 
 import numpy as np
 from scipy import special
-from scipy.stats import qmc
 
 from .._jit.special import logit_normal_logp_many
 from ..checks import is_integer, is_number
@@ -168,6 +167,9 @@ def qmc_normal_points(K):
     ndarray, shape (QMC_POINTS, K)
         Read-only.
     """
+    # Imported here: scipy.stats (which qmc's import pulls in whole) is half a second of
+    # ``import gpdsl`` that only a K-class prediction needs.
+    from scipy.stats import qmc
     u = qmc.Sobol(d=K, scramble=True, seed=QMC_SEED).random(QMC_POINTS)
     points = special.ndtri(u)
     points.flags.writeable = False
