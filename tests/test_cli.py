@@ -688,6 +688,35 @@ def test_toml_three_classes_held_out(tmp_path, capsys, likelihood, inference):
     assert (out / "fit.png").is_file() == HAS_MATPLOTLIB
 
 
+SEPARATE_KERNEL = """[kernel]
+type = "Separate"
+kernels = [
+    { type = "SquaredExponential", lengthscale = 0.7 },
+    { type = "Matern52", lengthscale = 0.7 },
+    { type = "SquaredExponential", lengthscale = 1.5 },
+]
+"""
+
+
+def test_toml_one_kernel_per_class(tmp_path, capsys):
+    """A model file whose kernel is one per class (``Separate``): the run fits each class's own
+    length-scale, saves, and its printed held-out error is the saved posterior's."""
+    write_three_class_csv(tmp_path / "labels.csv")
+    toml = CLASSIFIER_TOML.format(likelihood='type = "Categorical"\nn_classes = 3', inference="SVGP")
+    toml = SEPARATE_KERNEL + toml.split("\n\n", 1)[1]
+    path = write_model(tmp_path, toml)
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    post = gd.load(out / "posterior.nc")
+    assert post.model.kernel.n_outputs == 3 and post.state.chol.shape == (3, 10, 10)
+    _, (_, _, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
+    p = post.predict(X_test)["p"].values
+    error = np.mean(np.argmax(p, axis=1) != (y_test - 1).astype(int))
+    assert printed_metric(captured.out, "error rate") == pytest.approx(error, rel=1e-5, abs=1e-9)
+
+
 def test_labels_outside_the_classes_are_reported_before_fitting(tmp_path, capsys):
     write_three_class_csv(tmp_path / "labels.csv")
     lines = (tmp_path / "labels.csv").read_text().splitlines()
