@@ -189,16 +189,35 @@ def test_optimise_q_reaches_a_stationary_point_monotonically(link, seed, most):
     assert warm_converged and warm_steps <= 1
 
 
+class _ClippedCurvature:
+    """A likelihood whose dE/dvar is capped at 0: its conjugate sites are the minibatch step's
+    clipped ones, w = max(-2 dE/dvar, 0)."""
+
+    def __init__(self, likelihood):
+        self.likelihood, self.n_latent = likelihood, likelihood.n_latent
+
+    def variational_expectations(self, y, mean, var):
+        ve, g, d, grads = self.likelihood.variational_expectations(y, mean, var)
+        return ve, g, np.minimum(d, 0.0), grads
+
+
 @pytest.mark.parametrize("one_pass", [False, True])
-def test_minibatch_step_on_the_whole_batch(one_pass):
-    """With the whole batch, scale 1: the step is optimise_q's first step of size rho, and its
-    estimate and gradients are evaluate's (at the new q, or with ``one_pass`` at the old one)."""
-    kernel, likelihood, values, X, y, Z = _problem("logistic_softmax")
+@pytest.mark.parametrize("link", ["softmax", "logistic_softmax"])
+def test_minibatch_step_on_the_whole_batch(one_pass, link):
+    """With the whole batch, scale 1: the step is optimise_q's first step of size rho on the sites
+    with their precisions clipped at 0 (softmax: log-concave, nothing to clip; logistic softmax:
+    some dE/dvar > 0 here), and its estimate and gradients are evaluate's (at the new q, or with
+    ``one_pass`` at the old one)."""
+    kernel, likelihood, values, X, y, Z = _problem(link)
     bk, bl = bound_pair(kernel, likelihood, values)
     q0 = {k: values[k] for k in ("variational.q_mu", "variational.q_sqrt")}
     q, elbo, grads, dZ, jit = svgp.minibatch_step(bk, bl, X, y, Z, q0, scale=1.0, rho=1.0, jitter=1e-6,
                                                   one_pass=one_pass)
-    ref_q, steps, _ = svgp.optimise_q(bk, bl, values, X, y, Z, q0, jitter=1e-6, max_iter=1)
+    clipped = _ClippedCurvature(bl)
+    ref_q, steps, _ = svgp.optimise_q(bk, clipped, values, X, y, Z, q0, jitter=1e-6, max_iter=1)
+    state = svgp.evaluate(bk, bl, values, X, y, Z, jitter=1e-6, need_state=True).state
+    d = bl.variational_expectations(y, *_predict_f(bk, state, X))[2]
+    assert (np.max(d) > 0.0) == (link == "logistic_softmax")
     if steps == 1:                            # the full step raised the bound, so optimise_q took it
         for name in q:
             np.testing.assert_allclose(q[name], ref_q[name], rtol=1e-10, atol=1e-12, err_msg=name)
