@@ -115,6 +115,8 @@ def parse(argv=None):
     p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (0.01)")
     p.add_argument("--seed", type=int, default=0, help="the peer's own seed (initialisation, minibatches)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--stop-tol", type=float, default=None,
+                   help="gpdsl minibatch methods: the stopping rule's stop_tol (default: the method's, 1e-3)")
     p.add_argument("--n-train", type=int, help="a stratified subset of the training rows (smoke runs, estimates)")
     p.add_argument("--pred-samples", type=int, default=1000, help="gpytorch: Monte Carlo samples of the predictive")
     p.add_argument("--python", help="the peer's interpreter (default: see the module doc)")
@@ -129,7 +131,7 @@ def parse(argv=None):
     if args.peer == "sklearn":
         args.mode = "exact"
     if args.peer == "gpdsl":
-        args.mode = args.method
+        args.mode = args.method if args.stop_tol is None else f"{args.method} stop_tol={args.stop_tol:g}"
     return args
 
 
@@ -324,13 +326,14 @@ def fit_gpdsl(d, args):
     import gpdsl as gd
     c0, w0 = time.process_time(), time.perf_counter()
     K, batch = d["K"], args.batch or None
+    rule = {} if args.stop_tol is None else {"stop_tol": args.stop_tol}
     link, inference = {
         "augmented": ("logistic_softmax", gd.inference.PolyaGamma()),
-        "augmented-minibatch": ("logistic_softmax", gd.inference.PolyaGamma(minibatch=batch, seed=args.seed)),
+        "augmented-minibatch": ("logistic_softmax", gd.inference.PolyaGamma(minibatch=batch, seed=args.seed, **rule)),
         "svgp-softmax": ("softmax", gd.inference.SVGP()),
         "svgp-robustmax": ("robustmax", gd.inference.SVGP()),
-        "svgp-softmax-minibatch": ("softmax", gd.inference.SVGP(batch_size=batch, seed=args.seed)),
-        "svgp-robustmax-minibatch": ("robustmax", gd.inference.SVGP(batch_size=batch, seed=args.seed)),
+        "svgp-softmax-minibatch": ("softmax", gd.inference.SVGP(batch_size=batch, seed=args.seed, **rule)),
+        "svgp-robustmax-minibatch": ("robustmax", gd.inference.SVGP(batch_size=batch, seed=args.seed, **rule)),
         "laplace": ("softmax", gd.inference.Laplace()),
     }[args.method]
     inducing = None if args.method == "laplace" else gd.inducing.Optimized(d["Z"])

@@ -376,8 +376,7 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None
     * ``"q_grad"``: P_k R_k = (A D_k) U_k^T (K, M, M), for dELBO/dR_k = 2 P_k R_k - R_k +
       diag(1/R_ii) with P_k = A D_k A^T.
 
-    Each is K stacked products of O(n M^2) (numpy's matmul over the stack) or O(n M^2) per kernel
-    block; nothing loops over the latent functions in Python.
+    Each is K products of O(n M^2), one a class, or O(n M^2) per kernel block.
 
     Returns ``((ell, *partials), (mean, g, d))`` (the partials in the order of the list above,
     for the ``outputs`` given; the per-row arrays (N, K) for the pseudo-data) and, with ``keep``,
@@ -400,24 +399,35 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None
             ve, g, d, lik_grads = rows_likelihood.variational_expectations(y_block, mean, var)
         out = [np.sum(ve)]
         At = np.swapaxes(A, -1, -2)
-        d_rows = d.T[:, None, :]                                     # (K, 1, n)
+        dT = np.ascontiguousarray(d.T)                               # (K, n)
+        block = [0] * K if G == 1 else range(K)                      # latent function k's kernel block
+        # The per-class products run one class at a time: their (M, n) operands stay in cache,
+        # where one stacked product over (K, M, n) temporaries ran 1.4x (P) to 2x (V) slower.
         if "natural" in outputs:
             w = np.maximum(-2.0 * d, 0.0) if clip else -2.0 * d
-            out += [(A * w.T[:, None, :]) @ At, _gather(A, g + w * mean).T]
+            wT, AWA = np.ascontiguousarray(w.T), np.empty((K, A.shape[1], A.shape[1]))
+            for k, g_k in enumerate(block):
+                np.matmul(A[g_k] * wT[k], At[g_k], out=AWA[k])
+            out += [AWA, _gather(A, g + w * mean).T]
         if "grad" in outputs:
-            V = R @ (U * d_rows)                                     # R_k U_k D_k, (K, M, n)
-            W = (A[0] * d.sum(axis=1))[None] - V.sum(axis=0, keepdims=True) if G == 1 else A * d_rows - V
+            # W_g = sum over the block's k of A D_k - R_k U_k D_k.
+            W = A * (dT.sum(axis=0) if G == 1 else dT[:, None, :])
+            for k, g_k in enumerate(block):
+                W[g_k] -= R[k] @ (U[k] * dT[k])
             G_A = (m @ g.T)[None] if G == 1 else m.T[:, :, None] * g.T[:, None, :]
             G_A -= 2.0 * W
             G_uf = np.stack([solve_upper_t(L_g, G_g) for L_g, G_g in zip(L, G_A)])
             kgrads, dZ = kernel.vjp(Z, X_block, _unstacked(G_uf, G), K=_unstacked(Kuf, G))
-            d_diag = d.sum(axis=1) if G == 1 else d.T
+            d_diag = dT.sum(axis=0) if G == 1 else dT
             grads = add_partial(add_partial(kgrads, kernel.diag_vjp(X_block, d_diag)), lik_grads)
             Ag = _gather(A, g)
             mAg = (m @ Ag.T)[None] if G == 1 else m.T[:, :, None] * Ag.T[:, None, :]
             out += [Ag, 2.0 * (W @ At) - mAg, grads, dZ]
         if "q_grad" in outputs:
-            out.append((A * d_rows) @ np.swapaxes(U, -1, -2))
+            PR = np.empty((K, A.shape[1], A.shape[1]))
+            for k, g_k in enumerate(block):
+                np.matmul(A[g_k] * dT[k], U[k].T, out=PR[k])
+            out.append(PR)
         return (tuple(out), (mean, g, d)) + (((Kuf, A, residual),) if keep else ())
 
     rows = (X, y) if offset is None else (X, y, offset)
