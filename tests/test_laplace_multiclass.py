@@ -43,7 +43,7 @@ def _evaluate(kernel, values, X, y, k, **kw):
 
 
 def _predict(state, kernel, X_new):
-    """Latent means (n, K) and covariances (n, K, K) from the K > 1 PredictiveState (INTERFACE.md)."""
+    """Latent means (n, K) and covariances (n, K, K) from the K > 1 PredictiveState (its docstring)."""
     b = state.basis(kernel.gram(state.Z, X_new))
     kss = kernel.diag(X_new)
     k = state.weights.shape[1]

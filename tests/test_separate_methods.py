@@ -11,8 +11,8 @@ from scipy.linalg import solve_triangular
 
 import gpdsl as gd
 import naive_multiclass
+from test_laplace_multiclass import _data, _evaluate
 from gpdsl.components import bind
-from gpdsl.methods import laplace_multiclass
 
 SE = gd.kernels.SquaredExponential
 M52 = gd.kernels.Matern52
@@ -24,7 +24,6 @@ PART_VALUES = ({"lengthscale": np.array([0.8, 1.4]), "variance": np.array(2.5)},
                {"lengthscale": np.array(0.6), "variance": np.array(4.0)},
                {"lengthscale": np.array(1.3), "variance": np.array(1.5)},
                {"lengthscale": np.array([1.1, 0.7]), "variance": np.array(3.0)})
-TOL = 1e-13
 
 
 def _separate(k):
@@ -40,17 +39,6 @@ def _identical(k):
     return gd.kernels.Separate((shared,) * k), parts, shared, values
 
 
-def _data(n, k, seed):
-    """Inputs (n, 2) and labels that depend on them (with noise), every class present."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 2))
-    centres = rng.normal(size=(k, 2)) * 1.5
-    scores = -((X[:, None, :] - centres[None]) ** 2).sum(-1) + rng.gumbel(size=(n, k))
-    y = np.argmax(scores, axis=1)
-    y[:k] = np.arange(k)
-    return X, y.astype(float), rng.normal(size=(6, 2))
-
-
 def _summed_over_parts(grads, k):
     """{"kernel.<field>": sum_i grads["kernel.<i>.<field>"]}."""
     out = {}
@@ -62,16 +50,9 @@ def _summed_over_parts(grads, k):
 
 
 # -- dense softmax Laplace -----------------------------------------------------------------------
-def _laplace(kernel, values, X, y, k, **kw):
-    kw.setdefault("tol", TOL)
-    kw.setdefault("max_iter", 100)
-    return laplace_multiclass.evaluate(bind(kernel, values, "kernel"), gd.likelihoods.Categorical(k, "softmax"),
-                                       X, y, **kw)
-
-
 def _predict_per_class(state, bound, X_new):
     """Latent means (n, K) and covariances (n, K, K) from a PredictiveState with one factor per
-    class (chol (K, N, N), b_*c = chol_c^-1 k^c_*; /work/mc/SEPARATE.md)."""
+    class (chol (K, N, N), b_*c = chol_c^-1 k^c_*, PredictiveState's docstring)."""
     Kzs, kss = bound.gram(state.Z, X_new), bound.diag(X_new)
     k = state.weights.shape[1]
     b = np.stack([solve_triangular(state.chol[c], Kzs[c], lower=True) for c in range(k)])
@@ -89,7 +70,7 @@ def test_laplace_against_naive_block_diagonal(k):
     to 1e-8 (measured ~1e-14); the state holds one Cholesky factor per class."""
     kernel, values = _separate(k)
     X, y, X_new = _data(30 if k == 3 else 24, k, seed=k)
-    ev = _laplace(kernel, values, X, y, k, need_state=True)
+    ev = _evaluate(kernel, values, X, y, k, need_state=True)
     bound = bind(kernel, values, "kernel")
     ref = naive_multiclass.laplace(bound.gram(X, X), y, k)
     assert ev.log_evidence == pytest.approx(ref["log_evidence"], abs=1e-8)
@@ -108,7 +89,7 @@ def test_laplace_against_naive_block_diagonal(k):
     P = ref["P"]
     np.testing.assert_allclose(w, P - P * P, rtol=0, atol=1e-8)
     np.testing.assert_allclose(r, ref["Y"] - P + (P - P * P) * ref["f"], rtol=0, atol=1e-8)
-    bare = _laplace(kernel, values, X, y, k, need_grad=False)
+    bare = _evaluate(kernel, values, X, y, k, need_grad=False)
     assert bare.log_evidence == ev.log_evidence and bare.grads == {} and bare.state is None
 
 
@@ -119,7 +100,7 @@ def test_laplace_gradients_by_finite_differences():
     k = 3
     kernel, values = _separate(k)
     X, y, _ = _data(30, k, seed=13)
-    ev = _laplace(kernel, values, X, y, k)
+    ev = _evaluate(kernel, values, X, y, k)
     assert set(ev.grads) == set(values)
     h = 1e-5
     for key, value in values.items():
@@ -128,7 +109,7 @@ def test_laplace_gradients_by_finite_differences():
                 log_value = np.log(value).ravel()
                 log_value[i] += step
                 moved = dict(values, **{key: np.exp(log_value).reshape(value.shape)})
-                return _laplace(kernel, moved, X, y, k, need_grad=False).log_evidence
+                return _evaluate(kernel, moved, X, y, k, need_grad=False).log_evidence
 
             fd = (at(h) - at(-h)) / (2 * h)
             analytic = float(np.ravel(ev.grads[key])[i] * value.ravel()[i])
@@ -142,8 +123,8 @@ def test_laplace_identical_parts_equal_the_shared_kernel(k):
     are the shared kernel's to 1e-10 (measured 3e-15)."""
     separate, parts, shared, values = _identical(k)
     X, y, _ = _data(30, k, seed=20 + k)
-    ev = _laplace(separate, parts, X, y, k, need_state=True)
-    ref = _laplace(shared, values, X, y, k, need_state=True)
+    ev = _evaluate(separate, parts, X, y, k, need_state=True)
+    ref = _evaluate(shared, values, X, y, k, need_state=True)
     assert ev.log_evidence == pytest.approx(ref.log_evidence, abs=1e-10)
     np.testing.assert_allclose(ev.warm.weights, ref.warm.weights, rtol=0, atol=1e-10)
     summed = _summed_over_parts(ev.grads, k)

@@ -339,7 +339,7 @@ def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need
         grads, dZ = _gradients(kernel, Z, L, m, R, jit, *partials, d_offset=None if offset is None else d_mean)
     state = None
     if need_state:
-        # K > 1 (INTERFACE): weights (M, K), correction (K, M, M), q_mean (M, K), q_cov (K, M, M);
+        # K > 1 (PredictiveState's docstring): weights (M, K), correction (K, M, M), q_mean (M, K), q_cov (K, M, M);
         # chol (M, M) shared, or (K, M, M) one per latent function.
         S = R @ np.swapaxes(R, -1, -2)
         LR = L @ R
