@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
+from .._jit.bernoulli_expectations import bernoulli_expectations
 from .._jit.likelihoods import bernoulli as sites
 from .._jit.special import logit_normal_logp_many
 from ..parameters import check_hyperparameter
@@ -128,6 +129,31 @@ class Bernoulli(Likelihood):
         return logit_normal_logp_many(np.ascontiguousarray(shifted, dtype=float),
                                       np.sqrt(np.maximum(np.asarray(f_var, dtype=float), 0.0)),
                                       nodes, np.log(weights))
+
+    def variational_expectations(self, y, mean, var):
+        """E_q[log p(y_n | f_n)] under q(f_n) = N(mean_n, var_n), its derivatives in mean_n and
+        var_n, and d/d bias: the base class's ``quadrature_points`` Gauss-Hermite rule, summed in
+        one jitted pass (:func:`gpdsl._jit.bernoulli_expectations.bernoulli_expectations`) rather than over
+        (rows, nodes) arrays; the same numbers to rounding (tests/test_likelihoods.py).
+
+        Parameters
+        ----------
+        y : ndarray, shape (n,)
+            Labels coded -1.0 / +1.0.
+        mean, var : ndarray, shape (n,)
+
+        Returns
+        -------
+        ve, d_mean, d_var : ndarray, shape (n,)
+        param_grads : dict of str to ndarray
+            ``{"bias": sum_n d ve_n / d mean_n}`` (the bias shifts f).
+        """
+        nodes, weights = gauss_hermite(self.quadrature_points)
+        ve, d_mean, d_var = bernoulli_expectations(np.ascontiguousarray(y, dtype=float),
+                                                   np.ascontiguousarray(mean, dtype=float),
+                                                   np.ascontiguousarray(var, dtype=float), float(self.bias),
+                                                   self.link == "probit", nodes, weights)
+        return ve, d_mean, d_var, {"bias": np.array(np.sum(d_mean))}
 
     def log_density_bound(self, y):
         # p(y | f) -> 1 as y (f + bias) -> infinity.

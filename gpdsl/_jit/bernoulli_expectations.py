@@ -1,0 +1,80 @@
+"""The Bernoulli likelihood's variational expectations in one jitted pass over rows and nodes.
+
+E_N(f | m, v)[log p(y | f)] with p = Phi(y (f + bias)) (probit) or sigma(y (f + bias)) (logit),
+by the Gauss-Hermite rule f_q = m + s x_q, s = sqrt(v), and its derivatives in m and v as
+:meth:`gpdsl.likelihoods.Likelihood.variational_expectations` differentiates the rule's sum
+(d/dm = sum_q w_q d log p/df, d/dv = sum_q w_q x_q d log p/df / (2 s), and at s = 0
+1/2 d^2 log p/df^2), the last free of a cancellation that sum has for the logit.  The NumPy form of that method builds (rows, nodes) arrays of log p and of
+its first three derivatives; here each node's log p and slope are formed and summed in place:
+the minibatch step of binary SVGP spent 10 of its 25 ms there (B = 1024, 100 nodes).
+"""
+import math
+
+import numpy as np
+from numba import njit
+
+from .special import norm_logcdf
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+@njit(cache=True)
+def _log_density_slopes(z, probit):
+    """(log p, d log p / dz, d log p / dz less a constant, d^2 log p / dz^2) at z = y (f + bias).
+
+    The third is the slope itself for the probit and -p for the logit (slope 1 - p): where a
+    row's z is mostly negative, p is small and the logit's slope nearly constant, and the rule's
+    sum_q w_q x_q (slope) is accumulated from -p instead (sum_q w_q x_q = 0 for the symmetric
+    rule, so the constant drops out, and with it the cancellation that left 2e-17 of noise on a
+    true -3e-18 at z = -40)."""
+    if probit:
+        log_cdf = norm_logcdf(z)
+        r = math.exp(-0.5 * z * z - _HALF_LOG_2PI - log_cdf)       # phi(z) / Phi(z)
+        return log_cdf, r, r, -r * (z + r)
+    # One exponential: with e = exp(-|z|), sigma(|z|) = 1 / (1 + e) and sigma(-|z|) = e / (1 + e).
+    e = math.exp(-abs(z))
+    big, small = 1.0 / (1.0 + e), e / (1.0 + e)
+    if z >= 0.0:
+        return -math.log1p(e), small, -big, -big * small
+    return z - math.log1p(e), big, -small, -big * small
+
+
+@njit(cache=True)
+def bernoulli_expectations(y, mean, var, bias, probit, nodes, weights):
+    """The rule's E_q[log p(y_n | f_n)] and its derivatives, row by row.
+
+    Parameters
+    ----------
+    y : ndarray, shape (n,)
+        Labels coded -1.0 / +1.0.
+    mean, var : ndarray, shape (n,)
+        Moments of q(f_n).
+    bias : float
+        The likelihood's bias.
+    probit : bool
+        Probit (True) or logit link.
+    nodes, weights : ndarray, shape (Q,)
+        Gauss-Hermite nodes x_q and weights w_q (summing to 1).
+
+    Returns
+    -------
+    ve, d_mean, d_var : ndarray, shape (n,)
+    """
+    n = mean.shape[0]
+    ve, d_mean, d_var = np.empty(n), np.empty(n), np.empty(n)
+    total_weight = weights.sum()
+    for i in range(n):
+        s = math.sqrt(max(var[i], 0.0))
+        e, g, h = 0.0, 0.0, 0.0
+        small_p = (not probit) and y[i] * (mean[i] + bias) < 0.0
+        if s > 0.0:
+            for q in range(nodes.shape[0]):
+                log_p, slope, varying, _ = _log_density_slopes(y[i] * (mean[i] + s * nodes[q] + bias), probit)
+                e += weights[q] * log_p
+                g += weights[q] * slope
+                h += weights[q] * nodes[q] * (varying if small_p else slope)
+            ve[i], d_mean[i], d_var[i] = e, y[i] * g, y[i] * h / (2.0 * s)
+        else:
+            log_p, slope, _, curvature = _log_density_slopes(y[i] * (mean[i] + bias), probit)
+            ve[i], d_mean[i], d_var[i] = total_weight * log_p, total_weight * y[i] * slope, 0.5 * total_weight * curvature
+    return ve, d_mean, d_var
