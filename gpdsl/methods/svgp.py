@@ -20,13 +20,17 @@ Variational parameters in ``values``: ``"variational.q_mu"`` (M,) and ``"variati
 (M (M + 1) / 2,), the lower triangle of R in ``np.tril_indices(M)`` order (:func:`pack_lower`).
 
 K latent functions (a likelihood with ``n_latent = K > 1``, :class:`gpdsl.likelihoods.Categorical`):
-K independent GPs a priori with one kernel and one Z, so one L and one A per chunk serve every
-class, and q(v) = prod_k N(m_k, R_k R_k^T); ``"variational.q_mu"`` is (M, K) (column k is m_k) and
-``"variational.q_sqrt"`` (K, M (M + 1) / 2) (row k packs R_k).  The bound is
+K independent GPs a priori sharing Z, and q(v) = prod_k N(m_k, R_k R_k^T); ``"variational.q_mu"``
+is (M, K) (column k is m_k) and ``"variational.q_sqrt"`` (K, M (M + 1) / 2) (row k packs R_k).  With
+one kernel shared by the classes one L and one A per chunk serve them all; with one kernel each
+(``kernel.n_outputs == K``, :class:`gpdsl.kernels.Separate`, whose gram is a (K, M, M) stack) each
+class has its own L_k and A_k (see :func:`_checked_q`).  The bound is
 sum_n E_q[log p(y_n | f_n1..f_nK)] - sum_k KL[q(v_k) || N(0, I)], the likelihood taking each row's K
-marginals (n, K); the kernel and Z gradients are summed over the classes through one kernel VJP
-per chunk.  No latent offset with K > 1.  For K = 1 every shape and every operation is the
-single-output one.
+marginals (n, K); the kernel and Z gradients go through one kernel VJP per chunk (of a stack, for
+one kernel each).  No latent offset with K > 1.  For K = 1 the shapes are the single-output ones.
+
+:func:`minibatch_step` (what ``SVGP(batch_size=B)`` runs; :func:`minibatch_update` with q carried
+between steps) is profiled against its flop bound in ``benchmarks/profile_multiclass_step.py``.
 
 :func:`optimise_q` moves q(v) to its optimum at fixed hyperparameters and Z by damped natural-
 gradient steps (Khan & Lin 2017; Salimbeni, Eleftheriadis & Hensman 2018), one O(N M^2) pass each.
