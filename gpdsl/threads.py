@@ -4,7 +4,7 @@ Most of a fit is loops of small products: EP/QP site sweeps (blocks of 16 sites)
 passes, M x M algebra, L-BFGS-B's bookkeeping.  Multi-threaded OpenBLAS only loses there: its
 threads wake, spin and wait on every call, and when the cores are shared they wait on each
 other.  Measured on a 2-core machine with the default two OpenBLAS threads, the README's EP/xor
-example took 136 s against 10.4 s with one thread (benchmarks/RESULTS.md).
+example took 136 s against 10.4 s with one thread (benchmarks/HISTORY.md, issue 13).
 
 So every public entry point that computes (``Model.fit``, ``Model.evaluate``, the predictions
 of a ``Posterior``) runs inside :func:`managed`, which sets the BLAS libraries to one thread

@@ -23,7 +23,7 @@ import gpdsl as gd
 from fuzz_cases import VARIANT_FORMS, VARIANTS, check_case, describe, make_case
 
 # Milliseconds per case of each variant in the long run of issue 25 (513 cases each, two processes on
-# the 2-core machine, Numba cache warm; benchmarks/RESULTS.md).
+# the 2-core machine, Numba cache warm; benchmarks/HISTORY.md, section "Issue 25").
 CASE_MS = {
     "exact": 5,
     "fitc": 5,
