@@ -21,7 +21,8 @@
 # * `"logistic_softmax"`: p(y = k | f) = σ(f_k) / Σ_j σ(f_j) (Galy-Fajou, Wenzel, Donner & Opper 2020),
 #   the link that a Pólya-Gamma + Poisson augmentation makes conditionally conjugate.
 #
-# The K latent GPs share one kernel and, for the sparse methods, the inducing inputs. The methods:
+# The K latent GPs share one kernel (or each has its own: `gd.kernels.Separate((k_0, ..., k_{K-1}))`)
+# and, for the sparse methods, the inducing inputs. The methods:
 # `Laplace` (dense, softmax; Rasmussen & Williams Algorithms 3.3, 3.4 and 5.2), `SVGP` (any link;
 # natural-gradient q, full batch or minibatch) and `PolyaGamma` with the logistic softmax (the
 # augmentation: closed-form updates with q(u) collapsed, or minibatch natural steps).
