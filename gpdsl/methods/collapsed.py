@@ -99,6 +99,58 @@ def check_rows_nystrom(residual, kff):
         raise FloatingPointError("K_uu too ill-conditioned: Q_nn > K_nn")
 
 
+# The K-latent methods (SVGP, the logistic-softmax augmentation) with a kernel whose gram is a
+# stack of G blocks (G = 1: one kernel shared by the latent functions; G = K: ``Separate``).
+def factor_blocks(kernel, Z, jitter):
+    """The factors L (G, M, M) of K_uu's kernel blocks and the one relative jitter used for all.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        Bound; its ``gram(Z, Z)`` is (M, M) (one block) or (G, M, M).
+    Z : ndarray, shape (M, D)
+    jitter : float or None
+        As :func:`gpdsl.linalg.cholesky` (None: the ladder, block by block; where the blocks'
+        rungs differ, all are factorised again at the highest, so that one jitter describes L).
+
+    Returns
+    -------
+    L : ndarray, shape (G, M, M)
+    jitter : float
+    """
+    Kuu = kernel.gram(Z, Z)
+    blocks = Kuu[None] if Kuu.ndim == 2 else Kuu
+    factors = [cholesky(K_g, jitter, what="K_uu") for K_g in blocks]
+    jit = max(j for _, j in factors)
+    if any(j != jit for _, j in factors):
+        factors = [cholesky(K_g, jit, what="K_uu") for K_g in blocks]
+    return np.stack([L_g for L_g, _ in factors]), jit
+
+
+def whitened_blocks(Kuf, kff, L):
+    """:func:`whitened_rows` for each kernel block: A_g = L_g^-1 K^g_uf and k^g_nn - |a_gn|^2,
+    checked as :func:`check_rows_nystrom`.
+
+    Parameters
+    ----------
+    Kuf : ndarray, shape (M, n) or (G, M, n)
+    kff : ndarray, shape (n,) or (G, n)
+    L : ndarray, shape (G, M, M)
+        :func:`factor_blocks`.
+
+    Returns
+    -------
+    A : ndarray, shape (G, M, n)
+    residual : ndarray, shape (G, n)
+    """
+    if Kuf.ndim == 2:
+        Kuf, kff = Kuf[None], kff[None]
+    A = np.stack([whiten(L_g, K_g) for L_g, K_g in zip(L, Kuf)])
+    residual = kff - np.einsum("gmn,gmn->gn", A, A)
+    check_rows_nystrom(residual, kff)
+    return A, residual
+
+
 def evaluate(kernel, likelihood, X, y, Z, *, fitc, dtc=False, jitter=None, chunk_size=None,
              need_grad=True, need_state=False, offset_grad=False):
     """The collapsed objective, its gradients and, if asked, the posterior q(u).

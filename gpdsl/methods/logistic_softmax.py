@@ -87,7 +87,7 @@ import numpy as np
 from .._jit import announce_compilation
 from .._jit.logistic_softmax import ls_expectations, ls_local_terms, ls_local_update, ls_variances
 from ..chunks import add_partial, default_chunk_size, map_rows
-from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower, whiten
+from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower
 from . import collapsed
 from .common import Evaluation, LocalStateFormat, PredictiveState
 
@@ -236,18 +236,9 @@ def _start(kernel, K, X, codes, warm):
     return ls_local_update(codes, np.zeros((n, K)), var)
 
 
-def _factor_uu(kernel, Z, jitter):
-    """The Cholesky factor of K_uu + jitter (M, M), or one per class (K, M, M) for a kernel whose
-    gram is a stack (every class at the same rung)."""
-    Kzz = kernel.gram(Z, Z)
-    if Kzz.ndim == 2:
-        return cholesky(Kzz, jitter, what="K_uu")
-    return np.stack([cholesky(Kzz[k], jitter, what=f"K_uu of class {k}")[0] for k in range(len(Kzz))]), jitter
-
-
 def _whitened_rows(Kuf, kff, L):
-    """A = L^-1 K_uf and the residual variances K_ii - Q_ii of a row block, as
-    :func:`gpdsl.methods.collapsed.whitened_rows` computes them for one factor.
+    """A = L^-1 K_uf and the residual variances K_ii - Q_ii of a row block in this module's
+    shapes (:func:`gpdsl.methods.collapsed.whitened_blocks`).
 
     Parameters
     ----------
@@ -271,15 +262,8 @@ def _whitened_rows(Kuf, kff, L):
     FloatingPointError
         Q_ii > K_ii (:func:`gpdsl.methods.collapsed.check_rows_nystrom`).
     """
-    if L.ndim == 2:
-        A = whiten(L, Kuf)
-        residual = kff - np.einsum("ij,ij->j", A, A)
-        collapsed.check_rows_nystrom(residual, kff)
-        return A, residual[:, None]
-    A = np.stack([whiten(Lk, Kuf_k) for Lk, Kuf_k in zip(L, Kuf)])
-    residual = kff - np.einsum("kij,kij->kj", A, A)
-    collapsed.check_rows_nystrom(residual, kff)
-    return A, np.ascontiguousarray(residual.T)
+    A, residual = collapsed.whitened_blocks(Kuf, kff, L if L.ndim == 3 else L[None])
+    return (A[0] if L.ndim == 2 else A), np.ascontiguousarray(residual.T)
 
 
 def _class_means(A, weights):
@@ -294,7 +278,8 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
     """One evaluation at one jitter rung (as :func:`gpdsl.methods.polya_gamma._evaluate_at`)."""
     n, m = X.shape[0], Z.shape[0]
     chunk = spec.chunk_size or max(64, min(default_chunk_size(n, m), _BLOCK_DOUBLES // (K * m)))
-    L, jit = _factor_uu(kernel, Z, jitter)
+    L, jit = collapsed.factor_blocks(kernel, Z, jitter)
+    L = L if kernel.n_outputs > 1 else L[0]       # this module's shapes: (M, M) for a shared kernel
     cache = n * m * 8 * (L.size // (m * m)) <= _CACHE_BYTES       # A is (K, M, N) with a factor per class
     kept = None
     beta = np.full(n, float(K))

@@ -43,9 +43,8 @@ import numpy as np
 from scipy import linalg as sp_linalg
 
 from ..chunks import add_partial, default_chunk_size, map_rows
-from ..linalg import (JITTER_LADDER, cholesky, inverse_from_cholesky, inverse_lower, jitter_adjoint, solve_upper_t,
-                      whiten)
-from .collapsed import check_rows_nystrom
+from ..linalg import JITTER_LADDER, inverse_from_cholesky, inverse_lower, jitter_adjoint, solve_upper_t
+from .collapsed import factor_blocks, whitened_blocks
 from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps, shifted
 
 
@@ -286,30 +285,12 @@ def _kl(m, R):
     return 0.5 * (np.sum(R * R) + np.sum(m * m) - m.size) - np.sum(np.log(np.abs(np.diagonal(R, axis1=-2, axis2=-1))))
 
 
-def _factor(kernel, Z, jitter):
-    """The prior factors L (G, M, M) of K_uu's blocks (G = ``kernel.n_outputs``) and the one
-    relative jitter used for all of them (:func:`gpdsl.linalg.cholesky`; where the blocks' own
-    rungs differ, all are factorised again at the highest, so that one jitter describes L)."""
-    Kuu = kernel.gram(Z, Z)
-    blocks = Kuu[None] if Kuu.ndim == 2 else Kuu
-    factors = [cholesky(K_g, jitter, what="K_uu") for K_g in blocks]
-    jit = max(j for _, j in factors)
-    if any(j != jit for _, j in factors):
-        factors = [cholesky(K_g, jit, what="K_uu") for K_g in blocks]
-    return np.stack([L_g for L_g, _ in factors]), jit
-
-
 def _whitened(kernel, X, Z, L):
     """One row block's K_uf (G, M, n), A = L^-1 K_uf (G, M, n) and k_nn - |a_n|^2 (G, n), per
-    kernel block, checked as :func:`gpdsl.methods.collapsed.check_rows_nystrom`."""
+    kernel block (:func:`gpdsl.methods.collapsed.whitened_blocks`)."""
     Kuf = kernel.gram(Z, X)
-    kff = kernel.diag(X)
-    if Kuf.ndim == 2:
-        Kuf, kff = Kuf[None], kff[None]
-    A = np.stack([whiten(L_g, K_g) for L_g, K_g in zip(L, Kuf)])
-    residual = kff - np.einsum("gmn,gmn->gn", A, A)
-    check_rows_nystrom(residual, kff)
-    return Kuf, A, residual
+    A, residual = whitened_blocks(Kuf, kernel.diag(X), L)
+    return (Kuf[None] if Kuf.ndim == 2 else Kuf), A, residual
 
 
 def _project(A, c):
@@ -330,7 +311,7 @@ def _unstacked(a, G):
 def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need_grad, need_state, offset=None):
     n, M = X.shape[0], Z.shape[0]
     K = m.shape[1]
-    L, jit = _factor(kernel, Z, jitter)
+    L, jit = factor_blocks(kernel, Z, jitter)
     (ell, *partials), (mean, d_mean, d_var) = _data_pass(kernel, likelihood, X, y, Z, L, m, R,
                                                          chunk_size or default_chunk_size(n, M * K),
                                                          ("grad", "q_grad") if need_grad else (), offset)
@@ -590,7 +571,7 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
     rungs = JITTER_LADDER if jitter is None else (float(jitter),)
     for attempt, rung in enumerate(rungs):
         try:
-            L, _ = _factor(kernel, Z, rung)
+            L, _ = factor_blocks(kernel, Z, rung)
             elbo, Lam_hat, eta_hat = natural_pass(L, m, R)
             break
         except (np.linalg.LinAlgError, FloatingPointError):
@@ -747,7 +728,7 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
     """
     B = X.shape[0]
     m, R = state.m, state.R
-    L, jit = _factor(kernel, Z, jitter)
+    L, jit = factor_blocks(kernel, Z, jitter)
     if one_pass:
         (ell, AWA, Ar, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, m, R, B,
                                                                    ("natural", "grad"), offset, clip=True)
