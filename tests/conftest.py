@@ -43,7 +43,7 @@ def shared_path(*parts):
     if parts[:1] == ("data",):
         what = f"the data set file {'/'.join(parts[1:])}" if parts[1:] else "gpdsl's data sets"
         pytest.skip(f"needs {what}: set GPDSL_DATA to the directory that holds gpdsl's data sets (shared/data; "
-                    "README, 'Datasets')")
+                    "docs/guide.md, 'Datasets')")
     pytest.skip(f"needs {'/'.join(parts)} from gpdsl's shared/ directory, which is not part of the repository")
 
 

@@ -12,7 +12,7 @@ from conftest import data_root, shared_path
 DATA = data_root()
 
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs gpdsl's data sets: set GPDSL_DATA to the "
-                                "directory that holds them (shared/data; README, 'Datasets')")
+                                "directory that holds them (shared/data; docs/guide.md, 'Datasets')")
 
 # (generator, kwargs, expected number of input dimensions, is classification)
 GENERATORS = [

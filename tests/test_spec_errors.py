@@ -1,7 +1,7 @@
 """Malformed model specs end in one line ``gpdsl: error: ...`` and exit status 2 (issue 14, item 10).
 
 Each case names the table at fault and what it expected; unknown keys are errors everywhere,
-as the README's "Model files" section says, including the ``Sum`` / ``Product``, ``Optimized``,
+as the user guide's "Model files" section (docs/guide.md) says, including the ``Sum`` / ``Product``, ``Optimized``,
 ``{fixed = ..}`` and ``{prior = ..}`` tables that used to drop them silently.
 """
 import pytest
