@@ -174,13 +174,15 @@ def solve_lower(L, B):
     return linalg.solve_triangular(L, B, lower=True, check_finite=False)
 
 
-def whiten(L, K):
-    """L^-1 K for lower-triangular L (M, M) and K (M, n) -> (M, n), C-ordered.
+def whiten(L, K, transpose=False):
+    """L^-1 K (or, with ``transpose``, L^-T K) for lower-triangular L (M, M) and K (M, n) -> (M, n),
+    C-ordered.
 
-    The same triangular solve as :func:`solve_lower`, posed as X L^T = K^T on the transposed
-    (Fortran-ordered, so not copied) view: OpenBLAS runs that form 1.6x (M = 256) to 2.3x
-    (M = 21) faster than the left-sided solve that SciPy makes from a C-ordered K.  A 1-D K
-    (M,) gives L^-1 K (M,).  K is not overwritten.
+    The same triangular solve as :func:`solve_lower` (:func:`solve_upper_t`), posed as
+    X L^T = K^T (X L = K^T) on the transposed (Fortran-ordered, so not copied) view: OpenBLAS runs
+    that form 1.6x (M = 256) to 2.3x (M = 21) faster than the left-sided solve that SciPy makes
+    from a C-ordered K (L^-T K at M = 128, n = 1,024: 0.72 ms against 1.42).  A 1-D K (M,) gives
+    L^-1 K (M,).  K is not overwritten.
 
     Parameters
     ----------
@@ -188,16 +190,38 @@ def whiten(L, K):
         Lower-triangular.
     K : ndarray, shape (M, n) or (M,)
         Right-hand side(s).
+    transpose : bool, default False
+        Solve with L^T.
 
     Returns
     -------
     ndarray, shape of K
-        L^-1 K, C-ordered.
+        L^-1 K or L^-T K, C-ordered.
     """
     K = np.asarray(K, dtype=float)
     if K.ndim == 1:
-        return whiten(L, K[:, None])[:, 0]
-    return blas.dtrsm(1.0, L, K.T, side=1, lower=1, trans_a=1).T
+        return whiten(L, K[:, None], transpose)[:, 0]
+    return blas.dtrsm(1.0, L, K.T, side=1, lower=1, trans_a=0 if transpose else 1).T
+
+
+def lower_product(R, X, transpose=False):
+    """R X (or, with ``transpose``, R^T X) for lower-triangular R (M, M) and X (M, n) -> (M, n),
+    C-ordered: a triangular product (M^2 n flops, half a general product's) on the transposed view,
+    as :func:`whiten` (at M = 128, n = 1,024: 0.38 ms against 0.67 for the general product).
+
+    Parameters
+    ----------
+    R : ndarray, shape (M, M)
+        Lower-triangular (the upper triangle is not read).
+    X : ndarray, shape (M, n)
+    transpose : bool, default False
+        Multiply by R^T.
+
+    Returns
+    -------
+    ndarray, shape (M, n)
+    """
+    return blas.dtrmm(1.0, R, np.asarray(X, dtype=float).T, side=1, lower=1, trans_a=0 if transpose else 1).T
 
 
 def solve_upper_t(L, B):

@@ -266,6 +266,30 @@ def test_bound_likelihood_qualifies_gradient_keys():
 
 
 @pytest.mark.parametrize("link", ["probit", "logit"])
+def test_bernoulli_rule_ladder_is_the_100_point_rule(link):
+    """Each row's smaller rule of the jitted expectations' ladder (RULE_LADDER) gives the 100-point
+    rule's numbers to rounding: 1e-12 relative in E and d/dmean (atol 1e-300: tails near
+    underflow included), 1e-10 in d/dvar where above 1e-6, on a grid of means to |z_0| = 45 and
+    latent sds 0.2 to 1.5 that crosses every rule's limits (below sd 0.2 d/dvar is a cancelling
+    sum of slopes, rounding noise for either rule)."""
+    from gpdsl._jit.bernoulli_expectations import bernoulli_expectations
+    from gpdsl.likelihoods.base import gauss_hermite
+    from gpdsl.likelihoods.bernoulli import _rule_ladder
+    x, w = gauss_hermite(100)
+    single = (x, w, np.array([0, 100]), np.array([np.inf]), np.array([np.inf]))
+    m, sd = np.meshgrid(np.linspace(-45.0, 45.0, 721), np.arange(0.2, 1.5, 0.01))
+    m, v = m.ravel(), sd.ravel() ** 2
+    for label in (-1.0, 1.0):
+        y = np.full_like(m, label)
+        ladder = bernoulli_expectations(y, m, v, 0.3, link == "probit", *_rule_ladder(link, 100))
+        rule = bernoulli_expectations(y, m, v, 0.3, link == "probit", *single)
+        np.testing.assert_allclose(ladder[0], rule[0], rtol=1e-12)
+        np.testing.assert_allclose(ladder[1], rule[1], rtol=1e-12, atol=1e-300)
+        moderate = np.abs(rule[2]) > 1e-6
+        np.testing.assert_allclose(ladder[2][moderate], rule[2][moderate], rtol=1e-10)
+
+
+@pytest.mark.parametrize("link", ["probit", "logit"])
 def test_bernoulli_jitted_expectations_are_the_base_rule(link):
     """Bernoulli's jitted variational expectations are the base class's Gauss-Hermite rule over
     (rows, nodes) arrays, to rounding (1e-12 relative; d/dvar 1e-10, a sum of slopes as large as

@@ -30,7 +30,8 @@ marginals (n, K); the kernel and Z gradients go through one kernel VJP per chunk
 one kernel each).  No latent offset with K > 1.  For K = 1 the shapes are the single-output ones.
 
 :func:`minibatch_step` (what ``SVGP(batch_size=B)`` runs; :func:`minibatch_update` with q carried
-between steps) is profiled against its flop bound in ``benchmarks/profile_multiclass_step.py``.
+between steps) is profiled against its flop bound in ``benchmarks/profile_multiclass_step.py`` (K
+classes) and ``benchmarks/profile_minibatch_step.py`` (binary, with GPyTorch's step beside it).
 
 :func:`optimise_q` moves q(v) to its optimum at fixed hyperparameters and Z by damped natural-
 gradient steps (Khan & Lin 2017; Salimbeni, Eleftheriadis & Hensman 2018), one O(N M^2) pass each.
@@ -43,7 +44,7 @@ import numpy as np
 from scipy import linalg as sp_linalg
 
 from ..chunks import add_partial, default_chunk_size, map_rows
-from ..linalg import JITTER_LADDER, inverse_from_cholesky, inverse_lower, jitter_adjoint, solve_upper_t
+from ..linalg import JITTER_LADDER, inverse_from_cholesky, inverse_lower, jitter_adjoint, lower_product, whiten
 from .collapsed import factor_blocks, whitened_blocks
 from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps, shifted
 
@@ -373,7 +374,8 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None
     def chunk_pass(X_block, y_block, *rest):
         offset_block = rest[0] if offset is not None else None
         Kuf, A, residual = rest[-1] if carried is not None else _whitened(kernel, X_block, Z, L)
-        U = np.swapaxes(R, -1, -2) @ A                               # (K, M, n): R_k^T A
+        block = [0] * K if G == 1 else range(K)                      # latent function k's kernel block
+        U = np.stack([lower_product(R_k, A[g_k], transpose=True) for R_k, g_k in zip(R, block)])   # R_k^T A
         mean = _project(A, m)
         var = residual.T + np.einsum("kmn,kmn->nk", U, U)
         rows_likelihood = shifted(likelihood, offset_block)
@@ -385,7 +387,6 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None
         out = [np.sum(ve)]
         At = np.swapaxes(A, -1, -2)
         dT = np.ascontiguousarray(d.T)                               # (K, n)
-        block = [0] * K if G == 1 else range(K)                      # latent function k's kernel block
         # The per-class products run one class at a time: their (M, n) operands stay in cache,
         # where one stacked product over (K, M, n) temporaries ran 1.4x (P) to 2x (V) slower.
         if "natural" in outputs:
@@ -398,10 +399,10 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None
             # W_g = sum over the block's k of A D_k - R_k U_k D_k.
             W = A * (dT.sum(axis=0) if G == 1 else dT[:, None, :])
             for k, g_k in enumerate(block):
-                W[g_k] -= R[k] @ (U[k] * dT[k])
+                W[g_k] -= lower_product(R[k], U[k] * dT[k])
             G_A = (m @ g.T)[None] if G == 1 else m.T[:, :, None] * g.T[:, None, :]
             G_A -= 2.0 * W
-            G_uf = np.stack([solve_upper_t(L_g, G_g) for L_g, G_g in zip(L, G_A)])
+            G_uf = np.stack([whiten(L_g, G_g, transpose=True) for L_g, G_g in zip(L, G_A)])
             kgrads, dZ = kernel.vjp(Z, X_block, _unstacked(G_uf, G), K=_unstacked(Kuf, G))
             d_diag = dT.sum(axis=0) if G == 1 else dT
             grads = add_partial(add_partial(kgrads, kernel.diag_vjp(X_block, d_diag)), lik_grads)

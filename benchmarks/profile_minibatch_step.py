@@ -1,0 +1,144 @@
+"""The binary minibatch step against its flop bound: process CPU per step of gpdsl's SVGP step on
+twonorm (issue 29), beside the floating-point work the step cannot avoid, timed at this machine's
+own DGEMM rate, and where the step's time goes.
+
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 NUMBA_NUM_THREADS=1 \\
+        PYTHONPATH=. python3 benchmarks/profile_minibatch_step.py [--link probit] [--breakdown]
+
+Problem: ``gd.datasets.twonorm(--n, seed=0)`` (D = 20), SE kernel at lengthscale sqrt(20),
+variance 1, ``Bernoulli(--link)`` with its bias fixed at 0, Z the ``KMeans(--m, seed=0)``
+centres of 10,000 rows (``bench_large_n.kmeans_start``), batches of ``--batch`` rows.
+
+Timed, each as the median over ``--steps`` steps after ``--warm`` warm-up steps (process CPU):
+
+* ``update``: :func:`gpdsl.methods.svgp.minibatch_update` alone, q carried, a fresh batch each step;
+* ``fit step``: one step of ``Model.fit`` with ``SVGP(batch_size=B)`` (the update plus binding the
+  kernel, priors, the chain rule and Adam), read between successive calls of fit's callback.
+
+What the (two-pass) step must do, in flops (B rows, M inducing points, D inputs):
+
+* K_uf (its distances) and its adjoint for Z and the lengthscale: 2 B M D each;
+* A = L^-1 K_uf, a triangular solve: M^2 B;
+* pass 1: U = R^T A (triangular, M^2 B) for the marginal variances, P = A W A^T (symmetric, M^2 B);
+* pass 2, at the new q: U again (M^2 B), the K_uf adjoint L^-T (m g^T - 2 (I - S) A D) (two
+  triangular products, 2 M^2 B) and its reduction against A for the K_uu adjoint, symmetric
+  (A D A^T, M^2 B);
+* O(M^3): the natural step's Cholesky factorisation and triangular inverse (2/3 M^3), K_uu's
+  Cholesky factorisation and inverse (2/3 M^3) and the K_uu adjoint's two triangular products
+  (2 M^3); K_uu and its adjoint for Z (4 M^2 D).
+
+    flops = 7 M^2 B + 4 B M D + 10/3 M^3 + 4 M^2 D
+
+The bound is flops / (the DGEMM rate measured here on the step's (M, M) x (M, B) product).  Not in
+it: the transcendental work, B M exponentials of K_uf and the B Q log-densities of the Q-node
+Gauss-Hermite expectations, each pass.  ``--breakdown`` adds a cProfile table of the update's
+own time (cProfile's overhead inflates it; read the shares, not the totals).
+"""
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import time
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import gpdsl as gd  # noqa: E402
+from bench_large_n import kmeans_start  # noqa: E402
+from gpdsl.methods import svgp  # noqa: E402
+
+
+def gemm_rate(M, B, repeats=200):
+    """Flop/s of one (M, M) x (M, B) DGEMM, the step's shape, warm (median of single products)."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((M, M)), rng.standard_normal((M, B))
+    out = np.empty((M, B))
+    times = []
+    for _ in range(repeats):
+        t = time.process_time()
+        np.matmul(a, b, out=out)
+        times.append(time.process_time() - t)
+    # process_time's resolution is ~1 us; one product is ~100 us, and the median of many is stable.
+    return 2.0 * M * M * B / float(np.median(times))
+
+
+def step_flops(M, B, D):
+    return 7.0 * M * M * B + 4.0 * B * M * D + 10.0 / 3.0 * M ** 3 + 4.0 * M * M * D
+
+
+def parts(link, n, M):
+    X, y = gd.datasets.twonorm(n, seed=0)
+    Z = kmeans_start(X, M, 10_000)
+    kernel = gd.kernels.SquaredExponential(float(np.sqrt(X.shape[1])), 1.0)
+    likelihood = gd.likelihoods.Bernoulli(link, bias=gd.Fixed(0.0))
+    return X, y, Z, kernel, likelihood
+
+
+def update_times(X, y, Z, kernel, likelihood, B, warm, steps, profile=None):
+    """Process CPU of each warm minibatch_update, q carried (the fit's natural step 0.1)."""
+    kernel, likelihood = kernel.bind(), likelihood.bind()
+    n, M = X.shape[0], Z.shape[0]
+    rng = np.random.default_rng(0)
+    state = svgp.CarriedQ.of(svgp.initial_values(M), M, 1)
+    yc = likelihood.prepare_targets(y) if hasattr(likelihood, "prepare_targets") else y
+    times = []
+    for step in range(warm + steps):
+        rows = rng.choice(n, size=B, replace=False)
+        Xb, yb = X[rows], yc[rows]
+        if profile is not None and step == warm:
+            profile.enable()
+        t = time.process_time()
+        state, *_ = svgp.minibatch_update(kernel, likelihood, Xb, yb, Z, state, scale=n / B, rho=0.1)
+        times.append(time.process_time() - t)
+    if profile is not None:
+        profile.disable()
+    return np.array(times[warm:])
+
+
+def fit_step_times(X, y, Z, kernel, likelihood, B, warm, steps):
+    """Process CPU between successive callbacks of a fixed-step SVGP fit (the rule cannot fire)."""
+    marks = []
+    model = gd.Model(kernel, likelihood, gd.inducing.Fixed(Z),
+                     gd.inference.SVGP(batch_size=B, stop_window=10 * ((warm + steps) // 10 + 1)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gd.ConvergenceWarning)
+        model.fit(X, y, max_iter=warm + steps, callback=lambda _: marks.append(time.process_time()))
+    return np.diff(marks)[warm - 1:]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=100_000)
+    p.add_argument("--m", type=int, default=128)
+    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--link", default="probit")
+    p.add_argument("--warm", type=int, default=20)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--breakdown", action="store_true", help="cProfile the updates (top functions by own time)")
+    args = p.parse_args()
+    X, y, Z, kernel, likelihood = parts(args.link, args.n, args.m)
+    B, M, D = args.batch, args.m, X.shape[1]
+    rate = gemm_rate(M, B)
+    flops = step_flops(M, B, D)
+    bound = flops / rate
+    print(f"threads OMP={os.environ.get('OMP_NUM_THREADS')} OPENBLAS={os.environ.get('OPENBLAS_NUM_THREADS')} "
+          f"NUMBA={os.environ.get('NUMBA_NUM_THREADS')}; twonorm N={args.n}, D={D}, M={M}, B={B}, {args.link}; "
+          f"medians of {args.steps} steps after {args.warm}; load average {'%.2f %.2f %.2f' % os.getloadavg()}")
+    print(f"flops {flops:.3e}, DGEMM ({M}x{M})x({M}x{B}) {rate / 1e9:.1f} GFLOP/s, bound {1e3 * bound:.2f} ms")
+    print("| what | step ms (median) | p10 ms | p90 ms | ratio to bound |")
+    print("|---|---:|---:|---:|---:|")
+    for name, times in (("update", update_times(X, y, Z, kernel, likelihood, B, args.warm, args.steps)),
+                        ("fit step", fit_step_times(X, y, Z, kernel, likelihood, B, args.warm, args.steps))):
+        med = float(np.median(times))
+        print(f"| {name} | {1e3 * med:.2f} | {1e3 * np.percentile(times, 10):.2f} | "
+              f"{1e3 * np.percentile(times, 90):.2f} | {med / bound:.2f} |", flush=True)
+    if args.breakdown:
+        profile = cProfile.Profile()
+        update_times(X, y, Z, kernel, likelihood, B, args.warm, args.steps, profile)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+
+
+if __name__ == "__main__":
+    main()
