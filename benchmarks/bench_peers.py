@@ -76,6 +76,19 @@ PROBLEMS = {
     "sine-128": (128, ("vfe",), (("gpflow", "sgpr"),)),
     "twonorm-1e6": (128, ("pg_stochastic", "svgp_minibatch", "pgpr_hgv_subsample"), (("gpytorch", "svgp"),)),
 }
+# The multi-class problems of issue 28 (``multiclass_data.py``: a fixed split, M = 100 k-means points, one
+# seed), run by ``peer_multiclass.py`` at one thread each: (library, label, its arguments).
+MULTICLASS_STEPS = 2000
+MULTICLASS = {
+    data: [("gpdsl", f"gpdsl {name}", ["--method", method, "--steps", str(MULTICLASS_STEPS)])
+           for method, name in (("augmented-minibatch", "augmented (minibatch)"),
+                                ("svgp-softmax-minibatch", "softmax SVGP (minibatch)"),
+                                ("svgp-robustmax-minibatch", "robust-max SVGP (minibatch)"))]
+    + ([("gpdsl", "gpdsl augmented (collapsed)", ["--method", "augmented", "--steps", "200"])] if data == "digits" else [])
+    + [("gpflow", "GPflow robust-max SVGP (Adam)", ["--mode", "adam", "--steps", str(MULTICLASS_STEPS)]),
+       ("gpytorch", "GPyTorch softmax SVGP (Adam)", ["--steps", str(MULTICLASS_STEPS)])]
+    for data in ("digits", "penbased", "letter")
+}
 LABELS = {("gpdsl", "fitc_ep"): "gpdsl FITC-EP", ("gpdsl", "svgp"): "gpdsl SVGP (full batch)",
           ("gpdsl", "pgpr_kmeans"): "gpdsl PGPR, k-means Z", ("gpdsl", "pgpr_hgv"): "gpdsl PGPR-HGV",
           ("gpdsl", "vfe"): "gpdsl VFE", ("gpdsl", "pg_stochastic"): "gpdsl stochastic PG",
@@ -83,9 +96,18 @@ LABELS = {("gpdsl", "fitc_ep"): "gpdsl FITC-EP", ("gpdsl", "svgp"): "gpdsl SVGP 
           ("gpdsl", "pgpr_hgv_subsample"): "gpdsl PGPR-HGV, subsample=5000",
           ("gpy", "epdtc"): "GPy EPDTC", ("gpflow", "svgp"): "GPflow SVGP", ("gpflow", "sgpr"): "GPflow SGPR",
           ("gpytorch", "svgp"): "GPyTorch SVGP"}
+LIBRARIES = {"gpdsl": "gpdsl", "gpy": "GPy", "gpflow": "GPflow", "gpytorch": "GPyTorch"}
+
+
+def label_of(library, method):
+    """A run's name in the table (a multi-class run's method is its name already)."""
+    return LABELS.get((library, method), method)
+
+
 DESCRIPTIONS = {"breast": "breast cancer, 512 x 30", "twonorm": "twonorm, 6,660 x 20",
                 "sine-32": "sine, 90,000 x 1, M = 32", "sine-128": "sine, 90,000 x 1, M = 128",
-                "twonorm-1e6": "twonorm, 10^6 x 20"}
+                "twonorm-1e6": "twonorm, 10^6 x 20", "digits": "digits, 1,437 x 64, 10 classes",
+                "penbased": "penbased, 9,892 x 16, 10 classes", "letter": "letter, 18,000 x 16, 26 classes"}
 
 
 # ------------------------------------------------------------------------------------------- data
@@ -165,11 +187,46 @@ def interpreters(args):
             "gpytorch": os.path.join(args.peer_gpytorch, "bin", "python")}
 
 
+def run_multiclass(problem, args):
+    """The runs of one multi-class problem through ``peer_multiclass.py`` (its launcher prepares the data and
+    picks each library's interpreter), as result dicts like ``launch``'s."""
+    results = []
+    for library, label, extra in MULTICLASS[problem]:
+        if library not in args.libraries:
+            continue
+        python = {"gpflow": ["--python", interpreters(args)["gpflow"]],
+                  "gpytorch": ["--python", interpreters(args)["gpytorch"]]}.get(library, [])
+        cmd = [sys.executable, os.path.join(HERE, "peer_multiclass.py"), "--peer", library, "--data", problem,
+               "--M", "100", "--threads", "1", *python, *extra]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=args.timeout,
+                              env=dict(environment("1 thread")))
+        line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")), None)
+        r = {"problem": problem, "seed": 0, "library": library, "method": label, "config": "1 thread",
+             "source": "multiclass_data.py"}
+        if proc.returncode or line is None:
+            r["failed"] = f"exit status {proc.returncode}: {proc.stdout[-2000:]}"
+            print(f"  {label}: FAILED {r['failed']}", flush=True)
+        else:
+            j = json.loads(line)
+            r.update(cpu=j["fit_cpu_s"], wall=j["fit_wall_s"], nlpd=j["test_nlpd"], error=j["test_error"],
+                     peak_rss_gb=j["peak_rss_fit_mb"] / 1e3, M=j["M"] or 0, iters=j.get("steps_taken") or j["steps"],
+                     converged=True, load=[j["loadavg_start"][0], j["loadavg_end"][0]], note=j["mode"],
+                     version="; ".join(f"{k} {v}" for k, v in j["versions"].items() if k not in ("python", "numpy")))
+            print(f"  {label:<32s} [1 thread] CPU {r['cpu']:7.2f} s, NLPD {r['nlpd']:.4f}, error {r['error']:.4f}, "
+                  f"steps {r['iters']}, load {r['load'][0]:.2f}; {r['version']}", flush=True)
+        results.append(r)
+    return results
+
+
 def run(args):
     pythons = interpreters(args)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for problem in args.problems:
+            if problem in MULTICLASS:
+                print(f"# {problem}: multiclass_data.py's split", flush=True)
+                results += run_multiclass(problem, args)
+                continue
             M, methods, peers = PROBLEMS[problem]
             for seed in args.seeds:
                 data, source = prepare(problem, seed, args.twonorm)
@@ -189,10 +246,10 @@ def run(args):
                     r.update(problem=problem, seed=seed, library=library, method=method, config=config, source=source)
                     results.append(r)
                     if "failed" in r:
-                        print(f"  {LABELS[library, method]} [{config}]: FAILED {r['failed']}", flush=True)
+                        print(f"  {label_of(library, method)} [{config}]: FAILED {r['failed']}", flush=True)
                     else:
                         score = f"error {r['error']:.4f}" if "error" in r else f"RMSE {r['rmse']:.4f}"
-                        print(f"  {LABELS[library, method]:<32s} [{config:8s}] CPU {r['cpu']:7.2f} s, wall "
+                        print(f"  {label_of(library, method):<32s} [{config:8s}] CPU {r['cpu']:7.2f} s, wall "
                               f"{r['wall']:7.2f} s, NLPD {r['nlpd']:.4f}, {score}, iters {r['iters']}, M {r['M']}, "
                               f"peak {r['peak_rss_gb']:.2f} GB, load {r['load'][0]:.2f}; {r['version']}; {r['note']}",
                               flush=True)
@@ -229,28 +286,30 @@ def render(results, meta):
              "threads, from the model's construction to the end of the fit, in a fresh process: gpdsl's Numba kernels "
              "loaded from the on-disk cache; *cold*: compiled, the first fit after installing). Peers at one thread; "
              "gpdsl in the default environment (*default*) and at one thread. *Ratio*: the fastest peer's CPU at "
-             f"equal (within {EQUAL_NLPD}) or better test NLPD over gpdsl's default CPU (peer marked \\* when no peer "
+             f"equal (within {EQUAL_NLPD}) or better test NLPD over gpdsl's CPU (default; the multi-class runs: 1 thread) (peer marked \\* when no peer "
              "reaches gpdsl's NLPD: the ratio is then against the fastest peer, at a worse NLPD).", "",
              "| problem | method | CPU s default | CPU s 1 thread | cold s | wall s | test NLPD | error / RMSE | M | "
              "peak GB | fastest peer at equal NLPD | ratio |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for problem in dict.fromkeys(r["problem"] for r in results):
         for (p, lib, m, config), v in med.items():
-            if p != problem or config != ("default" if lib == "gpdsl" else "1 thread"):
+            shown = "default" if lib == "gpdsl" and (p, lib, m, "default") in med else "1 thread"
+            if p != problem or config != shown:
                 continue
             score = f"{v['error']:.4f}" if "error" in v else f"{v['rmse']:.4f}"
             if lib == "gpdsl":
                 one, cold = med.get((p, lib, m, "1 thread")), med.get((p, lib, m, "cold"))
-                times = [f"{v['cpu']:.2f}", f"{one['cpu']:.2f}" if one else "", f"{cold['cpu']:.1f}" if cold else ""]
+                times = [f"{v['cpu']:.2f}" if config == "default" else "", f"{one['cpu']:.2f}" if one else "",
+                         f"{cold['cpu']:.1f}" if cold else ""]
                 pick, equal = fastest_peer(med, p, v["nlpd"])
-                versus = (f"{LABELS[pick[1], pick[2]]} {pick[0]:.1f} s, {pick[3]['nlpd']:.4f}" + ("" if equal else " \\*")
+                versus = (f"{label_of(pick[1], pick[2])} {pick[0]:.1f} s, {pick[3]['nlpd']:.4f}" + ("" if equal else " \\*")
                           if pick else "")
                 ratio = f"{pick[0] / v['cpu']:.1f}x" if pick else ""
             else:
                 times, versus, ratio = ["", f"{v['cpu']:.2f}", ""], "", ""
-            lines.append("| " + " | ".join([DESCRIPTIONS[p], LABELS[lib, m], *times, f"{v['wall']:.1f}", f"{v['nlpd']:.4f}",
+            lines.append("| " + " | ".join([DESCRIPTIONS[p], label_of(lib, m), *times, f"{v['wall']:.1f}", f"{v['nlpd']:.4f}",
                                             score, f"{v['M']:g}", f"{v['peak_rss_gb']:.2f}", versus, ratio]) + " |")
-    versions = sorted({f"{LABELS[r['library'], r['method']].split()[0]} {r['version']}" for r in results if "version" in r})
+    versions = sorted({f"{LIBRARIES[r['library']]} {r['version']}" for r in results if "version" in r})
     lines += ["", "Versions: " + "; ".join(versions) + "."]
     return "\n".join(lines) + "\n"
 
@@ -268,7 +327,8 @@ def rewrite_readme(path, table):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--problems", default=",".join(PROBLEMS), help=f"comma-separated subset of {', '.join(PROBLEMS)}")
+    p.add_argument("--problems", default=",".join([*PROBLEMS, *MULTICLASS]),
+                   help=f"comma-separated subset of {', '.join([*PROBLEMS, *MULTICLASS])}")
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--libraries", default="gpdsl,gpy,gpflow,gpytorch")
     p.add_argument("--peer-gpy", default=os.environ.get("PEER_GPY", "/tmp/peer-gpy"))
@@ -286,9 +346,9 @@ def main(argv=None):
         meta, results = saved["meta"], saved["results"]
     else:
         args.problems = [s for s in args.problems.split(",") if s]
-        unknown = set(args.problems) - set(PROBLEMS)
+        unknown = set(args.problems) - set(PROBLEMS) - set(MULTICLASS)
         if unknown:
-            p.error(f"--problems: unknown {sorted(unknown)}; expected a subset of {list(PROBLEMS)}")
+            p.error(f"--problems: unknown {sorted(unknown)}; expected a subset of {[*PROBLEMS, *MULTICLASS]}")
         args.seeds = [int(s) for s in args.seeds.split(",")]
         args.libraries = [s for s in args.libraries.split(",") if s]
         sys.path.insert(0, ROOT)

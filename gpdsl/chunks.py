@@ -17,6 +17,10 @@ from .backends import is_dask
 # small enough to stay in cache-friendly memory at N = 10^5..10^6.
 _TARGET_BLOCK = 2 ** 21
 
+# The budget of a method's per-block arrays kept between passes at fixed hyperparameters (A = L^-1 K_uf,
+# and K_uf where both fit): 256 MB.  Beyond it the blocks are formed again at every pass.
+CACHE_BYTES = 2 ** 28
+
 
 def default_chunk_size(n, m):
     """Rows per block of a row-chunked pass: about 2**21 doubles of K_uf per block.

@@ -40,14 +40,13 @@ import numpy as np
 
 from .._jit import announce_compilation
 from .._jit.polya_gamma import pg_marginals_update, pg_theta, pg_theta_kl
-from ..chunks import default_chunk_size, map_rows
+from ..chunks import CACHE_BYTES, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, solve_lower
 from . import collapsed
 from .common import Evaluation, LocalStateFormat, known_noise
 
 # The thesis author's code starts every c_n at 0.1 (`PolyaGammaLikelihood(variance=0.1)`).
 C_INIT = 0.1
-_CACHE_BYTES = 2 ** 28      # 256 MB of cached L^-1 K_uf, as for K_uf in the collapsed engine
 _LOG2 = np.log(2.0)
 _ANDERSON_MEMORY = 10
 _COMPILE_SECONDS = 2        # rough first-fit compile time on a 2-core machine, for the notice
@@ -182,7 +181,7 @@ def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad,
     # budget: every sweep returns them and the next takes them back as its blocks' carried items
     # (for Dask input, persisted where the blocks were computed), so that no chunk function holds
     # state.
-    cache = n * m * 8 <= _CACHE_BYTES
+    cache = n * m * 8 <= CACHE_BYTES
     kept = None
     half_y = 0.5 * y
 

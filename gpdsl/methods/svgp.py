@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import linalg as sp_linalg
 
-from ..chunks import add_partial, default_chunk_size, map_rows
+from ..chunks import CACHE_BYTES, add_partial, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, inverse_from_cholesky, inverse_lower, jitter_adjoint, lower_product, whiten
 from .collapsed import factor_blocks, whitened_blocks
 from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps, shifted
@@ -561,9 +561,17 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
         q = values if all(k in values for k in _Q_KEYS) else initial_values(M, K)
     m, R = _checked_q(q, M, K)
     chunk = chunk_size or default_chunk_size(n, M * K)
+    # Each block's K_uf, A = L^-1 K_uf and k_nn - |a_n|^2 do not depend on q: they are kept between
+    # the steps' passes when they fit the budget (twonorm, N = 6,660, M = 128: ten passes an
+    # evaluation, each of which formed them again), and handed back as the blocks' carried items.
+    cache = 2 * n * M * getattr(kernel, "n_outputs", 1) * 8 <= CACHE_BYTES
+    kept = None
 
     def natural_pass(L, m, R):
-        (ell, AWA, Ar), _ = _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, ("natural",), offset)
+        nonlocal kept
+        (ell, AWA, Ar), _, *blocks = _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, ("natural",), offset,
+                                                keep=cache, carried=kept)
+        kept = blocks[0] if cache else None
         elbo = float(ell - _kl(m, R))
         if not np.isfinite(elbo):
             raise FloatingPointError("SVGP: non-finite bound")
@@ -572,6 +580,7 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
     rungs = JITTER_LADDER if jitter is None else (float(jitter),)
     for attempt, rung in enumerate(rungs):
         try:
+            kept = None                       # blocks of a failed rung's L are not this one's
             L, _ = factor_blocks(kernel, Z, rung)
             elbo, Lam_hat, eta_hat = natural_pass(L, m, R)
             break
