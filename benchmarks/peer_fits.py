@@ -179,8 +179,9 @@ def _tensorflow_one_thread():
 
 
 def _gpflow_minimise(gpflow, model, data):
-    result = gpflow.optimizers.Scipy().minimize(model.training_loss_closure(data, compile=True),
-                                                model.trainable_variables, options={"maxiter": MAX_ITER})
+    # SGPR holds its data (InternalDataTrainingLossMixin), SVGP is given it.
+    loss = model.training_loss_closure(compile=True) if data is None else model.training_loss_closure(data, compile=True)
+    result = gpflow.optimizers.Scipy().minimize(loss, model.trainable_variables, options={"maxiter": MAX_ITER})
     return int(result.nit), bool(result.success), str(result.message)
 
 
