@@ -116,6 +116,29 @@ def parallel_site_updates(marginal_var, marginal_mean, tau, nu, y, param, projec
 # uses), registered under a gpdsl symbol and declared as an external function, so that the cached
 # machine code refers to it by name.  All arguments are pointers (the Fortran convention).
 
+@njit(cache=True)
+def tilted_projections(y, mu_cav, var_cav, param, project, quantile):
+    """log Z_i and the tilted mean and variance of every site at its cavity N(mu_cav_i, var_cav_i),
+    (N,) each: ``project`` as in the sweeps (no lookup table: the moments are EP's or QP's own)."""
+    n = mu_cav.shape[0]
+    log_z, mean, var = np.empty(n), np.empty(n), np.empty(n)
+    for i in range(n):
+        log_z[i], mean[i], var[i] = project(y[i], mu_cav[i], var_cav[i], param, quantile, None, None)
+    return log_z, mean, var
+
+
+@njit(cache=True)
+def summed_log_z_gradient(y, mu_cav, var_cav, param, log_z_gradient):
+    """sum_i d log Z_i / d theta at fixed cavities, (len(param),): ``log_z_gradient(y_i, mu, var,
+    param)`` the likelihood's tuple of derivatives (:mod:`gpdsl._jit.projections`)."""
+    total = np.zeros(len(param))
+    for i in range(mu_cav.shape[0]):
+        g = log_z_gradient(y[i], mu_cav[i], var_cav[i], param)
+        for j in range(len(param)):
+            total[j] += g[j]
+    return total
+
+
 def _bind_blas(name, n_args):
     symbol = "gpdsl_ep_sweeps_" + name
     _llvm.add_symbol(symbol, get_cython_function_address("scipy.linalg.cython_blas", name))

@@ -555,13 +555,12 @@ def cavity_terms(prior, state, y, site, quantile=None):
     if not (np.all(var > 0.0) and np.all(tau_cav > 0.0) and np.all(np.isfinite(nu_cav))):
         raise FloatingPointError("EP/QP posterior lost positive definiteness (marginal variance not below 1 / site "
                                  "precision): the hyperparameters are numerically extreme")
-    n = len(y)
-    log_z, param_grads, tilted_mean, tilted_var = np.empty(n), np.zeros(len(site.params)), np.empty(n), np.empty(n)
-    for i in range(n):
-        mu_c, var_c = nu_cav[i] / tau_cav[i], 1.0 / tau_cav[i]
-        log_z[i], tilted_mean[i], tilted_var[i] = site.functions.project(y[i], mu_c, var_c, site.params, quantile,
-                                                                         None, None)
-        param_grads += site.functions.log_z_gradient(y[i], mu_c, var_c, site.params)
+    mu_cav, var_cav = nu_cav / tau_cav, 1.0 / tau_cav
+    log_z, tilted_mean, tilted_var = ep_sweeps.tilted_projections(y, mu_cav, var_cav, site.params,
+                                                                  site.functions.project, quantile)
+    # A likelihood without parameters has nothing to differentiate (and an empty tuple to index).
+    param_grads = (ep_sweeps.summed_log_z_gradient(y, mu_cav, var_cav, site.params, site.functions.log_z_gradient)
+                   if len(site.params) else np.zeros(0))
     clamped = int(np.sum(tilted_var * tau_cav > 1.0 + CLAMP_MARGIN))
     return log_z, param_grads, tau_cav, nu_cav, mean, clamped, tilted_mean * tau_cav - nu_cav
 
