@@ -211,11 +211,17 @@ def run_multiclass(problem, args):
             r.update(cpu=j["fit_cpu_s"], wall=j["fit_wall_s"], nlpd=j["test_nlpd"], error=j["test_error"],
                      peak_rss_gb=j["peak_rss_fit_mb"] / 1e3, M=j["M"] or 0, iters=j.get("steps_taken") or j["steps"],
                      converged=True, load=[j["loadavg_start"][0], j["loadavg_end"][0]], note=j["mode"],
-                     version="; ".join(f"{k} {v}" for k, v in j["versions"].items() if k not in ("python", "numpy")))
+                     version=_version(library, j["versions"]))
             print(f"  {label:<32s} [1 thread] CPU {r['cpu']:7.2f} s, NLPD {r['nlpd']:.4f}, error {r['error']:.4f}, "
                   f"steps {r['iters']}, load {r['load'][0]:.2f}; {r['version']}", flush=True)
         results.append(r)
     return results
+
+
+def _version(library, versions):
+    """peer_fits.py's form of a peer_multiclass.py run's versions: "2.11.2 (tensorflow 2.21.0)"."""
+    others = [f"{k} {v}" for k, v in versions.items() if k not in (library, "python", "numpy", "commit")]
+    return versions[library] + (f" ({', '.join(others)})" if others else "")
 
 
 def run(args):
