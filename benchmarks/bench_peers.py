@@ -6,6 +6,7 @@ table that the README's speed section is generated from.
     python benchmarks/bench_peers.py --readme README.md           # ... and rewrite the README's speed section
     python benchmarks/bench_peers.py --problems breast --seeds 0  # one problem, one seed
     python benchmarks/bench_peers.py --render benchmarks/peers/results.json --readme README.md
+    python benchmarks/bench_peers.py --render a/results.json,b/results.json    # runs of parts, one table
 
 Problems (each seed draws its own split and k-means start, the same for every library):
 
@@ -343,13 +344,21 @@ def main(argv=None):
     p.add_argument("--twonorm", default=TWONORM, help="raetsch_twonorm.csv; absent: a generated twonorm draw")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per fit")
     p.add_argument("--out", default=os.path.join(HERE, "peers"), help="folder of results.json and table.md")
-    p.add_argument("--render", default=None, help="a results.json to tabulate instead of running")
+    p.add_argument("--render", default=None,
+                   help="results.json files (comma-separated: runs of parts of the problems) to tabulate instead of running")
     p.add_argument("--readme", default=None, help="rewrite this README's bench_peers section with the table")
     args = p.parse_args(argv)
     if args.render:
-        with open(args.render) as fh:
-            saved = json.load(fh)
-        meta, results = saved["meta"], saved["results"]
+        saved = []
+        for path in args.render.split(","):
+            with open(path) as fh:
+                saved.append(json.load(fh))
+        results = [r for one in saved for r in one["results"]]
+        metas = [one["meta"] for one in saved]
+        meta = {"date": ", ".join(dict.fromkeys(m["date"] for m in metas)),
+                "commit": ", ".join(dict.fromkeys(m["commit"] for m in metas)), "machine": metas[0]["machine"],
+                "seeds": sorted({s for m in metas for s in m["seeds"]}),
+                "load": [min(m["load"][0] for m in metas), max(m["load"][1] for m in metas)]}
     else:
         args.problems = [s for s in args.problems.split(",") if s]
         unknown = set(args.problems) - set(PROBLEMS) - set(MULTICLASS)
