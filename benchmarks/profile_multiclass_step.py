@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-# (name, K, D) of issue 28's data sets; M = 100 and B = 256 as in bench_multiclass.py.
+# (name, K, D) of issue 28's data sets; M = 100 and B = 256 as in peer_multiclass.py's runs.
 SHAPES = (("digits", 10, 64), ("penbased", 10, 16), ("letter", 26, 16))
 
 
