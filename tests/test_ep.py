@@ -155,6 +155,21 @@ def test_dtc_ep_evidence_gradients_match_finite_differences(synth, quantile):
     _check_evidence_gradients(model, X, y, Z0)
 
 
+def test_dtc_ep_model_round_trips(synth, tmp_path):
+    X, y = synth[0][:50], synth[1][:50]
+    model = _classifier(gd.inference.EP(approximation="dtc"), gd.inducing.Optimized(X[:5] + 0.1))
+    with pytest.warns(gd.ConvergenceWarning, match="did not converge"):
+        post = model.fit(X, y, max_iter=3)
+    post.save(tmp_path / "post.nc")
+    back = gd.load(tmp_path / "post.nc")
+    assert back.model == model and back.model.inference.approximation == "dtc"
+    np.testing.assert_array_equal(back.predict(X[:4]).f_var.values, post.predict(X[:4]).f_var.values)
+    assert gd.Model.from_dict(model.to_dict()) == model
+    toml = tmp_path / "model.toml"
+    toml.write_text(model.to_toml())
+    assert gd.Model.from_toml(toml) == model
+
+
 def test_approximation_is_validated():
     for cls in (gd.inference.EP, gd.inference.QP):
         with pytest.raises(ValueError, match=f"{cls.__name__}: approximation must be one of \\('fitc', 'dtc'\\), "

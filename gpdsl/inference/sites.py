@@ -37,6 +37,10 @@ _SITE_PARAMETERS = """
         EPDTC), K_uu with the jitter above; the evidence and its gradients are then those of
         log N(nu/tau | 0, Q_ff + diag(1/tau)) at the sites (``gd.inference.DTC`` on the
         pseudo-data), and predictions at new inputs keep K_** - Q_** (the DTC predictive).
+        DTC's evidence has no variance correction, and maximised over optimised inducing inputs it
+        can degenerate (breast cancer, M = 128: 3 of 5 splits ran to kernel variance ~1e13,
+        length-scale ~2.4, test NLPD 0.69; benchmarks/notes_fitc_vs_dtc.md); with fixed Z it
+        fitted as FITC-EP did.
     """
 
 
