@@ -103,7 +103,9 @@ def test_logit_classifier_fit_equals_in_memory(data, inference):
 
 
 @pytest.mark.parametrize("inference", [gd.inference.EP(schedule="parallel", chunk_size=CHUNK),
-                                       gd.inference.QP(schedule="parallel", chunk_size=CHUNK)], ids=["EP", "QP"])
+                                       gd.inference.QP(schedule="parallel", chunk_size=CHUNK),
+                                       gd.inference.EP(schedule="parallel", chunk_size=CHUNK, approximation="dtc")],
+                         ids=["EP", "QP", "DTC-EP"])
 def test_parallel_site_schedule_equals_in_memory(data, inference):
     """FITC-EP/QP on the parallel schedule: the prior's refresh and marginals are Dask passes
     over X's blocks (ChunkedFITCPrior), never an (N, M) factor."""

@@ -85,6 +85,100 @@ def test_fitc_ep_equals_dense_ep_on_the_fitc_prior(synth, schedule, quantile):
     assert fitc.log_det_B == pytest.approx(dense.log_det_B, rel=1e-9)
 
 
+def _numpy_probit_ep(K, y, sweeps=300, tol=1e-13):
+    """Sequential dense probit EP on the explicit prior N(0, K) in plain NumPy (R&W Algorithm 3.5,
+    posterior recomputed from the sites at every site: slow and independent of gpdsl's sweeps).
+    Returns tau, nu and the evidence log N(mu~ | 0, K + S~^-1) + sum_i log Z~_i."""
+    from scipy import stats
+    n = len(y)
+    tau, nu = np.zeros(n), np.zeros(n)
+    for _ in range(sweeps):
+        old = np.concatenate([tau, nu])
+        for i in range(n):
+            _, _, Sigma, mu = naive.dense_ep_cavities(K, tau, nu)
+            t_cav, n_cav = 1.0 / Sigma[i, i] - tau[i], mu[i] / Sigma[i, i] - nu[i]
+            m, v = n_cav / t_cav, 1.0 / t_cav
+            z = y[i] * m / np.sqrt(1.0 + v)
+            r = np.exp(stats.norm.logpdf(z) - stats.norm.logcdf(z))
+            m_hat = m + y[i] * v * r / np.sqrt(1.0 + v)
+            v_hat = v - v ** 2 * r * (z + r) / (1.0 + v)
+            tau[i] = max(1.0 / v_hat - t_cav, 0.0)
+            nu[i] = m_hat / v_hat - n_cav
+        if np.max(np.abs(np.concatenate([tau, nu]) - old)) < tol:
+            break
+    m_cav, v_cav, _, _ = naive.dense_ep_cavities(K, tau, nu)
+    mu_t, v_t = nu / tau, 1.0 / tau
+    log_z = stats.norm.logcdf(y * m_cav / np.sqrt(1.0 + v_cav))
+    log_z_tilde = log_z + 0.5 * np.log(2 * np.pi * (v_cav + v_t)) + 0.5 * (m_cav - mu_t) ** 2 / (v_cav + v_t)
+    lml = stats.multivariate_normal(mean=np.zeros(n), cov=K + np.diag(v_t)).logpdf(mu_t)
+    return tau, nu, float(lml + np.sum(log_z_tilde))
+
+
+def test_dtc_ep_equals_numpy_dense_ep_on_the_dtc_prior(synth):
+    """EP(approximation="dtc") against dense EP on the explicit DTC prior Q_ff = K_fu K_uu^-1 K_uf
+    (K_uu with the same 1e-6 relative jitter) in plain NumPy: sites, evidence, and the DTC
+    predictive at new inputs, mean Q_*f (Q_ff + S~^-1)^-1 mu~ and variance
+    k_** - Q_*f (Q_ff + S~^-1)^-1 Q_f*."""
+    X, y, Xs, ys = synth[0][:60], synth[1][:60], synth[2][:15], synth[3][:15]
+    Z = X[:7] + 0.05
+    ls, var = 0.8, 1.3
+    Kuu, Kuf = naive.kernel(Z, Z, ls, var, "se"), naive.kernel(Z, X, ls, var, "se")
+    Q, Kj = naive.nystrom(Kuu, Kuf, 1e-6)
+    tau, nu, lml = _numpy_probit_ep(Q, y)
+    post = _classifier(gd.inference.EP(tol=1e-12, jitter=1e-6, approximation="dtc"), gd.inducing.Fixed(Z),
+                       kernel=SE(ls, var)).fit(X, y, optimize=False)
+    assert post.converged
+    np.testing.assert_allclose(post.sites.tau, tau, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(post.sites.nu, nu, rtol=1e-7, atol=1e-10)
+    assert post.log_evidence == pytest.approx(lml, rel=1e-8)
+    Qsf = naive.kernel(Xs, Z, ls, var, "se") @ np.linalg.solve(Kj, Kuf)
+    C = np.linalg.inv(Q + np.diag(1.0 / tau))
+    mean, fvar = Qsf @ C @ (nu / tau), var - np.einsum("ij,jk,ik->i", Qsf, C, Qsf)
+    pred = post.predict(Xs)
+    np.testing.assert_allclose(pred.f_mean, mean, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(pred.f_var, fvar, rtol=1e-7, atol=1e-9)
+    from scipy import stats
+    np.testing.assert_allclose(post.log_predictive(Xs, ys), stats.norm.logcdf(ys * mean / np.sqrt(1 + fvar)),
+                               rtol=1e-7, atol=1e-9)
+    # FITC-EP on the same problem is another approximation (the diagonal correction is not small here).
+    fitc = _classifier(gd.inference.EP(tol=1e-12, jitter=1e-6), gd.inducing.Fixed(Z), kernel=SE(ls, var)).fit(
+        X, y, optimize=False)
+    assert abs(fitc.log_evidence - post.log_evidence) > 1e-3
+
+
+@pytest.mark.parametrize("quantile", [False, True])
+def test_dtc_ep_evidence_gradients_match_finite_differences(synth, quantile):
+    X, y = synth[0][:70], synth[1][:70]
+    Z0 = X[:6] + 0.1
+    spec = (gd.inference.QP if quantile else gd.inference.EP)(tol=1e-13, jitter=1e-6, approximation="dtc")
+    model = _classifier(spec, gd.inducing.Optimized(Z0), kernel=SE(np.array([0.7, 1.2]), 1.4), bias=0.2)
+    _check_evidence_gradients(model, X, y, Z0)
+
+
+def test_dtc_ep_model_round_trips(synth, tmp_path):
+    X, y = synth[0][:50], synth[1][:50]
+    model = _classifier(gd.inference.EP(approximation="dtc"), gd.inducing.Optimized(X[:5] + 0.1))
+    with pytest.warns(gd.ConvergenceWarning, match="did not converge"):
+        post = model.fit(X, y, max_iter=3)
+    post.save(tmp_path / "post.nc")
+    back = gd.load(tmp_path / "post.nc")
+    assert back.model == model and back.model.inference.approximation == "dtc"
+    np.testing.assert_array_equal(back.predict(X[:4]).f_var.values, post.predict(X[:4]).f_var.values)
+    assert gd.Model.from_dict(model.to_dict()) == model
+    toml = tmp_path / "model.toml"
+    toml.write_text(model.to_toml())
+    assert gd.Model.from_toml(toml) == model
+
+
+def test_approximation_is_validated():
+    for cls in (gd.inference.EP, gd.inference.QP):
+        with pytest.raises(ValueError, match=f"{cls.__name__}: approximation must be one of \\('fitc', 'dtc'\\), "
+                                             "got 'vfe'"):
+            cls(approximation="vfe")
+    assert gd.inference.EP().approximation == "fitc"
+    assert gd.inference.EP(approximation="dtc") != gd.inference.EP()
+
+
 def test_fitc_ep_with_Z_equal_X_equals_dense_ep(synth):
     # A short length-scale keeps K_ff well conditioned, so that Q_ff = K_ff holds without jitter
     # (at ell = 1 these 60 points give cond(K_ff) ~ 1e18 and no jitter reproduces K_ff).

@@ -11,6 +11,7 @@ from .base import Inference, _check_chunk
 
 
 SCHEDULES = ("sequential", "parallel")
+APPROXIMATIONS = ("fitc", "dtc")
 QP_HYPERPARAMETERS = ("ep", "qp")
 _SITE_PARAMETERS = """
     Parameters
@@ -29,6 +30,17 @@ _SITE_PARAMETERS = """
         As for VFE (K_uu, or K_ff for the dense method).
     chunk_size : int or None, default None
         Rows per O(N M^2) chunk (FITC-EP).
+    approximation : {"fitc", "dtc"}, default "fitc"
+        The sparse prior with an inducing spec (ignored without one): ``"fitc"`` is
+        Q_ff + diag(K_ff - Q_ff) (Naish-Guzman & Holden 2007), ``"dtc"`` the projected-process /
+        DTC prior Q_ff = K_fu K_uu^-1 K_uf (Seeger, Williams & Lawrence 2003; the prior of GPy's
+        EPDTC), K_uu with the jitter above; the evidence and its gradients are then those of
+        log N(nu/tau | 0, Q_ff + diag(1/tau)) at the sites (``gd.inference.DTC`` on the
+        pseudo-data), and predictions at new inputs keep K_** - Q_** (the DTC predictive).
+        DTC's evidence has no variance correction, and maximised over optimised inducing inputs it
+        can degenerate (breast cancer, M = 128: 3 of 5 splits ran to kernel variance ~1e13,
+        length-scale ~2.4, test NLPD 0.69; benchmarks/notes_fitc_vs_dtc.md); with fixed Z it
+        fitted as FITC-EP did.
     """
 
 
@@ -41,7 +53,8 @@ class _SiteInference(Inference):
     ``tol``: convergence when the largest change of a site parameter in a sweep is below it.
     ``schedule``: ``"sequential"`` (one site at a time, rank-1 updates, as Naish-Guzman &
     Holden section 3) or ``"parallel"`` (all sites from the current marginals, then one
-    refresh).  Without an inducing spec the dense O(N^3) EP runs; with one, FITC-EP.
+    refresh).  Without an inducing spec the dense O(N^3) EP runs; with one, FITC-EP, or DTC-EP
+    with ``approximation="dtc"``.
     """
 
     damping: float = 0.0
@@ -50,6 +63,7 @@ class _SiteInference(Inference):
     schedule: str = "sequential"
     jitter: float | None = None
     chunk_size: int | None = None
+    approximation: str = "fitc"
     inducing_rule = "optional"
     local_state = expectation_propagation.SITES_FORMAT
     requires = "site_model"
@@ -64,6 +78,8 @@ class _SiteInference(Inference):
             raise ValueError(f"{name}: schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         check_jitter(name, self.jitter)
         _check_chunk(name, self.chunk_size)
+        if self.approximation not in APPROXIMATIONS:
+            raise ValueError(f"{name}: approximation must be one of {APPROXIMATIONS}, got {self.approximation!r}")
 
     @property
     def supports_dask_chunks(self):
@@ -78,7 +94,8 @@ class _SiteInference(Inference):
 @dataclass(frozen=True)
 class EP(_SiteInference):
     """Expectation propagation: sites by moment matching (KL projection); dense without an
-    inducing spec, FITC-EP (Naish-Guzman & Holden 2007, section 3) with one.
+    inducing spec, FITC-EP (Naish-Guzman & Holden 2007, section 3) with one, or EP on the DTC
+    prior Q_ff with ``approximation="dtc"`` (the same sweeps with the diagonal correction zero).
     """
 
     __doc__ += _SITE_PARAMETERS

@@ -3,7 +3,9 @@
 * Dense EP (Rasmussen & Williams section 3.6, GPML's ``infEP``): the reference, O(N^3).
 * FITC-EP (Naish-Guzman & Holden 2007, section 3): the prior is Q_ff + diag(K_ff - Q_ff); the
   posterior is kept as A = D + P M P^T, h = nu + P gamma with O(M^2) site updates and a full
-  O(N M^2) refresh after every sweep.
+  O(N M^2) refresh after every sweep.  ``EP(approximation="dtc")`` runs the same sweeps on the
+  DTC prior Q_ff (D0 = 0; GPy's EPDTC prior), its evidence gradients and predictions from
+  :func:`gpdsl.methods.collapsed.evaluate` with ``dtc=True`` on the pseudo-data.
 * QP (Zhang et al. 2020) swaps the site projection only; the sweeps are shared.  Its
   hyperparameters maximise EP's evidence formula (the paper's eq. 4), by default at EP's sites
   (the EP optimum), then QP sweeps, warm-started from EP's sites, give the posterior.  With
@@ -214,6 +216,8 @@ class FITCPrior:
         Jitter of K_uu (None: the dynamic ladder).
     chunk_size : int or None
         Rows per block of the O(N M^2) passes (None: automatic).
+    dtc : bool, default False
+        The DTC prior P0 K_uu^-1 P0^T instead (D0 = 0; ``EP(approximation="dtc")``).
 
     Raises
     ------
@@ -221,10 +225,11 @@ class FITCPrior:
         If K_uu cannot be factorised.
     """
 
-    def __init__(self, kernel, X, Z, jitter, chunk_size):
+    def __init__(self, kernel, X, Z, jitter, chunk_size, dtc=False):
         Lu, self.jitter = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
         self.A0 = np.ascontiguousarray(solve_lower(Lu, kernel.gram(Z, X)).T)
-        self.d0 = np.maximum(kernel.diag(X) - np.einsum("ij,ij->i", self.A0, self.A0), 0.0)
+        self.d0 = (np.zeros(X.shape[0]) if dtc else
+                   np.maximum(kernel.diag(X) - np.einsum("ij,ij->i", self.A0, self.A0), 0.0))
         self.chunk = chunk_size or default_chunk_size(X.shape[0], Z.shape[0])
 
     def refresh(self, tau, nu):
@@ -339,12 +344,17 @@ class ChunkedFITCPrior:
         Jitter of K_uu (None: the dynamic ladder).
     chunk_size : int or None
         Rows per block of the O(N M^2) passes (None: automatic).
+    dtc : bool, default False
+        The DTC prior (D0 = 0), as for :class:`FITCPrior`.
     """
 
-    def __init__(self, kernel, X, Z, jitter, chunk_size):
+    def __init__(self, kernel, X, Z, jitter, chunk_size, dtc=False):
         self.Lu, self.jitter = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
         self.block, self.X = partial(_prior_block, kernel, Z, self.Lu), X
-        _, (self.d0,) = map_rows(partial(_residual_block, self.block), (X,), chunk_size)
+        if dtc:
+            self.d0 = np.zeros(X.shape[0])
+        else:
+            _, (self.d0,) = map_rows(partial(_residual_block, self.block), (X,), chunk_size)
         self.chunk = chunk_size
 
     def refresh(self, tau, nu):
@@ -662,7 +672,7 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=Tru
     grads, dZ = {}, None
     if need_grad:
         ev = site_regression(kernel, X, Z, state.tau, state.nu, jitter=prior.jitter,
-                             chunk_size=spec.chunk_size, need_grad=True, need_state=False)
+                             chunk_size=spec.chunk_size, need_grad=True, need_state=False, dtc=_is_dtc(spec))
         grads, dZ = dict(ev.grads), ev.dZ
         # The sites depend on the likelihood's parameters, but at an EP fixed point the evidence
         # is stationary in them: only the explicit dependence of the log Z_i remains.
@@ -674,7 +684,8 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=Tru
         if spec.quantile:
             sites = run_sites(prior, y, site, spec, state, quantile=True)
         post_state = site_regression(kernel, X, Z, sites.tau, sites.nu, jitter=prior.jitter,
-                                     chunk_size=spec.chunk_size, need_grad=False, need_state=True).state
+                                     chunk_size=spec.chunk_size, need_grad=False, need_state=True,
+                                     dtc=_is_dtc(spec)).state
     return Evaluation(log_evidence=F, grads=grads, dZ=dZ, jitter=prior.jitter, state=post_state, warm=sites,
                       pseudo_data=(sites.tau, sites.nu))
 
@@ -703,12 +714,17 @@ def site_start(likelihood, X, y):
     return likelihood.surrogate(X, y) if likelihood.sign_symmetric else None
 
 
+def _is_dtc(spec):
+    """Whether ``spec`` (EP / QP) declares the DTC prior rather than FITC's."""
+    return getattr(spec, "approximation", "fitc") == "dtc"
+
+
 def _prior(kernel, X, Z, spec):
     if Z is None:
         return DensePrior(kernel, X)
     if is_chunked((X,)):
-        return ChunkedFITCPrior(kernel, X, Z, spec.jitter, spec.chunk_size)
-    return FITCPrior(kernel, X, Z, spec.jitter, spec.chunk_size)
+        return ChunkedFITCPrior(kernel, X, Z, spec.jitter, spec.chunk_size, dtc=_is_dtc(spec))
+    return FITCPrior(kernel, X, Z, spec.jitter, spec.chunk_size, dtc=_is_dtc(spec))
 
 
 def qp_sites(kernel, likelihood, X, y, Z=None, *, spec, warm=None, offset=None):
@@ -849,16 +865,17 @@ def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, site_offset=N
     if mean:
         nu = nu + sites.tau * (site_offset - model.latent_offset(values, X, offset))
     ev = site_regression(kernel, X, Z, sites.tau, nu, jitter=spec.jitter, chunk_size=spec.chunk_size,
-                         need_grad=need_grad, need_state=need_state, offset_grad=mean)
+                         need_grad=need_grad, need_state=need_state, offset_grad=mean, dtc=_is_dtc(spec))
     grads = dict(ev.grads)
     if mean and need_grad:
         grads.update(model.mean_gradients(values, X, grads.pop("offset")))
     return Evaluation(log_evidence=ev.log_evidence, grads=grads, dZ=ev.dZ, jitter=ev.jitter, state=ev.state)
 
 
-def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, need_state, offset_grad=False):
+def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, need_state, offset_grad=False,
+                    dtc=False):
     """The Gaussian regression whose posterior is that of Gaussian sites with precisions tau and
-    locations nu (N,) each: targets nu/tau, noise 1/tau, dense (Z None) or FITC.  EP's and QP's
+    locations nu (N,) each: targets nu/tau, noise 1/tau, dense (Z None), FITC, or DTC (``dtc``).  EP's and QP's
     sites, and the Laplace approximation's (tau = W, nu = W f_hat + d log p), go through it.
 
     Parameters
@@ -883,16 +900,19 @@ def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, nee
         Build the predictive state.
     offset_grad : bool, default False
         Also ``grads["offset"]`` = (K + diag(1/tau))^-1 nu/tau, d/d o of targets nu/tau - o.
+    dtc : bool, default False
+        With Z: the DTC prior K = Q_ff (``collapsed.evaluate(dtc=True)``) instead of FITC's.
 
     Returns
     -------
     gpdsl.methods.common.Evaluation
-        Of log N(nu/tau | 0, K + diag(1/tau)) (K dense or FITC).
+        Of log N(nu/tau | 0, K + diag(1/tau)) (K dense, FITC or DTC).
     """
     tau = np.maximum(tau, _TAU_FLOOR)
     pseudo = known_noise(1.0 / tau)
     if Z is None:
         return exact.evaluate(kernel, pseudo, X, nu / tau, jitter=None, need_grad=need_grad, need_state=need_state,
                               offset_grad=offset_grad)
-    return collapsed.evaluate(kernel, pseudo, X, nu / tau, Z, fitc=True, jitter=jitter, chunk_size=chunk_size,
+    return collapsed.evaluate(kernel, pseudo, X, nu / tau, Z, fitc=not dtc, dtc=dtc, jitter=jitter,
+                              chunk_size=chunk_size,
                               need_grad=need_grad, need_state=need_state, offset_grad=offset_grad)
