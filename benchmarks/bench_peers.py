@@ -294,7 +294,8 @@ def render(results, meta):
              "loaded from the on-disk cache; *cold*: compiled, the first fit after installing). Peers at one thread; "
              "gpdsl in the default environment (*default*) and at one thread. *Ratio*: the fastest peer's CPU at "
              f"equal (within {EQUAL_NLPD}) or better test NLPD over gpdsl's CPU (default; the multi-class runs: 1 thread) (peer marked \\* when no peer "
-             "reaches gpdsl's NLPD: the ratio is then against the fastest peer, at a worse NLPD).", "",
+             "reaches gpdsl's NLPD: the ratio is then against the fastest peer, at a worse NLPD; *at NLPD +x* where gpdsl's "
+             "NLPD is worse than that peer's by more than the margin).", "",
              "| problem | method | CPU s default | CPU s 1 thread | cold s | wall s | test NLPD | error / RMSE | M | "
              "peak GB | fastest peer at equal NLPD | ratio |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -312,11 +313,17 @@ def render(results, meta):
                 versus = (f"{label_of(pick[1], pick[2])} {pick[0]:.1f} s, {pick[3]['nlpd']:.4f}" + ("" if equal else " \\*")
                           if pick else "")
                 ratio = f"{pick[0] / v['cpu']:.1f}x" if pick else ""
+                if pick and v["nlpd"] > pick[3]["nlpd"] + EQUAL_NLPD:     # faster, but not at equal accuracy
+                    ratio += f" at NLPD {v['nlpd'] - pick[3]['nlpd']:+.3f}"
             else:
                 times, versus, ratio = ["", f"{v['cpu']:.2f}", ""], "", ""
             lines.append("| " + " | ".join([DESCRIPTIONS[p], label_of(lib, m), *times, f"{v['wall']:.1f}", f"{v['nlpd']:.4f}",
                                             score, f"{v['M']:g}", f"{v['peak_rss_gb']:.2f}", versus, ratio]) + " |")
-    versions = sorted({f"{LIBRARIES[r['library']]} {r['version']}" for r in results if "version" in r})
+    first = {}
+    for r in results:
+        if "version" in r:
+            first.setdefault(r["library"], r["version"])
+    versions = [f"{LIBRARIES[lib]} {version}" for lib, version in first.items()]
     lines += ["", "Versions: " + "; ".join(versions) + "."]
     return "\n".join(lines) + "\n"
 
