@@ -218,17 +218,14 @@ def gpflow_sgpr(d):
 
 
 # ---------------------------------------------------------------------------------------- GPyTorch
-def gpytorch_svgp(d):
-    """GPyTorch's SVGP classification example: ``CholeskyVariationalDistribution``, whitened
-    ``VariationalStrategy`` with learnt inducing locations (its default) from Z0, ``ScaleKernel(RBFKernel)``,
-    ``BernoulliLikelihood`` (probit), ``VariationalELBO``, Adam (learning rate 0.01) on all parameters,
-    STEPS steps of BATCH rows drawn at random, one torch thread."""
+def gpytorch_svgp_parts(Z0, n, lr=0.01):
+    """GPyTorch's SVGP classification example at inducing inputs Z0 (M, D), float64, in training mode:
+    ``CholeskyVariationalDistribution``, whitened ``VariationalStrategy`` with learnt inducing
+    locations (its default), ``ScaleKernel(RBFKernel)`` at lengthscale sqrt(D) and outputscale 1,
+    ``BernoulliLikelihood`` (probit), Adam (``lr``) on all parameters and ``VariationalELBO(num_data=n)``.
+    Returns (model, likelihood, optimiser, elbo); ``peer_gpytorch_svgp.py`` fits the same."""
     import gpytorch
     import torch
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    X, y = torch.tensor(d["X"]), torch.tensor((d["y"] > 0).astype(float))
-    n, D = X.shape
 
     class SVGP(gpytorch.models.ApproximateGP):
         def __init__(self, Z):
@@ -240,16 +237,28 @@ def gpytorch_svgp(d):
         def forward(self, x):
             return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
+    model = SVGP(torch.tensor(Z0)).double()
+    likelihood = gpytorch.likelihoods.BernoulliLikelihood().double()
+    model.covar_module.base_kernel.lengthscale = math.sqrt(Z0.shape[1])
+    model.covar_module.outputscale = 1.0
+    model.train()
+    likelihood.train()
+    optimiser = torch.optim.Adam(list(model.parameters()) + list(likelihood.parameters()), lr=lr)
+    return model, likelihood, optimiser, gpytorch.mlls.VariationalELBO(likelihood, model, num_data=n)
+
+
+def gpytorch_svgp(d):
+    """``gpytorch_svgp_parts`` (learning rate 0.01), STEPS Adam steps of BATCH rows drawn at random,
+    one torch thread."""
+    import gpytorch
+    import torch
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    X, y = torch.tensor(d["X"]), torch.tensor((d["y"] > 0).astype(float))
+    n = X.shape[0]
     generator = torch.Generator().manual_seed(0)
     with Timer() as t:
-        model = SVGP(torch.tensor(d["Z0"])).double()
-        likelihood = gpytorch.likelihoods.BernoulliLikelihood().double()
-        model.covar_module.base_kernel.lengthscale = math.sqrt(D)
-        model.covar_module.outputscale = 1.0
-        model.train()
-        likelihood.train()
-        optimiser = torch.optim.Adam(list(model.parameters()) + list(likelihood.parameters()), lr=0.01)
-        elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=n)
+        model, likelihood, optimiser, elbo = gpytorch_svgp_parts(d["Z0"], n)
         for _ in range(STEPS):
             rows = torch.randint(0, n, (BATCH,), generator=generator)
             optimiser.zero_grad()

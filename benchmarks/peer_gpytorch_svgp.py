@@ -24,12 +24,13 @@ and wall seconds) and each step (its median after 20, process CPU; issue 29); th
 and error rate, and the peak resident memory of the process (``resource.getrusage``, kilobytes on Linux).  Timings are printed, never asserted.
 """
 import argparse
-import math
 import os
 import resource
 import time
 
 import numpy as np
+
+from peer_fits import gpytorch_svgp_parts
 
 
 def make_data(path, n, m, test_n, kmeans_rows):
@@ -50,28 +51,9 @@ def fit(path, steps, batch, lr, seed):
     d = np.load(path)
     X, y = torch.tensor(d["X"]), torch.tensor((d["y"] > 0).astype(float))
     Xte, yte = torch.tensor(d["Xte"]), d["yte"] > 0
-    Z0 = torch.tensor(d["Z0"])
-    n, D = X.shape
-
-    class SVGP(gpytorch.models.ApproximateGP):
-        def __init__(self, Z):
-            dist = gpytorch.variational.CholeskyVariationalDistribution(Z.shape[0])
-            strategy = gpytorch.variational.VariationalStrategy(self, Z, dist, learn_inducing_locations=True)
-            super().__init__(strategy)
-            self.mean_module = gpytorch.means.ZeroMean()
-            self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-    model = SVGP(Z0.clone()).double()
-    likelihood = gpytorch.likelihoods.BernoulliLikelihood().double()
-    model.covar_module.base_kernel.lengthscale = math.sqrt(D)
-    model.covar_module.outputscale = 1.0
-    model.train()
-    likelihood.train()
-    optimiser = torch.optim.Adam(list(model.parameters()) + list(likelihood.parameters()), lr=lr)
-    elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=n)
+    Z0 = d["Z0"]
+    n = X.shape[0]
+    model, likelihood, optimiser, elbo = gpytorch_svgp_parts(Z0, n, lr)   # bench_peers.py's GPyTorch model
     generator = torch.Generator().manual_seed(seed)
     c0, w0 = time.process_time(), time.perf_counter()
     marks = [c0]

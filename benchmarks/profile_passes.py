@@ -15,13 +15,16 @@ pass                what runs                                                   
 VFE value+grad      ``collapsed.evaluate(..., need_grad=True)`` with dZ (bench_vfe's)  4 N M^2 + 4 N M D
 SVGP natural        one of ``svgp.optimise_q``'s passes: K_uf, A = L^-1 K_uf,          5 N M^2 + 2 N M D
                     U = R^T A, A W A^T, A r (``_data_pass(..., ("natural",))``)
+... blocks kept      the same with each block's K_uf and A kept from an earlier pass (what     4 N M^2
+                    ``optimise_q`` does between its steps when they fit ``CACHE_BYTES``)
 SVGP gradient       the gradient pass at q: K_uf, A, U, W, L^-T G_A, the kernel VJP,   10 N M^2 + 4 N M D
                     Phi = 2 W A^T, P R (``_data_pass(..., ("grad", "q_grad"))``)
 expectations        ``Bernoulli("probit").variational_expectations`` of N rows         (not BLAS: ns per row)
 ==================  =================================================================  ==========================
 
 (N M^2 for a triangular solve or a syrk, 2 N M^2 for a general product, 2 N M D for the kernel's
-cross term.)  The bound is flops / the rate of one (M, N) x (N, M)-shaped DGEMM measured here, so the
+cross term; the counts are those of the passes before issue 29's triangular products, R^T A now
+costing N M^2, so that ratios before and after compare the same work.)  The bound is flops / the rate of one (M, N) x (N, M)-shaped DGEMM measured here, so the
 ratio says how far a pass is from a machine doing nothing but its products at full speed; the
 expectations' cost, which no product count includes, is printed per row beside it.  A full-batch
 SVGP evaluation is one natural pass per q step (about ten per L-BFGS-B evaluation on twonorm) and
@@ -77,11 +80,14 @@ def main():
     m = 0.1 * rng.standard_normal((M, 1))
     R = np.linalg.cholesky(np.eye(M) * 0.5 + 0.01 * np.ones((M, M)))[None]
     rate = dgemm_rate(N, M)
+    blocks = svgp._data_pass(kernel, probit, X, labels, Z, L, m, R, chunk, ("natural",), keep=True)[2]
     rows = [
         ("VFE value+grad", 4 * N * M * M + 4 * N * M * D,
          lambda: collapsed.evaluate(kernel, noise, X, y_reg, Z, fitc=False, need_grad=True)),
         ("SVGP natural", 5 * N * M * M + 2 * N * M * D,
          lambda: svgp._data_pass(kernel, probit, X, labels, Z, L, m, R, chunk, ("natural",))),
+        ("SVGP natural, blocks kept", 4 * N * M * M,
+         lambda: svgp._data_pass(kernel, probit, X, labels, Z, L, m, R, chunk, ("natural",), carried=blocks)),
         ("SVGP gradient", 10 * N * M * M + 4 * N * M * D,
          lambda: svgp._data_pass(kernel, probit, X, labels, Z, L, m, R, chunk, ("grad", "q_grad"))),
     ]
