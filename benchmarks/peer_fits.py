@@ -247,6 +247,20 @@ def gpytorch_svgp_parts(Z0, n, lr=0.01):
     return model, likelihood, optimiser, gpytorch.mlls.VariationalELBO(likelihood, model, num_data=n)
 
 
+def gpytorch_adam_steps(X, y, model, optimiser, elbo, steps, batch, generator, after_step=None):
+    """``steps`` Adam steps on the ELBO of ``batch`` rows of the tensors X, y drawn at random by
+    ``generator``, calling ``after_step()`` after each (a timer's mark)."""
+    import torch
+    for _ in range(steps):
+        rows = torch.randint(0, X.shape[0], (batch,), generator=generator)
+        optimiser.zero_grad()
+        loss = -elbo(model(X[rows]), y[rows])
+        loss.backward()
+        optimiser.step()
+        if after_step is not None:
+            after_step()
+
+
 def gpytorch_svgp(d):
     """``gpytorch_svgp_parts`` (learning rate 0.01), STEPS Adam steps of BATCH rows drawn at random,
     one torch thread."""
@@ -259,12 +273,7 @@ def gpytorch_svgp(d):
     generator = torch.Generator().manual_seed(0)
     with Timer() as t:
         model, likelihood, optimiser, elbo = gpytorch_svgp_parts(d["Z0"], n)
-        for _ in range(STEPS):
-            rows = torch.randint(0, n, (BATCH,), generator=generator)
-            optimiser.zero_grad()
-            loss = -elbo(model(X[rows]), y[rows])
-            loss.backward()
-            optimiser.step()
+        gpytorch_adam_steps(X, y, model, optimiser, elbo, STEPS, BATCH, generator)
     model.eval()
     likelihood.eval()
     Xte = torch.tensor(d["Xte"])

@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from peer_fits import gpytorch_svgp_parts
+from peer_fits import gpytorch_adam_steps, gpytorch_svgp_parts
 
 
 def make_data(path, n, m, test_n, kmeans_rows):
@@ -57,13 +57,8 @@ def fit(path, steps, batch, lr, seed):
     generator = torch.Generator().manual_seed(seed)
     c0, w0 = time.process_time(), time.perf_counter()
     marks = [c0]
-    for _ in range(steps):
-        rows = torch.randint(0, n, (batch,), generator=generator)
-        optimiser.zero_grad()
-        loss = -elbo(model(X[rows]), y[rows])
-        loss.backward()
-        optimiser.step()
-        marks.append(time.process_time())
+    gpytorch_adam_steps(X, y, model, optimiser, elbo, steps, batch, generator,
+                        after_step=lambda: marks.append(time.process_time()))
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     # Per step: the median after the first 20 (torch's first steps allocate and warm its caches).
     per_step = np.diff(marks)[20:]
