@@ -171,7 +171,7 @@ def test_qp_algorithm1_step_has_the_mean_gradients_of_eq4_at_fixed_sites(sparse)
     """QP(hyperparameters="qp"): eq. 4 at sites swept at the latent offset o_s holds them fixed in
     f, log N(nu/tau + o_s - o | 0, K + diag(1/tau)); its mean gradients against finite
     differences, at mean values away from those of the sweep (o != o_s)."""
-    from gpdsl.methods.expectation_propagation import evaluate_at_sites, qp_sites
+    from gpdsl.methods.quantile_propagation import evaluate_at_sites, qp_sites
     mean = gd.means.Constant(0.3) + gd.means.Linear(np.array([0.2, -0.1]))
     spec = gd.inference.QP(hyperparameters="qp", **EP_TOL)
     model, values, y, Z = _setup(spec, sparse, "probit", mean=mean)

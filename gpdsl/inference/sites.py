@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..checks import check_positive_int, check_positive_number, is_number
 from ..linalg import check_jitter
-from ..methods import expectation_propagation
+from ..methods import expectation_propagation, quantile_propagation
 from .base import Inference, _check_chunk
 
 
@@ -154,4 +154,4 @@ class QP(_SiteInference):
     def outer_loop(self, objective, u, max_iter):
         if self.hyperparameters != "qp":
             return None
-        return expectation_propagation.qp_outer_loop(objective, u, max_iter, spec=self)
+        return quantile_propagation.qp_outer_loop(objective, u, max_iter, spec=self)
