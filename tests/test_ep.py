@@ -833,3 +833,26 @@ def test_poisson_ep_with_clamped_sites_is_neither_falsely_converged_nor_silent()
     with pytest.warns(gd.ConvergenceWarning, match="held at 0"):
         post = model.fit(X, COAL_COUNTS, optimize=False)
     assert post.to_xarray().attrs["ep_clamped"] == sites.clamped
+
+
+@pytest.mark.parametrize("link", ["probit", "logit"])
+def test_tilted_loops_are_the_per_site_projections_and_the_bias_derivative(link):
+    """ep_sweeps.tilted_projections is the site projection called row by row, and
+    summed_log_z_gradient the central difference of sum_i log Z_i in the bias (the site's one
+    parameter) at fixed cavities."""
+    from gpdsl._jit import ep_sweeps
+    rng = np.random.default_rng(3)
+    n = 40
+    y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    mu, var = rng.normal(0.0, 1.5, n), rng.uniform(0.05, 3.0, n)
+    site = gd.likelihoods.Bernoulli(link, bias=0.2).site_model()
+    project = site.functions.project
+    log_z, mean, tilted_var = ep_sweeps.tilted_projections(y, mu, var, site.params, project, None)
+    for i in range(n):
+        np.testing.assert_allclose((log_z[i], mean[i], tilted_var[i]),
+                                   project(y[i], mu[i], var[i], site.params, None, None, None), rtol=1e-14)
+    grad = ep_sweeps.summed_log_z_gradient(y, mu, var, site.params, site.functions.log_z_gradient)
+    h = 1e-6
+    up = ep_sweeps.tilted_projections(y, mu, var, (0.2 + h,), project, None)[0].sum()
+    down = ep_sweeps.tilted_projections(y, mu, var, (0.2 - h,), project, None)[0].sum()
+    np.testing.assert_allclose(grad, [(up - down) / (2 * h)], rtol=1e-7)
