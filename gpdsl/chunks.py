@@ -144,8 +144,9 @@ def map_rows(fn, rows, chunk_size, width=0, carried=None, keep=False):
         Rows per block of in-memory input.
     width : int
         M of a pass whose blocks do O(rows M^2) BLAS work: with ``N width^2`` flops at least
-        :data:`gpdsl.threads.BULK_FLOPS` an in-memory pass runs with the bulk BLAS thread count
-        (:func:`gpdsl.threads.bulk`); 0 keeps one thread.  A Dask pass is parallel over its tasks.
+        :data:`gpdsl.threads.BULK_FLOPS` an in-memory pass runs with the thread count
+        ``gd.set_num_threads`` asked for (:func:`gpdsl.threads.bulk`; one thread without it, as
+        measured faster there); 0 keeps one thread.  A Dask pass is parallel over its tasks.
     carried : list or None
         One item per block from an earlier pass's ``kept`` (what a block may reuse, such as
         L^-1 K_uf), or None.
@@ -164,7 +165,7 @@ def map_rows(fn, rows, chunk_size, width=0, carried=None, keep=False):
     else:
         n = rows[0].shape[0]
         tree, parts, kept = _TreeSum(), [], []
-        with threads.bulk(float(n) * width * width):
+        with threads.bulk(float(n) * width * width, automatic=False):
             for i, slc in enumerate(row_slices(n, chunk_size)):
                 args = tuple(a[slc] for a in rows) + ((carried[i],) if carried is not None else ())
                 out = fn(*args)

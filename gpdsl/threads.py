@@ -8,8 +8,8 @@ example took 136 s against 10.4 s with one thread (benchmarks/HISTORY.md, issue 
 
 So every public entry point that computes (``Model.fit``, ``Model.evaluate``, the predictions
 of a ``Posterior``) runs inside :func:`managed`, which sets the BLAS libraries to one thread
-and restores them afterwards.  Only the row-chunked O(N M^2) passes (:func:`gpdsl.chunks.map_rows`
-with enough work, see :data:`BULK_FLOPS`) run with more, in :func:`bulk`:
+and restores them afterwards.  Only large passes (at least :data:`BULK_FLOPS`) run with more, in
+:func:`bulk`, at the *bulk count*:
 
 * ``gd.set_num_threads(n)`` if the user called it, else
 * the BLAS thread count in force when the entry point was called (what ``OMP_NUM_THREADS`` /
@@ -17,6 +17,15 @@ with enough work, see :data:`BULK_FLOPS`) run with more, in :func:`bulk`:
   ``threadpoolctl.threadpool_limits`` set; by default the number of cores), reduced to the
   cores that other processes leave free (the 1-minute load average, read once per entry): with
   one of two cores busy, two-thread products ran 1.3-2.4x slower than one-thread ones.
+
+The automatic count applies to the dense O(N^3) factorisations (exact, Laplace, VGP) and to
+full predictive covariances, which are a few large BLAS calls.  The row-chunked O(N M^2) passes
+(:func:`gpdsl.chunks.map_rows`) interleave their products with as much elementwise Numba work
+(K_uf's exponentials, quadratures), and OpenBLAS's second thread, spinning between calls, made
+them slower, not faster, even on an idle machine (issue 29, 2 cores, load 0.2-0.9, one thread
+against two: VFE on sine 90,000 x 1 at M = 128 9.8 s CPU / 9.8 s wall against 24.7 / 12.5;
+FITC-EP on twonorm 5.4 / 5.4 against 11.0 / 6.3; full-batch probit SVGP 10.2 / 10.2 against
+30.6 / 15.5).  They use more than one thread only when ``gd.set_num_threads`` asked for it.
 
 gpdsl's Numba kernels are serial (none uses ``parallel=True``); :func:`set_num_threads` also
 caps Numba's thread pool so that a parallel kernel added later obeys the same setting.
@@ -147,7 +156,7 @@ def managed(func):
 
 
 @contextmanager
-def bulk(flops):
+def bulk(flops, automatic=True):
     """Context manager: raise BLAS to the region's bulk thread count for a large pass.
 
     Inside a :func:`managed` region, a pass of at least :data:`BULK_FLOPS` flops runs with the
@@ -158,9 +167,13 @@ def bulk(flops):
     ----------
     flops : float
         The pass's work, about N M^2.
+    automatic : bool
+        Whether the automatic count applies (dense factorisations); False for the row-chunked
+        passes, which run on one thread unless ``set_num_threads`` asked for more (see the
+        module's docstring for the measurements).
     """
     count = getattr(_state, "bulk", None)
-    if count is None or count == 1 or flops < BULK_FLOPS:
+    if count is None or count == 1 or flops < BULK_FLOPS or not (automatic or _requested is not None):
         yield
         return
     with limit(count):

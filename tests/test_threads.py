@@ -1,5 +1,6 @@
 """BLAS threads under gpdsl's control (gpdsl.threads): one thread inside fits and sweeps, the
-bulk count for large map_rows passes, the user's setting respected and restored."""
+automatic bulk count for dense factorisations, set_num_threads's count for large map_rows passes,
+the user's setting respected and restored."""
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -66,6 +67,28 @@ def test_large_passes_use_the_bulk_count_small_ones_one_thread(monkeypatch, two_
     big = int(threads.BULK_FLOPS / 64 ** 2) + 1              # n M^2 just above the threshold
     assert all(s == [2] for s in _vfe_pass_threads(monkeypatch, big))
     assert all(s == [1] for s in _vfe_pass_threads(monkeypatch, 2000))
+
+
+def test_row_passes_ignore_the_automatic_count_dense_factorisations_use_it(monkeypatch, two_threads):
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    gd.set_num_threads(None)
+    assert gd.get_num_threads() == 2
+    big = int(threads.BULK_FLOPS / 64 ** 2) + 1
+    assert all(s == [1] for s in _vfe_pass_threads(monkeypatch, big))
+    seen = []
+    factor = gd.methods.exact.cholesky
+
+    def spy(*args, **kwargs):
+        seen.append(_blas_threads())
+        return factor(*args, **kwargs)
+
+    monkeypatch.setattr(gd.methods.exact, "cholesky", spy)
+    n = int(round(threads.BULK_FLOPS ** (1 / 3))) + 1          # N^3 just above the threshold
+    X = np.linspace(-3, 3, n)[:, None]
+    model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), inference=gd.inference.Exact())
+    model.fit(X, np.sin(X[:, 0]), optimize=False)
+    assert seen and all(s == [2] for s in seen)
 
 
 def test_an_enclosing_limit_caps_the_bulk_count(monkeypatch):

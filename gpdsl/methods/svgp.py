@@ -417,12 +417,11 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None
         return (tuple(out), (mean, g, d)) + (((Kuf, A, residual),) if keep else ())
 
     rows = (X, y) if offset is None else (X, y, offset)
-    # One BLAS thread (width 0): the chunks' elementwise work (K_uf's exp, the likelihood's
-    # quadrature) is as large as their BLAS-3 products, and OpenBLAS's second thread spinning
-    # beside it made the pass slower, not faster: twonorm full-batch probit fit in the default
-    # environment 30.6 s CPU / 15.5 s wall with the bulk thread count, 10.2 / 10.2 with one; the
-    # final pass of stochastic PG at N = 10^6, 3.33 s wall against 2.53.
-    return map_rows(chunk_pass, rows, chunk, width=0, carried=carried, keep=keep)
+    # One BLAS thread unless gd.set_num_threads asked for more (gpdsl.threads): the chunks'
+    # elementwise work (K_uf's exp, the likelihood's quadrature) is as large as their BLAS-3
+    # products, and OpenBLAS's second thread spinning beside it made the pass slower: twonorm
+    # full-batch probit fit 30.6 s CPU / 15.5 s wall with two threads, 10.2 / 10.2 with one.
+    return map_rows(chunk_pass, rows, chunk, width=Z.shape[0], carried=carried, keep=keep)
 
 
 def _gradients(kernel, Z, L, m, R, jit, Ag, Phi, grads, dZ, PR=None, d_offset=None):
