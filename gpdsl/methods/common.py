@@ -446,6 +446,33 @@ def next_step_size(rho, before, after):
     return rho if mu >= 1.0 else min(1.0, rho / (1.0 - mu))
 
 
+def anderson(points, targets):
+    """Anderson's extrapolation of a fixed-point iteration x <- g(x) (Walker & Ni 2011, eq. 1.3 in
+    its "type II" form): g_k - dG gamma, gamma the least-squares fit of the last residual
+    r_k = g_k - x_k by the residual differences dR.  The fit is solved by its normal equations
+    (as small as the callers' memories; the vectors may have 2 N K entries, where an
+    SVD-based lstsq on them took a tenth of an evaluation): a poorly conditioned fit only gives a
+    proposal that the callers' bound test rejects.
+
+    Parameters
+    ----------
+    points : list of ndarray, each shape (P,)
+        The iterates x_j, oldest first (at least two).
+    targets : list of ndarray, each shape (P,)
+        Their plain updates g(x_j).
+
+    Returns
+    -------
+    ndarray, shape (P,)
+        The proposed next iterate (unconstrained: callers project it onto their domain).
+    """
+    G = np.array(targets)
+    R = G - np.array(points)
+    dR = np.diff(R, axis=0)
+    coef = np.linalg.lstsq(dR @ dR.T, dR @ R[-1], rcond=None)[0]
+    return G[-1] - np.diff(G, axis=0).T @ coef
+
+
 def damped_natural_steps(natural, target, elbo, at, tol, max_iter, polish=False):
     """Damped fixed-point steps on a variational bound in natural parameters (SVGP's and VGP's
     natural-gradient q updates): from ``natural`` (a tuple of arrays) with the fixed-point map's

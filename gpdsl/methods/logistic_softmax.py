@@ -89,7 +89,7 @@ from .._jit.logistic_softmax import ls_expectations, ls_local_terms, ls_local_up
 from ..chunks import CACHE_BYTES, add_partial, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower
 from . import collapsed
-from .common import Evaluation, LocalStateFormat, PredictiveState
+from .common import Evaluation, LocalStateFormat, PredictiveState, anderson
 
 _BLOCK_DOUBLES = 2 ** 22    # rows per block: the (K, M, rows) stack of L_Bk^-1 A of 32 MB
 _ANDERSON_MEMORY = 10
@@ -311,7 +311,7 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
         points = points[-_ANDERSON_MEMORY:] + [_flat(point)]
         targets = targets[-_ANDERSON_MEMORY:] + [_flat(target)]
         if extrapolate:
-            proposal = _unflat(_anderson(points, targets), n, K)
+            proposal = _unflat(anderson(points, targets), n, K)
             sums_proposal, _ = sweep(proposal)
             sweeps += 1
             factor_proposal, bound_proposal = _bound(sums_proposal)
@@ -357,17 +357,6 @@ def _unflat(x, n, K):
     return c, gamma, 1.0 + gamma.sum(axis=1)
 
 
-def _anderson(points, targets):
-    """Anderson's extrapolation (Walker & Ni 2011, type II) of the iterates and their updates.  The
-    least-squares fit of the last residual by the residual differences is solved by its normal
-    equations (at most 10 x 10; the vectors have 2 N K entries, where an SVD-based lstsq on them
-    took a tenth of an evaluation): a poorly conditioned fit only gives a proposal that the bound
-    test rejects."""
-    G = np.array(targets)
-    R = G - np.array(points)
-    dR = np.diff(R, axis=0)
-    coef = np.linalg.lstsq(dR @ dR.T, dR @ R[-1], rcond=None)[0]
-    return G[-1] - np.diff(G, axis=0).T @ coef
 
 
 def _sweep_block(kernel, Z, L, factor, accumulate, cache, Xb, codes_b, cb, gb, ab, bb, hit=None):

@@ -43,7 +43,7 @@ from .._jit.polya_gamma import pg_marginals_update, pg_theta, pg_theta_kl
 from ..chunks import CACHE_BYTES, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, solve_lower
 from . import collapsed
-from .common import Evaluation, LocalStateFormat, known_noise
+from .common import Evaluation, LocalStateFormat, anderson, known_noise
 
 # The thesis author's code starts every c_n at 0.1 (`PolyaGammaLikelihood(variance=0.1)`).
 C_INIT = 0.1
@@ -235,7 +235,7 @@ def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad,
             break
         points, targets = points[-_ANDERSON_MEMORY:] + [c], targets[-_ANDERSON_MEMORY:] + [target]
         if extrapolate:
-            proposal = _anderson(points, targets)
+            proposal = np.maximum(anderson(points, targets), 0.0)      # c >= 0
             sums_proposal, _ = sweep(proposal)
             sweeps += 1
             factor_proposal, bound_proposal = _bound(sums_proposal, *bias_sums)
@@ -316,11 +316,3 @@ def _bound(sums, n, bias, sum_y, sum_y_offset):
     return (inverse_lower(LB), g), float(bound)
 
 
-def _anderson(points, targets):
-    """Anderson-accelerated next point from the iterates c_k and their plain updates g(c_k):
-    g_k - dG gamma with gamma the least-squares fit of the residual r_k = g_k - c_k by the
-    residual differences dR (Walker & Ni 2011, eq. 1.3 in its "type II" form), clipped at c >= 0."""
-    G = np.array(targets)
-    R = G - np.array(points)
-    gamma = np.linalg.lstsq(np.diff(R, axis=0).T, R[-1], rcond=None)[0]
-    return np.maximum(G[-1] - np.diff(G, axis=0).T @ gamma, 0.0)
