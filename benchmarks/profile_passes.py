@@ -16,7 +16,7 @@ VFE value+grad      ``collapsed.evaluate(..., need_grad=True)`` with dZ (bench_v
 SVGP natural        one of ``svgp.optimise_q``'s passes: K_uf, A = L^-1 K_uf,          5 N M^2 + 2 N M D
                     U = R^T A, A W A^T, A r (``_data_pass(..., ("natural",))``)
 ... blocks kept      the same with each block's K_uf and A kept from an earlier pass (what     4 N M^2
-                    ``optimise_q`` does between its steps when they fit ``CACHE_BYTES``)
+                    ``optimise_q`` does between its steps when they fit ``cache_bytes()``)
 SVGP gradient       the gradient pass at q: K_uf, A, U, W, L^-T G_A, the kernel VJP,   10 N M^2 + 4 N M D
                     Phi = 2 W A^T, P R (``_data_pass(..., ("grad", "q_grad"))``)
 expectations        ``Bernoulli("probit").variational_expectations`` of N rows         (not BLAS: ns per row)

@@ -67,3 +67,30 @@ def test_sparse_fits_at_n_200000_under_a_3gb_address_space():
     assert set(result) == set(METHODS)
     for name, outcome in result.items():
         assert outcome["ok"], f"{name}: {outcome}"
+
+
+def test_cache_budget_is_an_eighth_of_the_tighter_limit_within_its_bounds(monkeypatch):
+    """chunks.cache_bytes: an eighth of min(MemAvailable, RLIMIT_AS), clamped to [256 MB, 2 GB]."""
+    import io
+    import resource
+
+    from gpdsl import chunks
+    real_open = open
+
+    def fake_meminfo(kib):
+        def fake_open(path, *args, **kwargs):
+            if path == "/proc/meminfo":
+                return io.StringIO(f"MemTotal: 99999999 kB\nMemAvailable: {kib} kB\n")
+            return real_open(path, *args, **kwargs)
+        monkeypatch.setattr("builtins.open", fake_open)
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    fake_meminfo(8 * 2 ** 20)                                   # 8 GiB available: 1 GiB
+    assert chunks.cache_bytes() == 2 ** 30
+    fake_meminfo(64 * 2 ** 20)                                  # 64 GiB: capped at 2 GiB
+    assert chunks.cache_bytes() == chunks.CACHE_BYTES_MAX == 2 ** 31
+    fake_meminfo(1 * 2 ** 20)                                   # 1 GiB: the 256 MB floor
+    assert chunks.cache_bytes() == chunks.CACHE_BYTES_MIN == 2 ** 28
+    fake_meminfo(8 * 2 ** 20)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (4 * 2 ** 30, resource.RLIM_INFINITY))
+    assert chunks.cache_bytes() == 2 ** 29                      # the 4 GiB address-space cap is tighter

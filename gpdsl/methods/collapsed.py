@@ -37,7 +37,7 @@ from functools import partial
 
 import numpy as np
 
-from ..chunks import CACHE_BYTES, add_partial, default_chunk_size, map_rows
+from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t, whiten
 from .common import Evaluation, PredictiveState
 
@@ -230,8 +230,8 @@ def _evaluate_at(kernel, likelihood, X, y, Z, fitc, dtc, jitter, chunk_size, nee
     # kernel's exp): the statistics pass returns them and the gradient pass takes them back as its
     # blocks' carried items (for Dask input, persisted where the blocks were computed), so that no
     # chunk function holds state.
-    cache = need_grad and n * m * 8 <= CACHE_BYTES
-    keep_kuf = 2 * n * m * 8 <= CACHE_BYTES
+    cache = need_grad and n * m * 8 <= cache_bytes()
+    keep_kuf = 2 * n * m * 8 <= cache_bytes()
     rows = partial(_block_rows, kernel, Z, L, fitc, cache, keep_kuf)
 
     def statistics_pass(Xb, yb, noise_b, hit=None):

@@ -86,7 +86,7 @@ import numpy as np
 
 from .._jit import announce_compilation
 from .._jit.logistic_softmax import ls_expectations, ls_local_terms, ls_local_update, ls_variances
-from ..chunks import CACHE_BYTES, add_partial, default_chunk_size, map_rows
+from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower
 from . import collapsed
 from .common import Evaluation, LocalStateFormat, PredictiveState, anderson
@@ -279,7 +279,7 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
     chunk = spec.chunk_size or max(64, min(default_chunk_size(n, m), _BLOCK_DOUBLES // (K * m)))
     L, jit = collapsed.factor_blocks(kernel, Z, jitter)
     L = L if kernel.n_outputs > 1 else L[0]       # this module's shapes: (M, M) for a shared kernel
-    cache = n * m * 8 * (L.size // (m * m)) <= CACHE_BYTES       # A is (K, M, N) with a factor per class
+    cache = n * m * 8 * (L.size // (m * m)) <= cache_bytes()       # A is (K, M, N) with a factor per class
     kept = None
     beta = np.full(n, float(K))
 

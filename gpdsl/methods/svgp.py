@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import linalg as sp_linalg
 
-from ..chunks import CACHE_BYTES, add_partial, default_chunk_size, map_rows
+from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, inverse_from_cholesky, inverse_lower, jitter_adjoint, lower_product, whiten
 from .collapsed import factor_blocks, whitened_blocks
 from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps, shifted
@@ -563,7 +563,7 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
     # Each block's K_uf, A = L^-1 K_uf and k_nn - |a_n|^2 do not depend on q: they are kept between
     # the steps' passes when they fit the budget (twonorm, N = 6,660, M = 128: ten passes an
     # evaluation, each of which formed them again), and handed back as the blocks' carried items.
-    cache = 2 * n * M * getattr(kernel, "n_outputs", 1) * 8 <= CACHE_BYTES
+    cache = 2 * n * M * getattr(kernel, "n_outputs", 1) * 8 <= cache_bytes()
     kept = None
 
     def natural_pass(L, m, R):
