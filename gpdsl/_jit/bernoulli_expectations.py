@@ -14,9 +14,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .special import norm_logcdf
-
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+from .special import norm_logcdf_ratio
 
 
 @njit(cache=True)
@@ -29,8 +27,10 @@ def _log_density_slopes(z, probit):
     rule, so the constant drops out, and with it the cancellation that left 2e-17 of noise on a
     true -3e-18 at z = -40)."""
     if probit:
-        log_cdf = norm_logcdf(z)
-        r = math.exp(-0.5 * z * z - _HALF_LOG_2PI - log_cdf)       # phi(z) / Phi(z)
+        # one rational erfcx and at most one exp and one log: 22 ns a node in
+        # bernoulli_expectations, where norm_logcdf (erfc, then log or log1p) and the ratio as exp
+        # of the log difference took 37 ns
+        log_cdf, r = norm_logcdf_ratio(z)                           # r = phi(z) / Phi(z)
         return log_cdf, r, r, -r * (z + r)
     # One exponential: with e = exp(-|z|), sigma(|z|) = 1 / (1 + e) and sigma(-|z|) = e / (1 + e).
     e = math.exp(-abs(z))

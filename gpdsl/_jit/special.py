@@ -3,17 +3,23 @@ integral.
 
 ``norm_cdf``, ``norm_logcdf``, ``norm_ppf`` and Owen's T function ``owens_t`` for the EP/QP site
 projections of :mod:`gpdsl._jit.projections` (scipy.special cannot be called from nopython code);
+``norm_logcdf_ratio`` (through Cody's rational scaled complementary error function) for the
+probit's variational expectations (:mod:`gpdsl._jit.bernoulli_expectations`);
 ``logit_normal_logp`` (log E[sigmoid(f)] under a normal f) for the logit classifier's predictive,
 whose composite rule (``logit_normal_mode``, ``logit_normal_edges``) the logit site projections
 share; ``digamma`` and the stable differences ``digamma_half_excess``, ``student_t_log_norm_excess``
 and ``log1p_excess`` for the Student-t likelihood at any degrees of freedom (its Gaussian limit
 included).
 All functions take and return float scalars.  Accuracy, checked against scipy.special and mpmath
-in ``tests/test_projections.py``:
+in ``tests/test_projections.py`` and ``tests/test_special_erfcx.py``:
 
 * ``norm_cdf`` has a relative error of about x^2 eps / 2 in the lower tail (the rounding of
   x / sqrt 2 fed to erfc; 1e-13 at x = -30), ``norm_logcdf`` full relative accuracy for every x,
   including x far below -38 where Phi(x) underflows;
+* ``_erfcx_tail`` (exp(x^2) erfc(x) for x > 0.46875, Cody's rational approximations) has a
+  relative error within 3 eps; ``norm_logcdf_ratio`` (log Phi(z) and phi(z) / Phi(z) together) within 3 eps
+  for z <= 0 and 2 eps max(1, z^2 / 2) for z > 0 (6e-14 at z = 33): the rounding of z^2 / 2 in
+  exp(-z^2 / 2), which a last-bit change of z causes anyway;
 * ``norm_ppf`` has a relative error of a few ulp over p in (1e-300, 1) (absolute 1e-16 near
   p = 1/2; the lower tail keeps its relative accuracy down to the smallest subnormal);
 * ``owens_t`` has an absolute error below 1e-16 and a relative error below ~1e-13 for all real
@@ -104,6 +110,98 @@ def norm_logcdf(x):
         return -math.inf
     d1, _, _ = mills_cf(-x)                                 # Phi(x) = phi(x) / D1
     return -0.5 * x * x - _HALF_LOG_2PI - math.log(d1)
+
+
+# W. J. Cody's rational Chebyshev approximations ("Rational Chebyshev approximations for the error
+# function", Math. Comp. 23 (1969) 631-638), with the coefficients of his CALERF in SPECFUN
+# (netlib.org/specfun/erf, 1990 revision; copied from its f2c translation in
+# github.com/jpc-cermics/scicos-4.4, src/calelm/calerf.c) and in CALERF's order, the leading
+# coefficient of each numerator last: erf(x) = x A(x^2) / B(x^2) for |x| <= 0.46875,
+# erfcx(x) = C(x) / D(x) on [0.46875, 4] and (1/sqrt(pi) - s P(s) / Q(s)) / x in s = 1/x^2 beyond,
+# 18 digits each in exact arithmetic.  The last two need no exponential, which is what makes
+# norm_logcdf_ratio cheaper than erfc, which multiplies such a rational by exp(-x^2).
+_ERF_A = (3.16112374387056560e+00, 1.13864154151050156e+02, 3.77485237685302021e+02,
+          3.20937758913846947e+03, 1.85777706184603153e-01)
+_ERF_B = (2.36012909523441209e+01, 2.44024637934444173e+02, 1.28261652607737228e+03,
+          2.84423683343917062e+03)
+_ERFCX_C = (5.64188496988670089e-01, 8.88314979438837594e+00, 6.61191906371416295e+01,
+            2.98635138197400131e+02, 8.81952221241769090e+02, 1.71204761263407058e+03,
+            2.05107837782607147e+03, 1.23033935479799725e+03, 2.15311535474403846e-08)
+_ERFCX_D = (1.57449261107098347e+01, 1.17693950891312499e+02, 5.37181101862009858e+02,
+            1.62138957456669019e+03, 3.29079923573345963e+03, 4.36261909014324716e+03,
+            3.43936767414372164e+03, 1.23033935480374942e+03)
+_ERFCX_P = (3.05326634961232344e-01, 3.60344899949804439e-01, 1.25781726111229246e-01,
+            1.60837851487422766e-02, 6.58749161529837803e-04, 1.63153871373020978e-02)
+_ERFCX_Q = (2.56852019228982242e+00, 1.87295284992346047e+00, 5.27905102951428412e-01,
+            6.05183413124413191e-02, 2.33520497626869185e-03)
+_ERF_SMALL = 0.46875
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_INV_SQRTPI = 1.0 / math.sqrt(math.pi)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+@njit(cache=True)
+def _erf_small(x):
+    """erf(x) for |x| <= 0.46875 (Cody's first interval)."""
+    s = x * x
+    num = (((_ERF_A[4] * s + _ERF_A[0]) * s + _ERF_A[1]) * s + _ERF_A[2]) * s + _ERF_A[3]
+    den = (((s + _ERF_B[0]) * s + _ERF_B[1]) * s + _ERF_B[2]) * s + _ERF_B[3]
+    return x * num / den
+
+
+@njit(cache=True)
+def _erfcx_tail(y):
+    """The scaled complementary error function exp(y^2) erfc(y) for y > 0.46875 (nan for nan),
+    without an exponential (Cody 1969; relative error within 3 eps)."""
+    if y <= 4.0:
+        c, d = _ERFCX_C, _ERFCX_D
+        num = (((((((c[8] * y + c[0]) * y + c[1]) * y + c[2]) * y + c[3]) * y + c[4]) * y + c[5]) * y
+               + c[6]) * y + c[7]
+        den = (((((((y + d[0]) * y + d[1]) * y + d[2]) * y + d[3]) * y + d[4]) * y + d[5]) * y
+               + d[6]) * y + d[7]
+        return num / den
+    s = 1.0 / (y * y)                   # 0 once y * y overflows, where erfcx = 1 / (y sqrt(pi))
+    p, q = _ERFCX_P, _ERFCX_Q
+    num = ((((p[5] * s + p[0]) * s + p[1]) * s + p[2]) * s + p[3]) * s + p[4]
+    den = ((((s + q[0]) * s + q[1]) * s + q[2]) * s + q[3]) * s + q[4]
+    return (_INV_SQRTPI - s * num / den) / y
+
+
+@njit(cache=True)
+def norm_logcdf_ratio(z):
+    """log Phi(z) and the ratio phi(z) / Phi(z) together, from one rational erfcx.
+
+    With t = |z| / sqrt 2: for t <= 0.46875 (|z| <= 0.663) Phi(z) = (1 + erf(z / sqrt 2)) / 2.
+    For z < -0.663, Phi(z) = erfcx(t) exp(-t^2) / 2, so log Phi = log(erfcx(t) / 2) - z^2 / 2
+    and the ratio is sqrt(2 / pi) / erfcx(t): no exponential, and neither underflows however
+    negative z.  For z > 0.663, u = Phi(-z) = erfcx(t) exp(-z^2 / 2) / 2 shares its exponential
+    with phi(z), and log Phi = log1p(-u), the ratio phi / (1 - u).  (log1p is cheaper here than
+    log(1 - u) corrected by u / ((1 - u) - 1), which needs a division more.)
+
+    Parameters
+    ----------
+    z : float
+
+    Returns
+    -------
+    log_cdf, ratio : float
+        log Phi(z) and phi(z) / Phi(z), relative errors within 3 eps for z <= 0 and
+        2 eps max(1, z^2 / 2) for z > 0 (see the module docstring).  z = +inf gives (0, 0),
+        z = -inf (-inf, nan) and nan (nan, nan), as ``norm_logcdf`` with the ratio taken as
+        exp(log phi - log Phi) does.
+    """
+    t = z * _INV_SQRT2
+    if abs(t) <= _ERF_SMALL:
+        cdf = 0.5 + 0.5 * _erf_small(t)
+        return math.log(cdf), _INV_SQRT2PI * math.exp(-0.5 * z * z) / cdf
+    scaled = _erfcx_tail(abs(t))
+    if z < 0.0:
+        if z == -math.inf:
+            return -math.inf, math.nan
+        return math.log(0.5 * scaled) - 0.5 * z * z, _SQRT_2_OVER_PI / scaled
+    gauss = math.exp(-0.5 * z * z)
+    upper = 0.5 * scaled * gauss                                  # Phi(-z) <= Phi(-0.663) = 0.25
+    return math.log1p(-upper), _INV_SQRT2PI * gauss / (1.0 - upper)
 
 
 @njit(cache=True)
