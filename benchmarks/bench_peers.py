@@ -7,6 +7,7 @@ table that the README's speed section is generated from.
     python benchmarks/bench_peers.py --problems breast --seeds 0  # one problem, one seed
     python benchmarks/bench_peers.py --render benchmarks/peers/results.json --readme README.md
     python benchmarks/bench_peers.py --render a/results.json,b/results.json    # runs of parts, one table
+                                 # (b's rows of a problem and library replace a's)
 
 Problems (each seed draws its own split and k-means start, the same for every library):
 
@@ -285,6 +286,19 @@ def fastest_peer(med, problem, nlpd):
     return pick, bool(good)
 
 
+def newest_runs(parts):
+    """The rows of several runs' results, where a later run's rows of a (problem, library)
+    replace every earlier run's rows of it (gpdsl run again after a change, beside the peers'
+    rows of the full run), in the place where that (problem, library) first came."""
+    groups = {}
+    for rows in parts:
+        fresh = {}
+        for r in rows:
+            fresh.setdefault((r["problem"], r["library"]), []).append(r)
+        groups.update(fresh)
+    return [r for rows in groups.values() for r in rows]
+
+
 def render(results, meta):
     med = medians(results)
     lines = [f"Measured {meta['date']} on {meta['machine']}, gpdsl {meta['commit']}, by "
@@ -352,7 +366,8 @@ def main(argv=None):
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per fit")
     p.add_argument("--out", default=os.path.join(HERE, "peers"), help="folder of results.json and table.md")
     p.add_argument("--render", default=None,
-                   help="results.json files (comma-separated: runs of parts of the problems) to tabulate instead of running")
+                   help="results.json files (comma-separated: runs of parts of the problems; a later file's rows of a "
+                        "problem and library replace an earlier one's) to tabulate instead of running")
     p.add_argument("--readme", default=None, help="rewrite this README's bench_peers section with the table")
     args = p.parse_args(argv)
     if args.render:
@@ -360,7 +375,7 @@ def main(argv=None):
         for path in args.render.split(","):
             with open(path) as fh:
                 saved.append(json.load(fh))
-        results = [r for one in saved for r in one["results"]]
+        results = newest_runs(one["results"] for one in saved)
         metas = [one["meta"] for one in saved]
         meta = {"date": ", ".join(dict.fromkeys(m["date"] for m in metas)),
                 "commit": ", ".join(dict.fromkeys(m["commit"] for m in metas)), "machine": metas[0]["machine"],
