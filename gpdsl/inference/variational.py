@@ -170,7 +170,8 @@ class _Variational(Inference):
         # The posterior's q (need_state) is polished to POLISHED_Q_TOL and a small fixed-point
         # residual; within a fit the gain test of q_tol suffices: the hyperparameters' gradient
         # at that q is off by O(sqrt(q_tol)), ~1e-3 at the default, far below the gradient the
-        # fit's convergence check allows (a ConvergenceWarning past `gradient_tolerance`: 0.1 at N = 40, 6.7 on twonorm).
+        # fit's convergence check allows (a ConvergenceWarning past `gradient_tolerance`: 0.1 at
+        # N = 40, 6.7 on twonorm).
         q, steps, converged = self._optimise_q(kernel, likelihood, values, X, y, Z, start, polish=need_state,
                                                offset=offset)
         ev = self._evaluate(kernel, likelihood, {**values, **q}, X, y, Z, need_grad=need_grad, need_state=need_state,
