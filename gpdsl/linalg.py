@@ -230,6 +230,48 @@ def lower_product(R, X, transpose=False):
     return blas.dtrmm(1.0, R, np.asarray(X, dtype=float).T, side=1, lower=1, trans_a=0 if transpose else 1).T
 
 
+def stacked(blocks):
+    """``np.stack(blocks)``, except that one block is returned as a view with a new leading axis
+    rather than copied: the row-chunked passes stack one block per kernel block or latent
+    function, and with one (a shared kernel, one latent function) the copy of an (M, n) block
+    was 16 % of the final full-data pass of a minibatch SVGP fit at N = 10^6 (0.44 of 2.77 s).
+
+    Parameters
+    ----------
+    blocks : sequence of ndarray
+        Arrays of one shape.
+
+    Returns
+    -------
+    ndarray, shape (len(blocks), ...)
+    """
+    return blocks[0][None] if len(blocks) == 1 else np.stack(blocks)
+
+
+def weighted_gram(A, v):
+    """A diag(v) A^T (M, M), symmetric, for A (M, n) and v (n,): where v keeps one sign, the
+    symmetric rank-n update of A sqrt(|v|) (DSYRK, M^2 n flops, on the transposed view so that
+    nothing is copied to Fortran order), else the general product (2 M^2 n).
+
+    Parameters
+    ----------
+    A : ndarray, shape (M, n)
+    v : ndarray, shape (n,)
+
+    Returns
+    -------
+    ndarray, shape (M, M)
+    """
+    if np.all(v >= 0.0):
+        sign, root = 1.0, np.sqrt(v)
+    elif np.all(v <= 0.0):
+        sign, root = -1.0, np.sqrt(-v)
+    else:
+        return (A * v) @ A.T
+    lower = blas.dsyrk(sign, (A * root).T, trans=1, lower=1)
+    return lower + np.tril(lower, -1).T
+
+
 def solve_upper_t(L, B):
     """Solve L^T X = B for lower-triangular L.
 

@@ -87,12 +87,15 @@ class Posterior:
         What prediction needs: Z (M, D), whitened weights (M,) and correction (M, M), q(u), the
         Cholesky factor (M, M), or one a latent function (K, M, M) for a kernel of K outputs
         (:class:`gpdsl.kernels.Separate`).
-    log_evidence : float
+    log_evidence : float or callable
         The exact LML (Exact), the collapsed bound (VFE, Titsias (2009) eq. 16), FITC's
         approximate LML, EP's approximation (EP, and QP, whose hyperparameters maximise EP's
         evidence formula at EP's sites, or at QP's own with ``QP(hyperparameters="qp")``), the
         collapsed Pólya-Gamma bound (PolyaGamma, Passerello (2021) eq. 4.7), the Laplace
-        approximation or the ELBO (SVGP, VGP); in the data's units.
+        approximation or the ELBO (SVGP, VGP); in the data's units.  A callable (no
+        arguments) gives it when it is first read: a minibatch fit's full-data bound, one pass
+        over the N training rows that prediction does not need (the posterior holds the
+        callable, and through it the training data, until then).
     log_prior : float, default 0.0
         The log prior of the hyperparameters that carry one, at ``values``.
     standardization : gpdsl.scaling.Standardization, optional
@@ -114,10 +117,24 @@ class Posterior:
         self.model = model
         self.values = {k: np.asarray(v, dtype=float) for k, v in values.items()}
         self.state = state
-        self.log_evidence = float(log_evidence)
+        self._log_evidence = log_evidence if callable(log_evidence) else float(log_evidence)
         self.log_prior = float(log_prior)
         self.standardization = standardization
         self.record = FitRecord() if record is None else record
+
+    @property
+    def log_evidence(self):
+        """float: the log evidence or bound (the class's ``log_evidence`` parameter); a minibatch
+        fit's is computed here when first read, one pass over the training rows."""
+        if callable(self._log_evidence):
+            self._log_evidence = float(self._log_evidence())
+        return self._log_evidence
+
+    @property
+    def log_evidence_pending(self):
+        """bool: whether ``log_evidence`` waits for its pass over the training rows (a minibatch
+        fit's, not yet read)."""
+        return callable(self._log_evidence)
 
     @property
     def diagnostics(self):
@@ -155,7 +172,10 @@ class Posterior:
         return self.record.subsample
 
     def __repr__(self):
-        return (f"Posterior({type(self.model.inference).__name__}, log_evidence={self.log_evidence:.6g}, "
+        # A pending bound is not computed for a repr: a notebook echoing the posterior would pay a
+        # pass over the training rows.
+        evidence = "computed when read" if self.log_evidence_pending else f"{self.log_evidence:.6g}"
+        return (f"Posterior({type(self.model.inference).__name__}, log_evidence={evidence}, "
                 f"M={self.state.Z.shape[0]}, converged={self.converged}; {self.diagnostics.summary()})")
 
     @property

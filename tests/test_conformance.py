@@ -45,9 +45,13 @@ def _label(component):
 
 def _own(registry):
     """The registry's classes by their registered names, each once (an external class is also
-    registered under its short name)."""
+    registered under its short name), less the variants a test module defines for its own oracle
+    (``test_svgp_multiclass.Categorical20``, GPflow's 20-point rule, whose robust-max predictive
+    sums to 0.954): they registered only where that module was collected first."""
     seen, out = set(), []
     for cls in registry.values():
+        if cls.__module__.split(".")[-1].startswith("test_"):
+            continue
         if cls not in seen:
             seen.add(cls)
             out.append(cls)

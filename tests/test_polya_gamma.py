@@ -253,9 +253,12 @@ def test_fit_on_synth_raises_the_bound_and_records_c(oracle, tmp_path):
     assert ds["c"].dims == ("obs",) and ds["theta"].dims == ("obs",)
     np.testing.assert_allclose(ds["theta"].values, pg_theta(ds["c"].values), rtol=1e-14)
     assert ds.attrs["inference"] == "PolyaGamma" and ds.attrs["pg_converged"] == 1
-    # The fitted gradient vanishes (the optimum of max_c L*).
+    # The fitted gradient vanishes (the optimum of max_c L*): L-BFGS-B stops by SciPy's relative
+    # reduction test, which leaves |dF/d lengthscale| at 1e-4 to 2e-3 by the rounding of K's
+    # products (at lengthscale 5.7, variance 80: 0.011 in log space, against the fit's gradient
+    # tolerance 0.25).
     ev = model.evaluate(post.values, train[:, :2], train[:, 2], Z, warm=post.sites)
-    assert max(np.max(np.abs(g)) for g in ev.grads.values()) < 1e-3
+    assert max(np.max(np.abs(g)) for g in ev.grads.values()) < 5e-3
     error = np.mean(np.where(post.predict(test[:, :2])["p"].values > 0.5, 1, -1) != test[:, 2])
     assert error < 0.11
     path = tmp_path / "pg.nc"

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import check_positive_int, check_positive_number
+from ..checks import check_bool, check_positive_int, check_positive_number
 from ..linalg import check_jitter
 from ..methods import stochastic, svgp, vgp
-from ..methods.common import VariationalState, gaussian_noise, shifted, variational_state_format
+from ..methods.common import PendingEvaluation, VariationalState, gaussian_noise, shifted, variational_state_format
 from ..parameters import entry
 from .base import _STOCHASTIC_STOP_PARAMETERS, Inference, _check_chunk, _check_minibatch_options
 
@@ -154,12 +154,20 @@ class _Variational(Inference):
         warm_fits = warm is not None and all(np.shape(warm.q[k]) == np.shape(v) for k, v in start.items())
         if warm_fits and self._stochastic:
             # The minibatch steps have moved q; the posterior is the bound at that q, without
-            # full-batch passes over N rows (one O(N M^2) pass evaluates it).
-            q, steps, converged = warm.q, 0, warm.converged
-            ev = self._evaluate(kernel, likelihood, {**values, **q}, X, y, Z, need_grad=False, need_state=need_state,
-                                offset=offset)
-            ev.warm = VariationalState(q, sweeps=steps, converged=converged)
-            return ev
+            # full-batch passes over N rows (one O(N M^2) pass evaluates it).  With the state
+            # asked for, that pass waits until the bound is read: the state is q's alone.
+            q, at = warm.q, {**values, **warm.q}
+            local = VariationalState(q, sweeps=0, converged=warm.converged)
+
+            def complete():
+                ev = self._evaluate(kernel, likelihood, at, X, y, Z, need_grad=False, need_state=False, offset=offset)
+                ev.warm = local
+                return ev
+
+            if not need_state:
+                return complete()
+            state, jitter = svgp.state_at(kernel, likelihood, at, Z, jitter=self.jitter)
+            return PendingEvaluation(complete, state=state, jitter=jitter, warm=local)
         if likelihood.sign_symmetric:
             # Not from the previous q: one that an extreme line-search point (a tiny prior
             # variance) drew towards 0 stays near the saddle there (coal mining: ELBO -290.7
@@ -181,6 +189,12 @@ class _Variational(Inference):
         ev.grads = {k: v for k, v in ev.grads.items() if not k.startswith("variational.")}
         ev.warm = VariationalState(q, sweeps=steps, converged=converged)
         return ev
+
+
+# SVGP(one_pass=None) takes one pass a step up to this natural step: the gradient at the q a step
+# starts from lags q by 1 / natural_step steps against 1 / natural_step - 1 at the new q, at most
+# twice as far here.
+ONE_PASS_MAX_NATURAL_STEP = 0.5
 
 
 @dataclass(frozen=True)
@@ -216,7 +230,20 @@ class SVGP(_Variational):
         Stochastic: the natural-gradient step on q.
     seed : int, default 0
         Stochastic: the seed of the batches.
-    """ + _STOCHASTIC_STOP_PARAMETERS
+    """ + _STOCHASTIC_STOP_PARAMETERS + """    one_pass : bool or None, default None
+        Stochastic: True takes each step's Adam gradient from the same pass over the batch as its
+        natural step on q, at the q the step starts from (as ``PolyaGamma(minibatch=B)``'s
+        steps); False takes it at the new q, from a second pass over the batch (the alternation
+        of Salimbeni et al. 2018).  The gradient at the q before the step lags q by one step
+        more: q trails the hyperparameters by about 1 / natural_step - 1 steps with two passes
+        and 1 / natural_step with one.  None (default): one pass where ``natural_step`` <= 0.5
+        (at most twice the lag), two above.  On twonorm at N = 10^6 (M = 128, B = 1,024, probit,
+        the default natural_step 0.1, one thread; seeds 0 / 1) one pass took the fit from 5.2 /
+        5.5 s CPU to 4.4 / 5.4 s, 440 / 460 to 440 / 500 steps, test NLPD .0644 / .0645 to
+        .0635 / .0632.  At natural_step 1 (q at the batch's optimum each step) one pass held the
+        hyperparameters back: whole batch of 120 sine rows, learning rate 0.05, 300 steps ended
+        0.19 nats below the optimum, against 1e-12 with two.
+    """
     jitter: float | None = None
     chunk_size: int | None = None
     batch_size: int | None = None
@@ -226,6 +253,7 @@ class SVGP(_Variational):
     # The stopping rule's defaults, as PolyaGamma's (measured there).
     stop_tol: float = 1e-3
     stop_window: int = 200
+    one_pass: bool | None = None
     inducing_rule = "required"
     multi_latent = True
     _state_format = variational_state_format({"q_mu": "inducing", "q_sqrt": "q_sqrt_index"})
@@ -237,6 +265,8 @@ class SVGP(_Variational):
         super().__post_init__()
         _check_chunk("SVGP", self.chunk_size)
         _check_minibatch_options(self, "batch_size", self.batch_size)
+        if self.one_pass is not None:
+            check_bool("SVGP", "one_pass", self.one_pass, TypeError)
         if self.batch_size is not None and self.q_updates != "natural":
             raise ValueError("SVGP: batch_size needs q_updates='natural' (the minibatch steps on q are "
                              f"natural-gradient steps), got q_updates={self.q_updates!r}")
@@ -248,7 +278,8 @@ class SVGP(_Variational):
     def minimise(self, objective, u0, max_iter, progress, callback):
         if self.batch_size is None:
             return super().minimise(objective, u0, max_iter, progress, callback)
-        return stochastic.minimise(objective, u0, max_iter, progress, callback, spec=self)
+        one_pass = self.natural_step <= ONE_PASS_MAX_NATURAL_STEP if self.one_pass is None else self.one_pass
+        return stochastic.minimise(objective, u0, max_iter, progress, callback, spec=self, one_pass=one_pass)
 
     def local_state_for(self, likelihood):
         """q's format, with a class dimension for a likelihood of K > 1 latent functions.

@@ -38,7 +38,8 @@ from functools import partial
 import numpy as np
 
 from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
-from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t, whiten
+from ..linalg import (JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t, stacked,
+                      whiten)
 from .common import Evaluation, PredictiveState
 
 _LOG_2PI = np.log(2.0 * np.pi)
@@ -144,7 +145,7 @@ def whitened_blocks(Kuf, kff, L):
     """
     if Kuf.ndim == 2:
         Kuf, kff = Kuf[None], kff[None]
-    A = np.stack([whiten(L_g, K_g) for L_g, K_g in zip(L, Kuf)])
+    A = stacked([whiten(L_g, K_g) for L_g, K_g in zip(L, Kuf)])
     residual = kff - np.einsum("gmn,gmn->gn", A, A)
     check_rows_nystrom(residual, kff)
     return A, residual
