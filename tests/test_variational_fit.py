@@ -216,3 +216,34 @@ def test_a_failure_of_the_deferred_pass_raises_when_the_bound_is_read(monkeypatc
                                              "\\(SVGP: non-finite bound\\)"):
             post.log_evidence
     assert post.log_evidence_pending
+
+
+@pytest.mark.parametrize("likelihood, options, expected", [
+    (gd.likelihoods.Bernoulli("probit"), {}, True),
+    (gd.likelihoods.Bernoulli("probit"), {"natural_step": 0.5}, True),
+    (gd.likelihoods.Bernoulli("probit"), {"natural_step": 0.6}, False),
+    (gd.likelihoods.Bernoulli("probit"), {"one_pass": False}, False),
+    (gd.likelihoods.Categorical(3), {}, False),
+    (gd.likelihoods.Categorical(3), {"one_pass": True}, True),
+])
+def test_minibatch_svgp_default_passes(monkeypatch, likelihood, options, expected):
+    """SVGP(one_pass=None) takes one pass a step for one latent function at natural_step <= 0.5,
+    two otherwise (the multi-class softmax fits lost test NLPD with one); an explicit one_pass wins."""
+    from gpdsl.methods import stochastic
+    seen = []
+    real = stochastic.minimise
+
+    def spy(*args, one_pass=False, **kwargs):
+        seen.append(one_pass)
+        return real(*args, one_pass=one_pass, **kwargs)
+
+    monkeypatch.setattr(stochastic, "minimise", spy)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 2))
+    y = (rng.integers(0, 3, 60) if likelihood.n_latent > 1 else np.sign(X[:, 0] + 0.1)).astype(float)
+    model = gd.Model(SE(1.0, 1.0), likelihood, gd.inducing.KMeans(5, seed=0),
+                     gd.inference.SVGP(batch_size=20, stop_window=10, **options))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gd.ConvergenceWarning)
+        model.fit(X, y, max_iter=20)
+    assert seen == [expected]

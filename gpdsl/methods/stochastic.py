@@ -13,8 +13,8 @@ Eleftheriadis & Hensman 2018, "Natural gradients in practice"):
 2. an Adam step (Kingma & Ba 2015, their defaults beta1 = 0.9, beta2 = 0.999, eps = 1e-8) of size
    ``learning_rate`` on the free log-space vector of hyperparameters (and optimised Z) along the
    batch's gradient, log priors included: with ``one_pass`` (stochastic Pólya-Gamma, and SVGP's
-   default at natural steps up to 0.5) at the q the step started from, so that one pass over the
-   batch gives both steps; otherwise at the new q, from a second pass.
+   default for one latent function at natural steps up to 0.5) at the q the step started from, so
+   that one pass over the batch gives both steps; otherwise at the new q, from a second pass.
 
 Every step is O(B M^2 + M^3); nothing of size N is formed.  The q reached is left as the
 objective's warm start; the model's final evaluation reports the full-batch bound and the
