@@ -600,19 +600,23 @@ def _final_evaluation(model, values, X, y, Z, warm, optimize, need_grad=False, o
     raises the same ValueError then."""
     where = "fitted" if optimize else "declared"
 
-    def checked(complete):
-        try:
-            evaluation = complete()
-            _check_evidence_bound(model.likelihood, values, y, evaluation.log_evidence)
-        except FloatingPointError as err:
-            raise _out_of_range(f"the posterior at the {where} hyperparameters cannot be computed ({err})",
-                                X, y) from err
+    def cannot(err):
+        return _out_of_range(f"the posterior at the {where} hyperparameters cannot be computed ({err})", X, y)
+
+    def finite(evaluation):
         if not np.isfinite(evaluation.log_evidence):
             raise _out_of_range(f"the log evidence at the {where} hyperparameters is {evaluation.log_evidence}",
                                 X, y)
         return evaluation
 
-    failure = None
+    def checked(complete):
+        try:
+            evaluation = complete()
+            _check_evidence_bound(model.likelihood, values, y, evaluation.log_evidence)
+        except FloatingPointError as err:
+            raise cannot(err) from err
+        return finite(evaluation)
+
     for start in ((warm, None) if warm is not None else (None,)):
         try:
             evaluation = model.evaluate(values, X, y, Z, need_grad=need_grad, need_state=True, warm=start,
@@ -620,13 +624,10 @@ def _final_evaluation(model, values, X, y, Z, warm, optimize, need_grad=False, o
             if evaluation.pending:
                 return evaluation.then(checked)
             _check_evidence_bound(model.likelihood, values, y, evaluation.log_evidence)
-            break
+            return finite(evaluation)
         except FloatingPointError as err:
             failure = err
-    else:
-        raise _out_of_range(f"the posterior at the {where} hyperparameters cannot be computed ({failure})",
-                            X, y) from failure
-    return checked(lambda: evaluation)
+    raise cannot(failure) from failure
 
 
 def _check_evidence_bound(likelihood, values, y, log_evidence):

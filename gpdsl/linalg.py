@@ -267,7 +267,8 @@ def weighted_gram(A, v):
     elif np.all(v <= 0.0):
         sign, root = -1.0, np.sqrt(-v)
     else:
-        return (A * v) @ A.T
+        P = (A * v) @ A.T
+        return 0.5 * (P + P.T)       # symmetric to the last bit, as the rank-n update's
     lower = blas.dsyrk(sign, (A * root).T, trans=1, lower=1)
     return lower + np.tril(lower, -1).T
 

@@ -209,10 +209,9 @@ class PendingEvaluation:
         The local state (q).
     """
 
-    grads, dZ = {}, None
-
     def __init__(self, complete, *, state, jitter, warm=None):
         self._complete, self.state, self.jitter, self.warm = complete, state, jitter, warm
+        self.grads, self.dZ = {}, None      # no gradients: a minibatch fit's optimiser had its own
         self._evaluation = None
 
     @property

@@ -430,14 +430,19 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None
         # the chunk has more than 2 M rows (a shared kernel of K classes sums them in one W).
         n_rows = A.shape[2]
         wide = G == K and n_rows > 2 * M
-        P = None
-        if "q_grad" in outputs or "natural" in outputs or ("grad" in outputs and wide and n_rows > 4 * M):
-            P = [weighted_gram(A[g_k], dT[k]) for k, g_k in enumerate(block)]          # A D_k A^T
+        P = [None] * K
+
+        def weighted_d(k):
+            """P_k = A D_k A^T, formed once a chunk, when first asked for."""
+            if P[k] is None:
+                P[k] = weighted_gram(A[block[k]], dT[k])
+            return P[k]
+
         if "natural" in outputs:
             w = np.maximum(-2.0 * d, 0.0) if clip else -2.0 * d
             wT = np.ascontiguousarray(w.T)
             # Where the clip left w_k = -2 d_k (d_k <= 0: every log-concave likelihood), A W_k A^T is -2 P_k.
-            AWA = np.stack([-2.0 * P[k] if P is not None and (not clip or np.all(dT[k] <= 0.0))
+            AWA = np.stack([-2.0 * weighted_d(k) if not clip or np.all(dT[k] <= 0.0)
                             else weighted_gram(A[g_k], wT[k]) for k, g_k in enumerate(block)])
             out += [AWA, _gather(A, g + w * mean).T]
         if "grad" in outputs:
@@ -453,14 +458,16 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None
             grads = add_partial(add_partial(kgrads, kernel.diag_vjp(X_block, d_diag)), lik_grads)
             Ag = _gather(A, g)
             Phi = -((m @ Ag.T)[None] if G == 1 else m.T[:, :, None] * Ag.T[:, None, :])
-            if P is not None and wide:
+            # Forming P_k for this alone costs n M^2 more: worth it from 4 M rows.
+            if wide and (n_rows > 4 * M or all(P_k is not None for P_k in P)):
                 for k, g_k in enumerate(block):
-                    Phi[g_k] += 2.0 * (P[k] - R[k] @ (R[k].T @ P[k]))              # 2 (I - S_k) P_k
+                    P_k = weighted_d(k)
+                    Phi[g_k] += 2.0 * (P_k - R[k] @ (R[k].T @ P_k))                 # 2 (I - S_k) P_k
             else:
                 Phi += 2.0 * (W @ np.swapaxes(A, -1, -2))
             out += [Ag, Phi, grads, dZ]
         if "q_grad" in outputs:
-            out.append(np.stack([P[k] @ R[k] for k in range(K)]))
+            out.append(np.stack([weighted_d(k) @ R[k] for k in range(K)]))
         return (tuple(out), (mean, g, d)) + (((Kuf, A, residual),) if keep else ())
 
     rows = (X, y) if offset is None else (X, y, offset)
