@@ -25,9 +25,10 @@ MIN_TRIALS = 150
 # most do; with the machine loaded (two test suites at once) the timer thread's wake-up is late and
 # only 88 of 400 did, so the test counts them instead of asking for a share.
 MIN_IN_SAVE = 60
-# The timer's delay is drawn from [0, SPREAD x the median save time]: a few land after the save,
-# to check that an interrupt arriving late still surfaces.
-SPREAD = 1.2
+# The timer's delay is drawn from [0, SPREAD x the save's time]: some land after the save, to
+# check that an interrupt arriving late still surfaces.  Under a full suite the timer thread wakes
+# late, and at 1.2 only 49 and 54 of 400 landed inside (2026-11-27); at 0.8 more do.
+SPREAD = 0.8
 
 
 def _posteriors():
