@@ -127,7 +127,7 @@ def factor_blocks(kernel, Z, jitter):
     return np.stack([L_g for L_g, _ in factors]), jit
 
 
-def whitened_blocks(Kuf, kff, L):
+def whitened_blocks(Kuf, kff, L, inverses=None):
     """:func:`whitened_rows` for each kernel block: A_g = L_g^-1 K^g_uf and k^g_nn - |a_gn|^2,
     checked as :func:`check_rows_nystrom`.
 
@@ -137,6 +137,8 @@ def whitened_blocks(Kuf, kff, L):
     kff : ndarray, shape (n,) or (G, n)
     L : ndarray, shape (G, M, M)
         :func:`factor_blocks`.
+    inverses : ndarray, shape (G, M, M), optional
+        The L_g^-1, where the caller has formed them (see :func:`gpdsl.linalg.whiten`).
 
     Returns
     -------
@@ -145,7 +147,8 @@ def whitened_blocks(Kuf, kff, L):
     """
     if Kuf.ndim == 2:
         Kuf, kff = Kuf[None], kff[None]
-    A = stacked([whiten(L_g, K_g) for L_g, K_g in zip(L, Kuf)])
+    A = stacked([whiten(L_g, K_g, inverse=None if inverses is None else inverses[g])
+                 for g, (L_g, K_g) in enumerate(zip(L, Kuf))])
     residual = kff - np.einsum("gmn,gmn->gn", A, A)
     check_rows_nystrom(residual, kff)
     return A, residual

@@ -45,7 +45,7 @@ from scipy import linalg as sp_linalg
 
 from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
 from ..linalg import (JITTER_LADDER, inverse_from_cholesky, inverse_lower, jitter_adjoint, lower_product, stacked,
-                      weighted_gram, whiten)
+                      weighted_gram)
 from .collapsed import factor_blocks, whitened_blocks
 from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps, shifted
 
@@ -287,11 +287,11 @@ def _kl(m, R):
     return 0.5 * (np.sum(R * R) + np.sum(m * m) - m.size) - np.sum(np.log(np.abs(np.diagonal(R, axis1=-2, axis2=-1))))
 
 
-def _whitened(kernel, X, Z, L):
+def _whitened(kernel, X, Z, L, Li):
     """One row block's K_uf (G, M, n), A = L^-1 K_uf (G, M, n) and k_nn - |a_n|^2 (G, n), per
-    kernel block (:func:`gpdsl.methods.collapsed.whitened_blocks`)."""
+    kernel block (:func:`gpdsl.methods.collapsed.whitened_blocks`), with L's inverses Li formed."""
     Kuf = kernel.gram(Z, X)
-    A, residual = whitened_blocks(Kuf, kernel.diag(X), L)
+    A, residual = whitened_blocks(Kuf, kernel.diag(X), L, Li)
     return (Kuf[None] if Kuf.ndim == 2 else Kuf), A, residual
 
 
@@ -305,6 +305,13 @@ def _gather(A, r):
     return A[0] @ r if A.shape[0] == 1 else np.einsum("kmn,nk->mk", A, r)
 
 
+def _factors(kernel, Z, jitter):
+    """K_uu's factors L (G, M, M) per kernel block (:func:`gpdsl.methods.collapsed.factor_blocks`),
+    their inverses (G, M, M), formed once for a pass and the gradient after it, and the jitter."""
+    L, jit = factor_blocks(kernel, Z, jitter)
+    return L, stacked([inverse_lower(L_g) for L_g in L]), jit
+
+
 def _unstacked(a, G):
     """A (G, ...) stack as the kernel's operations take it: the one block of a shared kernel."""
     return a[0] if G == 1 else a
@@ -313,8 +320,8 @@ def _unstacked(a, G):
 def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need_grad, need_state, offset=None):
     n, M = X.shape[0], Z.shape[0]
     K = m.shape[1]
-    L, jit = factor_blocks(kernel, Z, jitter)
-    (ell, *partials), (mean, d_mean, d_var) = _data_pass(kernel, likelihood, X, y, Z, L, m, R,
+    L, Li, jit = _factors(kernel, Z, jitter)
+    (ell, *partials), (mean, d_mean, d_var) = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R,
                                                          chunk_size or default_chunk_size(n, M * K),
                                                          ("grad", "q_grad") if need_grad else (), offset)
     terms = ElboTerms(elbo=float(ell - kl), kl=float(kl), expected_log_lik=float(ell))
@@ -323,7 +330,7 @@ def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need
 
     grads, dZ = {}, None
     if need_grad:
-        grads, dZ = _gradients(kernel, Z, L, m, R, jit, *partials, d_offset=None if offset is None else d_mean)
+        grads, dZ = _gradients(kernel, Z, Li, m, R, jit, *partials, d_offset=None if offset is None else d_mean)
     state = _state(Z, L, m, R) if need_state else None
     w = np.maximum(-2.0 * d_var, 0.0)
     return terms, Evaluation(log_evidence=terms.elbo, grads=grads, dZ=dZ, jitter=jit, state=state,
@@ -371,11 +378,12 @@ def state_at(kernel, likelihood, values, Z, *, jitter=None):
     return _state(Z, L, m, R), jit
 
 
-def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None, keep=False, carried=None,
+def _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, chunk, outputs, offset=None, keep=False, carried=None,
                clip=False):
     """sum_n E_q[log p(y_n | f_n)] and the partial sums of what ``outputs`` asks for.
 
-    m (M, K), R (K, M, M) and L (G, M, M) stacked (see :func:`_checked_q`).  With
+    m (M, K), R (K, M, M), L (G, M, M) and its inverses Li (G, M, M) stacked (see :func:`_checked_q`,
+    :func:`_factors`).  With
     g_nk = dE_n/dmean_nk and d_nk = dE_n/dvar_nk (from the likelihood), mean_nk = a_n^T m_k and
     var_nk = (k_nn - |a_n|^2) + |u_nk|^2, u_nk = R_k^T a_n (a sum of two non-negative parts, where
     k_nn - a_n^T (I - S_k) a_n would cancel when S_k = R_k R_k^T is near I), a_n the row's column
@@ -388,15 +396,20 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None
     * ``"grad"``: A g (M, K), Phi (G, M, M), the kernel/likelihood gradients (a dict) and the
       K_uf part of d/dZ (M, D).  dE/da_n = sum_k [g_nk m_k - 2 d_nk (I - S_k) a_n], so the adjoint
       of K_uf (through A = L^-1 K_uf) is L^-T G_A with G_A = m g^T - 2 W, where
-      W = sum_k [A D_k - R_k (U_k D_k)] (U_k = R_k^T A, D_k = diag(d_k)) sums the K latent
-      functions of each kernel block: one kernel VJP per chunk, and no L^-T (I - S_k) formed.
+      W = sum_k (I - S_k) A D_k (D_k = diag(d_k)) sums the K latent functions of each kernel
+      block: one kernel VJP per chunk.  Where each block holds one class (G = K, so also K = 1)
+      that adjoint is [mu_k, E_k] [g_k^T; -2 A_k D_k] with [mu_k, E_k] = L_k^-T [m_k, I - S_k]
+      formed once a pass: one general product a class (2 M^2 n), where W's R_k (U_k D_k)
+      (U_k = R_k^T A) and L^-T G_A took two triangular ones and five elementwise passes over
+      (M, n) blocks.  A kernel shared by K > 1 classes keeps W (one L^-T G_A for all K).
       The adjoint of L is -L^-T G_A A^T; :func:`_gradients` needs its reduction
       Phi = L^T Lbar = 2 W A^T - m (A g)^T (per block), where W A^T = sum_k (I - S_k) P_k with
-      P_k = A D_k A^T (U_k D_k A^T = R_k^T P_k): an M^3 product once P_k is formed.
+      P_k = A D_k A^T: an M^3 product once P_k is formed (G = K; for G = 1 < K the one product
+      W A^T, where K classes' P_k were 25x the work at K = 10, M = B = 100).
     * ``"q_grad"``: P_k R_k (K, M, M), for dELBO/dR_k = 2 P_k R_k - R_k + diag(1/R_ii).
 
-    The O(n M^2) products, per class: U_k, W's R_k (U_k D_k) and the K_uf adjoint's L^-T G_A
-    (triangular, n M^2 each), and P_k = A D_k A^T (:func:`gpdsl.linalg.weighted_gram`: a
+    The O(n M^2) products, per class: U_k (triangular, n M^2), the K_uf adjoint (a general product,
+    2 n M^2; with a shared kernel and K > 1, R_k (U_k D_k) and L^-T G_A, n M^2 each), and P_k = A D_k A^T (:func:`gpdsl.linalg.weighted_gram`: a
     symmetric rank-n update, n M^2, where d_k keeps one sign, as for every log-concave
     likelihood), which also gives "natural"'s A W_k A^T = -2 P_k where w_k = -2 d_k is not
     clipped; a clipped w_k takes its own rank-n update.
@@ -407,10 +420,13 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None
     (``carried``).  ``offset`` (N,) shifts each row's latent input (:class:`Shifted`; K = 1 only).
     """
     G, K, M = L.shape[0], m.shape[1], Z.shape[0]
+    if "grad" in outputs and G == K:
+        lifted = [lower_product(Li_k, np.column_stack([m[:, k], np.eye(M) - R_k @ R_k.T]), transpose=True)
+                  for k, (Li_k, R_k) in enumerate(zip(Li, R))]             # [mu_k, E_k], (M, M + 1) each
 
     def chunk_pass(X_block, y_block, *rest):
         offset_block = rest[0] if offset is not None else None
-        Kuf, A, residual = rest[-1] if carried is not None else _whitened(kernel, X_block, Z, L)
+        Kuf, A, residual = rest[-1] if carried is not None else _whitened(kernel, X_block, Z, L, Li)
         block = [0] * K if G == 1 else range(K)                      # latent function k's kernel block
         U = stacked([lower_product(R_k, A[g_k], transpose=True) for R_k, g_k in zip(R, block)])   # R_k^T A
         mean = _project(A, m)
@@ -425,11 +441,6 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None
         dT = np.ascontiguousarray(d.T)                               # (K, n)
         # The per-class products run one class at a time: their (M, n) operands stay in cache,
         # where one stacked product over (K, M, n) temporaries ran 1.4x (P) to 2x (V) slower.
-        # W A^T = sum_k (I - S_k) P_k costs 4 M^3 a class once P_k is formed, against 2 M^2 n a
-        # kernel block for the product itself: the cheaper where each block holds one class and
-        # the chunk has more than 2 M rows (a shared kernel of K classes sums them in one W).
-        n_rows = A.shape[2]
-        wide = G == K and n_rows > 2 * M
         P = [None] * K
 
         def weighted_d(k):
@@ -446,25 +457,24 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None
                             else weighted_gram(A[g_k], wT[k]) for k, g_k in enumerate(block)])
             out += [AWA, _gather(A, g + w * mean).T]
         if "grad" in outputs:
-            # W_g = sum over the block's k of A D_k - R_k U_k D_k.
-            W = A * (dT.sum(axis=0) if G == 1 else dT[:, None, :])
-            for k, g_k in enumerate(block):
-                W[g_k] -= lower_product(R[k], U[k] * dT[k])
-            G_A = (m @ g.T)[None] if G == 1 else m.T[:, :, None] * g.T[:, None, :]
-            G_A -= 2.0 * W
-            G_uf = stacked([whiten(L_g, G_g, transpose=True) for L_g, G_g in zip(L, G_A)])
+            Ag = _gather(A, g)
+            Phi = -((m @ Ag.T)[None] if G == 1 else m.T[:, :, None] * Ag.T[:, None, :])
+            if G == K:
+                # G_uf_k = [mu_k, E_k] [g_k^T; -2 A_k D_k]; Phi_k += 2 (I - S_k) P_k.
+                G_uf = stacked([lifted[k] @ _on_top(g[:, k], A[k], -2.0 * dT[k]) for k in range(K)])
+                for k in range(K):
+                    P_k = weighted_d(k)
+                    Phi[k] += 2.0 * (P_k - R[k] @ (R[k].T @ P_k))
+            else:
+                # One kernel block, K classes: W = sum_k A D_k - R_k U_k D_k.
+                W = A[0] * dT.sum(axis=0)
+                for k in range(K):
+                    W -= lower_product(R[k], U[k] * dT[k])
+                G_uf = lower_product(Li[0], m @ g.T - 2.0 * W, transpose=True)[None]
+                Phi[0] += 2.0 * (W @ A[0].T)
             kgrads, dZ = kernel.vjp(Z, X_block, _unstacked(G_uf, G), K=_unstacked(Kuf, G))
             d_diag = dT.sum(axis=0) if G == 1 else dT
             grads = add_partial(add_partial(kgrads, kernel.diag_vjp(X_block, d_diag)), lik_grads)
-            Ag = _gather(A, g)
-            Phi = -((m @ Ag.T)[None] if G == 1 else m.T[:, :, None] * Ag.T[:, None, :])
-            # Forming P_k for this alone costs n M^2 more: worth it from 4 M rows.
-            if wide and (n_rows > 4 * M or all(P_k is not None for P_k in P)):
-                for k, g_k in enumerate(block):
-                    P_k = weighted_d(k)
-                    Phi[g_k] += 2.0 * (P_k - R[k] @ (R[k].T @ P_k))                 # 2 (I - S_k) P_k
-            else:
-                Phi += 2.0 * (W @ np.swapaxes(A, -1, -2))
             out += [Ag, Phi, grads, dZ]
         if "q_grad" in outputs:
             out.append(np.stack([weighted_d(k) @ R[k] for k in range(K)]))
@@ -478,7 +488,16 @@ def _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, outputs, offset=None
     return map_rows(chunk_pass, rows, chunk, width=Z.shape[0], carried=carried, keep=keep)
 
 
-def _gradients(kernel, Z, L, m, R, jit, Ag, Phi, grads, dZ, PR=None, d_offset=None):
+def _on_top(row, A, scale):
+    """The (M + 1, n) array [row; A diag(scale)] for row (n,), A (M, n), scale (n,): the right
+    operand of the K_uf adjoint's one product (:func:`_data_pass`), written in one pass."""
+    out = np.empty((A.shape[0] + 1, A.shape[1]))
+    out[0] = row
+    np.multiply(A, scale, out=out[1:])
+    return out
+
+
+def _gradients(kernel, Z, Li, m, R, jit, Ag, Phi, grads, dZ, PR=None, d_offset=None):
     """Complete the gradient from the reduced partials of :func:`_data_pass`.
 
     A latent offset o enters the bound only through E_q[log p(y_n | o_n + f_n)], as a shift of
@@ -496,7 +515,7 @@ def _gradients(kernel, Z, L, m, R, jit, Ag, Phi, grads, dZ, PR=None, d_offset=No
     its diagonal halved: from dL = L Phi~(L^-1 dK L^-T), <Lbar, dL> = <Phi~(L^T Lbar), L^-1 dK L^-T>
     for any Lbar.
     """
-    G, M = L.shape[0], L.shape[1]
+    G, M = Li.shape[0], Li.shape[1]
     grads = dict(grads)
     if PR is not None:
         dR = 2.0 * PR - R
@@ -507,9 +526,8 @@ def _gradients(kernel, Z, L, m, R, jit, Ag, Phi, grads, dZ, PR=None, d_offset=No
     Phi = np.tril(Phi)
     Phi[:, np.arange(M), np.arange(M)] *= 0.5
     G_uu = []
-    for L_g, Phi_g in zip(L, Phi):
-        Li = inverse_lower(L_g)
-        G_g = Li.T @ Phi_g @ Li
+    for Li_g, Phi_g in zip(Li, Phi):
+        G_g = Li_g.T @ Phi_g @ Li_g
         G_uu.append(jitter_adjoint(0.5 * (G_g + G_g.T), jit))
     uu_grads, dZ_uu = kernel.vjp(Z, Z, _unstacked(np.stack(G_uu), G))
     if d_offset is not None:
@@ -620,9 +638,9 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
     cache = 2 * n * M * getattr(kernel, "n_outputs", 1) * 8 <= cache_bytes()
     kept = None
 
-    def natural_pass(L, m, R):
+    def natural_pass(L, Li, m, R):
         nonlocal kept
-        (ell, AWA, Ar), _, *blocks = _data_pass(kernel, likelihood, X, y, Z, L, m, R, chunk, ("natural",), offset,
+        (ell, AWA, Ar), _, *blocks = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, chunk, ("natural",), offset,
                                                 keep=cache, carried=kept)
         kept = blocks[0] if cache else None
         elbo = float(ell - _kl(m, R))
@@ -634,8 +652,8 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
     for attempt, rung in enumerate(rungs):
         try:
             kept = None                       # blocks of a failed rung's L are not this one's
-            L, _ = factor_blocks(kernel, Z, rung)
-            elbo, Lam_hat, eta_hat = natural_pass(L, m, R)
+            L, Li, _ = _factors(kernel, Z, rung)
+            elbo, Lam_hat, eta_hat = natural_pass(L, Li, m, R)
             break
         except (np.linalg.LinAlgError, FloatingPointError):
             if attempt == len(rungs) - 1:
@@ -643,7 +661,7 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
 
     def at(natural):
         m_c, R_c = _from_natural(*natural)
-        elbo_c, Lam_hat_c, eta_hat_c = natural_pass(L, m_c, R_c)
+        elbo_c, Lam_hat_c, eta_hat_c = natural_pass(L, Li, m_c, R_c)
         return elbo_c, (Lam_hat_c, eta_hat_c), (m_c, R_c)
 
     # One step size for all classes: the bound couples them through the likelihood.
@@ -791,15 +809,15 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
     """
     B = X.shape[0]
     m, R = state.m, state.R
-    L, jit = factor_blocks(kernel, Z, jitter)
+    L, Li, jit = _factors(kernel, Z, jitter)
     if one_pass:
-        (ell, AWA, Ar, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, m, R, B,
+        (ell, AWA, Ar, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, B,
                                                                    ("natural", "grad"), offset, clip=True)
         elbo = scale * float(ell) - _kl(m, R)
-        grads, dZ = _gradients(kernel, Z, L, m, R, jit, Ag, Phi, grads, dZ, d_offset=None if offset is None else g[:, 0])
+        grads, dZ = _gradients(kernel, Z, Li, m, R, jit, Ag, Phi, grads, dZ, d_offset=None if offset is None else g[:, 0])
     else:
         # The second pass, at the new q, reuses this one's K_uf and A (same Z and hyperparameters).
-        (_, AWA, Ar), _, kept = _data_pass(kernel, likelihood, X, y, Z, L, m, R, B, ("natural",), offset, keep=True,
+        (_, AWA, Ar), _, kept = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, B, ("natural",), offset, keep=True,
                                            clip=True)
     Lam_hat = _prior_plus(AWA, scale)
     Lam, eta = state.natural if state.natural is not None else _natural(m, R)
@@ -813,10 +831,10 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
             if rho < NATGRAD_MIN_STEP:
                 raise FloatingPointError("SVGP: no natural-gradient step keeps S positive definite") from None
     if not one_pass:
-        (ell, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, m, R, B, ("grad",), offset,
+        (ell, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, B, ("grad",), offset,
                                                           carried=kept)
         elbo = scale * float(ell) - _kl(m, R)
-        grads, dZ = _gradients(kernel, Z, L, m, R, jit, Ag, Phi, grads, dZ, d_offset=None if offset is None else g[:, 0])
+        grads, dZ = _gradients(kernel, Z, Li, m, R, jit, Ag, Phi, grads, dZ, d_offset=None if offset is None else g[:, 0])
     if not np.isfinite(elbo):
         raise FloatingPointError("SVGP: non-finite bound")
     return CarriedQ(m, R, natural), elbo, {k: scale * g_k for k, g_k in grads.items()}, scale * dZ, jit
