@@ -89,7 +89,7 @@ from .._jit.logistic_softmax import ls_expectations, ls_local_terms, ls_local_up
 from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower
 from . import collapsed
-from .common import Evaluation, LocalStateFormat, PredictiveState, anderson
+from .common import Anderson, Evaluation, LocalStateFormat, PredictiveState
 
 _BLOCK_DOUBLES = 2 ** 22    # rows per block: the (K, M, rows) stack of L_Bk^-1 A of 32 MB
 _ANDERSON_MEMORY = 10
@@ -296,9 +296,9 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
     sums, _ = sweep(point)
     factor, bound = _bound(sums)
     history, converged, sweeps = [bound], False, 1
-    points, targets = [], []
+    iterates = Anderson(_ANDERSON_MEMORY)
     while True:
-        extrapolate = spec.acceleration and len(points) > 0
+        extrapolate = spec.acceleration and len(iterates) > 0
         sums_target, rows = sweep(point, factor, accumulate=not extrapolate)
         target = rows[:3]
         sweeps += 1
@@ -308,10 +308,9 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
             break
         if sweeps >= spec.max_iter:
             break
-        points = points[-_ANDERSON_MEMORY:] + [_flat(point)]
-        targets = targets[-_ANDERSON_MEMORY:] + [_flat(target)]
+        iterates.push(_flat(point), _flat(target))
         if extrapolate:
-            proposal = _unflat(anderson(points, targets), n, K)
+            proposal = _unflat(iterates.proposal(), n, K)
             sums_proposal, _ = sweep(proposal)
             sweeps += 1
             factor_proposal, bound_proposal = _bound(sums_proposal)
@@ -319,7 +318,7 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
                 point, sums, factor, bound = proposal, sums_proposal, factor_proposal, bound_proposal
                 history.append(bound)
                 continue
-            points, targets = points[-1:], targets[-1:]
+            iterates.restart()
             sums_target, _ = sweep(target)
             sweeps += 1
         point, sums = target, sums_target

@@ -43,7 +43,7 @@ from .._jit.polya_gamma import pg_marginals_update, pg_theta, pg_theta_kl
 from ..chunks import cache_bytes, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, lower_product, solve_lower
 from . import collapsed
-from .common import Evaluation, LocalStateFormat, anderson, known_noise
+from .common import Anderson, Evaluation, LocalStateFormat, known_noise
 
 # The thesis author's code starts every c_n at 0.1 (`PolyaGammaLikelihood(variance=0.1)`).
 C_INIT = 0.1
@@ -223,9 +223,9 @@ def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad,
     bias_sums = (n, bias, float(np.sum(y)), float(y @ offset_rows))
     factor, bound = _bound(sums, *bias_sums)
     history, converged, sweeps = [bound], False, 1
-    points, targets = [], []
+    iterates = Anderson(_ANDERSON_MEMORY)
     while True:
-        extrapolate = spec.acceleration and len(points) > 0
+        extrapolate = spec.acceleration and len(iterates) > 0
         sums_target, (target, mean) = sweep(c, factor, accumulate=not extrapolate)
         sweeps += 1
         if np.max(np.abs(target - c)) < spec.tol:
@@ -233,9 +233,9 @@ def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad,
             break
         if sweeps >= spec.max_iter:
             break
-        points, targets = points[-_ANDERSON_MEMORY:] + [c], targets[-_ANDERSON_MEMORY:] + [target]
+        iterates.push(c, target)
         if extrapolate:
-            proposal = np.maximum(anderson(points, targets), 0.0)      # c >= 0
+            proposal = np.maximum(iterates.proposal(), 0.0)      # c >= 0
             sums_proposal, _ = sweep(proposal)
             sweeps += 1
             factor_proposal, bound_proposal = _bound(sums_proposal, *bias_sums)
@@ -243,7 +243,7 @@ def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad,
                 c, sums, factor, bound = proposal, sums_proposal, factor_proposal, bound_proposal
                 history.append(bound)
                 continue
-            points, targets = points[-1:], targets[-1:]
+            iterates.restart()
             sums_target, _ = sweep(target)
             sweeps += 1
         c, sums = target, sums_target
