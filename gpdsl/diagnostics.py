@@ -152,7 +152,8 @@ class FitDiagnostics:
         (:func:`largest_gradient`); for a minibatch run, the norm of its smoothed (Adam
         first-moment) gradient, which its stopping rule does not use; NaN where none was computed.
     grad_tol : float
-        Its tolerance (:func:`gradient_tolerance`).
+        Its tolerance (:func:`gradient_tolerance`); NaN for a minibatch run, whose smoothed batch
+        gradient (of the N-scaled objective, batch noise included) no tolerance applies to.
     grad_name : str
         The parameter holding that entry ("" if none).
     optimizer_restarts : int
@@ -232,9 +233,12 @@ class FitDiagnostics:
         str
         """
         parts = [f"stop={self.stop_reason}", f"iterations={self.n_iterations}"]
-        if np.isfinite(self.grad_norm):
+        if np.isfinite(self.grad_norm) and np.isfinite(self.grad_tol):
             parts.append(f"max|grad|={self.grad_norm:.3g} (tol {self.grad_tol:.3g}"
                          + (f", {self.grad_name})" if self.grad_name else ")"))
+        elif np.isfinite(self.grad_norm):
+            # A minibatch run's: Adam's smoothed batch gradient, not tested against a tolerance.
+            parts.append(f"|smoothed batch grad|={self.grad_norm:.3g}")
         for label, value in (("restarts", self.optimizer_restarts), ("caps", ",".join(self.caps_reached)),
                              ("ridge", self.ridge), ("sweeps", self.local_sweeps), ("clamped", self.clamped_sites),
                              ("reinit", self.reinit_stop), ("small M replaced by", self.small_m_replaced),

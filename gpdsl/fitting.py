@@ -553,7 +553,9 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
         ridge, ridge_move = (None, None) if runaway is None else (runaway[0], runaway[1:])
         optimiser = {"stop_reason": result.stop_reason, "message": str(result.message),
                      "n_iterations": int(result.nit), "grad_norm": float(result.grad_norm),
-                     "grad_tol": gradient_tolerance(X.shape[0]), "grad_name": result.get("grad_name", ""),
+                     # No tolerance applies to a minibatch run's gradient: its rule does not test it.
+                     "grad_tol": float("nan") if minibatch else gradient_tolerance(X.shape[0]),
+                     "grad_name": result.get("grad_name", ""),
                      "optimizer_restarts": int(getattr(result, "optimizer_restarts", 0)), "caps_reached": []}
         outer = model.inference.outer_loop(run, u_best, max_iter)
         if outer is not None:

@@ -68,6 +68,11 @@ def test_the_rule_ends_a_long_run_flagged_converged(banana, inference):
     assert post.converged and post.sites.converged
     assert 400 <= post.n_iterations < 2000 and post.n_iterations % 20 == 0
     assert post.log_evidence > EVIDENCE_2000[type(inference).__name__] - 7.0
+    # The record's gradient is Adam's smoothed batch gradient, which no tolerance applies to: the
+    # summary labels it so, rather than as a max|grad| against the full-batch tolerance.
+    d = post.diagnostics
+    assert np.isnan(d.grad_tol) and d.grad_norm > 0.0
+    assert f"|smoothed batch grad|={d.grad_norm:.3g}" in repr(post) and "max|grad|" not in repr(post)
 
 
 def _objective(model, X, y):
