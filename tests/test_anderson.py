@@ -81,3 +81,4 @@ def test_anderson_proposal_needs_two_iterates():
     history.push(np.zeros(3), np.ones(3))
     with pytest.raises(ValueError, match="two iterates"):
         history.proposal()
+

@@ -523,10 +523,10 @@ class Anderson:
     gives a proposal that the callers' bound test rejects).
 
     The iterates may have 2 N K entries (10^6 and more), so the history keeps the differences
-    themselves and their inner products, adding one row of them per iterate: a call reads each
-    kept vector about twice, where stacking the whole window into arrays and differencing it
-    again at every call took 160 ms of each of the Pólya-Gamma finish's 0.3 s passes at
-    N = 10^6 (memory 10).
+    themselves and their inner products, adding one row of them per iterate: a push reads each
+    kept vector twice (the new row of the Gram matrix and the right-hand side), where stacking
+    the whole window into arrays and differencing it again at every call took 160 ms of each of
+    the Pólya-Gamma finish's 0.3 s passes at N = 10^6 (memory 10).
 
     Parameters
     ----------
@@ -539,15 +539,23 @@ class Anderson:
         self._last = None                  # (x_k, g_k, r_k) of the last iterate
         self._d_residuals, self._d_targets = [], []
         self._gram = np.zeros((0, 0))      # <dR_i, dR_j>
-        self._rhs = np.zeros(0)            # <dR_i, r_k>
+        self._rhs = np.zeros(0)            # <dR_i, r_k> of the last iterate
 
     def __len__(self):
         """The iterates held: the differences plus one (0 before the first)."""
         return 0 if self._last is None else len(self._d_residuals) + 1
 
     def push(self, point, target):
-        """Add the iterate x_k = ``point`` and its plain update g(x_k) = ``target`` (arrays of one
-        shape, kept as given: neither may be changed in place afterwards)."""
+        """Add an iterate and its plain update.
+
+        Parameters
+        ----------
+        point : ndarray
+            The iterate x_k.
+        target : ndarray
+            Its plain update g(x_k), of the same shape.  Both are kept as given: neither may be
+            changed in place afterwards.
+        """
         residual = target - point
         if self._last is not None:
             _, last_target, last_residual = self._last
@@ -559,14 +567,15 @@ class Anderson:
             gram = np.empty((k, k))
             gram[:-1, :-1], gram[-1, :-1], gram[:-1, -1] = self._gram, cross, cross
             gram[-1, -1] = float(np.vdot(d_residual, d_residual))
-            # <dR_i, r_k> = <dR_i, r_k-1> + <dR_i, dR_k-1>: one new inner product, not k.
-            rhs = np.append(self._rhs + cross, float(np.vdot(d_residual, residual)))
+            # <dR_i, r_k> directly, as the stacked formula forms it: the Gram matrix is often
+            # ill-conditioned, so that rounding at 1e-8 moves the proposal, and updating it as
+            # <dR_i, r_k-1> + <dR_i, dR_k-1> sent crabs split 193 of tests/test_paper_rows_pgpr.py
+            # (PGPR-HGV, M = 10) to an unconverged fit at -41.3 nats instead of -29.6.
+            rhs = np.array([float(np.vdot(d, residual)) for d in self._d_residuals])
             if k > self.memory:
                 del self._d_residuals[0], self._d_targets[0]
                 gram, rhs = gram[1:, 1:], rhs[1:]
             self._gram, self._rhs = gram, rhs
-        else:
-            self._rhs = np.zeros(0)
         self._last = (point, target, residual)
 
     def restart(self):
@@ -585,7 +594,12 @@ class Anderson:
         """
         if not self._d_residuals:
             raise ValueError("Anderson: a proposal needs two iterates or more")
-        coef = np.linalg.lstsq(self._gram, self._rhs, rcond=None)[0]
+        # The Gram matrix's entries round at about sqrt(P) eps of its largest (P the iterates'
+        # length), so its singular values below 1e-12 of the largest (those of dR below 1e-6) are
+        # rounding, not directions: the default cut-off (10 eps) let them steer the proposal, and
+        # with them the iterates' path at the last digits (the synth oracle's c loop at
+        # tol = 1e-10 took 38 passes where the plain updates take 36).
+        coef = np.linalg.lstsq(self._gram, self._rhs, rcond=1e-12)[0]
         out = np.array(self._last[1], dtype=float)
         for c, d_target in zip(coef, self._d_targets):
             out -= c * d_target
