@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from scipy import linalg
 
-from gpdsl.linalg import lower_product, stacked, weighted_gram, whiten
+from gpdsl.linalg import add_outer, inverse_lower, lower_product, stacked, weighted_gram, whiten
 
 
 @pytest.mark.parametrize("transpose", [False, True])
@@ -27,19 +27,46 @@ def test_whiten_is_scipys_triangular_solve(transpose):
     np.testing.assert_allclose(whiten(L, K[:, 0], transpose=transpose), expected[:, 0], rtol=1e-12, atol=1e-13)
 
 
-@pytest.mark.parametrize("signs", ["non-negative", "non-positive", "mixed"])
+@pytest.mark.parametrize("signs", ["non-negative", "non-positive", "mixed", "constant"])
 def test_weighted_gram_is_the_dense_weighted_product(signs):
-    """A diag(v) A^T: the rank-n update of A sqrt(|v|) where v keeps one sign, the general product
-    otherwise, equal to the dense formula to 1e-13 relative and exactly symmetric."""
+    """A diag(v) A^T: the rank-n update of A sqrt(|v|) where v keeps one sign (of A scaled by v
+    where v is one number repeated), the general product otherwise, equal to the dense formula to
+    1e-13 relative and exactly symmetric."""
     rng = np.random.default_rng(3)
     A = rng.standard_normal((40, 300))
     v = rng.uniform(0.0, 2.0, 300) * {"non-negative": 1.0, "non-positive": -1.0}.get(signs, 1.0)
     if signs == "mixed":
         v -= 1.0
+    if signs == "constant":
+        v = np.full(300, 0.37)
     P = weighted_gram(A, v)
     dense = np.einsum("mn,n,kn->mk", A, v, A)
     np.testing.assert_allclose(P, dense, rtol=1e-13, atol=1e-13 * np.abs(dense).max())
     np.testing.assert_array_equal(P, P.T)
+
+
+def test_add_outer_is_the_rank_one_update_in_place():
+    rng = np.random.default_rng(4)
+    G, u, v = rng.standard_normal((7, 50)), rng.standard_normal(7), rng.standard_normal(50)
+    expected = G + np.outer(u, v)
+    out = add_outer(G, u, v)
+    assert out is G
+    np.testing.assert_allclose(G, expected, rtol=1e-15, atol=1e-15)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        add_outer(np.asfortranarray(G), u, v)
+
+
+def test_inverse_lower_is_the_triangular_inverse_and_refuses_a_singular_factor():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((30, 60))
+    L = np.linalg.cholesky(X @ X.T)
+    Li = inverse_lower(L)
+    np.testing.assert_allclose(Li @ L, np.eye(30), atol=1e-12)
+    np.testing.assert_array_equal(Li, np.tril(Li))
+    assert Li.flags.c_contiguous
+    L[4, 4] = 0.0
+    with pytest.raises(np.linalg.LinAlgError, match="singular"):
+        inverse_lower(L)
 
 
 def test_stacked_is_a_view_for_one_block_and_a_stack_for_more():
