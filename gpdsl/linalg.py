@@ -290,8 +290,7 @@ def weighted_gram(A, v):
     """
     if v.size and np.all(v == v[0]):
         # One weight (a homoscedastic noise's 1 / sigma^2): v A A^T, with no scaled copy of A.
-        lower = blas.dsyrk(float(v[0]), np.asarray(A, dtype=float).T, trans=1, lower=1)
-        return lower + np.tril(lower, -1).T
+        return _symmetric_from_lower(blas.dsyrk(float(v[0]), np.asarray(A, dtype=float).T, trans=1, lower=1))
     if np.all(v >= 0.0):
         sign, root = 1.0, np.sqrt(v)
     elif np.all(v <= 0.0):
@@ -299,8 +298,16 @@ def weighted_gram(A, v):
     else:
         P = (A * v) @ A.T
         return 0.5 * (P + P.T)       # symmetric to the last bit, as the rank-n update's
-    lower = blas.dsyrk(sign, (A * root).T, trans=1, lower=1)
-    return lower + np.tril(lower, -1).T
+    return _symmetric_from_lower(blas.dsyrk(sign, (A * root).T, trans=1, lower=1))
+
+
+def _symmetric_from_lower(lower):
+    """The symmetric matrix whose lower triangle DSYRK wrote into ``lower`` (its upper triangle
+    zero): lower + lower^T with the doubled diagonal put back, exactly symmetric, and without the
+    mask that ``np.tril`` builds."""
+    out = lower + lower.T
+    np.fill_diagonal(out, np.diagonal(lower))
+    return out
 
 
 def solve_upper_t(L, B):

@@ -117,6 +117,8 @@ def factor_blocks(kernel, Z, jitter):
     -------
     L : ndarray, shape (G, M, M)
     jitter : float
+    Kuu : ndarray, shape (M, M) or (G, M, M)
+        K_uu as ``kernel.gram`` gives it, without the jitter (a gradient's kernel VJP reuses it).
     """
     Kuu = kernel.gram(Z, Z)
     blocks = Kuu[None] if Kuu.ndim == 2 else Kuu
@@ -124,7 +126,7 @@ def factor_blocks(kernel, Z, jitter):
     jit = max(j for _, j in factors)
     if any(j != jit for _, j in factors):
         factors = [cholesky(K_g, jit, what="K_uu") for K_g in blocks]
-    return np.stack([L_g for L_g, _ in factors]), jit
+    return np.stack([L_g for L_g, _ in factors]), jit, Kuu
 
 
 def whitened_blocks(Kuf, kff, L, inverses=None):

@@ -277,7 +277,7 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
     """One evaluation at one jitter rung (as :func:`gpdsl.methods.polya_gamma._evaluate_at`)."""
     n, m = X.shape[0], Z.shape[0]
     chunk = spec.chunk_size or max(64, min(default_chunk_size(n, m), _BLOCK_DOUBLES // (K * m)))
-    L, jit = collapsed.factor_blocks(kernel, Z, jitter)
+    L, jit, _ = collapsed.factor_blocks(kernel, Z, jitter)
     L = L if kernel.n_outputs > 1 else L[0]       # this module's shapes: (M, M) for a shared kernel
     cache = n * m * 8 * (L.size // (m * m)) <= cache_bytes()       # A is (K, M, N) with a factor per class
     kept = None

@@ -305,11 +305,21 @@ def _gather(A, r):
     return A[0] @ r if A.shape[0] == 1 else np.einsum("kmn,nk->mk", A, r)
 
 
-def _factors(kernel, Z, jitter):
+class _Factors(NamedTuple):
     """K_uu's factors L (G, M, M) per kernel block (:func:`gpdsl.methods.collapsed.factor_blocks`),
-    their inverses (G, M, M), formed once for a pass and the gradient after it, and the jitter."""
-    L, jit = factor_blocks(kernel, Z, jitter)
-    return L, stacked([inverse_lower(L_g) for L_g in L]), jit
+    their inverses Li (G, M, M), formed once for a pass and the gradient after it, the jitter, and
+    K_uu itself ((M, M) or (G, M, M), for the gradient's kernel VJP)."""
+
+    L: np.ndarray
+    Li: np.ndarray
+    jitter: float
+    Kuu: np.ndarray
+
+
+def _factors(kernel, Z, jitter):
+    """:class:`_Factors` of K_uu at Z (``jitter`` as :func:`gpdsl.methods.collapsed.factor_blocks`)."""
+    L, jit, Kuu = factor_blocks(kernel, Z, jitter)
+    return _Factors(L, stacked([inverse_lower(L_g) for L_g in L]), jit, Kuu)
 
 
 def _unstacked(a, G):
@@ -320,7 +330,8 @@ def _unstacked(a, G):
 def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need_grad, need_state, offset=None):
     n, M = X.shape[0], Z.shape[0]
     K = m.shape[1]
-    L, Li, jit = _factors(kernel, Z, jitter)
+    factors = _factors(kernel, Z, jitter)
+    L, Li, jit = factors.L, factors.Li, factors.jitter
     (ell, *partials), (mean, d_mean, d_var) = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R,
                                                          chunk_size or default_chunk_size(n, M * K),
                                                          ("grad", "q_grad") if need_grad else (), offset)
@@ -330,7 +341,7 @@ def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need
 
     grads, dZ = {}, None
     if need_grad:
-        grads, dZ = _gradients(kernel, Z, Li, m, R, jit, *partials, d_offset=None if offset is None else d_mean)
+        grads, dZ = _gradients(kernel, Z, factors, m, R, *partials, d_offset=None if offset is None else d_mean)
     state = _state(Z, L, m, R) if need_state else None
     w = np.maximum(-2.0 * d_var, 0.0)
     return terms, Evaluation(log_evidence=terms.elbo, grads=grads, dZ=dZ, jitter=jit, state=state,
@@ -374,7 +385,7 @@ def state_at(kernel, likelihood, values, Z, *, jitter=None):
         The multiple of mean(diag K_uu) used.
     """
     m, R = _checked_q(values, Z.shape[0], _latent_count(likelihood))
-    L, jit = factor_blocks(kernel, Z, jitter)
+    L, jit, _ = factor_blocks(kernel, Z, jitter)
     return _state(Z, L, m, R), jit
 
 
@@ -497,7 +508,7 @@ def _on_top(row, A, scale):
     return out
 
 
-def _gradients(kernel, Z, Li, m, R, jit, Ag, Phi, grads, dZ, PR=None, d_offset=None):
+def _gradients(kernel, Z, factors, m, R, Ag, Phi, grads, dZ, PR=None, d_offset=None):
     """Complete the gradient from the reduced partials of :func:`_data_pass`.
 
     A latent offset o enters the bound only through E_q[log p(y_n | o_n + f_n)], as a shift of
@@ -513,8 +524,9 @@ def _gradients(kernel, Z, Li, m, R, jit, Ag, Phi, grads, dZ, PR=None, d_offset=N
     the adjoint of K_uu through the Cholesky factorisation (Murray 2016, "Differentiation of the
     Cholesky decomposition") is sym(L^-T Phi~(L^T Lbar) L^-1), Phi~ taking the lower triangle with
     its diagonal halved: from dL = L Phi~(L^-1 dK L^-T), <Lbar, dL> = <Phi~(L^T Lbar), L^-1 dK L^-T>
-    for any Lbar.
+    for any Lbar.  ``factors`` is the :class:`_Factors` of the pass (its Li, jitter and K_uu).
     """
+    Li, jit = factors.Li, factors.jitter
     G, M = Li.shape[0], Li.shape[1]
     grads = dict(grads)
     if PR is not None:
@@ -529,7 +541,7 @@ def _gradients(kernel, Z, Li, m, R, jit, Ag, Phi, grads, dZ, PR=None, d_offset=N
     for Li_g, Phi_g in zip(Li, Phi):
         G_g = Li_g.T @ Phi_g @ Li_g
         G_uu.append(jitter_adjoint(0.5 * (G_g + G_g.T), jit))
-    uu_grads, dZ_uu = kernel.vjp(Z, Z, _unstacked(np.stack(G_uu), G))
+    uu_grads, dZ_uu = kernel.vjp(Z, Z, _unstacked(np.stack(G_uu), G), K=factors.Kuu)
     if d_offset is not None:
         grads["offset"] = d_offset
     return add_partial(grads, uu_grads), dZ + 2.0 * dZ_uu
@@ -652,7 +664,7 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
     for attempt, rung in enumerate(rungs):
         try:
             kept = None                       # blocks of a failed rung's L are not this one's
-            L, Li, _ = _factors(kernel, Z, rung)
+            L, Li, _, _ = _factors(kernel, Z, rung)
             elbo, Lam_hat, eta_hat = natural_pass(L, Li, m, R)
             break
         except (np.linalg.LinAlgError, FloatingPointError):
@@ -809,12 +821,13 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
     """
     B = X.shape[0]
     m, R = state.m, state.R
-    L, Li, jit = _factors(kernel, Z, jitter)
+    factors = _factors(kernel, Z, jitter)
+    L, Li, jit = factors.L, factors.Li, factors.jitter
     if one_pass:
         (ell, AWA, Ar, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, B,
                                                                    ("natural", "grad"), offset, clip=True)
         elbo = scale * float(ell) - _kl(m, R)
-        grads, dZ = _gradients(kernel, Z, Li, m, R, jit, Ag, Phi, grads, dZ, d_offset=None if offset is None else g[:, 0])
+        grads, dZ = _gradients(kernel, Z, factors, m, R, Ag, Phi, grads, dZ, d_offset=None if offset is None else g[:, 0])
     else:
         # The second pass, at the new q, reuses this one's K_uf and A (same Z and hyperparameters).
         (_, AWA, Ar), _, kept = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, B, ("natural",), offset, keep=True,
@@ -834,7 +847,7 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
         (ell, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, B, ("grad",), offset,
                                                           carried=kept)
         elbo = scale * float(ell) - _kl(m, R)
-        grads, dZ = _gradients(kernel, Z, Li, m, R, jit, Ag, Phi, grads, dZ, d_offset=None if offset is None else g[:, 0])
+        grads, dZ = _gradients(kernel, Z, factors, m, R, Ag, Phi, grads, dZ, d_offset=None if offset is None else g[:, 0])
     if not np.isfinite(elbo):
         raise FloatingPointError("SVGP: non-finite bound")
     return CarriedQ(m, R, natural), elbo, {k: scale * g_k for k, g_k in grads.items()}, scale * dZ, jit
