@@ -250,29 +250,6 @@ def stacked(blocks):
     return blocks[0][None] if len(blocks) == 1 else np.stack(blocks)
 
 
-def add_outer(G, u, v):
-    """G += u v^T in place, for a C-ordered float G (M, n), u (M,) and v (n,): BLAS's rank-one
-    update on the transposed (Fortran-ordered) view, with no (M, n) temporary (0.15 against 0.90
-    ms for ``G += np.outer(u, v)`` at M = 128, n = 8,192).
-
-    Parameters
-    ----------
-    G : ndarray, shape (M, n)
-        C-contiguous float64; overwritten.
-    u : ndarray, shape (M,)
-    v : ndarray, shape (n,)
-
-    Returns
-    -------
-    ndarray
-        G itself.
-    """
-    if not (G.flags.c_contiguous and G.dtype == np.float64):
-        raise ValueError("add_outer: G must be a C-contiguous float64 array")
-    blas.dger(1.0, np.asarray(v, dtype=float), np.asarray(u, dtype=float), a=G.T, overwrite_a=1)
-    return G
-
-
 def weighted_gram(A, v):
     """A diag(v) A^T (M, M), symmetric, for A (M, n) and v (n,): where v keeps one sign, the
     symmetric rank-n update of A sqrt(|v|) (DSYRK, M^2 n flops, on the transposed view so that

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from scipy import linalg
 
-from gpdsl.linalg import add_outer, inverse_lower, lower_product, stacked, weighted_gram, whiten
+from gpdsl.linalg import inverse_lower, lower_product, stacked, weighted_gram, whiten
 
 
 @pytest.mark.parametrize("transpose", [False, True])
@@ -43,17 +43,6 @@ def test_weighted_gram_is_the_dense_weighted_product(signs):
     dense = np.einsum("mn,n,kn->mk", A, v, A)
     np.testing.assert_allclose(P, dense, rtol=1e-13, atol=1e-13 * np.abs(dense).max())
     np.testing.assert_array_equal(P, P.T)
-
-
-def test_add_outer_is_the_rank_one_update_in_place():
-    rng = np.random.default_rng(4)
-    G, u, v = rng.standard_normal((7, 50)), rng.standard_normal(7), rng.standard_normal(50)
-    expected = G + np.outer(u, v)
-    out = add_outer(G, u, v)
-    assert out is G
-    np.testing.assert_allclose(G, expected, rtol=1e-15, atol=1e-15)
-    with pytest.raises(ValueError, match="C-contiguous"):
-        add_outer(np.asfortranarray(G), u, v)
 
 
 def test_inverse_lower_is_the_triangular_inverse_and_refuses_a_singular_factor():

@@ -38,7 +38,7 @@ from functools import partial
 import numpy as np
 
 from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
-from ..linalg import (JITTER_LADDER, add_outer, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t,
+from ..linalg import (JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t,
                       stacked, weighted_gram, whiten)
 from .common import Evaluation, PredictiveState
 
@@ -349,7 +349,8 @@ def _gradient_pass(kernel, likelihood, data, Z, rows, kept, chunk, fitc, dtc, ji
             dF_dw = -0.5 * np.einsum("ij,ij->j", A, B_inv_A) - 0.5 * e * e + 0.5 * lam
             g_lam = -w * w * dF_dw
             # dF/dk_n = w_n (beta e_n - Sigma^-1 k_n) [- 2 g_lam_n K_uu^-1 k_n for FITC], under L^-T.
-            G_white = add_outer(np.negative(B_inv_A, out=B_inv_A), alpha, e)
+            G_white = np.outer(alpha, e)
+            G_white -= B_inv_A
             G_white *= w
             if fitc:
                 G_white -= 2.0 * A * g_lam
@@ -364,7 +365,7 @@ def _gradient_pass(kernel, likelihood, data, Z, rows, kept, chunk, fitc, dtc, ji
             G_uf = Li_T_C_white @ A
             dF_dw = 0.5 * np.einsum("ij,ij->j", Kuf, G_uf) - 0.5 * e * e + 0.5 * (lam - kff)
             g_lam = -w * w * dF_dw
-            add_outer(G_uf, beta, e)
+            G_uf += np.outer(beta, e)
             G_uf *= w
             g_kff = -0.5 * w
         kgrads, dZ = kernel.vjp(Z, Xb, G_uf, K=Kuf)
