@@ -331,8 +331,7 @@ def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need
     n, M = X.shape[0], Z.shape[0]
     K = m.shape[1]
     factors = _factors(kernel, Z, jitter)
-    L, Li, jit = factors.L, factors.Li, factors.jitter
-    (ell, *partials), (mean, d_mean, d_var) = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R,
+    (ell, *partials), (mean, d_mean, d_var) = _data_pass(kernel, likelihood, X, y, Z, factors, m, R,
                                                          chunk_size or default_chunk_size(n, M * K),
                                                          ("grad", "q_grad") if need_grad else (), offset)
     terms = ElboTerms(elbo=float(ell - kl), kl=float(kl), expected_log_lik=float(ell))
@@ -342,9 +341,9 @@ def _evaluate_at(kernel, likelihood, X, y, Z, m, R, kl, jitter, chunk_size, need
     grads, dZ = {}, None
     if need_grad:
         grads, dZ = _gradients(kernel, Z, factors, m, R, *partials, d_offset=None if offset is None else d_mean)
-    state = _state(Z, L, m, R) if need_state else None
+    state = _state(Z, factors.L, m, R) if need_state else None
     w = np.maximum(-2.0 * d_var, 0.0)
-    return terms, Evaluation(log_evidence=terms.elbo, grads=grads, dZ=dZ, jitter=jit, state=state,
+    return terms, Evaluation(log_evidence=terms.elbo, grads=grads, dZ=dZ, jitter=factors.jitter, state=state,
                              pseudo_data=(w, d_mean + w * mean))
 
 
@@ -389,12 +388,12 @@ def state_at(kernel, likelihood, values, Z, *, jitter=None):
     return _state(Z, L, m, R), jit
 
 
-def _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, chunk, outputs, offset=None, keep=False, carried=None,
+def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offset=None, keep=False, carried=None,
                clip=False):
     """sum_n E_q[log p(y_n | f_n)] and the partial sums of what ``outputs`` asks for.
 
-    m (M, K), R (K, M, M), L (G, M, M) and its inverses Li (G, M, M) stacked (see :func:`_checked_q`,
-    :func:`_factors`).  With
+    m (M, K), R (K, M, M) stacked (see :func:`_checked_q`); ``factors`` the :class:`_Factors` of K_uu
+    (L and its inverses Li, (G, M, M) each).  With
     g_nk = dE_n/dmean_nk and d_nk = dE_n/dvar_nk (from the likelihood), mean_nk = a_n^T m_k and
     var_nk = (k_nn - |a_n|^2) + |u_nk|^2, u_nk = R_k^T a_n (a sum of two non-negative parts, where
     k_nn - a_n^T (I - S_k) a_n would cancel when S_k = R_k R_k^T is near I), a_n the row's column
@@ -419,8 +418,9 @@ def _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, chunk, outputs, offset=
       W A^T, where K classes' P_k were 25x the work at K = 10, M = B = 100).
     * ``"q_grad"``: P_k R_k (K, M, M), for dELBO/dR_k = 2 P_k R_k - R_k + diag(1/R_ii).
 
-    The O(n M^2) products, per class: U_k (triangular, n M^2), the K_uf adjoint (a general product,
-    2 n M^2; with a shared kernel and K > 1, R_k (U_k D_k) and L^-T G_A, n M^2 each), and P_k = A D_k A^T (:func:`gpdsl.linalg.weighted_gram`: a
+    The O(n M^2) products, per class: U_k (triangular, n M^2), the K_uf adjoint (a general
+    product, 2 n M^2; with a shared kernel and K > 1, R_k (U_k D_k) and L^-T G_A, n M^2 each),
+    and P_k = A D_k A^T (:func:`gpdsl.linalg.weighted_gram`: a
     symmetric rank-n update, n M^2, where d_k keeps one sign, as for every log-concave
     likelihood), which also gives "natural"'s A W_k A^T = -2 P_k where w_k = -2 d_k is not
     clipped; a clipped w_k takes its own rank-n update.
@@ -430,6 +430,7 @@ def _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, chunk, outputs, offset=
     the blocks' (K_uf, A, k_nn - |a_n|^2) for a later pass at the same Z and hyperparameters
     (``carried``).  ``offset`` (N,) shifts each row's latent input (:class:`Shifted`; K = 1 only).
     """
+    L, Li = factors.L, factors.Li
     G, K, M = L.shape[0], m.shape[1], Z.shape[0]
     if "grad" in outputs and G == K:
         lifted = [lower_product(Li_k, np.column_stack([m[:, k], np.eye(M) - R_k @ R_k.T]), transpose=True)
@@ -650,9 +651,9 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
     cache = 2 * n * M * getattr(kernel, "n_outputs", 1) * 8 <= cache_bytes()
     kept = None
 
-    def natural_pass(L, Li, m, R):
+    def natural_pass(factors, m, R):
         nonlocal kept
-        (ell, AWA, Ar), _, *blocks = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, chunk, ("natural",), offset,
+        (ell, AWA, Ar), _, *blocks = _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, ("natural",), offset,
                                                 keep=cache, carried=kept)
         kept = blocks[0] if cache else None
         elbo = float(ell - _kl(m, R))
@@ -664,8 +665,8 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
     for attempt, rung in enumerate(rungs):
         try:
             kept = None                       # blocks of a failed rung's L are not this one's
-            L, Li, _, _ = _factors(kernel, Z, rung)
-            elbo, Lam_hat, eta_hat = natural_pass(L, Li, m, R)
+            factors = _factors(kernel, Z, rung)
+            elbo, Lam_hat, eta_hat = natural_pass(factors, m, R)
             break
         except (np.linalg.LinAlgError, FloatingPointError):
             if attempt == len(rungs) - 1:
@@ -673,7 +674,7 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
 
     def at(natural):
         m_c, R_c = _from_natural(*natural)
-        elbo_c, Lam_hat_c, eta_hat_c = natural_pass(L, Li, m_c, R_c)
+        elbo_c, Lam_hat_c, eta_hat_c = natural_pass(factors, m_c, R_c)
         return elbo_c, (Lam_hat_c, eta_hat_c), (m_c, R_c)
 
     # One step size for all classes: the bound couples them through the likelihood.
@@ -822,16 +823,16 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
     B = X.shape[0]
     m, R = state.m, state.R
     factors = _factors(kernel, Z, jitter)
-    L, Li, jit = factors.L, factors.Li, factors.jitter
     if one_pass:
-        (ell, AWA, Ar, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, B,
+        (ell, AWA, Ar, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, factors, m, R, B,
                                                                    ("natural", "grad"), offset, clip=True)
         elbo = scale * float(ell) - _kl(m, R)
-        grads, dZ = _gradients(kernel, Z, factors, m, R, Ag, Phi, grads, dZ, d_offset=None if offset is None else g[:, 0])
+        grads, dZ = _gradients(kernel, Z, factors, m, R, Ag, Phi, grads, dZ,
+                               d_offset=None if offset is None else g[:, 0])
     else:
         # The second pass, at the new q, reuses this one's K_uf and A (same Z and hyperparameters).
-        (_, AWA, Ar), _, kept = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, B, ("natural",), offset, keep=True,
-                                           clip=True)
+        (_, AWA, Ar), _, kept = _data_pass(kernel, likelihood, X, y, Z, factors, m, R, B, ("natural",), offset,
+                                           keep=True, clip=True)
     Lam_hat = _prior_plus(AWA, scale)
     Lam, eta = state.natural if state.natural is not None else _natural(m, R)
     while True:
@@ -844,13 +845,14 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
             if rho < NATGRAD_MIN_STEP:
                 raise FloatingPointError("SVGP: no natural-gradient step keeps S positive definite") from None
     if not one_pass:
-        (ell, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, L, Li, m, R, B, ("grad",), offset,
-                                                          carried=kept)
+        (ell, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, factors, m, R, B, ("grad",),
+                                                          offset, carried=kept)
         elbo = scale * float(ell) - _kl(m, R)
-        grads, dZ = _gradients(kernel, Z, factors, m, R, Ag, Phi, grads, dZ, d_offset=None if offset is None else g[:, 0])
+        grads, dZ = _gradients(kernel, Z, factors, m, R, Ag, Phi, grads, dZ,
+                               d_offset=None if offset is None else g[:, 0])
     if not np.isfinite(elbo):
         raise FloatingPointError("SVGP: non-finite bound")
-    return CarriedQ(m, R, natural), elbo, {k: scale * g_k for k, g_k in grads.items()}, scale * dZ, jit
+    return CarriedQ(m, R, natural), elbo, {k: scale * g_k for k, g_k in grads.items()}, scale * dZ, factors.jitter
 
 
 def _prior_plus(AWA, scale=1.0):
