@@ -282,7 +282,8 @@ def blas_info():
 def breakdown(model, values, X, y, Z):
     """Where one gpdsl evaluation spends its time."""
     from gpdsl.chunks import default_chunk_size, row_slices
-    from gpdsl.linalg import whiten
+    from gpdsl._jit.collapsed import contract_then_complete
+    from gpdsl.linalg import weighted_gram, whiten
 
     kernel = model.kernel
     n, m, d = X.shape[0], Z.shape[0], X.shape[1]
@@ -301,17 +302,17 @@ def breakdown(model, values, X, y, Z):
     rows = [
         ("kernel.gram", gram, n_gram, "K_uu + one K_uf per chunk per pass (pass 2 reuses them when 2 N M doubles fit the 256 MB cache)"),
         ("  _scaled_sqdist (BLAS cross term)", *T.get("gram/_scaled_sqdist"), ""),
-        ("  _profile (np.exp)", *T.get("gram/_profile"), ""),
-        ("  rest (*= variance, unpack)", gram - T.get("gram/_scaled_sqdist")[0]
+        ("  _profile (np.exp)", *T.get("gram/_profile"), "other profiles than SE"),
+        ("  rest (the SE's exp, *= variance)", gram - T.get("gram/_scaled_sqdist")[0]
          - T.get("gram/_profile")[0], n_gram, ""),
         ("kernel.vjp", vjp, n_vjp, "one per chunk (pass 2) + K_uu"),
         ("  _scaled_sqdist (BLAS cross term)", *T.get("vjp/_scaled_sqdist"), "recomputed r2"),
         ("  _profile (np.exp)", *T.get("vjp/_profile"), "K_uu only (K_uf passed in)"),
         ("  slope_adjoint (numba sweep)", *T.get("vjp/slope_adjoint"), ""),
-        ("  rest (centring, row/col sums, S @ A2, d_ls)", vjp - T.get("vjp/_scaled_sqdist")[0]
+        ("  rest (centring, S @ A2, d_ls)", vjp - T.get("vjp/_scaled_sqdist")[0]
          - T.get("vjp/_profile")[0] - T.get("vjp/slope_adjoint")[0], n_vjp, "see (b)"),
         ("outside the kernel", total - gram - vjp, None,
-         "collapsed.py: whiten, syrk, (L^-T C_w) @ A, elementwise, M^3 algebra; see (b)"),
+         "collapsed.py: whiten, syrk, (L^-T C_w) @ A, the sweep after it, M^3 algebra; see (b)"),
     ]
     for name, sec, calls, note in rows:
         c = f"{calls:4d} calls" if calls is not None else " " * 10
@@ -328,34 +329,29 @@ def breakdown(model, values, X, y, Z):
     alpha, beta = rng.standard_normal(m) / m, rng.standard_normal(m) / m
     L = np.linalg.cholesky(bound.gram(Z, Z) + 1e-6 * var * np.eye(m))
     noise = float(values["likelihood.variance"])
-    names = ["pass 1: A = L^-1 Kuf (whiten: dtrsm)", "pass 1: residual = kff - |a_n|^2",
-             "pass 1: As = A * sqrt(w)", "pass 1: P = As @ As.T (syrk)", "pass 1: A @ (w y)",
-             "pass 2: G = (L^-T C_w) @ A (gemm)", "pass 2: einsum(Kuf, G), e = y - alpha A",
-             "pass 2: G += outer(beta, e); G *= w", "vjp: _scaled_sqdist (r2 again)", "vjp: slope_adjoint",
-             "vjp: centring + row/col sums", "vjp: S @ A2 (thin (M,n)@(n,D) gemm)", "vjp: d_X1, d_ls"]
+    names = ["pass 1: A = L^-1 Kuf (whiten: L^-1 by dtrtri, then dtrmm)", "pass 1: residual = kff - |a_n|^2",
+             "pass 1: P = A W A^T (weighted_gram: syrk)", "pass 1: A @ (w y)",
+             "pass 2: G = (L^-T C_w) @ A (gemm)", "pass 2: e = y - alpha A",
+             "pass 2: k_n^T g_n, G = w (G + beta e^T) (one sweep)", "vjp: slope_adjoint (S, row/col sums)",
+             "vjp: centring, S @ A2 (thin (M,n)@(n,D) gemm)", "vjp: d_X1, d_ls"]
     acc = dict.fromkeys(names, 0.0)
     for slc in row_slices(n, chunk):
         Xc, yc = X[slc], y[slc]
         Kuf = bound.gram(Z, Xc)
         w = np.full(Kuf.shape[1], 1.0 / noise)
-        lam = np.full(Kuf.shape[1], noise)
         ts = [time.perf_counter()]
         A = whiten(L, Kuf); ts.append(time.perf_counter())
         var - np.einsum("ij,ij->j", A, A); ts.append(time.perf_counter())
-        As = A * np.sqrt(w); ts.append(time.perf_counter())
-        As @ As.T; ts.append(time.perf_counter())
+        weighted_gram(A, w); ts.append(time.perf_counter())
         A @ (w * yc); ts.append(time.perf_counter())
         G = Cm @ A; ts.append(time.perf_counter())
-        e = yc - alpha @ A
-        dF_dw = 0.5 * np.einsum("ij,ij->j", Kuf, G) - 0.5 * e * e + 0.5 * (lam - var)
-        -w * w * dF_dw; ts.append(time.perf_counter())
-        G += np.outer(beta, e); G *= w; ts.append(time.perf_counter())
-        r2 = bound._scaled_sqdist(Z, Xc); ts.append(time.perf_counter())
-        S, _ = _cov.slope_adjoint(r2, Kuf, np.ascontiguousarray(G), var, kernel.profile)
+        e = yc - alpha @ A; ts.append(time.perf_counter())
+        contract_then_complete(G, Kuf, beta, e, w); ts.append(time.perf_counter())
+        # the SE slope reads K, not r2 (Stationary.vjp passes K in r2's place)
+        S, row, col, _, _ = _cov.slope_adjoint(Kuf, Kuf, G, var, kernel.profile, 1.0)
         ts.append(time.perf_counter())
         centre = Z.mean(axis=0)
         A1, A2 = Z - centre, Xc - centre
-        row, col = S.sum(axis=1), S.sum(axis=0); ts.append(time.perf_counter())
         SA2 = S @ A2; ts.append(time.perf_counter())
         inv_ls2 = 1.0 / (ls * ls)
         2.0 * (A1 * row[:, None] - SA2) * inv_ls2

@@ -75,21 +75,21 @@ def main():
     noise = gd.likelihoods.Gaussian(0.1).bind()
     y_reg = X[:, 0] + 0.3 * np.random.default_rng(1).standard_normal(N)
     chunk = svgp.default_chunk_size(N, M)
-    L, _ = collapsed.factor_blocks(kernel, Z, None)
+    factors = svgp._factors(kernel, Z, None)
     rng = np.random.default_rng(2)
     m = 0.1 * rng.standard_normal((M, 1))
     R = np.linalg.cholesky(np.eye(M) * 0.5 + 0.01 * np.ones((M, M)))[None]
     rate = dgemm_rate(N, M)
-    blocks = svgp._data_pass(kernel, probit, X, labels, Z, L, m, R, chunk, ("natural",), keep=True)[2]
+    blocks = svgp._data_pass(kernel, probit, X, labels, Z, factors, m, R, chunk, ("natural",), keep=True)[2]
     rows = [
         ("VFE value+grad", 4 * N * M * M + 4 * N * M * D,
          lambda: collapsed.evaluate(kernel, noise, X, y_reg, Z, fitc=False, need_grad=True)),
         ("SVGP natural", 5 * N * M * M + 2 * N * M * D,
-         lambda: svgp._data_pass(kernel, probit, X, labels, Z, L, m, R, chunk, ("natural",))),
+         lambda: svgp._data_pass(kernel, probit, X, labels, Z, factors, m, R, chunk, ("natural",))),
         ("SVGP natural, blocks kept", 4 * N * M * M,
-         lambda: svgp._data_pass(kernel, probit, X, labels, Z, L, m, R, chunk, ("natural",), carried=blocks)),
+         lambda: svgp._data_pass(kernel, probit, X, labels, Z, factors, m, R, chunk, ("natural",), carried=blocks)),
         ("SVGP gradient", 10 * N * M * M + 4 * N * M * D,
-         lambda: svgp._data_pass(kernel, probit, X, labels, Z, L, m, R, chunk, ("grad", "q_grad"))),
+         lambda: svgp._data_pass(kernel, probit, X, labels, Z, factors, m, R, chunk, ("grad", "q_grad"))),
     ]
     print(f"N = {N}, M = {M}, D = {D}; threads OMP={os.environ.get('OMP_NUM_THREADS')} "
           f"OPENBLAS={os.environ.get('OPENBLAS_NUM_THREADS')}; DGEMM {rate / 1e9:.1f} GFLOP/s; "

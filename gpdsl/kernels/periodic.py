@@ -191,9 +191,9 @@ class Periodic(Kernel):
         if K is None:
             K = self.base._profile(r2)
             K *= float(self.base.variance)
-        S, grads = self.base._slope(r2, K, G)
-        d_E1, d_ls = wide._distance_adjoint(E1, E2, S)
-        d_E2, _ = wide._distance_adjoint(E2, E1, np.ascontiguousarray(S.T))
+        S, row, col, grads = self.base._slope(r2, K, G)
+        d_E1, d_ls = wide._distance_adjoint(E1, E2, S, row, col)
+        d_E2, _ = wide._distance_adjoint(E2, E1, np.ascontiguousarray(S.T), col, row)
         # d/d angle from d/d (cos, sin) of the angle.
         d_angles1 = np.cos(angles1) * d_E1[:, dim:] - np.sin(angles1) * d_E1[:, :dim]
         d_angles2 = np.cos(angles2) * d_E2[:, dim:] - np.sin(angles2) * d_E2[:, :dim]

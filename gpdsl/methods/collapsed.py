@@ -37,6 +37,7 @@ from functools import partial
 
 import numpy as np
 
+from .._jit.collapsed import contract_then_complete
 from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
 from ..linalg import (JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t,
                       stacked, weighted_gram, whiten)
@@ -361,12 +362,11 @@ def _gradient_pass(kernel, likelihood, data, Z, rows, kept, chunk, fitc, dtc, ji
             # One (M, M) @ (M, n) product: G_uf = w (L^-T C_white A + beta e^T), and
             # k_n^T L^-T C_white a_n = a_n^T C_white a_n (k_n = L a_n).  Both associations
             # round at eps |L^-T| |C_white a_n|, with no difference of large terms (C_white
-            # has eigenvalues in [0, 1)).
+            # has eigenvalues in [0, 1)).  The contraction and the rest of G_uf, w (. + beta e^T),
+            # are then one sweep over the block.
             G_uf = Li_T_C_white @ A
-            dF_dw = 0.5 * np.einsum("ij,ij->j", Kuf, G_uf) - 0.5 * e * e + 0.5 * (lam - kff)
+            dF_dw = 0.5 * contract_then_complete(G_uf, Kuf, beta, e, w) - 0.5 * e * e + 0.5 * (lam - kff)
             g_lam = -w * w * dF_dw
-            G_uf += np.outer(beta, e)
-            G_uf *= w
             g_kff = -0.5 * w
         kgrads, dZ = kernel.vjp(Z, Xb, G_uf, K=Kuf)
         if g_kff is not None:                    # DTC's objective does not involve K_nn
