@@ -433,8 +433,9 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
     L, Li = factors.L, factors.Li
     G, K, M = L.shape[0], m.shape[1], Z.shape[0]
     if "grad" in outputs and G == K:
-        lifted = [lower_product(Li_k, np.column_stack([m[:, k], np.eye(M) - R_k @ R_k.T]), transpose=True)
-                  for k, (Li_k, R_k) in enumerate(zip(Li, R))]             # [mu_k, E_k], (M, M + 1) each
+        complement = [np.eye(M) - R_k @ R_k.T for R_k in R]                 # I - S_k
+        lifted = [lower_product(Li_k, np.column_stack([m[:, k], complement[k]]), transpose=True)
+                  for k, Li_k in enumerate(Li)]                             # [mu_k, E_k], (M, M + 1) each
 
     def chunk_pass(X_block, y_block, *rest):
         offset_block = rest[0] if offset is not None else None
@@ -475,8 +476,7 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
                 # G_uf_k = [mu_k, E_k] [g_k^T; -2 A_k D_k]; Phi_k += 2 (I - S_k) P_k.
                 G_uf = stacked([lifted[k] @ _on_top(g[:, k], A[k], -2.0 * dT[k]) for k in range(K)])
                 for k in range(K):
-                    P_k = weighted_d(k)
-                    Phi[k] += 2.0 * (P_k - R[k] @ (R[k].T @ P_k))
+                    Phi[k] += 2.0 * (complement[k] @ weighted_d(k))
             else:
                 # One kernel block, K classes: W = sum_k A D_k - R_k U_k D_k.
                 W = A[0] * dT.sum(axis=0)
