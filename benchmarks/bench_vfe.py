@@ -320,8 +320,8 @@ def breakdown(model, values, X, y, Z):
 
     # (b) Replay the per-chunk dense work of collapsed.py (VFE, homoscedastic noise; everything in
     # the whitened basis A = L^-1 K_uf) and of Stationary.vjp with timers: the same operations on
-    # the same shapes; K_uf from the real kernel.gram and S from the real slope_adjoint (neither
-    # timed here), L from the real K_uu.
+    # the same shapes; K_uf from the real kernel.gram (not timed here), L from the real K_uu.  Not
+    # replayed: the O(n) vectors after the sweep (dF/dw, g_lam).
     bound = bind(kernel, values, "kernel")
     ls, var = np.broadcast_to(bound.lengthscale, (d,)), float(bound.variance)
     rng = np.random.default_rng(0)

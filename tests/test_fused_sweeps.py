@@ -2,8 +2,9 @@
 
 ``slope_adjoint``'s row and column sums (what the distance adjoint contracts), the collapsed
 gradient pass's ``contract_then_complete``, and the squared exponential's Gram matrix with its
--r2 / 2 taken from the BLAS product itself: each is checked here against the plain formula; the gradients through them are the conformance suite's (finite differences) and the
-GPML oracles'.
+-r2 / 2 taken from the BLAS product itself: each is checked here against the plain formula
+(the last also against its own r2 scaled afterwards, to the last bit).  The gradients through
+them are the conformance suite's (finite differences) and the GPML oracles'.
 """
 import numpy as np
 import pytest
@@ -52,4 +53,6 @@ def test_squared_exponential_gram_is_the_pairwise_formula(lengthscale, variance)
     want = variance * np.exp(-0.5 * r2)
     got = kernel.gram(X1, X2)
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=0.0)
-    assert got[0, 0] == pytest.approx(variance, rel=2e-15)
+    assert got[0, 0] == pytest.approx(variance, rel=1e-14)
+    # -1/2 is a power of two: folded into the product it rounds exactly as r2 scaled afterwards
+    assert np.array_equal(got, variance * np.exp(-0.5 * kernel._scaled_sqdist(X1, X2)))

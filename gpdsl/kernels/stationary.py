@@ -188,8 +188,8 @@ class Stationary(ConstantDiagonal, abstract=True):
         ``alpha`` where the kernel has one)."""
         var = float(self.variance)
         alpha = float(self.alpha) if "alpha" in self.hyperparameters else 1.0
-        S, row, col, d_var, d_alpha = _cov.slope_adjoint(r2, K, np.ascontiguousarray(G, dtype=float), var, self.profile,
-                                               alpha)
+        S, row, col, d_var, d_alpha = _cov.slope_adjoint(r2, K, np.ascontiguousarray(G, dtype=float), var,
+                                                         self.profile, alpha)
         grads = {"variance": np.array(d_var)}
         if "alpha" in self.hyperparameters:
             grads["alpha"] = np.array(d_alpha)
