@@ -2,7 +2,7 @@
 table that the README's speed section is generated from.
 
     bash benchmarks/setup_peer_envs.sh                 # once: the peers' virtualenvs (GPy, GPflow, GPyTorch)
-    python benchmarks/bench_peers.py                   # every problem, seeds 0 and 1 (about 25 minutes)
+    python benchmarks/bench_peers.py                   # every problem, seeds 0 and 1 (about 40 minutes)
     python benchmarks/bench_peers.py --readme README.md           # ... and rewrite the README's speed section
     python benchmarks/bench_peers.py --problems breast --seeds 0  # one problem, one seed
     python benchmarks/bench_peers.py --render benchmarks/peers/results.json --readme README.md

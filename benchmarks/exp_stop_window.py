@@ -14,11 +14,12 @@ the window).
 
 binary: twonorm (``gd.datasets.twonorm``, D = 20, a 10 % test split) at N = 2e4 (B = 1,024) and
 1e5 (B = 256), M = 64 k-means points held fixed or optimised, probit SVGP and logit Pólya-Gamma;
-banana (``gd.datasets.banana(500, seed)``, 20 % test, M = 16, B = 32), seeds 0 to 4.
+banana (``gd.datasets.banana(500, seed)``, 20 % test, M = 16, B = 32), seeds 0 to 4, logit SVGP
+and Pólya-Gamma; the likelihood's bias learned (its default).
 multiclass: the splits and k-means starts of ``multiclass_data.py`` (M = 100, Z optimised), B = 256,
 softmax and robust-max SVGP and logistic-softmax Pólya-Gamma.
 large: ``bench_peers.py``'s twonorm-1e6 split of seed 0 (``prepare``), its minibatch SVGP (probit)
-and stochastic Pólya-Gamma (logit) fits, Z fixed at the k-means start.
+and stochastic Pólya-Gamma (logit) fits, Z fixed at the k-means start, the bias fixed at 0.
 """
 import math
 import os

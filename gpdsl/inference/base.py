@@ -249,14 +249,15 @@ _STOCHASTIC_STOP_PARAMETERS = """stop_tol : float, default 1e-3
         window sets how slow a drift the rule can tell from batch noise.  100 suits large batches
         (B >= 256) of one latent function, where the objective settles within a few hundred
         steps: test NLPD and steps, windows of 100 against 200, on twonorm (probit SVGP and
-        logit Pólya-Gamma) at N = 10^6 (M = 128, B = 1,024, Z fixed) .0640 against .0635 (220
-        against 440 steps) and .0619 against .0616 (300 against 540); at N = 2e4 (B = 1,024) and
-        1e5 (B = 256), M = 64, Z fixed or optimised, within -0.0013 to +0.0011 of the 200-step
-        window's (8 fits, 210 to 320 steps against 420 to 480) and within 0.0016 of 2,000 to
-        3,000-step runs.  It stops drifting runs early where 200 does not: softmax, robust-max
-        and logistic-softmax fits of 10 and 26 classes (B = 256, M = 100, Z optimised) were
-        0.012 nats worse on average (-0.017 to +0.068, 6 of 9 by more than 0.003), and banana
-        (N = 400, B = 32, 5 seeds, both methods) 0.011 on average (8 of 10 worse).
+        logit Pólya-Gamma) at N = 10^6 (M = 128, B = 1,024, Z fixed) .06395 against .06349 (220
+        against 440 steps) and .06190 against .06164 (300 against 540); at N = 2e4 (B = 1,024)
+        and 1e5 (B = 256), M = 64, Z fixed or optimised, within -0.0013 to +0.0011 of the
+        200-step window's (8 fits, 210 to 320 steps against 420 to 480) and within 0.0017 of
+        runs at a window of 1,000 (2,100 to 3,000 steps).  It stops drifting runs early where 200
+        does not: softmax, robust-max and logistic-softmax fits of 10 and 26 classes (B = 256,
+        M = 100, Z optimised) were 0.013 nats worse on average (-0.017 to +0.068; 5 of 9 worse
+        by more than 0.003), and banana (N = 400, B = 32, 5 seeds, both methods) 0.011 on
+        average (8 of 10 worse).  ``benchmarks/exp_stop_window.py`` reruns these fits.
 """
 
 
