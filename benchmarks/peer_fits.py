@@ -120,16 +120,18 @@ def gpdsl_pgpr_hgv_subsample(d):
     return _gpdsl_classifier(d, _hgv(), gd.inference.PolyaGamma(), "logit", subsample=SUBSAMPLE)
 
 
-def gpdsl_pg_stochastic(d):
-    """Stochastic Pólya-Gamma, minibatches of BATCH, at most STEPS steps, Z fixed at Z0, logit."""
+def gpdsl_pg_stochastic(d, **rule):
+    """Stochastic Pólya-Gamma, minibatches of BATCH, at most STEPS steps, Z fixed at Z0, logit;
+    ``rule`` the stopping rule's options (its defaults if none)."""
     import gpdsl as gd
-    return _gpdsl_classifier(d, gd.inducing.Fixed(d["Z0"]), gd.inference.PolyaGamma(minibatch=BATCH), "logit")
+    return _gpdsl_classifier(d, gd.inducing.Fixed(d["Z0"]), gd.inference.PolyaGamma(minibatch=BATCH, **rule), "logit")
 
 
-def gpdsl_svgp_minibatch(d):
-    """Minibatch SVGP, minibatches of BATCH, at most STEPS steps, Z fixed at Z0, probit."""
+def gpdsl_svgp_minibatch(d, **rule):
+    """Minibatch SVGP, minibatches of BATCH, at most STEPS steps, Z fixed at Z0, probit; ``rule`` the
+    stopping rule's options (its defaults if none)."""
     import gpdsl as gd
-    return _gpdsl_classifier(d, gd.inducing.Fixed(d["Z0"]), gd.inference.SVGP(batch_size=BATCH))
+    return _gpdsl_classifier(d, gd.inducing.Fixed(d["Z0"]), gd.inference.SVGP(batch_size=BATCH, **rule))
 
 
 # The stopping rule's documented setting for large batches of one latent function (the
@@ -140,16 +142,12 @@ SHORT_WINDOW = 100
 
 def gpdsl_pg_stochastic_short_window(d):
     """gpdsl_pg_stochastic with ``stop_window=SHORT_WINDOW``."""
-    import gpdsl as gd
-    return _gpdsl_classifier(d, gd.inducing.Fixed(d["Z0"]),
-                             gd.inference.PolyaGamma(minibatch=BATCH, stop_window=SHORT_WINDOW), "logit")
+    return gpdsl_pg_stochastic(d, stop_window=SHORT_WINDOW)
 
 
 def gpdsl_svgp_minibatch_short_window(d):
     """gpdsl_svgp_minibatch with ``stop_window=SHORT_WINDOW``."""
-    import gpdsl as gd
-    return _gpdsl_classifier(d, gd.inducing.Fixed(d["Z0"]),
-                             gd.inference.SVGP(batch_size=BATCH, stop_window=SHORT_WINDOW))
+    return gpdsl_svgp_minibatch(d, stop_window=SHORT_WINDOW)
 
 
 def gpdsl_vfe(d):
