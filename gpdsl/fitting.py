@@ -714,8 +714,9 @@ class _Objective:
 
     def __init__(self, model, table, X, y, Z0, evaluate=None, offset=None):
         self.model, self.table, self.X, self.y, self.Z0, self.offset = model, table, X, y, Z0, offset
-        # model.evaluate, or a fixed-site objective (QP's Algorithm 1 outer step).
-        self.evaluate = evaluate or model.evaluate
+        # model.evaluate with the method's within-fit declaration (EP/QP: sites to fit_tol), or a
+        # fixed-site objective (QP's Algorithm 1 outer step).
+        self.evaluate = evaluate or dataclasses.replace(model, inference=model.inference.within_fit()).evaluate
         self.last = None
         self.warm = None          # EP/QP sites persist between evaluations (as in GPML and GPy)
         self.total_sweeps = 0

@@ -289,6 +289,40 @@ def test_labels_and_bad_input(synth):
             X, np.full(40, 1.5), optimize=False)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_fit_sweeps_to_fit_tol_and_the_posterior_to_tol(synth, sparse):
+    """The optimiser's evaluations sweep to max(fit_tol, tol) (within_fit), the posterior's sites to
+    tol: the fit at the default fit_tol = 1e-4 reaches the optimum of the fit that sweeps every
+    evaluation to tol = 1e-6, in fewer sweeps, and its sites are a fixed point to tol."""
+    from gpdsl.methods import expectation_propagation as epm
+    assert gd.inference.EP().within_fit().tol == gd.inference.sites.FIT_TOL == 1e-4
+    assert gd.inference.QP(tol=1e-3).within_fit().tol == 1e-3           # never tighter than tol
+    assert gd.inference.EP(fit_tol=1e-6).within_fit().tol == gd.inference.EP().tol == 1e-6
+    for bad in (0.0, -1e-4, float("nan")):
+        with pytest.raises(ValueError, match="EP: fit_tol must be"):
+            gd.inference.EP(fit_tol=bad)
+    X, y = synth[0][::2], synth[1][::2]                 # both classes (the file is sorted by class)
+    inducing = gd.inducing.Fixed(X[::5].copy()) if sparse else None
+    fits = {tol: _classifier(gd.inference.EP(fit_tol=tol), inducing).fit(X, y) for tol in (1e-4, 1e-6)}
+    loose, tight = fits[1e-4], fits[1e-6]
+    assert loose.converged and tight.converged
+    assert loose.total_sweeps < tight.total_sweeps
+    # The optimum: the same evidence to 1e-6 relative and the same hyperparameters to 1e-3.
+    assert loose.log_evidence == pytest.approx(tight.log_evidence, rel=1e-6)
+    for name, value in tight.values.items():
+        np.testing.assert_allclose(loose.values[name], value, rtol=1e-3, atol=1e-6, err_msg=name)
+    # The posterior's sites: one more undamped sweep moves no site parameter by tol.
+    kernel, likelihood = loose.model.bind(loose.values)
+    Z = loose.state.Z if sparse else None
+    prior = epm._prior(kernel, X, Z, loose.model.inference)
+    site = likelihood.site_model()
+    tau, nu = loose.sites.tau.copy(), loose.sites.nu.copy()
+    prior.refresh(tau, nu)
+    change, _ = prior.sequential_sweep(tau, nu, likelihood.prepare_targets(y), site.params, site.functions.project,
+                                       None, 0.0, None, None)
+    assert loose.sites.converged and change < 1e-6
+
+
 def test_non_convergence_is_flagged(synth):
     X, y = synth[0][:40], synth[1][:40]
     with pytest.warns(gd.ConvergenceWarning, match="EP did not converge in 1 sweeps"):

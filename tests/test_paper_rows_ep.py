@@ -185,7 +185,11 @@ def test_crabs_authors_protocol_round_matches_table_1():
     X, y = table.load_crabs(authors=True)
     assert X.shape == (200, 7)
     (r,) = table.authors_protocol_rounds("crabs-authors", X, y, SimpleNamespace(paper_rounds=1, max_iter=1000, alg1_rounds=0))
-    assert r["warnings"] == 0 and r["not_converged"] == 0
+    # Fold 7 sits on the kernel-variance ridge of a nearly separable fold: with the sweeps of the
+    # fit at EP(fit_tol=1e-4), the default, the plateau rule stops it at variance 8e7 and flags the
+    # ridge (one warning, as in the table's committed round 0); with every sweep at 1e-6, SciPy's
+    # relative-reduction test stopped it at 6e8 without one.  Its evidence differs by 7e-4 nats.
+    assert r["warnings"] <= 1 and r["not_converged"] == 0
     for te in (r["ep_err"], r["qp_err"]):
         assert 1.7 <= 100 * te <= 3.7, te                   # this run: 3.0 % both
     for nll in (r["ep_nll"], r["qp_nll"]):

@@ -150,6 +150,19 @@ class Inference(Component, family="inference"):
         """
         raise NotImplementedError
 
+    def within_fit(self):
+        """The declaration a fit's inner evaluations (the optimiser's) use; the fit's final
+        evaluation, which builds the posterior, and every evaluation outside a fit use this one.
+
+        Itself, unless the method can stop its local state's iterations sooner within a fit at no
+        cost to the optimum (EP and QP: sites swept to ``fit_tol``).
+
+        Returns
+        -------
+        Inference
+        """
+        return self
+
     def variational_entries(self, n, Z, fixed_names=()):
         """Entries of the variational parameters optimised with the hyperparameters (none here).
 
