@@ -18,7 +18,7 @@ QP_HYPERPARAMETERS = ("ep", "qp")
 # gradient by O(r), far below what the fit's convergence tests allow; the posterior's sites are
 # still swept to ``tol``.  FITC-EP, M = 128, Z optimised (bench_peers.py's model): breast cancer
 # seeds 0 and 1 and twonorm seed 0 took the same L-BFGS-B iterations (59, 46, 28) as at 1e-6, test
-# NLPD within 4e-4, in 20 to 33 % less CPU (benchmarks/notes_full_batch_passes.md, seventh round).
+# NLPD within 4e-4, in 15 to 31 % less CPU (benchmarks/notes_full_batch_passes.md, seventh round).
 FIT_TOL = 1e-4
 _SITE_PARAMETERS = """
     Parameters
