@@ -82,7 +82,7 @@ def _gpdsl_classifier(d, inducing, inference, link="probit", *, subsample=None):
     M = post.state.Z.shape[0] if hasattr(post.state, "Z") else d["Z0"].shape[0]
     warned = sorted({f"{w.category.__name__}: {str(w.message)[:120]}" for w in caught})
     return dict(out, cpu=t.cpu, wall=t.wall, iters=int(post.n_iterations), converged=bool(post.converged), M=int(M),
-                version=gd.__version__, note="; ".join(warned) or "no warnings")
+                sweeps=int(post.total_sweeps or 0), version=gd.__version__, note="; ".join(warned) or "no warnings")
 
 
 def gpdsl_fitc_ep(d):

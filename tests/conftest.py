@@ -60,3 +60,15 @@ def toy_regression():
     X = rng.uniform(-3, 3, size=(40, 2))
     y = np.sin(X[:, 0]) + 0.5 * np.cos(2 * X[:, 1]) + 0.1 * rng.standard_normal(40)
     return X, y
+
+
+def assert_same_optimum_in_fewer_sweeps(loose, tight, values_rtol):
+    """The fits at ``fit_tol`` 1e-4 (``loose``) and 1e-6 (``tight``, every evaluation's local
+    iteration converged) of one model: both converged, the loose one in fewer local sweeps, at the
+    same optimum (evidence to 1e-6 relative, each hyperparameter to ``values_rtol``)."""
+    import numpy as np
+    assert loose.converged and tight.converged
+    assert loose.total_sweeps < tight.total_sweeps
+    assert abs(loose.log_evidence - tight.log_evidence) <= 1e-6 * abs(tight.log_evidence)
+    for name, value in tight.values.items():
+        np.testing.assert_allclose(loose.values[name], value, rtol=values_rtol, atol=1e-6, err_msg=name)

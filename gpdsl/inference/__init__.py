@@ -14,7 +14,8 @@ module in :mod:`gpdsl.methods`) and ``Model`` holds no method-specific branch:
 * ``local_state``: how that local state is saved with a posterior (a
   :class:`gpdsl.methods.common.LocalStateFormat`), or None;
 * :meth:`Inference.within_fit`: the declaration the optimiser's evaluations use (EP and QP sweep
-  their sites to a looser tolerance there than for the posterior);
+  their sites, collapsed Pólya-Gamma updates its c, to a looser tolerance there than for the
+  posterior);
 * :meth:`Inference.variational_entries`: parameters the method adds to the hyperparameters and
   optimises with them (SVGP's q(u), VGP's q(f));
 * :meth:`Inference.outer_loop`: an optional loop run after the hyperparameter optimisation (QP's

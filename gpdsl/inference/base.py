@@ -155,7 +155,9 @@ class Inference(Component, family="inference"):
         evaluation, which builds the posterior, and every evaluation outside a fit use this one.
 
         Itself, unless the method can stop its local state's iterations sooner within a fit at no
-        cost to the optimum (EP and QP: sites swept to ``fit_tol``).
+        cost to the optimum (EP and QP: sites swept to ``fit_tol``; collapsed Pólya-Gamma: c
+        updated to ``fit_tol``).  Where L-BFGS-B's line search fails under that declaration, the
+        fit goes on from that point with this one's evaluations (``gpdsl.fitting._Objective``).
 
         Returns
         -------

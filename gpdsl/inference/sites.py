@@ -16,9 +16,10 @@ QP_HYPERPARAMETERS = ("ep", "qp")
 # The site-change tolerance of the sweeps within a fit.  EP's evidence is stationary in the sites
 # at their fixed point, so sites a residual r from it leave the evidence off by O(r^2) and its
 # gradient by O(r), far below what the fit's convergence tests allow; the posterior's sites are
-# still swept to ``tol``.  FITC-EP, M = 128, Z optimised (bench_peers.py's model): breast cancer
-# seeds 0 and 1 and twonorm seed 0 took the same L-BFGS-B iterations (59, 46, 28) as at 1e-6, test
-# NLPD within 4e-4, in 15 to 31 % less CPU (benchmarks/notes_full_batch_passes.md, seventh round).
+# still swept to ``tol`` (and a line search that fails under the looser one goes on with it).
+# FITC-EP, M = 128, Z optimised (bench_peers.py's model), breast cancer and twonorm, seeds 0 and 1:
+# the same L-BFGS-B iterations as at 1e-6 (one more on breast cancer seed 1), test NLPD within
+# 4e-4, in 12 to 31 % less CPU (benchmarks/exp_fit_tol.py; notes_full_batch_passes.md, seventh round).
 FIT_TOL = 1e-4
 _SITE_PARAMETERS = """
     Parameters
