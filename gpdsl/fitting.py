@@ -714,12 +714,14 @@ class _Objective:
 
     def __init__(self, model, table, X, y, Z0, evaluate=None, offset=None):
         self.model, self.table, self.X, self.y, self.Z0, self.offset = model, table, X, y, Z0, offset
-        # model.evaluate with the method's within-fit declaration (EP/QP's sites, Pólya-Gamma's c to
-        # fit_tol), or a fixed-site objective (QP's Algorithm 1 outer step).  ``inexact``: the
-        # within-fit declaration is not the model's (see minimise for where that ends).
+        # ``exact``: model.evaluate, or a fixed-site objective (QP's Algorithm 1 outer step);
+        # ``evaluate``: what the optimiser calls, model.evaluate under the method's within-fit
+        # declaration where that differs (EP/QP's sites, Pólya-Gamma's c to fit_tol; minimise
+        # falls back on ``exact`` where it ends a line search).
+        self.exact = evaluate or model.evaluate
         within_fit = model.inference.within_fit()
-        self.inexact = evaluate is None and within_fit != model.inference
-        self.evaluate = evaluate or dataclasses.replace(model, inference=within_fit).evaluate
+        self.evaluate = (self.exact if evaluate is not None or within_fit == model.inference
+                         else dataclasses.replace(model, inference=within_fit).evaluate)
         self.last = None
         self.warm = None          # EP/QP sites persist between evaluations (as in GPML and GPy)
         self.total_sweeps = 0
@@ -836,12 +838,12 @@ class _Objective:
                                                   if result.jac is not None else (np.nan, ""))
             stuck = result.stop_reason in ("objective_change", "line_search") and not result.grad_norm <= tolerance
             gained = restarts == 0 or result.nit > 0
-            if result.stop_reason == "line_search" and self.inexact and iterations < max_iter:
+            if result.stop_reason == "line_search" and self.evaluate is not self.exact and iterations < max_iter:
                 # Near the optimum the objective's changes can fall below the error that the
                 # within-fit declaration's local tolerance leaves (Pólya-Gamma on banana, split 55
                 # of 200: an ABNORMAL line search at gradient 0.003): go on from there with the
                 # model's own evaluations, those of the posterior.
-                self.evaluate, self.inexact = self.model.evaluate, False
+                self.evaluate = self.exact
                 u, restarts = result.x, restarts + 1
                 continue
             if not (stuck and gained and restarts < MEMORY_RESTARTS and iterations < max_iter):

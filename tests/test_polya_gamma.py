@@ -309,10 +309,10 @@ def test_a_line_search_ended_by_the_within_fit_tolerance_goes_on_with_exact_eval
         objective = fun
         if not tolerances:
             f, g = objective(x0)
-            tolerances.append(objective.inexact)
+            tolerances.append(objective.evaluate is not objective.exact)
             return OptimizeResult(x=x0, fun=f, jac=g, nit=0, status=2, success=False,
                                   message="ABNORMAL: ")
-        tolerances.append(objective.inexact)
+        tolerances.append(objective.evaluate is not objective.exact)
         return real(fun, x0, **kwargs)
 
     monkeypatch.setattr(fitting.sp_optimize, "minimize", first_run_abnormal)

@@ -2,18 +2,13 @@
 or stochastic variational (:mod:`gpdsl.methods.stochastic_polya_gamma`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..checks import check_positive_int, check_positive_number
 from ..linalg import check_jitter
 from ..methods import logistic_softmax, polya_gamma, stochastic, stochastic_polya_gamma
-from .base import _STOCHASTIC_STOP_PARAMETERS, Inference, _check_chunk, _check_minibatch_options
-
-# The c-update tolerance of a collapsed fit's inner evaluations (PolyaGamma(fit_tol=...)): the bound
-# is maximised over c, so c a residual r from its optimum leaves the bound off by O(r^2) and its
-# gradient in the hyperparameters by O(r); the posterior's c still converges to ``tol``.
-# (Measured: benchmarks/notes_full_batch_passes.md, seventh round.)
-FIT_TOL = 1e-4
+from .base import (FIT_TOL, _STOCHASTIC_STOP_PARAMETERS, Inference, _check_chunk, _check_minibatch_options,
+                   _loosened_within_fit)
 
 
 @dataclass(frozen=True)
@@ -64,7 +59,8 @@ class PolyaGamma(Inference):
     fit_tol : float, default 1e-4
         Collapsed: the same test for the optimiser's evaluations within a fit, at
         max(fit_tol, tol) (the bound is maximised over c, so c a residual r from its optimum
-        leaves the bound off by O(r^2) and its gradient by O(r); see ``FIT_TOL``);
+        leaves the bound off by O(r^2) and its gradient by O(r); see
+        ``gpdsl.inference.base.FIT_TOL``);
         ``fit_tol=tol`` runs every evaluation's updates to ``tol``.
     max_iter : int, default 1000
         Collapsed: passes over the data per evaluation; stochastic without a reached q: natural
@@ -133,7 +129,7 @@ class PolyaGamma(Inference):
         -------
         PolyaGamma
         """
-        return replace(self, tol=max(self.tol, self.fit_tol)) if self.minibatch is None else self
+        return _loosened_within_fit(self) if self.minibatch is None else self
 
     @property
     def local_state(self):

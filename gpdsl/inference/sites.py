@@ -2,25 +2,17 @@
 (:class:`QP`), dense or FITC (:mod:`gpdsl.methods.expectation_propagation`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..checks import check_positive_int, check_positive_number, is_number
 from ..linalg import check_jitter
 from ..methods import expectation_propagation, quantile_propagation
-from .base import Inference, _check_chunk
+from .base import FIT_TOL, Inference, _check_chunk, _loosened_within_fit
 
 
 SCHEDULES = ("sequential", "parallel")
 APPROXIMATIONS = ("fitc", "dtc")
 QP_HYPERPARAMETERS = ("ep", "qp")
-# The site-change tolerance of the sweeps within a fit.  EP's evidence is stationary in the sites
-# at their fixed point, so sites a residual r from it leave the evidence off by O(r^2) and its
-# gradient by O(r), far below what the fit's convergence tests allow; the posterior's sites are
-# still swept to ``tol`` (and a line search that fails under the looser one goes on with it).
-# FITC-EP, M = 128, Z optimised (bench_peers.py's model), breast cancer and twonorm, seeds 0 and 1:
-# the same L-BFGS-B iterations as at 1e-6 (one more on breast cancer seed 1), test NLPD within
-# 4e-4, in 12 to 31 % less CPU (benchmarks/exp_fit_tol.py; notes_full_batch_passes.md, seventh round).
-FIT_TOL = 1e-4
 _SITE_PARAMETERS = """
     Parameters
     ----------
@@ -34,7 +26,7 @@ _SITE_PARAMETERS = """
         posterior's sites (a fit's final evaluation) and every evaluation outside a fit.
     fit_tol : float, default 1e-4
         The same test for the sweeps of the optimiser's evaluations within a fit, at
-        max(fit_tol, tol) (``gpdsl.inference.sites.FIT_TOL`` says why); ``fit_tol=tol`` sweeps
+        max(fit_tol, tol) (``gpdsl.inference.base.FIT_TOL`` says why); ``fit_tol=tol`` sweeps
         every evaluation to ``tol``.
     schedule : {"sequential", "parallel"}, default "sequential"
         One site at a time with rank-1 updates (Naish-Guzman & Holden section 3), or all sites
@@ -105,7 +97,7 @@ class _SiteInference(Inference):
         -------
         EP or QP
         """
-        return replace(self, tol=max(self.tol, self.fit_tol))
+        return _loosened_within_fit(self)
 
     @property
     def supports_dask_chunks(self):
