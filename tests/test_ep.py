@@ -885,3 +885,53 @@ def test_tilted_loops_are_the_per_site_projections_and_the_bias_derivative(link)
     up = ep_sweeps.tilted_projections(y, mu, var, (0.2 + h,), project, None)[0].sum()
     down = ep_sweeps.tilted_projections(y, mu, var, (0.2 - h,), project, None)[0].sum()
     np.testing.assert_allclose(grad, [(up - down) / (2 * h)], rtol=1e-7)
+
+
+class _RecordingFITCPrior:
+    """Mixin: a FITC prior that keeps (d, P, M, nu_vec, gamma) as its sweeps left them before each
+    refresh, and counts its refreshes; ``every_sweep`` sets ``refresh_every_sweep``."""
+
+    def refresh(self, tau, nu):
+        if hasattr(self, "Minv"):
+            self.before_refresh = _fitc_state(self)
+        self.refreshes = getattr(self, "refreshes", 0) + 1
+        super().refresh(tau, nu)
+
+
+def _recording(prior, every_sweep):
+    from gpdsl.methods import expectation_propagation as epm
+    prior.__class__ = type("RecordingFITCPrior", (_RecordingFITCPrior, epm.FITCPrior),
+                           {"refresh_every_sweep": every_sweep})
+    return prior
+
+
+@pytest.mark.parametrize("quantile", [False, True])
+@pytest.mark.parametrize("likelihood", ["probit", "poisson", "near-singular"])
+def test_fitc_sweeps_keep_the_posterior_state_without_refreshes_between_them(synth, counts, likelihood, quantile):
+    """FITCPrior is rebuilt before a run's first sweep and after its last, not between sweeps
+    (``refresh_every_sweep`` False): after 40 damped sweeps the state (d, P, M, nu_vec, gamma) the
+    sweeps' updates kept equals the state rebuilt from the sites to 1e-11 (rounding grows as
+    ~N eps per sweep), and the run's sites equal those of a run rebuilt after every sweep to
+    1e-10.  ``near-singular``: the 2-D probit problem whose K_uu has cond ~1e17."""
+    from gpdsl.methods import expectation_propagation as epm
+    if likelihood == "near-singular":
+        X, y, kernel, lik = _near_singular_problem(False)
+        values = {"kernel.lengthscale": np.array(kernel.lengthscale), "kernel.variance": np.array(kernel.variance)}
+        Z = gd.inducing.KMeans(8, seed=0).select(X, y).Z
+        make = lambda: epm.FITCPrior(bind(kernel, values, "kernel"), X, Z, None, None)  # noqa: E731
+        site = bind(lik, {"likelihood.bias": np.array(0.0)}, "likelihood").site_model()
+        start = None
+    else:
+        make = lambda: _fitc_problem(likelihood, synth, counts)[0]  # noqa: E731
+        _, y, site, start = _fitc_problem(likelihood, synth, counts)
+    spec = (gd.inference.QP if quantile else gd.inference.EP)(tol=1e-300, damping=0.2, max_sweeps=40)
+    runs = {}
+    for every_sweep in (False, True):
+        prior = _recording(make(), every_sweep)
+        runs[every_sweep] = prior, epm.run_sites(prior, y, site, spec, None, quantile, start)
+    (kept, sites), (rebuilt, reference) = runs[False], runs[True]
+    assert sites.sweeps == reference.sweeps == 40 and kept.refreshes == 2 and rebuilt.refreshes == 41
+    for name, swept, fresh in zip(("d", "P", "M", "nu_vec", "gamma"), kept.before_refresh, _fitc_state(kept)):
+        np.testing.assert_allclose(swept, fresh, rtol=1e-11, atol=1e-11 * np.max(np.abs(fresh)), err_msg=name)
+    _assert_sites_close(sites.tau, reference.tau, "tau")
+    _assert_sites_close(sites.nu, reference.nu, "nu")
