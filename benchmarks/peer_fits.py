@@ -134,9 +134,9 @@ def gpdsl_svgp_minibatch(d, **rule):
     return _gpdsl_classifier(d, gd.inducing.Fixed(d["Z0"]), gd.inference.SVGP(batch_size=BATCH, **rule))
 
 
-# The stopping rule's documented setting for large batches of one latent function (the
-# ``stop_window`` entry of SVGP's and PolyaGamma's docstrings): windows of SHORT_WINDOW steps
-# instead of the default 200, so that a run may stop after 2 SHORT_WINDOW steps.
+# The stopping rule's shorter window (its accuracy cost measured in the ``stop_window`` entry of
+# SVGP's and PolyaGamma's docstrings): windows of SHORT_WINDOW steps instead of the default 200,
+# so that a run may stop after 2 SHORT_WINDOW steps.
 SHORT_WINDOW = 100
 
 
