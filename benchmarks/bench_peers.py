@@ -321,7 +321,8 @@ def seeds_text(results):
         runs.setdefault(r["problem"], set()).add(r["seed"])
     lists = {p: ", ".join(map(str, sorted(s))) for p, s in runs.items()}
     common = max(set(lists.values()), key=list(lists.values()).count)
-    return "; ".join([f"seeds {common}", *(f"{DESCRIPTIONS[p].split(',')[0]} {s}" for p, s in lists.items() if s != common)])
+    exceptions = [f"{DESCRIPTIONS[p].split(',')[0]} {s}" for p, s in lists.items() if s != common]
+    return "; ".join([f"seeds {common}", *exceptions])
 
 
 def render(results, meta):

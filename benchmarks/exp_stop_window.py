@@ -118,12 +118,14 @@ def real(window):
                 inducing = gd.inducing.KMeans(64, seed=0)
                 inducing = gd.inducing.Optimized(inducing) if free else inducing
                 yield (f"{name} Z {'optimised' if free else 'fixed'}", method,
-                       _fit(*split, gd.likelihoods.Bernoulli(link), inducing, inference, 3000 if window >= 1000 else 1000))
+                       _fit(*split, gd.likelihoods.Bernoulli(link), inducing, inference,
+                            3000 if window >= 1000 else 1000))
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    part, windows = {"binary": binary, "multiclass": multiclass, "large": large, "real": real}[argv[0]], [int(w) for w in argv[1:]]
+    part = {"binary": binary, "multiclass": multiclass, "large": large, "real": real}[argv[0]]
+    windows = [int(w) for w in argv[1:]]
     for window in windows:
         for problem, method, (nlpd, steps) in part(window):
             print(f"{argv[0]}  window {window:5d}  {problem:<26s} {method:<20s} NLPD {nlpd:.5f}  steps {steps}",

@@ -359,8 +359,8 @@ def fitc_sequential_sweep_rank1(d, P, Minv, nu_vec, gamma, tau, nu, y, param, pr
     is one contiguous O(M^2) pass, about ten times faster than triangular solves plus a factor
     up/downdate, and the refresh after a run's last sweep rebuilds it from a fresh Cholesky
     factor, so rounding drift lasts one run of sweeps (in the whitened basis, where M's
-    eigenvalues lie in (0, 1], about N eps per sweep).  With w = M p_i, A_ii = d_i + p_i^T w and a change pi of the
-    site precision (b of its location):
+    eigenvalues lie in (0, 1], about N eps per sweep).  With w = M p_i, A_ii = d_i + p_i^T w
+    and a change pi of the site precision (b of its location):
         M        -= c w w^T,  c = pi / (1 + pi A_ii)     (positive definite iff 1 - c p^T w > 0)
         nu_vec_i += d_i (b - pi nu_vec_i) / (1 + pi d_i)
         gamma    += (b - pi h_i) / (1 + pi d_i) M_new p_i,   M_new p_i = (1 - c p^T w) w

@@ -3,9 +3,10 @@
 * Dense EP (Rasmussen & Williams section 3.6, GPML's ``infEP``): the reference, O(N^3).
 * FITC-EP (Naish-Guzman & Holden 2007, section 3): the prior is Q_ff + diag(K_ff - Q_ff); the
   posterior is kept as A = D + P M P^T, h = nu + P gamma with O(M^2) site updates and a full
-  O(N M^2) refresh before the first sweep and after the last.  ``EP(approximation="dtc")`` runs the same sweeps on the
-  DTC prior Q_ff (D0 = 0; GPy's EPDTC prior), its evidence gradients and predictions from
-  :func:`gpdsl.methods.collapsed.evaluate` with ``dtc=True`` on the pseudo-data.
+  O(N M^2) refresh before the first sweep and after the last.  ``EP(approximation="dtc")``
+  runs the same sweeps on the DTC prior Q_ff (D0 = 0; GPy's EPDTC prior), its evidence
+  gradients and predictions from :func:`gpdsl.methods.collapsed.evaluate` with ``dtc=True`` on
+  the pseudo-data.
 * QP (Zhang et al. 2020) swaps the site projection only; the sweeps are shared.  Its
   hyperparameters maximise EP's evidence formula (the paper's eq. 4), by default at EP's sites
   (the EP optimum), then QP sweeps, warm-started from EP's sites, give the posterior.  With
