@@ -406,7 +406,6 @@ def main(argv=None):
         metas = [one["meta"] for one in saved]
         meta = {"date": ", ".join(dict.fromkeys(m["date"] for m in metas)),
                 "commit": ", ".join(dict.fromkeys(m["commit"] for m in metas)), "machine": metas[0]["machine"],
-                "seeds": sorted({s for m in metas for s in m["seeds"]}),
                 "load": [min(m["load"][0] for m in metas), max(m["load"][1] for m in metas)]}
     else:
         args.problems = [s for s in args.problems.split(",") if s]

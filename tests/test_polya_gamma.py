@@ -275,7 +275,7 @@ def test_fit_updates_c_to_fit_tol_and_the_posterior_to_tol(oracle):
     the posterior's at tol: at the default fit_tol = 1e-4 the fit reaches the optimum of the fit
     whose every evaluation updates c to tol = 1e-6, in fewer passes over the data, and its c is a
     fixed point of eq. 4.11 to tol."""
-    from gpdsl.inference.polya_gamma import FIT_TOL
+    from gpdsl.inference.base import FIT_TOL
     assert FIT_TOL == 1e-4 and gd.inference.PolyaGamma().within_fit().tol == 1e-4
     assert gd.inference.PolyaGamma(tol=1e-3).within_fit().tol == 1e-3          # never tighter than tol
     stochastic = gd.inference.PolyaGamma(minibatch=32)

@@ -359,9 +359,6 @@ class ChunkedFITCPrior:
         The DTC prior (D0 = 0), as for :class:`FITCPrior`.
     """
 
-    # The parallel schedule (the only one here) reads fresh marginals in every sweep.
-    refresh_every_sweep = True
-
     def __init__(self, kernel, X, Z, jitter, chunk_size, dtc=False):
         self.Lu, self.jitter = cholesky(kernel.gram(Z, Z), jitter, what="K_uu")
         self.block, self.X = partial(_prior_block, kernel, Z, self.Lu), X
@@ -487,8 +484,8 @@ def run_sites(prior, y, site, spec, warm, quantile, start=None):
     # A float from the start: an integer damping would compile the sweep kernels once more.
     damping, best, stale = float(spec.damping), np.inf, 0
     # The parallel schedule's updates leave the prior's state behind, so it is rebuilt after
-    # each of their sweeps; a sequential sweep updates it site by site, and the prior says
-    # whether it is rebuilt between such sweeps or only after the last.
+    # each of their sweeps; a sequential sweep updates it site by site, and the prior (one with
+    # a sequential_sweep) says whether it is rebuilt between such sweeps or only after the last.
     refresh_every_sweep = spec.schedule != "sequential" or prior.refresh_every_sweep
     prior.refresh(tau, nu)
     state = SiteState(tau, nu, damping=damping)
