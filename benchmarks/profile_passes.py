@@ -29,6 +29,13 @@ ratio says how far a pass is from a machine doing nothing but its products at fu
 expectations' cost, which no product count includes, is printed per row beside it.  A full-batch
 SVGP evaluation is one natural pass per q step (about ten per L-BFGS-B evaluation on twonorm) and
 one gradient pass.
+
+A second table times the VFE pass's own steps alone (K_uf, A, A W A^T, the K_uf adjoint's product,
+its contraction sweep, the kernel VJP), each on one row block, warm, scaled to N rows, and sums
+them: the pass with nothing between its steps, no allocator cost and each product at the rate
+OpenBLAS reaches on its own shape.  A fit's evaluations times that sum is the least the fit's
+passes can take in this arrangement (``RESULTS.md``, the peer benchmark's section, uses it for the
+sine rows).
 """
 import argparse
 import os
@@ -40,6 +47,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import gpdsl as gd  # noqa: E402
+from gpdsl._jit.collapsed import contract_then_complete  # noqa: E402
 from gpdsl.methods import collapsed, svgp  # noqa: E402
 
 
@@ -101,6 +109,42 @@ def main():
     mean, var = 0.5 * rng.standard_normal(N), rng.uniform(0.01, 2.0, N)
     t = cpu_median(lambda: probit.variational_expectations(labels, mean, var), args.repeats)
     print(f"| expectations (probit, {N} rows) | {1e3 * t:.1f} | {1e9 * t / N:.0f} ns a row | | |")
+    print_vfe_parts(kernel, X, y_reg, Z, chunk, args.repeats)
+
+
+def print_vfe_parts(kernel, X, y, Z, chunk, repeats):
+    """The VFE value-and-gradient pass's own steps, each timed alone on one row block of the
+    pass's size (warm: its memory reused, in cache where it fits) and scaled to N rows, and their
+    sum: what the pass would take with no glue between its steps and no allocator or memory cost.
+    The products are timed at the rates OpenBLAS reaches on their own shapes (a triangular or
+    symmetric product runs at about 0.7 of the general one's rate), not at the DGEMM rate of the
+    bound above."""
+    n, m = X.shape[0], Z.shape[0]
+    Xb, yb = X[:chunk], y[:chunk]
+    L = np.linalg.cholesky(kernel.gram(Z, Z) + 1e-6 * np.eye(m))
+    Li = gd.linalg.inverse_lower(L)
+    K = kernel.gram(Z, Xb)
+    A = gd.linalg.lower_product(Li, K)
+    C = Li.T @ Li            # a dense (M, M) matrix, as the pass's L^-T (I - B^-1)
+    G = C @ A
+    beta, e, w = 0.1 * np.ones(m), yb.copy(), np.full(chunk, 10.0)
+    parts = [
+        ("K_uf (distances, exp)", lambda: kernel.gram(Z, Xb)),
+        ("A = L^-1 K_uf (DTRMM)", lambda: gd.linalg.lower_product(Li, K)),
+        ("A W A^T (DSYRK)", lambda: gd.linalg.weighted_gram(A, w)),
+        ("K_uf adjoint (DGEMM)", lambda: C @ A),
+        ("its contraction sweep", lambda: contract_then_complete(G, K, beta, e, w)),
+        ("kernel VJP of K_uf", lambda: kernel.vjp(Z, Xb, G, K=K)),
+    ]
+    scale = n / chunk
+    print(f"\nVFE value+grad, its steps alone on one block of {chunk} rows, scaled to N = {n}:")
+    print("| step | ms |\n|---|---:|")
+    total = 0.0
+    for name, fn in parts:
+        t = scale * cpu_median(fn, max(repeats, 20))
+        total += t
+        print(f"| {name} | {1e3 * t:.1f} |")
+    print(f"| sum | {1e3 * total:.1f} |")
 
 
 if __name__ == "__main__":
