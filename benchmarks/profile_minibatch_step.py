@@ -38,8 +38,9 @@ floor``: NumPy's exp of an (M, B) block and the likelihood's expectations of B r
 sd 0.4, the fit's median, per pass), which no arrangement of the products removes.
 A second table times the one-pass step's own steps alone (K_uf, its triangular and symmetric
 products, the adjoint's product, the kernel VJPs, the expectations, the O(M^3) factorisations and
-products), each warm at the step's shapes, and sums them: the step with nothing between its steps
-and every product at the rate OpenBLAS and LAPACK reach on its own shape.  ``--breakdown`` adds a
+products), each warm at the step's shapes, and sums them, the BLAS and LAPACK calls apart from
+the rest: the step with nothing between its steps and every product at the rate OpenBLAS and
+LAPACK reach on its own shape.  ``--breakdown`` adds a
 cProfile table of the update's own time (cProfile's overhead inflates it; read the shares, not the
 totals).
 """
@@ -56,7 +57,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import gpdsl as gd  # noqa: E402
 from bench_large_n import kmeans_start  # noqa: E402
-from profile_passes import cpu_median  # noqa: E402
+from profile_passes import BLAS, OTHER, cpu_median, print_steps  # noqa: E402
 from gpdsl.methods import svgp  # noqa: E402
 
 
@@ -96,11 +97,13 @@ def elementwise_floor(likelihood, y, M, B, passes, repeats=200):
     return float(np.median(times))
 
 
-def steps_alone(X, y, Z, kernel, likelihood, B, repeats=200):
-    """The one-pass step's own steps, each timed alone (warm, its memory reused; median of
-    ``repeats``), at the step's shapes: [(name, seconds)].  Their sum is the step with nothing
-    between its steps and every product at the rate OpenBLAS / LAPACK reach on its own shape,
-    where the flop bound prices all of them at the (M, M) x (M, B) DGEMM rate."""
+def minibatch_steps_alone(X, y, Z, kernel, likelihood, B, scale, repeats=200):
+    """The one-pass step's own steps (``svgp.minibatch_update`` with ``one_pass=True``, one latent
+    function), each timed alone at the step's shapes (warm, its memory reused; median of
+    ``repeats``): [(name, kind, seconds)], ``kind`` as in :func:`profile_passes.vfe_steps_alone`.
+    Their sum is the step with nothing between its steps and every product at the rate OpenBLAS
+    and LAPACK reach on its own shape, where the flop bound prices all of them at the (M, M) x
+    (M, B) DGEMM rate; the stochastic loop (batch draw, Adam) is left out."""
     kernel, likelihood = kernel.bind(), likelihood.bind()
     M = Z.shape[0]
     Xb, yb = X[:B], y[:B]
@@ -111,25 +114,40 @@ def steps_alone(X, y, Z, kernel, likelihood, B, repeats=200):
     A = gd.linalg.lower_product(Li, K)
     R = np.linalg.cholesky(np.eye(M) * 0.5 + 0.01 * np.ones((M, M)))
     rng = np.random.default_rng(0)
-    d = -rng.uniform(0.1, 0.3, B)
-    lifted, operand = rng.standard_normal((M, M + 1)), rng.standard_normal((M + 1, B))
-    G, Phi = rng.standard_normal((M, B)), rng.standard_normal((M, M))
+    m, g, d = 0.1 * rng.standard_normal(M), rng.standard_normal(B), -rng.uniform(0.1, 0.3, B)
+    complement = np.eye(M) - R @ R.T
+    lifted = gd.linalg.lower_product(Li, np.column_stack([m, complement]), transpose=True)
+    operand = svgp._on_top(g, A, -2.0 * d)
+    U = gd.linalg.lower_product(R, A, transpose=True)
+    P = gd.linalg.weighted_gram(A, d)
+    G, Phi = lifted @ operand, rng.standard_normal((M, M))
+    Lam_hat = svgp._prior_plus(-2.0 * P[None], scale)
+    eta = rng.standard_normal((1, M))
     mean, var = rng.standard_normal(B) * 3.0, np.full(B, 0.4 ** 2)
     steps = [
-        ("K_uf (distances, exp)", lambda: kernel.gram(Z, Xb)),
-        ("A = L^-1 K_uf (DTRMM)", lambda: gd.linalg.lower_product(Li, K)),
-        ("U = R^T A (DTRMM)", lambda: gd.linalg.lower_product(R, A, transpose=True)),
-        ("P = A D A^T (DSYRK, with its scaled copy)", lambda: gd.linalg.weighted_gram(A, d)),
-        ("K_uf adjoint, (M, M+1) x (M+1, B) (DGEMM)", lambda: lifted @ operand),
-        ("kernel VJP of K_uf", lambda: kernel.vjp(Z, Xb, G, K=K)),
-        ("expectations of B rows at sd 0.4", lambda: likelihood.variational_expectations(yb, mean, var)),
-        ("K_uu and its Cholesky factor", lambda: gd.linalg.cholesky(kernel.gram(Z, Z), None, what="K_uu")),
-        ("natural step's Cholesky factor", lambda: gd.linalg.cholesky(Kuu, None, what="q")),
-        ("two triangular inverses (DTRTRI)", lambda: (gd.linalg.inverse_lower(L), gd.linalg.inverse_lower(L))),
-        ("K_uu adjoint L^-T Phi L^-1 (two M^3 DGEMMs)", lambda: Li.T @ Phi @ Li),
-        ("kernel VJP of K_uu", lambda: kernel.vjp(Z, Z, Phi, K=Kuu)),
+        ("K_uu and its Cholesky factor", BLAS, lambda: gd.linalg.cholesky(kernel.gram(Z, Z), None, what="K_uu")),
+        ("L^-1 (DTRTRI)", BLAS, lambda: gd.linalg.inverse_lower(L)),
+        ("I - S, and [mu, E] = L^-T [m, I - S] (M^3)", BLAS,
+         lambda: gd.linalg.lower_product(Li, np.column_stack([m, np.eye(M) - R @ R.T]), transpose=True)),
+        ("K_uf (distances, exp)", OTHER, lambda: kernel.gram(Z, Xb)),
+        ("A = L^-1 K_uf (DTRMM)", BLAS, lambda: gd.linalg.lower_product(Li, K)),
+        ("K_nn - |a_n|^2", OTHER, lambda: kernel.diag(Xb) - np.einsum("mn,mn->n", A, A)),
+        ("U = R^T A (DTRMM)", BLAS, lambda: gd.linalg.lower_product(R, A, transpose=True)),
+        ("mean, var (a DGEMV, |u_n|^2)", OTHER, lambda: (A.T @ m, np.einsum("mn,mn->n", U, U))),
+        ("expectations of B rows at sd 0.4", OTHER, lambda: likelihood.variational_expectations(yb, mean, var)),
+        ("P = A D A^T (DSYRK, with its scaled copy)", BLAS, lambda: gd.linalg.weighted_gram(A, d)),
+        ("A r, A g (two DGEMVs)", BLAS, lambda: (A @ g, A @ (g + d))),
+        ("the K_uf adjoint's operand [g^T; -2 A D]", OTHER, lambda: svgp._on_top(g, A, -2.0 * d)),
+        ("K_uf adjoint, (M, M+1) x (M+1, B) (DGEMM)", BLAS, lambda: lifted @ operand),
+        ("(I - S) P (M^3 DGEMM)", BLAS, lambda: complement @ P),
+        ("kernel VJP of K_uf", OTHER, lambda: kernel.vjp(Z, Xb, G, K=K)),
+        ("kernel VJP of K_nn", OTHER, lambda: kernel.diag_vjp(Xb, d)),
+        ("K_uu adjoint L^-T Phi L^-1 (two M^3 DGEMMs)", BLAS, lambda: Li.T @ Phi @ Li),
+        ("kernel VJP of K_uu", OTHER, lambda: kernel.vjp(Z, Z, Phi, K=Kuu)),
+        ("natural step: Cholesky factor, R, m (svgp._from_natural)", BLAS,
+         lambda: svgp._from_natural(Lam_hat, eta)),
     ]
-    return [(name, cpu_median(fn, repeats)) for name, fn in steps]
+    return [(name, kind, cpu_median(fn, repeats)) for name, kind, fn in steps]
 
 
 def parts(link, n, M):
@@ -203,14 +221,9 @@ def main():
         print(f"| {name} | {1e3 * med:.2f} | {1e3 * np.percentile(times, 10):.2f} | "
               f"{1e3 * np.percentile(times, 90):.2f} | {1e3 * bound:.2f} | {med / bound:.2f} | {1e3 * floor:.2f} |",
               flush=True)
-    bound = step_flops(M, B, D, 1) / rate
-    print(f"\nThe one-pass step's steps, each alone (median of 200), against its flop bound {1e3 * bound:.2f} ms:")
-    print("| step | ms |\n|---|---:|")
-    alone = steps_alone(X, y_prepared, Z, kernel, likelihood, B)
-    for name, t in alone:
-        print(f"| {name} | {1e3 * t:.3f} |")
-    total = sum(t for _, t in alone)
-    print(f"| sum | {1e3 * total:.2f} ({total / bound:.2f}x the bound) |")
+    print_steps("The one-pass step's steps, each alone (median of 200):",
+                minibatch_steps_alone(X, y_prepared, Z, kernel, likelihood, B, args.n / B),
+                step_flops(M, B, D, 1) / rate)
     if args.breakdown:
         profile = cProfile.Profile()
         update_times(X, y, Z, kernel, likelihood, B, args.warm, args.steps, profile)

@@ -30,9 +30,10 @@ expectations' cost, which no product count includes, is printed per row beside i
 SVGP evaluation is one natural pass per q step (about ten per L-BFGS-B evaluation on twonorm) and
 one gradient pass.
 
-A second table times the VFE pass's own steps alone (K_uf, A, A W A^T, the K_uf adjoint's product,
-its contraction sweep, the kernel VJP), each on one row block, warm, scaled to N rows, and sums
-them: the pass with nothing between its steps, no allocator cost and each product at the rate
+A second table times the VFE pass's own steps alone (every BLAS and LAPACK call of
+``collapsed._evaluate_at``, the kernel's distances, exponentials and VJPs, the jitted sweeps), the
+row-block ones on one block scaled to N rows, and sums them, the BLAS and LAPACK calls apart from
+the rest: the pass with nothing between its steps, no allocator cost and each product at the rate
 OpenBLAS reaches on its own shape.  A fit's evaluations times that sum is the least the fit's
 passes can take in this arrangement (``RESULTS.md``, the peer benchmark's section, uses it for the
 sine rows).
@@ -89,8 +90,9 @@ def main():
     R = np.linalg.cholesky(np.eye(M) * 0.5 + 0.01 * np.ones((M, M)))[None]
     rate = dgemm_rate(N, M)
     blocks = svgp._data_pass(kernel, probit, X, labels, Z, factors, m, R, chunk, ("natural",), keep=True)[2]
+    vfe_flops = 4 * N * M * M + 4 * N * M * D
     rows = [
-        ("VFE value+grad", 4 * N * M * M + 4 * N * M * D,
+        ("VFE value+grad", vfe_flops,
          lambda: collapsed.evaluate(kernel, noise, X, y_reg, Z, fitc=False, need_grad=True)),
         ("SVGP natural", 5 * N * M * M + 2 * N * M * D,
          lambda: svgp._data_pass(kernel, probit, X, labels, Z, factors, m, R, chunk, ("natural",))),
@@ -109,42 +111,71 @@ def main():
     mean, var = 0.5 * rng.standard_normal(N), rng.uniform(0.01, 2.0, N)
     t = cpu_median(lambda: probit.variational_expectations(labels, mean, var), args.repeats)
     print(f"| expectations (probit, {N} rows) | {1e3 * t:.1f} | {1e9 * t / N:.0f} ns a row | | |")
-    print_vfe_parts(kernel, X, y_reg, Z, chunk, args.repeats)
+    print_steps(f"VFE value+grad, its steps alone ({chunk} rows a block, scaled to N = {N}):",
+                vfe_steps_alone(kernel, X, y_reg, Z, chunk, args.repeats), vfe_flops / rate)
 
 
-def print_vfe_parts(kernel, X, y, Z, chunk, repeats):
-    """The VFE value-and-gradient pass's own steps, each timed alone on one row block of the
-    pass's size (warm: its memory reused, in cache where it fits) and scaled to N rows, and their
-    sum: what the pass would take with no glue between its steps and no allocator or memory cost.
-    The products are timed at the rates OpenBLAS reaches on their own shapes (a triangular or
-    symmetric product runs at about 0.7 of the general one's rate), not at the DGEMM rate of the
-    bound above."""
+BLAS = "BLAS / LAPACK"
+OTHER = "kernel, sweeps"
+
+
+def vfe_steps_alone(kernel, X, y, Z, chunk, repeats):
+    """The VFE value-and-gradient pass's own steps (``collapsed._evaluate_at``), each timed alone
+    (warm: its memory reused, in cache where it fits): [(name, kind, seconds)], the row-block
+    steps on one block of ``chunk`` rows scaled to N rows, the once-an-evaluation O(M^3) steps as
+    they are.  Their sum is the pass with nothing between its steps and no allocator or memory
+    cost, each product at the rate OpenBLAS reaches on its own shape rather than the bound's DGEMM
+    rate; ``kind`` is BLAS (a BLAS or LAPACK call) or OTHER (the kernel's distances, exponentials
+    and sweeps, the jitted sweeps, reductions)."""
     n, m = X.shape[0], Z.shape[0]
     Xb, yb = X[:chunk], y[:chunk]
-    L = np.linalg.cholesky(kernel.gram(Z, Z) + 1e-6 * np.eye(m))
+    Kuu = kernel.gram(Z, Z)
+    L = gd.linalg.cholesky(Kuu, None, what="K_uu")[0]
     Li = gd.linalg.inverse_lower(L)
     K = kernel.gram(Z, Xb)
     A = gd.linalg.lower_product(Li, K)
+    w = np.full(chunk, 10.0)
+    B = np.eye(m) + gd.linalg.weighted_gram(A, w)
+    LB = gd.linalg.cholesky(B, 0.0, what="B")[0]
     C = Li.T @ Li            # a dense (M, M) matrix, as the pass's L^-T (I - B^-1)
     G = C @ A
-    beta, e, w = 0.1 * np.ones(m), yb.copy(), np.full(chunk, 10.0)
-    parts = [
-        ("K_uf (distances, exp)", lambda: kernel.gram(Z, Xb)),
-        ("A = L^-1 K_uf (DTRMM)", lambda: gd.linalg.lower_product(Li, K)),
-        ("A W A^T (DSYRK)", lambda: gd.linalg.weighted_gram(A, w)),
-        ("K_uf adjoint (DGEMM)", lambda: C @ A),
-        ("its contraction sweep", lambda: contract_then_complete(G, K, beta, e, w)),
-        ("kernel VJP of K_uf", lambda: kernel.vjp(Z, Xb, G, K=K)),
+    # beta = 0 and w = 1 leave G as it is: contract_then_complete completes G in place.
+    beta, alpha, ones = np.zeros(m), np.full(m, 0.1), np.ones(chunk)
+    block = [
+        ("K_uf (distances, exp)", OTHER, lambda: kernel.gram(Z, Xb)),
+        ("L^-1, formed for each block (DTRTRI)", BLAS, lambda: gd.linalg.inverse_lower(L)),
+        ("A = L^-1 K_uf (DTRMM)", BLAS, lambda: gd.linalg.lower_product(Li, K)),
+        ("K_nn - |a_n|^2", OTHER, lambda: kernel.diag(Xb) - np.einsum("mn,mn->n", A, A)),
+        ("A W A^T (DSYRK)", BLAS, lambda: gd.linalg.weighted_gram(A, w)),
+        ("A W y (DGEMV)", BLAS, lambda: A @ (w * yb)),
+        ("e = y - alpha^T A (DGEMV)", BLAS, lambda: yb - alpha @ A),
+        ("K_uf adjoint (DGEMM)", BLAS, lambda: C @ A),
+        ("its contraction sweep", OTHER, lambda: contract_then_complete(G, K, beta, yb, ones)),
+        ("kernel VJP of K_uf", OTHER, lambda: kernel.vjp(Z, Xb, G, K=K)),
+        ("kernel VJP of K_nn", OTHER, lambda: kernel.diag_vjp(Xb, w)),
     ]
-    scale = n / chunk
-    print(f"\nVFE value+grad, its steps alone on one block of {chunk} rows, scaled to N = {n}:")
-    print("| step | ms |\n|---|---:|")
-    total = 0.0
-    for name, fn in parts:
-        t = scale * cpu_median(fn, max(repeats, 20))
-        total += t
-        print(f"| {name} | {1e3 * t:.1f} |")
-    print(f"| sum | {1e3 * total:.1f} |")
+    once = [
+        ("K_uu and its Cholesky factor", BLAS, lambda: gd.linalg.cholesky(kernel.gram(Z, Z), None, what="K_uu")),
+        ("B's Cholesky factor", BLAS, lambda: gd.linalg.cholesky(B, 0.0, what="B")),
+        ("L^-1, L_B^-1 (DTRTRI)", BLAS, lambda: (gd.linalg.inverse_lower(L), gd.linalg.inverse_lower(LB))),
+        ("B^-1, L^-T (I - B^-1), L^-T G L^-1 (four M^3 DGEMMs)", BLAS, lambda: (LB.T @ LB, Li.T @ C, Li.T @ C @ Li)),
+        ("kernel VJP of K_uu", OTHER, lambda: kernel.vjp(Z, Z, C, K=Kuu)),
+    ]
+    repeats = max(repeats, 20)
+    return ([(name, kind, n / chunk * cpu_median(fn, repeats)) for name, kind, fn in block]
+            + [(name, kind, cpu_median(fn, repeats)) for name, kind, fn in once])
+
+
+def print_steps(title, steps, bound=None):
+    """A markdown table of ``steps`` [(name, kind, seconds)] with the sum of each kind and of all
+    (and, with ``bound`` in seconds, the sums' ratios to it)."""
+    print(f"\n{title}\n| step | kind | ms |\n|---|---|---:|")
+    for name, kind, t in steps:
+        print(f"| {name} | {kind} | {1e3 * t:.3f} |")
+    for label, kinds in ((f"sum of {BLAS}", (BLAS,)), (f"sum of {OTHER}", (OTHER,)), ("sum", (BLAS, OTHER))):
+        total = sum(t for _, kind, t in steps if kind in kinds)
+        ratio = f" ({total / bound:.2f}x the bound)" if bound else ""
+        print(f"| {label} | | {1e3 * total:.2f}{ratio} |")
 
 
 if __name__ == "__main__":
