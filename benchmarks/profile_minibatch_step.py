@@ -57,7 +57,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import gpdsl as gd  # noqa: E402
 from bench_large_n import kmeans_start  # noqa: E402
-from profile_passes import BLAS, OTHER, cpu_median, print_steps  # noqa: E402
+from profile_passes import BLAS, OTHER, cpu_median, print_steps, whitened_block  # noqa: E402
 from gpdsl.methods import svgp  # noqa: E402
 
 
@@ -107,11 +107,7 @@ def minibatch_steps_alone(X, y, Z, kernel, likelihood, B, scale, repeats=200):
     kernel, likelihood = kernel.bind(), likelihood.bind()
     M = Z.shape[0]
     Xb, yb = X[:B], y[:B]
-    Kuu = kernel.gram(Z, Z)
-    L = gd.linalg.cholesky(Kuu, None, what="K_uu")[0]
-    Li = gd.linalg.inverse_lower(L)
-    K = kernel.gram(Z, Xb)
-    A = gd.linalg.lower_product(Li, K)
+    Kuu, L, Li, K, A = whitened_block(kernel, Z, Xb)
     R = np.linalg.cholesky(np.eye(M) * 0.5 + 0.01 * np.ones((M, M)))
     rng = np.random.default_rng(0)
     m, g, d = 0.1 * rng.standard_normal(M), rng.standard_normal(B), -rng.uniform(0.1, 0.3, B)

@@ -119,6 +119,16 @@ BLAS = "BLAS / LAPACK"
 OTHER = "kernel, sweeps"
 
 
+def whitened_block(kernel, Z, Xb):
+    """(K_uu, L, L^-1, K_uf, A = L^-1 K_uf) for the rows Xb: the operands the steps-alone tables
+    time their steps on."""
+    Kuu = kernel.gram(Z, Z)
+    L = gd.linalg.cholesky(Kuu, None, what="K_uu")[0]
+    Li = gd.linalg.inverse_lower(L)
+    K = kernel.gram(Z, Xb)
+    return Kuu, L, Li, K, gd.linalg.lower_product(Li, K)
+
+
 def vfe_steps_alone(kernel, X, y, Z, chunk, repeats):
     """The VFE value-and-gradient pass's own steps (``collapsed._evaluate_at``), each timed alone
     (warm: its memory reused, in cache where it fits): [(name, kind, seconds)], the row-block
@@ -129,11 +139,7 @@ def vfe_steps_alone(kernel, X, y, Z, chunk, repeats):
     and sweeps, the jitted sweeps, reductions)."""
     n, m = X.shape[0], Z.shape[0]
     Xb, yb = X[:chunk], y[:chunk]
-    Kuu = kernel.gram(Z, Z)
-    L = gd.linalg.cholesky(Kuu, None, what="K_uu")[0]
-    Li = gd.linalg.inverse_lower(L)
-    K = kernel.gram(Z, Xb)
-    A = gd.linalg.lower_product(Li, K)
+    Kuu, L, Li, K, A = whitened_block(kernel, Z, Xb)
     w = np.full(chunk, 10.0)
     B = np.eye(m) + gd.linalg.weighted_gram(A, w)
     LB = gd.linalg.cholesky(B, 0.0, what="B")[0]
