@@ -7,6 +7,7 @@
 """
 from . import datasets, inducing, inference, kernels, likelihoods, means, priors
 from ._version import __version__
+from .components import UntrustedTypeError
 from .io.layout import PosteriorFileError
 from .io.netcdf import from_xarray, load
 from .linalg import NotPositiveDefiniteError
@@ -17,5 +18,5 @@ from .posterior import Posterior
 from .threads import get_num_threads, set_num_threads
 
 __all__ = ["Model", "Posterior", "Fixed", "Shared", "load", "from_xarray", "ConvergenceWarning",
-           "NotPositiveDefiniteError", "PosteriorFileError", "MissingGradientError", "kernels", "likelihoods", "means", "inducing", "inference",
+           "NotPositiveDefiniteError", "PosteriorFileError", "UntrustedTypeError", "MissingGradientError", "kernels", "likelihoods", "means", "inducing", "inference",
            "priors", "datasets", "set_num_threads", "get_num_threads", "__version__"]

@@ -1,9 +1,13 @@
 """The ``gpdsl`` command line.
 
-``gpdsl run [MODEL.toml] [--out DIR]`` fits a model, prints its declaration, evidence, fitted
+``gpdsl run [MODEL.toml] [--out DIR] [--trust MODULE ...]`` fits a model, prints its declaration, evidence, fitted
 hyperparameters, held-out metrics and an ArviZ summary, and writes the posterior (netCDF) and a
 plot (PNG) to DIR.  Without MODEL.toml it fits the built-in default model to embedded data
 (:func:`gpdsl.datasets.snelson_like`), so it needs no download.
+
+A model file runs no code: a component type ``"module:Class"`` is read only where ``--trust
+module`` is given (:meth:`gpdsl.Model.from_dict`).  ``python -m gpdsl`` takes the working folder
+off the import path (:mod:`gpdsl.__main__`), so both commands import the same modules.
 
 A ``[data] offset`` column holds each row's offset of the latent input (log exposure for
 counts): the fit and the held-out metrics take it (``fit(offset=...)``, ``predict(offset=...)``).
@@ -420,13 +424,16 @@ def check_subsample(options, n_train, n_test):
                          f"{held_out}; give a smaller subsample, or leave it out to fit on all rows")
 
 
-def problem_from_toml(path):
+def problem_from_toml(path, trust=None):
     """Everything ``gpdsl run MODEL.toml`` needs from a model file.
 
     Parameters
     ----------
     path : str or pathlib.Path
         The TOML model file (:mod:`gpdsl.io.spec`).
+    trust : sequence of str, optional
+        Modules the model file's ``"module:QualName"`` types may import (``--trust``;
+        :meth:`gpdsl.Model.from_dict`).
 
     Returns
     -------
@@ -444,14 +451,15 @@ def problem_from_toml(path):
     Raises
     ------
     UsageError
-        Any problem with the file or its data, naming the file.
+        Any problem with the file or its data (a type whose module is not trusted included),
+        naming the file.
     """
     from .io.spec import read_model_file
     from .model import Model
 
     try:
         spec, config = read_model_file(path)
-        model = Model.from_dict(spec)
+        model = Model.from_dict(spec, trust=trust)
     except FileNotFoundError as err:
         raise UsageError(str(err)) from err
     except (ValueError, TypeError) as err:
@@ -706,8 +714,8 @@ def run(args):
     Parameters
     ----------
     args : argparse.Namespace
-        ``model`` (a TOML path, or None for the built-in default model) and ``out`` (the
-        output directory).
+        ``model`` (a TOML path, or None for the built-in default model), ``out`` (the
+        output directory) and ``trust`` (module names, ``--trust``).
 
     Returns
     -------
@@ -730,7 +738,7 @@ def run(args):
         description += " (embedded)"
     else:
         model, (X, y, X_test, y_test, offset, offset_test), description, options, names = \
-            problem_from_toml(args.model)
+            problem_from_toml(args.model, args.trust)
     out = Path(args.out)
     check_output_paths(out, names)
 
@@ -798,6 +806,9 @@ def build_parser():
                             help="model file; omit to fit the default model on embedded data")
     run_parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
                             help=f"output directory (default: ./{DEFAULT_OUT})")
+    run_parser.add_argument("--trust", action="append", default=[], metavar="MODULE",
+                            help="let the model file's types named 'MODULE:Class' import MODULE (it runs its "
+                                 "code); repeat for several modules.  Without it only gpdsl's own types are read")
     run_parser.set_defaults(handler=run)
     return parser
 

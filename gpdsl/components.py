@@ -18,13 +18,16 @@ Every concrete subclass registers itself when its class statement runs (``__init
 under its class name in its family's registry, so that save/load, model files and the
 conformance suite (``tests/test_conformance.py``) find it without a list kept by hand.  A class
 defined outside gpdsl is also registered as ``"module:QualName"``, which is how it is written to
-files and how :func:`lookup` imports it back.
+files.  Reading a file resolves a type only in these registries (:func:`lookup`): a name whose
+class is not registered in the running process is refused (:class:`UntrustedTypeError`) unless the
+caller trusts its module by name, because importing a module runs its code.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import importlib
+import sys
 from typing import ClassVar
 
 import numpy as np
@@ -92,6 +95,9 @@ class Component(ValueEquality):
     # positive (optimised as they are, not as their logarithm).
     hyperparameters: ClassVar[tuple] = ()
     unconstrained: ClassVar[tuple] = ()
+    # Field name -> the key model files and dicts write it under, where the two differ (the
+    # field's name is read too: :mod:`gpdsl.io.spec`).
+    file_keys: ClassVar[dict] = {}
 
     def parameters(self, X):
         """The declared hyperparameters: by default one scalar-or-array :class:`Parameter` per
@@ -201,8 +207,56 @@ def type_name(cls):
     return f"{module}:{cls.__qualname__}"
 
 
-def lookup(family_base, name, where):
-    """The registered class ``name`` of a family, importing ``module`` for ``"module:QualName"``.
+class UntrustedTypeError(ValueError):
+    """A file, dict or dataset names a component type ``"module:QualName"`` whose class is not
+    registered in the running process, and the caller does not trust ``module``: resolving it would
+    import the module, which runs its code.
+
+    Import the module before reading (defining the class registers it), or name it in the
+    reader's ``trust=`` (``gpdsl run --trust MODULE``).  A ``ValueError``.
+    """
+
+
+def trusted_modules(trust):
+    """The module names a reader's ``trust`` argument allows it to import.
+
+    Parameters
+    ----------
+    trust : str, iterable of str or None
+        One module name (``"mypackage.kernels"``) or several; None or empty trusts none.  A
+        name covers that module only, not its submodules nor its parent package.
+
+    Returns
+    -------
+    frozenset of str
+
+    Raises
+    ------
+    TypeError
+        ``trust`` is not a string, an iterable of strings or None.
+    ValueError
+        A name that is not an absolute dotted module name.
+    """
+    if trust is None:
+        return frozenset()
+    names = (trust,) if isinstance(trust, str) else trust
+    try:
+        names = tuple(names)
+    except TypeError:
+        raise TypeError(f"trust must be a module name or a list of them, got {trust!r}") from None
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"trust must hold module names (strings), got {name!r} in {trust!r}")
+        if not name or not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError(f"trust: {name!r} is not a module name (dotted identifiers, e.g. 'mypackage.kernels')")
+    return frozenset(names)
+
+
+def lookup(family_base, name, where, trust=None):
+    """The registered class ``name`` of a family.
+
+    A name that is not registered is imported only where it is ``"module:QualName"`` and
+    ``module`` is trusted; reading a file never imports anything else.
 
     Parameters
     ----------
@@ -212,6 +266,8 @@ def lookup(family_base, name, where):
         A registered name.
     where : str
         What is being read, for the error message.
+    trust : str, iterable of str or None, default None
+        Modules the caller allows the reader to import (:func:`trusted_modules`).
 
     Returns
     -------
@@ -219,21 +275,32 @@ def lookup(family_base, name, where):
 
     Raises
     ------
+    UntrustedTypeError
+        ``"module:QualName"`` not registered, with ``module`` not imported and not trusted.
     ValueError
-        An unknown name, or a module that cannot be imported.
+        An unknown name, or a trusted module that cannot be imported or defines no such class.
     """
     registry = family_base.registry
-    if name in registry:
+    trusted = trusted_modules(trust)
+    if isinstance(name, str) and name in registry:
         return registry[name]
     if isinstance(name, str) and ":" in name:
         module = name.split(":", 1)[0]
-        try:
-            importlib.import_module(module)
-        except ImportError as err:
-            raise ValueError(f"{where}: {family_base.family} type {name!r} names module {module!r}, which cannot be "
-                             f"imported ({err}); import it before loading") from err
+        if module not in trusted and module not in sys.modules:
+            raise UntrustedTypeError(
+                f"{where}: {family_base.family} type {name!r} is not registered in this process, and reading it "
+                f"would import (run) module {module!r}, which is not trusted; if you trust its code, "
+                f"`import {module}` before reading, or pass trust=[{module!r}] to the reader "
+                f"(gpdsl run: --trust {module})")
+        if module in trusted:
+            try:
+                importlib.import_module(module)
+            except ImportError as err:
+                raise ValueError(f"{where}: {family_base.family} type {name!r} names module {module!r}, which cannot "
+                                 f"be imported ({err}); put it on the import path (PYTHONPATH)") from err
         if name in registry:
             return registry[name]
+        raise ValueError(f"{where}: module {module!r} defines no registered {family_base.family} type {name!r}")
     raise ValueError(f"{where}: unknown {family_base.family} type {name!r}; known: {sorted(k for k in registry if ':' not in k)}")
 
 
@@ -395,5 +462,5 @@ def bind(component, values, prefix):
     return Bound(component.bind(local), prefix)
 
 
-__all__ = ["Component", "Parameter", "Bound", "bind", "bind_parts", "lookup", "part_parameters", "per_feature",
+__all__ = ["Component", "Parameter", "Bound", "UntrustedTypeError", "bind", "bind_parts", "lookup", "trusted_modules", "part_parameters", "per_feature",
            "type_name"]

@@ -101,15 +101,24 @@ class Model:
 
     # -- construction from files --------------------------------------------------------------
     @classmethod
-    def from_dict(cls, spec):
+    def from_dict(cls, spec, *, trust=None):
         """The model declared by a plain dict (the inverse of :meth:`to_dict`).
+
+        A component's ``type`` resolves only to a class registered in this process (gpdsl's
+        own, and any class whose module has been imported): reading a dict runs no code of its
+        choosing.  A ``"module:QualName"`` type of a module not yet imported is refused unless
+        ``trust`` names the module.
 
         Parameters
         ----------
         spec : dict
-            ``{"kernel": {...}, "likelihood": {...}, "inducing": {...}, "inference": {...}}``,
-            each part ``{"type": "<ClassName>", <field>: <value>, ...}`` (:mod:`gpdsl.io.spec`);
-            ``data``, ``fit`` and ``output`` sections are allowed and ignored.
+            ``{"kernel": {...}, "likelihood": {...}, "inducing": {...}, "inference": {...},
+            "mean": {...}}``, each part ``{"type": "<ClassName>", <field>: <value>, ...}``
+            (:mod:`gpdsl.io.spec`); ``data``, ``fit`` and ``output`` sections are allowed and
+            ignored.
+        trust : str, iterable of str or None, default None
+            Modules the reader may import to find a ``"module:QualName"`` type (each name covers
+            that module only).  Trust only code you would run: importing a module runs it.
 
         Returns
         -------
@@ -117,21 +126,28 @@ class Model:
 
         Raises
         ------
+        gpdsl.UntrustedTypeError
+            A type whose class is not registered and whose module is not in ``trust`` (a
+            ``ValueError``; the message says how to trust it).
         ValueError
             An unknown section, a missing kernel or likelihood, or a bad part (the message
             names the table).
         """
         from .io.spec import model_parts
-        return cls(**model_parts(spec))
+        return cls(**model_parts(spec, trust))
 
     @classmethod
-    def from_toml(cls, path):
-        """The model declared by a TOML model file (its ``[data]``/``[fit]``/``[output]`` ignored).
+    def from_toml(cls, source, *, trust=None):
+        """The model declared by a TOML model file or text (its ``[data]``/``[fit]``/``[output]`` ignored).
 
         Parameters
         ----------
-        path : str or pathlib.Path
-            The model file (:mod:`gpdsl.io.spec` describes its tables).
+        source : str or os.PathLike
+            The model file (:mod:`gpdsl.io.spec` describes its tables), or the model's TOML text
+            (:meth:`to_toml`'s output): an ``os.PathLike`` or a string naming an existing file is
+            read as a file, any other string holding a line break as TOML text.
+        trust : str, iterable of str or None, default None
+            As :meth:`from_dict`.
 
         Returns
         -------
@@ -140,12 +156,14 @@ class Model:
         Raises
         ------
         FileNotFoundError
-            If there is no such file.
+            A one-line string that names no file.
+        gpdsl.UntrustedTypeError
+            As :meth:`from_dict`.
         ValueError
             Invalid TOML or a bad table.
         """
-        from .io.spec import read_model_file
-        return cls.from_dict(read_model_file(path)[0])
+        from .io.spec import read_model_source
+        return cls.from_dict(read_model_source(source)[0], trust=trust)
 
     def to_dict(self):
         """The model as a plain dict of its parts, for TOML and ``from_dict``.

@@ -19,9 +19,9 @@ FORMAT_VERSION = 2
 
 
 class PosteriorFileError(ValueError):
-    """A posterior file or dataset that :func:`load` or :func:`from_xarray` cannot trust: not a
-    readable netCDF-3 file, of another format version, damaged or edited (its checksum does
-    not match), or not laid out as ``to_xarray`` writes its model.  The message names the file
+    """A posterior file or dataset that :func:`load` or :func:`from_xarray` cannot read: not a
+    readable netCDF-3 file, of another format version, damaged or edited without its checksum
+    being recomputed (the checksum does not match), or not laid out as ``to_xarray`` writes its model.  The message names the file
     (or ``dataset``) and the variable or attribute at fault."""
 
 
@@ -90,7 +90,8 @@ def hyperparameter_entries(model, Z):
     # a dense method's per-point variational parameters (VGP; Z is X for dense methods).
     known = getattr(model.likelihood, "known", False)
     rows = np.size(declared_value(model.likelihood.variance)) if known else Z.shape[0]
-    table = model.parameter_table(np.empty((rows, Z.shape[1])), Z if model.sparse else None)
+    # Zeros, not garbage: a kernel that checks a start against X's range (ChangePoint) finds none.
+    table = model.parameter_table(np.zeros((rows, Z.shape[1])), Z if model.sparse else None)
     return [e for e in table.entries if e.name != "inducing.Z"]
 
 

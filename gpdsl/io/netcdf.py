@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from ..checks import is_integer, is_number
+from ..components import UntrustedTypeError, trusted_modules
 from ..diagnostics import FitDiagnostics
 from ..inducing import Selection
 from ..methods.common import PredictiveState
@@ -33,22 +34,29 @@ def _error(source, item, problem):
     return PosteriorFileError(f"{source}: {item}: {problem}")
 
 
-def from_xarray(ds):
+def from_xarray(ds, *, trust=None):
     """Rebuild a working :class:`Posterior` from :meth:`Posterior.to_xarray` output.
 
     The dataset is checked before anything is built from it: its ``format_version`` must
     be :data:`FORMAT_VERSION` (or 1, without the fit record) and its ``checksum`` must match the content (so a dataset
-    edited after ``to_xarray`` is refused); ``model_spec`` must describe a model that the
+    damaged, or changed without its checksum being recomputed, after ``to_xarray`` is refused); ``model_spec`` must describe a model that the
     ``inference``, ``likelihood`` and ``kernel`` attributes describe too; the variables and
     attributes must be exactly those that ``to_xarray`` writes for that model's method, the
     variables with their dims and integer or finite float64 values, the attributes of their
     type, with one variable per hyperparameter of the model's parameter table, of its shape
     (and positive where the model declares it so).
 
+    The checksum detects damage, not deliberate edits: anyone can recompute it.  So ``model_spec`` is read
+    as :meth:`Model.from_dict` reads a dict: its types resolve only to classes registered in this
+    process, and a module is imported only where ``trust`` names it.
+
     Parameters
     ----------
     ds : xarray.Dataset
         As :meth:`Posterior.to_xarray` wrote it.
+    trust : str, iterable of str or None, default None
+        Modules the reader may import to find a ``"module:QualName"`` component type in
+        ``model_spec`` (:meth:`Model.from_dict`).
 
     Returns
     -------
@@ -58,6 +66,9 @@ def from_xarray(ds):
     ------
     TypeError
         ``ds`` is not an xarray.Dataset.
+    gpdsl.UntrustedTypeError
+        ``model_spec`` names a type whose class is not registered and whose module is not
+        trusted (nothing was imported).
     PosteriorFileError
         A check failed; the message names the variable or attribute.
     """
@@ -65,16 +76,18 @@ def from_xarray(ds):
 
     if not isinstance(ds, xr.Dataset):
         raise TypeError(f"from_xarray: ds must be an xarray.Dataset, got {type(ds).__name__}")
-    return _posterior_from(ds, "dataset")
+    return _posterior_from(ds, "dataset", trusted_modules(trust))
 
 
-def load(path):
+def load(path, *, trust=None):
     """Load a posterior written by :meth:`Posterior.save`, checked as :func:`from_xarray` checks.
 
     Parameters
     ----------
     path : str or os.PathLike
         A ``.nc`` file written by :meth:`Posterior.save`.
+    trust : str, iterable of str or None, default None
+        As :func:`from_xarray`: loading imports no module that ``trust`` does not name.
 
     Returns
     -------
@@ -84,6 +97,8 @@ def load(path):
     ------
     FileNotFoundError
         There is no file at ``path``.
+    gpdsl.UntrustedTypeError
+        As :func:`from_xarray`.
     PosteriorFileError
         The file is not a readable netCDF-3 file or fails a check of :func:`from_xarray`
         (files written before format version 1, without the checksum, included); the
@@ -92,6 +107,7 @@ def load(path):
     xr = xarray()
 
     path = check_path("load", path)
+    trust = trusted_modules(trust)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"load: posterior file not found: {path}")
     with open(path, "rb") as fh:
@@ -105,12 +121,12 @@ def load(path):
     except Exception as err:
         raise PosteriorFileError(f"{path}: not a readable netCDF-3 file "
                                  f"({type(err).__name__}: {err})") from err
-    return _posterior_from(ds, path)
+    return _posterior_from(ds, path, trust)
 
 
-def _posterior_from(ds, source):
+def _posterior_from(ds, source, trust):
     """The :class:`Posterior` in ``ds`` (read from ``source``), after :func:`_validated`."""
-    model, local, names = _validated(ds, source)
+    model, local, names = _validated(ds, source, trust)
     state = PredictiveState(Z=ds["Z"].values, weights=ds["predictive_whitened_weights"].values,
                             correction=ds["predictive_whitened_correction"].values,
                             q_mean=ds["q_mean"].values, q_cov=ds["q_cov"].values,
@@ -168,7 +184,7 @@ def _standardization(ds, source):
         raise _error(source, "variables and attributes 'standardization_*'", str(err)) from err
 
 
-def _validated(ds, source):
+def _validated(ds, source, trust):
     """Check ``ds`` as :func:`from_xarray` describes; return ``(model, its LocalStateFormat or
     None, hyperparameter names)`` or raise :class:`PosteriorFileError`."""
     attrs = ds.attrs
@@ -187,7 +203,9 @@ def _validated(ds, source):
 
     spec = _attribute(ds, source, "model_spec", "json-object")
     try:
-        model = Model.from_dict(spec)
+        model = Model.from_dict(spec, trust=trust)
+    except UntrustedTypeError as err:
+        raise UntrustedTypeError(f"{source}: attribute 'model_spec': {err}") from err
     except (TypeError, ValueError, KeyError) as err:
         raise _error(source, "attribute 'model_spec'", f"does not describe a model: {err}") from err
     local = model.inference.local_state_for(model.likelihood)

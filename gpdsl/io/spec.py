@@ -2,7 +2,11 @@
 ``Model.from_toml``; this module imports no Model: it reads and writes the parts).
 
 A component is ``{"type": "<ClassName>", <field>: <value>, ...}`` (``"module:QualName"`` for a
-component class defined outside gpdsl, whose module is imported on reading); a hyperparameter value is a
+component class defined outside gpdsl); a type resolves only to a class registered in the running
+process, and a module is imported only where the reader's ``trust`` names it
+(:func:`gpdsl.components.lookup`), so reading a file runs no code of its choosing.  A field is
+written under the key its class's ``file_keys`` gives (``Categorical``'s ``n_classes`` as ``K``) and
+read under either.  A hyperparameter value is a
 number or list, ``{"fixed": value}``, or ``{"prior": "Gamma", "shape": a, "rate": b}`` /
 ``{"prior": "LogNormal", "mu": m, "sigma": s}`` / ``{"prior": "scipy", "distribution": "gamma",
 "args": [2.0], "kwds": {"scale": 0.5}}`` (``scipy.stats.gamma(2.0, scale=0.5)``, optionally with
@@ -19,6 +23,7 @@ an error (ValueError) naming the table, e.g. ``kernel.kernels[1] (Matern52)`` or
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from pathlib import Path
 
@@ -44,33 +49,16 @@ _PARTS = {
     "inference": inf.Inference,
     "mean": mea.Mean,
 }
-# Where a family is not (yet) a gpdsl.components.Component, with no registry of its own: the
-# table its module keeps.
-_TABLES = {"likelihood": "LIKELIHOODS", "inference": "INFERENCE", "inducing": "INDUCING"}
 
 
-def _registry(part):
-    """The registry of ``part``'s family: class name (or ``"module:QualName"``) -> class."""
-    base = _PARTS[part]
-    if isinstance(base, type) and issubclass(base, Component):
-        return base.registry
-    return getattr({"likelihood": lik, "inference": inf, "inducing": ind}[part], _TABLES[part])
-
-
-def _class(part, kind, where):
-    """The class a table's ``type`` names, or ValueError naming the table and the known types.
-
-    A ``"module:QualName"`` name (a component defined outside gpdsl) imports its module."""
-    registry = _registry(part)
-    known = sorted(name for name in registry if ":" not in name)
+def _class(part, kind, where, trust):
+    """The class a table's ``type`` names (:func:`gpdsl.components.lookup`), or ValueError naming
+    the table and the known types."""
+    registry = _PARTS[part].registry
     if not isinstance(kind, str) or (kind not in registry and ":" not in kind):
+        known = sorted(name for name in registry if ":" not in name)
         raise ValueError(f"{where}: unknown type {kind!r}; known: {', '.join(known)}")
-    base = _PARTS[part]
-    if issubclass(base, Component):
-        return lookup(base, kind, where)
-    if kind not in registry:
-        raise ValueError(f"{where}: unknown type {kind!r}; known: {', '.join(known)}")
-    return registry[kind]
+    return lookup(_PARTS[part], kind, where, trust)
 
 
 def _is_composite(cls):
@@ -238,7 +226,7 @@ def component_to_dict(obj):
     Returns
     -------
     dict
-        Field values encoded for TOML: arrays as lists, ``Fixed`` as ``{"fixed": ...}``, priors
+        Field values by the key the class's ``file_keys`` gives (its field name otherwise), encoded for TOML: arrays as lists, ``Fixed`` as ``{"fixed": ...}``, priors
         as ``{"prior": ...}`` tables; a None field is omitted where None is its default and
         written as ``"none"`` otherwise.
 
@@ -252,23 +240,23 @@ def component_to_dict(obj):
         return {"type": kind, "init": component_to_dict(obj.init)}
     out = {"type": kind}
     for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
+        value, key = getattr(obj, f.name), obj.file_keys.get(f.name, f.name)
         if isinstance(value, Component):
-            out[f.name] = component_to_dict(value)
+            out[key] = component_to_dict(value)
         elif isinstance(value, tuple) and value and all(isinstance(v, Component) for v in value):
-            out[f.name] = [component_to_dict(v) for v in value]
+            out[key] = [component_to_dict(v) for v in value]
         elif isinstance(value, tuple):
-            out[f.name] = [_encode(v) for v in value]
+            out[key] = [_encode(v) for v in value]
         elif value is not None:
-            out[f.name] = _encode(value)
+            out[key] = _encode(value)
         elif f.default is not None:
-            out[f.name] = _NONE
+            out[key] = _NONE
     return out
 
 
-def component_from_dict(part, spec):
+def component_from_dict(part, spec, trust=None):
     """The component declared by ``spec`` for ``part`` (``"kernel"``, ``"likelihood"``,
-    ``"inducing"`` or ``"inference"``).
+    ``"inducing"``, ``"inference"`` or ``"mean"``).
 
     Parameters
     ----------
@@ -278,28 +266,47 @@ def component_from_dict(part, spec):
         ``{"type": "<ClassName>", <field>: <value>, ...}``; ``Sum`` / ``Product`` take
         ``kernels`` (a list of kernel tables), ``Optimized`` takes ``init`` (a table or an array);
         any other field given as a table with a ``type`` (``Periodic``'s ``base``) is read as a
-        component of the same part.
+        component of the same part.  A field is keyed as the class's ``file_keys`` spells it
+        (``K`` for ``Categorical``'s ``n_classes``) or by its field name, not both.
+    trust : str, iterable of str or None, default None
+        Modules that a ``"module:QualName"`` type whose class is not registered may import
+        (:func:`gpdsl.components.lookup`); any other such type is refused.
 
     Returns
     -------
     object
-        The kernel, likelihood, inducing spec or inference method.
+        The kernel, likelihood, inducing spec, inference method or mean.
 
     Raises
     ------
+    gpdsl.UntrustedTypeError
+        A type whose class is not registered and whose module is not trusted.
     ValueError
         The message names the table (``kernel.kernels[1]``) and what it expected: no ``type``,
         an unknown type, an unknown or missing key, or a field the class rejects.
     """
-    return _component(part, spec, part)
+    return _component(part, spec, part, trust)
 
 
-def _component(part, spec, where):
+def _in_file_spelling(cls, table, where):
+    """``table`` with a field given by its field name keyed as the class's ``file_keys`` spells
+    it (``n_classes`` -> ``K``: files written before the key was renamed), or ValueError where
+    both spellings are given."""
+    table = dict(table)
+    for field, key in cls.file_keys.items():
+        if field in table:
+            if key in table:
+                raise ValueError(f"{where}: {key!r} and {field!r} are the same field; give {key!r} only")
+            table[key] = table.pop(field)
+    return table
+
+
+def _component(part, spec, where, trust):
     if not isinstance(spec, dict) or "type" not in spec:
         raise ValueError(f"{where}: expected a table with a 'type' key, got {spec!r}")
     kind = spec["type"]
-    cls = _class(part, kind, where)
-    fields = {k: v for k, v in spec.items() if k != "type"}
+    cls = _class(part, kind, where, trust)
+    fields = _in_file_spelling(cls, {k: v for k, v in spec.items() if k != "type"}, f"{where} ({kind})")
     if _is_composite(cls) and "kernels" in fields:
         kernels = fields["kernels"]
         if not isinstance(kernels, list) or len(kernels) < 2:
@@ -309,35 +316,36 @@ def _component(part, spec, where):
         check_keys(f"{where} (Optimized)", fields, {"init"}, required=("init",))
         init = fields["init"]
         if isinstance(init, dict):
-            init = _component("inducing", init, f"{where}.init")
+            init = _component("inducing", init, f"{where}.init", trust)
         try:
             return cls(init)
         except (TypeError, ValueError) as err:
             raise ValueError(f"{where}.init: expected an inducing table ({{type = ...}}) or an "
                              f"(M, D) array of inputs, got {init!r} ({err})") from err
     declared = [f for f in dataclasses.fields(cls) if f.init]
-    check_keys(f"{where} ({kind})", fields, {f.name for f in declared},
-                required=[f.name for f in declared
-                          if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING])
-    defaults = {f.name: f.default for f in declared}
+    key = {f.name: cls.file_keys.get(f.name, f.name) for f in declared}
+    check_keys(f"{where} ({kind})", fields, set(key.values()),
+               required=[key[f.name] for f in declared
+                         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING])
     # Decoded before the class is called, so that a malformed {fixed}/{prior} table is reported
     # with its own message rather than as the class's complaint about a dict.
-    values = {k: None if v == _NONE and defaults.get(k) is not None else _decode_field(part, v, f"{where}.{k}")
-              for k, v in fields.items()}
+    values = {f.name: None if fields[key[f.name]] == _NONE and f.default is not None
+              else _decode_field(part, fields[key[f.name]], f"{where}.{key[f.name]}", trust)
+              for f in declared if key[f.name] in fields}
     try:
         return cls(**values)
     except TypeError as err:
         raise ValueError(f"{where}: bad fields for {kind}: {err}") from err
 
 
-def _decode_field(part, value, where):
+def _decode_field(part, value, where, trust):
     """A field's value: a component table (a kernel's ``base``) or a list of them (``kernels``)
     read as components of ``part``'s family, a list of numbers kept a list (an array or
     ``active_dims``), anything else by :func:`_decode`."""
     if isinstance(value, dict) and "type" in value:
-        return _component(part, value, where)
+        return _component(part, value, where, trust)
     if isinstance(value, list) and value and all(isinstance(v, dict) and "type" in v for v in value):
-        return tuple(_component(part, v, f"{where}[{i}]") for i, v in enumerate(value))
+        return tuple(_component(part, v, f"{where}[{i}]", trust) for i, v in enumerate(value))
     return _decode(value, where)
 
 
@@ -359,15 +367,17 @@ def model_to_dict(model):
             if getattr(model, part) is not None}
 
 
-def model_parts(spec):
+def model_parts(spec, trust=None):
     """The parts of the model a plain dict declares (``Model.from_dict`` builds the model of them).
 
     Parameters
     ----------
     spec : dict
-        Sections ``kernel`` and ``likelihood`` (required), ``inducing`` and ``inference``
-        (optional), each a component table; ``data``, ``fit`` and ``output`` are allowed and
-        ignored.
+        Sections ``kernel`` and ``likelihood`` (required), ``inducing``, ``inference`` and
+        ``mean`` (optional), each a component table; ``data``, ``fit`` and ``output`` are allowed
+        and ignored.
+    trust : str, iterable of str or None, default None
+        As :func:`component_from_dict`.
 
     Returns
     -------
@@ -378,16 +388,20 @@ def model_parts(spec):
 
     Raises
     ------
+    gpdsl.UntrustedTypeError
+        As :func:`component_from_dict`.
     ValueError
         An unknown section, a missing kernel or likelihood, or a bad component table.
     """
+    if not isinstance(spec, dict):
+        raise TypeError(f"model: expected a dict of sections (kernel, likelihood, ...), got {type(spec).__name__}")
     unknown = set(spec) - set(_PARTS) - {"data", "fit", "output"}
     if unknown:
         raise ValueError(f"model: unknown sections {sorted(unknown)}; expected {sorted(_PARTS)}")
     for part in ("kernel", "likelihood"):
         if part not in spec:
             raise ValueError(f"model: the [{part}] section is missing")
-    return {part: component_from_dict(part, spec[part]) for part in _PARTS if part in spec}
+    return {part: component_from_dict(part, spec[part], trust) for part in _PARTS if part in spec}
 
 
 def read_model_file(path):
@@ -416,17 +430,65 @@ def read_model_file(path):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"model file not found: {path}")
-    with path.open("rb") as fh:
-        try:
-            spec = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as err:
-            raise ValueError(f"{path}: not valid TOML: {err}") from err
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML: not UTF-8 text ({err})") from err
+    spec, config = _parsed(text, path)
+    if isinstance(config["data"].get("path"), str) and config["data"]["path"] \
+            and not Path(config["data"]["path"]).is_absolute():
+        config["data"]["path"] = str(path.parent / config["data"]["path"])
+    return spec, config
+
+
+def read_model_source(source):
+    """Read a model file or a model's TOML text (what ``gpdsl.Model.from_toml`` takes).
+
+    ``source`` is a path where it is an ``os.PathLike`` or a string naming an existing file;
+    otherwise a string holding a line break is TOML text (a model has at least a ``kernel`` and a
+    ``likelihood``, so its text always has one: ``Model.to_toml()``'s output).
+
+    Parameters
+    ----------
+    source : str or os.PathLike
+        The file (as :func:`read_model_file`), or the text; a relative ``[data] path`` in text is
+        left relative to the working folder.
+
+    Returns
+    -------
+    spec, config
+        As :func:`read_model_file`.
+
+    Raises
+    ------
+    TypeError
+        ``source`` is not a str or os.PathLike.
+    FileNotFoundError
+        A one-line string that names no file.
+    ValueError
+        Invalid TOML, or a data/fit/output entry that is not a table.
+    """
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.isfile(source)):
+        return read_model_file(source)
+    if not isinstance(source, str):
+        raise TypeError(f"from_toml: expected a model file's path or a model's TOML text, got {type(source).__name__}")
+    if "\n" not in source:
+        shown = source if len(source) <= 80 else source[:80] + "..."
+        raise FileNotFoundError(f"from_toml: model file not found: {shown!r} (and not a model's TOML text, "
+                                "which has one line per key)")
+    return _parsed(source, "model text")
+
+
+def _parsed(text, source):
+    """(spec, config) of TOML ``text`` read from ``source`` (a path or a description), as
+    :func:`read_model_file` returns them before taking a relative ``[data] path`` to the file's folder."""
+    try:
+        spec = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{source}: not valid TOML: {err}") from err
     config = {k: spec.get(k, {}) for k in ("data", "fit", "output")}
     for name, table in config.items():
         # `data = "x.csv"` is valid TOML but not a table; say so rather than fail on it later.
         if not isinstance(table, dict):
-            raise ValueError(f"{path}: [{name}] must be a table, got {name} = {table!r}")
-    if isinstance(config["data"].get("path"), str) and config["data"]["path"] \
-            and not Path(config["data"]["path"]).is_absolute():
-        config["data"]["path"] = str(path.parent / config["data"]["path"])
+            raise ValueError(f"{source}: [{name}] must be a table, got {name} = {table!r}")
     return spec, config
