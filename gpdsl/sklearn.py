@@ -38,6 +38,7 @@ from . import inducing as _inducing
 from . import inference as _inference
 from . import kernels as _kernels
 from . import likelihoods as _likelihoods
+from .inputs import target_kind
 from .model import Model
 
 try:                                     # scikit-learn >= 1.6
@@ -48,6 +49,8 @@ except ImportError:                      # pragma: no cover - older scikit-learn
 __all__ = ["GPRegressor", "GPClassifier"]
 
 PARTS = ("kernel", "likelihood", "inducing", "inference", "mean")
+#: The target kinds (:func:`gpdsl.inputs.target_kind`) of the likelihoods GPClassifier takes.
+LABEL_KINDS = ("binary", "categorical")
 
 
 def _validate_data(estimator, *args, reset=True, **kwargs):
@@ -398,7 +401,9 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
     likelihood : gpdsl.likelihoods.Likelihood or None, default None
         None: ``gd.likelihoods.Bernoulli("logit")`` for two classes (its bias fitted: a class
         prior), ``gd.likelihoods.Categorical(K, "softmax")`` for K > 2.  A given likelihood must
-        fit the number of classes (``n_latent`` 1 for two classes, K otherwise).
+        model class labels (its ``target_kind``, :func:`gpdsl.inputs.target_kind`, "binary" or
+        "categorical"; checked by ``fit``) and fit the number of classes (``n_latent`` 1 for two
+        classes, K otherwise).
     inducing : gpdsl.inducing.InducingSpec or None, default None
         None: dense when the method can run dense and N <= :attr:`exact_max_n`, else (and for a
         method that needs one, SVGP) ``gd.inducing.KMeans(min(default_inducing, N))``.
@@ -455,6 +460,17 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
             if n_classes == 2:
                 return _likelihoods.Bernoulli("logit")
             return _likelihoods.Categorical(n_classes, "softmax")
+        if not isinstance(likelihood, _likelihoods.Likelihood):
+            raise TypeError(f"GPClassifier: likelihood must be None or a gpdsl likelihood of class labels "
+                            f"(gd.likelihoods.Bernoulli(), gd.likelihoods.Categorical(K)), got {likelihood!r}")
+        # Asked of the likelihood (its target_kind, or what its predictive returns), so that a
+        # user's own likelihood of labels is taken as Bernoulli and Categorical are.
+        kind = target_kind(likelihood)
+        if kind not in LABEL_KINDS:
+            raise ValueError(f"GPClassifier: likelihood must model class labels (target kind 'binary', e.g. "
+                             f"gd.likelihoods.Bernoulli(), or 'categorical', e.g. gd.likelihoods.Categorical(K)); "
+                             f"got {likelihood!r}, whose targets are {kind!r} (use GPRegressor or gd.Model "
+                             f"for those)")
         latent = int(getattr(likelihood, "n_latent", 1))
         if latent == 1 and n_classes > 2:
             raise ValueError(f"GPClassifier: the likelihood {likelihood!r} is binary, and y holds {n_classes} "
@@ -504,8 +520,11 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         Raises
         ------
         ValueError
-            Fewer than two classes, continuous targets, or a likelihood that does not fit the
-            number of classes.
+            Fewer than two classes, continuous targets, a likelihood that does not model class
+            labels (``target_kind`` other than "binary" or "categorical": ``Gaussian()``,
+            ``Poisson()``, ...) or one that does not fit the number of classes.
+        TypeError
+            A likelihood that is not a gpdsl likelihood.
         """
         X, y = _validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)

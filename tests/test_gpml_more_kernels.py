@@ -183,7 +183,8 @@ def test_validation_names_the_class_and_field(make, match):
 
 def test_change_point_location_stays_inside_the_data():
     """A location that starts inside the data's range is optimised inside it (the logit of its
-    place there); one declared outside it is left unconstrained."""
+    place there); one declared Fixed outside it is left there (a free one there is refused:
+    tests/test_kernels.py)."""
     X = np.linspace(0.0, 10.0, 40)[:, None]
     y = np.where(X[:, 0] < 3.0, np.sin(3 * X[:, 0]), 0.0)
     inside = gd.Model(K.ChangePoint((K.SquaredExponential(0.5), K.Constant(0.01))), gd.likelihoods.Gaussian(0.01))
@@ -191,5 +192,6 @@ def test_change_point_location_stays_inside_the_data():
     assert entry.bounds == (0.0, 10.0) and entry.value == 5.0
     post = inside.fit(X, y, max_iter=200)
     assert 0.0 < float(post.values["kernel.location"]) < 10.0
-    outside = gd.Model(K.ChangePoint((K.SquaredExponential(), K.Constant()), location=12.0), gd.likelihoods.Gaussian())
+    outside = gd.Model(K.ChangePoint((K.SquaredExponential(), K.Constant()), location=gd.Fixed(12.0)),
+                       gd.likelihoods.Gaussian())
     assert {e.name: e for e in outside.parameter_table(X).entries}["kernel.location"].bounds is None

@@ -89,3 +89,31 @@ def test_ard_length_mismatch():
     k = gd.kernels.Matern32(lengthscale=[1.0, 2.0])
     with pytest.raises(ValueError, match="lengthscale has 2 entries but X has 3 features"):
         k.entries("kernel", np.zeros((1, 3)))
+
+
+def test_change_point_refuses_a_fitted_location_outside_the_inputs(tmp_path):
+    """A ChangePoint location outside the training inputs' range along its dimension is flat there
+    (no gradient: a fit left it at its start and said converged): refused at fit with the class,
+    the argument, the value and the range.  Declared Fixed it is held there on purpose; nested in a
+    sum it is checked as well; a saved model reads back."""
+    X = np.linspace(-3.0, 3.0, 25)[:, None]
+    y = np.sin(X[:, 0]) + 0.1 * np.random.default_rng(3).normal(size=25)
+    parts = (gd.kernels.SquaredExponential(), gd.kernels.Constant())
+    far = gd.Model(gd.kernels.ChangePoint(parts, location=100.0), gd.likelihoods.Gaussian(0.1))
+    match = (r"ChangePoint: location = 100 lies outside the training inputs' range \[-3, 3\] along dimension 0"
+             r".*gd.Fixed\(100\)")
+    with pytest.raises(ValueError, match=match):
+        far.fit(X, y, max_iter=20)
+    nested = gd.Model(gd.kernels.ChangePoint(parts, location=-7.5) + gd.kernels.White(0.1), gd.likelihoods.Gaussian())
+    with pytest.raises(ValueError, match=r"location = -7.5 lies outside .*\[-3, 3\]"):
+        nested.fit(X, y, max_iter=20)
+    held = gd.Model(gd.kernels.ChangePoint(parts, location=gd.Fixed(100.0)), gd.likelihoods.Gaussian(0.1))
+    post = held.fit(X, y, max_iter=20)
+    assert float(post.values["kernel.location"]) == 100.0
+    edge = gd.Model(gd.kernels.ChangePoint(parts, location=3.0), gd.likelihoods.Gaussian(0.1))   # the range is closed
+    assert -3.0 <= float(edge.fit(X, y, max_iter=200).values["kernel.location"]) <= 3.0
+    inside = gd.Model(gd.kernels.ChangePoint(parts, location=1.0), gd.likelihoods.Gaussian(0.1)).fit(X, y, max_iter=50)
+    assert -3.0 < float(inside.values["kernel.location"]) < 3.0
+    inside.save(tmp_path / "change_point.nc")
+    back = gd.load(tmp_path / "change_point.nc")
+    assert float(back.values["kernel.location"]) == float(inside.values["kernel.location"])

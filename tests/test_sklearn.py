@@ -130,6 +130,20 @@ def test_defaults():
         GPClassifier().fit(np.arange(4.0)[:, None], np.ones(4))
 
 
+@pytest.mark.parametrize("likelihood", [gd.likelihoods.Gaussian(), gd.likelihoods.Poisson(),
+                                        gd.likelihoods.StudentT()], ids=lambda lik: type(lik).__name__)
+def test_classifier_refuses_a_likelihood_of_other_targets_at_fit(likelihood):
+    """A likelihood of real or count targets is refused by fit, naming the estimator, the argument
+    and what it takes (it used to fit and then fail in predict with a bare KeyError: 'p')."""
+    X, y = np.linspace(-2.0, 2.0, 12)[:, None], np.arange(12) % 2
+    kind = "real" if type(likelihood).__name__ != "Poisson" else "count"
+    with pytest.raises(ValueError, match=f"GPClassifier: likelihood must model class labels .*Bernoulli.*"
+                                         f"Categorical.*{type(likelihood).__name__}.*'{kind}'"):
+        GPClassifier(likelihood=likelihood, max_iter=5).fit(X, y)
+    with pytest.raises(TypeError, match="GPClassifier: likelihood must be None or a gpdsl likelihood"):
+        GPClassifier(likelihood="bernoulli").fit(X, y)
+
+
 # -- regression --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def diabetes():

@@ -12,7 +12,7 @@ from scipy.special import expit
 
 from ..chunks import add_partial
 from ..components import Component
-from ..parameters import check_hyperparameter, declared_value
+from ..parameters import Fixed, check_hyperparameter, declared_value, unshared
 from .base import Kernel, Parameter, _Composite
 
 
@@ -36,7 +36,9 @@ class ChangePoint(_Composite):
     location : float, Fixed or prior, optional
         The change point along column ``dimension``.  None starts it at the midpoint of that
         column's range in the training inputs; a start inside that range is kept inside it (it
-        is optimised as the logit of its place in the range), one outside is unconstrained.
+        is optimised as the logit of its place in the range).  A start outside the range is
+        refused when the model is fitted (the switch is flat there: the location would have no
+        gradient and stay where it starts), unless declared ``gd.Fixed(value)``.
     steepness : float, Fixed or prior, default 1.0
         Positive slope of the sigmoid switch (1 / its width in input units).
     dimension : int, default 0
@@ -100,7 +102,8 @@ class ChangePoint(_Composite):
         Raises
         ------
         ValueError
-            If ``dimension`` is not a column of X.
+            If ``dimension`` is not a column of X, or a ``location`` that is not ``Fixed`` lies
+            outside the range of X[:, dimension].
         """
         self._check_width(X)
         column = X[:, self.dimension]
@@ -110,9 +113,19 @@ class ChangePoint(_Composite):
             mid = 0.5 * (low + high)
             location = mid if np.isfinite(mid) else 0.0
         # Kept inside the data's range when it starts there (the logit of its place in it): outside
-        # it the kernel is one of its parts and the location has no gradient to come back by.
+        # it the kernel is one of its parts and the location has no gradient to come back by, so a
+        # fitted start there would stay put and the fit report convergence: refused.  A column
+        # without a range (constant, or the zeros a saved model's layout is read with) has none to
+        # check against.
         start = float(declared_value(location))
-        bounds = (low, high) if np.isfinite(low) and np.isfinite(high) and low < start < high else None
+        ranged = np.isfinite(low) and np.isfinite(high) and low < high
+        if ranged and not low <= start <= high and not isinstance(unshared(location), Fixed):
+            raise ValueError(f"ChangePoint: location = {start:.6g} lies outside the training inputs' range "
+                             f"[{low:.6g}, {high:.6g}] along dimension {self.dimension}: there the switch is "
+                             f"flat, the location has no gradient and a fit would leave it where it starts. "
+                             f"Start it inside the range (None: its midpoint), or declare "
+                             f"location=gd.Fixed({start:.6g}) to hold it there on purpose")
+        bounds = (low, high) if ranged and low < start < high else None
         return super().parameters(X) + [Parameter("location", location, positive=False, bounds=bounds),
                                         Parameter("steepness", self.steepness)]
 
