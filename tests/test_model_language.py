@@ -200,3 +200,40 @@ def test_a_kernels_repr_shows_active_dims_and_name_only_where_set():
     assert repr(SE(0.5, 2.0)) == "SquaredExponential(lengthscale=0.5, variance=2.0)"
     assert repr(M32(name="rough", active_dims=[1])) == \
         "Matern32(lengthscale=1.0, variance=1.0, active_dims=(1,), name='rough')"
+
+
+def test_a_model_file_spells_the_class_count_K_and_still_reads_n_classes():
+    """Issue 45, item 7: files spell Categorical's class count ``K``, as the guide's
+    ``Categorical(K, link)`` does; a file written with ``n_classes`` is still read."""
+    model = gd.Model(SE(), gd.likelihoods.Categorical(3, "robustmax"), gd.inducing.KMeans(5, seed=0),
+                     gd.inference.SVGP())
+    spec = model.to_dict()
+    assert spec["likelihood"] == {"type": "Categorical", "K": 3, "link": "robustmax", "epsilon": 1e-3}
+    text = model.to_toml()
+    assert "K = 3" in text and "n_classes" not in text
+    assert gd.Model.from_toml(text) == model and gd.Model.from_dict(spec) == model
+    assert gd.Model.from_toml(text.replace("K = 3", "n_classes = 3")) == model
+    with pytest.raises(ValueError, match="'K' and 'n_classes' are the same field; give 'K' only"):
+        gd.Model.from_dict({**spec, "likelihood": {**spec["likelihood"], "n_classes": 3}})
+    with pytest.raises(ValueError, match=r"likelihood \(Categorical\): missing 'K'"):
+        gd.Model.from_dict({**spec, "likelihood": {"type": "Categorical"}})
+    with pytest.raises(ValueError, match=r"unknown keys \['k'\]; known: \['K', 'classes', 'epsilon', 'link'\]"):
+        gd.Model.from_dict({**spec, "likelihood": {"type": "Categorical", "k": 3}})
+
+
+def test_from_toml_takes_the_text_to_toml_writes_as_well_as_a_path(tmp_path):
+    """Issue 45, item 7: ``Model.from_toml(model.to_toml())`` read the text as a path (OSError: File
+    name too long for a long text, FileNotFoundError for a short one)."""
+    model = gd.Model(SE(1.5, 0.5), gd.likelihoods.Gaussian(0.2), mean=gd.means.Constant(1.0))
+    assert gd.Model.from_toml(model.to_toml()) == model
+    path = tmp_path / "model.toml"
+    model.to_toml(path)
+    assert gd.Model.from_toml(path) == gd.Model.from_toml(str(path)) == model
+    with pytest.raises(FileNotFoundError, match="and not a model's TOML text"):
+        gd.Model.from_toml("x" * 5000)
+    with pytest.raises(FileNotFoundError, match="model file not found"):
+        gd.Model.from_toml(tmp_path / "missing.toml")
+    with pytest.raises(ValueError, match="model text: not valid TOML"):
+        gd.Model.from_toml("[kernel\ntype = 'Matern32'\n")
+    with pytest.raises(TypeError, match="from_toml: expected a model file's path or a model's TOML text"):
+        gd.Model.from_toml(3)

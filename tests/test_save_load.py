@@ -303,3 +303,22 @@ def test_predict_noise_variance_is_checked():
         reg.predict(X, noise_variance="0.1")
     pred = reg.predict(X, noise_variance=np.full(12, 0.3))
     np.testing.assert_allclose(pred["y_var"].values, pred["f_var"].values + 0.3, rtol=1e-15)
+
+
+def test_a_categorical_posterior_written_with_n_classes_still_loads(tmp_path):
+    """Files now spell Categorical's class count ``K``; one written before, with ``n_classes``
+    in its model_spec, loads as the same posterior."""
+    X, y = gd.datasets.banana(60, seed=2)
+    model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Categorical(2), gd.inducing.KMeans(6, seed=0), gd.inference.SVGP())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gd.ConvergenceWarning)
+        post = model.fit(X, (y > 0).astype(float), max_iter=10)
+    ds = post.to_xarray()
+    spec = json.loads(ds.attrs["model_spec"])
+    assert spec["likelihood"]["K"] == 2
+    spec["likelihood"]["n_classes"] = spec["likelihood"].pop("K")
+    ds.attrs["model_spec"] = json.dumps(spec)
+    _reseal(ds).to_netcdf(tmp_path / "old.nc", engine="scipy")
+    back = gd.load(tmp_path / "old.nc")
+    assert back.model == post.model
+    np.testing.assert_array_equal(back.predict(X)["p"].values, post.predict(X)["p"].values)

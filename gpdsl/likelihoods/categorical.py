@@ -218,6 +218,8 @@ class Categorical(Likelihood):
     classes: tuple | None = None
     target_kind = "categorical"
     ridge_cause = "the latent scale grows without bound when the classes are nearly separable"
+    # Model files spell the class count K, as the guide and the docstrings do; n_classes is read too.
+    file_keys = {"n_classes": "K"}
 
     def __post_init__(self):
         if isinstance(self.n_classes, bool) or not is_integer(self.n_classes) or self.n_classes < 2:
