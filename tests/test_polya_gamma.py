@@ -289,9 +289,16 @@ def test_fit_updates_c_to_fit_tol_and_the_posterior_to_tol(oracle):
             for tol in (1e-4, 1e-6)}
     loose, tight = fits[1e-4], fits[1e-6]
     # The optimum to the resolution of SciPy's relative-reduction stop, which leaves gradients of
-    # 1e-4 to 3e-3 (above) along the optimum's flat direction (variance 79, length-scale 5.7, bias -5:
-    # they move together by 2e-3 relative between the two fits).
-    assert_same_optimum_in_fewer_sweeps(loose, tight, values_rtol=5e-3)
+    # 1e-4 to 3e-3 along the optimum's flat directions, where the stopping point also moves with
+    # the rounding of the objective (another BLAS summation order moved it 2e-3 -> 6e-3).  The
+    # helper asserts the evidences agree to delta = 1e-6 |F| (9e-5 nats); points within delta of
+    # the optimum lie within sqrt(2 delta / lambda) of it along a direction of curvature lambda, and
+    # the evidence's flattest curvatures here (second differences in log length-scale, log variance
+    # and bias at the optimum, steps 0.02-0.1) are 0.012-0.015 nearly along the bias (|bias| 5.04)
+    # and 0.3-1.7 along the log variance: the values agree to the larger relative distance.
+    delta = 1e-6 * abs(tight.log_evidence)
+    values_rtol = max(np.sqrt(2 * delta / 0.012) / 5.04, np.sqrt(2 * delta / 0.3))      # 0.025
+    assert_same_optimum_in_fewer_sweeps(loose, tight, values_rtol=values_rtol)
     assert loose.sites.converged and np.max(np.abs(loose.sites.c_next - loose.sites.c)) < 1e-6
 
 

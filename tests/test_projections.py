@@ -340,17 +340,32 @@ def test_bivariate_normal_cdf():
     assert S.bvn_cdf(0.0, 0.0, 0.3) == pytest.approx(0.25 + math.asin(0.3) / (2 * math.pi), abs=1e-16)
 
 
+def _rounding_of_rule(weights, x, k):
+    """A bound on the rounding of ``weights @ x ** k`` in double precision (unit roundoff u):
+    each weight and node is the exact value rounded (u each; x^k then carries k u), x ** k adds
+    one rounding, each product another, and a sum of n terms in any order (BLAS blocks it by
+    its thread count) at most (n - 1) u, all relative to sum |w_i x_i^k|: (n + k + 3) u times it."""
+    u = np.finfo(float).eps / 2
+    n = np.shape(weights)[-1]
+    return (n + k + 3) * u * (np.abs(weights) @ np.abs(x) ** k)
+
+
 def test_gauss_legendre_constants():
     x, w = np.polynomial.legendre.leggauss(20)
     np.testing.assert_allclose(S.GL_NODES, x, rtol=0, atol=1e-15)
     np.testing.assert_allclose(S.GL_WEIGHTS, w, rtol=1e-13)     # numpy's end weights are 7e-14 off
     x = S.GL_NODES
     for k in range(40):                                         # exact to degree 39
-        assert S.GL_WEIGHTS @ x ** k == pytest.approx((1 + (-1) ** k) / (k + 1), abs=2e-16)
-    # the cumulative matrix integrates every polynomial of degree <= 19 exactly from -1
+        exact = (1 + (-1) ** k) / (k + 1)
+        assert abs(S.GL_WEIGHTS @ x ** k - exact) <= _rounding_of_rule(S.GL_WEIGHTS, x, k), k
+    # the cumulative matrix integrates every polynomial of degree <= 19 exactly from -1 (the
+    # reference's own rounding: x^(k+1) (k + 2) u, the difference and the division 2 u, relative
+    # to its operands)
+    u = np.finfo(float).eps / 2
     for k in range(20):
         want = (x ** (k + 1) - (-1.0) ** (k + 1)) / (k + 1)
-        np.testing.assert_allclose(quadrature._GL_CUMULATIVE @ x ** k, want, rtol=0, atol=1e-14)
+        tol = _rounding_of_rule(quadrature._GL_CUMULATIVE, x, k) + (k + 4) * u * (np.abs(x) ** (k + 1) + 1) / (k + 1)
+        assert np.all(np.abs(quadrature._GL_CUMULATIVE @ x ** k - want) <= tol), k
 
 
 def _power_gaussian_reference(n, b, v):
