@@ -2,9 +2,13 @@
 tests/test_external_components.py take them up by their registration alone.
 
 * :class:`CloglogBernoulli`: binary labels with the complementary log-log link,
-  p(y = +1 | f) = 1 - exp(-exp(f)); it implements only the log density's derivatives (and the
-  predictive a classifier reports), so Laplace and, by the default quadrature, SVGP and VGP
-  accept it, and EP does not.
+  p(y = +1 | f) = 1 - exp(-exp(f)); it implements only the documented minimum (its log
+  density's derivatives; the kind and coding of its targets), so Laplace and, by the default
+  quadrature, SVGP and VGP accept it, EP does not, and its predictions, log predictive density
+  and draws are the base class's defaults.
+* :class:`LogisticNoise`: real-valued targets with logistic noise, y = f + e, p(e) = sigma(e)
+  sigma(-e); only its log density's derivatives: it predicts f alone (no ``conditional_moments``)
+  and draws no y (``to_inference_data`` leaves out its posterior-predictive group).
 * :class:`WhiteSquaredExponential`: a subclass of gpdsl's squared-exponential kernel with an
   added white-noise variance on the diagonal of identical inputs.
 """
@@ -20,6 +24,8 @@ from gpdsl.components import Parameter
 class CloglogBernoulli(gd.likelihoods.Likelihood):
     """Labels in {-1, +1} with p(y = +1 | f) = 1 - exp(-exp(f)); no hyperparameters."""
 
+    target_kind = "binary"
+
     def prepare_targets(self, y):
         if not set(np.unique(y).tolist()) <= {-1.0, 0.0, 1.0}:
             raise ValueError("CloglogBernoulli: y must be binary")
@@ -28,23 +34,23 @@ class CloglogBernoulli(gd.likelihoods.Likelihood):
     def log_density_derivatives(self, y, f):
         e = np.exp(f)
         up = np.log(-np.expm1(-e))                  # log p(+1 | f)
-        r = e / np.expm1(e)                         # d up / df
+        r = e * np.exp(-e) / -np.expm1(-e)          # d up / df
         dr = r * (1.0 - e - r)
         ddr = dr * (1.0 - e - r) + r * (-e - dr)
         pos = y > 0
         return np.where(pos, up, -e), np.where(pos, r, -e), np.where(pos, dr, -e), np.where(pos, ddr, -e)
 
-    def predictive(self, f_mean, f_var):
-        nodes, weights = gd.likelihoods.gauss_hermite(100)
-        f = f_mean[:, None] + np.sqrt(f_var)[:, None] * nodes[None, :]
-        return {"p": -np.expm1(-np.exp(f)) @ weights}
 
-    def log_predictive(self, f_mean, f_var, y):
-        p = self.predictive(f_mean, f_var)["p"]
-        return np.log(np.where(y > 0, p, 1.0 - p))
+@dataclass(frozen=True, eq=False)
+class LogisticNoise(gd.likelihoods.Likelihood):
+    """y = f + e with logistic e: log p(y | f) = -log(4 cosh^2((y - f) / 2)); no hyperparameters."""
 
-    def sample(self, f, rng):
-        return np.where(rng.uniform(size=np.shape(f)) < -np.expm1(-np.exp(f)), 1.0, -1.0)
+    def log_density_derivatives(self, y, f):
+        half = 0.5 * (y - f)
+        t = np.tanh(half)
+        sech2 = 1.0 - t * t
+        log_p = -2.0 * (np.abs(half) + np.log1p(np.exp(-2.0 * np.abs(half))))    # -2 log(2 cosh(half))
+        return log_p, t, -0.5 * sech2, -0.5 * sech2 * t
 
 
 @dataclass(frozen=True, eq=False)

@@ -2,10 +2,13 @@
 
 ``to_inference_data`` draws the latent function at the given inputs from the Gaussian
 approximate posterior (jointly, with the full predictive covariance), adds observation noise
-for ``posterior_predictive``, and records the pointwise log-likelihood of the given
+for ``posterior_predictive`` (left out, with a warning and a note in the attrs, where the
+likelihood cannot draw y: :meth:`gpdsl.likelihoods.Likelihood.sample`), and records the pointwise log-likelihood of the given
 targets for ``az.loo`` / ``az.waic`` / ``az.compare`` (any likelihood with ``sample``).
 """
 from __future__ import annotations
+
+import warnings
 
 import arviz as az
 import numpy as np
@@ -41,7 +44,9 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
         ``posterior.f`` (chains, draws, n) drawn from N(mean, cov) of ``predict_f_full_cov``,
         or (chains, draws, n, K) along a ``class`` dimension for K latent functions (a shared
         kernel or one a latent function, :class:`gpdsl.kernels.Separate`: the same draws);
-        ``posterior_predictive.y`` (chains, draws, n) with observation noise added;
+        ``posterior_predictive.y`` (chains, draws, n) with observation noise added (left out,
+        with ``attrs["posterior_predictive_omitted"]`` saying why, for a likelihood that cannot
+        draw y);
         ``log_likelihood.y`` (chains, draws, n) of ``y_new`` given each draw (for ``az.loo``);
         ``observed_data.y`` (n,); ``constant_data`` with X (n, D) and the hyperparameters.
 
@@ -72,18 +77,26 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
         log_lik = stats.norm.logpdf(y_new, loc=f, scale=np.sqrt(noise))
     else:
         bound = bind(likelihood, posterior.values, "likelihood")
-        y_rep = bound.sample(f, rng)
         log_lik = bound.log_density(y_new, f)
+        try:
+            y_rep = bound.sample(f, rng)
+        except NotImplementedError as missing:
+            # A likelihood that cannot draw y (real-valued targets without ``sample``): the other
+            # groups stand without the posterior-predictive one, which the attrs say is left out.
+            y_rep, omitted = None, str(missing)
+            warnings.warn(f"to_inference_data: no posterior_predictive group: {omitted}", UserWarning, stacklevel=2)
     hyper = {name.replace(".", "_"): v for name, v in posterior.values.items()}
     attrs = {"inference": type(posterior.model.inference).__name__,
              "log_evidence": posterior.log_evidence, "sampling_jitter": jitter}
+    if y_rep is None:
+        attrs["posterior_predictive_omitted"] = omitted
     coords = {"obs": np.arange(X_new.shape[0]), "feature": np.arange(X_new.shape[1])}
     f_dims = ["obs"]
     if posterior.n_latent > 1:
         coords["class"] = likelihood.class_labels()
         f_dims = ["obs", "class"]
     return az.from_dict(
-        posterior={"f": f}, posterior_predictive={"y": y_rep}, log_likelihood={"y": log_lik},
+        posterior={"f": f}, posterior_predictive=None if y_rep is None else {"y": y_rep}, log_likelihood={"y": log_lik},
         observed_data={"y": y_new}, constant_data={"X": X_new, **hyper},
         coords=coords, dims={"f": f_dims, "y": ["obs"], "X": ["obs", "feature"]}, attrs=attrs)
 

@@ -19,6 +19,8 @@ operation                                 used by
 ``site_model()``                          EP, QP: the jitted tilted-moment code and the parameter
                                           tuple the site sweeps take (:class:`SiteModel`)
 ``predictive`` / ``log_predictive``       Posterior.predict and Posterior.log_predictive
+``conditional_moments(f)``                E[y | f] and Var[y | f]: the default ``predictive``'s
+                                          y_mean / y_var of real-valued targets
 ``sample(f, rng)``                        posterior-predictive draws for ArviZ
 ``surrogate(X, y)``                       greedy inducing selection before the first fit; the
                                           start of q where ``sign_symmetric`` (below)
@@ -37,17 +39,30 @@ targets instead of from the prior.
 
 Which method accepts which likelihood follows from :meth:`Likelihood.provides` (the
 capabilities of :data:`CAPABILITIES`): an operation is provided where the likelihood's class
-overrides it.  A new likelihood is one subclass plus, for EP / QP, a module of jitted tilted-moment code
+overrides it for its own density.  What a likelihood needs is its density: ``log_density_derivatives``
+(``log_density`` defaults to its first term) and, with hyperparameters,
+``log_density_param_derivatives``; every other operation has a default on this class that works
+from the density by Gauss-Hermite quadrature (``variational_expectations``, ``log_predictive``,
+``predictive`` and ``sample`` where the targets' support is known: ``target_kind`` "binary" or
+"count"), or refuses naming what needs it.  The operations in :data:`DERIVED_FROM_DENSITY` hold for
+one density: a subclass that redefines ``log_density`` or ``log_density_derivatives`` does not
+inherit a parent's version of them (EP's tilted moments, closed-form expectations, the
+Pólya-Gamma augmentation of the parent's density would be silently wrong for the new one).
+:meth:`Likelihood.__init_subclass__` resets each such operation to this class's default (or
+refusal) unless the subclass defines it again, and :meth:`Likelihood.inherited_without_density`
+says which were reset.  A new likelihood is one subclass plus, for EP / QP, a module of jitted tilted-moment code
 under :mod:`gpdsl._jit.likelihoods` (see :mod:`gpdsl._jit.projections`), which its ``site_model``
 hands to the site sweeps: they take the functions and the parameter tuple as arguments, so no
 sweep changes.
 """
 from __future__ import annotations
 
+import warnings
 from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
+from scipy import special
 
 from ..chunks import row_slices
 from ..components import Component, qualify_keys
@@ -61,6 +76,23 @@ _EXPECTATION_BLOCK_ROWS = 8192
 # What :meth:`Likelihood.provides` answers: the operations a method may need beyond the common
 # ones, the Gaussian observation noise of the collapsed engines and the Pólya-Gamma augmentation.
 CAPABILITIES = ("log_density_derivatives", "variational_expectations", "site_model", "noise", "polya_gamma")
+
+# The two ways a likelihood states its density: a class that defines either one defines its density.
+DENSITY = ("log_density", "log_density_derivatives")
+# What a likelihood class derives from its density (operations and the attributes that describe
+# it): a subclass that redefines the density inherits none of them from above its own density
+# (Likelihood.__init_subclass__).  ``provides`` is among them because a parent's override of it
+# (Bernoulli's Pólya-Gamma augmentation of the logit) speaks for the parent's density.
+DERIVED_FROM_DENSITY = ("log_density_param_derivatives", "expectation_rule", "variational_expectations", "site_model",
+                        "conditional_moments", "predictive", "log_predictive", "predictive_approximation", "sample",
+                        "surrogate", "log_density_bound", "constant_model_log_likelihood", "sign_symmetric",
+                        "standardizes_targets", "observation_noise", "noise", "noise_vjp", "describe", "provides")
+
+# The default predictive and sample of count targets sum the pmf over y = 0, 1, ... in blocks of
+# this many counts until the mass left is below _COUNT_TAIL at every node, up to _COUNT_LIMIT counts.
+_COUNT_BLOCK = 64
+_COUNT_TAIL = 1e-12
+_COUNT_LIMIT = 100_000
 
 
 class SiteModel(NamedTuple):
@@ -110,6 +142,16 @@ def gauss_hermite(points):
     """
     nodes, weights = np.polynomial.hermite_e.hermegauss(points)
     return nodes, weights / np.sqrt(2.0 * np.pi)
+
+
+def _owner(cls, name):
+    """The class of cls's MRO whose own namespace defines ``name``."""
+    return next(c for c in cls.__mro__ if name in vars(c))
+
+
+def _density_owner(cls):
+    """The most derived class of cls's MRO that defines its density (either name of :data:`DENSITY`)."""
+    return min((_owner(cls, name) for name in DENSITY), key=cls.__mro__.index)
 
 
 def _qualify_expectations(output, qualify):
@@ -163,19 +205,75 @@ class Likelihood(Component, family="likelihood"):
     # How many latent functions a row's likelihood reads: 1, or K for a K-class likelihood
     # (gpdsl.likelihoods.categorical), whose operations take latent arrays (n, K).
     n_latent = 1
+    # Operation name -> the parent whose version __init_subclass__ reset (see inherited_without_density).
+    _reset_operations = {}
 
-    def _unsupported(self, operation):
-        return NotImplementedError(f"{type(self).__name__} does not provide {operation}")
+    def __init_subclass__(cls, **kwargs):
+        """Register the class (:class:`gpdsl.components.Component`) and reset every operation of
+        :data:`DERIVED_FROM_DENSITY` that it inherits from a parent whose density it redefines to
+        this class's default: an operation is kept where it is defined at or below the class that
+        defines the density in use, or above it on a class with no density of its own (a mixin
+        such as the Gaussian-noise base); ``inherited_without_density()`` lists what was reset."""
+        super().__init_subclass__(**kwargs)
+        density = _density_owner(cls)
+        reset = {}
+        for name in DENSITY + DERIVED_FROM_DENSITY:
+            owner = _owner(cls, name)
+            if (cls.__mro__.index(owner) > cls.__mro__.index(density)
+                    and _density_owner(owner) is not Likelihood):
+                reset[name] = owner.__name__
+                setattr(cls, name, vars(Likelihood)[name])
+        cls._reset_operations = {**getattr(cls, "_reset_operations", {}), **reset}
+
+    @classmethod
+    def inherited_without_density(cls):
+        """The operations this class would inherit from a parent whose density it redefines, which
+        it runs with this base class's default instead (:data:`DERIVED_FROM_DENSITY`).
+
+        Returns
+        -------
+        dict of str to str
+            Operation name -> the parent class that defines it for its own density.
+        """
+        return {name: parent for name, parent in cls._reset_operations.items() if vars(Likelihood)[name] is getattr(cls, name)}
+
+    def defines(self, operation):
+        """Whether this likelihood's class defines ``operation`` for its own density, rather than
+        running this base class's default (generic quadrature, or a refusal).
+
+        Parameters
+        ----------
+        operation : str
+            A method name of the interface, e.g. ``"site_model"`` or ``"sample"``.
+
+        Returns
+        -------
+        bool
+        """
+        return getattr(type(self), operation) is not vars(Likelihood)[operation]
+
+    def _unsupported(self, operation, name=None):
+        """The NotImplementedError of an operation ``name`` (described as ``operation``) that the
+        class does not provide, saying where a parent's version was left behind."""
+        message = f"{type(self).__name__} does not provide {operation}"
+        parent = type(self)._reset_operations.get(name) if name else None
+        if parent is not None:
+            message += (f" ({parent}.{name} is for {parent}'s density, which {type(self).__name__} redefines: "
+                        f"define {name} for the new density, or assign {parent}'s where it still holds)")
+        elif name:
+            message += f" (define {name})"
+        return NotImplementedError(message)
 
     def provides(self, capability):
         """Whether this likelihood provides ``capability``, one of :data:`CAPABILITIES`.
 
         An operation (``"log_density_derivatives"``, ``"variational_expectations"``,
-        ``"site_model"``) is provided where the instance's class overrides the base method (a
-        subclass inherits what its parent provides); ``"variational_expectations"`` also where
+        ``"site_model"``) is provided where the instance's class :meth:`defines` it for its own
+        density (a subclass inherits what its parent provides unless it redefines the density:
+        ``__init_subclass__``); ``"variational_expectations"`` also where
         ``"log_density_derivatives"`` is (the default quadrature runs on it).  ``"noise"`` is
         ``observation_noise``; ``"polya_gamma"`` (the Pólya-Gamma augmentation) is False unless
-        a subclass says otherwise.
+        a subclass says otherwise for its own density.
 
         Parameters
         ----------
@@ -199,7 +297,7 @@ class Likelihood(Component, family="likelihood"):
             return False
         if capability not in CAPABILITIES:
             raise ValueError(f"{type(self).__name__}: unknown capability {capability!r}; known: {list(CAPABILITIES)}")
-        if getattr(type(self), capability) is not getattr(Likelihood, capability):
+        if self.defines(capability):
             return True
         return capability == "variational_expectations" and self.provides("log_density_derivatives")
 
@@ -305,7 +403,7 @@ class Likelihood(Component, family="likelihood"):
         ----------
         Rasmussen & Williams (2006), Algorithms 3.1 and 5.1 (Laplace's Newton steps and gradients).
         """
-        raise self._unsupported("derivatives of its log density")
+        raise self._unsupported("derivatives of its log density", "log_density_derivatives")
 
     def log_density_param_derivatives(self, y, f, derivatives=None):
         """(d log p / d theta, d^2 log p / df d theta, d^3 log p / df^2 d theta) for each scalar
@@ -330,7 +428,7 @@ class Likelihood(Component, family="likelihood"):
         """
         if not self.parameters(np.zeros((1, 1))):
             return {}
-        raise self._unsupported("derivatives of its log density in its hyperparameters")
+        raise self._unsupported("derivatives of its log density in its hyperparameters", "log_density_param_derivatives")
 
     def expectation_rule(self, y, mean, var):
         """A quadrature rule for E_N(f | mean_n, var_n)[g(f, y_n)]: sum_k w_nk g(f_nk).  The
@@ -420,10 +518,80 @@ class Likelihood(Component, family="likelihood"):
         SiteModel
             Its ``names`` are local parameter names.
         """
-        raise self._unsupported("EP/QP tilted moments")
+        raise self._unsupported("EP/QP tilted moments", "site_model")
+
+    def _one_latent(self, operation, name):
+        """Raise the refusal of a default that integrates one latent function (``n_latent`` 1)."""
+        if self.n_latent != 1:
+            raise self._unsupported(f"{operation} (the default integrates one latent function)", name)
+
+    def _binary_codes(self):
+        """(negative, positive): the codes :meth:`prepare_targets` gives the labels 0 and 1."""
+        negative, positive = self.prepare_targets(np.array([0.0, 1.0]))
+        return negative, positive
+
+    def conditional_moments(self, f):
+        """E[y | f] and Var[y | f], elementwise: what the default :meth:`predictive` integrates
+        over f for ``y_mean`` / ``y_var``.  The default derives them from the density where the
+        targets' support is known (``target_kind`` "binary": the two codes of
+        :meth:`prepare_targets`; "count": sums over y = 0, 1, ... until the mass left is below
+        1e-12); real-valued targets need a subclass to define it.
+
+        Parameters
+        ----------
+        f : ndarray, shape (n,)
+            Latent function values.
+
+        Returns
+        -------
+        mean, var : ndarray, shape (n,)
+
+        Raises
+        ------
+        NotImplementedError
+            For targets of another kind, or a count pmf whose mass does not reach 1 within
+            100,000 counts.
+        """
+        self._one_latent("E[y | f] and Var[y | f]", "conditional_moments")
+        f = np.asarray(f, dtype=float)
+        if self.target_kind == "binary":
+            negative, positive = self._binary_codes()
+            p = np.exp(self.log_density(np.full(f.shape, positive), f))
+            return negative + p * (positive - negative), p * (1.0 - p) * (positive - negative) ** 2
+        if self.target_kind == "count":
+            flat = f.ravel()
+            moments = np.zeros((3, flat.size))
+            for rows in row_slices(flat.size, _EXPECTATION_BLOCK_ROWS):
+                for counts, pmf in self._count_pmf(flat[rows]):
+                    moments[:, rows] += (pmf.sum(axis=1), pmf @ counts, pmf @ (counts * counts))
+            mean = moments[1] / moments[0]
+            return mean.reshape(f.shape), np.maximum(moments[2] / moments[0] - mean * mean, 0.0).reshape(f.shape)
+        raise self._unsupported("E[y | f] and Var[y | f] for real-valued targets (the y_mean and y_var of "
+                                "Posterior.predict need them)", "conditional_moments")
+
+    def _count_pmf(self, f):
+        """Blocks (counts (C,), pmf (n, C)) of p(y | f_n) over y = 0, 1, ... until the mass
+        left is below _COUNT_TAIL at every f_n (f of shape (n,))."""
+        mass = np.zeros(f.size)
+        for start in range(0, _COUNT_LIMIT, _COUNT_BLOCK):
+            counts = np.arange(start, start + _COUNT_BLOCK, dtype=float)
+            pmf = np.exp(self.log_density(counts[None, :], f[:, None]))
+            yield counts, pmf
+            mass += pmf.sum(axis=1)
+            if np.all(mass >= 1.0 - _COUNT_TAIL):
+                return
+        raise self._unsupported(f"count moments or draws by summation: p(y | f) over y = 0..{_COUNT_LIMIT - 1} "
+                                f"sums to {mass.min():.6g} at f = {f[np.argmin(mass)]:.6g}, not 1", "conditional_moments")
 
     def predictive(self, f_mean, f_var):
         """Predictive summaries of y* under f* ~ N(f_mean, f_var).
+
+        The default: ``p`` = p(y* = 1) = exp(:meth:`log_predictive`) for binary targets
+        (``target_kind`` "binary"); otherwise ``y_mean`` = E[E[y | f]] and
+        ``y_var`` = E[Var[y | f]] + Var[E[y | f]] over the ``quadrature_points`` Gauss-Hermite
+        rule in f, from :meth:`conditional_moments`.  Where those are not given (real-valued
+        targets and no ``conditional_moments``) it warns and returns no summary of y, so that
+        ``Posterior.predict`` reports f alone.
 
         Parameters
         ----------
@@ -437,10 +605,27 @@ class Likelihood(Component, family="likelihood"):
         dict of str to ndarray
             Arrays (n,): ``y_mean``/``y_var`` or ``p``.
         """
-        raise self._unsupported("a predictive distribution")
+        self._one_latent("a predictive distribution", "predictive")
+        f_mean, f_var = np.asarray(f_mean, dtype=float), np.asarray(f_var, dtype=float)
+        if self.target_kind == "binary":
+            positive = self._binary_codes()[1]
+            return {"p": np.exp(self.log_predictive(f_mean, f_var, np.full(f_mean.shape, positive)))}
+        if self.target_kind != "count" and not self.defines("conditional_moments"):
+            warnings.warn(f"{type(self).__name__} defines no conditional_moments(f) (E[y | f], Var[y | f]) for its "
+                          "real-valued targets, nor predictive: the prediction reports f only (no y_mean, y_var)",
+                          UserWarning, stacklevel=3)
+            return {}
+        nodes, weights = gauss_hermite(self.quadrature_points)
+        f = f_mean[:, None] + np.sqrt(np.maximum(f_var, 0.0))[:, None] * nodes[None, :]
+        mean, var = self.conditional_moments(f)
+        y_mean = mean @ weights
+        return {"y_mean": y_mean, "y_var": var @ weights + (mean - y_mean[:, None]) ** 2 @ weights}
 
     def log_predictive(self, f_mean, f_var, y):
         """log p(y* | x*) = log E_N(f*|f_mean,f_var)[p(y* | f*)].
+
+        The default sums the :meth:`expectation_rule` in log space,
+        log sum_k exp(log w_k + log p(y | f_k)), so that a confident miss stays finite.
 
         Parameters
         ----------
@@ -456,10 +641,23 @@ class Likelihood(Component, family="likelihood"):
         ndarray, shape (n,)
             log p(y_n | x_n) under f ~ N(f_mean, f_var).
         """
-        raise self._unsupported("a log predictive density")
+        self._one_latent("a log predictive density", "log_predictive")
+        f_mean, f_var = np.asarray(f_mean, dtype=float), np.asarray(f_var, dtype=float)
+        y = np.broadcast_to(np.asarray(y, dtype=float), f_mean.shape)
+        out = np.empty(f_mean.shape)
+        for rows in row_slices(f_mean.size, _EXPECTATION_BLOCK_ROWS):
+            f, weights, _ = self.expectation_rule(y[rows], f_mean[rows], f_var[rows])
+            with np.errstate(divide="ignore"):
+                log_weights = np.log(np.broadcast_to(weights, f.shape))
+            out[rows] = special.logsumexp(log_weights + self.log_density(y[rows, None], f), axis=1)
+        return out
 
     def sample(self, f, rng):
         """Draws of y given draws of f (any shape), for posterior-predictive checks.
+
+        The default draws from the density where the targets' support is known: binary targets
+        (``target_kind`` "binary") by p(y = 1 | f), counts ("count") by inverting the cumulative
+        sum of the pmf; real-valued targets need a subclass to define it.
 
         Parameters
         ----------
@@ -472,8 +670,39 @@ class Likelihood(Component, family="likelihood"):
         -------
         ndarray
             Draws of y, the shape of ``f``.
+
+        Raises
+        ------
+        NotImplementedError
+            For targets of another kind (``to_inference_data`` then leaves out its
+            posterior-predictive group).
         """
-        raise self._unsupported("sampling")
+        self._one_latent("sampling", "sample")
+        f = np.asarray(f, dtype=float)
+        if self.target_kind == "binary":
+            negative, positive = self._binary_codes()
+            p = np.exp(self.log_density(np.full(f.shape, positive), f))
+            return np.where(rng.uniform(size=f.shape) < p, positive, negative)
+        if self.target_kind == "count":
+            flat, u = f.ravel(), rng.uniform(size=f.size)
+            draws = np.empty(flat.size)
+            for rows in row_slices(flat.size, _EXPECTATION_BLOCK_ROWS):
+                cdf, left = np.zeros(rows.stop - rows.start), np.ones(rows.stop - rows.start, dtype=bool)
+                for counts, pmf in self._count_pmf(flat[rows]):
+                    running = cdf[:, None] + np.cumsum(pmf, axis=1)
+                    reached = running > u[rows, None]
+                    first = np.argmax(reached, axis=1)
+                    done = left & reached.any(axis=1)
+                    draws[rows][done] = counts[first[done]]
+                    left &= ~done
+                    cdf = running[:, -1]
+                    if not left.any():
+                        break
+                # A uniform draw above the mass summed (at most 1e-12 below 1): the last count reached.
+                draws[rows][left] = counts[-1]
+            return draws.reshape(f.shape)
+        raise self._unsupported("sampling of real-valued targets (draws of y given f: the posterior_predictive "
+                                "group of to_inference_data needs it)", "sample")
 
     def surrogate(self, X, y):
         """A Gaussian pseudo-regression (noise 1/w, targets r/w) that greedy inducing selection
@@ -495,7 +724,7 @@ class Likelihood(Component, family="likelihood"):
             Weighted pseudo-targets r_n (targets r_n / w_n).
         """
         if not self.provides("log_density_derivatives"):
-            raise self._unsupported("a surrogate regression for greedy selection")
+            raise self._unsupported("a surrogate regression for greedy selection", "surrogate")
         # The default: Newton's pseudo-regression at f = 0, weights -d2 (floored: a likelihood
         # that is not log-concave can curve upwards there) and weighted targets d1.
         _, d1, d2, _ = self.log_density_derivatives(y, np.zeros_like(y))
@@ -544,7 +773,7 @@ class Likelihood(Component, family="likelihood"):
         -------
         ndarray, shape (n,)
         """
-        raise self._unsupported("Gaussian observation noise")
+        raise self._unsupported("Gaussian observation noise", "noise")
 
     def noise_vjp(self, X, g):
         """Vector-Jacobian product of :meth:`noise`: sum_n g_n d lambda_n / d theta.
@@ -561,7 +790,7 @@ class Likelihood(Component, family="likelihood"):
         dict of str to ndarray
             By local parameter name.
         """
-        raise self._unsupported("Gaussian observation noise")
+        raise self._unsupported("Gaussian observation noise", "noise_vjp")
 
     def describe(self):
         """A short text for summaries and attrs.
@@ -574,4 +803,4 @@ class Likelihood(Component, family="likelihood"):
         return type(self).__name__
 
 
-__all__ = ["Likelihood", "SiteModel", "gauss_hermite", "CAPABILITIES"]
+__all__ = ["Likelihood", "SiteModel", "gauss_hermite", "CAPABILITIES", "DENSITY", "DERIVED_FROM_DENSITY"]
