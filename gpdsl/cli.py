@@ -24,6 +24,7 @@ import argparse
 import inspect
 import os
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -144,6 +145,8 @@ def load_table(data):
     -------
     X : ndarray, shape (N, D)
     y : ndarray, shape (N,)
+        The target column: float64, or text (str) where any of its values is not a number (class
+        labels such as ``setosa``, which the likelihood then takes or refuses as ``Model.fit`` does).
     offset : ndarray, shape (N,), or None
         The offset column, None without ``offset``.
     features : list of str
@@ -156,7 +159,7 @@ def load_table(data):
         A missing or malformed key, a missing file or column, an offset column that is also
         the target or a feature, or an unreadable table.
     """
-    from .datasets import read_table
+    from .datasets import read_labelled_table
 
     if not isinstance(data, dict) or not data:
         raise UsageError("the model file has no [data] section (it needs path and target)")
@@ -167,13 +170,11 @@ def load_table(data):
     path = Path(data["path"])
     if not path.is_file():
         raise UsageError(f"data file not found: {path}")
+    target = data["target"]
     try:
-        header, table = read_table(path)
+        header, table, y = read_labelled_table(path, target)
     except (ValueError, UnicodeDecodeError) as err:
         raise UsageError(str(err) if str(path) in str(err) else f"{path}: {err}") from err
-    target = data["target"]
-    if target not in header:
-        raise UsageError(f"[data]: target column {target!r} not in {path}; columns: {', '.join(header)}")
     offset = data.get("offset")
     if offset is not None:
         if not isinstance(offset, str) or not offset:
@@ -199,7 +200,6 @@ def load_table(data):
     if table.shape[0] == 0:
         raise UsageError(f"{path}: no data rows")
     X = table[:, [header.index(f) for f in features]]
-    y = table[:, header.index(target)]
     description = f"{path} (target {target!r}; features {', '.join(features)}"
     if offset is None:
         return X, y, None, features, description + ")"
@@ -246,7 +246,7 @@ def check_targets(model, y, target):
     """
     try:
         model.likelihood.with_labels_of(y).coded_targets(y, y.shape[0], f"target column {target!r}")
-    except ValueError as err:
+    except (ValueError, TypeError) as err:
         raise UsageError(f"[data]: target column {target!r}: {err}") from err
 
 
@@ -376,7 +376,8 @@ def check_output_paths(out, names):
     ------
     UsageError
         ``--out`` or the nearest of its parents that exists is not a directory, or an output's
-        path inside it is a directory.
+        path inside it is a directory or a symbolic link (which would lead the output out of
+        ``--out``; the run writes each output by replacing the name, never through a link).
     """
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} exists and is not a directory")
@@ -388,6 +389,9 @@ def check_output_paths(out, names):
             raise UsageError(f"--out {out}: cannot create it, {parent} is not a directory")
         return
     for key, name in sorted(names.items()):
+        if (out / name).is_symlink():
+            raise UsageError(f"[output]: {key} {out / name} is a symbolic link (to {os.readlink(out / name)}); "
+                             f"gpdsl run writes no file through a link: remove it, or choose another --out")
         if (out / name).is_dir():
             raise UsageError(f"[output]: {key} {out / name} is a directory, not a file")
 
@@ -763,19 +767,26 @@ def run(args):
     report(posterior, X, X_test, y_test, description, wall_time, offset_test=offset_test)
 
     print()
+    # Both outputs replace whatever is at their name (a link made during the fit included)
+    # rather than write through it: nothing outside --out is written.
     posterior_path = out / names["posterior"]
     try:
-        posterior.save(posterior_path)
+        posterior.save(posterior_path, follow_symlinks=False)
     except OSError as err:
         raise RunError(f"cannot write {posterior_path}: {err}") from err
     print(f"wrote {posterior_path}")
 
+    from .io.files import sigint_deferred, write_replacing
     from .plotting import plot_fit
 
     plot_path = out / names["plot"]
     try:
-        plot_fit(posterior, X, y, plot_path, X_test=X_test, y_test=y_test, offset=offset,
-                 offset_test=offset_test)
+        # Drawn in a private folder, then moved in as save moves the posterior.
+        with tempfile.TemporaryDirectory() as scratch:
+            drawn = Path(scratch) / plot_path.name
+            plot_fit(posterior, X, y, drawn, X_test=X_test, y_test=y_test, offset=offset, offset_test=offset_test)
+            with sigint_deferred():
+                write_replacing(str(plot_path), drawn.read_bytes())
     except ImportError as err:
         print(f"gpdsl: note: plot skipped: {_one_line(err)}", file=sys.stderr)
     except OSError as err:

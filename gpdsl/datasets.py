@@ -27,6 +27,7 @@ __all__ = [
     "sine",
     "data_home",
     "read_table",
+    "read_labelled_table",
     "load_csv",
     "load_split",
 ]
@@ -424,33 +425,94 @@ def read_table(path):
         An empty file, a row with a number of fields other than the header's, or a
         non-numeric value (the message names the column and line).
     """
+    header, body = _read_rows(path)
+    return header, _numeric(header, body, path, range(len(header)))
+
+
+def read_labelled_table(path, label):
+    """:func:`read_table` where column ``label`` may hold text labels (``setosa``): a classifier's
+    target, kept as text when any of its cells is not a number, as a likelihood that takes labels
+    (``Categorical``) takes them from ``Model.fit``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A CSV file with a header row; blank lines are skipped.
+    label : str
+        The column that may hold text.
+
+    Returns
+    -------
+    header : list of str
+        The column names, stripped.
+    data : ndarray, shape (n, n_columns), float64
+        As :func:`read_table`; ``label``'s column is NaN where it holds text.
+    labels : ndarray, shape (n,)
+        ``label``'s column: float64 where every cell is a number, else its cells as text (str,
+        stripped of surrounding blanks).
+
+    Raises
+    ------
+    ValueError
+        As :func:`read_table` (a non-numeric value in another column), ``label`` not a column
+        (the message lists them), or an empty cell in a column of text labels.
+    """
+    header, body = _read_rows(path)
+    if label not in header:
+        raise ValueError(f"target column {label!r} not in {str(path)!r}; columns: {', '.join(header)}")
+    column = header.index(label)
+    others = [j for j in range(len(header)) if j != column]
+    data = np.full((len(body), len(header)), np.nan)
+    data[:, others] = _numeric(header, body, path, others)
+    cells = [row[column].strip() for _, row in body]
+    try:
+        labels = np.array(cells, dtype=np.float64)
+    except ValueError:
+        for lineno, row in body:
+            if not row[column].strip():
+                raise ValueError(f"load_csv: empty value in column {label!r} at line {lineno} of {str(path)!r}") from None
+        return header, data, np.array(cells)
+    data[:, column] = labels
+    return header, data, labels
+
+
+def _read_rows(path):
+    """(stripped header, body) of a CSV file: the body's rows as (line number, list of str), blank
+    lines dropped; ValueError for an empty file or a row of another width than the header."""
     # utf-8-sig drops a byte-order mark that would otherwise stick to the first name.
     with open(path, newline="", encoding="utf-8-sig") as fh:
         rows = list(csv.reader(fh))
     if not rows:
         raise ValueError(f"load_csv: {str(path)!r} is empty (expected a header row)")
     header = [h.strip() for h in rows[0]]
-    body = [r for r in rows[1:] if r]  # tolerate blank lines, e.g. at the end
     for lineno, row in enumerate(rows[1:], start=2):
         if row and len(row) != len(header):
             raise ValueError(
                 f"load_csv: {str(path)!r} line {lineno} has {len(row)} fields, header has {len(header)}"
             )
+    return header, [(lineno, r) for lineno, r in enumerate(rows[1:], start=2) if r]  # tolerate blank lines
+
+
+def _numeric(header, body, path, columns):
+    """The float64 (n, len(columns)) array of ``columns`` of the body rows, or ValueError naming
+    the first non-numeric cell's column and line."""
+    columns = list(columns)
+    every = columns == list(range(len(header)))
+    cells = [row if every else [row[j] for j in columns] for _, row in body]
     try:
-        data = np.array(body, dtype=np.float64).reshape(len(body), len(header))
+        return np.array(cells, dtype=np.float64).reshape(len(body), len(columns))
     except ValueError:
         # Locate the offending cell only on failure, to keep the common path vectorised.
-        for lineno, row in enumerate(rows[1:], start=2):
-            for col, cell in zip(header, row):
+        for lineno, row in body:
+            for j in columns:
                 try:
-                    float(cell)
+                    float(row[j])
                 except ValueError:
                     raise ValueError(
-                        f"load_csv: non-numeric value {cell!r} in column {col!r} "
+                        f"load_csv: non-numeric value {row[j]!r} in column {header[j]!r} "
                         f"at line {lineno} of {str(path)!r}"
                     ) from None
         raise
-    return header, data
 
 
 def load_csv(name, data_home=None, target="y"):

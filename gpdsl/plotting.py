@@ -105,7 +105,8 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None, *, offset=None, of
     ----------
     posterior : gpdsl.posterior.Posterior
     X, y : numpy.ndarray
-        Training inputs (n, D) and targets (n,).
+        Training inputs (n, D) and targets (n,); a K-class likelihood's labels may be text, as
+        ``fit`` takes them.
     path : str or os.PathLike
         Where the PNG is written.
     X_test, y_test : numpy.ndarray, optional
@@ -127,15 +128,15 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None, *, offset=None, of
         ``offset`` with held-out rows but no ``offset_test``, or an offset of the wrong length.
     """
     Figure, FigureCanvasAgg = _matplotlib()
-    from .inputs import target_kind, validate_inputs, validate_offset, validate_targets
+    from .inputs import target_kind, validate_inputs, validate_offset
 
     X = validate_inputs(X, "X", posterior.n_features)
-    y = validate_targets(y, X.shape[0], "y")
+    y = _targets(posterior, y, X.shape[0], "y")
     offset = validate_offset(offset, X.shape[0], name="offset")
     has_test = X_test is not None and y_test is not None and len(X_test) > 0
     if has_test:
         X_test = validate_inputs(X_test, "X_test", posterior.n_features)
-        y_test = validate_targets(y_test, X_test.shape[0], "y_test")
+        y_test = _targets(posterior, y_test, X_test.shape[0], "y_test")
         if offset is not None and offset_test is None:
             raise ValueError("plot_fit: offset_test is needed with offset and held-out rows")
         offset_test = validate_offset(offset_test, X_test.shape[0], name="offset_test")
@@ -160,6 +161,18 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None, *, offset=None, of
                  f"{posterior.model.likelihood.describe()} — log evidence {posterior.log_evidence:.5g}")
     fig.savefig(path)
     return path
+
+
+def _targets(posterior, y, n, name):
+    """Targets checked as ``fit`` checks them: K-class labels (text included, ``"setosa"``) as
+    given, for the likelihood to code; any other as :func:`gpdsl.inputs.validate_targets` returns them."""
+    from .inputs import target_kind, validate_targets
+
+    likelihood = posterior.model.likelihood
+    if target_kind(likelihood) == "categorical":
+        likelihood.coded_targets(y, n, name)
+        return np.asarray(y)
+    return validate_targets(y, n, name)
 
 
 def _plot_regression(fig, ax, posterior, X, y, X_test, y_test):

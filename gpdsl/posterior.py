@@ -717,7 +717,7 @@ class Posterior:
         ds.attrs["checksum"] = checksum(ds)
         return ds
 
-    def save(self, path):
+    def save(self, path, *, follow_symlinks=True):
         """Write the posterior to netCDF (xarray's writer, scipy backend: no extra dependency).
 
         The file is written under a temporary name in the target's directory, flushed to
@@ -735,8 +735,11 @@ class Posterior:
         Parameters
         ----------
         path : str or os.PathLike
-            The file to write, ending in ``.nc``.  A symbolic link is followed: its target is
-            replaced.  An existing file keeps its permission bits.
+            The file to write, ending in ``.nc``.  An existing file keeps its permission bits.
+        follow_symlinks : bool, default True
+            A symbolic link at ``path`` is followed (its target is replaced); with False the link
+            itself is replaced by the file, and nothing is written where it points (what
+            ``gpdsl run`` does inside its ``--out`` folder).
 
         Raises
         ------
@@ -752,7 +755,7 @@ class Posterior:
         if os.path.splitext(path)[1].lower() != ".nc":
             # The file is netCDF whatever its name: "p.pkl" would promise a pickle it is not.
             raise ValueError(f"save: path must end in .nc (the posterior is written as netCDF), got {path!r}")
-        target = os.path.realpath(path)
+        target = os.path.realpath(path) if follow_symlinks else path
         # The whole save, serialisation included, runs with SIGINT held back: a KeyboardInterrupt
         # raised inside xarray's writer can land in a destructor (__del__), where Python prints
         # and drops it, and one raised between creating the temporary file and its removal

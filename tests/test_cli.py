@@ -649,8 +649,9 @@ def test_plot_with_offset(tmp_path):
             plot_fit(post, X[:30], y[:30], tmp_path / "x.png", X_test=X[30:], y_test=y[30:], offset=o[:30])
 
 
-def write_three_class_csv(path, n=150, seed=0):
-    """Three Gaussian blobs in 2-D with labels 1, 2, 3 (not codes: the classes become (1, 2, 3))."""
+def write_three_class_csv(path, n=150, seed=0, names=(1, 2, 3)):
+    """Three Gaussian blobs in 2-D with labels ``names`` (default 1, 2, 3: not codes, the classes
+    become (1, 2, 3)); returns the inputs and the class codes 0..2."""
     rng = np.random.default_rng(seed)
     centres = np.array([[0.0, 0.0], [2.0, 0.5], [0.5, 2.0]])
     labels = rng.integers(0, 3, n)
@@ -658,7 +659,8 @@ def write_three_class_csv(path, n=150, seed=0):
     with open(path, "w") as fh:
         fh.write("a,b,label\n")
         for (a, b), t in zip(X, labels):
-            fh.write(f"{a:.17g},{b:.17g},{t + 1}\n")
+            fh.write(f"{a:.17g},{b:.17g},{names[t]}\n")
+    return X, labels
 
 
 @pytest.mark.parametrize("likelihood, inference", [
@@ -726,3 +728,49 @@ def test_labels_outside_the_classes_are_reported_before_fitting(tmp_path, capsys
                                                         inference="SVGP"))
     assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
     assert_one_line_error(capsys, "target column 'label'", "got 4 distinct values")
+
+
+SPECIES = ("setosa", "versicolor", "virginica")
+
+
+@pytest.mark.filterwarnings("ignore::gpdsl.ConvergenceWarning")
+def test_text_labels_in_the_target_column_are_the_classes(tmp_path, capsys):
+    """Issue 45, item 7: the CLI refused text labels (``non-numeric value 'setosa'``) that
+    ``Model.fit`` takes.  Now the classes are the labels, sorted, as the Python API makes them, the
+    fit is the Python API's on the same rows, and the printed held-out error is the saved posterior's."""
+    X, codes = write_three_class_csv(tmp_path / "labels.csv", names=SPECIES)
+    path = write_model(tmp_path, CLASSIFIER_TOML.format(likelihood='type = "Categorical"\nK = 3', inference="SVGP"))
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    post = gd.load(out / "posterior.nc")
+    assert post.model.likelihood.classes == SPECIES
+    train, test = cli.split_rows(X.shape[0], round(0.3 * X.shape[0]), seed=1)
+    labels = np.array(SPECIES)[codes]
+    python = gd.Model.from_toml(path).fit(X[train], labels[train], max_iter=100, standardize=True)
+    assert python.model == post.model
+    np.testing.assert_allclose(post.predict(X[test])["p"].values, python.predict(X[test])["p"].values,
+                               rtol=1e-6, atol=1e-9)
+    error = np.mean(np.argmax(post.predict(X[test])["p"].values, axis=1) != codes[test])
+    assert printed_metric(captured.out, "error rate") == pytest.approx(error, rel=1e-5, abs=1e-9)
+
+
+def test_text_labels_are_refused_as_the_python_api_refuses_them(tmp_path, capsys):
+    """A likelihood that takes no text labels (Bernoulli) refuses them with its own words, before
+    fitting; a text cell in a feature column is still a non-numeric value; an empty label is named."""
+    X, codes = write_three_class_csv(tmp_path / "labels.csv", names=("no", "yes", "yes"))
+    path = write_model(tmp_path, CLASSIFIER_TOML.format(likelihood='type = "Bernoulli"', inference="SVGP"))
+    with pytest.raises(TypeError, match="must be a numeric array, got text"):
+        gd.Model.from_toml(path).fit(X, np.array(["no", "yes", "yes"])[codes])
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, "target column 'label'", "must be a numeric array, got text")
+    lines = (tmp_path / "labels.csv").read_text().splitlines()
+    lines[4] = "x," + lines[4].split(",", 1)[1]
+    (tmp_path / "labels.csv").write_text("\n".join(lines) + "\n")
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, "non-numeric value 'x' in column 'a' at line 5")
+    write_three_class_csv(tmp_path / "labels.csv", names=("no", "", "yes"))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, "empty value in column 'label' at line")
+    assert not (tmp_path / "o").exists()

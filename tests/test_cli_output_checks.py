@@ -7,6 +7,7 @@ error (exit status 2) before any fitting, and create nothing.
 """
 import functools
 import importlib.util
+import os
 
 import pytest
 
@@ -130,3 +131,52 @@ def test_another_image_format_is_written_in_that_format(tmp_path, capsys):
     path = _model(tmp_path, _with_output("plot", '"fit.PDF"'))
     assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 0
     assert (tmp_path / "o" / "fit.PDF").read_bytes()[:5] == b"%PDF-"
+
+
+# -- links inside --out (issue 45, item 7) ------------------------------------------------------------
+@pytest.mark.parametrize("key, name", [("posterior", "sine_posterior.nc"), ("plot", "sine.png")])
+@pytest.mark.parametrize("existing", [True, False])
+def test_a_symbolic_link_at_an_output_name_is_refused_before_fitting(tmp_path, capsys, no_fit, key, name, existing):
+    """A link planted in --out at an output's name was followed: the file it named outside the
+    folder was overwritten (or created)."""
+    path = _model(tmp_path, MODEL_TOML)
+    outside = tmp_path / "elsewhere" / "target"
+    outside.parent.mkdir()
+    if existing:
+        outside.write_text("keep me")
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / name).symlink_to(outside)
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, f"[output]: {key} {tmp_path / 'o' / name} is a symbolic link",
+                          "writes no file through a link")
+    assert sorted(p.name for p in outside.parent.iterdir()) == (["target"] if existing else [])
+    if existing:
+        assert outside.read_text() == "keep me"
+
+
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib not installed")
+def test_a_link_made_during_the_fit_is_replaced_not_written_through(tmp_path, capsys, monkeypatch):
+    """A symbolic or hard link that appears at an output's name after the checks (during the
+    fit) is replaced by the new file: nothing outside --out is written."""
+    path = _model(tmp_path, MODEL_TOML)
+    out = tmp_path / "o"
+    outside = {"sine_posterior.nc": tmp_path / "outside.nc", "sine.png": tmp_path / "outside.png"}
+    for file in outside.values():
+        file.write_text("keep me")
+    fit = gd.Model.fit
+
+    @functools.wraps(fit)
+    def fit_then_link(*args, **kwargs):
+        posterior = fit(*args, **kwargs)
+        out.mkdir()
+        (out / "sine_posterior.nc").symlink_to(outside["sine_posterior.nc"])
+        os.link(outside["sine.png"], out / "sine.png")
+        return posterior
+
+    monkeypatch.setattr(gd.Model, "fit", fit_then_link)
+    assert cli.main(["run", str(path), "--out", str(out)]) == 0
+    for name, file in outside.items():
+        assert file.read_text() == "keep me"
+        assert not (out / name).is_symlink() and os.stat(out / name).st_nlink == 1
+    assert isinstance(gd.load(out / "sine_posterior.nc"), gd.Posterior)
+    assert (out / "sine.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

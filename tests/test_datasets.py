@@ -306,5 +306,5 @@ def test_all_lists_public_names():
         assert callable(getattr(datasets, name))
     assert set(datasets.__all__) == {
         "twonorm", "ringnorm", "xor", "banana", "snelson_like",
-        "platform", "sine", "data_home", "read_table", "load_csv", "load_split",
+        "platform", "sine", "data_home", "read_table", "read_labelled_table", "load_csv", "load_split",
     }

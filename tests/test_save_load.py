@@ -322,3 +322,18 @@ def test_a_categorical_posterior_written_with_n_classes_still_loads(tmp_path):
     back = gd.load(tmp_path / "old.nc")
     assert back.model == post.model
     np.testing.assert_array_equal(back.predict(X)["p"].values, post.predict(X)["p"].values)
+
+
+def test_save_follows_a_link_unless_told_not_to(posteriors, tmp_path):
+    """``save(path)`` replaces a link's target; ``save(path, follow_symlinks=False)`` (what
+    ``gpdsl run`` writes with) replaces the link itself and leaves its target alone."""
+    post = posteriors["exact"]
+    target = tmp_path / "target.nc"
+    target.write_text("keep me")
+    (tmp_path / "link.nc").symlink_to(target)
+    post.save(tmp_path / "link.nc", follow_symlinks=False)
+    assert not (tmp_path / "link.nc").is_symlink() and target.read_text() == "keep me"
+    assert gd.load(tmp_path / "link.nc").model == post.model
+    (tmp_path / "followed.nc").symlink_to(target)
+    post.save(tmp_path / "followed.nc")
+    assert (tmp_path / "followed.nc").is_symlink() and gd.load(target).model == post.model
