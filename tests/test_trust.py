@@ -7,6 +7,7 @@ running process: a module it would have to import is refused with ``gd.Untrusted
 unless the caller trusts it (``trust=[module]``, ``--trust MODULE``).  The module used here
 writes a marker file when it is imported, so a test sees whether any reader ran it.
 """
+import functools
 import os
 import subprocess
 import sys
@@ -153,27 +154,17 @@ def saved_posterior(name, marker, tmp_path):
     return path, dataset, posterior
 
 
-def test_load(marked, tmp_path):
+@pytest.mark.parametrize("reader", ["load", "from_xarray"])
+def test_posterior_readers(marked, tmp_path, reader):
     name, marker = marked
-    path, _, posterior = saved_posterior(name, marker, tmp_path)
+    path, dataset, posterior = saved_posterior(name, marker, tmp_path)
+    read = functools.partial(gd.load, path) if reader == "load" else functools.partial(gd.from_xarray, dataset)
     with pytest.raises(gd.UntrustedTypeError) as err:
-        gd.load(path)
+        read()
     assert not marker.exists()
     assert_refused(err, name)
-    assert str(path) in str(err.value)
-    back = gd.load(path, trust=[name])
-    assert marker.exists()
-    np.testing.assert_array_equal(back.predict(X)["f_mean"].values, posterior.predict(X)["f_mean"].values)
-
-
-def test_from_xarray(marked, tmp_path):
-    name, marker = marked
-    _, dataset, posterior = saved_posterior(name, marker, tmp_path)
-    with pytest.raises(gd.UntrustedTypeError) as err:
-        gd.from_xarray(dataset)
-    assert not marker.exists()
-    assert_refused(err, name)
-    back = gd.from_xarray(dataset, trust=(name,))
+    assert f"{path if reader == 'load' else 'dataset'}: attribute 'model_spec'" in str(err.value)
+    back = read(trust=[name])
     assert marker.exists()
     np.testing.assert_array_equal(back.predict(X)["f_mean"].values, posterior.predict(X)["f_mean"].values)
 
