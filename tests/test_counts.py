@@ -175,3 +175,29 @@ def test_log_concave_site_far_from_its_cavity_matches_quadrature(y, mu, var):
     assert log_z == pytest.approx(peak + np.log(z) - 0.5 * np.log(2 * np.pi * var), abs=1e-9)
     assert mean == pytest.approx(m1, abs=1e-8 * sd)
     assert variance == pytest.approx(m2, rel=1e-8)
+
+
+def test_ships_negative_binomial_at_its_poisson_limit_is_poisson():
+    """Issue 45, finding 5: on MASS ships with exposure, Laplace drove the negative binomial's
+    dispersion to 5.6e-19, where its log pmf was exactly 0: a log evidence 27 nats above EP's
+    (here, at the declared values: -81.08 against EP's -5.84, both above the Poisson's -149.3) and a
+    log predictive of 0.0 on every row.  At that dispersion NB is Poisson to ~a y^2 = 2e-15 a row,
+    so every evidence and log predictive equals the Poisson-log likelihood's to 1e-8 (the methods'
+    own iteration tolerances); fitted from there, Laplace ends within 0.1 nats of EP (measured
+    0.013: Laplace's approximation error on these counts, against the 27 of the defect)."""
+    covariates, y, offset = _ships()
+    kernel = SE(np.ones(covariates.shape[1]), 1.0)
+    evidence = {}
+    for name, inference in [("laplace", gd.inference.Laplace()), ("ep", gd.inference.EP())]:
+        nb = gd.Model(kernel, gd.likelihoods.NegativeBinomial(5.6e-19), inference=inference).fit(
+            covariates, y, offset=offset, optimize=False)
+        poisson = gd.Model(kernel, gd.likelihoods.Poisson(link="log"), inference=inference).fit(
+            covariates, y, offset=offset, optimize=False)
+        assert nb.log_evidence == pytest.approx(poisson.log_evidence, abs=1e-8), name
+        np.testing.assert_allclose(nb.log_predictive(covariates, y, offset=offset),
+                                   poisson.log_predictive(covariates, y, offset=offset), rtol=0, atol=1e-8)
+        fitted = gd.Model(kernel, gd.likelihoods.NegativeBinomial(5.6e-19), inference=inference).fit(
+            covariates, y, offset=offset)
+        evidence[name] = fitted.log_evidence
+        assert np.all(fitted.log_predictive(covariates, y, offset=offset) < -1e-3), name
+    assert abs(evidence["laplace"] - evidence["ep"]) < 0.1

@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
-
 from ..parameters import check_hyperparameter
 from .._jit.likelihoods import negative_binomial as sites
 from .base import Likelihood, SiteModel
@@ -59,39 +57,41 @@ class NegativeBinomial(Likelihood):
         """
         return check_counts("NegativeBinomial", y)
 
-    def _r(self):
-        return 1.0 / float(self.dispersion)
+    def _terms(self, y, f):
+        """:func:`gpdsl._jit.likelihoods.negative_binomial.terms` over y, f broadcast: (7, *shape)."""
+        y, f = np.broadcast_arrays(np.asarray(y, dtype=float), np.asarray(f, dtype=float))
+        flat = sites.terms_many(np.ascontiguousarray(y).ravel(), np.ascontiguousarray(f).ravel(),
+                                float(self.dispersion))
+        return flat.reshape((7,) + y.shape)
 
     def log_density(self, y, f):
-        """log NB(y | exp(f), r), with log(r + mu) as r + log1p(exp(f - log r)) computed stably.
+        """log NB(y | exp(f), 1 / dispersion), accurate to its Poisson limit: with a = dispersion,
+        x = a e^f, G(y, a) = lgamma(y + 1/a) - lgamma(1/a) + y log a (its series in a y for
+        a <= 0.1, where the lgamma difference would lose it),
+        log p = G(y, a) - lgamma(y + 1) + y f - (y + 1/a) log1p(x)
+        (:mod:`gpdsl._jit.likelihoods.negative_binomial`).
 
         Parameters
         ----------
         y, f : ndarray
         """
-        r = self._r()
-        log_r_mu = np.logaddexp(np.log(r), f)
-        return (special.gammaln(y + r) - special.gammaln(r) - special.gammaln(y + 1.0)
-                + r * np.log(r) + y * f - (r + y) * log_r_mu)
+        return self._terms(y, f)[0]
 
     def log_density_derivatives(self, y, f):
-        """With s = mu / (r + mu) = sigmoid(f - log r): d1 = y - (r + y) s,
-        d2 = -(r + y) s (1 - s), d3 = -(r + y) s (1 - s)(1 - 2 s).
+        """With t = 1 / (1 + a e^f), s = 1 - t and m = e^f t: d1 = y t - m,
+        d2 = -(1 + a y) m t, d3 = d2 (t - s) (Poisson's y - mu, -mu, -mu at a = 0).
 
         Parameters
         ----------
         y, f : ndarray
         """
-        r = self._r()
-        s = special.expit(f - np.log(r))
-        t = special.expit(np.log(r) - f)        # 1 - s without cancellation
-        w = (r + y) * s * t
-        return self.log_density(y, f), y - (r + y) * s, -w, -w * (t - s)
+        return tuple(self._terms(y, f)[:4])
 
     def log_density_param_derivatives(self, y, f, derivatives=None):
-        """d/d dispersion = -r^2 d/dr, with s = mu / (r + mu), t = 1 - s:
-        d/dr log p = psi(y + r) - psi(r) + log t + s - y t / r, d/dr d1 = -s + (r + y) s t / r and
-        d/dr d2 = -s t - (r + y) s t (s - t) / r.
+        """d/d dispersion a, with t, m and G as in :meth:`log_density_derivatives` and
+        :meth:`log_density`: d log p / da = dG/da + (log1p(x) - x / (1 + x)) / a^2 - y m,
+        d d1 / da = -m d1, d d2 / da = m t (2 (1 + a y) m - y); at the Poisson limit
+        d log p / da = ((y - mu)^2 - y) / 2.
 
         Parameters
         ----------
@@ -99,15 +99,8 @@ class NegativeBinomial(Likelihood):
         derivatives : tuple, optional
             Not used.
         """
-        r = self._r()
-        log_share = np.log(r) - np.logaddexp(np.log(r), f)          # log(r / (r + mu))
-        s = special.expit(f - np.log(r))                             # mu / (r + mu)
-        t = special.expit(np.log(r) - f)                             # r / (r + mu)
-        d_r = special.digamma(y + r) - special.digamma(r) + log_share + s - y * t / r
-        d1_r = -s + (r + y) * s * t / r
-        d2_r = -s * t - (r + y) * s * t * (s - t) / r
-        scale = -r * r
-        return {"dispersion": (scale * d_r, scale * d1_r, scale * d2_r)}
+        values = self._terms(y, f)
+        return {"dispersion": (values[4], values[5], values[6])}
 
     def site_model(self):
         """The negative-binomial site model (the generic log-concave rule), params (dispersion,)."""
@@ -145,8 +138,8 @@ class NegativeBinomial(Likelihood):
         f : ndarray
         rng : numpy.random.Generator
         """
-        r = self._r()
-        return rng.poisson(rng.gamma(r, np.exp(f) / r)).astype(float)
+        a = float(self.dispersion)
+        return rng.poisson(rng.gamma(1.0 / a, np.exp(f) * a)).astype(float)
 
     def surrogate(self, X, y):
         """The Gaussian pseudo-regression of a Newton step at f = log(y + 1/2): weights

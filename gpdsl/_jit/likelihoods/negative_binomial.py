@@ -1,32 +1,93 @@
-"""Jitted EP / QP site code of the negative binomial with the log link, params (dispersion,):
-with r = 1 / dispersion and mu = e^f,
-log p(y | f) = lgamma(y + r) - lgamma(r) - lgamma(y + 1) + r log r + y f - (r + y) log(r + mu),
-log-concave in f, by the generic rule :func:`gpdsl._jit.quadrature.log_concave_rules`."""
+"""Jitted negative binomial with the log link, params (dispersion,): its log pmf with every
+derivative the likelihood provides (:func:`terms`, :func:`terms_many` for the NumPy class) and
+its EP / QP site code.  With a = dispersion, mu = e^f, x = a mu and
+G(y, a) = lgamma(y + 1/a) - lgamma(1/a) + y log a (:func:`gpdsl._jit.special.scaled_log_rising`),
+
+    log p(y | f) = G(y, a) - lgamma(y + 1) + y f - (y + 1/a) log1p(x),
+
+written so that a -> 0 reaches Poisson(y | mu) smoothly: for x <= 1 the last term is
+y log1p(x) + mu log1p(x) / x, for x > 1 (where y f - y log1p(x) would cancel)
+y log a + y log1p(1/x) + log1p(x) / a.  Log-concave in f, so the site code is the generic rule
+:func:`gpdsl._jit.quadrature.log_concave_rules`."""
 import math
 
+import numpy as np
 from numba import njit
 
 from ..projections import SiteFunctions, site_function
 from ..quadrature import log_concave_rules
-from ..special import digamma, log_sigmoid
+from ..special import log1p_excess, log1p_excess_ratio, scaled_log_rising
+
+
+@njit(cache=True)
+def terms(y, f, a):
+    """log p(y | f) of NB(y | e^f, dispersion a >= 0) and its derivatives.
+
+    With t = 1 / (1 + x), s = x t and m = mu t (= r s; no overflow as mu does):
+    d1 = y t - m, d2 = -(1 + a y) m t, d3 = d2 (t - s);
+    d/da log p = dG/da + (log1p(x) - x / (1 + x)) / a^2 - y m, d/da d1 = -m d1 and
+    d/da d2 = m t (2 (1 + a y) m - y).  At a = 0 these are Poisson's, and
+    d/da log p = ((y - mu)^2 - y) / 2.
+
+    Parameters
+    ----------
+    y : float
+        A count.
+    f : float
+        The latent value.
+    a : float
+        The dispersion, >= 0.
+
+    Returns
+    -------
+    tuple of 7 float
+        log p, d/df, d^2/df^2, d^3/df^3 of log p, then d/da of log p, of d log p/df and of
+        d^2 log p / df^2.
+    """
+    mu = math.exp(f)
+    if a == 0.0:
+        x = 0.0
+    elif math.isinf(mu):
+        x = math.exp(math.log(a) + f)
+    else:
+        x = a * mu
+    t = 1.0 / (1.0 + x)
+    s = 1.0 - t if x > 1.0 else x * t
+    rising, d_rising = scaled_log_rising(y, a)
+    base = rising - math.lgamma(y + 1.0)
+    if x <= 1.0:
+        m = mu * t
+        log_x1 = math.log1p(x)
+        rate_term = mu if x == 0.0 else mu * (log_x1 / x)          # log1p(x) / a, Poisson's mu at a = 0
+        logp = base + y * f - y * log_x1 - rate_term
+        excess = mu * mu * log1p_excess_ratio(x)                     # (log1p(x) - x / (1 + x)) / a^2
+    else:
+        m = s / a
+        logp = base - y * math.log(a) - y * math.log1p(1.0 / x) - math.log1p(x) / a
+        excess = log1p_excess(x) / (a * a)
+    d1 = y * t - m
+    d2 = -(1.0 + a * y) * m * t
+    return (logp, d1, d2, d2 * (t - s), d_rising + excess - y * m, -m * d1,
+            m * t * (2.0 * (1.0 + a * y) * m - y))
+
+
+@njit(cache=True)
+def terms_many(y, f, a):
+    """:func:`terms` elementwise over 1-D arrays y, f (same length): an array (7, n)."""
+    out = np.empty((7, y.shape[0]))
+    for i in range(y.shape[0]):
+        values = terms(y[i], f[i], a)
+        for k in range(7):
+            out[k, i] = values[k]
+    return out
 
 
 @site_function
 @njit(cache=True)
 def _log_likelihood(y, f, params):
-    """(log p, d/df, d^2/df^2, d log p / d dispersion) of NB(y | e^f, 1 / dispersion), with
-    s = mu / (r + mu), t = 1 - s: d1 = y - (r + y) s, d2 = -(r + y) s t, and
-    d/d dispersion = -r^2 (psi(y + r) - psi(r) + log t + s - y t / r)."""
-    r = 1.0 / params[0]
-    log_r = math.log(r)
-    u = f - log_r
-    log_r_mu = log_r - log_sigmoid(-u)               # log(r + mu) = log r + log(1 + e^u)
-    s = math.exp(log_sigmoid(u))                     # mu / (r + mu)
-    t = math.exp(log_sigmoid(-u))
-    logp = (math.lgamma(y + r) - math.lgamma(r) - math.lgamma(y + 1.0) + r * log_r + y * f
-            - (r + y) * log_r_mu)
-    d_r = digamma(y + r) - digamma(r) + (log_r - log_r_mu) + s - y * t / r
-    return logp, y - (r + y) * s, -(r + y) * s * t, -r * r * d_r
+    """(log p, d/df, d^2/df^2, d log p / d dispersion) of NB(y | e^f, dispersion) (:func:`terms`)."""
+    logp, d1, d2, _, d_a, _, _ = terms(y, f, params[0])
+    return logp, d1, d2, d_a
 
 
 _tilted = log_concave_rules(_log_likelihood)

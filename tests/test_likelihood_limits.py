@@ -1,0 +1,394 @@
+"""Likelihoods at the limits of their parameters (issue 45, finding 5).
+
+NegativeBinomial's log pmf and every derivative it provides (in f, in its dispersion, the EP / QP
+site code) against 50-digit mpmath over dispersion 1e-30 to 1e3 and counts 0 to 1e6, reaching its
+Poisson limit smoothly; and, for every registered likelihood, :func:`check_likelihood_limits`:
+its density normalised and its derivatives finite and equal to differences of itself over extreme
+but valid parameter values, latent values and targets.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import mpmath as mp
+import numpy as np
+import pytest
+from scipy import integrate, special
+
+import gpdsl as gd
+import gpdsl.testing as gt
+from gpdsl._jit.likelihoods import negative_binomial as nb_sites
+from gpdsl._jit.likelihoods import poisson as poisson_sites
+from gpdsl._jit.special import scaled_log_rising
+from gpdsl.likelihoods import Likelihood
+from gpdsl.testing.common import _has_density, _local_values
+
+EPS = np.finfo(float).eps
+DISPERSIONS = np.logspace(-30, 3, 12)
+COUNTS = [0.0, 1.0, 2.0, 5.0, 10.0, 100.0, 1e3, 1e4, 1e6]
+
+
+def _latents(y, a):
+    """Latent values for a count y at dispersion a: far below and above, at the mode log y, and
+    where a e^f crosses 1 (the formulation's switch)."""
+    base = [-50.0, -20.0, -3.0, 0.0, 3.0, 20.0, 50.0, -math.log(a), -math.log(a) + 1e-3]
+    return sorted(set(base + [math.log(max(y, 1.0)) + d for d in (-1.0, 0.0, 1e-3, 1.0)]))
+
+
+def _nb_reference(y, f, a):
+    """The seven terms of :func:`gpdsl._jit.likelihoods.negative_binomial.terms` by their textbook
+    forms in r = 1/a (lgamma and digamma differences), with the magnitude of the terms each is a
+    sum of.  Working precision 120 digits: lgamma(y + r) - lgamma(r) at r = 1e30 consumes ~50 of
+    them, leaving over 50 in every result."""
+    with mp.workdps(120):
+        y, f, a = mp.mpf(y), mp.mpf(f), mp.mpf(a)
+        r, mu = 1 / a, mp.exp(f)
+        x = a * mu
+        log_x1 = mp.log1p(x)
+        rising = mp.loggamma(y + r) - mp.loggamma(r) + y * mp.log(a)
+        d_rising = r * (y - r * (mp.digamma(y + r) - mp.digamma(r)))
+        logp = rising - mp.loggamma(y + 1) + y * f - (y + r) * log_x1
+        d1 = y - (r + y) * mu / (r + mu)
+        d2 = -(r + y) * r * mu / (r + mu) ** 2
+        d3 = d2 * (r - mu) / (r + mu)
+        # d/da = -r^2 d/dr, with log(r / (r + mu)) = -log1p(x) (no r + mu rounded at r = 1e30).
+        d_a = -r ** 2 * (mp.digamma(y + r) - mp.digamma(r) - log_x1 + (mu - y) / (r + mu))
+        d1_a = -r ** 2 * mu * (y - mu) / (r + mu) ** 2
+        d2_a = r ** 2 * mu * ((2 * r + y) * (r + mu) - 2 * r * (r + y)) / (r + mu) ** 3
+        t = 1 / (1 + x)
+        m = mu * t
+        excess = (log_x1 - x / (1 + x)) / a ** 2
+        scales = [abs(y * f) + y * log_x1 + log_x1 / a + mp.loggamma(y + 1) + abs(rising)
+                  + (abs(y * mp.log(a)) if x > 1 else 0),
+                  y * t + m, abs(d2), abs(d2), abs(d_rising) + excess + y * m, m * (y * t + m),
+                  m * t * (2 * (1 + a * y) * m + y)]
+        return [logp, d1, d2, d3, d_a, d1_a, d2_a], scales
+
+
+def test_reference_formulas_are_the_derivatives_of_the_reference_density():
+    """The hand-derived reference derivatives against mpmath.diff of the reference log pmf."""
+    for y, f, a in [(7.0, 1.3, 0.3), (0.0, -0.4, 2.5), (120.0, 4.0, 1e-3)]:
+        want, _ = _nb_reference(y, f, a)
+        with mp.workdps(60):
+            def logp(ff, aa):
+                r = 1 / aa
+                return (mp.loggamma(y + r) - mp.loggamma(r) - mp.loggamma(y + 1) + r * mp.log(r) + y * ff
+                        - (r + y) * mp.log(r + mp.exp(ff)))
+            F, A = mp.mpf(f), mp.mpf(a)
+            diffs = [mp.diff(lambda ff: logp(ff, A), F, k) for k in (1, 2, 3)]
+            diffs += [mp.diff(lambda aa: mp.diff(lambda ff: logp(ff, aa), F, k), A) if k else
+                      mp.diff(lambda aa: logp(F, aa), A) for k in (0, 1, 2)]
+        for got, ref in zip(diffs, want[1:]):
+            assert abs(got - ref) <= 1e-30 * max(1, abs(ref))
+
+
+def test_negative_binomial_matches_mpmath_from_dispersion_1e_30_to_1e3():
+    """Every term (log p, d/df to third order, d/da of log p, d1 and d2) within 1e-10 relative of
+    the 120-digit reference, plus 4 eps times the magnitude of the terms the quantity is a sum of:
+    a float64 sum of terms of total size S carries ~eps S of rounding however it is formed (at
+    y = mu = 1e6 the log pmf is -7.8 while y f is 1.4e7, as in scipy's Poisson logpmf); at
+    every other point the relative 1e-10 binds.  On the old code the log pmf was exactly 0 from
+    dispersion 1e-16 down."""
+    names = ["log p", "d1", "d2", "d3", "d/da", "d1/da", "d2/da"]
+    for a in DISPERSIONS:
+        lik = gd.likelihoods.NegativeBinomial(dispersion=a).bind()
+        for y in COUNTS:
+            f = np.array(_latents(y, a))
+            yy = np.full_like(f, y)
+            got = np.vstack([*lik.log_density_derivatives(yy, f),
+                             *lik.log_density_param_derivatives(yy, f)["dispersion"]])
+            np.testing.assert_array_equal(got[0], lik.log_density(yy, f))
+            for j, fj in enumerate(f):
+                want, scales = _nb_reference(y, fj, a)
+                for k in range(7):
+                    err = abs(mp.mpf(got[k, j]) - want[k])
+                    assert err <= 1e-10 * abs(want[k]) + 4 * EPS * scales[k], (names[k], a, y, fj, got[k, j],
+                                                                                float(want[k]))
+
+
+@pytest.mark.parametrize("a", [0.0, 1e-30, 1e-17, 1e-9, 0.05, 0.1, 0.1000001, 9.5, 1e3])
+def test_scaled_log_rising_matches_mpmath(a):
+    """G(y, a) = sum_{j<y} log1p(a j) and dG/da to 1e-13 relative (measured 4e-15): a few ulp of
+    libm's lgamma, log1p and digamma, times the factor ~50 the lgamma difference loses just above
+    a = 0.1, where the series hands over to it."""
+    for y in [0.0, 1.0, 2.0, 3.0, 17.0, 31.0, 100.0, 1e3, 1e5, 1e6]:
+        g, dg = scaled_log_rising(y, a)
+        with mp.workdps(120):
+            Y = mp.mpf(y)
+            if a == 0.0:
+                G, dG = mp.mpf(0), Y * (Y - 1) / 2
+            else:
+                A = mp.mpf(a)
+                r = 1 / A
+                G = mp.loggamma(Y + r) - mp.loggamma(r) + Y * mp.log(A)
+                dG = r * (Y - r * (mp.digamma(Y + r) - mp.digamma(r)))
+        # (1e-60: the reference's own cancellation at 120 digits leaves ~1e-90 where G(1, a) = 0.)
+        assert abs(g - G) <= 1e-13 * abs(G) + 1e-60, (y, g, float(G))
+        assert abs(dg - dG) <= 1e-13 * abs(dG) + 1e-60, (y, dg, float(dG))
+
+
+def test_negative_binomial_reaches_its_poisson_limit_smoothly():
+    """(log NB(y | f, a) - log Poisson(y | e^f)) / a tends to ((y - mu)^2 - y) / 2, the dispersion
+    gradient at a = 0, with an error O(a): checked from a = 1e-6 down to 1e-30 at relative 300 a
+    (the second-order term over the first, -(y^3 + 2 mu^3 - 3 y mu^2) / 3 over ((y - mu)^2 - y) / 2
+    to leading order: 1.4e-4 at a = 1e-6 for y = 40, mu = 49), and a = 0's gradient is that
+    limit."""
+    y = np.array([0.0, 1.0, 3.0, 12.0, 40.0])
+    f = np.array([-1.0, 0.2, 1.5, 2.0, 3.9])
+    mu = np.exp(f)
+    poisson = gd.likelihoods.Poisson(link="log").bind()
+    slope = 0.5 * ((y - mu) ** 2 - y)
+    for a in [1e-6, 1e-9, 1e-12, 1e-16, 1e-20, 1e-30]:
+        lik = gd.likelihoods.NegativeBinomial(dispersion=a).bind()
+        # Below a ~ 1e-10 the difference is below the rounding of log p itself, ~eps times the
+        # size of its terms y f, mu and lgamma(y + 1) (both densities sum them).
+        gap = lik.log_density(y, f) - poisson.log_density(y, f)
+        bound = 300 * a * np.abs(a * slope) + 8 * EPS * (np.abs(y * f) + mu + special.gammaln(y + 1))
+        assert np.all(np.abs(gap - a * slope) <= bound), (a, gap, a * slope)
+        np.testing.assert_allclose(lik.log_density_param_derivatives(y, f)["dispersion"][0], slope,
+                                   rtol=300 * a + 1e-12)
+    at_zero = nb_sites.terms_many(y, f, 0.0)
+    np.testing.assert_allclose(at_zero[4], slope, rtol=1e-14)
+    np.testing.assert_allclose(at_zero[:4], np.vstack(poisson.log_density_derivatives(y, f)), rtol=1e-14)
+
+
+@pytest.mark.parametrize("a", [1e-30, 1e-17, 1e-6, 0.4, 50.0])
+@pytest.mark.parametrize("y,mu,var", [(0.0, 0.5, 1.0), (7.0, 1.0, 0.3), (250.0, 3.0, 2.0)])
+def test_site_code_matches_quadrature_and_the_poisson_site_at_the_limit(a, y, mu, var):
+    """The jitted EP site (log Z, mean, variance) and its dispersion gradient E_tilted[d log p / da]
+    against adaptive quadrature of the likelihood's own NumPy log pmf and gradient (1e-9 in log Z,
+    1e-8 relative in the moments and the gradient: quad at epsrel 1e-10 around the mode); below
+    a = 1e-16 the site equals the Poisson-log site to 1e-12."""
+    lik = gd.likelihoods.NegativeBinomial(dispersion=a).bind()
+    params = (a,)
+    log_z, mean, variance = nb_sites.site(y, mu, var, params, None, None, None)
+    (grad,) = nb_sites.site_gradient(y, mu, var, params)
+
+    def g(f):
+        return float(lik.log_density(np.array([y]), np.array([f]))[0]) - 0.5 * (f - mu) ** 2 / var
+    peak, sd = g(mean), math.sqrt(variance)
+    lo, hi = mean - 40 * sd, mean + 40 * sd
+
+    def moment(h):
+        return integrate.quad(lambda f: h(f) * math.exp(g(f) - peak), lo, hi, points=[mean],
+                              epsabs=0, epsrel=1e-10, limit=400)[0]
+    z = moment(lambda f: 1.0)
+    m1 = moment(lambda f: f) / z
+    m2 = moment(lambda f: (f - m1) ** 2) / z
+    d_a = moment(lambda f: float(lik.log_density_param_derivatives(np.array([y]), np.array([f]))["dispersion"][0][0])) / z
+    assert log_z == pytest.approx(peak + math.log(z) - 0.5 * math.log(2 * math.pi * var), abs=1e-9)
+    assert mean == pytest.approx(m1, abs=1e-8 * sd)
+    assert variance == pytest.approx(m2, rel=1e-8)
+    assert grad == pytest.approx(d_a, rel=1e-8, abs=1e-10)
+    if a < 1e-16:
+        poisson = poisson_sites.log_link_site(y, mu, var, (), None, None, None)
+        np.testing.assert_allclose((log_z, mean, variance), poisson, rtol=1e-12, atol=1e-12)
+
+
+# -- every registered likelihood ------------------------------------------------------------------
+# Extreme but valid hyperparameter values: a positive one times these factors, a real one plus
+# these shifts (the likelihood's own variants' values in between).
+POSITIVE_FACTORS = (1e-8, 1e-3, 1.0, 1e3, 1e8)
+REAL_SHIFTS = (-30.0, 0.0, 30.0)
+# Latent values and, for real targets, offsets of y from f, reaching far into the tails.
+LATENT = np.array([-40.0, -5.0, -0.3, 0.7, 6.0, 40.0])
+REAL_OFFSETS = np.array([-1e4, -3.0, -1e-6, 0.0, 2.0, 1e4])
+# The most terms a count density is summed over; beyond, only sum <= 1 is checked.
+COUNT_SUM_MAX = 2_000_000
+
+
+def _parameter_grid(likelihood):
+    """The likelihood bound at its own values and at each hyperparameter moved to each extreme."""
+    values = _local_values(likelihood, np.zeros((1, 1)))
+    positive = {p.name: p.positive for p in likelihood.parameters(np.zeros((1, 1)))}
+    yield values
+    for name, value in values.items():
+        moves = [value * c for c in POSITIVE_FACTORS] if positive[name] else [value + s for s in REAL_SHIFTS]
+        for moved in moves:
+            yield {**values, name: moved}
+
+
+def _cases(likelihood):
+    """(y, f) pairs, flat, over the target kind's extreme targets and latent values."""
+    kind = likelihood.target_kind
+    if kind == "count":
+        y = np.array(COUNTS)
+        f = LATENT if likelihood.describe() != "Poisson(square)" else np.array([-40.0, -3.0, -0.1, 0.1, 3.0, 40.0])
+        yy, ff = np.meshgrid(y, f)
+        return yy.ravel(), ff.ravel()
+    if kind == "binary":
+        codes = likelihood.prepare_targets(np.array([0.0, 1.0]))
+        yy, ff = np.meshgrid(codes, LATENT)
+        return yy.ravel(), ff.ravel()
+    yy, ff = np.meshgrid(REAL_OFFSETS, LATENT)
+    return (ff + yy).ravel(), ff.ravel()
+
+
+def _total_mass(lik, kind, f):
+    """(sum or integral of p(y | f) over y, whether it covered all the mass)."""
+    if kind == "binary":
+        codes = lik.prepare_targets(np.array([0.0, 1.0]))
+        return float(np.sum(np.exp(lik.log_density(codes, np.full(2, f))))), True
+    if kind == "count":
+        # Counts 0 .. top - 1, top growing fourfold until the upper half of them holds less than
+        # 1e-13 of the sum (the tails of count laws fall at least geometrically).
+        top = 1024
+        while True:
+            p = np.exp(lik.log_density(np.arange(top, dtype=float), np.full(top, f)))
+            total = math.fsum(p)
+            if math.fsum(p[top // 2:]) <= 1e-13 * total or top >= COUNT_SUM_MAX:
+                return total, math.fsum(p[top // 2:]) <= 1e-13 * total
+            top *= 4
+    # Real targets: quadrature over panels growing geometrically away from y = f, so that a
+    # density of any width from 1e-12 to 1e12 is resolved; the mass is all there when the two
+    # outermost panels (|y - f| from 3e11 to 1e12) hold less than 1e-12 of it.
+    edges = f + np.concatenate([-np.logspace(12, -12, 49), [0.0], np.logspace(-12, 12, 49)])
+    parts = [integrate.quad(lambda v: math.exp(float(lik.log_density(np.array([v]), np.array([f]))[0])),
+                            lo, hi, epsabs=0.0, epsrel=1e-12, limit=200)[0] for lo, hi in zip(edges[:-1], edges[1:])]
+    total = math.fsum(parts)
+    return total, parts[0] + parts[-1] <= 1e-12 * total
+
+
+def _agrees(analytic, fn, x, h):
+    """The analytic derivative against central differences of fn (ndarray valued) at steps h / 4^k,
+    k = 0 .. 8, Richardson-extrapolated from each pair of steps; each element takes the pair whose
+    two quotients differ least.  Agreement: within 1e-6 of its size (plus 1e-8),
+    plus four times that spread (the truncation error), plus the rounding of fn over the step,
+    64 eps |fn| / h (fn is summed from terms a few times its size: a count of 1e6 at its mode has
+    log p = -7.8 from terms of 1e7)."""
+    best, best_bound = np.full(np.shape(analytic), np.nan), np.full(np.shape(analytic), np.inf)
+    with np.errstate(all="ignore"):
+        size = np.abs(fn(x))
+        previous = None
+        for k in range(9):
+            step = h / 4.0 ** k
+            # Steps as the points x +- step are rounded (exact differences of floats), so that
+            # their rounding does not enter the quotient (at f = 40, 1e-15 of a step of 1e-8).
+            up, down = x + step, x - step
+            quotient = (fn(up) - fn(down)) / (up - down)
+            if previous is not None:
+                spread = np.abs(quotient - previous)
+                bound = 4 * spread + 64 * EPS * size / step
+                better = bound < best_bound
+                best = np.where(better, quotient + (quotient - previous) / 15.0, best)
+                best_bound = np.where(better, bound, best_bound)
+            previous = quotient
+    ok = np.abs(analytic - best) <= 1e-6 * np.abs(analytic) + 1e-8 + best_bound
+    return ok | ~np.isfinite(best)
+
+
+def check_likelihood_limits(likelihood):
+    """A likelihood's density and derivatives over extreme but valid values: each hyperparameter at
+    its own value and moved far (positive ones times 1e-8 ... 1e8, real ones +-30), latent values
+    from -40 to 40, targets of its kind from the smallest to the largest (counts to 1e6, real
+    targets 1e4 away from f).  Checks
+
+    * ``log_density`` finite, and ``log_density_derivatives[0]`` equal to it;
+    * the density normalised: p(y | f) summed (counts, labels) or integrated (real targets) over y
+      is 1 to 1e-8 (summing up to 2e6 terms of ~eps each) where the sum reaches the mass (its
+      outermost terms or panels hold < 1e-12 of it), and at most 1 + 1e-8 where it cannot (a
+      log pmf of 0, the old NegativeBinomial's at dispersion 1e-16, fails here);
+    * d1, d2, d3 in f and the three d/d theta of every hyperparameter finite and equal to
+      Richardson-extrapolated central differences of the term below (steps from 1e-2 of
+      min(max(1, |f|), |d2|^-1/2) in f, 2e-2 relative in a positive hyperparameter, 1e-3 in a real one, down by 4^8; see
+      ``_agrees``).
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+        A likelihood of one latent function with a density (``log_density`` or
+        ``log_density_derivatives``).
+
+    Raises
+    ------
+    AssertionError
+        Naming the likelihood, the values and the failing quantity.
+    """
+    kind = likelihood.target_kind
+    with_derivatives = likelihood.provides("log_density_derivatives")
+    y, f = _cases(likelihood)
+    for values in _parameter_grid(likelihood):
+        lik = likelihood.bind(values)
+        where = f"{gt.label(likelihood)} at {values}"
+        logp = lik.log_density(y, f)
+        assert np.all(np.isfinite(logp)), f"{where}: log_density not finite at y={y[~np.isfinite(logp)]}"
+        # (Real targets at f = 0 only: at f != 0 the rounding of f + u, ulp(f) against a density
+        # of width 3e-9, moves the integral by 1e-8.)
+        for f0 in ((0.0,) if kind == "real" else (-5.0, -0.3, 0.7, 6.0)):
+            total, complete = _total_mass(lik, kind, f0)
+            assert total <= 1.0 + 1e-8 and (not complete or abs(total - 1.0) <= 1e-8), \
+                f"{where}: p(y | f={f0}) sums to {total!r} over y"
+        if not with_derivatives:
+            continue
+        d = lik.log_density_derivatives(y, f)
+        np.testing.assert_allclose(d[0], logp, rtol=1e-12, atol=0, err_msg=where)
+        # Steps from 1e-2 of the scale on which log p varies in f: |d2|^-1/2 where it curves
+        # (1e-4 of a Student-t's scale at df 1e-7), else max(1, |f|).
+        with np.errstate(divide="ignore"):
+            width = np.where(np.abs(d[2]) > 0, 1.0 / np.sqrt(np.abs(d[2])), np.inf)
+        h = 1e-2 * np.minimum(np.maximum(1.0, np.abs(f)), width)
+        for k in range(1, 4):
+            assert np.all(np.isfinite(d[k])), f"{where}: d{k} not finite"
+            ok = _agrees(d[k], lambda v, k=k: lik.log_density_derivatives(y, v)[k - 1], f, h)
+            assert np.all(ok), f"{where}: d{k} differs from differences of d{k - 1} at y={y[~ok]}, f={f[~ok]}"
+        params = lik.log_density_param_derivatives(y, f)
+        positive = {p.name: p.positive for p in likelihood.parameters(np.zeros((1, 1)))}
+        assert set(params) == set(values), f"{where}: log_density_param_derivatives must cover every parameter"
+        for name, value in values.items():
+            value = float(value)
+            step = 0.02 * value if positive[name] else 1e-3
+
+            def term(v, k, name=name):
+                return likelihood.bind({**values, name: v}).log_density_derivatives(y, f)[k]
+            for k in range(3):
+                assert np.all(np.isfinite(params[name][k])), f"{where}: d{k}/d{name} not finite"
+                ok = _agrees(params[name][k], lambda v, k=k: term(v, k), value, step)
+                assert np.all(ok), f"{where}: d{k}/d{name} differs from differences at y={y[~ok]}, f={f[~ok]}"
+
+
+# Known defects this check finds, each to be fixed in its likelihood's module (strict: the case
+# fails the suite once it passes, so the mark is removed with the fix).
+KNOWN_LIMIT_DEFECTS = {
+    "Bernoulli(probit)": "d3 = y r ((z + r)(z + 2 r) - 1) cancels in the lower tail: relative error 2e-4 at "
+                         "z = -40 (r = phi / Phi from log space; Laplace's third derivative); the continued "
+                         "fraction of gpdsl._jit.special.mills_cf gives z + r = 1 / D2 without it",
+}
+
+
+def _limit_case(likelihood, i):
+    reason = KNOWN_LIMIT_DEFECTS.get(likelihood.describe())
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return pytest.param(likelihood, id=f"{type(likelihood).__name__}-{i}", marks=marks)
+
+
+LIMIT_CASES = [_limit_case(v, i) for cls in gt.registered(Likelihood)
+               for i, v in enumerate(cls.variants()) if v.n_latent == 1 and _has_density(v)]
+
+
+def test_every_likelihood_with_a_density_is_covered():
+    """Only the likelihoods without a density of their own (a per-row noise model) or of several
+    latent functions (Categorical: its own check below) are left out of the limits check."""
+    left_out = {type(v).__name__ for cls in gt.registered(Likelihood) for v in cls.variants()
+                if not (v.n_latent == 1 and _has_density(v))}
+    assert left_out <= {"HeteroscedasticGaussian", "Categorical"}, left_out
+
+
+@pytest.mark.parametrize("likelihood", LIMIT_CASES)
+def test_likelihood_limits(likelihood):
+    check_likelihood_limits(likelihood)
+
+
+@pytest.mark.parametrize("link", ["softmax", "robustmax", "logistic_softmax"])
+def test_categorical_probabilities_sum_to_one_at_extreme_latents(link):
+    """A K-class likelihood: log p(k | f) finite and sum_k p(k | f) = 1 to 1e-12 for latent rows
+    that spread over 80 units (none tied)."""
+    lik = gd.likelihoods.Categorical(3, link=link).with_labels_of(np.array([0.0, 1.0, 2.0])).bind()
+    # (No ties: robust-max gives each of several tied largest latents 1 - epsilon.)
+    rows = np.array(list(itertools.product([-40.0, 0.0, 40.0], repeat=3))) + np.array([0.0, 1e-3, 2e-3])
+    total = np.zeros(len(rows))
+    for k in range(3):
+        logp = lik.log_density(np.full(len(rows), float(k)), rows)
+        assert np.all(np.isfinite(logp))
+        total += np.exp(logp)
+    np.testing.assert_allclose(total, 1.0, rtol=1e-12)
