@@ -320,3 +320,130 @@ def test_bernoulli_jitted_expectations_are_the_base_rule(link):
         tails = (~moderate) & (v > 0) & (np.abs(half_curvature) > 1e-300)
         assert tails.sum() > 20
         np.testing.assert_allclose(jitted[2][tails], half_curvature[tails], rtol=1e-10)
+
+
+# -- capabilities follow the density, and the base class's defaults --------------------------------
+def test_no_builtin_likelihood_loses_an_operation_to_the_density_rule():
+    """Every gpdsl likelihood defines its density where its operations are (the Gaussian-noise
+    base, which has none, keeps its surrogate and noise flag for both Gaussian classes)."""
+    for cls in gd.likelihoods.LIKELIHOODS.values():
+        if cls.__module__.startswith("gpdsl."):
+            assert cls.inherited_without_density() == {}, cls.__name__
+    assert gd.likelihoods.Gaussian().defines("surrogate") and gd.likelihoods.Gaussian().observation_noise
+
+
+def test_a_subclass_that_redefines_the_density_runs_the_defaults_not_the_parents_forms():
+    """A Poisson subclass with another log density (a shifted log link): its log_density_derivatives
+    are reset (Poisson's are for Poisson's density) and say so; its log predictive is the
+    default quadrature of its own density, not Poisson's closed form; an operation it declares
+    again is kept."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True, eq=False)
+    class ShiftedRate(gd.likelihoods.Poisson):
+        def log_density(self, y, f):
+            return stats.poisson.logpmf(y, np.exp(f + 1.0))
+
+    @dataclass(frozen=True, eq=False)
+    class ShiftedRateKeepsSites(ShiftedRate):
+        site_model = gd.likelihoods.Poisson.site_model
+
+    lik = ShiftedRate(link="log")
+    assert set(ShiftedRate.inherited_without_density()) >= {"log_density_derivatives", "site_model",
+                                                              "log_predictive", "predictive", "sample"}
+    assert not lik.provides("log_density_derivatives") and not lik.provides("variational_expectations")
+    assert not lik.provides("site_model")
+    with pytest.raises(NotImplementedError, match=r"ShiftedRate does not provide derivatives of its log density "
+                                                  r"\(Poisson.log_density_derivatives is for Poisson's density"):
+        lik.log_density_derivatives(np.ones(2), np.zeros(2))
+    with pytest.raises(ValueError, match="ShiftedRate with Laplace is not supported"):
+        gd.Model(gd.kernels.SquaredExponential(), lik, inference=gd.inference.Laplace())
+    m, v, y = np.array([0.2]), np.array([0.5]), np.array([3.0])
+    ref, _ = integrate.quad(lambda f: stats.poisson.pmf(3, np.exp(f + 1.0)) * stats.norm.pdf(f, 0.2, np.sqrt(0.5)),
+                            -10, 10, epsabs=1e-14)
+    assert lik.bind().log_predictive(m, v, y)[0] == pytest.approx(np.log(ref), rel=1e-10)
+    assert ShiftedRateKeepsSites(link="log").provides("site_model")
+    assert "site_model" not in ShiftedRateKeepsSites.inherited_without_density()
+
+
+@pytest.fixture(scope="module")
+def minimal_count():
+    """A count likelihood with only its log density's derivatives (Poisson, log link)."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True, eq=False)
+    class MinimalPoisson(gd.likelihoods.Likelihood):
+        target_kind = "count"
+
+        def log_density_derivatives(self, y, f):
+            rate = np.exp(f)
+            return y * f - rate - special.gammaln(y + 1.0), y - rate, -rate, -rate
+
+    return MinimalPoisson()
+
+
+def test_count_defaults_sum_the_pmf(minimal_count):
+    """The defaults of a count likelihood: E[y | f], Var[y | f] by summing the pmf (Poisson: both
+    e^f, to 1e-10), predictive y_mean and y_var equal to Poisson's closed forms E[e^f] and
+    E[e^f] + Var[e^f] (to the 100-point rule's 1e-9 here), log_predictive to Poisson's
+    quadrature, and draws whose frequencies follow the pmf (5 standard errors)."""
+    lik = minimal_count
+    f = np.array([-3.0, 0.0, 1.5, 4.0])
+    mean, var = lik.conditional_moments(f)
+    np.testing.assert_allclose(mean, np.exp(f), rtol=1e-10)
+    np.testing.assert_allclose(var, np.exp(f), rtol=1e-10)
+    m, v = np.array([-1.0, 0.5, 2.0]), np.array([0.2, 0.8, 0.1])
+    summary = lik.predictive(m, v)
+    e_rate = np.exp(m + v / 2)
+    np.testing.assert_allclose(summary["y_mean"], e_rate, rtol=1e-9)
+    np.testing.assert_allclose(summary["y_var"], e_rate + e_rate ** 2 * np.expm1(v), rtol=1e-9)
+    y = np.array([0.0, 2.0, 9.0])
+    np.testing.assert_allclose(lik.log_predictive(m, v, y),
+                               gd.likelihoods.Poisson(link="log").bind().log_predictive(m, v, y), rtol=1e-9)
+    draws = lik.sample(np.full(100_000, 1.0), np.random.default_rng(0))
+    p = stats.poisson.pmf(np.arange(8), np.e)
+    freq = np.array([np.mean(draws == k) for k in range(8)])
+    np.testing.assert_array_less(np.abs(freq - p), 5 * np.sqrt(p * (1 - p) / draws.size))
+
+
+def test_count_defaults_refuse_an_unnormalised_pmf(minimal_count):
+    """A pmf that does not sum to 1 (here 0.5) is refused, naming its total."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True, eq=False)
+    class HalfMass(type(minimal_count)):
+        def log_density_derivatives(self, y, f):
+            d = super().log_density_derivatives(y, f)
+            return (d[0] - np.log(2.0),) + d[1:]
+
+    with pytest.raises(NotImplementedError, match=r"HalfMass does not provide count moments .* sums to 0.5"):
+        HalfMass().conditional_moments(np.zeros(2))
+
+
+def test_real_targets_without_conditional_moments_predict_f_only_and_draw_nothing():
+    """Real-valued targets: predictive warns and gives no y summary; with conditional_moments
+    it gives y_mean = E[E[y | f]], y_var = E[Var[y | f]] + Var[E[y | f]] (a Gaussian: m and
+    v + noise, to the rule's rounding)."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True, eq=False)
+    class UnitNoise(gd.likelihoods.Likelihood):
+        def log_density_derivatives(self, y, f):
+            r = y - f
+            return -0.5 * r * r - 0.5 * np.log(2 * np.pi), r, -np.ones_like(r), np.zeros_like(r)
+
+    @dataclass(frozen=True, eq=False)
+    class UnitNoiseWithMoments(UnitNoise):
+        def conditional_moments(self, f):
+            return f, np.ones_like(f)
+
+    m, v = np.array([0.3, -1.0]), np.array([0.5, 2.0])
+    with pytest.warns(UserWarning, match="UnitNoise defines no conditional_moments"):
+        assert UnitNoise().predictive(m, v) == {}
+    with pytest.raises(NotImplementedError, match="UnitNoise does not provide sampling"):
+        UnitNoise().sample(m, np.random.default_rng(0))
+    summary = UnitNoiseWithMoments().predictive(m, v)
+    np.testing.assert_allclose(summary["y_mean"], m, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(summary["y_var"], v + 1.0, rtol=1e-12)
+    np.testing.assert_allclose(UnitNoise().log_predictive(m, v, np.array([1.0, 2.0])),
+                               stats.norm.logpdf([1.0, 2.0], m, np.sqrt(v + 1.0)), rtol=1e-12)

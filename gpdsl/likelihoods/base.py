@@ -88,11 +88,20 @@ DERIVED_FROM_DENSITY = ("log_density_param_derivatives", "expectation_rule", "va
                         "surrogate", "log_density_bound", "constant_model_log_likelihood", "sign_symmetric",
                         "standardizes_targets", "observation_noise", "noise", "noise_vjp", "describe", "provides")
 
-# The default predictive and sample of count targets sum the pmf over y = 0, 1, ... in blocks of
-# this many counts until the mass left is below _COUNT_TAIL at every node, up to _COUNT_LIMIT counts.
+# The defaults of count targets sum the pmf over y = 0, 1, ... in blocks (from _COUNT_BLOCK counts,
+# doubling, at most _COUNT_CELLS (row, count) cells a block) for each latent value until, past half
+# the mass, a block adds less than _COUNT_TAIL of the sum (not "until the sum is 1 - tail": summed
+# pmfs over thousands of counts are 1 only to ~1e-12), up to _COUNT_LIMIT counts; a sum then more
+# than _COUNT_NORMALISED from 1 is a pmf that is not normalised, and refused.
 _COUNT_BLOCK = 64
-_COUNT_TAIL = 1e-12
-_COUNT_LIMIT = 100_000
+_COUNT_CELLS = 1 << 22
+_COUNT_TAIL = 1e-14
+_COUNT_NORMALISED = 1e-6
+_COUNT_LIMIT = 1_000_000
+# The default predictive of counts leaves out the Gauss-Hermite nodes of weight below this (|x| > 9.4
+# of the 100-point rule): their share of E[y] = E[e^f]-like moments is below 1e-14 for latent sds up
+# to 1, and their latent values would need counts to e^(m + 18.8 sd).
+_NEGLIGIBLE_WEIGHT = 1e-20
 
 
 class SiteModel(NamedTuple):
@@ -549,8 +558,8 @@ class Likelihood(Component, family="likelihood"):
         Raises
         ------
         NotImplementedError
-            For targets of another kind, or a count pmf whose mass does not reach 1 within
-            100,000 counts.
+            For targets of another kind, or a count pmf that does not sum to 1 (to 1e-6) within
+            10^6 counts.
         """
         self._one_latent("E[y | f] and Var[y | f]", "conditional_moments")
         f = np.asarray(f, dtype=float)
@@ -562,26 +571,38 @@ class Likelihood(Component, family="likelihood"):
             flat = f.ravel()
             moments = np.zeros((3, flat.size))
             for rows in row_slices(flat.size, _EXPECTATION_BLOCK_ROWS):
-                for counts, pmf in self._count_pmf(flat[rows]):
-                    moments[:, rows] += (pmf.sum(axis=1), pmf @ counts, pmf @ (counts * counts))
+                part = moments[:, rows]
+                for active, counts, pmf in self._count_pmf(flat[rows]):
+                    part[:, active] += (pmf.sum(axis=1), pmf @ counts, pmf @ (counts * counts))
             mean = moments[1] / moments[0]
             return mean.reshape(f.shape), np.maximum(moments[2] / moments[0] - mean * mean, 0.0).reshape(f.shape)
         raise self._unsupported("E[y | f] and Var[y | f] for real-valued targets (the y_mean and y_var of "
                                 "Posterior.predict need them)", "conditional_moments")
 
     def _count_pmf(self, f):
-        """Blocks (counts (C,), pmf (n, C)) of p(y | f_n) over y = 0, 1, ... until the mass
-        left is below _COUNT_TAIL at every f_n (f of shape (n,))."""
-        mass = np.zeros(f.size)
-        for start in range(0, _COUNT_LIMIT, _COUNT_BLOCK):
-            counts = np.arange(start, start + _COUNT_BLOCK, dtype=float)
-            pmf = np.exp(self.log_density(counts[None, :], f[:, None]))
-            yield counts, pmf
-            mass += pmf.sum(axis=1)
-            if np.all(mass >= 1.0 - _COUNT_TAIL):
-                return
-        raise self._unsupported(f"count moments or draws by summation: p(y | f) over y = 0..{_COUNT_LIMIT - 1} "
-                                f"sums to {mass.min():.6g} at f = {f[np.argmin(mass)]:.6g}, not 1", "conditional_moments")
+        """Blocks (active (a,), counts (C,), pmf (a, C)) of p(y | f_n) over y = 0, 1, ... for the
+        rows ``active`` of f (shape (n,)) whose sum has not yet converged (_COUNT_TAIL)."""
+        mass, active = np.zeros(f.size), np.arange(f.size)
+        start, block = 0, _COUNT_BLOCK
+        while active.size:
+            if start >= _COUNT_LIMIT:
+                short = active[np.argmin(mass[active])]
+                raise self._unsupported(f"count moments or draws by summation: p(y | f) over y = 0..{start - 1} sums "
+                                        f"to {mass[short]:.6g} at f = {f[short]:.6g}, not 1", "conditional_moments")
+            counts = np.arange(start, start + block, dtype=float)
+            pmf = np.exp(self.log_density(counts[None, :], f[active, None]))
+            yield active, counts, pmf
+            added = pmf.sum(axis=1)
+            mass[active] += added
+            done = (mass[active] >= 0.5) & (added <= _COUNT_TAIL * mass[active])
+            off = done & (np.abs(mass[active] - 1.0) > _COUNT_NORMALISED)
+            if off.any():
+                bad = active[off][0]
+                raise self._unsupported(f"count moments or draws by summation: p(y | f) over y = 0..{start + block - 1} "
+                                        f"sums to {mass[bad]:.6g} at f = {f[bad]:.6g}, not 1", "conditional_moments")
+            active = active[~done]
+            start += block
+            block = max(_COUNT_BLOCK, min(2 * block, _COUNT_CELLS // max(active.size, 1)))
 
     def predictive(self, f_mean, f_var):
         """Predictive summaries of y* under f* ~ N(f_mean, f_var).
@@ -616,6 +637,10 @@ class Likelihood(Component, family="likelihood"):
                           UserWarning, stacklevel=3)
             return {}
         nodes, weights = gauss_hermite(self.quadrature_points)
+        if not self.defines("conditional_moments"):
+            # Summed counts: the nodes of negligible weight would only ask for ever more counts.
+            keep = weights >= _NEGLIGIBLE_WEIGHT
+            nodes, weights = nodes[keep], weights[keep] / np.sum(weights[keep])
         f = f_mean[:, None] + np.sqrt(np.maximum(f_var, 0.0))[:, None] * nodes[None, :]
         mean, var = self.conditional_moments(f)
         y_mean = mean @ weights
@@ -687,19 +712,18 @@ class Likelihood(Component, family="likelihood"):
             flat, u = f.ravel(), rng.uniform(size=f.size)
             draws = np.empty(flat.size)
             for rows in row_slices(flat.size, _EXPECTATION_BLOCK_ROWS):
-                cdf, left = np.zeros(rows.stop - rows.start), np.ones(rows.stop - rows.start, dtype=bool)
-                for counts, pmf in self._count_pmf(flat[rows]):
-                    running = cdf[:, None] + np.cumsum(pmf, axis=1)
-                    reached = running > u[rows, None]
-                    first = np.argmax(reached, axis=1)
-                    done = left & reached.any(axis=1)
-                    draws[rows][done] = counts[first[done]]
-                    left &= ~done
-                    cdf = running[:, -1]
+                cdf, left, last = np.zeros(rows.stop - rows.start), np.ones(rows.stop - rows.start, dtype=bool), draws[rows]
+                for active, counts, pmf in self._count_pmf(flat[rows]):
+                    running = cdf[active, None] + np.cumsum(pmf, axis=1)
+                    reached = running > u[rows][active, None]
+                    done = left[active] & reached.any(axis=1)
+                    last[active[done]] = counts[np.argmax(reached[done], axis=1)]
+                    left[active[done]] = False
+                    # A uniform draw above the mass summed (to rounding, 1): the last count summed.
+                    last[active[left[active]]] = counts[-1]
+                    cdf[active] = running[:, -1]
                     if not left.any():
                         break
-                # A uniform draw above the mass summed (at most 1e-12 below 1): the last count reached.
-                draws[rows][left] = counts[-1]
             return draws.reshape(f.shape)
         raise self._unsupported("sampling of real-valued targets (draws of y given f: the posterior_predictive "
                                 "group of to_inference_data needs it)", "sample")

@@ -1,0 +1,127 @@
+"""What the conformance checks share: central differences, Gaussian expectations by adaptive
+quadrature, the registries' classes, the inputs and latent values the checks run at."""
+from __future__ import annotations
+
+import numpy as np
+from scipy import integrate
+
+# Inputs of the component checks: two features on [-1.5, 1.5].
+_INPUTS = np.random.default_rng(2026)
+X1 = _INPUTS.uniform(-1.5, 1.5, size=(7, 2))
+X2 = _INPUTS.uniform(-1.5, 1.5, size=(5, 2))
+
+
+def central_difference(f, x, step=1e-6):
+    """Gradient of a scalar function at an array by central differences of relative steps.
+
+    Parameters
+    ----------
+    f : callable
+        ``f(x) -> float``.
+    x : array_like
+        The point.
+    step : float, default 1e-6
+        Relative step h_i = step * max(|x_i|, 1).
+
+    Returns
+    -------
+    ndarray, the shape of x
+        (f(x + h_i e_i) - f(x - h_i e_i)) / (2 h_i).
+    """
+    x = np.array(x, dtype=float)
+    g = np.zeros_like(x)
+    for i in range(x.size):
+        h = step * max(abs(x.flat[i]), 1.0)
+        xp, xm = x.copy(), x.copy()
+        xp.flat[i] += h
+        xm.flat[i] -= h
+        g.flat[i] = (f(xp) - f(xm)) / (2 * h)
+    return g
+
+
+def expect(fn, mean, var):
+    """E_N(f | mean, var)[fn(f)] by adaptive quadrature over mean +- 12 sd (the point 0 marked: a
+    log f^2 is singular there).
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(f) -> float`` of a scalar f.
+    mean, var : float
+        The Gaussian's moments (var > 0).
+
+    Returns
+    -------
+    float
+    """
+    sd = np.sqrt(var)
+    lo, hi = mean - 12 * sd, mean + 12 * sd
+    points = [0.0] if lo < 0.0 < hi else None
+    val, _ = integrate.quad(lambda f: fn(f) * np.exp(-0.5 * (f - mean) ** 2 / var) / np.sqrt(2 * np.pi * var),
+                            lo, hi, points=points, limit=400, epsabs=1e-13, epsrel=1e-12)
+    return val
+
+
+def registered(base):
+    """The classes of a registry (``Kernel``, ``Likelihood``, ``Mean``, ``Inference``), each
+    once, less those defined in modules named ``test_*`` (a test's oracle variants).
+
+    Parameters
+    ----------
+    base : type
+        A family's base class.
+
+    Returns
+    -------
+    list of type
+    """
+    seen, out = set(), []
+    for cls in base.registry.values():
+        if cls.__module__.split(".")[-1].startswith("test_") or cls in seen:
+            continue
+        seen.add(cls)
+        out.append(cls)
+    return out
+
+
+def label(component):
+    """A component's name for messages and test ids: ``describe()`` where it has one.
+
+    Parameters
+    ----------
+    component : Component
+        A kernel, mean function, likelihood or inference method.
+
+    Returns
+    -------
+    str
+    """
+    return component.describe() if hasattr(component, "describe") else type(component).__name__
+
+
+def _instances(component):
+    """A class's ``variants()``, or the instance alone."""
+    return tuple(component.variants()) if isinstance(component, type) else (component,)
+
+
+def _local_values(component, X):
+    return {p.name: e.value for p, e in zip(component.parameters(X), component.entries("c", X))}
+
+
+def _targets(likelihood, f, seed=0):
+    """Targets drawn from the likelihood at f (or f plus noise for one that draws none)."""
+    r = np.random.default_rng(seed)
+    try:
+        y = likelihood.bind().sample(f, r)
+    except NotImplementedError:
+        y = f + 0.3 * r.standard_normal(f.shape)
+    return likelihood.prepare_targets(np.asarray(y, dtype=float))
+
+
+def _has_density(likelihood):
+    return likelihood.defines("log_density") or likelihood.defines("log_density_derivatives")
+
+
+def _draws_y(likelihood):
+    """Whether the likelihood draws y (its own ``sample`` or the default's for binary and count targets)."""
+    return likelihood.defines("sample") or likelihood.target_kind in ("binary", "count")

@@ -1,0 +1,407 @@
+"""The checks of one component: a kernel, a mean function, a likelihood (each operation it
+provides against its own log density)."""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .. import Model, load
+from .._jit.projections import with_offset
+from ..kernels import SquaredExponential
+from ..likelihoods import Gaussian
+from .common import X1, X2, _draws_y, _has_density, _local_values, _targets, central_difference, expect
+
+# Latent values, Gaussian q(f) = N(MEANS, VARS) and EP cavities the likelihood checks run at.
+F = np.array([-2.1, -0.7, 0.05, 0.6, 1.9])
+MEANS = np.array([-1.2, 0.3, 0.9])
+VARS = np.array([0.4, 1.5, 0.02])
+CAVITIES = [(-0.8, 0.5), (0.4, 2.0), (1.1, 0.05)]
+# q(f_n) of K = 3 latent functions at three points: far apart, level, and one wide.
+MEANS_K = np.array([[-1.2, 0.3, 0.9], [0.5, 0.5, -0.4], [0.0, 2.5, 0.1]])
+VARS_K = np.array([[0.4, 1.5, 0.02], [0.1, 0.9, 2.0], [1.0, 0.3, 0.6]])
+
+
+# -- kernels --------------------------------------------------------------------------------------
+def check_kernel_gram(kernel):
+    """Gram matrix symmetric positive semi-definite, ``diag`` its diagonal, K(X1, X2) = K(X2, X1)^T.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        A kernel of one output.
+    """
+    k = kernel.bind()
+    K = k.gram(X1, X1)
+    assert K.shape == (7, 7)
+    np.testing.assert_allclose(K, K.T, rtol=1e-12, atol=1e-14)
+    assert np.linalg.eigvalsh(K).min() >= -1e-10 * np.abs(K).max()
+    np.testing.assert_allclose(k.diag(X1), np.diag(K), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(k.gram(X1, X2), k.gram(X2, X1).T, rtol=1e-12, atol=1e-14)
+
+
+def check_kernel_gradients(kernel):
+    """``vjp`` (hyperparameters and X1) and ``diag_vjp`` against central differences.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+    """
+    rng = np.random.default_rng(11)
+    values = _local_values(kernel, X1)
+    G = rng.normal(size=(7, 5))
+    g = rng.normal(size=7)
+    grads, dX1 = kernel.bind(values).vjp(X1, X2, G)
+    dgrads = kernel.bind(values).diag_vjp(X1, g)
+    assert set(grads) == set(values), "vjp must give a gradient for every parameter"
+    for name, value in values.items():
+        fd = central_difference(lambda v: np.sum(G * kernel.bind({**values, name: v}).gram(X1, X2)), value)
+        np.testing.assert_allclose(grads[name], fd, rtol=1e-5, atol=1e-8, err_msg=name)
+        fd = central_difference(lambda v: np.sum(g * kernel.bind({**values, name: v}).diag(X1)), value)
+        np.testing.assert_allclose(dgrads.get(name, 0.0), fd, rtol=1e-5, atol=1e-8, err_msg=f"diag {name}")
+    fd = central_difference(lambda A: np.sum(G * kernel.bind(values).gram(A, X2)), X1)
+    np.testing.assert_allclose(dX1, fd, rtol=1e-5, atol=1e-8, err_msg="X1")
+
+
+def check_kernel_fitted_model_round_trips(kernel):
+    """A GP with the kernel fits, saves, loads back (same values, same predictions to the bit)
+    and round-trips through its model file.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+    """
+    model = Model(kernel, Gaussian(0.1))
+    y = np.sin(X1[:, 0]) + 0.1 * X1[:, 1]
+    post = model.fit(X1, y, max_iter=2)
+    with tempfile.TemporaryDirectory() as folder:
+        post.save(Path(folder) / "post.nc")
+        back = load(Path(folder) / "post.nc")
+        assert back.model == model
+        np.testing.assert_array_equal(back.predict(X2)["f_mean"].values, post.predict(X2)["f_mean"].values)
+        toml = Path(folder) / "model.toml"
+        model.to_toml(toml)
+        assert Model.from_toml(toml) == model
+
+
+def check_kernel_active_dims(kernel):
+    """``active_dims`` (handled by the Kernel base class for every kernel) reads the named
+    columns, in their order, and scatters d/dX1 back into X's width (to rounding: the selected
+    columns are a copy in another memory order).
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+    """
+    rng = np.random.default_rng(12)
+    wide1 = np.column_stack([X1[:, 1], rng.normal(size=7), X1[:, 0]])
+    wide2 = np.column_stack([X2[:, 1], rng.normal(size=5), X2[:, 0]])
+    masked = dataclasses.replace(kernel, active_dims=(2, 0)).bind()
+    plain = kernel.bind()
+    np.testing.assert_allclose(masked.gram(wide1, wide2), plain.gram(X1, X2), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(masked.diag(wide1), plain.diag(X1), rtol=1e-12, atol=1e-14)
+    G = rng.normal(size=(7, 5))
+    grads, dX = masked.vjp(wide1, wide2, G)
+    plain_grads, plain_dX = plain.vjp(X1, X2, G)
+    np.testing.assert_allclose(dX[:, [2, 0]], plain_dX, rtol=1e-12, atol=1e-13)
+    np.testing.assert_array_equal(dX[:, 1], 0.0)
+    for name, g in plain_grads.items():
+        np.testing.assert_allclose(grads[name], g, rtol=1e-12, atol=1e-13)
+
+
+KERNEL_CHECKS = (check_kernel_gram, check_kernel_gradients, check_kernel_fitted_model_round_trips,
+                 check_kernel_active_dims)
+
+
+# -- mean functions -------------------------------------------------------------------------------
+def check_mean_gradients(mean):
+    """``value`` of shape (n,) and ``vjp`` against central differences.
+
+    Parameters
+    ----------
+    mean : gpdsl.means.Mean
+    """
+    values = _local_values(mean, X1)
+    g = np.random.default_rng(13).normal(size=7)
+    grads = mean.bind(values).vjp(X1, g)
+    assert set(grads) == set(values), "vjp must give a gradient for every parameter"
+    assert mean.bind(values).value(X1).shape == (7,)
+    for name, value in values.items():
+        fd = central_difference(lambda v: g @ mean.bind({**values, name: v}).value(X1), value)
+        np.testing.assert_allclose(grads[name], fd, rtol=1e-6, atol=1e-9, err_msg=name)
+
+
+def check_mean_fitted_model_round_trips(mean):
+    """A GP with the mean function fits, saves, loads back (same predictions to the bit, the
+    mean included) and round-trips through its model file; at the fitted values it is the
+    zero-mean GP on the residuals y - m(X).
+
+    Parameters
+    ----------
+    mean : gpdsl.means.Mean
+    """
+    model = Model(SquaredExponential(), Gaussian(0.1), mean=mean)
+    y = 1.5 + np.sin(X1[:, 0]) + 0.1 * X1[:, 1]
+    post = model.fit(X1, y, max_iter=3)
+    fitted = mean.bind({k[len("mean."):]: v for k, v in post.values.items() if k.startswith("mean.")})
+    kernel, likelihood = model.bind(post.values)
+    residual = Model(kernel.component, likelihood.component).fit(X1, y - fitted.value(X1), optimize=False)
+    f_mean, f_var = post.predict_f(X2)
+    r_mean, r_var = residual.predict_f(X2)
+    np.testing.assert_allclose(f_mean, r_mean + fitted.value(X2), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(f_var, r_var, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(post.log_evidence, residual.log_evidence, rtol=1e-12)
+    with tempfile.TemporaryDirectory() as folder:
+        post.save(Path(folder) / "post.nc")
+        back = load(Path(folder) / "post.nc")
+        assert back.model == model
+        np.testing.assert_array_equal(back.predict_f(X2)[0], f_mean)
+        toml = Path(folder) / "model.toml"
+        model.to_toml(toml)
+        assert Model.from_toml(toml) == model
+
+
+MEAN_CHECKS = (check_mean_gradients, check_mean_fitted_model_round_trips)
+
+
+# -- likelihoods ----------------------------------------------------------------------------------
+def _d_at(lik, y, f):
+    return lik.log_density_derivatives(np.atleast_1d(y), np.atleast_1d(f))
+
+
+def check_likelihood_derivatives(likelihood):
+    """``log_density_derivatives``: its first term equal to ``log_density``, d1..d3 against
+    central differences of the term below; ``log_density_param_derivatives`` for every
+    hyperparameter against central differences in it.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+        One that provides ``"log_density_derivatives"``.
+    """
+    lik = likelihood.bind()
+    y = _targets(likelihood, F)
+    d = lik.log_density_derivatives(y, F)
+    np.testing.assert_allclose(d[0], lik.log_density(y, F), rtol=1e-12, atol=1e-12,
+                               err_msg="log_density_derivatives(y, f)[0] must be log_density(y, f)")
+    for k in range(3):
+        fd = np.array([central_difference(lambda v, i=i: float(_d_at(lik, y[i], v)[k][0]), F[i], step=1e-5)
+                       for i in range(F.size)])
+        np.testing.assert_allclose(d[k + 1], fd.ravel(), rtol=1e-5, atol=1e-7, err_msg=f"d{k + 1}")
+    values = _local_values(likelihood, X1)
+    params = likelihood.bind(values).log_density_param_derivatives(y, F)
+    assert set(params) == set(values), "log_density_param_derivatives must cover every parameter"
+    for name, value in values.items():
+        for k in range(3):
+            fd = central_difference(lambda v: np.sum(_d_at(likelihood.bind({**values, name: v}), y, F)[k]), value)
+            np.testing.assert_allclose(np.sum(params[name][k]), fd, rtol=1e-5, atol=1e-7, err_msg=f"{name} {k}")
+
+
+def check_likelihood_variational_expectations(likelihood):
+    """E_q[log p(y | f)] against adaptive quadrature of ``log_density``; its derivatives in the
+    mean and variance and in every hyperparameter against central differences of itself.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+        One of one latent function that provides ``"variational_expectations"``.
+    """
+    lik = likelihood.bind()
+    y = _targets(likelihood, MEANS, seed=1)
+    ve, d_mean, d_var, _ = lik.variational_expectations(y, MEANS, VARS)
+    for i in range(MEANS.size):
+        want = expect(lambda f: float(lik.log_density(np.array([y[i]]), np.array([f]))[0]), MEANS[i], VARS[i])
+        np.testing.assert_allclose(ve[i], want, rtol=1e-8, atol=1e-9, err_msg=f"E_q[log p] at q {i}")
+        fd_m = central_difference(lambda m: lik.variational_expectations(y[i:i + 1], m, VARS[i:i + 1])[0][0],
+                                  MEANS[i:i + 1], step=1e-5)
+        fd_v = central_difference(lambda v: lik.variational_expectations(y[i:i + 1], MEANS[i:i + 1], v)[0][0],
+                                  VARS[i:i + 1], step=1e-5)
+        np.testing.assert_allclose(d_mean[i], fd_m[0], rtol=1e-5, atol=1e-7, err_msg=f"d/dmean at q {i}")
+        np.testing.assert_allclose(d_var[i], fd_v[0], rtol=1e-5, atol=1e-7, err_msg=f"d/dvar at q {i}")
+    values = _local_values(likelihood, X1)
+    grads = likelihood.bind(values).variational_expectations(y, MEANS, VARS)[3]
+    assert set(grads) == set(values), "variational_expectations must give every parameter's gradient"
+    for name, value in values.items():
+        fd = central_difference(lambda v: np.sum(likelihood.bind({**values, name: v})
+                                                 .variational_expectations(y, MEANS, VARS)[0]), value)
+        np.testing.assert_allclose(grads[name], fd, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def check_likelihood_log_predictive(likelihood):
+    """log E[p(y | f)] against adaptive quadrature of ``log_density`` (a documented
+    ``predictive_approximation`` must still be a distribution over the counts 0..399).
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+        One of one latent function with a density.
+    """
+    lik = likelihood.bind()
+    y = _targets(likelihood, MEANS, seed=2)
+    lp = lik.log_predictive(MEANS, VARS, y)
+    if getattr(lik, "predictive_approximation", None) is not None:
+        # Not the exact density (its documented approximation): it must still be a distribution.
+        counts = np.arange(400.0)
+        total = [np.sum(np.exp(lik.log_predictive(np.full(counts.size, m), np.full(counts.size, v), counts)))
+                 for m, v in zip(MEANS, VARS)]
+        np.testing.assert_allclose(total, 1.0, rtol=1e-8)
+        return
+    for i in range(MEANS.size):
+        want = expect(lambda f: float(np.exp(lik.log_density(np.array([y[i]]), np.array([f]))[0])), MEANS[i], VARS[i])
+        np.testing.assert_allclose(lp[i], np.log(want), rtol=1e-7, atol=1e-8, err_msg=f"log_predictive at q {i}")
+
+
+def check_likelihood_predictive(likelihood):
+    """``predictive`` against 40,000 draws of ``sample`` at draws of f: ``p`` to 5 standard
+    errors plus 1e-3, ``y_mean`` and ``y_var`` to 5 standard errors (the variance's from the
+    fourth moment); binary targets' ``p`` also against quadrature of ``log_density``.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+        One of one latent function that draws y.
+    """
+    lik = likelihood.bind()
+    summary = lik.predictive(MEANS, VARS)
+    assert "p" in summary or "y_mean" in summary, f"predictive gave neither p nor y_mean: {sorted(summary)}"
+    draws = 40_000
+    f = MEANS + np.sqrt(VARS) * np.random.default_rng(3).standard_normal((draws, MEANS.size))
+    ys = lik.sample(f, np.random.default_rng(4))
+    if "p" in summary:
+        positive = lik.prepare_targets(np.array([0.0, 1.0]))[1]
+        mean, sd = np.mean(ys == positive, axis=0), np.std(ys == positive, axis=0)
+        np.testing.assert_array_less(np.abs(mean - summary["p"]), 5 * sd / np.sqrt(draws) + 1e-3)
+        for i in range(MEANS.size):
+            want = expect(lambda v: float(np.exp(lik.log_density(np.array([positive]), np.array([v]))[0])),
+                          MEANS[i], VARS[i])
+            np.testing.assert_allclose(summary["p"][i], want, rtol=1e-7, atol=1e-10, err_msg=f"p at q {i}")
+    else:
+        mean, var = ys.mean(axis=0), ys.var(axis=0)
+        np.testing.assert_array_less(np.abs(mean - summary["y_mean"]), 5 * np.sqrt(var / draws) + 1e-9)
+        # The sample variance's standard error, sqrt((m4 - var^2) / n): heavy tails widen it.
+        m4 = np.mean((ys - mean) ** 4, axis=0)
+        np.testing.assert_array_less(np.abs(var - summary["y_var"]), 5 * np.sqrt((m4 - var * var) / draws) + 1e-9)
+
+
+def check_likelihood_site_model(likelihood):
+    """EP's tilted moments (log Z, mean, variance) against adaptive quadrature of the tilted
+    distribution cavity x p(y | f) of ``log_density``; QP's variance not above EP's (Zhang et
+    al. Theorem 2); d log Z / d theta against central differences; the offset wrapper equal to
+    the shifted cavity.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+        One that provides ``"site_model"``.
+    """
+    lik = likelihood.bind()
+    site = lik.site_model()
+    y = _targets(likelihood, np.array([m for m, _ in CAVITIES]), seed=7)
+    values = _local_values(likelihood, X1)
+    for (mu, var), yi in zip(CAVITIES, y):
+        log_z, mean, variance = site.functions.project(yi, mu, var, site.params, None, None, None)
+        density = lambda f: float(np.exp(lik.log_density(np.array([yi]), np.array([f]))[0]))  # noqa: E731
+        z = expect(density, mu, var)
+        m1 = expect(lambda f: f * density(f), mu, var) / z
+        m2 = expect(lambda f: (f - m1) ** 2 * density(f), mu, var) / z
+        where = f"cavity ({mu}, {var}), y = {yi}"
+        np.testing.assert_allclose(log_z, np.log(z), rtol=1e-9, atol=1e-9, err_msg=f"log Z at {where}")
+        np.testing.assert_allclose(mean, m1, rtol=1e-8, atol=1e-9 * np.sqrt(var), err_msg=f"tilted mean at {where}")
+        np.testing.assert_allclose(variance, m2, rtol=1e-7, err_msg=f"tilted variance at {where}")
+        qp_variance = site.functions.project(yi, mu, var, site.params, True, None, None)[2]
+        assert 0.0 < qp_variance <= variance * (1.0 + 1e-10), (qp_variance, variance)
+        grads = site.functions.log_z_gradient(yi, mu, var, site.params)
+        assert len(grads) == len(site.params) == len(site.names)
+        for k, name in enumerate(site.names):
+            def log_z_at(v, name=name):
+                moved = likelihood.bind({**values, name: v}).site_model()
+                return moved.functions.project(yi, mu, var, moved.params, None, None, None)[0]
+            np.testing.assert_allclose(grads[k], central_difference(log_z_at, values[name]), rtol=1e-6, atol=1e-8,
+                                       err_msg=name)
+        shifted = with_offset(site.functions).project(np.array([yi, 0.3]), mu - 0.3, var, site.params, None, None,
+                                                      None)
+        np.testing.assert_allclose(shifted, (log_z, mean - 0.3, variance), rtol=1e-12, atol=1e-12)
+
+
+def check_likelihood_multi_latent_expectations(likelihood):
+    """K latent functions: E_q[log p(y | f)] is at most the average over 2e5 draws (every rule
+    here is exact or a Jensen lower bound) and its derivatives in each mean and variance equal
+    central differences.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+        One of K >= 2 latent functions that provides ``"variational_expectations"``.
+    """
+    lik = likelihood.bind()
+    y = np.resize(np.array([0.0, 1.0, 2.0])[: likelihood.n_latent], MEANS_K.shape[0])
+    ve, d_mean, d_var, grads = lik.variational_expectations(y, MEANS_K, VARS_K)
+    assert ve.shape == (3,) and d_mean.shape == d_var.shape == MEANS_K.shape and grads == {}
+    draws = MEANS_K + np.sqrt(VARS_K) * np.random.default_rng(8).standard_normal((200_000,) + MEANS_K.shape)
+    logp = lik.log_density(np.broadcast_to(y, draws.shape[:2]), draws)
+    mc, se = logp.mean(axis=0), logp.std(axis=0) / np.sqrt(draws.shape[0])
+    np.testing.assert_array_less(ve, mc + 5 * se + 2e-3)
+    for i in range(3):
+        fd_m = central_difference(lambda m: lik.variational_expectations(y[i:i + 1], m[None], VARS_K[i:i + 1])[0][0],
+                                  MEANS_K[i], step=1e-5)
+        fd_v = central_difference(lambda v: lik.variational_expectations(y[i:i + 1], MEANS_K[i:i + 1], v[None])[0][0],
+                                  VARS_K[i], step=1e-6)
+        np.testing.assert_allclose(d_mean[i], fd_m, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(d_var[i], fd_v, rtol=1e-5, atol=1e-6)
+
+
+def check_likelihood_multi_latent_predictive(likelihood):
+    """K latent functions: the class probabilities sum to 1, equal the frequencies of labels
+    sampled at draws of f (to 5 standard errors plus the rule's 2e-3) and give log_predictive.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+        One of K >= 2 latent functions that defines ``predictive``.
+    """
+    lik = likelihood.bind()
+    p = lik.predictive(MEANS_K, VARS_K)["p"]
+    # A rule (predictive_approximation) need not be normalised by construction: robust-max's
+    # one-dimensional one sums to 1 - 6e-4 here.
+    exact = getattr(lik, "predictive_approximation", None) is None
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=0, atol=1e-12 if exact else 1e-3)
+    draws = 100_000
+    f = MEANS_K + np.sqrt(VARS_K) * np.random.default_rng(9).standard_normal((draws,) + MEANS_K.shape)
+    labels = lik.sample(f, np.random.default_rng(10))
+    freq = np.stack([np.mean(labels == k, axis=0) for k in range(likelihood.n_latent)], axis=1)
+    np.testing.assert_array_less(np.abs(freq - p), 5 * np.sqrt(p * (1 - p) / draws) + 2e-3)
+    for k in range(likelihood.n_latent):
+        codes = np.full(MEANS_K.shape[0], float(k))
+        np.testing.assert_allclose(lik.log_predictive(MEANS_K, VARS_K, codes), np.log(p[:, k]), rtol=1e-10)
+
+
+def likelihood_checks(likelihood):
+    """The likelihood checks that apply to a likelihood instance: those of the operations it
+    provides (its own and the base class's defaults).
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+
+    Returns
+    -------
+    list of callable
+        Each takes the likelihood.
+    """
+    if likelihood.n_latent > 1:
+        return ([check_likelihood_multi_latent_expectations] if likelihood.provides("variational_expectations") else []) \
+            + ([check_likelihood_multi_latent_predictive] if likelihood.defines("predictive") else [])
+    checks = []
+    if likelihood.provides("log_density_derivatives"):
+        checks.append(check_likelihood_derivatives)
+    if likelihood.provides("variational_expectations"):
+        checks.append(check_likelihood_variational_expectations)
+    if _has_density(likelihood):
+        checks.append(check_likelihood_log_predictive)
+        if _draws_y(likelihood):
+            checks.append(check_likelihood_predictive)
+    if likelihood.provides("site_model"):
+        checks.append(check_likelihood_site_model)
+    return checks
