@@ -329,9 +329,13 @@ def _component(part, spec, where, trust):
                          if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING])
     # Decoded before the class is called, so that a malformed {fixed}/{prior} table is reported
     # with its own message rather than as the class's complaint about a dict.
-    values = {f.name: None if fields[key[f.name]] == _NONE and f.default is not None
-              else _decode_field(part, fields[key[f.name]], f"{where}.{key[f.name]}", trust)
-              for f in declared if key[f.name] in fields}
+    values = {}
+    for f in declared:
+        if key[f.name] in fields:
+            value = fields[key[f.name]]
+            # "none" is None where the default is not (TOML has no null).
+            values[f.name] = (None if isinstance(value, str) and value == _NONE and f.default is not None
+                              else _decode_field(part, value, f"{where}.{key[f.name]}", trust))
     try:
         return cls(**values)
     except TypeError as err:
