@@ -110,18 +110,29 @@ def test_minimal_real_likelihood_predicts_f_and_exports_without_posterior_predic
 
 
 # -- the guide's CloglogBernoulli ------------------------------------------------------------------
-def guide_cloglog():
-    """The guide's ``CloglogBernoulli``, its code block executed as a user's module
-    ``guide_extending`` (registered under that name, so that it saves and loads)."""
-    code = re.search(r"```python\n(@dataclass\(frozen=True, eq=False\)\nclass CloglogBernoulli\(gd\.likelihoods"
-                     r"\.Bernoulli\):.*?)```", GUIDE.read_text(), re.S).group(1)
+def guide_module():
+    """The guide's "Extending gpdsl" classes, its code blocks of ``Cosine`` and ``CloglogBernoulli``
+    executed as a user's module ``guide_extending`` (registered under that name, so that they save
+    and load)."""
     module = sys.modules.get("guide_extending")
     if module is None:
+        text = GUIDE.read_text()
+        blocks = [re.search(r"```python\n((?:from dataclasses[^`]*?)?@dataclass\(frozen=True, eq=False\)\nclass "
+                            + name + r"\(.*?)```", text, re.S).group(1) for name in ("Cosine", "CloglogBernoulli")]
         module = types.ModuleType("guide_extending")
         sys.modules["guide_extending"] = module
-        exec(compile("from dataclasses import dataclass\nimport numpy as np\nimport gpdsl as gd\n" + code,
-                     str(GUIDE), "exec"), module.__dict__)
-    return module.CloglogBernoulli
+        exec(compile("\n".join(blocks), str(GUIDE), "exec"), module.__dict__)
+    return module
+
+
+def guide_cloglog():
+    """The guide's ``CloglogBernoulli``."""
+    return guide_module().CloglogBernoulli
+
+
+def test_guide_cosine_passes_the_kernel_checks():
+    """The guide's kernel example, through gpdsl.testing as the guide shows."""
+    gt.check_kernel(guide_module().Cosine(period=1.5))
 
 
 def cloglog_derivatives(y, f):
