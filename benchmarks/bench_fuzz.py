@@ -5,10 +5,14 @@ Draws the cases and checks them with the same code as ``tests/test_fuzz.py``
 documented refusals to fit), the failures by kind with their seeds, and then one reproduction
 per distinct failure kind.  Case ``i`` of a variant uses seed ``--seed + i``.
 
-    python3 benchmarks/bench_fuzz.py --cases 2000 --seed 0
+    python3 benchmarks/bench_fuzz.py --cases 2000 --seed 0 [--seconds 600]
 
-``--cases`` is the total over all variants, split evenly (the first variants take the remainder).
-``--variants`` restricts the run to some variants.  The exit status is 1 when any case failed.
+``--cases`` is the total over all variants, run round-robin (``fuzz_cases.schedule``): round r
+checks seed ``--seed + r`` of every variant in turn, so the first variants take the remainder and
+a run cut short still covers every variant (issue 45: a run that went variant by variant left 13 of
+65 unreached).  ``--seconds`` ends the run after the round in which that much time has passed.
+``--variants`` restricts the run to some variants.  The exit status is 1 when any case failed or
+any variant was not reached.
 """
 import argparse
 import collections
@@ -24,36 +28,41 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-from fuzz_cases import VARIANTS, check_case, describe, make_case, reproduction  # noqa: E402
+from fuzz_cases import VARIANTS, check_case, describe, make_case, reproduction, schedule, unreached  # noqa: E402
 
 
-def run(variants, cases, first_seed):
-    """Check cases spread evenly over variants, printing one summary per variant.
+def run(variants, cases, first_seed, seconds=None):
+    """Check cases round-robin over variants, then print one summary per variant.
 
     Parameters
     ----------
     variants : list of str
         Names from ``fuzz_cases.VARIANTS``.
     cases : int
-        Total number of cases; the first variants take the remainder of the split.
+        Total number of cases (at least one per variant); the first variants take the remainder.
     first_seed : int
         Seed of each variant's first case; the next ones count up from it.
+    seconds : float, optional
+        Stop after the round in which this much wall time has passed.
 
     Returns
     -------
     dict
-        ``{variant: [(seed, Outcome, seconds), ...]}``.
+        ``{variant: [(seed, Outcome, seconds), ...]}``, every variant a key.
     """
-    per_variant, extra = divmod(cases, len(variants))
-    results = {}
-    for k, variant in enumerate(variants):
-        count = per_variant + (k < extra)
-        rows = []
-        for seed in range(first_seed, first_seed + count):
-            start = time.perf_counter()
-            outcome = check_case(make_case(variant, seed))
-            rows.append((seed, outcome, time.perf_counter() - start))
-        results[variant] = rows
+    results = {variant: [] for variant in variants}
+    began = time.perf_counter()
+    for i, (variant, seed) in enumerate(schedule(variants, cases, first_seed)):
+        start = time.perf_counter()
+        outcome = check_case(make_case(variant, seed))
+        results[variant].append((seed, outcome, time.perf_counter() - start))
+        if outcome.failed:
+            print(f"{variant} seed={seed}: {outcome.kind}", flush=True)
+        end_of_round = (i + 1) % len(variants) == 0
+        if end_of_round and seconds is not None and time.perf_counter() - began > seconds:
+            print(f"time budget of {seconds:g} s reached after {(i + 1) // len(variants)} rounds", flush=True)
+            break
+    for variant, rows in results.items():
         print(_summary_line(variant, rows), flush=True)
     return results
 
@@ -105,13 +114,20 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0, help="first seed of every variant (default 0)")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                    help="variants to run (default: all)")
+    p.add_argument("--seconds", type=float, default=None,
+                   help="stop after the round in which this much wall time has passed (default: no limit)")
     args = p.parse_args(argv)
+    if args.cases < len(args.variants):
+        p.error(f"--cases {args.cases} cannot reach each of the {len(args.variants)} variants")
     start = time.perf_counter()
-    results = run(args.variants, args.cases, args.seed)
+    results = run(args.variants, args.cases, args.seed, args.seconds)
     total = sum(len(rows) for rows in results.values())
     failed = sum(outcome.failed for rows in results.values() for _, outcome, _ in rows)
-    print(f"\n{total} cases, {failed} failed, {time.perf_counter() - start:.1f} s")
-    return 1 if report_failures(results) else 0
+    missing = unreached(args.variants, [variant for variant, rows in results.items() for _ in rows])
+    print(f"\n{total} cases, {failed} failed, {time.perf_counter() - start:.1f} s; "
+          f"{len(args.variants) - len(missing)} of {len(args.variants)} variants reached"
+          + (f" (not reached: {missing})" if missing else ""))
+    return 1 if report_failures(results) or missing else 0
 
 
 if __name__ == "__main__":

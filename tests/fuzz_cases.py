@@ -27,7 +27,20 @@ parallel, and QP sometimes runs Algorithm 1 (``hyperparameters="qp"``, at most 5
 * (issue 25) a posterior with ``converged=True`` whose stop is not in
   ``gpdsl.diagnostics.GRADIENT_FREE_STOPS`` has a final gradient, recomputed by a fresh
   ``model.evaluate`` (:func:`final_gradient`), within its ``grad_tol`` (see
-  :data:`GRADIENT_RTOL` and :data:`LOCAL_ITERATION_GRADIENT_FACTOR`).
+  :data:`GRADIENT_RTOL` and :data:`LOCAL_ITERATION_GRADIENT_FACTOR`);
+* (issue 45) the model round-trips through ``to_dict``/``Model.from_dict`` and
+  ``to_toml``/``Model.from_toml`` (equal to itself);
+* (issue 45) ``log_predictive`` of a likelihood of discrete targets (binary, categorical, counts:
+  ``gpdsl.inputs.target_kind``) is at most 0 (a log probability), up to :data:`LOG_PMF_SLACK`;
+* (issue 45) a ``converged=True`` minibatch fit stopped by the stochastic rule is at the optimum
+  of its full-batch objective: the gradient of the full-batch declaration's objective (its q, or
+  its c, optimised afresh in one evaluation over all N rows) at the fitted hyperparameters is
+  within the full-batch fits' tolerance ``gradient_tolerance(N)``, and the bound at the fit's own q
+  is within :func:`q_gap_bound` of the bound at q's optimum.
+
+The properties are functions of the case (:data:`MODEL_PROPERTIES`, checked before the fit) or of
+the case, its posterior and the fit's warnings (:data:`POSTERIOR_PROPERTIES`), each returning a
+failure :class:`Outcome` or None: a new property is one more function in one of those tuples.
 
 Documented exceptions: a Student-t's y_mean is NaN for df <= 1 and its y_var inf for df <= 2, a
 log-link count likelihood's y_mean and y_var are inf where their exact values exceed float64's range
@@ -36,6 +49,7 @@ log-link count likelihood's y_mean and y_var are inf where their exact values ex
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -44,8 +58,9 @@ import numpy as np
 
 import gpdsl as gd
 from gpdsl.components import bind
-from gpdsl.diagnostics import GRADIENT_FREE_STOPS, largest_gradient
+from gpdsl.diagnostics import GRADIENT_FREE_STOPS, gradient_tolerance, largest_gradient
 from gpdsl.inducing import NoCandidateError
+from gpdsl.inputs import target_kind
 
 _LOCAL_ITERATION_METHODS = (gd.inference.EP, gd.inference.QP, gd.inference.PolyaGamma, gd.inference.SVGP,
                             gd.inference.VGP)
@@ -594,7 +609,13 @@ def _check_predictions(post, X, y, where, offset=None):
         if p.ndim == 2 and np.any(np.abs(p.sum(axis=1) - 1.0) > 5e-3):
             return Outcome("failure: class probabilities do not sum to 1",
                            f"{where}: sums in [{p.sum(axis=1).min():.17g}, {p.sum(axis=1).max():.17g}]")
-    return _nonfinite(f"log_predictive ({where})", post.log_predictive(X, y, offset=offset))
+    log_predictive = post.log_predictive(X, y, offset=offset)
+    bad = _nonfinite(f"log_predictive ({where})", log_predictive)
+    if bad is None and target_kind(post.model.likelihood) in DISCRETE_TARGETS and np.any(log_predictive > LOG_PMF_SLACK):
+        i = int(np.argmax(log_predictive))
+        bad = Outcome("failure: log_predictive > 0 for discrete targets",
+                      f"{where}: log p(y_{i} = {y[i]:.6g}) = {log_predictive[i]:.17g}")
+    return bad
 
 
 def check_case(case):
@@ -615,6 +636,10 @@ def check_case(case):
     Outcome
         "passed", "accepted: <error>" or "failure: <property>" with what was seen.
     """
+    for check in MODEL_PROPERTIES:
+        bad = check(case)
+        if bad:
+            return bad
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -624,29 +649,62 @@ def check_case(case):
             if name is not None:
                 return Outcome(f"accepted: {name}", str(err)[:200])
             return Outcome(f"failure: fit raised {type(err).__name__}", str(err)[:300])
+    for check in POSTERIOR_PROPERTIES:
+        bad = check(case, post, caught)
+        if bad:
+            return bad
+    return Outcome("passed")
+
+
+def _check_model_round_trips(case):
+    """The case's model equals itself read back from ``to_dict`` and from ``to_toml``'s text."""
+    model = case.model
+    for writer, read in (("to_dict", lambda: gd.Model.from_dict(model.to_dict())),
+                         ("to_toml", lambda: gd.Model.from_toml(model.to_toml()))):
+        try:
+            back = read()
+        except Exception as err:  # noqa: BLE001 -- a model gpdsl built must read back
+            return Outcome(f"failure: {writer} round trip raised {type(err).__name__}", str(err)[:300])
+        if back != model:
+            return Outcome(f"failure: model does not round-trip through {writer}", f"{back!r} != {model!r}"[:600])
+    return None
+
+
+def _check_finite_fit(case, post, caught):
+    """The log evidence and every fitted hyperparameter are finite."""
     bad = _nonfinite("log_evidence", post.log_evidence)
     for name, value in post.values.items():
         bad = bad or _nonfinite(f"hyperparameter {name}", value)
-    if bad:
-        return bad
-    # No marginal likelihood exceeds sum_n max_f log p(y_n | f); the fit refuses an evidence 0.1
-    # nats per row above it (gpdsl.fitting.EVIDENCE_BOUND_SLACK_PER_POINT), which only lost precision gives.
+    return bad
+
+
+def _check_evidence_bound(case, post, caught):
+    """No marginal likelihood exceeds sum_n max_f log p(y_n | f); the fit refuses an evidence 0.1
+    nats per row above it (gpdsl.fitting.EVIDENCE_BOUND_SLACK_PER_POINT), which only lost
+    precision gives."""
     lik = post.model.likelihood
     bound = bind(lik, post.values, "likelihood").log_density_bound(lik.prepare_targets(case.y))
     if bound is not None and post.log_evidence > bound + 0.1 * case.y.size + 1.0:
         return Outcome("failure: log evidence above the likelihood's bound",
                        f"log evidence {post.log_evidence:.6g} > sum_n max_f log p(y_n | f) = {bound:.6g}")
+    return None
+
+
+def _check_predictions_everywhere(case, post, caught):
+    """:func:`_check_predictions` at the held-out and the training inputs."""
     try:
-        bad = (_check_predictions(post, case.X_test, case.y_test, "held-out", case.offset_test)
-               or _check_predictions(post, case.X, case.y, "training", case.offset))
+        return (_check_predictions(post, case.X_test, case.y_test, "held-out", case.offset_test)
+                or _check_predictions(post, case.X, case.y, "training", case.offset))
     except Exception as err:  # noqa: BLE001 -- any exception from a fitted posterior is a failure
         return Outcome(f"failure: predict raised {type(err).__name__}", str(err)[:300])
-    if bad:
-        return bad
+
+
+def _check_convergence_warning(case, post, caught):
+    """A posterior with converged=False came with a gd.ConvergenceWarning."""
     if not post.converged and not any(issubclass(w.category, gd.ConvergenceWarning) for w in caught):
         return Outcome("failure: converged=False without ConvergenceWarning",
                        f"warnings: {[str(w.message)[:80] for w in caught]}")
-    return _check_final_gradient(case, post) or Outcome("passed")
+    return None
 
 
 # A converged fit's final gradient, recomputed by a fresh evaluation, may exceed the fit's
@@ -679,11 +737,42 @@ def final_gradient(model, values, Z, X, y, warm=None, offset=None):
     return largest_gradient(table, -table.chain(full, grads), X)
 
 
-def _check_final_gradient(case, post):
-    """A fit with converged=True, stopped by a gradient-based rule, has a small final gradient
-    (gpdsl.diagnostics.converged_rule), recomputed here independently of the fit's record."""
+def full_batch_model(model):
+    """The model with its minibatch method's full-batch declaration (``SVGP(batch_size=None)``,
+    ``PolyaGamma(minibatch=None)``: the objective the minibatch steps estimate, evaluated on all
+    N rows), or None for a model that is not fitted by minibatch steps."""
+    inference = model.inference
+    fields = {f.name for f in dataclasses.fields(inference)}
+    for name in MINIBATCH_FIELDS:
+        if name in fields and getattr(inference, name) is not None:
+            return dataclasses.replace(model, inference=dataclasses.replace(inference, **{name: None}))
+    return None
+
+
+def _evaluated_model(case, post):
+    """(model, warm, Z, grad_tol) of a fresh evaluation at the posterior: its own model from its
+    local state, or for a minibatch fit the full-batch declaration under the full-batch fits'
+    tolerance, from the fit's q where that method optimises a q (SVGP), afresh otherwise (the
+    Pólya-Gamma c is not a minibatch run's state).  A dense method's state may hold X as its Z (for
+    prediction): evaluate passes Z only to a sparse model, else a dense method would be evaluated
+    as its FITC form with Z = X."""
+    Z = post.state.Z if post.model.inducing is not None else None
+    full = full_batch_model(post.model)
+    if full is None:
+        local = isinstance(post.model.inference, _LOCAL_ITERATION_METHODS)
+        return post.model, post.sites if local else None, Z, post.diagnostics.grad_tol
+    takes_q = "q_updates" in {f.name for f in dataclasses.fields(full.inference)}
+    return full, post.sites if takes_q else None, Z, gradient_tolerance(case.X.shape[0])
+
+
+def _check_final_gradient(case, post, caught):
+    """A fit with converged=True, stopped by a gradient-based rule (the stochastic rule included:
+    issue 45), has a small final gradient (gpdsl.diagnostics.converged_rule), recomputed here
+    independently of the fit's record (of a minibatch fit: the full-batch objective's)."""
     d = post.diagnostics
-    if not post.converged or d.stop_reason in GRADIENT_FREE_STOPS:
+    # The stochastic rule's stop is judged whether or not gpdsl counts it among the gradient-free
+    # stops: issue 45 asks that it be confirmed by the full objective's gradient.
+    if not post.converged or (d.stop_reason in GRADIENT_FREE_STOPS and d.stop_reason != "stochastic_rule"):
         return None
     local = isinstance(post.model.inference, _LOCAL_ITERATION_METHODS)
     slack = GRADIENT_RTOL * (LOCAL_ITERATION_GRADIENT_FACTOR if local else 1.0)
@@ -691,18 +780,116 @@ def _check_final_gradient(case, post):
         # Methods with a local iteration start it from the posterior's local state, as the fit's
         # evaluations start from the previous one's: a non-log-concave likelihood (Student-t) can
         # give q or the sites several fixed points, and a start from the prior may reach another.
-        # A dense method's state may hold X as its Z (for prediction): evaluate passes Z only to a
-        # sparse model, else a dense method would be evaluated as its FITC form with Z = X.
-        Z = post.state.Z if post.model.inducing is not None else None
-        grad, name = final_gradient(post.model, post.values, Z, case.X, case.y,
-                                     warm=post.sites if local else None, offset=case.offset)
+        model, warm, Z, tolerance = _evaluated_model(case, post)
+        grad, name = final_gradient(model, post.values, Z, case.X, case.y, warm=warm, offset=case.offset)
     except Exception as err:  # noqa: BLE001 -- a converged posterior's objective must evaluate
         return Outcome(f"failure: gradient recomputation raised {type(err).__name__}", str(err)[:300])
-    if not grad <= slack * d.grad_tol + GRADIENT_ATOL:
+    if not grad <= slack * tolerance + GRADIENT_ATOL:
         return Outcome("failure: converged=True with a large final gradient",
-                       f"max|grad| recomputed {grad:.6g} ({name}) > {slack:g} x tol {d.grad_tol:.6g}; "
+                       f"max|grad| recomputed {grad:.6g} ({name}) > {slack:g} x tol {tolerance:.6g}; "
                        f"recorded {d.grad_norm:.6g} ({d.grad_name}), stop {d.stop_reason}")
     return None
+
+
+def q_gap_bound(n_q, tolerance):
+    """How far below the bound at q's optimum a bound whose q-gradient entries are all at most
+    ``tolerance`` can lie: in q's whitened coordinates the KL term's Hessian is at least the
+    identity (in q_mu; 2 I from tr(S) in q_sqrt), so the bound is strongly concave there and lies
+    at most |grad|^2 / 2 <= n_q tolerance^2 / 2 below its maximum (n_q: q's entries).
+
+    Parameters
+    ----------
+    n_q : int
+    tolerance : float
+
+    Returns
+    -------
+    float
+    """
+    return 0.5 * n_q * tolerance ** 2
+
+
+def _check_stochastic_q(case, post, caught):
+    """(issue 45) A converged=True stop of the stochastic rule leaves q at its optimum for the
+    fitted hyperparameters: the full-batch bound with q optimised from the fit's q (afresh for the
+    Pólya-Gamma collapsed bound) exceeds the posterior's by at most :func:`q_gap_bound` at the
+    full-batch fits' gradient tolerance (times the local-iteration slack), plus its rounding."""
+    d = post.diagnostics
+    if not post.converged or d.stop_reason != "stochastic_rule":
+        return None
+    model, warm, Z, tolerance = _evaluated_model(case, post)
+    try:
+        best = model.evaluate(post.values, case.X, model.likelihood.prepare_targets(case.y), Z, need_grad=False,
+                              warm=warm, offset=case.offset).log_evidence
+    except Exception as err:  # noqa: BLE001 -- a converged posterior's objective must evaluate
+        return Outcome(f"failure: full-batch evaluation raised {type(err).__name__}", str(err)[:300])
+    n_q = sum(np.size(v) for v in post.sites.q.values())
+    allowed = q_gap_bound(n_q, GRADIENT_RTOL * LOCAL_ITERATION_GRADIENT_FACTOR * tolerance) + 1e-9 * abs(best)
+    if not best - post.log_evidence <= allowed:
+        return Outcome("failure: converged=True with q short of its optimum",
+                       f"full-batch bound {best:.10g} at q's optimum > the posterior's {post.log_evidence:.10g} "
+                       f"by {best - post.log_evidence:.6g} nats (allowed {allowed:.3g}); stop {d.stop_reason}")
+    return None
+
+
+# The fields that make a method take minibatch steps (None: full batch).
+MINIBATCH_FIELDS = ("batch_size", "minibatch")
+# Target kinds whose likelihood is a probability mass function: their log_predictive is at most 0.
+DISCRETE_TARGETS = ("binary", "categorical", "count")
+# ... up to its rounding, which matters only where log p is near 0 (y = 0 at a tiny rate, p near 1),
+# where its terms are small: a quadrature of at most a few hundred nodes of p <= 1 with weights
+# summing to 1 rounds by at most ~500 eps ~ 1e-13.
+LOG_PMF_SLACK = 1e-12
+
+# The properties of the module docstring, in the order they are checked.
+MODEL_PROPERTIES = (_check_model_round_trips,)
+POSTERIOR_PROPERTIES = (_check_finite_fit, _check_evidence_bound, _check_predictions_everywhere,
+                        _check_convergence_warning, _check_final_gradient, _check_stochastic_q)
+
+
+def schedule(variants, cases, first_seed=0):
+    """The ``(variant, seed)`` pairs of a run of ``cases`` cases, round-robin over ``variants``:
+    round r checks seed ``first_seed + r`` of every variant in turn, so that every prefix of whole
+    rounds (a run stopped by a time budget, or killed) has reached every variant as often.
+
+    Parameters
+    ----------
+    variants : sequence of str
+        Names from :data:`VARIANTS`.
+    cases : int
+        The number of cases, at least ``len(variants)``.
+    first_seed : int, default 0
+
+    Returns
+    -------
+    list of (str, int)
+
+    Raises
+    ------
+    ValueError
+        If ``cases`` is smaller than the number of variants (a run that cannot reach them all).
+    """
+    k = len(variants)
+    if cases < k:
+        raise ValueError(f"schedule: cases = {cases} cannot reach each of the {k} variants; give at least {k}")
+    return [(variants[i % k], first_seed + i // k) for i in range(cases)]
+
+
+def unreached(variants, checked):
+    """The variants of ``variants`` that no checked case was of, in order.
+
+    Parameters
+    ----------
+    variants : sequence of str
+    checked : iterable of str
+        The variant of each case checked.
+
+    Returns
+    -------
+    list of str
+    """
+    seen = set(checked)
+    return [v for v in variants if v not in seen]
 
 
 def describe(case):

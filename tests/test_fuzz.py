@@ -13,14 +13,27 @@ binomial, with offsets) get 0.8 s each, about 690 cases and 26 s more.  Since is
 pair of ``gd.inference.supported_pairs()`` (checked by :func:`test_variants_cover_every_supported_pair`)
 and a converged fit's final gradient is checked too.
 
+Since issue 45 the properties also cover model files (a model round-trips through to_dict and
+to_toml), log_predictive <= 0 for discrete targets and the stochastic rule's stops (the full-batch
+objective's gradient and q's gap to its optimum); each property is tested here to fail on a
+posterior that breaks it.  The long run goes round-robin over the variants, so that a run cut
+short reaches them all, and reports any variant it did not reach.
+
 Cases that the long run found failing are kept in :data:`FIXED_FAILURES` beside the seeded
 range, so that each stays checked; :data:`KNOWN_FAILURES` holds those still open.  A new failure found by the long run goes there too, as a
 strict xfail with its exact failure until it is fixed.
 """
+import dataclasses
+import importlib.util
+import warnings
+from pathlib import Path
+
+import numpy as np
 import pytest
 
+import fuzz_cases
 import gpdsl as gd
-from fuzz_cases import VARIANT_FORMS, VARIANTS, check_case, describe, make_case
+from fuzz_cases import VARIANT_FORMS, VARIANTS, check_case, describe, make_case, schedule, unreached
 
 # Milliseconds per case of each variant in the long run of issue 25 (513 cases each, two processes on
 # the 2-core machine, Numba cache warm; benchmarks/HISTORY.md, section "Issue 25").
@@ -223,3 +236,110 @@ def test_variants_cover_every_supported_pair():
                 wanted.add("minibatch")
             have = {f for l, i, f in built if (l, i) == (likelihood_cls.__name__, name)}
             assert wanted <= have, f"{likelihood_cls.__name__} + {name}: {sorted(wanted - have)} missing"
+
+
+def test_schedule_goes_round_robin_and_reaches_every_variant():
+    """Issue 45: the long run went variant by variant and, cut short, left 13 of 65 variants
+    unreached; its schedule now takes seed r of every variant in round r, so any whole number of
+    rounds reaches each variant equally and the first round reaches them all."""
+    k = len(VARIANTS)
+    order = schedule(VARIANTS, 2720, first_seed=7)
+    assert order[:k] == [(v, 7) for v in VARIANTS]
+    for rounds in (1, 5, 2720 // k):
+        counts = {v: 0 for v in VARIANTS}
+        for variant, _ in order[:rounds * k]:
+            counts[variant] += 1
+        assert set(counts.values()) == {rounds}
+    assert len(order) == 2720 and len(set(order)) == 2720
+    assert unreached(VARIANTS, [v for v, _ in order[:k]]) == []
+    assert unreached(VARIANTS, [v for v, _ in order[:k - 2]]) == list(VARIANTS[-2:])
+    with pytest.raises(ValueError, match=f"schedule: cases = 3 cannot reach each of the {k} variants"):
+        schedule(VARIANTS, 3)
+
+
+def test_long_run_reports_its_coverage(capsys):
+    """benchmarks/bench_fuzz.py runs whole rounds within --seconds, reports the variants reached
+    and refuses a run too short to reach them all."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_fuzz", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_fuzz.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--cases", "6", "--variants", "exact", "vfe", "--seconds", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "2 cases, 0 failed" in out and "2 of 2 variants reached" in out
+    with pytest.raises(SystemExit):
+        bench.main(["--cases", "1", "--variants", "exact", "vfe"])
+
+
+class _Altered:
+    """A posterior with some attributes replaced, the rest read from the real one: a stand-in
+    that breaks one property, to show that the property's check fails on it."""
+
+    def __init__(self, post, **changes):
+        self._post, self._changes = post, changes
+
+    def __getattr__(self, name):
+        return self._changes[name] if name in self._changes else getattr(self._post, name)
+
+
+def _fitted(variant, want=lambda post: True, seeds=range(80)):
+    """The first case of ``variant`` (over ``seeds``) that fits, with a posterior for which
+    ``want`` holds, and that posterior."""
+    for seed in seeds:
+        case = make_case(variant, seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                post = case.model.fit(case.X, case.y, optimize=case.optimize, max_iter=case.max_iter,
+                                      offset=case.offset)
+            except (ValueError, gd.NotPositiveDefiniteError):
+                continue
+        if want(post):
+            return case, post
+    raise AssertionError(f"no case of {variant} in seeds {seeds} fits as wanted")
+
+
+def test_model_file_property_fails_where_a_model_does_not_read_back(monkeypatch):
+    case = make_case("vfe", 0)
+    assert fuzz_cases._check_model_round_trips(case) is None
+    other = dataclasses.replace(case.model, inference=gd.inference.FITC())
+    monkeypatch.setattr(gd.Model, "from_toml", classmethod(lambda cls, *args, **kwargs: other))
+    outcome = fuzz_cases._check_model_round_trips(case)
+    assert outcome.kind == "failure: model does not round-trip through to_toml"
+
+    def refuse(cls, *args, **kwargs):
+        raise OSError("File name too long")
+
+    monkeypatch.setattr(gd.Model, "from_dict", classmethod(refuse))
+    assert fuzz_cases._check_model_round_trips(case).kind == "failure: to_dict round trip raised OSError"
+
+
+@pytest.mark.parametrize("variant, discrete", [("ep_dense", True), ("poisson_log_laplace_dense", True),
+                                               ("exact", False)])
+def test_log_predictive_property_fails_above_zero_for_discrete_targets(variant, discrete):
+    """A log probability above 0 fails the property for labels and counts; a Gaussian's log
+    density may exceed 0."""
+    case, post = _fitted(variant)
+    assert fuzz_cases._check_predictions_everywhere(case, post, []) is None
+    above = _Altered(post, log_predictive=lambda X, y, offset=None: np.full(X.shape[0], 1e-9))
+    outcome = fuzz_cases._check_predictions_everywhere(case, above, [])
+    if discrete:
+        assert outcome.kind == "failure: log_predictive > 0 for discrete targets"
+    else:
+        assert outcome is None
+
+
+@pytest.mark.parametrize("variant, moved", [("svgp_minibatch", ("likelihood.variance", lambda v: 100.0 * v)),
+                                            ("pg_minibatch", ("likelihood.bias", lambda v: v + 5.0))])
+def test_stochastic_stop_properties_fail_away_from_the_optimum(variant, moved):
+    """Issue 45: a converged stop of the stochastic rule is checked on the full-batch objective:
+    hyperparameters moved off the optimum fail the gradient property, a bound short of q's
+    optimum the q property."""
+    case, post = _fitted(variant, want=lambda p: p.converged and p.diagnostics.stop_reason == "stochastic_rule")
+    assert fuzz_cases._check_final_gradient(case, post, []) is None
+    assert fuzz_cases._check_stochastic_q(case, post, []) is None
+    name, move = moved
+    off = _Altered(post, values={**post.values, name: move(post.values[name])})
+    assert fuzz_cases._check_final_gradient(case, off, []).kind == "failure: converged=True with a large final gradient"
+    short = _Altered(post, log_evidence=post.log_evidence - 50.0)
+    assert fuzz_cases._check_stochastic_q(case, short, []).kind == "failure: converged=True with q short of its optimum"
