@@ -3,8 +3,9 @@
 ``to_inference_data`` draws the latent function at the given inputs from the Gaussian
 approximate posterior (jointly, with the full predictive covariance), adds observation noise
 for ``posterior_predictive`` (left out, with a warning and a note in the attrs, where the
-likelihood cannot draw y: :meth:`gpdsl.likelihoods.Likelihood.sample`), and records the pointwise log-likelihood of the given
-targets for ``az.loo`` / ``az.waic`` / ``az.compare`` (any likelihood with ``sample``).
+likelihood cannot draw y: :meth:`gpdsl.likelihoods.Likelihood.sample`), and records the
+pointwise log-likelihood of the given targets for ``az.loo`` / ``az.waic`` / ``az.compare``
+(any likelihood).
 """
 from __future__ import annotations
 

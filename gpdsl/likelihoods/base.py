@@ -175,9 +175,12 @@ def _qualify_site_model(model, qualify):
 class Likelihood(Component, family="likelihood"):
     """Base class of the observation models: the operations of the module docstring.
 
-    A subclass overrides what it supports; the defaults raise NotImplementedError naming the
-    operation, which no registered method calls for a likelihood that does not
-    :meth:`provide <provides>` it.  Subclasses are frozen dataclasses
+    A subclass defines its density and overrides what it has in closed form; the other
+    operations run this class's defaults, which work from the density by quadrature or raise
+    NotImplementedError naming the operation and what needs it (no registered method calls one
+    for a likelihood that does not :meth:`provide <provides>` it).  A subclass that redefines its
+    parent's density runs these defaults for every operation of :data:`DERIVED_FROM_DENSITY` it
+    does not define again (``__init_subclass__``).  Subclasses are frozen dataclasses
     (``@dataclass(frozen=True, eq=False)``, equality by value) that declare their
     hyperparameters in ``hyperparameters`` / ``unconstrained`` (or override ``parameters``).
     """
@@ -244,7 +247,8 @@ class Likelihood(Component, family="likelihood"):
         dict of str to str
             Operation name -> the parent class that defines it for its own density.
         """
-        return {name: parent for name, parent in cls._reset_operations.items() if vars(Likelihood)[name] is getattr(cls, name)}
+        return {name: parent for name, parent in cls._reset_operations.items()
+                if vars(Likelihood)[name] is getattr(cls, name)}
 
     def defines(self, operation):
         """Whether this likelihood's class defines ``operation`` for its own density, rather than
