@@ -197,3 +197,41 @@ def test_method_with_composite_kernel_and_mean_matches_central_differences(likel
     model = gd.Model(COMPOSITE, likelihood, inducing, inference, mean=AFFINE)
     ev = gt.check_model_gradients(model, gt.XP, likelihood.prepare_targets(gt.pair_targets(likelihood)), gt.Z0)
     assert {"mean.0.constant", "mean.1.coefficients", "kernel.rough.lengthscale"} <= set(ev.grads)
+
+
+# -- gpdsl.testing's entry points ------------------------------------------------------------------
+def test_checks_list_what_each_component_provides():
+    """checks() of a likelihood: its own checks and, per registered method that accepts it, the
+    pair checks named after the method; of a method: the pair checks per likelihood it accepts;
+    anything else is refused, naming what it got."""
+    probit = gd.likelihoods.Bernoulli()
+    names = [c.__name__ for c in gt.checks(probit)]
+    assert names[:4] == ["check_likelihood_derivatives", "check_likelihood_variational_expectations",
+                         "check_likelihood_log_predictive", "check_likelihood_predictive"]
+    assert "check_likelihood_site_model" in names
+    for method in ("EP", "QP", "Laplace", "SVGP", "VGP"):
+        assert f"check_pair_gradients[{method}]" in names, method
+    assert not any("PolyaGamma" in n for n in names)          # the probit has no Pólya-Gamma augmentation
+    exact = [c.__name__ for c in gt.checks(gd.inference.Exact())]
+    assert "check_pair_gradients[Gaussian]" in exact and not any("Bernoulli" in n for n in exact)
+    with pytest.raises(TypeError, match="expected a Kernel, Mean, Likelihood or Inference.*got str"):
+        gt.checks("Bernoulli")
+    with pytest.raises(ValueError, match="'fit' is not an operation of the likelihood interface"):
+        probit.defines("fit")
+
+
+def test_check_method_and_check_mean_run_every_check():
+    """check_method on Exact (its pairs with both Gaussian likelihoods) and check_mean on the
+    constant mean pass; a wrong mean gradient fails, named."""
+    gt.check_method(gd.inference.Exact)
+    gt.check_mean(gd.means.Constant(0.4))
+
+    import dataclasses as dc
+
+    @dc.dataclass(frozen=True, eq=False)
+    class DoubledGradient(gd.means.Constant):
+        def vjp(self, X, g):
+            return {name: 2.0 * v for name, v in super().vjp(X, g).items()}
+
+    with pytest.raises(AssertionError, match="check_mean_gradients failed for DoubledGradient"):
+        gt.check_mean(DoubledGradient(0.4))

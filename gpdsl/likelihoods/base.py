@@ -262,7 +262,15 @@ class Likelihood(Component, family="likelihood"):
         Returns
         -------
         bool
+
+        Raises
+        ------
+        ValueError
+            A name that is not an operation of this interface.
         """
+        if not callable(vars(Likelihood).get(operation)):
+            raise ValueError(f"{type(self).__name__}.defines: {operation!r} is not an operation of the likelihood "
+                             f"interface (e.g. one of {list(DERIVED_FROM_DENSITY[:4])})")
         return getattr(type(self), operation) is not vars(Likelihood)[operation]
 
     def _unsupported(self, operation, name=None):
