@@ -38,10 +38,11 @@ STOP_REASONS = {
 # The stops that are convergence tests; every other one is a failure or a cap.
 CONVERGED_STOPS = frozenset({"gradient", "objective_change", "plateau", "stochastic_rule", "outer_loop",
                              "not_optimised"})
-# Stops whose convergence does not rest on the final gradient: a stochastic run's gradient is a
-# batch estimate (its rule is on the smoothed objective), QP's Algorithm 1 zeroes the gradient of
-# eq. 4 at fixed sites (not of the evidence it reports), and an unoptimised fit claims no optimum.
-GRADIENT_FREE_STOPS = frozenset({"stochastic_rule", "not_optimised", "outer_loop"})
+# Stops whose convergence does not rest on the final gradient: QP's Algorithm 1 zeroes the gradient
+# of eq. 4 at fixed sites (not of the evidence it reports), and an unoptimised fit claims no
+# optimum.  A stochastic run's stop is confirmed by the full objective's gradient from one pass
+# over the data (gpdsl.methods.stochastic.full_pass_check; issue 45), so it is not among them.
+GRADIENT_FREE_STOPS = frozenset({"not_optimised", "outer_loop"})
 # Caps that end a fit unconverged when reached; "max_m" (the selection's size cap) limits the model,
 # not its optimisation, so it is recorded and warned about but leaves ``converged`` alone.
 CONVERGENCE_CAPS = frozenset({"max_iter", "max_reinit", "max_sweeps", "max_outer"})

@@ -547,14 +547,16 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
             raise _out_of_range("L-BFGS-B stepped to non-finite hyperparameters (the objective and its "
                                 "gradient at the start are too large for its float64 arithmetic)", X, y)
         u_best, runaway = result.x, result.runaway
-        # A minibatch run has no full-batch gradient (jac None), and its rule does not use one;
-        # its steps move q too, so q's convergence is the optimiser's.
+        # A minibatch run has no L-BFGS-B gradient (jac None): its stop is confirmed by the full
+        # pass of gpdsl.methods.stochastic.full_pass_check (grad_norm, grad_tol); its steps move q
+        # too, so q's convergence is the optimiser's.
         minibatch = result.jac is None
         ridge, ridge_move = (None, None) if runaway is None else (runaway[0], runaway[1:])
         optimiser = {"stop_reason": result.stop_reason, "message": str(result.message),
                      "n_iterations": int(result.nit), "grad_norm": float(result.grad_norm),
-                     # No tolerance applies to a minibatch run's gradient: its rule does not test it.
-                     "grad_tol": float("nan") if minibatch else gradient_tolerance(X.shape[0]),
+                     # A minibatch run's stop is confirmed by its full pass (grad_tol of N rows); one
+                     # that ran out of steps made no pass (nan).
+                     "grad_tol": float(result.grad_tol) if minibatch else gradient_tolerance(X.shape[0]),
                      "grad_name": result.get("grad_name", ""),
                      "optimizer_restarts": int(getattr(result, "optimizer_restarts", 0)), "caps_reached": []}
         outer = model.inference.outer_loop(run, u_best, max_iter)

@@ -49,7 +49,10 @@ def test_converged_rule_table():
     assert not converged_rule("line_search", 0.0, tol, (), None)
     assert not converged_rule("objective_change", 0.5, tol, ("max_reinit",), None)
     assert converged_rule("objective_change", 0.5, tol, ("max_m",), None)   # a size cap, recorded only
-    assert converged_rule("stochastic_rule", np.nan, tol, (), True)       # its rule is not on the gradient
+    # A stochastic stop is confirmed by the full pass's gradient (issue 45): none, no claim.
+    assert converged_rule("stochastic_rule", 0.5, tol, (), True)
+    assert not converged_rule("stochastic_rule", 2.0, tol, (), True)
+    assert not converged_rule("stochastic_rule", np.nan, tol, (), True)
     assert converged_rule("not_optimised", np.nan, tol, (), None)
     assert not converged_rule("gradient", np.nan, tol, (), None)          # no gradient, no claim
     assert converged_rule("unrecorded", np.nan, tol, (), None, recorded=True)

@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from ..checks import check_positive_int, check_positive_number, check_seed, is_integer, is_number
+from ..checks import check_bool, check_positive_int, check_positive_number, check_seed, is_integer, is_number
 from ..components import Component, type_name
 from ..likelihoods import Likelihood
 from ..methods import stochastic
@@ -267,6 +267,7 @@ def _check_minibatch_options(spec, batch_name, batch):
     check_seed(owner, spec.seed)
     check_positive_number(owner, "stop_tol", spec.stop_tol)
     check_positive_int(owner, "stop_window", spec.stop_window)
+    check_bool(owner, "polish", spec.polish, TypeError)
     if spec.stop_window % stochastic.STOP_BLOCKS:
         raise ValueError(f"{owner}: stop_window must be a multiple of {stochastic.STOP_BLOCKS} (the stopping rule "
                          f"estimates its noise from {stochastic.STOP_BLOCKS} blocks of a window), "

@@ -2,6 +2,7 @@
 or stochastic variational (:mod:`gpdsl.methods.stochastic_polya_gamma`)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..checks import check_positive_int, check_positive_number
@@ -105,6 +106,7 @@ class PolyaGamma(Inference):
     # noise).  A window of 200 steps is 10 blocks of 20, longer than q's memory of 1 / natural_step.
     stop_tol: float = 1e-3
     stop_window: int = 200
+    polish: bool = True
     inducing_rule = "required"
     # The Pólya-Gamma augmentation exists for the logistic link only (and, with the Poisson one,
     # for K classes under the logistic softmax).
@@ -200,4 +202,5 @@ class PolyaGamma(Inference):
         # One pass per step: the hyperparameters' gradient at the q the step starts from costs half
         # of the gradient at the q it moves to, and reached the same test NLPD on twonorm (N = 1e6).
         return stochastic.minimise(objective, u0, max_iter, progress, callback, spec=self,
-                                   expectations=self._expectations, one_pass=True)
+                                   expectations=self._expectations, one_pass=True,
+                                   full_batch=dataclasses.replace(self._variational(), batch_size=None))

@@ -3,6 +3,7 @@ dense :class:`VGP` (:mod:`gpdsl.methods.svgp`, :mod:`gpdsl.methods.vgp`), with t
 they share (:class:`_Variational`)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -257,6 +258,7 @@ class SVGP(_Variational):
     stop_tol: float = 1e-3
     stop_window: int = 200
     one_pass: bool | None = None
+    polish: bool = True
     inducing_rule = "required"
     multi_latent = True
     _state_format = variational_state_format({"q_mu": "inducing", "q_sqrt": "q_sqrt_index"})
@@ -284,7 +286,8 @@ class SVGP(_Variational):
         one_pass = self.one_pass
         if one_pass is None:
             one_pass = self.natural_step <= ONE_PASS_MAX_NATURAL_STEP and objective.model.likelihood.n_latent == 1
-        return stochastic.minimise(objective, u0, max_iter, progress, callback, spec=self, one_pass=one_pass)
+        return stochastic.minimise(objective, u0, max_iter, progress, callback, spec=self, one_pass=one_pass,
+                                   full_batch=dataclasses.replace(self, batch_size=None))
 
     def local_state_for(self, likelihood):
         """q's format, with a class dimension for a likelihood of K > 1 latent functions.

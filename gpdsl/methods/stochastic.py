@@ -43,9 +43,14 @@ spread would mask a real change.  A run that reaches ``max_iter`` first reports 
 """
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
 import numpy as np
 from scipy.optimize import OptimizeResult
 
+from ..diagnostics import gradient_tolerance, largest_gradient
+from . import svgp
 from .common import VariationalState, shifted
 from .svgp import CarriedQ, initial_values, minibatch_update
 
@@ -104,7 +109,7 @@ def _cap_message(trail, max_iter, window):
             f"changing by {100.0 * change / half:.3g} nats per 100 steps, between the two halves of the run)")
 
 
-def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=None, one_pass=False):
+def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, expectations=None, one_pass=False):
     """Minibatch steps from ``u0`` on ``objective`` (gpdsl.model's objective: its parameter table,
     data, Z and warm start) until the stopping rule of the module docstring fires or ``max_iter``
     steps have been taken; returns an OptimizeResult as L-BFGS-B's run does.
@@ -173,19 +178,15 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=
         rows = rng.choice(n, size=batch, replace=False)
         values = table.unpack(u)
         Z = values.pop("inducing.Z", objective.Z0)
-        kernel, likelihood = model.bind(values)
-        if expectations is not None:
-            likelihood = expectations(likelihood)
         # The latent offset of the batch: the mean function's value there plus the known offset.
         X_batch = X[rows]
-        q, elbo, grads, dZ, _ = minibatch_update(kernel, likelihood, X_batch, y[rows], Z, q,
-                                                 offset=model.latent_offset(values, X_batch,
-                                                                            None if offset is None else offset[rows]),
+        kernel, likelihood, latent = _bound(model, values, X_batch, None if offset is None else offset[rows],
+                                            expectations)
+        q, elbo, grads, dZ, _ = minibatch_update(kernel, likelihood, X_batch, y[rows], Z, q, offset=latent,
                                                  scale=n / batch, rho=spec.natural_step, jitter=spec.jitter,
                                                  one_pass=one_pass)
-        if "offset" in grads:
-            # Already scaled by N / B, as the batch's other gradients.
-            grads.update(model.mean_gradients(values, X_batch, grads.pop("offset")))
+        # Already scaled by N / B, as the batch's other gradients.
+        _mean_gradients(model, values, X_batch, grads)
         if "inducing.Z" in table.names():
             grads["inducing.Z"] = dZ
             values["inducing.Z"] = Z
@@ -219,10 +220,172 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, expectations=
                 break
     if progress and fired:
         print(message, flush=True)
-    if not fired:
-        message = _cap_message(trail, max_iter, window)
-    objective.warm = VariationalState(q.as_dict(), sweeps=step, converged=fired)
+    q = q.as_dict()
     smoothed = n * float(np.mean(trail[-window:])) if trail else np.nan
-    return OptimizeResult(x=u, fun=smoothed, success=fired, stop_reason="stochastic_rule" if fired else "max_iter",
-                          nit=step, jac=None, grad_norm=float(np.linalg.norm(first / (1.0 - _ADAM_BETA1 ** step))),
-                          plateau=False, runaway=None, start=u0, message=message)
+    result = OptimizeResult(x=u, fun=smoothed, success=fired, stop_reason="stochastic_rule" if fired else "max_iter",
+                            nit=step, jac=None, grad_norm=float(np.linalg.norm(first / (1.0 - _ADAM_BETA1 ** step))),
+                            grad_tol=np.nan, grad_name="", plateau=False, runaway=None, start=u0, message=message)
+    if not fired:
+        result.message = _cap_message(trail, max_iter, window)
+    else:
+        check = full_pass_check(objective, result.x, q, full_batch, expectations)
+        result.message += f"; {check.describe()} at the steps' end"
+        if spec.polish and not check.largest <= check.tolerance:
+            u_polished, q_polished, iterations, how = _polish(objective, result.x, q, full_batch, expectations,
+                                                              max_iter, progress, callback, steps=step)
+            polished = full_pass_check(objective, u_polished, q_polished, full_batch, expectations)
+            result.nit += iterations
+            # Kept only where it raised the full objective: an L-BFGS-B run whose evaluations move q
+            # by natural steps that do not converge (robust-max) can end lower than it started.
+            kept = polished.objective >= check.objective
+            result.message += (f"; then a full-batch polish ({how}): {polished.describe()}, objective "
+                               f"{polished.objective - check.objective:+.4g}"
+                               + ("" if kept else ", lower: the steps' end is kept"))
+            if kept:
+                result.x, q, check = u_polished, q_polished, polished
+        result.grad_norm, result.grad_name, result.grad_tol = check.largest, check.name, check.tolerance
+        result.fun = -check.objective
+    objective.warm = VariationalState(q, sweeps=step, converged=fired)
+    return result
+
+
+class FullPassCheck(NamedTuple):
+    """The full objective at the end of a minibatch run (:func:`full_pass_check`).
+
+    Parameters
+    ----------
+    objective : float
+        The bound on all N rows plus the log prior at the run's hyperparameters and q.
+    largest : float
+        The largest entry of its gradient, in the units of :func:`gpdsl.diagnostics.largest_gradient`
+        (per e-fold of a positive hyperparameter) for the hyperparameters and in the whitened
+        coordinates of q (``variational.q_mu``, the packed ``variational.q_sqrt``: per prior
+        standard deviation) for q.
+    name : str
+        Its parameter.
+    tolerance : float
+        :func:`gpdsl.diagnostics.gradient_tolerance` of N rows, the full-batch fits' tolerance.
+    gradient : ndarray, shape (P,)
+        The gradient of the negative objective on the free log-space vector of hyperparameters.
+    q_gradient : dict of str to ndarray
+        d bound / d q entries.
+    """
+
+    objective: float
+    largest: float
+    name: str
+    tolerance: float
+    gradient: np.ndarray
+    q_gradient: dict
+
+    def describe(self):
+        """The check's numbers, for the run's message.
+
+        Returns
+        -------
+        str
+        """
+        return (f"full pass: largest gradient entry |d objective / d {self.name}| = {self.largest:.3g} "
+                f"(tolerance {self.tolerance:.3g})")
+
+
+def full_pass_check(objective, u, q, full_batch, expectations=None):
+    """The full objective's gradient at the end of a minibatch run, from one pass over all N rows.
+
+    A stop of the stochastic rule says only that the smoothed batch objective stopped changing
+    beyond its noise; it does not say the run is at the optimum (issue 45: robust-max and
+    constant-mean fits stopped with the hyperparameters barely moved from their start).  The
+    run's end is confirmed as full-batch fits are: the bound over (hyperparameters, q) is
+    stationary at the optimum, so the largest entry of its gradient, in the hyperparameters
+    (:func:`gpdsl.diagnostics.largest_gradient`, log priors included) and in q's whitened
+    coordinates (d bound / d q_mu = A g - m, d bound / d R = 2 P R - R + diag(1 / R_ii): the
+    natural-gradient residual's Euclidean form), must be at most
+    :func:`gpdsl.diagnostics.gradient_tolerance` (N).  The pass is :func:`gpdsl.methods.svgp.evaluate`'s,
+    a pure map over row chunks reduced from O(M^2) partials (:func:`gpdsl.chunks.map_rows`).
+
+    Parameters
+    ----------
+    objective : gpdsl.fitting._Objective
+        The fit's objective (model, parameter table, data, Z and offset).
+    u : ndarray, shape (P,)
+        The free log-space vector at the end.
+    q : dict of str to ndarray
+        ``"variational.q_mu"`` and ``"variational.q_sqrt"`` at the end.
+    full_batch : gpdsl.inference.SVGP
+        The full-batch declaration of the run (its ``jitter`` and ``chunk_size`` are read).
+    expectations : callable, optional
+        As :func:`minimise`'s.
+
+    Returns
+    -------
+    FullPassCheck
+    """
+    model, table, X = objective.model, objective.table, objective.X
+    values = table.unpack(u)
+    Z = values.pop("inducing.Z", objective.Z0)
+    kernel, likelihood, latent = _bound(model, values, X, objective.offset, expectations)
+    ev = svgp.evaluate(kernel, likelihood, {**values, **q}, X, objective.y, Z, jitter=full_batch.jitter,
+                       chunk_size=full_batch.chunk_size, offset=latent, need_grad=True)
+    q_gradient = {k: ev.grads.pop(k) for k in list(ev.grads) if k.startswith("variational.")}
+    _mean_gradients(model, values, X, ev.grads)
+    if "inducing.Z" in table.names():
+        values["inducing.Z"] = Z
+    else:
+        ev.dZ = None
+    value, gradient = objective.negated(values, ev)
+    largest, name = largest_gradient(table, gradient, X)
+    for key, g in q_gradient.items():
+        top = float(np.max(np.abs(g)))
+        if not top <= largest:
+            largest, name = top, key
+    return FullPassCheck(objective=-float(value), largest=float(largest), name=name,
+                         tolerance=gradient_tolerance(X.shape[0]), gradient=gradient, q_gradient=q_gradient)
+
+
+def _polish(objective, u, q, full_batch, expectations, max_iter, progress, callback, steps):
+    """After the stochastic rule's stop: L-BFGS-B on the full-batch bound from ``u``, q moved to
+    its optimum at every evaluation by full-batch natural steps from the previous one's (the
+    full-batch SVGP fit, ``full_batch``'s evaluation, warm-started from the run's ``q``), at most
+    ``max_iter`` iterations; then q polished at the point it returns.  The callback sees the
+    iterations numbered on from the run's ``steps``.  Returns ``(u, q, iterations, stop_reason)``."""
+    report = None if callback is None else (lambda s: callback({**s, "iteration": steps + s["iteration"]}))
+    run = objective.restricted(objective.table,
+                               functools.partial(_full_batch_evaluation, objective.model, full_batch, expectations))
+    run.warm = VariationalState(q, sweeps=0, converged=True)
+    polished = run.minimise(u, max_iter, progress, report)
+    # The last evaluation's q may be a rejected line-search point's: q is moved to its optimum at
+    # the point L-BFGS-B returned, polished as a full-batch posterior's q is.
+    values = objective.table.unpack(polished.x)
+    Z = values.pop("inducing.Z", objective.Z0)
+    kernel, likelihood, latent = _bound(objective.model, values, objective.X, objective.offset, expectations)
+    q, _, _ = full_batch._optimise_q(kernel, likelihood, values, objective.X, objective.y, Z,
+                                     q if run.warm is None else run.warm.q, polish=True, offset=latent)
+    return polished.x, q, int(polished.nit), f"L-BFGS-B stopped after {int(polished.nit)} iterations, {polished.stop_reason}"
+
+
+def _full_batch_evaluation(model, full_batch, expectations, values, X, y, Z, warm=None, offset=None):
+    """The full-batch bound at ``values`` with q moved to its optimum from ``warm`` (``full_batch``'s
+    evaluation), as :meth:`gpdsl.Model.evaluate` gives it, on ``expectations`` of the likelihood
+    where given."""
+    kernel, likelihood, latent = _bound(model, values, X, offset, expectations)
+    ev = full_batch.evaluate(kernel, likelihood, values, X, y, Z, need_grad=True, need_state=False, warm=warm,
+                             offset=latent)
+    _mean_gradients(model, values, X, ev.grads)
+    return ev
+
+
+def _bound(model, values, X, offset, expectations):
+    """The model's kernel and likelihood bound at ``values`` (the likelihood mapped by
+    ``expectations`` where given) and the latent offset of the rows X (the mean function's value
+    there plus the known ``offset``)."""
+    kernel, likelihood = model.bind(values)
+    if expectations is not None:
+        likelihood = expectations(likelihood)
+    return kernel, likelihood, model.latent_offset(values, X, offset)
+
+
+def _mean_gradients(model, values, X, grads):
+    """A mean function's gradients in place of d bound / d offset in ``grads`` (as
+    :meth:`gpdsl.Model.evaluate` converts them); without a mean function the entry stays."""
+    if model.mean is not None and "offset" in grads:
+        grads.update(model.mean_gradients(values, X, grads.pop("offset")))
