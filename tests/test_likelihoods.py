@@ -4,6 +4,7 @@ import pytest
 from scipy import integrate, special, stats
 
 import gpdsl as gd
+import gpdsl.testing
 
 
 def test_bernoulli_predictive_matches_quadrature():
@@ -404,6 +405,9 @@ def test_count_defaults_sum_the_pmf(minimal_count):
     p = stats.poisson.pmf(np.arange(8), np.e)
     freq = np.array([np.mean(draws == k) for k in range(8)])
     np.testing.assert_array_less(np.abs(freq - p), 5 * np.sqrt(p * (1 - p) / draws.size))
+    # And through the public conformance checks (quadrature of the density, draws of sample).
+    gpdsl.testing.check_likelihood_log_predictive(lik)
+    gpdsl.testing.check_likelihood_predictive(lik)
 
 
 def test_count_defaults_refuse_an_unnormalised_pmf(minimal_count):
