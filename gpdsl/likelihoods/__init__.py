@@ -1,7 +1,7 @@
 """Observation models (``gd.likelihoods``): the interface in :mod:`gpdsl.likelihoods.base`, one
 family of likelihoods a module.  Every likelihood class registers itself in ``LIKELIHOODS``
 when defined."""
-from .base import CAPABILITIES, Likelihood, SiteModel, gauss_hermite
+from .base import CAPABILITIES, DERIVED_FROM_DENSITY, Likelihood, SiteModel, gauss_hermite
 # Imported in the order LIKELIHOODS has always listed them (registration order).
 from .gaussian import Gaussian, HeteroscedasticGaussian  # isort: skip
 from .bernoulli import Bernoulli  # isort: skip
@@ -14,4 +14,4 @@ from .categorical import Categorical
 LIKELIHOODS = Likelihood.registry
 
 __all__ = ["Likelihood", "SiteModel", "Gaussian", "HeteroscedasticGaussian", "Bernoulli", "Poisson", "StudentT", "NegativeBinomial", "Categorical",
-           "LIKELIHOODS", "CAPABILITIES", "expected_log_square", "gauss_hermite"]
+           "LIKELIHOODS", "CAPABILITIES", "DERIVED_FROM_DENSITY", "expected_log_square", "gauss_hermite"]
