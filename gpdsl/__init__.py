@@ -8,6 +8,7 @@
 from . import datasets, inducing, inference, kernels, likelihoods, means, priors
 from ._version import __version__
 from .components import UntrustedTypeError
+from .diagnostics import EvidenceRoundingWarning
 from .io.layout import PosteriorFileError
 from .io.netcdf import from_xarray, load
 from .linalg import NotPositiveDefiniteError
@@ -17,6 +18,6 @@ from .parameters import Fixed, MissingGradientError, Shared
 from .posterior import Posterior
 from .threads import get_num_threads, set_num_threads
 
-__all__ = ["Model", "Posterior", "Fixed", "Shared", "load", "from_xarray", "ConvergenceWarning",
+__all__ = ["Model", "Posterior", "Fixed", "Shared", "load", "from_xarray", "ConvergenceWarning", "EvidenceRoundingWarning",
            "NotPositiveDefiniteError", "PosteriorFileError", "UntrustedTypeError", "MissingGradientError", "kernels", "likelihoods", "means", "inducing", "inference",
            "priors", "datasets", "set_num_threads", "get_num_threads", "__version__"]

@@ -19,6 +19,7 @@ below what changes predictions, far above the rounding of an objective summed ov
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
@@ -49,6 +50,45 @@ CONVERGENCE_CAPS = frozenset({"max_iter", "max_reinit", "max_sweeps", "max_outer
 
 GRAD_TOL_PER_POINT = 1e-3
 GRAD_TOL_MIN_POINTS = 100
+# An evidence whose estimated rounding error (Evaluation.rounding) exceeds this many nats is
+# flagged and warned about (EvidenceRoundingWarning): it cannot rank models or starts, and an
+# optimiser that climbed it may have climbed noise.
+EVIDENCE_ROUNDING_TOL = 1.0
+
+
+class EvidenceRoundingWarning(UserWarning):
+    """The reported log evidence is dominated by rounding: its estimated rounding error
+    (``FitDiagnostics.evidence_rounding``) exceeds :data:`EVIDENCE_ROUNDING_TOL` nats."""
+
+
+def warn_noisy_evidence(model, diagnostics, stacklevel=5):
+    """Warn (:class:`EvidenceRoundingWarning`) when the record's evidence is rounding noise;
+    returns the record.
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+        The fitted model (its inference method names the warning).
+    diagnostics : FitDiagnostics
+        The fit's record.
+    stacklevel : int, default 5
+        Passed to :func:`warnings.warn` (the user's ``fit`` call).
+
+    Returns
+    -------
+    FitDiagnostics
+        ``diagnostics``.
+    """
+    rounding = diagnostics.evidence_rounding
+    if rounding > EVIDENCE_ROUNDING_TOL:
+        warnings.warn(f"{type(model.inference).__name__}: the log evidence is dominated by rounding: its "
+                      f"estimated rounding error is {rounding:.3g} nats (ill-conditioned factors; jitter "
+                      f"{diagnostics.jitter:g}), "
+                      "so the number cannot rank models and the optimiser may have followed noise; fix the jitter "
+                      "(e.g. VFE(jitter=1e-6)) or bound the kernel variance with a prior "
+                      "(post.diagnostics.evidence_rounding records it)", EvidenceRoundingWarning,
+                      stacklevel=stacklevel)
+    return diagnostics
 
 
 def gradient_tolerance(n_points):
@@ -188,6 +228,12 @@ class FitDiagnostics:
     recorded_converged : bool or None
         With ``stop_reason="unrecorded"`` (a file written before this record existed), the
         ``converged`` flag that file holds; None otherwise.
+    evidence_rounding : float
+        An estimate of the rounding error of the reported log evidence in nats (the collapsed
+        engines: :func:`gpdsl.methods.collapsed.evidence_rounding`); NaN where the method gives
+        none (and in files written before it was recorded).  Above
+        :data:`EVIDENCE_ROUNDING_TOL` the fit warns (:class:`EvidenceRoundingWarning`) and the
+        summary says so; ``converged`` does not read it.
     """
 
     stop_reason: str
@@ -209,6 +255,7 @@ class FitDiagnostics:
     subsample: int | None = None
     constant_model: bool = False
     recorded_converged: bool | None = None
+    evidence_rounding: float = float("nan")
     converged: bool = field(init=False)
 
     def __post_init__(self):
@@ -251,6 +298,8 @@ class FitDiagnostics:
             parts.append("local iteration NOT converged")
         if self.constant_model:
             parts.append("constant model")
+        if self.evidence_rounding > EVIDENCE_ROUNDING_TOL:
+            parts.append(f"evidence is rounding noise (+-{self.evidence_rounding:.3g} nats)")
         return ", ".join(parts)
 
     def to_json(self):
@@ -264,6 +313,7 @@ class FitDiagnostics:
         record["caps_reached"] = list(self.caps_reached)
         record["grad_norm"] = _finite_or_none(self.grad_norm)
         record["grad_tol"] = _finite_or_none(self.grad_tol)
+        record["evidence_rounding"] = _finite_or_none(self.evidence_rounding)
         return json.dumps(record)
 
     @classmethod
@@ -283,10 +333,11 @@ class FitDiagnostics:
         if not isinstance(record, dict):
             raise ValueError("expected a JSON object")
         stated = record.pop("converged", None)
+        record.setdefault("evidence_rounding", None)      # written before it was recorded
         names = {f.name for f in fields(cls) if f.init}
         if set(record) != names:
             raise ValueError(f"expected the keys {sorted(names | {'converged'})}, got {sorted(record)}")
-        for key in ("grad_norm", "grad_tol"):
+        for key in ("grad_norm", "grad_tol", "evidence_rounding"):
             record[key] = float("nan") if record[key] is None else float(record[key])
         record["caps_reached"] = tuple(record["caps_reached"])
         diagnostics = cls(**record)

@@ -20,7 +20,7 @@ from scipy import special
 from . import backends
 from .checks import check_bool, check_positive_int
 from .components import bind
-from .diagnostics import GRADIENT_FREE_STOPS, FitDiagnostics, gradient_tolerance, largest_gradient
+from .diagnostics import GRADIENT_FREE_STOPS, FitDiagnostics, gradient_tolerance, largest_gradient, warn_noisy_evidence
 from .inducing import NoCandidateError, SelectionContext
 from .inputs import check_fit_arguments, validate_inputs, validate_offset
 from .methods.common import ConvergenceWarning, shifted
@@ -213,7 +213,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
     constant_model = offset is None and model.mean is None and _no_better_than_constant(model, y, result)
     diagnostics = _diagnostics(model, result, rounds, reinit_stop, selection, subsample_record, constant_model,
                                small_m_replaced)
-    _warn_unconverged(model, diagnostics, result, evaluation.warm)
+    _warn_unconverged(model, warn_noisy_evidence(model, diagnostics), result, evaluation.warm)
     history = None
     if model.sparse and model.inducing.reinit:
         history = [{"M": int(r.Z.shape[0]), "objective": float(r.objective)} for _, r in rounds]
@@ -249,7 +249,7 @@ def _diagnostics(model, fit, rounds, reinit_stop, selection, subsample_record, c
                           reinit_rounds=len(rounds) - 1, reinit_stop=reinit_stop,
                           small_m_replaced=small_m_replaced,
                           subsample=None if subsample_record is None else subsample_record["rows"],
-                          constant_model=constant_model)
+                          constant_model=constant_model, evidence_rounding=getattr(fit.evaluation, "rounding", np.nan))
 
 
 def _local_cap_reached(model, local):

@@ -170,6 +170,8 @@ class Evaluation:
     pseudo_data : tuple of ndarray, optional
         (weights w (N,), weighted targets r (N,)) of the Gaussian pseudo-regression the method
         amounts to (noise 1/w, targets r/w), read by greedy inducing selection.
+    rounding : float, optional
+        An estimate of the rounding error of ``log_evidence`` (nats); NaN where not estimated.
     """
 
     log_evidence: float
@@ -182,6 +184,10 @@ class Evaluation:
     # amounts to at these hyperparameters -- noise 1/w, targets r/w.  Greedy inducing selection
     # reads them (HGV weights, GreedyBound's bound); None where the method does not provide them.
     pseudo_data: tuple | None = None
+    # An estimate of the rounding error of log_evidence in nats, where the method gives one
+    # (the collapsed engines' final evaluation: gpdsl.methods.collapsed.evidence_rounding); NaN
+    # where it does not.  The fit records it (FitDiagnostics.evidence_rounding) and warns above 1.
+    rounding: float = float("nan")
     # Whether log_evidence and pseudo_data still wait for their pass over the data (see
     # PendingEvaluation); an Evaluation has them.
     pending = False
