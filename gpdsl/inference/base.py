@@ -274,6 +274,15 @@ def _check_minibatch_options(spec, batch_name, batch):
                          f"got {spec.stop_window!r}")
 
 
+# The minibatch optimiser's confirmation and polish (gpdsl.methods.stochastic), shared by SVGP and PolyaGamma.
+_POLISH_PARAMETER = """    polish : bool, default True
+        Stochastic: where the full objective's gradient at the stopping rule's stop (one pass over
+        the data) is above the full-batch tolerance, continue with the full-batch fit from there
+        (L-BFGS-B, q at its optimum at every evaluation), kept where it gains; False keeps the
+        steps' end, which is then flagged converged=False with a ConvergenceWarning.  The polish
+        costs O(N M^2) passes (twonorm, N = 10^5, M = 64: 22 s CPU against the steps' 0.7 s, and
+        865 nats gained).
+"""
 # The minibatch stopping rule's fields (gpdsl.methods.stochastic), shared by SVGP and PolyaGamma.
 _STOCHASTIC_STOP_PARAMETERS = """stop_tol : float, default 1e-3
         Stochastic: the stopping rule's tolerance, in nats per data point, on the change of the

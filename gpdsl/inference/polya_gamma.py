@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from ..checks import check_positive_int, check_positive_number
 from ..linalg import check_jitter
 from ..methods import logistic_softmax, polya_gamma, stochastic, stochastic_polya_gamma
-from .base import (FIT_TOL, _STOCHASTIC_STOP_PARAMETERS, Inference, _check_chunk, _check_minibatch_options,
-                   _loosened_within_fit)
+from .base import (FIT_TOL, _POLISH_PARAMETER, _STOCHASTIC_STOP_PARAMETERS, Inference, _check_chunk,
+                   _check_minibatch_options, _loosened_within_fit)
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class PolyaGamma(Inference):
     seed : int, default 0
         Stochastic: the seed of the batches.
     """
-    __doc__ += _STOCHASTIC_STOP_PARAMETERS
+    __doc__ += _STOCHASTIC_STOP_PARAMETERS + _POLISH_PARAMETER
 
     tol: float = 1e-6
     fit_tol: float = FIT_TOL

@@ -13,7 +13,8 @@ from ..linalg import check_jitter
 from ..methods import stochastic, svgp, vgp
 from ..methods.common import PendingEvaluation, VariationalState, gaussian_noise, shifted, variational_state_format
 from ..parameters import entry
-from .base import _STOCHASTIC_STOP_PARAMETERS, Inference, _check_chunk, _check_minibatch_options
+from .base import (_POLISH_PARAMETER, _STOCHASTIC_STOP_PARAMETERS, Inference, _check_chunk,
+                   _check_minibatch_options)
 
 
 Q_UPDATES = ("natural", "joint")
@@ -220,7 +221,9 @@ class SVGP(_Variational):
     before by less than ``max(stop_tol, 2 standard errors)``) or ``max_iter`` steps have been
     taken, which warns ``gd.ConvergenceWarning`` and flags the result converged=False; the
     posterior is then the full-batch bound (``log_evidence``) and prediction at that q, one
-    O(N M^2) pass.  Needs ``q_updates="natural"``.
+    O(N M^2) pass.  A stop of the rule is confirmed by the full objective's gradient from one
+    pass over the data, and polished by the full-batch fit where that is not small (``polish``).
+    Needs ``q_updates="natural"``.
     """ + _Q_PARAMETERS + """chunk_size : int or None, default None
         Rows per O(N M^2) chunk.
     batch_size : int or None, default None
@@ -231,7 +234,7 @@ class SVGP(_Variational):
         Stochastic: the natural-gradient step on q.
     seed : int, default 0
         Stochastic: the seed of the batches.
-    """ + _STOCHASTIC_STOP_PARAMETERS + """    one_pass : bool or None, default None
+    """ + _STOCHASTIC_STOP_PARAMETERS + _POLISH_PARAMETER + """    one_pass : bool or None, default None
         Stochastic: True takes each step's Adam gradient from the same pass over the batch as its
         natural step on q, at the q the step starts from (as ``PolyaGamma(minibatch=B)``'s
         steps); False takes it at the new q, from a second pass over the batch (the alternation
