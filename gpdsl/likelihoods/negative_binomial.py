@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from ..parameters import check_hyperparameter
 from .._jit.likelihoods import negative_binomial as sites
 from .base import Likelihood, SiteModel
@@ -17,8 +18,11 @@ class NegativeBinomial(Likelihood):
 
         p(y | f) = Gamma(y + r) / (Gamma(r) y!) (r / (r + mu))^r (mu / (r + mu))^y.
 
-    As the dispersion goes to 0 it is Poisson(y | exp(f)).  An exposure enters as a per-row
-    offset on f (``Model.fit(..., offset=log(exposure))``).
+    As the dispersion goes to 0 it is Poisson(y | exp(f)), which the log pmf and every derivative
+    reach smoothly: they are accurate to 1e-10 relative (plus the rounding of the terms they sum)
+    for dispersions from 1e-30 to 1e3 and counts to 1e6 (``tests/test_likelihood_limits.py``,
+    against mpmath).  An exposure enters as a per-row offset on f
+    (``Model.fit(..., offset=log(exposure))``).
 
     Parameters
     ----------
