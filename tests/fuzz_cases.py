@@ -793,9 +793,12 @@ def _check_final_gradient(case, post, caught):
 
 def q_gap_bound(n_q, tolerance):
     """How far below the bound at q's optimum a bound whose q-gradient entries are all at most
-    ``tolerance`` can lie: in q's whitened coordinates the KL term's Hessian is at least the
-    identity (in q_mu; 2 I from tr(S) in q_sqrt), so the bound is strongly concave there and lies
-    at most |grad|^2 / 2 <= n_q tolerance^2 / 2 below its maximum (n_q: q's entries).
+    ``tolerance`` can lie: in q's whitened coordinates (q_mu, and the Cholesky factor q_sqrt) the
+    negative KL term's Hessian is at most minus the identity (from m^T m / 2 and tr(R R^T) / 2),
+    and for a log-concave likelihood the expected log density is concave in them too (Challis &
+    Barber 2013), so the bound is 1-strongly concave and lies at most |grad|^2 / 2 <=
+    n_q tolerance^2 / 2 below its maximum (n_q: q's entries).  For another likelihood the check is
+    local: q is optimised from the fit's own q.
 
     Parameters
     ----------
