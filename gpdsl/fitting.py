@@ -273,11 +273,15 @@ def _warn_unconverged(model, diagnostics, fit, local):
                       "the result is flagged converged=False", ConvergenceWarning, stacklevel=5)
     elif (stop not in ("max_iter", "line_search", "outer_loop") and diagnostics.ridge is None
           and not diagnostics.converged and not diagnostics.grad_norm <= diagnostics.grad_tol):
+        # A minibatch fit's remedies are its own: the polish, and the natural steps it takes on q.
+        remedy = ("polish=True continues with the full-batch fit; where that stops short too, its natural "
+                  "steps on q may need a larger q_max_iter (SVGP) or max_iter (PolyaGamma)" if fit.minibatch
+                  else "raise max_iter, or continue with fit(..., start=post.values)")
         warnings.warn(f"{name}: the optimiser stopped ({stop}: {diagnostics.message}) after "
                       f"{diagnostics.optimizer_restarts} restart(s) with the gradient still large: "
                       f"|d objective / d {diagnostics.grad_name}| = {diagnostics.grad_norm:.3g} > "
-                      f"{diagnostics.grad_tol:.3g}; the result is flagged converged=False (raise max_iter, "
-                      "or continue with fit(..., start=post.values))", ConvergenceWarning, stacklevel=5)
+                      f"{diagnostics.grad_tol:.3g}; the result is flagged converged=False ({remedy})",
+                      ConvergenceWarning, stacklevel=5)
     # A minibatch run's q is the optimiser's (its flag is the stopping rule's, warned about above).
     if local is not None and not local.converged and not fit.minibatch:
         # ``sweeps`` counts the method's accepted local iterations (EP/QP site sweeps, c

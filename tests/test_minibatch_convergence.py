@@ -231,3 +231,26 @@ def test_polish_is_validated_and_round_trips(cls, batch):
         cls(**{batch: 32}, polish=1)
     declared = cls(**{batch: 64}, polish=False)
     assert spec.component_from_dict("inference", spec.component_to_dict(declared)) == declared
+
+
+def test_the_full_pass_runs_as_dask_tasks():
+    """The confirming pass is svgp.evaluate's map over row chunks: on a Dask X (and y) of 37-row
+    chunks it is one task per chunk with the partials reduced, and gives the in-memory pass's
+    objective and gradients (1e-10 relative: only the summation order differs)."""
+    da = pytest.importorskip("dask.array")
+    rng = np.random.default_rng(2)
+    X, y = _offset_data(120)
+    Z = X[::24]
+    model = _mean_model()
+    full_batch = dataclasses.replace(model.inference, batch_size=None)
+    in_memory = _objective(model, X, y, Z)
+    u = in_memory.table.pack(in_memory.table.values()) + 0.3 * rng.standard_normal(in_memory.table.size)
+    q = _random_q(rng, Z.shape[0])
+    lazy = _objective(model, da.from_array(X, chunks=(37, 1)), y, Z)
+    lazy.y = da.from_array(in_memory.y, chunks=37)
+    expected = stochastic.full_pass_check(in_memory, u, q, full_batch)
+    got = stochastic.full_pass_check(lazy, u, q, full_batch)
+    assert got.objective == pytest.approx(expected.objective, rel=1e-10)
+    np.testing.assert_allclose(got.gradient, expected.gradient, rtol=1e-10, atol=1e-9)
+    for key in q:
+        np.testing.assert_allclose(got.q_gradient[key], expected.q_gradient[key], rtol=1e-10, atol=1e-9)
