@@ -6,8 +6,9 @@ plot (PNG) to DIR.  Without MODEL.toml it fits the built-in default model to emb
 (:func:`gpdsl.datasets.snelson_like`), so it needs no download.
 
 A model file runs no code: a component type ``"module:Class"`` is read only where ``--trust
-module`` is given (:meth:`gpdsl.Model.from_dict`).  ``python -m gpdsl`` takes the working folder
-off the import path (:mod:`gpdsl.__main__`), so both commands import the same modules.
+module`` is given (:meth:`gpdsl.Model.from_dict`).  Run it as the ``gpdsl`` script or ``python -P
+-m gpdsl``: plain ``python -m gpdsl`` imports gpdsl's dependencies while the working folder is first
+on the import path, before :mod:`gpdsl.__main__` can take the folder off.
 
 A ``[data] offset`` column holds each row's offset of the latent input (log exposure for
 counts): the fit and the held-out metrics take it (``fit(offset=...)``, ``predict(offset=...)``).
@@ -428,6 +429,32 @@ def check_subsample(options, n_train, n_test):
                          f"{held_out}; give a smaller subsample, or leave it out to fit on all rows")
 
 
+def trusted_option(names):
+    """The ``--trust`` module names, checked whether or not a model file is given.
+
+    Parameters
+    ----------
+    names : list of str
+        The ``--trust`` values.
+
+    Returns
+    -------
+    frozenset of str
+        As :func:`gpdsl.components.trusted_modules`.
+
+    Raises
+    ------
+    UsageError
+        A value that is not a dotted module name.
+    """
+    from .components import trusted_modules
+
+    try:
+        return trusted_modules(names)
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"--{err}") from err
+
+
 def problem_from_toml(path, trust=None):
     """Everything ``gpdsl run MODEL.toml`` needs from a model file.
 
@@ -735,6 +762,7 @@ def run(args):
     """
     import gpdsl as gd
 
+    trust = trusted_option(args.trust)
     if args.model is None:
         model, (X, y, X_test, y_test), description = default_problem()
         offset = offset_test = None
@@ -742,7 +770,7 @@ def run(args):
         description += " (embedded)"
     else:
         model, (X, y, X_test, y_test, offset, offset_test), description, options, names = \
-            problem_from_toml(args.model, args.trust)
+            problem_from_toml(args.model, trust)
     out = Path(args.out)
     check_output_paths(out, names)
 

@@ -223,8 +223,13 @@ def trusted_modules(trust):
     Parameters
     ----------
     trust : str, iterable of str or None
-        One module name (``"mypackage.kernels"``) or several; None or empty trusts none.  A
-        name covers that module only, not its submodules nor its parent package.
+        One module name (``"mypackage.kernels"``) or several (any iterable, read once here: a
+        reader normalises its argument with this function once and passes the frozenset on); None
+        or empty trusts none.  A name lets a reader import that module, and Python imports its
+        parent packages first, so trusting ``"pkg.sub"`` also runs ``pkg/__init__.py`` (whatever
+        component classes that defines are then registered, and read as any registered class is).
+        It names no other module: a type ``"pkg:Class"`` met before anything imported ``pkg``, or
+        one of a submodule (``"pkg.sub.inner"``) or a sibling, is refused.
 
     Returns
     -------

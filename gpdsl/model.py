@@ -15,7 +15,7 @@ import numpy as np
 
 from . import fitting, threads
 from . import inference as inf
-from .components import bind
+from .components import bind, trusted_modules
 from .inducing import InducingSpec
 from .inference import Inference
 from .kernels import Kernel
@@ -130,24 +130,26 @@ class Model:
             A type whose class is not registered and whose module is not in ``trust`` (a
             ``ValueError``; the message says how to trust it).
         ValueError
-            An unknown section, a missing kernel or likelihood, or a bad part (the message
-            names the table).
+            An unknown section, a missing kernel or likelihood, a bad part (the message names
+            the table), or tables and lists nested more than ``gpdsl.io.spec.MAX_NESTING`` (100)
+            levels deep.
         """
         from .io.spec import model_parts
         return cls(**model_parts(spec, trust))
 
     @classmethod
-    def from_toml(cls, source, *, trust=None):
+    def from_toml(cls, path, *, trust=None):
         """The model declared by a TOML model file or text (its ``[data]``/``[fit]``/``[output]`` ignored).
 
         Parameters
         ----------
-        source : str or os.PathLike
+        path : str or os.PathLike
             The model file (:mod:`gpdsl.io.spec` describes its tables), or the model's TOML text
-            (:meth:`to_toml`'s output): an ``os.PathLike`` or a string naming an existing file is
-            read as a file, any other string holding a line break as TOML text.
+            (:meth:`to_toml`'s output; the parameter keeps its name ``path`` from when only a
+            file was read): an ``os.PathLike`` or a string naming an existing file is read as a
+            file, any other string holding a line break as TOML text.
         trust : str, iterable of str or None, default None
-            As :meth:`from_dict`.
+            As :meth:`from_dict` (checked before the file is read).
 
         Returns
         -------
@@ -159,11 +161,15 @@ class Model:
             A one-line string that names no file.
         gpdsl.UntrustedTypeError
             As :meth:`from_dict`.
+        TypeError
+            ``path`` is neither a str nor an os.PathLike, or ``trust`` is not a module name, an
+            iterable of them or None.
         ValueError
-            Invalid TOML or a bad table.
+            Invalid TOML, a bad table, or tables nested too deeply.
         """
         from .io.spec import read_model_source
-        return cls.from_dict(read_model_source(source)[0], trust=trust)
+        trust = trusted_modules(trust)
+        return cls.from_dict(read_model_source(path)[0], trust=trust)
 
     def to_dict(self):
         """The model as a plain dict of its parts, for TOML and ``from_dict``.

@@ -237,3 +237,15 @@ def test_from_toml_takes_the_text_to_toml_writes_as_well_as_a_path(tmp_path):
         gd.Model.from_toml("[kernel\ntype = 'Matern32'\n")
     with pytest.raises(TypeError, match="from_toml: expected a model file's path or a model's TOML text"):
         gd.Model.from_toml(3)
+
+
+def test_from_toml_keeps_its_keyword_path(tmp_path):
+    """The parameter is still called ``path`` (public names are a contract), and takes text too."""
+    model = gd.Model(SE(1.5, 0.5), gd.likelihoods.Gaussian(0.2))
+    file = tmp_path / "model.toml"
+    model.to_toml(file)
+    assert gd.Model.from_toml(path=file) == gd.Model.from_toml(path=str(file)) == model
+    assert gd.Model.from_toml(path=model.to_toml()) == model
+    with pytest.raises(FileNotFoundError, match="model file not found"):
+        gd.Model.from_toml(path="x.toml")
+

@@ -295,6 +295,9 @@ def _json_of(kind):
             parsed = json.loads(value)
         except (TypeError, ValueError):
             return "expected a JSON string"
+        except RecursionError:
+            # json reads nested arrays and objects recursively: too deep a nesting exhausts the stack.
+            return "nested too deeply to be read as JSON"
         return None if isinstance(parsed, kind) else f"expected JSON of a {kind.__name__}"
     return problem
 

@@ -36,10 +36,15 @@ from .. import kernels as ker
 from .. import likelihoods as lik
 from .. import means as mea
 from .. import priors
-from ..components import Component, lookup, type_name
+from ..components import Component, lookup, trusted_modules, type_name
 from ..parameters import Fixed, Shared
 
 _NONE = "none"
+# The most levels of tables and lists a part may nest (a part's own table is level 1; each Sum in
+# a Sum adds two): far above any model (a sum of sums 49 deep), far below where reading it or
+# building its model would exhaust Python's recursion limit (a model's dict, a posterior's
+# model_spec and a model file are all read through here).
+MAX_NESTING = 100
 _PRIORS = {"Gamma": priors.Gamma, "LogNormal": priors.LogNormal}
 # The parts of a model (the mean is optional), by the base class of their family.
 _PARTS = {
@@ -283,9 +288,28 @@ def component_from_dict(part, spec, trust=None):
         A type whose class is not registered and whose module is not trusted.
     ValueError
         The message names the table (``kernel.kernels[1]``) and what it expected: no ``type``,
-        an unknown type, an unknown or missing key, or a field the class rejects.
+        an unknown type, an unknown or missing key, a field the class rejects, or tables and
+        lists nested more than :data:`MAX_NESTING` levels deep.
+    TypeError
+        ``trust`` is not a module name, an iterable of them or None.
     """
+    trust = trusted_modules(trust)
+    _check_nesting(spec, part)
     return _component(part, spec, part, trust)
+
+
+def _check_nesting(value, where):
+    """ValueError naming ``where`` if ``value`` nests tables and lists more than
+    :data:`MAX_NESTING` levels deep (measured without recursion, so any depth is measured)."""
+    containers = (dict, list, tuple)
+    level, depth = ([value] if isinstance(value, containers) else []), 0
+    while level and depth < MAX_NESTING:
+        depth += 1
+        level = [child for item in level for child in (item.values() if isinstance(item, dict) else item)
+                 if isinstance(child, containers)]
+    if level:
+        raise ValueError(f"{where}: nested too deeply: more than {MAX_NESTING} levels of tables and lists "
+                         "(no model needs that many)")
 
 
 def _in_file_spelling(cls, table, where):
@@ -395,8 +419,12 @@ def model_parts(spec, trust=None):
     gpdsl.UntrustedTypeError
         As :func:`component_from_dict`.
     ValueError
-        An unknown section, a missing kernel or likelihood, or a bad component table.
+        An unknown section, a missing kernel or likelihood, or a bad component table (one
+        nested too deeply included).
+    TypeError
+        ``spec`` is not a dict, or ``trust`` not a module name, an iterable of them or None.
     """
+    trust = trusted_modules(trust)
     if not isinstance(spec, dict):
         raise TypeError(f"model: expected a dict of sections (kernel, likelihood, ...), got {type(spec).__name__}")
     unknown = set(spec) - set(_PARTS) - {"data", "fit", "output"}
@@ -490,6 +518,11 @@ def _parsed(text, source):
         spec = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{source}: not valid TOML: {err}") from err
+    except RecursionError as err:
+        # tomllib reads nested arrays and inline tables recursively: some hundreds of levels
+        # exhaust the interpreter's stack before any check of ours can count them.
+        raise ValueError(f"{source}: not read: its arrays or inline tables are nested too deeply for the "
+                         f"TOML reader (a model nests at most {MAX_NESTING} levels)") from err
     config = {k: spec.get(k, {}) for k in ("data", "fit", "output")}
     for name, table in config.items():
         # `data = "x.csv"` is valid TOML but not a table; say so rather than fail on it later.
