@@ -347,23 +347,40 @@ def check_likelihood_limits(likelihood):
                 assert np.all(ok), f"{where}: d{k}/d{name} differs from differences at y={y[~ok]}, f={f[~ok]}"
 
 
-# Known defects this check finds, each to be fixed in its likelihood's module (strict: the case
-# fails the suite once it passes, so the mark is removed with the fix).
-KNOWN_LIMIT_DEFECTS = {
-    "Bernoulli(probit)": "d3 = y r ((z + r)(z + 2 r) - 1) cancels in the lower tail: relative error 2e-4 at "
-                         "z = -40 (r = phi / Phi from log space; Laplace's third derivative); the continued "
-                         "fraction of gpdsl._jit.special.mills_cf gives z + r = 1 / D2 without it",
-}
-
-
-def _limit_case(likelihood, i):
-    reason = KNOWN_LIMIT_DEFECTS.get(likelihood.describe())
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    return pytest.param(likelihood, id=f"{type(likelihood).__name__}-{i}", marks=marks)
-
-
-LIMIT_CASES = [_limit_case(v, i) for cls in gt.registered(Likelihood)
+LIMIT_CASES = [pytest.param(v, id=f"{type(v).__name__}-{i}") for cls in gt.registered(Likelihood)
                for i, v in enumerate(cls.variants()) if v.n_latent == 1 and _has_density(v)]
+
+
+def _probit_reference(z):
+    """d1, d2, d3 of log Phi(z) in z at 50 digits: r = phi / Phi, r, -r (z + r), r ((z + r)(z + 2 r) - 1)."""
+    with mp.workdps(50):
+        z = mp.mpf(z)
+        r = mp.npdf(z) / mp.ncdf(z)
+        s = z + r
+        return r, -r * s, r * (s * (s + r) - 1)
+
+
+def test_probit_derivatives_match_mpmath_from_z_minus_1e3_to_40():
+    """Bernoulli(probit)'s d1, d2, d3 in f against 50-digit mpmath over z = y (f + bias) from
+    -1e3 to 40 (both labels, a bias): within the larger of 1e-13 and 4 eps z^2 relative.  1e-13:
+    measured 1.4e-15, 2.3e-15, 7.2e-14 in d1, d2, d3 for z <= 8 (d3 at z = -1.7 carries r's 3 eps
+    times the cancellation in (z + r)(z + 2 r) - 1 ~ 2 / z^4; the continued fraction takes over
+    below z = -2); 4 eps z^2: r's own rounding beyond, 2 eps z^2 / 2 from exp(-z^2 / 2) (measured
+    209 eps at z = 32); plus the smallest normal float where phi(z) underflows (z > 37.5).  The
+    old log-space form was 2e-4 off in d3 at z = -40 (5e6 at z = -1e3) and 1e-5 in d2 at z = -1e3."""
+    z = np.concatenate([-np.logspace(3, -3, 200), [0.0], np.linspace(-6.0, 0.0, 121),
+                        np.logspace(-3, math.log10(40.0), 100)])
+    bias = 0.25
+    for label in (1.0, -1.0):
+        lik = gd.likelihoods.Bernoulli("probit", bias=bias).bind()
+        f = label * z - bias
+        y = np.full_like(z, label)
+        _, d1, d2, d3 = lik.log_density_derivatives(y, f)
+        zz = y * (f + bias)          # z as rounded through f
+        for j, zj in enumerate(zz):
+            tol = max(1e-13, 4 * EPS * zj * zj)
+            for k, (got, want) in enumerate(zip((d1[j] * label, d2[j], d3[j] * label), _probit_reference(zj))):
+                assert abs(mp.mpf(got) - want) <= tol * abs(want) + np.finfo(float).tiny, (k + 1, zj, got, float(want))
 
 
 def test_every_likelihood_with_a_density_is_covered():

@@ -11,7 +11,7 @@ from .._jit.bernoulli_expectations import bernoulli_expectations
 from .._jit.likelihoods import bernoulli as sites
 from .._jit.special import logit_normal_logp_many
 from ..parameters import check_hyperparameter
-from .base import _LOG_2PI, Likelihood, SiteModel, gauss_hermite
+from .base import Likelihood, SiteModel, gauss_hermite
 
 
 # The smaller Gauss-Hermite rules the jitted expectations take for a row before the 100-point rule,
@@ -198,9 +198,11 @@ class Bernoulli(Likelihood):
         return special.log_ndtr(z) if self.link == "probit" else -np.logaddexp(0.0, -z)
 
     def log_density_derivatives(self, y, f):
-        """With z = y (f + bias): probit, r = phi(z) / Phi(z) from log space, d1 = y r,
-        d2 = -r (z + r), d3 = y r ((z + r)(z + 2 r) - 1); logit, p = sigma(z), d1 = y (1 - p),
-        d2 = -p (1 - p), d3 = -y p (1 - p)(1 - 2 p).
+        """With z = y (f + bias): probit, r = phi(z) / Phi(z), d1 = y r, d2 = -r (z + r),
+        d3 = y r ((z + r)(z + 2 r) - 1), below z = -2 from the Mills ratio's continued fraction
+        free of the cancellation in z + r (:func:`gpdsl._jit.likelihoods.bernoulli.probit_log_cdf_slopes`;
+        within 1e-13 relative of 50-digit values for z <= 0, tests/test_likelihood_limits.py);
+        logit, p = sigma(z), d1 = y (1 - p), d2 = -p (1 - p), d3 = -y p (1 - p)(1 - 2 p).
 
         Parameters
         ----------
@@ -208,9 +210,9 @@ class Bernoulli(Likelihood):
         """
         z = y * (f + float(self.bias))
         if self.link == "probit":
-            log_cdf = special.log_ndtr(z)
-            r = np.exp(-0.5 * z * z - 0.5 * _LOG_2PI - log_cdf)
-            return log_cdf, y * r, -r * (z + r), y * r * ((z + r) * (z + 2.0 * r) - 1.0)
+            shape = np.shape(z)
+            d1, d2, d3 = sites.probit_log_cdf_slopes_many(np.ascontiguousarray(z, dtype=float).ravel())
+            return special.log_ndtr(z), y * d1.reshape(shape), d2.reshape(shape), y * d3.reshape(shape)
         p, q = special.expit(z), special.expit(-z)
         return -np.logaddexp(0.0, -z), y * q, -p * q, -y * p * q * (q - p)
 
