@@ -148,3 +148,67 @@ def test_sobol_predictive_rule(link):
         diagonal = np.einsum("nk,kj->nkj", var, np.eye(K))
         np.testing.assert_allclose(likelihood.predictive(mean, diagonal)["p"], likelihood.predictive(mean, var)["p"],
                                    rtol=1e-12)
+
+
+def _tied_rows(K):
+    """Latent rows (n, K) with every pattern of exact ties for the largest value: all K tied, each
+    pair and triple tied above the rest, and no tie; with values from -40 to 40."""
+    rows = [np.zeros(K), np.full(K, 40.0), np.full(K, -40.0)]
+    for m in range(1, K):
+        for first in range(K):
+            tied = [(first + i) % K for i in range(m)]
+            row = np.linspace(-40.0, -1.0, K)
+            row[tied] = 3.5
+            rows.append(row)
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("K,epsilon", [(2, 1e-3), (3, 1e-3), (5, 0.2)])
+def test_robustmax_ties_share_the_largest_mass(K, epsilon):
+    """Robust-max with m classes tied exactly for the largest latent value: each tied class has
+    p = (1 - eps) / m + (1 - 1 / m) eps / (K - 1), every other eps / (K - 1), and both
+    class_probabilities and exp(log_density) over the classes sum to 1 to 4 eps (K terms of
+    size <= 1).  (Before: every tied class had 1 - eps in log_density, summing to 2.997 for
+    K = 3, and class_probabilities gave all of it to the first tied class.)"""
+    likelihood = Categorical(K, "robustmax", epsilon=epsilon)
+    F = _tied_rows(K)
+    tied = F == F.max(axis=1, keepdims=True)
+    m = tied.sum(axis=1, keepdims=True)
+    low = epsilon / (K - 1)
+    want = np.where(tied, (1 - epsilon) / m + (1 - 1 / m) * low, low)
+    p = likelihood.class_probabilities(F)
+    dense = np.exp(np.column_stack([likelihood.log_density(np.full(len(F), float(k)), F) for k in range(K)]))
+    for got in (p, dense):
+        np.testing.assert_allclose(got, want, rtol=4 * np.finfo(float).eps)
+        np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=0, atol=4 * np.finfo(float).eps)
+    assert np.any(m > 1)
+
+
+def test_robustmax_without_ties_is_unchanged():
+    """Without a tie, robust-max's class_probabilities and log_density are the one-hot rule's
+    values exactly (1 - eps at the argmax, eps / (K - 1) elsewhere, log1p(-eps) and
+    log(eps / (K - 1)) in log space): no rounding enters them."""
+    K, epsilon = 4, 1e-3
+    likelihood = Categorical(K, "robustmax", epsilon=epsilon)
+    F = np.random.default_rng(8).normal(0.0, 20.0, (200, K))
+    win = np.argmax(F, axis=1)[:, None] == np.arange(K)
+    np.testing.assert_array_equal(likelihood.class_probabilities(F), np.where(win, 1 - epsilon, epsilon / (K - 1)))
+    for k in range(K):
+        np.testing.assert_array_equal(likelihood.log_density(np.full(200, float(k)), F),
+                                      np.where(win[:, k], np.log1p(-epsilon), np.log(epsilon / (K - 1))))
+
+
+@pytest.mark.parametrize("variance", [0.0, 1e-12, 1e-10])
+def test_robustmax_predictive_of_tied_means_at_vanishing_variance(variance):
+    """GPflow's predict_y rule at latent variances at or below its 1e-10 clip, with means tied
+    exactly: the tied classes are predicted alike and the rows sum to 1 within the squash's
+    K * 1e-6 (measured 1e-6 to 2e-6), as at any variance.  (With GPflow's 5e-11 clip for the
+    labelled class, three classes tied at variance 0 summed to 0.912.)"""
+    for K in (3, 4):
+        likelihood = Categorical(K, "robustmax")
+        F = _tied_rows(K)
+        p = likelihood.predictive(F, np.full_like(F, variance))["p"]
+        np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=0, atol=K * 1e-6)
+        tied = F == F.max(axis=1, keepdims=True)
+        for row, mask in zip(p, tied):
+            np.testing.assert_allclose(row[mask], row[mask][0], rtol=1e-12)

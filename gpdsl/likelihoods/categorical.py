@@ -6,7 +6,12 @@ class codes 0..K-1 as floats.  The links:
 
 * ``"softmax"``: p(y = k | f) = exp(f_k) / sum_j exp(f_j).
 * ``"robustmax"`` (GPflow's ``RobustMax``): p(y = k | f) = 1 - epsilon if k = argmax_j f_j, else
-  epsilon / (K - 1).
+  epsilon / (K - 1).  Where m > 1 classes tie for the largest latent value, each of them takes
+  (1 - epsilon) / m + (1 - 1 / m) epsilon / (K - 1): GPflow's p_k = P_k (1 - epsilon) +
+  (1 - P_k) epsilon / (K - 1) with P_k = 1 / m, the probability that f_k is the largest under
+  exchangeable noise of vanishing size, so the classes sum to 1 and the tied ones are exchangeable
+  (GPflow's ``RobustMax.__call__`` gives all of 1 - epsilon to the first of them; a tie has
+  probability 0 under every q(f) with a variance, so its expectations are the same either way).
 * ``"logistic_softmax"`` (Galy-Fajou, Wenzel, Donner & Opper 2020):
   p(y = k | f) = sigma(f_k) / sum_j sigma(f_j), the link the Pólya-Gamma + Poisson augmentation
   makes conditionally conjugate (:mod:`gpdsl.methods.logistic_softmax`).
@@ -46,6 +51,12 @@ _BLOCK = 2 ** 18
 _QMC_BLOCK = 2 ** 20
 
 
+def _robustmax_share(F):
+    """P_k (..., K): 1 / m for each of the m classes tied for the largest of F (..., K), else 0."""
+    tied = F >= F.max(axis=-1, keepdims=True)
+    return tied / np.sum(tied, axis=-1, keepdims=True)
+
+
 def _picked(A, codes):
     """A[n, codes[n]] for A (n, K)."""
     return A[np.arange(codes.size), codes]
@@ -61,8 +72,10 @@ def _by_row_blocks(fn, n, width):
 def _robustmax_largest(codes, mean, var, rule, need_grad=False):
     """GPflow's ``RobustMax.prob_is_largest``: P_n = sum_q w_q prod_{j != y} C(z_njq),
     z_njq = (m_y + s_y x_q - m_j) / s_j, C(z) = Phi(z) (1 - 2 SQUASH) + SQUASH, over the
-    probabilists' Gauss-Hermite rule (x_q, w_q); s = sqrt(max(var, 1e-10)), and for the labelled
-    class sqrt(max(var, 5e-11)) (GPflow clips 2 var at 1e-10 there).
+    probabilists' Gauss-Hermite rule (x_q, w_q); s = sqrt(max(var, 1e-10)) for every class.
+    (GPflow clips the labelled class's at 5e-11, its 2 var at 1e-10: m classes tied in their means
+    at variance 0 then have P_k summing to 0.91 (m = 3) rather than to 1; the rules agree wherever
+    every variance is above 1e-10.)
 
     With ``need_grad`` also dP/dmean and dP/dvar (n, K), the exact derivatives of the sum: with
     T_njq = w_q (prod_q / C_njq) C'(z_njq) / s_j (j != y; C' = (1 - 2 SQUASH) phi; dividing by
@@ -74,7 +87,7 @@ def _robustmax_largest(codes, mean, var, rule, need_grad=False):
     rows = np.arange(codes.size)
     s = np.sqrt(np.maximum(var, 1e-10))
     var_y = _picked(var, codes)
-    s_y = np.sqrt(np.maximum(var_y, 5e-11))
+    s_y = np.sqrt(np.maximum(var_y, 1e-10))
     f = _picked(mean, codes)[:, None] + s_y[:, None] * nodes
     z = (f[:, None, :] - mean[:, :, None]) / s[:, :, None]
     C = special.ndtr(z) * (1.0 - 2.0 * SQUASH) + SQUASH
@@ -91,7 +104,7 @@ def _robustmax_largest(codes, mean, var, rule, need_grad=False):
     d_mean[rows, codes] = per_class.sum(axis=1)
     d_sd = -np.einsum("nkq,nkq->nk", T, z)
     d_var = np.where(var > 1e-10, d_sd / (2.0 * s), 0.0)
-    d_var[rows, codes] = np.where(var_y > 5e-11, (T.sum(axis=1) @ nodes) / (2.0 * s_y), 0.0)
+    d_var[rows, codes] = np.where(var_y > 1e-10, (T.sum(axis=1) @ nodes) / (2.0 * s_y), 0.0)
     return P, d_mean, d_var
 
 
@@ -391,8 +404,8 @@ class Categorical(Likelihood):
         codes = np.broadcast_to(np.asarray(y).astype(np.intp), F.shape[:-1])
         picked = np.take_along_axis(F, codes[..., None], axis=-1)[..., 0]
         if self.link == "robustmax":
-            win = picked >= F.max(axis=-1)
-            return np.where(win, np.log1p(-self.epsilon), np.log(self.epsilon / (self.n_classes - 1)))
+            share = np.take_along_axis(_robustmax_share(F), codes[..., None], axis=-1)[..., 0]
+            return np.where(share == 1.0, np.log1p(-self.epsilon), np.log(self._robustmax_probability(share)))
         if self.link == "softmax":
             return picked - _log_normaliser("softmax", F)
         return -np.logaddexp(0.0, -picked) - _log_normaliser("logistic_softmax", F)
@@ -406,10 +419,15 @@ class Categorical(Likelihood):
         """
         F = np.asarray(F, dtype=float)
         if self.link == "robustmax":
-            win = np.argmax(F, axis=-1)[..., None] == np.arange(self.n_classes)
-            return np.where(win, 1.0 - self.epsilon, self.epsilon / (self.n_classes - 1))
+            return self._robustmax_probability(_robustmax_share(F))
         g = F if self.link == "softmax" else -np.logaddexp(0.0, -F)
         return np.exp(g - _log_normaliser(self.link, F)[..., None])
+
+    def _robustmax_probability(self, share):
+        """Robust-max's p = P (1 - epsilon) + (1 - P) epsilon / (K - 1) at P = ``share``: exactly
+        1 - epsilon at P = 1 and epsilon / (K - 1) at P = 0."""
+        low = self.epsilon / (self.n_classes - 1)
+        return np.where(share == 1.0, 1.0 - self.epsilon, low + share * (1.0 - self.epsilon - low))
 
     # Nodes of the one-dimensional Gauss-Hermite rules (robust-max's probability that the labelled
     # latent is the largest; logistic-softmax's E[log sigma] and E[sigma]): GPflow's default, which
@@ -434,12 +452,13 @@ class Categorical(Likelihood):
     def variational_expectations(self, y, mean, var):
         """E_q[log p(y_n | f_n)] under independent q(f_nk) = N(mean_nk, var_nk), and its gradients.
 
-        * ``"robustmax"`` (GPflow 2.11's ``MultiClass(K, RobustMax(epsilon))``, exactly):
+        * ``"robustmax"`` (GPflow 2.11's ``MultiClass(K, RobustMax(epsilon))``, exactly where every
+          variance is above 1e-10):
           E = P_n log(1 - epsilon) + (1 - P_n) log(epsilon / (K - 1)) with P_n the probability
           that f_ny is the largest, P_n = E_{f_y}[prod_{j != y} C((f_y - m_j) / s_j)], by the
           ``quadrature_points`` Gauss-Hermite rule in f_y, C(z) = Phi(z) (1 - 2e-6) + 1e-6 (GPflow's
-          squash), sds s = sqrt(max(var, 1e-10)) (the labelled one sqrt(max(var, 5e-11)): GPflow
-          clips 2 var there).  d/dmean and d/dvar are the exact derivatives of that sum (0 in a
+          squash), sds s = sqrt(max(var, 1e-10)) (GPflow clips the labelled one at 5e-11, which
+          leaves tied classes at variance 0 short of summing to 1: ``_robustmax_largest``).  d/dmean and d/dvar are the exact derivatives of that sum (0 in a
           variance below its clip).
         * ``"softmax"``: E[log softmax_y(f)] = m_y - E[logsumexp f] >= m_y - log sum_j
           exp(m_j + v_j / 2) (Jensen), the bound used: deterministic, closed form, and the ELBO stays
