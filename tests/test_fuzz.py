@@ -158,9 +158,13 @@ FIXED_FAILURES = {
 # HeteroscedasticGaussian's log predictive density is -inf where its noise variance exp(features(x) @
 # coefficients) overflows float64 (a fitted degree-2 log variance of ~755 at a held-out point far out),
 # though the exact value (about -0.5 (log 2 pi + 755)) is finite.
+# Poisson's log link under dense EP, all-zero counts with offsets in [-4, 6.7] (issue 45's long run,
+# seeds 43..88; present before issue 45's changes): the jitted tilted projections divide by zero
+# in an evaluation of the L-BFGS-B run.
 KNOWN_FAILURES = {
     ("hetero_dtc", 24): "non-finite log_predictive (held-out)",
     ("hetero_fitc", 281): "non-finite log_predictive (held-out)",
+    ("poisson_log_ep_dense", 45): "fit raised ZeroDivisionError",
 }
 
 
