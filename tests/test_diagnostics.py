@@ -17,7 +17,15 @@ SE = gd.kernels.SquaredExponential
 def test_item2_scipy_stop_on_a_zero_step_restarts_and_never_claims_convergence():
     """Issue 25 item 2, its reproduction: at 126e8de this VFE fit stopped after 10 iterations at
     evidence 773.8, converged=True, with |dLE/dlog lengthscale| = 9.5e3.  Now L-BFGS-B is restarted
-    from its last point, which climbs far higher, and converged=True only with a small gradient."""
+    from its last point, which climbs far higher, and converged=True only with a small gradient.
+
+    Where it climbs to, the kernel variance ~4e10 without jitter, the evidence is rounding noise:
+    that it is flagged (evidence_rounding > 1 nat, gd.EvidenceRoundingWarning) and that the fit
+    with jitter=1e-6 is not, is tests/test_evidence_rounding.py's.  Here: the predictions are
+    fine all the same.  On 500 held-out rows the latent mean is within the noise sd 0.1 of
+    sin(x_1) in root mean square (measured 0.056), and the mean log predictive density of noisy
+    targets within 0.3 nats of the true model's, N(y | sin(x_1), 0.1^2) (measured 0.75 against
+    0.86; 0.3 is what a mean off by ~0.08 rms costs)."""
     rng = np.random.default_rng(0)
     X = rng.uniform(-3, 3, (5000, 3))
     y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(5000)
@@ -26,7 +34,6 @@ def test_item2_scipy_stop_on_a_zero_step_restarts_and_never_claims_convergence()
         warnings.simplefilter("always")
         post = model.fit(X, y)
     d = post.diagnostics
-    assert post.log_evidence > 3000.0                 # was 773.8
     assert d.optimizer_restarts >= 1
     grad, name = final_gradient(model, post.values, post.state.Z, X, y)
     np.testing.assert_allclose(d.grad_norm, grad, rtol=1e-6)
@@ -36,6 +43,13 @@ def test_item2_scipy_stop_on_a_zero_step_restarts_and_never_claims_convergence()
         assert grad <= d.grad_tol
     else:
         assert any(issubclass(w.category, gd.ConvergenceWarning) for w in caught)
+    X_test = np.random.default_rng(5).uniform(-3, 3, (500, 3))
+    truth = np.sin(X_test[:, 0])
+    y_test = truth + 0.1 * np.random.default_rng(6).standard_normal(500)
+    mean, _ = post.predict_f(X_test)
+    assert np.sqrt(np.mean((mean - truth) ** 2)) < 0.1
+    true_model = np.mean(-0.5 * np.log(2 * np.pi * 0.01) - 0.5 * (y_test - truth) ** 2 / 0.01)
+    assert np.mean(post.log_predictive(X_test, y_test)) > true_model - 0.3
 
 
 def test_converged_rule_table():
