@@ -121,7 +121,8 @@ def test_a_stochastic_stop_far_from_the_optimum_warns_and_is_flagged():
     """The issue's constant mean, without the polish: the rule stops the steps (at 420 of them)
     with the mean still near its start (0.12, the data's level 5), because Adam moves it by at most
     about learning_rate = 0.01 a step.  The full pass finds the gradient far above the tolerance
-    (1 at N = 1,000), so the fit warns and says converged=False, with the gradient in its record.
+    (measured 163, in the length-scale, against 1 at N = 1,000), so the fit warns and says
+    converged=False, with the gradient in its record.
     Before issue 45 this fit said converged=True and warned nothing."""
     X, y = _offset_data()
     with pytest.warns(gd.ConvergenceWarning, match=r"stochastic_rule.*gradient still large"):
