@@ -208,7 +208,7 @@ def test_checks_list_what_each_component_provides():
     names = [c.__name__ for c in gt.checks(probit)]
     assert names[:4] == ["check_likelihood_derivatives", "check_likelihood_variational_expectations",
                          "check_likelihood_log_predictive", "check_likelihood_predictive"]
-    assert "check_likelihood_site_model" in names
+    assert "check_likelihood_site_model" in names and "check_likelihood_limits" in names
     for method in ("EP", "QP", "Laplace", "SVGP", "VGP"):
         assert f"check_pair_gradients[{method}]" in names, method
     assert not any("PolyaGamma" in n for n in names)          # the probit has no Pólya-Gamma augmentation

@@ -331,10 +331,10 @@ def test_gpdsl_testing_runs_on_a_users_class_outside_the_repository(tmp_path):
                           "--rootdir", str(tmp_path), "test_user.py"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    # Its four likelihood checks, and with each method that accepts it (Laplace, SVGP, VGP; not
+    # Its five likelihood checks, and with each method that accepts it (Laplace, SVGP, VGP; not
     # EP, QP or PolyaGamma) the gradients, round trips and predictions.
     checks = ["check_likelihood_derivatives", "check_likelihood_variational_expectations",
-              "check_likelihood_log_predictive", "check_likelihood_predictive"]
+              "check_likelihood_log_predictive", "check_likelihood_predictive", "check_likelihood_limits"]
     checks += [f"{check}[{method}]" for method in ("Laplace", "SVGP", "VGP")
                for check in ("check_pair_gradients", "check_pair_fitted_model_round_trips", "check_pair_predictions")]
     for check in checks:

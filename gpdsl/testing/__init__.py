@@ -33,7 +33,9 @@ hyperparameters against central differences; its variational expectations agains
 quadrature of its log density, their derivatives against differences of themselves; its log
 predictive density against quadrature (a documented approximation must still be normalised);
 its predictive summaries against draws of ``sample``; EP's tilted moments against quadrature of
-the tilted distribution, QP's variance not above EP's, d log Z / d theta against differences.
+the tilted distribution, QP's variance not above EP's, d log Z / d theta against differences;
+its density normalised and its derivatives equal to differences of themselves at extreme
+hyperparameter values, latent values and targets (``check_likelihood_limits``).
 Per (likelihood, method) pair: every gradient of the objective (hyperparameters, and Z where
 optimised) against central differences; a fit whose ``predict``, ``log_predictive`` and
 ``to_inference_data`` agree with the likelihood's operations; its save/load and model-file round
@@ -55,6 +57,7 @@ from .components import (CAVITIES, F, KERNEL_CHECKS, MEAN_CHECKS, MEANS, MEANS_K
                          check_likelihood_predictive, check_likelihood_site_model,
                          check_likelihood_variational_expectations, check_mean_fitted_model_round_trips,
                          check_mean_gradients, likelihood_checks)
+from .limits import check_likelihood_limits
 from .pairs import (KERNEL, TIGHT, XP, Z0, check_model_gradients, check_pair_dask_equals_in_memory,
                     check_pair_fitted_model_round_trips, check_pair_gradients, check_pair_predictions, pair_checks,
                     pair_model, pair_targets, pairs, tight)
@@ -215,6 +218,6 @@ __all__ = ["check_likelihood", "check_kernel", "check_mean", "check_method", "pa
            "check_kernel_active_dims", "check_mean_gradients", "check_mean_fitted_model_round_trips",
            "check_likelihood_derivatives", "check_likelihood_variational_expectations", "check_likelihood_log_predictive",
            "check_likelihood_predictive", "check_likelihood_site_model", "check_likelihood_multi_latent_expectations",
-           "check_likelihood_multi_latent_predictive", "check_pair_gradients", "check_pair_fitted_model_round_trips",
+           "check_likelihood_multi_latent_predictive", "check_likelihood_limits", "check_pair_gradients", "check_pair_fitted_model_round_trips",
            "check_pair_predictions", "check_pair_dask_equals_in_memory", "KERNEL_CHECKS", "MEAN_CHECKS",
            "X1", "X2", "F", "MEANS", "VARS", "CAVITIES", "MEANS_K", "VARS_K", "XP", "Z0", "KERNEL", "TIGHT"]

@@ -10,9 +10,11 @@ import numpy as np
 
 from .. import Model, load
 from .._jit.projections import with_offset
+from ..inputs import target_kind
 from ..kernels import SquaredExponential
 from ..likelihoods import Gaussian
 from .common import X1, X2, _draws_y, _has_density, _local_values, _targets, central_difference, expect
+from .limits import LIMIT_TARGET_KINDS, check_likelihood_limits
 
 # Latent values, Gaussian q(f) = N(MEANS, VARS) and EP cavities the likelihood checks run at.
 F = np.array([-2.1, -0.7, 0.05, 0.6, 1.9])
@@ -379,7 +381,8 @@ def check_likelihood_multi_latent_predictive(likelihood):
 
 def likelihood_checks(likelihood):
     """The likelihood checks that apply to a likelihood instance: those of the operations it
-    provides (its own and the base class's defaults).
+    provides (its own and the base class's defaults), and, for one latent function with a density
+    of binary, count or real targets, its limits (:func:`gpdsl.testing.limits.check_likelihood_limits`).
 
     Parameters
     ----------
@@ -404,4 +407,6 @@ def likelihood_checks(likelihood):
             checks.append(check_likelihood_predictive)
     if likelihood.provides("site_model"):
         checks.append(check_likelihood_site_model)
+    if _has_density(likelihood) and target_kind(likelihood) in LIMIT_TARGET_KINDS:
+        checks.append(check_likelihood_limits)
     return checks
