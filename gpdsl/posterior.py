@@ -422,6 +422,15 @@ class Posterior:
         noise = self._likelihood().noise(self._fit_inputs(X_new))
         return noise if self.standardization is None else self.standardization.variance(noise)
 
+    def _log_noise_variance(self, X_new):
+        """log of :meth:`noise_variance` (X_new checked, in the data's units), or None where that is
+        None, from the likelihood's ``log_noise``: finite where the variance itself overflows
+        float64 (a learned log-polynomial noise above ~709 at an input far from the data)."""
+        if getattr(self.model.likelihood, "known", False):
+            return None
+        log_noise = self._likelihood().log_noise(self._fit_inputs(X_new))
+        return log_noise if self.standardization is None else log_noise + 2.0 * np.log(self.standardization.y_scale)
+
     @threads.managed
     def predict(self, X_new, noise_variance=None, offset=None):
         """xarray.Dataset over dim ``obs``: f_mean, f_var and the observation predictive --
@@ -590,12 +599,15 @@ class Posterior:
         if offset is not None:
             mean = mean + offset
         if self.gaussian:
-            noise = self.noise_variance(X_new)
-            if noise is None:
+            log_noise = self._log_noise_variance(X_new)
+            if log_noise is None:
                 raise ValueError("log_predictive: the noise variance at X_new is unknown for known-variance "
                                  "heteroscedastic likelihoods")
-            total = var + noise
-            return -0.5 * (np.log(2.0 * np.pi * total) + (y_new - mean) ** 2 / total)
+            # log(f_var + noise) from the logs: the noise alone may overflow float64 (log noise
+            # 743 gave -inf) where log N(y | mean, f_var + noise) is finite.
+            with np.errstate(divide="ignore"):
+                log_total = np.logaddexp(np.log(var), log_noise)
+            return -0.5 * (np.log(2.0 * np.pi) + log_total + (y_new - mean) ** 2 * np.exp(-log_total))
         return self._likelihood().log_predictive(mean, var, y_new)
 
     @threads.managed

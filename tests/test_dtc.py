@@ -260,3 +260,39 @@ def test_options_are_checked_and_objectives_exclusive(toy_regression):
     with pytest.raises(ValueError, match="at most one"):
         collapsed.evaluate(*bound_pair(SE(LENGTHSCALE, VARIANCE), gd.likelihoods.Gaussian(NOISE), values), X, y, X[:4],
                            fitc=True, dtc=True)
+
+
+@pytest.mark.parametrize("inference", [gd.inference.DTC(jitter=0.0), gd.inference.FITC(jitter=0.0),
+                                       gd.inference.VFE(jitter=0.0)], ids=["dtc", "fitc", "vfe"])
+def test_log_predictive_where_the_learned_noise_overflows(inference):
+    """Issue 45's fuzz (hetero_dtc 24, hetero_fitc 281): a learned log-polynomial noise of ~800 nats
+    at held-out inputs far from the data overflows exp to inf, and log_predictive was -inf there
+    though log N(y | m, v + lambda) is about -0.5 (log 2 pi + 800).  Against the dense projected-
+    process predictive (Titsias eq. 8 with q(u) of eq. 17, DTC's; FITC's and VFE's f moments are
+    checked elsewhere, here only their log density) and the density in mpmath at 50 digits from
+    log lambda; 1e-9 relative covers the 1e-8-relative f moments, which weigh v / lambda < 1e-3
+    of the density near the data and nothing (v / lambda ~ e^-790) far out."""
+    mpmath = pytest.importorskip("mpmath")
+    rng = np.random.default_rng(11)
+    X = rng.uniform(-3, 3, size=(20, 1))
+    y = np.sin(2 * X[:, 0]) + 0.3 * rng.standard_normal(20)
+    Z, coefficients = np.linspace(-2.5, 2.5, 5)[:, None], np.array([-2.0, 0.1, 0.5])
+    model = gd.Model(SE(0.8, 1.1), gd.likelihoods.HeteroscedasticGaussian(degree=2, coefficients=coefficients),
+                     gd.inducing.Fixed(Z), inference)
+    post = _at_declared(model, X, y)
+    Xs, ys = np.array([[0.4], [-1.7], [40.0], [-45.0]]), np.array([0.3, -2.0, 5.0, -1.0])
+    log_noise = coefficients[0] + coefficients[1] * Xs[:, 0] + coefficients[2] * Xs[:, 0] ** 2
+    assert log_noise[2:].min() > np.log(np.finfo(float).max)          # exp(log_noise) is inf in float64
+    mean, fvar = post.predict_f(Xs)
+    if isinstance(inference, gd.inference.DTC):
+        Kuu, Kuf = naive.kernel(Z, Z, 0.8, 1.1, "se"), naive.kernel(Z, X, 0.8, 1.1, "se")
+        noise = np.exp(coefficients[0] + coefficients[1] * X[:, 0] + coefficients[2] * X[:, 0] ** 2)
+        mu, A, Kj = naive.titsias_qu(Kuu, Kuf, noise, y)
+        mean, fvar = naive.sparse_predict(naive.kernel(Xs, Z, 0.8, 1.1, "se"), np.full(4, 1.1), Kj, mu, A)
+    mpmath.mp.dps = 50
+    want = [float(-0.5 * (mpmath.log(2 * mpmath.pi) + mpmath.log(mpmath.mpf(v) + mpmath.exp(mpmath.mpf(c)))
+                          + (mpmath.mpf(t) - mpmath.mpf(m)) ** 2 / (mpmath.mpf(v) + mpmath.exp(mpmath.mpf(c)))))
+            for t, m, v, c in zip(ys, mean, fvar, log_noise)]
+    got = post.log_predictive(Xs, ys)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, rtol=1e-9)

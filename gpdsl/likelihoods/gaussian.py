@@ -33,6 +33,16 @@ class _GaussianNoise(Likelihood):
         w = 1.0 / self.noise(X)
         return w, w * y
 
+    def log_noise(self, X):
+        """log lambda_n at X: what the log predictive density needs where lambda_n itself
+        overflows float64 (a learned log variance above ~709 at a far input).
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+        """
+        return np.log(self.noise(X))
+
 
 @dataclass(frozen=True, eq=False)
 class Gaussian(_GaussianNoise):
@@ -323,8 +333,20 @@ class HeteroscedasticGaussian(_GaussianNoise):
         """
         if self.known:
             return declared_value(self.variance)
+        return np.exp(self.log_noise(X))
+
+    def log_noise(self, X):
+        """log of :meth:`noise`: features(X) @ coefficients for the noise model, exact where
+        :meth:`noise` overflows (a polynomial above ~709 at inputs far from the data).
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+        """
+        if self.known:
+            return np.log(declared_value(self.variance))
         coef = self.coefficients if self.coefficients is not None else self._default_coefficients(X.shape[1])
-        return np.exp(self.features(X) @ coef)
+        return self.features(X) @ coef
 
     def noise_vjp(self, X, g):
         """``{"coefficients": features(X)^T (g * lambda)}``; empty for known variances.
