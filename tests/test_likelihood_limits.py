@@ -108,6 +108,44 @@ def test_negative_binomial_matches_mpmath_from_dispersion_1e_30_to_1e3():
                                                                                 float(want[k]))
 
 
+def test_negative_binomial_where_a_e_f_overflows():
+    """Latent values so large that x = a e^f overflows a float (f from 709 to 5,000; the fuzz case
+    negbin_svgp_minibatch seed 1155 ends at a latent mean of 1,045 on a count of 24,039 at
+    dispersion 0.0039): log p = G - lgamma(y + 1) - y log a - y log1p(1/x) - log1p(x) / a is finite
+    there (log1p(x) = log a + f), and every term matches the 120-digit reference as above, plus an
+    absolute 1e-300 for d2, d3 and d d2 / da, whose true values (~t = 1 / (1 + x), 1e-305 to
+    1e-2100) underflow to 0.  SVGP's expectation of the fuzz case's row, E log p under
+    N(1044.565, 4.374), matches mpmath's quadrature of the reference log pmf to 1e-12 relative (log p
+    is nearly linear in f there, so 20-point Gauss-Hermite is exact but for rounding).  Before
+    the fix log1p(inf) made log p -inf, the expectation -inf and SVGP's bound non-finite (the
+    code before the rewrite, with logaddexp, gave a finite value)."""
+    names = ["log p", "d1", "d2", "d3", "d/da", "d1/da", "d2/da"]
+    f = np.array([709.0, 710.0, 750.0, 1044.565, 5000.0])
+    for a in [1e-30, 0.00388208, 0.4, 1e3]:
+        lik = gd.likelihoods.NegativeBinomial(dispersion=a).bind()
+        for y in [0.0, 24039.0, 1e6]:
+            yy = np.full_like(f, y)
+            got = np.vstack([*lik.log_density_derivatives(yy, f),
+                             *lik.log_density_param_derivatives(yy, f)["dispersion"]])
+            assert np.all(np.isfinite(got))
+            for j, fj in enumerate(f):
+                want, scales = _nb_reference(y, fj, a)
+                for k in range(7):
+                    err = abs(mp.mpf(got[k, j]) - want[k])
+                    assert err <= 1e-10 * abs(want[k]) + 4 * EPS * scales[k] + 1e-300, (names[k], a, y, fj,
+                                                                                          got[k, j], float(want[k]))
+    a, y, mean, var = 0.00388208, 24039.0, 1044.56507656, 4.37435311
+    lik = gd.likelihoods.NegativeBinomial(dispersion=a).bind()
+    expectation = lik.variational_expectations(np.array([y]), np.array([mean]), np.array([var]))[0][0]
+    with mp.workdps(40):
+        A, Y, sd = mp.mpf(a), mp.mpf(y), mp.sqrt(var)
+        r = 1 / A
+        G = mp.loggamma(Y + r) - mp.loggamma(r) + Y * mp.log(A) - mp.loggamma(Y + 1)
+        want = mp.quad(lambda z: (G + Y * (mean + sd * z) - (Y + r) * mp.log1p(A * mp.exp(mean + sd * z)))
+                       * mp.npdf(z), [-mp.inf, -5, 0, 5, mp.inf])
+    assert expectation == pytest.approx(float(want), rel=1e-12)
+
+
 @pytest.mark.parametrize("a", [0.0, 1e-30, 1e-17, 1e-9, 0.05, 0.1, 0.1000001, 9.5, 1e3])
 def test_scaled_log_rising_matches_mpmath(a):
     """G(y, a) = sum_{j<y} log1p(a j) and dG/da to 1e-13 relative (measured 4e-15): a few ulp of

@@ -16,7 +16,7 @@ from numba import njit
 
 from ..projections import SiteFunctions, site_function
 from ..quadrature import log_concave_rules
-from ..special import log1p_excess, log1p_excess_ratio, scaled_log_rising
+from ..special import log1p_excess_ratio, scaled_log_rising
 
 
 @njit(cache=True)
@@ -63,8 +63,12 @@ def terms(y, f, a):
         excess = mu * mu * log1p_excess_ratio(x)                     # (log1p(x) - x / (1 + x)) / a^2
     else:
         m = s / a
-        logp = base - y * math.log(a) - y * math.log1p(1.0 / x) - math.log1p(x) / a
-        excess = log1p_excess(x) / (a * a)
+        # Where x = a e^f overflows (f of 1e3: a variational expectation's nodes about a large
+        # latent mean), log1p(x) = log a + f (+ log1p(1 / x) = 0), finite as log p and its
+        # derivatives are: an inf here made log p -inf and SVGP's bound non-finite.
+        log_x1 = math.log(a) + f if math.isinf(x) else math.log1p(x)
+        logp = base - y * math.log(a) - y * math.log1p(1.0 / x) - log_x1 / a
+        excess = (log_x1 - s) / (a * a)                             # log1p_excess(x) / a^2
     d1 = y * t - m
     d2 = -(1.0 + a * y) * m * t
     return (logp, d1, d2, d2 * (t - s), d_rising + excess - y * m, -m * d1,
