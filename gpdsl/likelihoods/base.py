@@ -67,6 +67,7 @@ from scipy import special
 from ..chunks import row_slices
 from ..components import Component, qualify_keys
 from ..inputs import validate_targets
+from .density_integrals import log_gaussian_integral
 
 _LOG_2PI = np.log(2.0 * np.pi)
 
@@ -661,8 +662,11 @@ class Likelihood(Component, family="likelihood"):
     def log_predictive(self, f_mean, f_var, y):
         """log p(y* | x*) = log E_N(f*|f_mean,f_var)[p(y* | f*)].
 
-        The default sums the :meth:`expectation_rule` in log space,
-        log sum_k exp(log w_k + log p(y | f_k)), so that a confident miss stays finite.
+        The default integrates the density by a rule centred on the tilted mode of
+        p(y | f) N(f | f_mean, f_var) and spread out to the prior's scale, summed in log space
+        (:func:`gpdsl.likelihoods.density_integrals.log_gaussian_integral`: within 1e-11
+        relative of 30-digit quadrature for likelihoods far narrower or wider than the latent sd,
+        latent variances 1e-4 to 1e4), so that a confident miss stays finite.
 
         Parameters
         ----------
@@ -683,10 +687,7 @@ class Likelihood(Component, family="likelihood"):
         y = np.broadcast_to(np.asarray(y, dtype=float), f_mean.shape)
         out = np.empty(f_mean.shape)
         for rows in row_slices(f_mean.size, _EXPECTATION_BLOCK_ROWS):
-            f, weights, _ = self.expectation_rule(y[rows], f_mean[rows], f_var[rows])
-            with np.errstate(divide="ignore"):
-                log_weights = np.log(np.broadcast_to(weights, f.shape))
-            out[rows] = special.logsumexp(log_weights + self.log_density(y[rows, None], f), axis=1)
+            out[rows] = log_gaussian_integral(self, y[rows], f_mean[rows], f_var[rows])
         return out
 
     def sample(self, f, rng):
