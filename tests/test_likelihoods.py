@@ -562,3 +562,107 @@ def test_default_log_predictive_at_a_point_mass(minimal_likelihoods):
     m, y = np.array([0.4, 1e8]), np.array([0.1, 1e8 + 0.2])
     for v in (np.zeros(2), np.array([0.0, 1e-30])):
         np.testing.assert_allclose(lik.log_predictive(m, v, y), lik.log_density(y, m), rtol=1e-13)
+
+
+# -- the density rule: helpers, mixins, variants ---------------------------------------------------
+def test_a_subclass_that_redefines_a_density_helper_runs_the_defaults():
+    """A subclass that changes the density through a helper of ``density_functions``
+    (NegativeBinomial._terms, StudentT._params, Gaussian._variance, Categorical._log_probabilities)
+    keeps the parent's log density and derivatives (written through the helper) but none of the
+    parent's closed forms: EP's sites, predictions, Gaussian noise; its log predictive is then the
+    quadrature of its own density."""
+    from dataclasses import dataclass
+
+    L = gd.likelihoods
+
+    @dataclass(frozen=True, eq=False)
+    class DoubledRate(L.NegativeBinomial):
+        def _terms(self, y, f):
+            return super()._terms(y, f + np.log(2.0))
+
+    @dataclass(frozen=True, eq=False)
+    class WiderT(L.StudentT):
+        def _params(self):
+            nu, s = super()._params()
+            return nu, 2.0 * s
+
+    @dataclass(frozen=True, eq=False)
+    class NoisierGaussian(L.Gaussian):
+        def _variance(self):
+            return 4.0 * super()._variance()
+
+    @dataclass(frozen=True, eq=False)
+    class SharperSoftmax(L.Categorical):
+        def _log_probabilities(self, F):
+            return super()._log_probabilities(2.0 * F)
+
+    for instance, parent in ((DoubledRate(), L.NegativeBinomial), (WiderT(), L.StudentT),
+                             (NoisierGaussian(), L.Gaussian), (SharperSoftmax(3), L.Categorical)):
+        reset = type(instance).inherited_without_density()
+        assert {"predictive", "log_predictive", "sample"} <= set(reset), type(instance).__name__
+        assert set(reset.values()) == {parent.__name__}, type(instance).__name__
+        assert not instance.provides("site_model"), type(instance).__name__
+    for cls in (DoubledRate, WiderT, NoisierGaussian):
+        assert cls().provides("log_density_derivatives") and "log_density_derivatives" not in cls.inherited_without_density()
+    assert not NoisierGaussian().provides("noise") and L.Gaussian().provides("noise")
+    assert not SharperSoftmax(3).provides("variational_expectations")
+    lik = DoubledRate(dispersion=0.5).bind({"dispersion": np.array(0.5)})
+    m, v, y = 0.3, 0.4, 4.0
+    ref, _ = integrate.quad(lambda f: stats.nbinom.pmf(4, 2.0, 2.0 / (2.0 + 2.0 * np.exp(f))) * stats.norm.pdf(f, m, np.sqrt(v)),
+                            m - 12 * np.sqrt(v), m + 12 * np.sqrt(v), epsabs=1e-14, epsrel=1e-12)
+    assert lik.log_predictive(np.array([m]), np.array([v]), np.array([y]))[0] == pytest.approx(np.log(ref), rel=1e-10)
+
+
+def test_plain_mixins_are_accepted_by_the_density_rule():
+    """A plain (non-Likelihood) mixin that states a density, or one that states none, does not
+    break class creation (it raised RuntimeError: generator raised StopIteration); a mixin with
+    no density keeps its operation below a parent whose density is redefined."""
+    from dataclasses import dataclass
+
+    class UnitNormalDensity:
+        def log_density(self, y, f):
+            return -0.5 * (y - f) ** 2 - 0.5 * np.log(2 * np.pi)
+
+    class DrawsNothing:
+        def sample(self, f, rng):
+            return np.zeros_like(f)
+
+    @dataclass(frozen=True, eq=False)
+    class UnitNormal(UnitNormalDensity, gd.likelihoods.Likelihood):
+        def log_density_derivatives(self, y, f):
+            r = y - f
+            return self.log_density(y, f), r, -np.ones_like(r), np.zeros_like(r)
+
+    @dataclass(frozen=True, eq=False)
+    class Flat(DrawsNothing, gd.likelihoods.Bernoulli):
+        def log_density_derivatives(self, y, f):
+            return (np.full(np.shape(f), -np.log(2.0)),) + (np.zeros(np.shape(f)),) * 3
+
+    assert UnitNormal().provides("variational_expectations")
+    np.testing.assert_allclose(UnitNormal().log_density(np.array([1.0]), np.array([0.0])), -0.5 - 0.5 * np.log(2 * np.pi))
+    assert Flat().defines("sample") and "sample" not in Flat.inherited_without_density()
+    assert not Flat().provides("site_model") and not Flat().provides("polya_gamma")
+
+
+def test_variants_are_reset_with_the_density():
+    """A subclass that redefines its parent's density does not inherit the parent's variants
+    (Bernoulli's probit and logit: two identical instances for a cloglog subclass that ignores
+    the link): it gets ``(cls(),)`` unless it declares its own."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True, eq=False)
+    class Cloglog(gd.likelihoods.Bernoulli):
+        def log_density_derivatives(self, y, f):
+            e = np.exp(f)
+            return np.log(-np.expm1(-e)), e, e, e  # only the variants are looked at here
+
+    @dataclass(frozen=True, eq=False)
+    class CloglogWithVariants(Cloglog):
+        @classmethod
+        def variants(cls):
+            return (cls(bias=0.0), cls(bias=1.0))
+
+    assert len(Cloglog.variants()) == 1 and Cloglog.inherited_without_density()["variants"] == "Bernoulli"
+    assert not Cloglog().defines("variants") and CloglogWithVariants().defines("variants")
+    assert [v.bias for v in CloglogWithVariants.variants()] == [0.0, 1.0]
+    assert len(gd.likelihoods.Bernoulli.variants()) == 2

@@ -57,6 +57,7 @@ sweep changes.
 """
 from __future__ import annotations
 
+import inspect
 import warnings
 from functools import lru_cache
 from typing import NamedTuple
@@ -87,7 +88,8 @@ DENSITY = ("log_density", "log_density_derivatives")
 DERIVED_FROM_DENSITY = ("log_density_param_derivatives", "expectation_rule", "variational_expectations", "site_model",
                         "conditional_moments", "predictive", "log_predictive", "predictive_approximation", "sample",
                         "surrogate", "log_density_bound", "constant_model_log_likelihood", "sign_symmetric",
-                        "standardizes_targets", "observation_noise", "noise", "noise_vjp", "describe", "provides")
+                        "standardizes_targets", "observation_noise", "noise", "noise_vjp", "describe", "provides",
+                        "variants")
 
 # The defaults of count targets sum the pmf over y = 0, 1, ... in blocks (from _COUNT_BLOCK counts,
 # doubling, at most _COUNT_CELLS (row, count) cells a block) for each latent value until, past half
@@ -155,13 +157,23 @@ def gauss_hermite(points):
 
 
 def _owner(cls, name):
-    """The class of cls's MRO whose own namespace defines ``name``."""
-    return next(c for c in cls.__mro__ if name in vars(c))
+    """The class of cls's MRO whose own namespace defines ``name``, or None."""
+    return next((c for c in cls.__mro__ if name in vars(c)), None)
 
 
-def _density_owner(cls):
-    """The most derived class of cls's MRO that defines its density (either name of :data:`DENSITY`)."""
-    return min((_owner(cls, name) for name in DENSITY), key=cls.__mro__.index)
+def _density_owner(cls, names=None):
+    """The most derived class of cls's MRO that defines one of ``names`` (default: its
+    ``density_functions``, :data:`DENSITY` for a plain mixin), or None where none does."""
+    names = DENSITY + tuple(getattr(cls, "density_functions", ())) if names is None else names
+    owners = [owner for owner in (_owner(cls, name) for name in names) if owner is not None]
+    return min(owners, key=cls.__mro__.index, default=None)
+
+
+def _states_a_density(cls):
+    """Whether a class of an MRO is a likelihood that speaks for a density of its own (not the
+    base class, nor a likelihood mixin that defines none, nor a plain mixin: that is part of the
+    class it is mixed into)."""
+    return issubclass(cls, Likelihood) and _density_owner(cls) is not Likelihood
 
 
 def _qualify_expectations(output, qualify):
@@ -218,6 +230,9 @@ class Likelihood(Component, family="likelihood"):
     # How many latent functions a row's likelihood reads: 1, or K for a K-class likelihood
     # (gpdsl.likelihoods.categorical), whose operations take latent arrays (n, K).
     n_latent = 1
+    # The functions that define the density: DENSITY and the helpers they are written through
+    # (NegativeBinomial's _terms): a subclass that redefines any of them redefines the density.
+    density_functions = DENSITY
     # Operation name -> the parent whose version __init_subclass__ reset (see inherited_without_density).
     _reset_operations = {}
 
@@ -225,17 +240,24 @@ class Likelihood(Component, family="likelihood"):
         """Register the class (:class:`gpdsl.components.Component`) and reset every operation of
         :data:`DERIVED_FROM_DENSITY` that it inherits from a parent whose density it redefines to
         this class's default: an operation is kept where it is defined at or below the class that
-        defines the density in use, or above it on a class with no density of its own (a mixin
-        such as the Gaussian-noise base); ``inherited_without_density()`` lists what was reset."""
+        defines the density in use (the most derived definer of a name in ``density_functions``),
+        or above it on a class with no density of its own (a mixin such as the Gaussian-noise
+        base) or on a plain (non-Likelihood) mixin; ``inherited_without_density()`` lists what was reset.  The two
+        functions of :data:`DENSITY` are reset the same way against the most derived definer of
+        either: a subclass that redefines only a helper of ``density_functions`` keeps its
+        parent's ``log_density`` and derivatives, which are written through the helper.
+
+        Only the class statement is seen: an operation assigned to a class after it is created
+        (``Sub.log_density = ...``) resets nothing."""
         super().__init_subclass__(**kwargs)
-        density = _density_owner(cls)
+        density, stated = _density_owner(cls), _density_owner(cls, DENSITY)
         reset = {}
-        for name in DENSITY + DERIVED_FROM_DENSITY:
-            owner = _owner(cls, name)
-            if (cls.__mro__.index(owner) > cls.__mro__.index(density)
-                    and _density_owner(owner) is not Likelihood):
-                reset[name] = owner.__name__
-                setattr(cls, name, vars(Likelihood)[name])
+        for names, below in ((DENSITY, stated), (DERIVED_FROM_DENSITY, density)):
+            for name in names:
+                owner = _owner(cls, name)
+                if cls.__mro__.index(owner) > cls.__mro__.index(below) and _states_a_density(owner):
+                    reset[name] = owner.__name__
+                    setattr(cls, name, vars(Likelihood)[name])
         cls._reset_operations = {**getattr(cls, "_reset_operations", {}), **reset}
 
     @classmethod
@@ -249,7 +271,7 @@ class Likelihood(Component, family="likelihood"):
             Operation name -> the parent class that defines it for its own density.
         """
         return {name: parent for name, parent in cls._reset_operations.items()
-                if vars(Likelihood)[name] is getattr(cls, name)}
+                if vars(Likelihood)[name] is inspect.getattr_static(cls, name)}
 
     def defines(self, operation):
         """Whether this likelihood's class defines ``operation`` for its own density, rather than
@@ -269,10 +291,11 @@ class Likelihood(Component, family="likelihood"):
         ValueError
             A name that is not an operation of this interface.
         """
-        if not callable(vars(Likelihood).get(operation)):
+        default = vars(Likelihood).get(operation)
+        if not callable(getattr(default, "__func__", default)):
             raise ValueError(f"{type(self).__name__}.defines: {operation!r} is not an operation of the likelihood "
                              f"interface (e.g. one of {list(DERIVED_FROM_DENSITY[:4])})")
-        return getattr(type(self), operation) is not vars(Likelihood)[operation]
+        return inspect.getattr_static(type(self), operation) is not default
 
     def _unsupported(self, operation, name=None):
         """The NotImplementedError of an operation ``name`` (described as ``operation``) that the
@@ -294,8 +317,8 @@ class Likelihood(Component, family="likelihood"):
         density (a subclass inherits what its parent provides unless it redefines the density:
         ``__init_subclass__``); ``"variational_expectations"`` also where
         ``"log_density_derivatives"`` is (the default quadrature runs on it).  ``"noise"`` is
-        ``observation_noise``; ``"polya_gamma"`` (the Pólya-Gamma augmentation) is False unless
-        a subclass says otherwise for its own density.
+        ``observation_noise`` where the class defines ``noise``; ``"polya_gamma"`` (the
+        Pólya-Gamma augmentation) is False unless a subclass says otherwise for its own density.
 
         Parameters
         ----------
@@ -314,7 +337,7 @@ class Likelihood(Component, family="likelihood"):
             An unknown capability.
         """
         if capability == "noise":
-            return bool(self.observation_noise)
+            return bool(self.observation_noise) and self.defines("noise")
         if capability == "polya_gamma":
             return False
         if capability not in CAPABILITIES:

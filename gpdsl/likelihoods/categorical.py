@@ -230,6 +230,9 @@ class Categorical(Likelihood):
     epsilon: float = 1e-3
     classes: tuple | None = None
     target_kind = "categorical"
+    # The density is written through these (Likelihood.__init_subclass__).
+    density_functions = ("log_density", "log_density_derivatives", "class_probabilities", "_log_probabilities",
+                         "_robustmax_probability")
     ridge_cause = "the latent scale grows without bound when the classes are nearly separable"
     # Model files spell the class count K, as the guide and the docstrings do; n_classes is read too.
     file_keys = {"n_classes": "K"}

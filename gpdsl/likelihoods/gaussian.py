@@ -61,6 +61,8 @@ class Gaussian(_GaussianNoise):
 
     variance: object = 1.0
     hyperparameters = ("variance",)
+    # The density reads its variance through _variance (Likelihood.__init_subclass__).
+    density_functions = ("log_density", "log_density_derivatives", "_variance")
     # fit(standardize=True) may shift and scale the targets: y -> a + b y maps this model to
     # itself with a constant mean and variances times b^2 (gpdsl.scaling).
     standardizes_targets = True

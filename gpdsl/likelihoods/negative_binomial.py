@@ -38,6 +38,8 @@ class NegativeBinomial(Likelihood):
     dispersion: object = 1.0
     hyperparameters = ("dispersion",)
     target_kind = "count"
+    # The log pmf and its derivatives are written through _terms (Likelihood.__init_subclass__).
+    density_functions = ("log_density", "log_density_derivatives", "_terms")
     ridge_cause = ("the latent scale grows while the dispersion falls: the counts look Poisson with a rate the "
                    "kernel cannot follow smoothly")
 

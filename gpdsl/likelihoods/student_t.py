@@ -66,6 +66,8 @@ class StudentT(Likelihood):
     scale: object = 1.0
     hyperparameters = ("df", "scale")
     target_kind = "real"
+    # The density reads its df and scale through _params (Likelihood.__init_subclass__).
+    density_functions = ("log_density", "log_density_derivatives", "_params")
 
     @classmethod
     def variants(cls):
