@@ -1,5 +1,6 @@
 """The fit loop behind :meth:`gpdsl.Model.fit`: starts, L-BFGS-B and its stopping rules, the
-inducing inputs' re-selection, the subsample's finish, the fit's record and its warnings.
+inducing inputs' re-selection, the subsample's finish and the fit's record (its convergence
+warnings: :mod:`gpdsl.fit_warnings`).
 
 :func:`fit` checks the data and arguments (:mod:`gpdsl.inputs`), selects the inducing inputs,
 runs :func:`fit_at` (one L-BFGS-B fit, with restarts, at one selection: a :class:`FitResult`)
@@ -21,6 +22,7 @@ from . import backends
 from .checks import check_bool, check_positive_int
 from .components import bind
 from .diagnostics import GRADIENT_FREE_STOPS, FitDiagnostics, gradient_tolerance, largest_gradient, warn_noisy_evidence
+from .fit_warnings import local_cap_reached, warn_unconverged
 from .inducing import NoCandidateError, SelectionContext
 from .inputs import check_fit_arguments, validate_inputs, validate_offset
 from .methods.common import ConvergenceWarning, shifted
@@ -213,7 +215,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
     constant_model = offset is None and model.mean is None and _no_better_than_constant(model, y, result)
     diagnostics = _diagnostics(model, result, rounds, reinit_stop, selection, subsample_record, constant_model,
                                small_m_replaced)
-    _warn_unconverged(model, warn_noisy_evidence(model, diagnostics), result, evaluation.warm)
+    warn_unconverged(model, warn_noisy_evidence(model, diagnostics), result, evaluation.warm, X.shape[0])
     history = None
     if model.sparse and model.inducing.reinit:
         history = [{"M": int(r.Z.shape[0]), "objective": float(r.objective)} for _, r in rounds]
@@ -234,7 +236,7 @@ def _diagnostics(model, fit, rounds, reinit_stop, selection, subsample_record, c
     local = fit.evaluation.warm
     record = dict(fit.optimiser)
     caps = record.pop("caps_reached") + (["max_iter"] if record["stop_reason"] == "max_iter" else [])
-    if local is not None and not local.converged and _local_cap_reached(model, local):
+    if local is not None and not local.converged and local_cap_reached(model, local):
         caps.append("max_sweeps")
     if reinit_stop == "max_reinit":
         caps.append("max_reinit")
@@ -250,47 +252,6 @@ def _diagnostics(model, fit, rounds, reinit_stop, selection, subsample_record, c
                           small_m_replaced=small_m_replaced,
                           subsample=None if subsample_record is None else subsample_record["rows"],
                           constant_model=constant_model, evidence_rounding=getattr(fit.evaluation, "rounding", np.nan))
-
-
-def _local_cap_reached(model, local):
-    """Whether the method's local iteration stopped at its cap (else it stalled below it)."""
-    cap = next((getattr(model.inference, a) for a in ("max_sweeps", "max_iter", "q_max_iter")
-                if hasattr(model.inference, a)), None)
-    return cap is None or local.sweeps >= cap
-
-
-def _warn_unconverged(model, diagnostics, fit, local):
-    """One ConvergenceWarning for each way the fit fell short that its record holds: a ridge (not
-    for a fit already flagged as the constant model, which its own warning explains), the
-    optimiser's stop, the final gradient, the local iteration.  A cap of the reinit loop or the
-    selection warns where it is reached (``_reinit_loop``, the inducing spec)."""
-    name = type(model.inference).__name__
-    if diagnostics.ridge is not None and not diagnostics.constant_model:
-        _warn_ridge(diagnostics.ridge, *fit.ridge_move, diagnostics.message, model.likelihood.ridge_cause)
-    stop = diagnostics.stop_reason
-    if stop in ("max_iter", "line_search") and diagnostics.ridge is None:
-        warnings.warn(f"{name}: the hyperparameter optimisation did not converge ({stop}: {diagnostics.message}); "
-                      "the result is flagged converged=False", ConvergenceWarning, stacklevel=5)
-    elif (stop not in ("max_iter", "line_search", "outer_loop") and diagnostics.ridge is None
-          and not diagnostics.converged and not diagnostics.grad_norm <= diagnostics.grad_tol):
-        # A minibatch fit's remedies are its own: the polish, and the natural steps it takes on q.
-        remedy = ("polish=True continues with the full-batch fit; where that stops short too, its natural "
-                  "steps on q may need a larger q_max_iter (SVGP) or max_iter (PolyaGamma)" if fit.minibatch
-                  else "raise max_iter, or continue with fit(..., start=post.values)")
-        warnings.warn(f"{name}: the optimiser stopped ({stop}: {diagnostics.message}) after "
-                      f"{diagnostics.optimizer_restarts} restart(s) with the gradient still large: "
-                      f"|d objective / d {diagnostics.grad_name}| = {diagnostics.grad_norm:.3g} > "
-                      f"{diagnostics.grad_tol:.3g}; the result is flagged converged=False ({remedy})",
-                      ConvergenceWarning, stacklevel=5)
-    # A minibatch run's q is the optimiser's (its flag is the stopping rule's, warned about above).
-    if local is not None and not local.converged and not fit.minibatch:
-        # ``sweeps`` counts the method's accepted local iterations (EP/QP site sweeps, c
-        # updates, natural-gradient steps): below the cap they stopped because no step could
-        # raise the objective any more, which the message must not call running out of sweeps.
-        why = (f"did not converge in {local.sweeps} sweeps" if "max_sweeps" in diagnostics.caps_reached
-               else f"stalled after {local.sweeps} accepted local updates (no step raised the objective)")
-        warnings.warn(f"{name} {why} (tol {model.inference.tol:g}); the result is flagged converged=False",
-                      ConvergenceWarning, stacklevel=5)
 
 
 def _probe_small_m(model, X, y, rounds, *, fixed, seed, max_iter, offset):
@@ -682,17 +643,6 @@ def _stop_reason(result):
     if result.status == 0:
         return "gradient" if "GRADIENT" in result.message.upper() else "objective_change"
     return "line_search"
-
-
-def _warn_ridge(name, start, end, how, cause):
-    """One ConvergenceWarning for a run that ended (``how``) with hyperparameter ``name`` run away
-    from ``start`` to ``end``; ``cause`` is the likelihood's usual one (``Likelihood.ridge_cause``)."""
-    prior = ("gd.priors.LogNormal(0.0, 2.0)" if start > 0 and end > 0
-             else "gd.priors.ScipyPrior(scipy.stats.norm(0.0, 3.0), initial=0.0)")
-    warnings.warn(f"L-BFGS-B stopped on an evidence ridge ({how}): {name} ran from {start:.3g} to {end:.3g} "
-                  f"while the objective barely changed, and would keep running: {cause}. The fit is usable; to "
-                  f"pin {name} down put a prior on it, e.g. {name.split('.')[-1]}={prior} (flagged ridge={name!r})",
-                  ConvergenceWarning, stacklevel=6)
 
 
 def _random_start(table, u0, X, rng):

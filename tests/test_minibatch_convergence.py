@@ -7,8 +7,8 @@ stopped far below the full-batch optimum with ``converged=True`` and no warning.
 confirmed by the full objective's gradient from one pass over the data
 (:func:`gpdsl.methods.stochastic.full_pass_check`), tested against the full-batch tolerance
 (:func:`gpdsl.diagnostics.gradient_tolerance`); where it is not small, a full-batch polish
-(L-BFGS-B with q at its optimum, ``polish=True``, the default) continues from there, and a fit
-still short of it warns and is flagged ``converged=False``.
+(L-BFGS-B with q at its optimum; ``polish=True``, or the default ``"auto"`` at most 2,000 rows)
+continues from there, and a fit still short of it warns and is flagged ``converged=False``.
 
 Finding 7: minibatch Pólya-Gamma (logit) and minibatch SVGP with NegativeBinomial on 2,000 rows of
 X uniform on [-3, 3] raised "standardise X and y": a minibatch step at a long length-scale met
@@ -225,13 +225,58 @@ def test_well_scaled_data_fit_without_a_scale_error(case):
 
 @pytest.mark.parametrize("cls, batch", [(gd.inference.SVGP, "batch_size"), (gd.inference.PolyaGamma, "minibatch")])
 def test_polish_is_validated_and_round_trips(cls, batch):
-    """``polish``: default True, a TypeError naming the class for a non-bool, kept through a model
-    file's dict."""
-    assert cls().polish is True
-    with pytest.raises(TypeError, match=f"{cls.__name__}: polish must be True or False"):
+    """``polish``: default "auto", True, False or "auto" else a TypeError / ValueError naming the
+    class, each kept through a model file's dict and through TOML; a dict written before the option
+    existed (no ``polish`` key) reads as the default."""
+    assert cls().polish == "auto"
+    with pytest.raises(TypeError, match=f"{cls.__name__}: polish must be True, False or 'auto', got 1"):
         cls(**{batch: 32}, polish=1)
-    declared = cls(**{batch: 64}, polish=False)
-    assert spec.component_from_dict("inference", spec.component_to_dict(declared)) == declared
+    with pytest.raises(ValueError, match=f"{cls.__name__}: polish must be True, False or 'auto', got 'always'"):
+        cls(**{batch: 32}, polish="always")
+    for polish in (True, False, "auto"):
+        declared = cls(**{batch: 64}, polish=polish)
+        written = spec.component_to_dict(declared)
+        assert written["polish"] == polish
+        assert spec.component_from_dict("inference", written) == declared
+        model = gd.Model(SE(), gd.likelihoods.Bernoulli("logit"), gd.inducing.KMeans(8), declared)
+        assert gd.Model.from_toml(model.to_toml()).inference.polish == polish
+    old = spec.component_to_dict(cls(**{batch: 64}))
+    del old["polish"]
+    assert spec.component_from_dict("inference", old) == cls(**{batch: 64})
+
+
+def test_auto_polishes_by_rows():
+    """``polish="auto"`` polishes a fit of at most POLISH_AUTO_MAX_ROWS rows (the measured threshold
+    of the module docstring, 2,000), True and False whatever N."""
+    n_max = stochastic.POLISH_AUTO_MAX_ROWS
+    assert n_max == 2000
+    auto, on, off = (gd.inference.SVGP(batch_size=64, polish=p) for p in ("auto", True, False))
+    assert stochastic.polishes(auto, n_max) and not stochastic.polishes(auto, n_max + 1)
+    assert all(stochastic.polishes(on, n) and not stochastic.polishes(off, n) for n in (10, n_max + 1, 10**7))
+
+
+def test_above_the_rows_auto_checks_without_polishing_and_says_how_to_converge(monkeypatch):
+    """Above POLISH_AUTO_MAX_ROWS (lowered here to 500 so that the issue's 1,000-row constant-mean
+    fit is above it) ``polish="auto"`` still confirms the stop by the full pass but does not
+    polish: the fit ends where polish=False ends (the same steps: the same hyperparameters), flagged
+    converged=False, and the warning names the three ways to a converged fit (polish=True, the
+    full-batch method, a longer stop_window) and why the polish did not run."""
+    monkeypatch.setattr(stochastic, "POLISH_AUTO_MAX_ROWS", 500)
+    X, y = _offset_data()
+    with pytest.warns(gd.ConvergenceWarning, match="gradient still large") as caught:
+        post = _mean_model().fit(X, y)
+    text = " ".join(str(w.message) for w in caught)
+    for remedy in ("polish=True continues with the full-batch fit", "polish='auto' skips it above 500 rows, here 1,000",
+                   "SVGP(batch_size=None)", "a longer stop_window"):
+        assert remedy in text
+    d = post.diagnostics
+    assert d.stop_reason == "stochastic_rule" and not post.converged and "full-batch polish" not in d.message
+    assert d.grad_tol == gradient_tolerance(X.shape[0]) and d.grad_norm > d.grad_tol
+    with pytest.warns(gd.ConvergenceWarning, match="polish=False"):
+        unpolished = _mean_model(polish=False).fit(X, y)
+    assert post.values.keys() == unpolished.values.keys()
+    for key in post.values:
+        np.testing.assert_array_equal(post.values[key], unpolished.values[key])
 
 
 def test_the_full_pass_runs_as_dask_tasks():

@@ -106,8 +106,11 @@ class PolyaGamma(Inference):
     # noise).  A window of 200 steps is 10 blocks of 20, longer than q's memory of 1 / natural_step.
     stop_tol: float = 1e-3
     stop_window: int = 200
-    polish: bool = True
+    polish: bool | str = "auto"
     inducing_rule = "required"
+    # The options the minibatch remedies name (gpdsl.methods.stochastic.remedy).
+    batch_option = "minibatch"
+    q_steps_option = "max_iter"
     # The Pólya-Gamma augmentation exists for the logistic link only (and, with the Poisson one,
     # for K classes under the logistic softmax).
     requires = "polya_gamma"

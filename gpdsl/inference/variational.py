@@ -222,7 +222,8 @@ class SVGP(_Variational):
     taken, which warns ``gd.ConvergenceWarning`` and flags the result converged=False; the
     posterior is then the full-batch bound (``log_evidence``) and prediction at that q, one
     O(N M^2) pass.  A stop of the rule is confirmed by the full objective's gradient from one
-    pass over the data, and polished by the full-batch fit where that is not small (``polish``).
+    pass over the data, and polished by the full-batch fit where that is not small and N is at
+    most 2,000 rows (``polish``).
     Needs ``q_updates="natural"``.
     """ + _Q_PARAMETERS + """chunk_size : int or None, default None
         Rows per O(N M^2) chunk.
@@ -261,9 +262,12 @@ class SVGP(_Variational):
     stop_tol: float = 1e-3
     stop_window: int = 200
     one_pass: bool | None = None
-    polish: bool = True
+    polish: bool | str = "auto"
     inducing_rule = "required"
     multi_latent = True
+    # The options the minibatch remedies name (gpdsl.methods.stochastic.remedy).
+    batch_option = "batch_size"
+    q_steps_option = "q_max_iter"
     _state_format = variational_state_format({"q_mu": "inducing", "q_sqrt": "q_sqrt_index"})
     # K latent functions: q_mu (M, K), q_sqrt (K, M (M + 1) / 2), one q(v_k) a class.
     _class_state_format = variational_state_format({"q_mu": ("inducing", "class"),

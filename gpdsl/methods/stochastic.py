@@ -49,16 +49,50 @@ gradient at many times the full-batch tolerance (issue 45).  So a stop of the ru
 by one pass over all N rows (:func:`full_pass_check`, chunked as every full-batch pass): the
 largest entry of the full objective's gradient, in the hyperparameters and in q, against
 :func:`gpdsl.diagnostics.gradient_tolerance` (N), the full-batch fits' tolerance.  Where it is
-larger, ``polish=True`` (the default) continues with the full-batch fit from there (L-BFGS-B on
-the bound with q moved to its optimum at every evaluation by natural steps, at most ``max_iter``
-iterations; :func:`_polish`), kept where it raised the full objective, and is confirmed again.
-The result reports the last check (``grad_norm``, ``grad_name``, ``grad_tol``; ``fun`` the
-negative full objective), so that the fit says ``converged=False`` and warns where the
-gradient is still large.  Measured (one thread): twonorm, N = 10^5 (M = 64, B = 256), the
-steps' end failed the check (1.6e3 against 100 in the length-scale), the polish took 16
-iterations and 22 s CPU against the steps' 0.7 s, and raised the bound by 865 nats (test NLPD
-.0636 to .0587); at N = 1,000 the polish of a binary Pólya-Gamma fit took 7 iterations and under
-0.1 s.  ``polish=False`` keeps the steps' end and its verdict.
+larger, ``polish=True`` continues with the full-batch fit from there (L-BFGS-B on the bound with
+q moved to its optimum at every evaluation by natural steps, at most ``max_iter`` iterations;
+:func:`_polish`), kept where it raised the full objective, and is confirmed again.  The result
+reports the last check (``grad_norm``, ``grad_name``, ``grad_tol``; ``fun`` the negative full
+objective), so that the fit says ``converged=False`` and warns where the gradient is still large
+(:func:`remedy` says what gives a converged fit).  ``polish=False`` keeps the steps' end and its
+verdict.
+
+The polish's cost.  Each of its L-BFGS-B evaluations takes q to its optimum by full-batch
+natural steps, O(N M^2) each, so it grows with N while the steps' cost does not; the check is
+one pass.  ``polish="auto"`` (the default) polishes fits of at most :data:`POLISH_AUTO_MAX_ROWS`
+rows.  Measured (``benchmarks/exp_polish_cost.py``, one thread, M = 64, B = 256; steps, check,
+polish in CPU seconds; steps taken, L-BFGS-B iterations):
+
+    ==================  =======  ============  =====  =======================
+    problem             N        steps         check  polish (iterations)
+    ==================  =======  ============  =====  =======================
+    binary Pólya-Gamma  5,000    1.22 (1000)   0.03   12.65 (17)
+    (twonorm, logit)    10,000   0.59 (460)    0.07   23.39 (20)
+                        30,000   0.57 (440)    0.16   62.26 (17)
+    SVGP Bernoulli      2,000    1.05 (620)    0.02   0.75 (15)
+    (twonorm, probit)   5,000    0.74 (520)    0.03   1.59 (14)
+                        10,000   0.72 (420)    0.10   2.07 (14)
+                        30,000   0.62 (420)    0.18   6.45 (16)
+    SVGP Poisson        2,000    0.54 (420)    0.01   0.17 (11)
+    (2-D, log link)     10,000   0.68 (420)    0.06   0.70 (9)
+                        30,000   1.24 (420)    0.14   2.13 (10)
+    SVGP Gaussian,      2,000    0.61 (420)    0.01   0.24 (26)
+    constant mean       10,000   0.73 (420)    0.03   0.58 (15)
+                        30,000   1.45 (420)    0.08   2.00 (22)
+    ==================  =======  ============  =====  =======================
+
+At 2,000 rows every polish cost less than the steps; from 5,000 on the Pólya-Gamma polish cost 10
+to 100 times the steps (its full-batch natural steps on q alternate with the closed-form c,
+about 100 passes per evaluation), and SVGP's 2 times at 5,000, 0.8 to 3 at 10^4 and 1.4 to 10
+at 3 x 10^4.  (Binary Pólya-Gamma at 2,000 rows ran out of its 1,000 steps of 256 rows before the
+rule fired: no check, no polish.)  Every polish above reached the tolerance but the constant
+mean's at 10^4 (28 against 10).  At twonorm N = 10^5 (M = 64, B = 256, SVGP) the polish took 16
+iterations and 22 s after the steps' 0.7 s and raised the bound by 865 nats (test NLPD .0636 to
+.0587).  The check alone (``--check-only``): at twonorm 10^5 (M = 64, B = 256) 0.18 to 0.26 s;
+at 10^6 (M = 128, B = 1,024, the README's speed table's rows) 4.4 to 4.8 s for probit SVGP and
+3.3 to 3.8 s for Pólya-Gamma, more than their steps' 2.6 to 2.8 s (one thread, two runs on a
+loaded machine), and it flagged all four fits (gradient 783 and 3.5e3 against 100 at 10^5,
+2.0e3 and 1.1e4 against 10^3 at 10^6).
 """
 from __future__ import annotations
 
@@ -81,6 +115,9 @@ STOP_BLOCKS = 10
 # Standard errors within which a change of the smoothed objective is taken for batch noise (a
 # two-sided test at about 95 %).
 STOP_Z = 2.0
+# polish="auto" polishes a fit of at most this many rows (the module docstring's measurements: at
+# 2,000 rows every polish cost less than the steps; from 5,000 Pólya-Gamma's cost 10 times them).
+POLISH_AUTO_MAX_ROWS = 2000
 
 
 def window_change(trail, window):
@@ -128,6 +165,53 @@ def _cap_message(trail, max_iter, window):
             f"changing by {100.0 * change / half:.3g} nats per 100 steps, between the two halves of the run)")
 
 
+def polishes(spec, n):
+    """Whether a minibatch fit of ``n`` rows continues with the full-batch polish where its
+    confirming pass finds the gradient large: ``spec.polish`` where it is True or False; for
+    ``"auto"``, where ``n`` is at most :data:`POLISH_AUTO_MAX_ROWS`.
+
+    Parameters
+    ----------
+    spec : gpdsl.inference.SVGP or gpdsl.inference.PolyaGamma
+        The declaration (its ``polish``).
+    n : int
+        The fit's rows.
+
+    Returns
+    -------
+    bool
+    """
+    return spec.polish if isinstance(spec.polish, bool) else n <= POLISH_AUTO_MAX_ROWS
+
+
+def remedy(spec, n):
+    """What gives a converged fit where a minibatch fit of ``n`` rows ended with the full
+    objective's gradient above the tolerance: the polish (where it did not run), the full-batch
+    method, more steps; for the unconverged-fit warning.
+
+    Parameters
+    ----------
+    spec : gpdsl.inference.SVGP or gpdsl.inference.PolyaGamma
+        The declaration.
+    n : int
+        The fit's rows.
+
+    Returns
+    -------
+    str
+    """
+    name, batch = type(spec).__name__, spec.batch_option
+    full_batch = f"the full-batch method ({name}({batch}=None)) fits the same bound with L-BFGS-B"
+    steps = "a longer stop_window takes more steps before the stopping rule can fire"
+    if polishes(spec, n):
+        return (f"the full-batch polish stopped short too: its natural steps on q may need a larger "
+                f"{spec.q_steps_option}; or {full_batch}")
+    skipped = (f"polish='auto' skips it above {POLISH_AUTO_MAX_ROWS:,} rows, here {n:,}, since its full-batch "
+               "passes cost many times the steps" if spec.polish == "auto" else "polish=False")
+    return (f"polish=True continues with the full-batch fit from the steps' end ({skipped}); or {full_batch}; "
+            f"or {steps}")
+
+
 def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, expectations=None, one_pass=False):
     """Minibatch steps from ``u0`` on ``objective`` (gpdsl.model's objective: its parameter table,
     data, Z and warm start) until the stopping rule of the module docstring fires or ``max_iter``
@@ -135,7 +219,8 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
 
     ``spec``: the inference declaration, read for ``batch_size``, ``seed``, ``natural_step``,
     ``learning_rate``, ``jitter``, ``stop_tol``, ``stop_window`` and ``polish`` (its class names
-    it in errors); a stop of the rule is confirmed and polished as the module docstring says.  ``likelihood``: what the batch's expected log-likelihood is integrated by (its
+    it in errors); a stop of the rule is confirmed, and polished where :func:`polishes` says, as
+    the module docstring says.  ``likelihood``: what the batch's expected log-likelihood is integrated by (its
     ``variational_expectations``); None: the model's likelihood.  ``one_pass``: each step's
     gradient is taken at the q it starts from, one pass over the batch, rather than at the q it
     moves to (see :func:`gpdsl.methods.svgp.minibatch_step`).
@@ -254,7 +339,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
     else:
         check = full_pass_check(objective, result.x, q, full_batch, expectations)
         result.message += f"; {check.describe()} at the steps' end"
-        if spec.polish and not check.largest <= check.tolerance:
+        if polishes(spec, n) and not check.largest <= check.tolerance:
             u_polished, q_polished, iterations, how = _polish(objective, result.x, q, full_batch, expectations,
                                                               max_iter, progress, callback, steps=step)
             polished = full_pass_check(objective, u_polished, q_polished, full_batch, expectations)

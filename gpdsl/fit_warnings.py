@@ -1,0 +1,95 @@
+"""The convergence warnings of :func:`gpdsl.fitting.fit`: one ``ConvergenceWarning`` for each
+way a fit fell short that its record (:class:`gpdsl.diagnostics.FitDiagnostics`) holds."""
+from __future__ import annotations
+
+import warnings
+
+from .methods import stochastic
+from .methods.common import ConvergenceWarning
+
+
+def local_cap_reached(model, local):
+    """Whether the method's local iteration stopped at its cap (else it stalled below it).
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+        Its inference method's cap (``max_sweeps``, ``max_iter`` or ``q_max_iter``) is read.
+    local : object
+        The method's local state at the optimum (``sweeps``).
+
+    Returns
+    -------
+    bool
+    """
+    cap = next((getattr(model.inference, a) for a in ("max_sweeps", "max_iter", "q_max_iter")
+                if hasattr(model.inference, a)), None)
+    return cap is None or local.sweeps >= cap
+
+
+def warn_unconverged(model, diagnostics, fit, local, n):
+    """One ConvergenceWarning for each way the fit fell short that its record holds: a ridge (not
+    for a fit already flagged as the constant model, which its own warning explains), the
+    optimiser's stop, the final gradient, the local iteration.  A cap of the reinit loop or the
+    selection warns where it is reached (``gpdsl.fitting._reinit_loop``, the inducing spec).
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+    diagnostics : gpdsl.diagnostics.FitDiagnostics
+        The fit's record.
+    fit : gpdsl.fitting.FitResult
+        The kept round.
+    local : object or None
+        The method's local state at the optimum (``sweeps``, ``converged``).
+    n : int
+        The fit's rows (a minibatch fit's remedies depend on it: :func:`gpdsl.methods.stochastic.remedy`).
+    """
+    name = type(model.inference).__name__
+    if diagnostics.ridge is not None and not diagnostics.constant_model:
+        warn_ridge(diagnostics.ridge, *fit.ridge_move, diagnostics.message, model.likelihood.ridge_cause)
+    stop = diagnostics.stop_reason
+    if stop in ("max_iter", "line_search") and diagnostics.ridge is None:
+        warnings.warn(f"{name}: the hyperparameter optimisation did not converge ({stop}: {diagnostics.message}); "
+                      "the result is flagged converged=False", ConvergenceWarning, stacklevel=5)
+    elif (stop not in ("max_iter", "line_search", "outer_loop") and diagnostics.ridge is None
+          and not diagnostics.converged and not diagnostics.grad_norm <= diagnostics.grad_tol):
+        # A minibatch fit's remedies are its own: the polish, the full-batch method, more steps.
+        remedy = (stochastic.remedy(model.inference, n) if fit.minibatch
+                  else "raise max_iter, or continue with fit(..., start=post.values)")
+        warnings.warn(f"{name}: the optimiser stopped ({stop}: {diagnostics.message}) after "
+                      f"{diagnostics.optimizer_restarts} restart(s) with the gradient still large: "
+                      f"|d objective / d {diagnostics.grad_name}| = {diagnostics.grad_norm:.3g} > "
+                      f"{diagnostics.grad_tol:.3g}; the result is flagged converged=False ({remedy})",
+                      ConvergenceWarning, stacklevel=5)
+    # A minibatch run's q is the optimiser's (its flag is the stopping rule's, warned about above).
+    if local is not None and not local.converged and not fit.minibatch:
+        # ``sweeps`` counts the method's accepted local iterations (EP/QP site sweeps, c
+        # updates, natural-gradient steps): below the cap they stopped because no step could
+        # raise the objective any more, which the message must not call running out of sweeps.
+        why = (f"did not converge in {local.sweeps} sweeps" if "max_sweeps" in diagnostics.caps_reached
+               else f"stalled after {local.sweeps} accepted local updates (no step raised the objective)")
+        warnings.warn(f"{name} {why} (tol {model.inference.tol:g}); the result is flagged converged=False",
+                      ConvergenceWarning, stacklevel=5)
+
+
+def warn_ridge(name, start, end, how, cause):
+    """One ConvergenceWarning for a run that ended on an evidence ridge.
+
+    Parameters
+    ----------
+    name : str
+        The hyperparameter that ran away.
+    start, end : float
+        Its value at the start and at the end of the run.
+    how : str
+        How the run ended (the optimiser's message).
+    cause : str
+        The likelihood's usual cause (``Likelihood.ridge_cause``).
+    """
+    prior = ("gd.priors.LogNormal(0.0, 2.0)" if start > 0 and end > 0
+             else "gd.priors.ScipyPrior(scipy.stats.norm(0.0, 3.0), initial=0.0)")
+    warnings.warn(f"L-BFGS-B stopped on an evidence ridge ({how}): {name} ran from {start:.3g} to {end:.3g} "
+                  f"while the objective barely changed, and would keep running: {cause}. The fit is usable; to "
+                  f"pin {name} down put a prior on it, e.g. {name.split('.')[-1]}={prior} (flagged ridge={name!r})",
+                  ConvergenceWarning, stacklevel=6)
