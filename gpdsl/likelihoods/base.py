@@ -68,7 +68,7 @@ from scipy import special
 from ..chunks import row_slices
 from ..components import Component, qualify_keys
 from ..inputs import validate_targets
-from .density_integrals import log_gaussian_integral
+from .density_integrals import count_draws, count_moments, log_gaussian_integral
 
 _LOG_2PI = np.log(2.0 * np.pi)
 
@@ -91,20 +91,12 @@ DERIVED_FROM_DENSITY = ("log_density_param_derivatives", "expectation_rule", "va
                         "standardizes_targets", "observation_noise", "noise", "noise_vjp", "describe", "provides",
                         "variants")
 
-# The defaults of count targets sum the pmf over y = 0, 1, ... in blocks (from _COUNT_BLOCK counts,
-# doubling, at most _COUNT_CELLS (row, count) cells a block) for each latent value until, past half
-# the mass, a block adds less than _COUNT_TAIL of the sum (not "until the sum is 1 - tail": summed
-# pmfs over thousands of counts are 1 only to ~1e-12), up to _COUNT_LIMIT counts; a sum then more
-# than _COUNT_NORMALISED from 1 is a pmf that is not normalised, and refused.
-_COUNT_BLOCK = 64
-_COUNT_CELLS = 1 << 22
-_COUNT_TAIL = 1e-14
-_COUNT_NORMALISED = 1e-6
-_COUNT_LIMIT = 1_000_000
-# The default predictive of counts leaves out the Gauss-Hermite nodes of weight below this (|x| > 9.4
-# of the 100-point rule): their share of E[y] = E[e^f]-like moments is below 1e-14 for latent sds up
-# to 1, and their latent values would need counts to e^(m + 18.8 sd).
-_NEGLIGIBLE_WEIGHT = 1e-20
+# The default predictive of counts: the Gauss-Hermite rule in f of a row is the smallest of these
+# (nodes, largest latent sd) that holds its sd, else ``quadrature_points``: each integrates
+# E[e^f] and E[e^2f] (the log link's moments, the fastest-growing of the usual links) to 1e-15
+# relative within its sd (20 nodes are 6e-8 off in E[e^2f] at sd 2), with fewer nodes (latent
+# values) to sum pmfs at, and nearer the mean (the 100-point rule's reach 18.9 sds).
+_COUNT_RULES = ((20, 1.0), (32, 2.0))
 
 
 class SiteModel(NamedTuple):
@@ -579,8 +571,9 @@ class Likelihood(Component, family="likelihood"):
         """E[y | f] and Var[y | f], elementwise: what the default :meth:`predictive` integrates
         over f for ``y_mean`` / ``y_var``.  The default derives them from the density where the
         targets' support is known (``target_kind`` "binary": the two codes of
-        :meth:`prepare_targets`; "count": sums over y = 0, 1, ... until the mass left is below
-        1e-12); real-valued targets need a subclass to define it.
+        :meth:`prepare_targets`; "count": sums of the pmf over the counts that hold its mass,
+        :func:`gpdsl.likelihoods.density_integrals.count_moments`); real-valued targets need a
+        subclass to define it.
 
         Parameters
         ----------
@@ -594,8 +587,8 @@ class Likelihood(Component, family="likelihood"):
         Raises
         ------
         NotImplementedError
-            For targets of another kind, or a count pmf that does not sum to 1 (to 1e-6) within
-            10^6 counts.
+            For targets of another kind, or a count pmf whose mass lies beyond 2^40 counts or
+            that does not sum to 1 (to 1e-6) there.
         """
         self._one_latent("E[y | f] and Var[y | f]", "conditional_moments")
         f = np.asarray(f, dtype=float)
@@ -604,41 +597,12 @@ class Likelihood(Component, family="likelihood"):
             p = np.exp(self.log_density(np.full(f.shape, positive), f))
             return negative + p * (positive - negative), p * (1.0 - p) * (positive - negative) ** 2
         if self.target_kind == "count":
-            flat = f.ravel()
-            moments = np.zeros((3, flat.size))
-            for rows in row_slices(flat.size, _EXPECTATION_BLOCK_ROWS):
-                part = moments[:, rows]
-                for active, counts, pmf in self._count_pmf(flat[rows]):
-                    part[:, active] += (pmf.sum(axis=1), pmf @ counts, pmf @ (counts * counts))
-            mean = moments[1] / moments[0]
-            return mean.reshape(f.shape), np.maximum(moments[2] / moments[0] - mean * mean, 0.0).reshape(f.shape)
+            mean, var, failure = count_moments(self, f.ravel())
+            if failure is not None:
+                raise self._unsupported(f"count moments by summation ({failure})", "conditional_moments")
+            return mean.reshape(f.shape), var.reshape(f.shape)
         raise self._unsupported("E[y | f] and Var[y | f] for real-valued targets (the y_mean and y_var of "
                                 "Posterior.predict need them)", "conditional_moments")
-
-    def _count_pmf(self, f):
-        """Blocks (active (a,), counts (C,), pmf (a, C)) of p(y | f_n) over y = 0, 1, ... for the
-        rows ``active`` of f (shape (n,)) whose sum has not yet converged (_COUNT_TAIL)."""
-        mass, active = np.zeros(f.size), np.arange(f.size)
-        start, block = 0, _COUNT_BLOCK
-        while active.size:
-            if start >= _COUNT_LIMIT:
-                short = active[np.argmin(mass[active])]
-                raise self._unsupported(f"count moments or draws by summation: p(y | f) over y = 0..{start - 1} sums "
-                                        f"to {mass[short]:.6g} at f = {f[short]:.6g}, not 1", "conditional_moments")
-            counts = np.arange(start, start + block, dtype=float)
-            pmf = np.exp(self.log_density(counts[None, :], f[active, None]))
-            yield active, counts, pmf
-            added = pmf.sum(axis=1)
-            mass[active] += added
-            done = (mass[active] >= 0.5) & (added <= _COUNT_TAIL * mass[active])
-            off = done & (np.abs(mass[active] - 1.0) > _COUNT_NORMALISED)
-            if off.any():
-                bad = active[off][0]
-                raise self._unsupported(f"count moments or draws by summation: p(y | f) over y = 0..{start + block - 1} "
-                                        f"sums to {mass[bad]:.6g} at f = {f[bad]:.6g}, not 1", "conditional_moments")
-            active = active[~done]
-            start += block
-            block = max(_COUNT_BLOCK, min(2 * block, _COUNT_CELLS // max(active.size, 1)))
 
     def predictive(self, f_mean, f_var):
         """Predictive summaries of y* under f* ~ N(f_mean, f_var).
@@ -646,8 +610,11 @@ class Likelihood(Component, family="likelihood"):
         The default: ``p`` = p(y* = 1) = exp(:meth:`log_predictive`) for binary targets
         (``target_kind`` "binary"); otherwise ``y_mean`` = E[E[y | f]] and
         ``y_var`` = E[Var[y | f]] + Var[E[y | f]] over the ``quadrature_points`` Gauss-Hermite
-        rule in f, from :meth:`conditional_moments`.  Where those are not given (real-valued
-        targets and no ``conditional_moments``) it warns and returns no summary of y, so that
+        rule in f, from :meth:`conditional_moments`; for counts without them, from pmfs summed at
+        the nodes of a rule sized to the row's latent sd (:data:`_COUNT_RULES`), NaN with a
+        warning for rows where that fails (a log-link pmf under latent sds above ~2 needs counts
+        beyond 2^40).  Where those are not given (real-valued targets and no
+        ``conditional_moments``) it warns and returns no summary of y, so that
         ``Posterior.predict`` reports f alone.
 
         Parameters
@@ -672,15 +639,47 @@ class Likelihood(Component, family="likelihood"):
                           "real-valued targets, nor predictive: the prediction reports f only (no y_mean, y_var)",
                           UserWarning, stacklevel=3)
             return {}
-        nodes, weights = gauss_hermite(self.quadrature_points)
-        if not self.defines("conditional_moments"):
-            # Summed counts: the nodes of negligible weight would only ask for ever more counts.
-            keep = weights >= _NEGLIGIBLE_WEIGHT
-            nodes, weights = nodes[keep], weights[keep] / np.sum(weights[keep])
+        if self.defines("conditional_moments"):
+            return self._predictive_moments(f_mean, f_var, self.conditional_moments, self.quadrature_points)
+        return self._count_predictive(f_mean, f_var)
+
+    def _predictive_moments(self, f_mean, f_var, moments, points):
+        """y_mean = E[E[y | f]] and y_var = E[Var[y | f]] + Var[E[y | f]] over the ``points``-node
+        Gauss-Hermite rule in f, from ``moments(f) -> (mean, var)``."""
+        nodes, weights = gauss_hermite(points)
         f = f_mean[:, None] + np.sqrt(np.maximum(f_var, 0.0))[:, None] * nodes[None, :]
-        mean, var = self.conditional_moments(f)
+        mean, var = moments(f)
         y_mean = mean @ weights
         return {"y_mean": y_mean, "y_var": var @ weights + (mean - y_mean[:, None]) ** 2 @ weights}
+
+    def _count_predictive(self, f_mean, f_var):
+        """The predictive of counts by summed pmfs (:meth:`_predictive_moments` over
+        :func:`gpdsl.likelihoods.density_integrals.count_moments`, rows grouped by the rule
+        their latent sd needs, :data:`_COUNT_RULES`); a row whose rule reaches a latent value
+        where the summation fails gets NaN, and a warning says where and why."""
+        sd = np.sqrt(np.maximum(f_var, 0.0))
+        rule = np.searchsorted(np.array([limit for _, limit in _COUNT_RULES]), sd)
+        out = {"y_mean": np.empty(f_mean.shape), "y_var": np.empty(f_mean.shape)}
+        failures = []
+
+        def moments(f):
+            mean, var, failure = count_moments(self, f.ravel())
+            failures.append(failure)
+            return mean.reshape(f.shape), var.reshape(f.shape)
+
+        for k, points in enumerate([q for q, _ in _COUNT_RULES] + [self.quadrature_points]):
+            rows = np.flatnonzero(rule == k)
+            for block in row_slices(rows.size, _EXPECTATION_BLOCK_ROWS):
+                part = self._predictive_moments(f_mean[rows[block]], f_var[rows[block]], moments, points)
+                for key in out:
+                    out[key][rows[block]] = part[key]
+        failed = [failure for failure in failures if failure is not None]
+        if failed:
+            warnings.warn(f"{type(self).__name__}: the predictive y_mean and y_var of "
+                          f"{int(np.sum(np.isnan(out['y_mean'])))} of {f_mean.size} rows are NaN: they sum the pmf over "
+                          f"counts and {failed[0]} (define conditional_moments(f), E[y | f] and Var[y | f], or "
+                          "predictive)", UserWarning, stacklevel=3)
+        return out
 
     def log_predictive(self, f_mean, f_var, y):
         """log p(y* | x*) = log E_N(f*|f_mean,f_var)[p(y* | f*)].
@@ -745,21 +744,9 @@ class Likelihood(Component, family="likelihood"):
             p = np.exp(self.log_density(np.full(f.shape, positive), f))
             return np.where(rng.uniform(size=f.shape) < p, positive, negative)
         if self.target_kind == "count":
-            flat, u = f.ravel(), rng.uniform(size=f.size)
-            draws = np.empty(flat.size)
-            for rows in row_slices(flat.size, _EXPECTATION_BLOCK_ROWS):
-                cdf, left, last = np.zeros(rows.stop - rows.start), np.ones(rows.stop - rows.start, dtype=bool), draws[rows]
-                for active, counts, pmf in self._count_pmf(flat[rows]):
-                    running = cdf[active, None] + np.cumsum(pmf, axis=1)
-                    reached = running > u[rows][active, None]
-                    done = left[active] & reached.any(axis=1)
-                    last[active[done]] = counts[np.argmax(reached[done], axis=1)]
-                    left[active[done]] = False
-                    # A uniform draw above the mass summed (to rounding, 1): the last count summed.
-                    last[active[left[active]]] = counts[-1]
-                    cdf[active] = running[:, -1]
-                    if not left.any():
-                        break
+            draws, failure = count_draws(self, f.ravel(), rng.uniform(size=f.size))
+            if failure is not None:
+                raise self._unsupported(f"count draws by summation ({failure})", "sample")
             return draws.reshape(f.shape)
         raise self._unsupported("sampling of real-valued targets (draws of y given f: the posterior_predictive "
                                 "group of to_inference_data needs it)", "sample")

@@ -1,6 +1,7 @@
 """Integrals of a likelihood's density that the defaults of :class:`gpdsl.likelihoods.Likelihood`
 compute from the density alone: log E_N(f|m,v)[p(y | f)] by a rule centred on the tilted mode
-(:func:`log_gaussian_integral`).
+(:func:`log_gaussian_integral`), and the moments and draws of a count pmf by summation over the
+counts where its mass lies (:func:`count_moments`, :func:`count_draws`).
 
 Why not Gauss-Hermite on the prior: a likelihood narrower than the latent sd (Gaussian noise of sd
 0.01 under latent variance 1, a count of 1000 under N(0, 0.01), a binary label under latent
@@ -166,4 +167,254 @@ def log_gaussian_integral(likelihood, y, mean, var):
     return out
 
 
-__all__ = ["log_gaussian_integral", "tilted_mode", "composite_legendre"]
+# Counts: every latent value first sums y = 0.._COUNT_FIRST - 1 (on to _COUNT_SECOND where the pmf
+# falls by then); one whose pmf is not done there gets a window [lo, hi] around the pmf's mode, out to where log p is _COUNT_DROP below its maximum
+# (the mass beyond is below 1e-19 of it for a pmf that is log-concave in y), found by doubling and
+# bisection over counts up to _COUNT_LIMIT, and sums every h-th count of it times h, h = ceil((hi -
+# lo + 1) / _COUNT_CELLS): all of them for a window of up to _COUNT_CELLS counts, else the
+# trapezoid rule of a pmf smooth on the scale of h (about a thirtieth of its sd), whose error is of
+# order exp(-2 pi^2 (sd / h)^2).  A sum more than _COUNT_NORMALISED from 1, plus the rounding of
+# a log pmf at the window's counts (terms of size y log y, rounded to 1e-16 of that), is a pmf
+# that is not normalised (or not smooth), and refused.
+_COUNT_FIRST = 32
+_COUNT_SECOND = 512
+_COUNT_CELLS = 512
+_COUNT_DROP = 46.0
+_COUNT_LIMIT = 2 ** 40
+_COUNT_NORMALISED = 1e-6
+_COUNT_TAIL = 1e-16
+
+
+def _log_pmf(likelihood, y, f):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        lp = likelihood.log_density(y, f)
+    return np.where(np.isnan(lp), -np.inf, lp)
+
+
+def _first_counts(likelihood, f):
+    """Blocks (rows, counts, pmf (rows, C)) of p(y | f) over y = 0, 1, ...: _COUNT_FIRST counts,
+    then doubling blocks up to _COUNT_SECOND counts for the rows whose pmf falls at the end of
+    the last (its mode passed) and is not done: done where, past half its mass, it falls at the
+    last count by a ratio r and the geometric tail p_last r / (1 - r) is below 1e-16 of the mass.  The generator's
+    value is the done mask (n,)."""
+    mass, done = np.zeros(f.size), np.zeros(f.size, dtype=bool)
+    rows, start, size = np.arange(f.size), 0, _COUNT_FIRST
+    while rows.size and start < _COUNT_SECOND:
+        counts = np.arange(float(start), float(start + size))
+        log_pmf = _log_pmf(likelihood, counts[None, :], f[rows, None])
+        pmf = np.exp(log_pmf)
+        yield rows, counts, pmf
+        mass[rows] += pmf.sum(axis=1)
+        # Falling by its logs (the pmf itself underflows to 0 far below its mode).
+        with np.errstate(invalid="ignore"):
+            ratio = np.exp(log_pmf[:, -1] - log_pmf[:, -2])
+        falling = ratio < 1.0
+        done[rows] = (mass[rows] > 0.5) & falling & (pmf[:, -1] * ratio <= _COUNT_TAIL * (1.0 - ratio) * mass[rows])
+        rows = rows[~done[rows] & falling]
+        start, size = start + size, start + size
+    return done
+
+
+def _bisect(predicate, lo, hi):
+    """The smallest integer y in [lo, hi] with predicate(y, rows) True, elementwise, given that
+    it is True at hi and monotone (False then True) on [lo, hi]."""
+    lo, hi = lo.copy(), hi.copy()
+    rows = np.arange(lo.size)
+    while True:
+        open_ = rows[lo < hi]
+        if not open_.size:
+            return hi
+        mid = np.floor(0.5 * (lo[open_] + hi[open_]))
+        true = predicate(mid, open_)
+        hi[open_[true]] = mid[true]
+        lo[open_[~true]] = mid[~true] + 1.0
+
+
+def count_windows(likelihood, f):
+    """The counts [lo, hi] that hold a pmf's mass at each latent value (see the module's notes).
+
+    Parameters
+    ----------
+    likelihood : Likelihood
+        Bound, with a count ``log_density``.
+    f : ndarray, shape (n,)
+
+    Returns
+    -------
+    lo, hi : ndarray, shape (n,)
+        Float counts (0 where not found).
+    failure : ndarray of object, shape (n,)
+        None, or why no window was found: a pmf that is 0 at every count scanned, or whose mass
+        reaches beyond 2^40 counts.
+    """
+    scan = np.concatenate([[0.0], 2.0 ** np.arange(int(np.log2(_COUNT_LIMIT)) + 1)])
+    lp = _log_pmf(likelihood, scan[None, :], f[:, None])
+    k = np.argmax(lp, axis=1)
+    at = lambda y, rows: _log_pmf(likelihood, y, f[rows])  # noqa: E731
+    # The mode: the first count past which log p does not rise over a step of sqrt(y) / 4 counts,
+    # between the scan's neighbours of k (adjacent counts would differ by less than the rounding of
+    # log p near the mode of a pmf at 10^9 counts, and a pmf's sd is about sqrt(y) or more).
+    step = lambda y: np.maximum(1.0, np.floor(0.25 * np.sqrt(y)))  # noqa: E731
+    mode = _bisect(lambda y, rows: at(y + step(y), rows) <= at(y, rows), scan[np.maximum(k - 1, 0)],
+                   scan[np.minimum(k + 1, scan.size - 1)])
+    floor = at(mode, np.arange(f.size)) - _COUNT_DROP
+    # The right edge: below the floor at a scanned count above the mode, else beyond the limit.
+    beyond = (lp < floor[:, None]) & (scan[None, :] > mode[:, None])
+    failure = np.full(f.size, None, dtype=object)
+    failure[~beyond.any(axis=1)] = "its mass reaches beyond y = 2^40"
+    failure[~np.isfinite(floor)] = "it is 0 at every count scanned (0 and 2^j up to 2^40)"
+    found = failure == None  # noqa: E711
+    right = np.where(found, scan[np.argmax(beyond, axis=1)], mode)
+    floor = np.where(found, floor, np.inf)
+    hi = _bisect(lambda y, rows: at(y, rows) < floor[rows], mode, right)
+    start = at(np.zeros(f.size), np.arange(f.size)) >= floor
+    lo = np.where(start | ~found, 0.0, _bisect(lambda y, rows: at(y, rows) >= floor[rows], np.zeros(f.size), mode) - 1.0)
+    return np.maximum(lo, 0.0), np.where(found, hi, 0.0), failure
+
+
+def _failure(f, failure):
+    """The message of the first latent value with a failure, or None."""
+    bad = np.flatnonzero(failure != None)  # noqa: E711
+    return None if not bad.size else f"p(y | f) at f = {f[bad[0]]:.6g}: {failure[bad[0]]}"
+
+
+def count_moments(likelihood, f):
+    """E[y | f] and Var[y | f] of a count pmf by summation (see the module's notes), elementwise.
+
+    Parameters
+    ----------
+    likelihood : Likelihood
+        Bound, with a count ``log_density``.
+    f : ndarray, shape (n,)
+
+    Returns
+    -------
+    mean, var : ndarray, shape (n,)
+        NaN where the summation failed.
+    failure : str or None
+        Why it failed at the first latent value where it did: a pmf whose mass lies beyond 2^40
+        counts, or one that does not sum to 1 (to 1e-6) over the counts that hold its mass.
+    """
+    f = np.asarray(f, dtype=float)
+    sums, failure = np.zeros((3, f.size)), np.full(f.size, None, dtype=object)
+    blocks = _first_counts(likelihood, f)
+    while True:
+        try:
+            rows, counts, pmf = next(blocks)
+        except StopIteration as end:
+            done = end.value
+            break
+        sums[:, rows] += (pmf.sum(axis=1), pmf @ counts, pmf @ (counts * counts))
+    mass = sums[0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        first = sums[1] / mass
+        second = sums[2] / mass - first * first
+    rest = np.flatnonzero(~done)
+    if rest.size:
+        lo, hi, failure[rest] = count_windows(likelihood, f[rest])
+        step = np.maximum(1.0, np.ceil((hi - lo + 1.0) / _COUNT_CELLS))
+        y = lo[:, None] + step[:, None] * np.arange(_COUNT_CELLS)[None, :]
+        inside = y <= hi[:, None]
+        p = np.where(inside, np.exp(_log_pmf(likelihood, np.where(inside, y, lo[:, None]), f[rest, None])), 0.0)
+        # Moments about the window's middle: Var = E[(y - c)^2] - (E[y] - c)^2 without the
+        # cancellation of E[y^2] - E[y]^2 at counts of 10^9.
+        centre = np.floor(0.5 * (lo + hi))
+        d = y - centre[:, None]
+        total = p.sum(axis=1)
+        mass[rest] = step * total
+        with np.errstate(invalid="ignore", divide="ignore"):
+            shift = (p * d).sum(axis=1) / total
+            second[rest] = (p * d * d).sum(axis=1) / total - shift * shift
+        first[rest] = centre + shift
+    # The sum's own rounding: log p(y | f) of counts to y_max holds terms of size y log y (log y!,
+    # y log rate), rounded to eps of that (2e-6 nats at 10^9 counts); a pmf off by more is refused.
+    top = np.zeros(f.size)
+    if rest.size:
+        top[rest] = hi
+    tolerance = _COUNT_NORMALISED + 16.0 * np.finfo(float).eps * top * (1.0 + np.log1p(top))
+    off = (failure == None) & ~(np.abs(mass - 1.0) <= tolerance)  # noqa: E711
+    failure[off] = [f"it sums to {m:.6g} over the counts that hold its mass, not 1" for m in mass[off]]
+    bad = failure != None  # noqa: E711
+    first[bad], second[bad] = np.nan, np.nan
+    return first, np.maximum(second, 0.0), _failure(f, failure)
+
+
+def _window_draws(likelihood, f, u, lo, hi, step):
+    """Draws within the windows [lo, hi] (n,) in two levels: the bucket of ``step`` counts by the
+    window's _COUNT_CELLS buckets (each's mass ``step`` times the pmf at its middle, to about
+    (step / sd)^2 / 24 < 1e-4 of it), then the count within it by its own exact running sum."""
+    rows = np.arange(f.size)
+    j = np.arange(_COUNT_CELLS)[None, :]
+    inside = lo[:, None] + step[:, None] * j <= hi[:, None]
+    middle = np.where(inside, lo[:, None] + step[:, None] * j + np.floor(0.5 * (step[:, None] - 1.0)), lo[:, None])
+    mass = np.where(inside, step[:, None] * np.exp(_log_pmf(likelihood, middle, f[:, None])), 0.0)
+    running = np.cumsum(mass, axis=1)
+    target = u * running[:, -1]
+    bucket = np.minimum(np.sum(running <= target[:, None], axis=1), np.sum(inside, axis=1) - 1)
+    below = np.where(bucket > 0, running[rows, np.maximum(bucket - 1, 0)], 0.0)
+    first = lo + step * bucket
+    within = first[:, None] + np.arange(step.max())[None, :]
+    valid = (within < (first + step)[:, None]) & (within <= hi[:, None])
+    exact = np.cumsum(np.where(valid, np.exp(_log_pmf(likelihood, np.where(valid, within, first[:, None]), f[:, None])),
+                               0.0), axis=1)
+    # The rest of u's mass within the bucket, as a share of the bucket's exact sum.
+    bucket_mass = mass[rows, bucket]
+    share = (target - below) / np.where(bucket_mass > 0, bucket_mass, 1.0)
+    k = np.minimum(np.sum(exact <= (share * exact[:, -1])[:, None], axis=1), np.sum(valid, axis=1) - 1)
+    return first + k
+
+
+def count_draws(likelihood, f, u):
+    """Counts y with P(y' < y | f) <= u < P(y' <= y | f): draws of the pmf at f by inverting its
+    cumulative sum (the first counts, else the window's buckets, then the counts of one).
+
+    Parameters
+    ----------
+    likelihood : Likelihood
+        Bound, with a count ``log_density``.
+    f, u : ndarray, shape (n,)
+        Latent values and uniform draws.
+
+    Returns
+    -------
+    draws : ndarray, shape (n,)
+        NaN where no draw could be made.
+    failure : str or None
+        Why, at the first latent value where none could: as :func:`count_windows` says.
+    """
+    # The first counts: the draw is the first count whose running sum passes u (the sums are 1 to
+    # rounding; a u above the last sum takes the last count).
+    cdf, draws, left = np.zeros(f.size), np.zeros(f.size), np.ones(f.size, dtype=bool)
+    blocks = _first_counts(likelihood, f)
+    while True:
+        try:
+            rows, counts, pmf = next(blocks)
+        except StopIteration as end:
+            done = end.value
+            break
+        running = cdf[rows, None] + np.cumsum(pmf, axis=1)
+        passed = left[rows] & (running[:, -1] > u[rows])
+        draws[rows[passed]] = counts[np.argmax(running[passed] > u[rows[passed], None], axis=1)]
+        draws[rows[left[rows] & ~passed]] = counts[-1]
+        left[rows[passed]] = False
+        cdf[rows] = running[:, -1]
+    failure = np.full(f.size, None, dtype=object)
+    rest = np.flatnonzero(~done)
+    if rest.size:
+        lo, hi, failure[rest] = count_windows(likelihood, f[rest])
+        step = np.maximum(1.0, np.ceil((hi - lo + 1.0) / _COUNT_CELLS))
+        # Rows in groups whose (rows, counts) blocks stay below 2^22 cells.
+        order = np.argsort(step)
+        start = 0
+        while start < rest.size:
+            size = max(1, int((1 << 22) // (_COUNT_CELLS + step[order[start:]].max())))
+            group = order[start:start + size]
+            draws[rest[group]] = _window_draws(likelihood, f[rest[group]], u[rest[group]], lo[group], hi[group],
+                                               step[group])
+            start += size
+    draws[failure != None] = np.nan  # noqa: E711
+    return draws, _failure(f, failure)
+
+
+__all__ = ["log_gaussian_integral", "tilted_mode", "composite_legendre", "count_windows", "count_moments",
+           "count_draws"]
