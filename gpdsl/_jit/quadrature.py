@@ -349,9 +349,18 @@ def edge_rules(log_density, extra_terms):
 
 
 # The log-concave rule's window: from the mode out to where log q has fallen by this much
-# (e^-46 ~ 1e-20 of the peak), in steps doubling from the local sd; panels of one local sd.
+# (e^-46 ~ 1e-20 of the peak), in steps doubling from the local sd, then bisected to within the
+# local sd there; panels graded from the local sd at each end up to the one at the mode.
 CONCAVE_TAIL_LOG = 46.0
 CONCAVE_MAX_NEWTON = 200
+# A panel spans at most this many nats of g's fall at its outer edge: the 20-point rule on
+# exp(a f) over a width w errs by ~(a w)^40 / 1e72 relative, 1e-32 at a w = 10 (a Gaussian's tail at
+# 9.6 sd asks 1.04 sd, above the sd bound: no panel more there).
+CONCAVE_PANEL_FALL = 10.0
+# ... and its likelihood bends g by at most this many nats where the likelihood's curvature more
+# than doubles across it (measured: 1e-2 gives the Poisson-log tilted moments to 2e-14 of mpmath
+# for cavity variances 1 to 1e10, where 1e-3 and 1e-4 add panels and no accuracy).
+CONCAVE_PANEL_BEND = 1e-2
 
 
 def log_concave_rules(log_likelihood):
@@ -362,12 +371,17 @@ def log_concave_rules(log_likelihood):
 
     The tilted log density g(f) = log p(y | f) - (f - mu)^2 / (2 var) is concave with
     g'' <= -1/var, so it has one mode m, found by Newton's method kept inside a bracket of the
-    sign change of g' (bisection where a Newton step leaves it; before there is a bracket, steps
-    of at most 1, 2, 4, ...), to 1e-13 of the local sd
-    s = (-g''(m))^-1/2.  The window reaches from m, in steps doubling from s, to where g has
+    sign change of g' (bisection where a Newton step leaves it or does not halve the step before
+    last; before there is a bracket, steps of at most max(1, 2^-20 |mu|), doubling), to 1e-13 of
+    the local sd s = (-g''(m))^-1/2 (NaN moments if it fails).  The window reaches from m, in
+    steps doubling from s and then by bisection to within the local sd there, to where g has
     fallen by :data:`CONCAVE_TAIL_LOG` on each side (by concavity g falls monotonically
-    beyond); it is cut into equal panels no wider than s (at most :data:`MAX_PANELS`) of the
-    20-point Gauss-Legendre rule.  The sums run with g(m) subtracted and about m, so nothing
+    beyond); each side is cut into panels of the 20-point Gauss-Legendre rule, from its end in,
+    each no wider than the local sd (-g'')^-1/2 and :data:`CONCAVE_PANEL_FALL` nats of g's
+    slope at its outer edge, nor twice the panel outside it, and halved while the likelihood bends
+    g across it by more than :data:`CONCAVE_PANEL_BEND` (at most :data:`MAX_PANELS` a side), so
+    that a fall far steeper than at m (a count of 0 under a wide cavity: sd ~1 where exp(f) rises,
+    1e20 at m) is resolved.  The sums run with g(m) subtracted and about m, so nothing
     under- or overflows and the variance cancels no more than within O(s).  With ``qp`` the
     variance is QP's sigma*^2 (Zhang et al. eq. 7, the running F as in :func:`wasserstein_rule`).
     """
@@ -378,8 +392,14 @@ def log_concave_rules(log_likelihood):
         f = mu
         # Unbracketed, a step is at most ``cap``, doubled at each such step: a full Newton step
         # from the cavity can land where exp(f) overflows (Poisson-log, a count of 5e5: a step of
-        # 2.5e5 from f = 0); a few doubling steps bracket the mode and Newton ends inside.
-        cap = 1.0
+        # 2.5e5 from f = 0); a few doubling steps bracket the mode and Newton ends inside.  The cap
+        # starts at 2^-20 |mu| where that is above 1: smaller steps from mu ~ 1e19 do not move f.
+        cap = max(1.0, abs(mu) * 2.0 ** -20)
+        # Bracketed, a Newton step longer than half the step before last bisects instead (rtsafe,
+        # Numerical Recipes 9.4): from f = 587 above the mode -34 (Poisson-log, y = 0, cavity
+        # variance 3e26) Newton on -e^f + c moves 1 a step and ran out of iterations.
+        step_taken = step_before = math.inf
+        converged = False
         for _ in range(CONCAVE_MAX_NEWTON):
             _, d1, d2, _ = log_likelihood(y, f, params)
             slope = d1 - (f - mu) * inv_var
@@ -389,42 +409,111 @@ def log_concave_rules(log_likelihood):
             else:
                 hi = f
             step = -slope / curve
-            if (math.isinf(lo) or math.isinf(hi)) and not abs(step) <= cap:
+            bracketed = not (math.isinf(lo) or math.isinf(hi))
+            capped = not bracketed and not abs(step) <= cap
+            if capped:
                 step = cap if slope > 0.0 else -cap
                 cap *= 2.0
             nxt = f + step
-            if not (lo <= nxt <= hi):          # (at the mode the step is 0 and f is a bracket end)
+            # (a step to outside the bracket is no sign of the mode: where exp(f) underflows, the
+            # curvature is the cavity's alone and a step of 3e4 is 1e-13 of its sd 6e19)
+            at_mode = not capped and abs(step) <= 1e-13 / math.sqrt(-curve) and lo <= nxt <= hi
+            if not at_mode and (not (lo <= nxt <= hi) or (bracketed and abs(step) > 0.5 * step_before)):
                 nxt = 0.5 * (lo + hi)
-            if abs(nxt - f) <= 1e-13 * (1.0 + abs(f)) or abs(step) <= 1e-13 / math.sqrt(-curve):
+            step_before, step_taken = step_taken, abs(nxt - f)
+            # A capped step says nothing of the distance to the mode: from a cavity mean of 8.7e18
+            # (Poisson-log, zero counts, kernel variance ~1e40) the step of 1 was below 1e-13 |f|
+            # and ended the search at f = mu, where exp(f) overflows: log p = -inf, s = 0, no panels.
+            if at_mode or (not capped and abs(nxt - f) <= 1e-13 * (1.0 + abs(f))):
                 f = nxt
+                converged = True
                 break
             f = nxt
+        if not converged:
+            # No mode within CONCAVE_MAX_NEWTON steps (a cavity mean of ~1e300): NaN moments,
+            # which the sweeps skip as an improper site and the evidence reports as not finite.
+            return math.nan, math.nan, math.nan, math.nan
         m = f
         lp, _, d2, _ = log_likelihood(y, m, params)
         peak = lp - 0.5 * (m - mu) * (m - mu) * inv_var
         s = 1.0 / math.sqrt(inv_var - d2)
-        reach = np.empty(2)
+        # Panel edges, ascending from the left end through m to the right end; each side's cut
+        # from its end in to m, at distances ``cuts`` from m (descending to 0).
+        edges = np.empty(2 * MAX_PANELS + 1)
+        cuts = np.empty(MAX_PANELS + 1)
+        n_panels = 0
         for side in range(2):
             direction = -1.0 if side == 0 else 1.0
-            t = s
+            # Out from m, in steps doubling from s, to where g has fallen by CONCAVE_TAIL_LOG ...
+            inside, t = 0.0, s
             for _ in range(200):
                 x = m + direction * t
                 g = log_likelihood(y, x, params)[0] - 0.5 * (x - mu) * (x - mu) * inv_var
                 if not g > peak - CONCAVE_TAIL_LOG:
                     break
+                inside = t
                 t *= 2.0
-            reach[side] = t
-        a_lo, a_hi = m - reach[0], m + reach[1]
-        n_panels = panel_count(a_hi - a_lo, s)
+            # ... then by bisection until g at ``inside`` is within a nat of that: the doubling
+            # can overshoot a fall far steeper than at m by any multiple of s (a count of 0 under
+            # a cavity sd of 6e19: g falls within ~1 of f = 4, 6e19 beyond m at the first step).
+            g_inside = peak
+            for _ in range(200):
+                mid = 0.5 * (inside + t)
+                if not (g_inside > peak - CONCAVE_TAIL_LOG + 1.0 and inside < mid < t):
+                    break
+                x = m + direction * mid
+                g = log_likelihood(y, x, params)[0] - 0.5 * (x - mu) * (x - mu) * inv_var
+                if g > peak - CONCAVE_TAIL_LOG:
+                    inside, g_inside = mid, g
+                else:
+                    t = mid
+            # Panels from the end in: one over (inside, t], where g <= peak - CONCAVE_TAIL_LOG + 1,
+            # then each no wider than the local scale at its outer edge (the local sd, and
+            # CONCAVE_PANEL_FALL nats of g's slope, which grows outwards) nor twice the panel
+            # outside it, so that they grow from the end's scale (~0.15 at that fall) up to s
+            # at m; a curvature that grows inwards is the bend's test below.  The last of
+            # MAX_PANELS takes whatever is left.
+            cuts[0] = t
+            count = 0
+            width = t - inside
+            while t > 0.0:
+                if count == MAX_PANELS - 1 or not width < t:
+                    width = t
+                t -= width
+                count += 1
+                cuts[count] = t
+                x = m + direction * t
+                _, d1, d2, _ = log_likelihood(y, x, params)
+                local = 1.0 / math.sqrt(inv_var - d2)
+                fall = abs(d1 - (x - mu) * inv_var)
+                if fall * local > CONCAVE_PANEL_FALL:
+                    local = CONCAVE_PANEL_FALL / fall
+                width = min(local if count == 1 else min(2.0 * width, local), t)
+                # Halved while the likelihood's curvature more than doubles across the panel and
+                # bends g by more than CONCAVE_PANEL_BEND nats: the scale of exp(f) is 1 whatever
+                # the sd (a count of 0 under a cavity sd of 1e3: the panel of sd 267 next to the
+                # mode, where -exp(f) curves g by 7e-6, erred by 1e-10 of Z).
+                for _ in range(60):
+                    d2_in = log_likelihood(y, m + direction * (t - width), params)[2]
+                    bend = abs(d2_in - d2) * width * width
+                    if not (bend > CONCAVE_PANEL_BEND and max(abs(d2_in), abs(d2)) > 2.0 * min(abs(d2_in), abs(d2))):
+                        break
+                    width *= 0.5
+            for k in range(count + 1):
+                if side == 0:
+                    edges[k] = m - cuts[k]
+                else:
+                    edges[n_panels + k] = m + cuts[count - k]
+            n_panels += count
         nq = GL_NODES.shape[0]
-        half = 0.5 * (a_hi - a_lo) / n_panels
         s0 = s1 = s2 = e = 0.0
         cum = np.empty(n_panels * nq)
         wts = np.empty(n_panels * nq)
         q = np.empty(nq)
         total = 0.0
         for p in range(n_panels):
-            a = a_lo + 2.0 * half * p
+            a = edges[p]
+            half = 0.5 * (edges[p + 1] - a)
             for j in range(nq):
                 x = a + half * (GL_NODES[j] + 1.0)
                 lpx, _, _, dth = log_likelihood(y, x, params)
