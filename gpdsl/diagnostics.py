@@ -227,7 +227,11 @@ class FitDiagnostics:
         The fit is no better than the constant model f = 0.
     recorded_converged : bool or None
         With ``stop_reason="unrecorded"`` (a file written before this record existed), the
-        ``converged`` flag that file holds; None otherwise.
+        ``converged`` flag that file holds, which is then the answer.  With
+        ``stop_reason="stochastic_rule"`` and no ``grad_tol`` (a minibatch record written before
+        the stop was confirmed by a full pass, :attr:`unconfirmed_stop`), the ``True`` its writer
+        recorded, which is not the answer: such a fit reads as ``converged=False``.  None
+        otherwise.
     evidence_rounding : float
         An estimate of the rounding error of the reported log evidence in nats (the collapsed
         engines: :func:`gpdsl.methods.collapsed.evidence_rounding`); NaN where the method gives
@@ -267,6 +271,19 @@ class FitDiagnostics:
                                                              self.caps_reached, self.local_converged,
                                                              self.recorded_converged))
 
+    @property
+    def unconfirmed_stop(self):
+        """A minibatch stop of the stochastic rule with no full-pass check recorded (``grad_tol``
+        NaN): a record written before gpdsl confirmed such stops (issue 45), whose ``converged=True``
+        rested on the batch objective alone.  Such a record reads as ``converged=False``: nothing
+        says the fit reached the optimum.
+
+        Returns
+        -------
+        bool
+        """
+        return self.stop_reason == "stochastic_rule" and not np.isfinite(self.grad_tol)
+
     def __eq__(self, other):
         # Field by field, except that a missing gradient (NaN) equals a missing gradient.
         return isinstance(other, FitDiagnostics) and self.to_json() == other.to_json()
@@ -285,8 +302,13 @@ class FitDiagnostics:
             parts.append(f"max|grad|={self.grad_norm:.3g} (tol {self.grad_tol:.3g}"
                          + (f", {self.grad_name})" if self.grad_name else ")"))
         elif np.isfinite(self.grad_norm):
-            # A minibatch run's: Adam's smoothed batch gradient, not tested against a tolerance.
+            # A minibatch run stopped by max_iter, or an old record's: Adam's smoothed batch
+            # gradient, not tested against a tolerance.
             parts.append(f"|smoothed batch grad|={self.grad_norm:.3g}")
+        if self.unconfirmed_stop:
+            parts.append("no full-pass check recorded (written before minibatch stops were confirmed"
+                         + (", its writer said converged=True" if self.recorded_converged else "")
+                         + "): NOT confirmed converged")
         for label, value in (("restarts", self.optimizer_restarts), ("caps", ",".join(self.caps_reached)),
                              ("ridge", self.ridge), ("sweeps", self.local_sweeps), ("clamped", self.clamped_sites),
                              ("reinit", self.reinit_stop), ("small M replaced by", self.small_m_replaced),
@@ -319,7 +341,9 @@ class FitDiagnostics:
     @classmethod
     def from_json(cls, text):
         """The record :meth:`to_json` wrote; ValueError if it is not one (or ``converged`` disagrees
-        with the rule).
+        with the rule, except where an old minibatch record says True with no full-pass check:
+        that reads as ``converged=False``, its True kept in ``recorded_converged`` and a note in
+        ``message``; :attr:`unconfirmed_stop`).
 
         Parameters
         ----------
@@ -340,8 +364,16 @@ class FitDiagnostics:
         for key in ("grad_norm", "grad_tol", "evidence_rounding"):
             record[key] = float("nan") if record[key] is None else float(record[key])
         record["caps_reached"] = tuple(record["caps_reached"])
+        if (stated is True and record["stop_reason"] == "stochastic_rule" and not np.isfinite(record["grad_tol"])
+                and record["recorded_converged"] is None):
+            # Written before a stochastic-rule stop was confirmed by a full pass (its gradient
+            # test): the writer's True is kept as recorded, not believed (unconfirmed_stop).
+            record["recorded_converged"] = True
+            record["message"] = (f"{record['message']}; read from a record written before minibatch stops were "
+                                 "confirmed by a full pass over the data: no check recorded, converged=False")
         diagnostics = cls(**record)
-        if stated is not None and stated != diagnostics.converged:
+        if (stated is not None and stated != diagnostics.converged
+                and not (diagnostics.unconfirmed_stop and stated == diagnostics.recorded_converged)):
             raise ValueError(f"'converged' is {stated} but the record's fields give {diagnostics.converged}")
         return diagnostics
 

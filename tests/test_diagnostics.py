@@ -2,6 +2,7 @@
 ``converged`` is derived from it by one rule, and a fit never says "converged" with a large gradient."""
 
 import json
+import os
 import warnings
 
 import numpy as np
@@ -201,3 +202,47 @@ def test_a_constant_model_fit_gets_no_ridge_warning_on_top(monkeypatch):
         flagged = model.fit(X, y)
     assert flagged.constant_model and flagged.ridge == "kernel.variance"
     assert not any("evidence ridge" in str(w.message) for w in caught)
+
+
+# A converged minibatch fit's record as gpdsl wrote it before a stochastic-rule stop was confirmed
+# by a full pass (dc2ffb8^: "stochastic_rule" was a gradient-free stop, grad_tol NaN written as
+# null, converged true), copied from the file tests/data/old_files/minibatch_before_full_pass_check.nc.
+OLD_MINIBATCH_RECORD = (
+    '{"stop_reason": "stochastic_rule", "message": "stochastic stopping rule after 760 steps: the smoothed '
+    'objective per data point changed by 0.0105 nats between the last two 200-step windows (|change| < 0.0157 '
+    '= max(stop_tol 0.001, 2 SE 0.0157))", "n_iterations": 760, "grad_norm": 73.82204349742143, "grad_tol": null, '
+    '"grad_name": "", "optimizer_restarts": 0, "caps_reached": [], "jitter": 0.0, "ridge": null, "local_sweeps": 0, '
+    '"local_converged": true, "clamped_sites": 0, "reinit_rounds": 0, "reinit_stop": null, "small_m_replaced": null, '
+    '"subsample": null, "constant_model": false, "recorded_converged": null, "converged": true}')
+
+
+def test_an_old_minibatch_record_without_a_full_pass_check_reads_as_unconfirmed():
+    """Review of issue 45, finding 1: the old record's converged=True is neither refused nor
+    believed: it reads as converged=False, says why in its message and summary, keeps the
+    writer's True in recorded_converged, and round-trips."""
+    d = FitDiagnostics.from_json(OLD_MINIBATCH_RECORD)
+    assert d.unconfirmed_stop and d.converged is False and d.recorded_converged is True
+    assert "no check recorded, converged=False" in d.message
+    assert "no full-pass check recorded" in d.summary() and "NOT confirmed converged" in d.summary()
+    assert FitDiagnostics.from_json(d.to_json()) == d
+    # A current record of the same stop has its check's tolerance and no such note.
+    checked = FitDiagnostics("stochastic_rule", grad_norm=0.05, grad_tol=0.4)
+    assert checked.converged and not checked.unconfirmed_stop and "full-pass" not in checked.summary()
+    # Any other disagreement is still refused.
+    record = json.loads(checked.to_json())
+    record["converged"] = False
+    with pytest.raises(ValueError, match="'converged' is False but the record's fields give True"):
+        FitDiagnostics.from_json(json.dumps(record))
+
+
+def test_an_old_minibatch_file_loads_unconfirmed_and_saves_again(tmp_path):
+    """The file itself, written by gpdsl before the full-pass check (dc2ffb8^: SVGP(batch_size=50)
+    on 400 rows of sin(2x) + noise, flat attribute converged=1), loads as converged=False with the
+    note in its repr, and a save of it loads again unchanged."""
+    path = os.path.join(os.path.dirname(__file__), "data", "old_files", "minibatch_before_full_pass_check.nc")
+    post = gd.load(path)
+    assert post.converged is False and post.diagnostics.recorded_converged is True
+    assert post.diagnostics.n_iterations == 760 and "NOT confirmed converged" in repr(post)
+    post.save(tmp_path / "again.nc")
+    back = gd.load(tmp_path / "again.nc")
+    assert back.converged is False and back.diagnostics == post.diagnostics
