@@ -215,7 +215,8 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=10
     constant_model = offset is None and model.mean is None and _no_better_than_constant(model, y, result)
     diagnostics = _diagnostics(model, result, rounds, reinit_stop, selection, subsample_record, constant_model,
                                small_m_replaced)
-    warn_unconverged(model, warn_noisy_evidence(model, diagnostics), result, evaluation.warm, X.shape[0])
+    # The rows the hyperparameters were fitted on (a subsample's) decide the minibatch remedies.
+    warn_unconverged(model, warn_noisy_evidence(model, diagnostics), result, evaluation.warm, X_fit.shape[0])
     history = None
     if model.sparse and model.inducing.reinit:
         history = [{"M": int(r.Z.shape[0]), "objective": float(r.objective)} for _, r in rounds]
@@ -330,8 +331,10 @@ def _finish_on_all_rows(model, X, y, rows, selection, fit, *, fixed, max_iter, o
     # fresh start is what optimize=False gives every method.
     finish = fit_at(model, X, y, selection, fixed=fixed, optimize=False, restarts=0, seed=0, max_iter=max_iter,
                     progress=False, callback=None, start=fit.values, warm=None, offset=offset)
-    # The record is the subsample fit's: its optimiser's stop, gradient and ridge.
-    finish = dataclasses.replace(finish, optimiser=fit.optimiser, ridge=fit.ridge, ridge_move=fit.ridge_move)
+    # The record is the subsample fit's: its optimiser's stop, gradient and ridge, and whether it
+    # was a minibatch run (whose unconverged warning names the minibatch remedies).
+    finish = dataclasses.replace(finish, optimiser=fit.optimiser, ridge=fit.ridge, ridge_move=fit.ridge_move,
+                                 minibatch=fit.minibatch)
     return selection, finish, {"rows": int(rows.size), "objective": float(fit.objective)}
 
 

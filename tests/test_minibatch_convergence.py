@@ -300,3 +300,20 @@ def test_the_full_pass_runs_as_dask_tasks():
     np.testing.assert_allclose(got.gradient, expected.gradient, rtol=1e-10, atol=1e-9)
     for key in q:
         np.testing.assert_allclose(got.q_gradient[key], expected.q_gradient[key], rtol=1e-10, atol=1e-9)
+
+
+def test_a_subsampled_minibatch_fit_names_the_minibatch_remedies(monkeypatch):
+    """Review of issue 45, finding 4: ``fit(subsample=n)`` of a minibatch fit kept the all-rows
+    finish's minibatch=False, so its unconverged warning named the full-batch remedy ("raise
+    max_iter") instead of :func:`stochastic.remedy`; and the remedy is the one of the rows the steps
+    ran on (the subsample's 600, not X's 1,000).  POLISH_AUTO_MAX_ROWS is lowered to 500 so that
+    "auto" skips the polish of 600 rows."""
+    monkeypatch.setattr(stochastic, "POLISH_AUTO_MAX_ROWS", 500)
+    X, y = _offset_data()
+    for options, expected in (({"polish": False}, "(polish=False)"),
+                              ({}, "polish='auto' skips it above 500 rows, here 600")):
+        with pytest.warns(gd.ConvergenceWarning, match="gradient still large") as caught:
+            post = _mean_model(**options).fit(X, y, subsample=600)
+        text = " ".join(str(w.message) for w in caught)
+        assert post.diagnostics.subsample == 600 and not post.converged
+        assert expected in text and "SVGP(batch_size=None)" in text and "raise max_iter" not in text
