@@ -70,6 +70,23 @@ class FitRecord:
         object.__setattr__(self, "fixed", list(self.fixed))
 
 
+def gaussian_log_density(y, mean, log_variance):
+    """log N(y | mean, exp(log_variance)) from the log of the variance, finite where the variance
+    itself overflows float64 (a learned log-polynomial noise above ~709 nats):
+    -(log 2 pi + log_variance + (y - mean)^2 exp(-log_variance)) / 2.
+
+    Parameters
+    ----------
+    y, mean, log_variance : ndarray
+        Broadcast together.
+
+    Returns
+    -------
+    ndarray
+    """
+    return -0.5 * (np.log(2.0 * np.pi) + log_variance + (y - mean) ** 2 * np.exp(-log_variance))
+
+
 class Posterior:
     """A fitted model, as ``Model.fit``, :func:`gpdsl.load` and :func:`gpdsl.from_xarray` return it.
 
@@ -607,7 +624,7 @@ class Posterior:
             # 743 gave -inf) where log N(y | mean, f_var + noise) is finite.
             with np.errstate(divide="ignore"):
                 log_total = np.logaddexp(np.log(var), log_noise)
-            return -0.5 * (np.log(2.0 * np.pi) + log_total + (y_new - mean) ** 2 * np.exp(-log_total))
+            return gaussian_log_density(y_new, mean, log_total)
         return self._likelihood().log_predictive(mean, var, y_new)
 
     @threads.managed

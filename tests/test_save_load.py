@@ -337,3 +337,36 @@ def test_save_follows_a_link_unless_told_not_to(posteriors, tmp_path):
     (tmp_path / "followed.nc").symlink_to(target)
     post.save(tmp_path / "followed.nc")
     assert (tmp_path / "followed.nc").is_symlink() and gd.load(target).model == post.model
+
+
+def test_inference_data_log_likelihood_where_the_learned_noise_overflows():
+    """Review of issue 45 (finding 7 of the review): to_inference_data's Gaussian log-likelihood
+    came from sqrt(noise), -inf where a learned log-polynomial noise of ~800 nats at inputs far
+    from the data overflows exp (tests/test_dtc.py's case for log_predictive).  Now it is
+    log N(y | f, lambda) from log lambda (the helper log_predictive uses): against the density in
+    mpmath at 50 digits for every draw at each input; 1e-12 relative covers the float64 rounding
+    of -(log 2 pi + log lambda + (y - f)^2 / lambda) / 2, a sum of terms of the result's size.
+    The draws of y stay finite (f + exp(log lambda / 2) z, exp(~400) < float64's max)."""
+    mpmath = pytest.importorskip("mpmath")
+    pytest.importorskip("arviz")
+    rng = np.random.default_rng(11)
+    X = rng.uniform(-3, 3, size=(20, 1))
+    y = np.sin(2 * X[:, 0]) + 0.3 * rng.standard_normal(20)
+    Z, coefficients = np.linspace(-2.5, 2.5, 5)[:, None], np.array([-2.0, 0.1, 0.5])
+    model = gd.Model(SE(0.8, 1.1), gd.likelihoods.HeteroscedasticGaussian(degree=2, coefficients=coefficients),
+                     gd.inducing.Fixed(Z), gd.inference.DTC())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gd.ConvergenceWarning)
+        post = model.fit(X, y, optimize=False)
+    Xs, ys = np.array([[0.4], [-1.7], [40.0], [-45.0]]), np.array([0.3, -2.0, 5.0, -1.0])
+    log_noise = coefficients[0] + coefficients[1] * Xs[:, 0] + coefficients[2] * Xs[:, 0] ** 2
+    assert log_noise[2:].min() > np.log(np.finfo(float).max)          # exp(log_noise) is inf in float64
+    idata = post.to_inference_data(Xs, ys, draws=5, chains=2, seed=0)
+    f = idata.posterior["f"].values
+    got = idata.log_likelihood["y"].values
+    assert np.all(np.isfinite(got)) and np.all(np.isfinite(idata.posterior_predictive["y"].values))
+    mpmath.mp.dps = 50
+    for index in np.ndindex(f.shape):
+        t, m, c = ys[index[-1]], f[index], log_noise[index[-1]]
+        want = -0.5 * (mpmath.log(2 * mpmath.pi) + c + (mpmath.mpf(t) - mpmath.mpf(m)) ** 2 * mpmath.exp(-mpmath.mpf(c)))
+        assert got[index] == pytest.approx(float(want), rel=1e-12)

@@ -13,12 +13,12 @@ import warnings
 
 import arviz as az
 import numpy as np
-from scipy import stats
 
 from ..checks import check_positive_int, check_seed
 from ..components import bind
 from ..inputs import validate_inputs
 from ..linalg import cholesky
+from ..posterior import gaussian_log_density
 
 
 def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
@@ -66,16 +66,17 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
     check_seed("to_inference_data", seed)
     likelihood = posterior.model.likelihood
     if posterior.gaussian:
-        noise = posterior.noise_variance(X_new)
-        if noise is None:
+        # In logs: the learned noise may overflow float64 where its density is finite.
+        log_noise = posterior._log_noise_variance(X_new)
+        if log_noise is None:
             raise ValueError("to_inference_data: the noise variance at X_new is unknown for known-variance "
                              "heteroscedastic likelihoods; use posterior.predict(noise_variance=...)")
     mean, cov = posterior.predict_f_full_cov(X_new)
     rng = np.random.default_rng(seed)
     f, jitter = _joint_draws(mean, cov, rng, (chains, draws))
     if posterior.gaussian:
-        y_rep = f + np.sqrt(noise) * rng.standard_normal(f.shape)
-        log_lik = stats.norm.logpdf(y_new, loc=f, scale=np.sqrt(noise))
+        y_rep = f + np.exp(0.5 * log_noise) * rng.standard_normal(f.shape)
+        log_lik = gaussian_log_density(y_new, f, log_noise)
     else:
         bound = bind(likelihood, posterior.values, "likelihood")
         log_lik = bound.log_density(y_new, f)
