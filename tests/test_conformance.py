@@ -97,6 +97,11 @@ def test_predictive_matches_draws(likelihood):
     gt.check_likelihood_predictive(likelihood)
 
 
+@pytest.mark.parametrize("likelihood", _likelihoods(gt.check_likelihood_noise))
+def test_noise_is_the_density_and_its_vjp_matches_central_differences(likelihood):
+    gt.check_likelihood_noise(likelihood)
+
+
 @pytest.mark.parametrize("likelihood", _likelihoods(gt.check_likelihood_multi_latent_expectations))
 def test_multi_latent_expectations_bound_draws_and_match_differences(likelihood):
     gt.check_likelihood_multi_latent_expectations(likelihood)
@@ -235,3 +240,112 @@ def test_check_method_and_check_mean_run_every_check():
 
     with pytest.raises(AssertionError, match="check_mean_gradients failed for DoubledGradient"):
         gt.check_mean(DoubledGradient(0.4))
+
+
+# -- the likelihood checks catch what they are for --------------------------------------------------
+def _normal_noise(sd):
+    """A likelihood with only its log density's derivatives: Gaussian noise of sd ``sd``."""
+    import dataclasses as dc
+
+    @dc.dataclass(frozen=True, eq=False)
+    class NormalNoise(Likelihood):
+        target_kind = "real"
+
+        def log_density_derivatives(self, y, f):
+            r = y - f
+            return (-0.5 * r * r / sd ** 2 - 0.5 * np.log(2 * np.pi * sd ** 2), r / sd ** 2, np.full_like(r, -sd ** -2),
+                    np.zeros_like(r))
+
+    return NormalNoise
+
+
+def test_log_predictive_check_covers_a_likelihood_narrower_than_q():
+    """The log predictive is checked at a wide q and a confident miss (PREDICTIVE_TAILS): the
+    default passes for noise of sd 0.05 and 0.5; the old default (100-point Gauss-Hermite on q)
+    fails, for sd 0.5 only at those points."""
+    import dataclasses as dc
+    from scipy import special
+
+    for sd, where in ((0.05, "log_predictive at q "), (0.5, r"log_predictive at q = N\(")):
+        noise = _normal_noise(sd)
+        gt.check_likelihood_log_predictive(noise())
+
+        @dc.dataclass(frozen=True, eq=False)
+        class HermiteOnQ(noise):
+            def log_predictive(self, f_mean, f_var, y):
+                f, weights, _ = self.expectation_rule(y, f_mean, f_var)
+                with np.errstate(divide="ignore"):
+                    return special.logsumexp(np.log(weights) + self.log_density(y[:, None], f), axis=1)
+
+        with pytest.raises(AssertionError, match=where):
+            gt.check_likelihood_log_predictive(HermiteOnQ())
+
+
+def test_predictive_check_compares_counts_with_the_summed_pmf_not_only_with_draws():
+    """A count likelihood whose predictive and draws agree with each other but not with its
+    density (a rate 1.05 e^f in both) fails: its y_mean is checked against the moments of
+    exp(log_predictive) and the summed pmfs of log_density."""
+    import dataclasses as dc
+
+    @dc.dataclass(frozen=True, eq=False)
+    class Counts(Likelihood):
+        target_kind = "count"
+
+        def log_density_derivatives(self, y, f):
+            rate = np.exp(f)
+            return y * f - rate - gd.likelihoods.poisson.special.gammaln(y + 1.0), y - rate, -rate, -rate
+
+    @dc.dataclass(frozen=True, eq=False)
+    class InflatedRate(Counts):
+        def predictive(self, f_mean, f_var):
+            rate = 1.05 * np.exp(f_mean + f_var / 2)
+            return {"y_mean": rate, "y_var": rate + rate ** 2 * np.expm1(f_var)}
+
+        def sample(self, f, rng):
+            return rng.poisson(1.05 * np.exp(f)).astype(float)
+
+    gt.check_likelihood_predictive(Counts())
+    with pytest.raises(AssertionError, match="y_mean at q 0"):
+        gt.check_likelihood_predictive(InflatedRate())
+
+
+def test_noise_check_compares_noise_with_the_density():
+    """A Gaussian whose noise() disagrees with its density (twice its variance) fails the noise
+    check; one whose noise_vjp is wrong fails it too; Gaussian passes."""
+    import dataclasses as dc
+
+    @dc.dataclass(frozen=True, eq=False)
+    class DoubledNoise(gd.likelihoods.Gaussian):
+        def noise(self, X):
+            return 2.0 * super().noise(X)
+
+    @dc.dataclass(frozen=True, eq=False)
+    class WrongNoiseGradient(gd.likelihoods.Gaussian):
+        def noise_vjp(self, X, g):
+            return {name: 3.0 * v for name, v in super().noise_vjp(X, g).items()}
+
+    gt.check_likelihood_noise(gd.likelihoods.Gaussian(0.3))
+    assert gt.check_likelihood_noise in gt.likelihood_checks(DoubledNoise(0.3))
+    with pytest.raises(AssertionError, match="normal density of variance noise"):
+        gt.check_likelihood_noise(DoubledNoise(0.3))
+    with pytest.raises(AssertionError, match="noise_vjp variance"):
+        gt.check_likelihood_noise(WrongNoiseGradient(0.3))
+
+
+def test_a_documented_predictive_approximation_must_keep_the_predictive_moments():
+    """The square-link Poisson's moment-matched negative binomial passes (its mean and variance
+    are predictive's); a normalised approximation with other moments (a Poisson pmf of the
+    predictive mean: variance too small) fails, where only its normalisation was checked before."""
+    import dataclasses as dc
+    from scipy import stats
+
+    gt.check_likelihood_log_predictive(gd.likelihoods.Poisson(link="square"))
+
+    @dc.dataclass(frozen=True, eq=False)
+    class PoissonOfTheMean(gd.likelihoods.Poisson):
+        def log_predictive(self, f_mean, f_var, y):
+            return stats.poisson.logpmf(y, f_mean ** 2 + f_var)
+
+    assert PoissonOfTheMean(link="square").predictive_approximation is not None
+    with pytest.raises(AssertionError, match="y_var at q 0"):
+        gt.check_likelihood_log_predictive(PoissonOfTheMean(link="square"))

@@ -736,3 +736,20 @@ def test_count_draws_at_large_rates(minimal_count):
         rate = np.exp(f)
         assert abs(draws.mean() - rate) < 5 * np.sqrt(rate / draws.size), f
         assert abs(draws.var() / rate - 1.0) < 5 * np.sqrt(2.0 / draws.size), f
+
+
+def test_count_moments_and_draws_of_a_pmf_from_0_with_a_long_tail():
+    """A negative binomial of mean e^8 and dispersion 2 (p(0) = 0.013, mass out to 2.7e5 counts):
+    its window starts at 0, where summing every h-th count would be off by ~h p(0) / 2 (1.9e-4 in
+    the mass of dispersion 0.4 at mean 37), so every count is summed: mean mu and variance
+    mu + 2 mu^2 to 1e-10, and draws' mean within 5 standard errors."""
+    from gpdsl.likelihoods.density_integrals import count_draws, count_moments
+    lik = gd.likelihoods.NegativeBinomial(dispersion=2.0).bind({"dispersion": np.array(2.0)})
+    f = np.array([3.6, 8.0])
+    mean, var, failure = count_moments(lik, f)
+    assert failure is None
+    np.testing.assert_allclose(mean, np.exp(f), rtol=1e-10)
+    np.testing.assert_allclose(var, np.exp(f) + 2.0 * np.exp(2 * f), rtol=1e-10)
+    draws, failure = count_draws(lik, np.full(4000, 8.0), np.random.default_rng(6).uniform(size=4000))
+    assert failure is None
+    assert abs(draws.mean() - np.exp(8.0)) < 5 * np.sqrt((np.exp(8.0) + 2 * np.exp(16.0)) / draws.size)

@@ -181,6 +181,7 @@ _COUNT_SECOND = 512
 _COUNT_CELLS = 512
 _COUNT_DROP = 46.0
 _COUNT_LIMIT = 2 ** 40
+_COUNT_EXACT_SPAN = 1 << 22
 _COUNT_NORMALISED = 1e-6
 _COUNT_TAIL = 1e-16
 
@@ -243,6 +244,9 @@ def count_windows(likelihood, f):
     -------
     lo, hi : ndarray, shape (n,)
         Float counts (0 where not found).
+    from_zero : ndarray of bool, shape (n,)
+        Where the mass starts at y = 0 (the window's lower end is not in the pmf's tail: summing
+        every h-th count is not accurate there, every count is summed).
     failure : ndarray of object, shape (n,)
         None, or why no window was found: a pmf that is 0 at every count scanned, or whose mass
         reaches beyond 2^40 counts.
@@ -269,7 +273,7 @@ def count_windows(likelihood, f):
     hi = _bisect(lambda y, rows: at(y, rows) < floor[rows], mode, right)
     start = at(np.zeros(f.size), np.arange(f.size)) >= floor
     lo = np.where(start | ~found, 0.0, _bisect(lambda y, rows: at(y, rows) >= floor[rows], np.zeros(f.size), mode) - 1.0)
-    return np.maximum(lo, 0.0), np.where(found, hi, 0.0), failure
+    return np.maximum(lo, 0.0), np.where(found, hi, 0.0), start & found, failure
 
 
 def _failure(f, failure):
@@ -311,20 +315,25 @@ def count_moments(likelihood, f):
         second = sums[2] / mass - first * first
     rest = np.flatnonzero(~done)
     if rest.size:
-        lo, hi, failure[rest] = count_windows(likelihood, f[rest])
-        step = np.maximum(1.0, np.ceil((hi - lo + 1.0) / _COUNT_CELLS))
-        y = lo[:, None] + step[:, None] * np.arange(_COUNT_CELLS)[None, :]
-        inside = y <= hi[:, None]
-        p = np.where(inside, np.exp(_log_pmf(likelihood, np.where(inside, y, lo[:, None]), f[rest, None])), 0.0)
+        lo, hi, from_zero, failure[rest] = count_windows(likelihood, f[rest])
+        failure[rest[from_zero & (hi + 1.0 > _COUNT_EXACT_SPAN)]] = "its mass spreads from 0 over more than 2^22 counts"
+        step = np.where(from_zero, 1.0, np.maximum(1.0, np.ceil((hi - lo + 1.0) / _COUNT_CELLS)))
         # Moments about the window's middle: Var = E[(y - c)^2] - (E[y] - c)^2 without the
         # cancellation of E[y^2] - E[y]^2 at counts of 10^9.
         centre = np.floor(0.5 * (lo + hi))
-        d = y - centre[:, None]
-        total = p.sum(axis=1)
-        mass[rest] = step * total
+        sums = np.zeros((3, rest.size))
+        cells = np.minimum(np.ceil((hi - lo + 1.0) / step), _COUNT_EXACT_SPAN)
+        for offset in range(0, int(cells.max()), _COUNT_CELLS):
+            rows = np.flatnonzero(cells > offset)
+            y = lo[rows, None] + step[rows, None] * (offset + np.arange(_COUNT_CELLS)[None, :])
+            inside = y <= hi[rows, None]
+            p = np.where(inside, np.exp(_log_pmf(likelihood, np.where(inside, y, lo[rows, None]), f[rest[rows], None])), 0.0)
+            d = y - centre[rows, None]
+            sums[:, rows] += (p.sum(axis=1), (p * d).sum(axis=1), (p * d * d).sum(axis=1))
+        mass[rest] = step * sums[0]
         with np.errstate(invalid="ignore", divide="ignore"):
-            shift = (p * d).sum(axis=1) / total
-            second[rest] = (p * d * d).sum(axis=1) / total - shift * shift
+            shift = sums[1] / sums[0]
+            second[rest] = sums[2] / sums[0] - shift * shift
         first[rest] = centre + shift
     # The sum's own rounding: log p(y | f) of counts to y_max holds terms of size y log y (log y!,
     # y log rate), rounded to eps of that (2e-6 nats at 10^9 counts); a pmf off by more is refused.
@@ -340,9 +349,10 @@ def count_moments(likelihood, f):
 
 
 def _window_draws(likelihood, f, u, lo, hi, step):
-    """Draws within the windows [lo, hi] (n,) in two levels: the bucket of ``step`` counts by the
-    window's _COUNT_CELLS buckets (each's mass ``step`` times the pmf at its middle, to about
-    (step / sd)^2 / 24 < 1e-4 of it), then the count within it by its own exact running sum."""
+    """Draws within windows [lo, hi] (n,) in the pmf's tails at both ends, in two levels: the
+    bucket of ``step`` counts by the window's _COUNT_CELLS buckets (each's mass ``step`` times the
+    pmf at its middle: to about (step / sd)^2 / 24 < 1e-4 of it, a window of ~18 sds in 512
+    buckets), then the count within it by its own running sum."""
     rows = np.arange(f.size)
     j = np.arange(_COUNT_CELLS)[None, :]
     inside = lo[:, None] + step[:, None] * j <= hi[:, None]
@@ -353,20 +363,38 @@ def _window_draws(likelihood, f, u, lo, hi, step):
     bucket = np.minimum(np.sum(running <= target[:, None], axis=1), np.sum(inside, axis=1) - 1)
     below = np.where(bucket > 0, running[rows, np.maximum(bucket - 1, 0)], 0.0)
     first = lo + step * bucket
-    within = first[:, None] + np.arange(step.max())[None, :]
-    valid = (within < (first + step)[:, None]) & (within <= hi[:, None])
-    exact = np.cumsum(np.where(valid, np.exp(_log_pmf(likelihood, np.where(valid, within, first[:, None]), f[:, None])),
-                               0.0), axis=1)
-    # The rest of u's mass within the bucket, as a share of the bucket's exact sum.
+    counts = first[:, None] + np.arange(step.max())[None, :]
+    valid = (counts < (first + step)[:, None]) & (counts <= hi[:, None])
+    cumulative = np.cumsum(np.where(valid, np.exp(_log_pmf(likelihood, np.where(valid, counts, first[:, None]),
+                                                           f[:, None])), 0.0), axis=1)
+    # The rest of u's mass within the bucket, as a share of the bucket's sum.
     bucket_mass = mass[rows, bucket]
     share = (target - below) / np.where(bucket_mass > 0, bucket_mass, 1.0)
-    k = np.minimum(np.sum(exact <= (share * exact[:, -1])[:, None], axis=1), np.sum(valid, axis=1) - 1)
+    k = np.minimum(np.sum(cumulative <= (share * cumulative[:, -1])[:, None], axis=1), np.sum(valid, axis=1) - 1)
     return first + k
+
+
+def _draws_from_zero(likelihood, f, u, hi):
+    """Draws of pmfs whose mass starts at 0 by their running sums from y = 0, in doubling blocks
+    of counts, each row until its sum passes u (the sums are 1 to rounding; a u above the last
+    sum takes ``hi``): the cost is the count drawn, not the window."""
+    draws, cdf = hi.copy(), np.zeros(f.size)
+    rows, start, size = np.arange(f.size), 0.0, 1024
+    while rows.size:
+        counts = start + np.arange(float(size))
+        running = cdf[rows, None] + np.cumsum(np.exp(_log_pmf(likelihood, counts[None, :], f[rows, None])), axis=1)
+        passed = running[:, -1] > u[rows]
+        draws[rows[passed]] = counts[np.argmax(running[passed] > u[rows[passed], None], axis=1)]
+        cdf[rows] = running[:, -1]
+        rows = rows[~passed & (start + size <= hi[rows])]
+        start, size = start + size, int(min(2 * size, max(1024, (1 << 22) // max(rows.size, 1))))
+    return draws
 
 
 def count_draws(likelihood, f, u):
     """Counts y with P(y' < y | f) <= u < P(y' <= y | f): draws of the pmf at f by inverting its
-    cumulative sum (the first counts, else the window's buckets, then the counts of one).
+    cumulative sum (the first counts; a window from 0 count by count; else the window's buckets,
+    then the counts of one).
 
     Parameters
     ----------
@@ -401,12 +429,17 @@ def count_draws(likelihood, f, u):
     failure = np.full(f.size, None, dtype=object)
     rest = np.flatnonzero(~done)
     if rest.size:
-        lo, hi, failure[rest] = count_windows(likelihood, f[rest])
+        lo, hi, from_zero, failure[rest] = count_windows(likelihood, f[rest])
+        failure[rest[from_zero & (hi + 1.0 > _COUNT_EXACT_SPAN)]] = "its mass spreads from 0 over more than 2^22 counts"
         step = np.maximum(1.0, np.ceil((hi - lo + 1.0) / _COUNT_CELLS))
-        # Rows in groups whose (rows, counts) blocks stay below 2^22 cells.
-        order = np.argsort(step)
+        ok = failure[rest] == None  # noqa: E711
+        zero = np.flatnonzero(from_zero & ok)
+        draws[rest[zero]] = _draws_from_zero(likelihood, f[rest[zero]], u[rest[zero]], hi[zero])
+        # The other rows in groups whose (rows, counts) blocks stay below 2^22 cells.
+        order = np.flatnonzero(~from_zero & ok)
+        order = order[np.argsort(step[order])]
         start = 0
-        while start < rest.size:
+        while start < order.size:
             size = max(1, int((1 << 22) // (_COUNT_CELLS + step[order[start:]].max())))
             group = order[start:start + size]
             draws[rest[group]] = _window_draws(likelihood, f[rest[group]], u[rest[group]], lo[group], hi[group],

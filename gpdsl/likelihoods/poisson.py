@@ -11,6 +11,7 @@ from scipy import special
 
 from .._jit.likelihoods import poisson as sites
 from .base import Likelihood, SiteModel
+from .density_integrals import log_gaussian_integral
 
 LINKS = ("square", "log")
 
@@ -49,22 +50,21 @@ def log_normal_mean(f_mean, f_var):
 
 
 def rule_log_predictive(likelihood, f_mean, f_var, y):
-    """log E[p(y | f)] under N(f_mean, f_var) by the likelihood's expectation rule, in log space
-    (a log-sum-exp over the nodes).
+    """log E[p(y | f)] under N(f_mean, f_var) by the rule centred on the tilted mode
+    (:func:`gpdsl.likelihoods.density_integrals.log_gaussian_integral`; Gauss-Hermite on q was
+    8.8e-3 nats off at y = 50, q = N(0, 1)).
 
     Parameters
     ----------
     likelihood : Likelihood
-        A bound likelihood with ``log_density`` and ``expectation_rule``.
+        A bound likelihood with ``log_density`` and ``log_density_derivatives``.
     f_mean, f_var, y : ndarray, shape (n,)
 
     Returns
     -------
     ndarray, shape (n,)
     """
-    f, weights, _ = likelihood.expectation_rule(y, f_mean, f_var)
-    logp = likelihood.log_density(np.broadcast_to(y[:, None], f.shape), f)
-    return special.logsumexp(logp, b=np.broadcast_to(weights, f.shape), axis=1)
+    return log_gaussian_integral(likelihood, y, f_mean, f_var)
 
 # E[log f^2] under N(m, v): Gauss-Legendre nodes of Dawson's integral (a = m^2 / 2v below
 # 1 / _LOG_SQUARE_ASYMPTOTIC_S) and the terms of the asymptotic series in s = 2v / m^2 above it.

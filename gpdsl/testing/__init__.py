@@ -54,7 +54,7 @@ from .components import (CAVITIES, F, KERNEL_CHECKS, MEAN_CHECKS, MEANS, MEANS_K
                          check_kernel_active_dims, check_kernel_fitted_model_round_trips, check_kernel_gradients,
                          check_kernel_gram, check_likelihood_derivatives, check_likelihood_log_predictive,
                          check_likelihood_multi_latent_expectations, check_likelihood_multi_latent_predictive,
-                         check_likelihood_predictive, check_likelihood_site_model,
+                         check_likelihood_noise, check_likelihood_predictive, check_likelihood_site_model,
                          check_likelihood_variational_expectations, check_mean_fitted_model_round_trips,
                          check_mean_gradients, likelihood_checks)
 from .limits import check_likelihood_limits
@@ -217,7 +217,7 @@ __all__ = ["check_likelihood", "check_kernel", "check_mean", "check_method", "pa
            "check_kernel_gram", "check_kernel_gradients", "check_kernel_fitted_model_round_trips",
            "check_kernel_active_dims", "check_mean_gradients", "check_mean_fitted_model_round_trips",
            "check_likelihood_derivatives", "check_likelihood_variational_expectations", "check_likelihood_log_predictive",
-           "check_likelihood_predictive", "check_likelihood_site_model", "check_likelihood_multi_latent_expectations",
+           "check_likelihood_predictive", "check_likelihood_site_model", "check_likelihood_noise", "check_likelihood_multi_latent_expectations",
            "check_likelihood_multi_latent_predictive", "check_likelihood_limits", "check_pair_gradients", "check_pair_fitted_model_round_trips",
            "check_pair_predictions", "check_pair_dask_equals_in_memory", "KERNEL_CHECKS", "MEAN_CHECKS",
            "X1", "X2", "F", "MEANS", "VARS", "CAVITIES", "MEANS_K", "VARS_K", "XP", "Z0", "KERNEL", "TIGHT"]

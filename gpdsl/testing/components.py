@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
+from scipy import integrate, optimize
 
 from .. import Model, load
 from .._jit.projections import with_offset
 from ..inputs import target_kind
 from ..kernels import SquaredExponential
 from ..likelihoods import Gaussian
+from ..likelihoods import Likelihood
 from .common import X1, X2, _draws_y, _has_density, _local_values, _targets, central_difference, expect
 from .limits import LIMIT_TARGET_KINDS, check_likelihood_limits
 
@@ -21,6 +24,10 @@ F = np.array([-2.1, -0.7, 0.05, 0.6, 1.9])
 MEANS = np.array([-1.2, 0.3, 0.9])
 VARS = np.array([0.4, 1.5, 0.02])
 CAVITIES = [(-0.8, 0.5), (0.4, 2.0), (1.1, 0.05)]
+# Where the log predictive is also checked: (q's mean, variance, the latent value the target is
+# drawn at): a q far wider than the likelihood (sd 5), and a confident miss (the target drawn 25
+# sds out of a narrow q), where a rule placed on q alone misses the likelihood.
+PREDICTIVE_TAILS = ((0.5, 25.0, 5.5), (-1.0, 0.01, 1.5))
 # q(f_n) of K = 3 latent functions at three points: far apart, level, and one wide.
 MEANS_K = np.array([[-1.2, 0.3, 0.9], [0.5, 0.5, -0.4], [0.0, 2.5, 0.1]])
 VARS_K = np.array([[0.4, 1.5, 0.02], [0.1, 0.9, 2.0], [1.0, 0.3, 0.6]])
@@ -231,9 +238,79 @@ def check_likelihood_variational_expectations(likelihood):
         np.testing.assert_allclose(grads[name], fd, rtol=1e-5, atol=1e-7, err_msg=name)
 
 
+def _log_expect_density(lik, y, m, v, near):
+    """log E_N(f|m,v)[p(y | f)] by adaptive quadrature split at the tilted mode: the maximum of
+    log p(y | f) + log N(f | m, v) on a grid over [min(m, near) - 12 sd, max(m, near) + 12 sd],
+    refined by a bounded scalar search (``near``: a latent value where p(y | f) is large)."""
+    sd = np.sqrt(v)
+    lo, hi = min(m, near) - 12 * sd, max(m, near) + 12 * sd
+
+    def h(f):
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            out = lik.log_density(np.full(np.size(f), y), np.atleast_1d(np.asarray(f, dtype=float)))
+        return np.where(np.isnan(out), -np.inf, out) - (np.atleast_1d(f) - m) ** 2 / (2 * v)
+
+    grid = np.linspace(lo, hi, 4001)
+    k = int(np.argmax(h(grid)))
+    mode = optimize.minimize_scalar(lambda f: -h(f)[0], bounds=(grid[max(k - 1, 0)], grid[min(k + 1, 4000)]),
+                                    method="bounded", options={"xatol": 1e-10 * max(1.0, sd)}).x
+    top = h(mode)[0]
+    value, _ = integrate.quad(lambda f: np.exp(h(f)[0] - top), lo, hi, points=[mode], limit=500, epsabs=0.0,
+                              epsrel=1e-12)
+    return top + np.log(value) - 0.5 * np.log(2 * np.pi * v)
+
+
+def _count_predictive_moments(lik, m, v):
+    """Mean and variance of the predictive pmf exp(log_predictive(m, v, y)) summed over y = 0, 1,
+    ... in blocks of 256 until, past half its mass, a block adds below 1e-16 (at most 10^5)."""
+    sums, start = np.zeros(3), 0
+    while start < 100_000:
+        y = np.arange(start, start + 256.0)
+        p = np.exp(lik.log_predictive(np.full(y.size, m), np.full(y.size, v), y))
+        sums += (p.sum(), p @ y, p @ (y * y))
+        start += 256
+        if sums[0] > 0.5 and p.sum() <= 1e-16 * sums[0]:
+            break
+    mean = sums[1] / sums[0]
+    return sums[0], mean, sums[2] / sums[0] - mean * mean
+
+
+def _real_predictive_moments(lik, m, v, centre, scale):
+    """Mass, mean and variance of the predictive density exp(log_predictive(m, v, y)) by a composite
+    Gauss-Legendre rule (200 panels of 16 nodes) over centre +- 40 scale."""
+    x, w = np.polynomial.legendre.leggauss(16)
+    edges = np.linspace(centre - 40 * scale, centre + 40 * scale, 201)
+    half = 0.5 * np.diff(edges)[:, None]
+    y = ((edges[:-1, None] + edges[1:, None]) / 2 + half * x[None, :]).ravel()
+    weights = (half * w[None, :]).ravel()
+    p = np.exp(lik.log_predictive(np.full(y.size, m), np.full(y.size, v), y)) * weights
+    mean = (p @ y) / p.sum()
+    return p.sum(), mean, (p @ (y - mean) ** 2) / p.sum()
+
+
+def _check_predictive_moments(lik, summary, label):
+    """``y_mean`` / ``y_var`` at MEANS, VARS against the moments of exp(log_predictive): summed
+    over counts, or integrated over y (where the summary is finite); the predictive must be
+    normalised (to 1e-8)."""
+    for i, (m, v) in enumerate(zip(MEANS, VARS)):
+        mean, var = summary["y_mean"][i], summary["y_var"][i]
+        if not (np.isfinite(mean) and np.isfinite(var)):
+            continue
+        if target_kind(lik) == "count":
+            mass, ref_mean, ref_var = _count_predictive_moments(lik, m, v)
+        else:
+            mass, ref_mean, ref_var = _real_predictive_moments(lik, m, v, mean, np.sqrt(var))
+        where = f"at q {i}: {label}"
+        np.testing.assert_allclose(mass, 1.0, rtol=1e-8, err_msg=f"predictive mass {where}")
+        np.testing.assert_allclose(mean, ref_mean, rtol=1e-7, atol=1e-8 * np.sqrt(var), err_msg=f"y_mean {where}")
+        np.testing.assert_allclose(var, ref_var, rtol=1e-6, err_msg=f"y_var {where}")
+
+
 def check_likelihood_log_predictive(likelihood):
-    """log E[p(y | f)] against adaptive quadrature of ``log_density`` (a documented
-    ``predictive_approximation`` must still be a distribution over the counts 0..399).
+    """log E[p(y | f)] against adaptive quadrature of ``log_density``, at q(f) = N(MEANS, VARS) and
+    at :data:`PREDICTIVE_TAILS` (the quadrature split at the tilted mode).  A documented
+    ``predictive_approximation`` of counts must still be a distribution whose mean and variance
+    are ``predictive``'s (a moment-matched approximation; to the sums' rounding).
 
     Parameters
     ----------
@@ -244,21 +321,27 @@ def check_likelihood_log_predictive(likelihood):
     y = _targets(likelihood, MEANS, seed=2)
     lp = lik.log_predictive(MEANS, VARS, y)
     if getattr(lik, "predictive_approximation", None) is not None:
-        # Not the exact density (its documented approximation): it must still be a distribution.
-        counts = np.arange(400.0)
-        total = [np.sum(np.exp(lik.log_predictive(np.full(counts.size, m), np.full(counts.size, v), counts)))
-                 for m, v in zip(MEANS, VARS)]
-        np.testing.assert_allclose(total, 1.0, rtol=1e-8)
+        # Not the exact density (its documented approximation): a distribution with predictive's moments.
+        if target_kind(lik) == "count":
+            _check_predictive_moments(lik, lik.predictive(MEANS, VARS), f"the {lik.predictive_approximation}")
         return
     for i in range(MEANS.size):
         want = expect(lambda f: float(np.exp(lik.log_density(np.array([y[i]]), np.array([f]))[0])), MEANS[i], VARS[i])
         np.testing.assert_allclose(lp[i], np.log(want), rtol=1e-7, atol=1e-8, err_msg=f"log_predictive at q {i}")
+    for m, v, at in PREDICTIVE_TAILS:
+        yi = _targets(likelihood, np.array([at]), seed=5)
+        got = lik.log_predictive(np.array([m]), np.array([v]), yi)[0]
+        want = _log_expect_density(lik, yi[0], m, v, at)
+        np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-8, err_msg=f"log_predictive at q = N({m}, {v}), y = {yi[0]}")
 
 
 def check_likelihood_predictive(likelihood):
     """``predictive`` against 40,000 draws of ``sample`` at draws of f: ``p`` to 5 standard
     errors plus 1e-3, ``y_mean`` and ``y_var`` to 5 standard errors (the variance's from the
-    fourth moment); binary targets' ``p`` also against quadrature of ``log_density``.
+    fourth moment); binary targets' ``p`` also against quadrature of ``log_density``; ``y_mean``
+    and ``y_var`` also against the moments of the predictive density exp(``log_predictive``)
+    (summed over counts, or by quadrature over y) and, for counts, against the base class's
+    default (the pmf of ``log_density`` summed at Gauss-Hermite nodes in f).
 
     Parameters
     ----------
@@ -285,6 +368,46 @@ def check_likelihood_predictive(likelihood):
         # The sample variance's standard error, sqrt((m4 - var^2) / n): heavy tails widen it.
         m4 = np.mean((ys - mean) ** 4, axis=0)
         np.testing.assert_array_less(np.abs(var - summary["y_var"]), 5 * np.sqrt((m4 - var * var) / draws) + 1e-9)
+        if getattr(lik, "predictive_approximation", None) is None:
+            _check_predictive_moments(lik, summary, "the moments of exp(log_predictive)")
+        if target_kind(lik) == "count":
+            with warnings.catch_warnings():
+                # Rows the summation cannot reach are NaN (with a warning): compared where it can.
+                warnings.simplefilter("ignore", UserWarning)
+                default = Likelihood.predictive(lik, MEANS, VARS) if lik.defines("conditional_moments") else \
+                    Likelihood._count_predictive(lik, MEANS, VARS)
+            reached = np.isfinite(default["y_mean"])
+            assert reached.any(), "the summed pmfs of log_density reach none of the checked q(f)"
+            for key in ("y_mean", "y_var"):
+                np.testing.assert_allclose(summary[key][reached], default[key][reached], rtol=1e-9,
+                                           err_msg=f"{key} against the summed pmfs of log_density")
+
+
+def check_likelihood_noise(likelihood):
+    """Gaussian observation noise: ``log_density(y, f)`` is the normal log density of variance
+    ``noise(X)`` (where the likelihood has a density: its noise is then the same at every row),
+    and ``noise_vjp`` against central differences of ``noise`` in every hyperparameter.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+        One that provides ``"noise"``.
+    """
+    values = _local_values(likelihood, X1)
+    lik = likelihood.bind(values)
+    lam = lik.noise(X1)
+    assert lam.shape == (X1.shape[0],) and np.all(lam > 0), f"noise(X) must be positive, shape (n,): {lam}"
+    if _has_density(likelihood):
+        np.testing.assert_allclose(lam, lam[0], rtol=1e-12, err_msg="a density of (y, f) has one noise variance")
+        y = F + np.linspace(-1.0, 1.5, F.size)
+        want = -0.5 * (y - F) ** 2 / lam[0] - 0.5 * np.log(2 * np.pi * lam[0])
+        np.testing.assert_allclose(lik.log_density(y, F), want, rtol=1e-12, atol=1e-12,
+                                   err_msg="log_density must be the normal density of variance noise(X)")
+    g = np.random.default_rng(14).normal(size=X1.shape[0])
+    grads = lik.noise_vjp(X1, g)
+    for name, value in values.items():
+        fd = central_difference(lambda v: g @ likelihood.bind({**values, name: v}).noise(X1), value)
+        np.testing.assert_allclose(grads.get(name, 0.0), fd, rtol=1e-6, atol=1e-9, err_msg=f"noise_vjp {name}")
 
 
 def check_likelihood_site_model(likelihood):
@@ -407,6 +530,8 @@ def likelihood_checks(likelihood):
             checks.append(check_likelihood_predictive)
     if likelihood.provides("site_model"):
         checks.append(check_likelihood_site_model)
+    if likelihood.provides("noise"):
+        checks.append(check_likelihood_noise)
     if _has_density(likelihood) and target_kind(likelihood) in LIMIT_TARGET_KINDS:
         checks.append(check_likelihood_limits)
     return checks
