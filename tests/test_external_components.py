@@ -150,8 +150,10 @@ def test_guide_cloglog_inherits_none_of_bernoullis_closed_forms():
     cls = guide_cloglog()
     reset = cls.inherited_without_density()
     assert {"log_density", "site_model", "variational_expectations", "predictive", "log_predictive", "sample",
-            "provides", "describe"} <= set(reset)
+            "provides", "describe", "variants"} <= set(reset)
     assert set(reset.values()) == {"Bernoulli"}
+    # Bernoulli's probit and logit variants would be two identical cloglog instances.
+    assert len(cls.variants()) == 1
     for lik in cls.variants():
         assert lik.provides("log_density_derivatives") and lik.provides("variational_expectations")
         assert not lik.provides("site_model") and not lik.provides("polya_gamma"), lik.link
