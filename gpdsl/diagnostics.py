@@ -187,14 +187,20 @@ class FitDiagnostics:
     message : str
         The optimiser's own words on it.
     n_iterations : int
-        Optimiser iterations (L-BFGS-B iterations, minibatch steps), restarts of its memory included.
+        Optimiser iterations (L-BFGS-B iterations, minibatch steps), restarts of its memory
+        included; for a minibatch run, its steps plus the full-batch polish's L-BFGS-B iterations,
+        whether the polish was kept or not (``polish_iterations`` says how many).
     grad_norm : float
         Largest entry of the objective's final gradient in scale-free units
-        (:func:`largest_gradient`); for a minibatch run, the norm of its smoothed (Adam
-        first-moment) gradient, which its stopping rule does not use; NaN where none was computed.
+        (:func:`largest_gradient`).  For a minibatch run stopped by its stochastic rule, that of
+        the full objective (hyperparameters and q) from the confirming pass over all rows at the
+        kept end (:func:`gpdsl.methods.stochastic.full_pass_check`); for one that ran out of
+        steps (no pass), or a record written before the pass, the norm of its smoothed (Adam
+        first-moment) batch gradient, which no tolerance applies to; NaN where none was computed.
     grad_tol : float
-        Its tolerance (:func:`gradient_tolerance`); NaN for a minibatch run, whose smoothed batch
-        gradient (of the N-scaled objective, batch noise included) no tolerance applies to.
+        Its tolerance (:func:`gradient_tolerance` of the rows fitted), a minibatch run's confirming
+        pass included; NaN for a minibatch run that ran out of steps, and in a record written
+        before minibatch stops were confirmed (:attr:`unconfirmed_stop`).
     grad_name : str
         The parameter holding that entry ("" if none).
     optimizer_restarts : int
@@ -209,7 +215,8 @@ class FitDiagnostics:
         The hyperparameter that ran away along an evidence ridge (a kernel variance, or a bias
         that grew with it), or None.
     local_sweeps : int
-        Sweeps (EP/QP), c updates (Pólya-Gamma) or natural steps over the whole fit.
+        Sweeps (EP/QP), c updates (Pólya-Gamma) or natural steps over the whole fit (a minibatch
+        fit's: those of its full-batch polish and final evaluation; its steps are ``n_iterations``).
     local_converged : bool or None
         Whether the method's local iteration converged at the final evaluation; None without one.
     clamped_sites : int
@@ -238,6 +245,9 @@ class FitDiagnostics:
         none (and in files written before it was recorded).  Above
         :data:`EVIDENCE_ROUNDING_TOL` the fit warns (:class:`EvidenceRoundingWarning`) and the
         summary says so; ``converged`` does not read it.
+    polish_iterations : int
+        A minibatch fit's full-batch polish's L-BFGS-B iterations (included in ``n_iterations``,
+        kept or not: its message says which); 0 without a polish (and in files written before).
     """
 
     stop_reason: str
@@ -260,6 +270,7 @@ class FitDiagnostics:
     constant_model: bool = False
     recorded_converged: bool | None = None
     evidence_rounding: float = float("nan")
+    polish_iterations: int = 0
     converged: bool = field(init=False)
 
     def __post_init__(self):
@@ -312,7 +323,7 @@ class FitDiagnostics:
         for label, value in (("restarts", self.optimizer_restarts), ("caps", ",".join(self.caps_reached)),
                              ("ridge", self.ridge), ("sweeps", self.local_sweeps), ("clamped", self.clamped_sites),
                              ("reinit", self.reinit_stop), ("small M replaced by", self.small_m_replaced),
-                             ("subsample", self.subsample),
+                             ("subsample", self.subsample), ("polish iterations", self.polish_iterations),
                              ("jitter", self.jitter)):
             if value:
                 parts.append(f"{label}={value:g}" if isinstance(value, float) else f"{label}={value}")
@@ -358,6 +369,7 @@ class FitDiagnostics:
             raise ValueError("expected a JSON object")
         stated = record.pop("converged", None)
         record.setdefault("evidence_rounding", None)      # written before it was recorded
+        record.setdefault("polish_iterations", 0)         # likewise
         names = {f.name for f in fields(cls) if f.init}
         if set(record) != names:
             raise ValueError(f"expected the keys {sorted(names | {'converged'})}, got {sorted(record)}")

@@ -526,7 +526,8 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
                      # that ran out of steps made no pass (nan).
                      "grad_tol": float(result.grad_tol) if minibatch else gradient_tolerance(X.shape[0]),
                      "grad_name": result.get("grad_name", ""),
-                     "optimizer_restarts": int(getattr(result, "optimizer_restarts", 0)), "caps_reached": []}
+                     "optimizer_restarts": int(getattr(result, "optimizer_restarts", 0)), "caps_reached": [],
+                     "polish_iterations": int(result.get("polish_iterations", 0))}
         outer = model.inference.outer_loop(run, u_best, max_iter)
         if outer is not None:
             u_best, outer_converged, outer_iter = outer

@@ -50,7 +50,9 @@ by one pass over all N rows (:func:`full_pass_check`, chunked as every full-batc
 largest entry of the full objective's gradient, in the hyperparameters and in q, against
 :func:`gpdsl.diagnostics.gradient_tolerance` (N), the full-batch fits' tolerance.  Where it is
 larger, ``polish=True`` continues with the full-batch fit from there (L-BFGS-B on the bound with
-q moved to its optimum at every evaluation by natural steps, at most ``max_iter`` iterations;
+q moved to its optimum at every evaluation by natural steps, at most ``max_iter`` iterations,
+its best evaluation returned; stopped at its first evaluation where q's natural steps do not
+converge there, since L-BFGS-B's objective then depends on the path of q's warm starts:
 :func:`_polish`), kept where it raised the full objective, and is confirmed again.  The result
 reports the last check (``grad_norm``, ``grad_name``, ``grad_tol``; ``fun`` the negative full
 objective), so that the fit says ``converged=False`` and warns where the gradient is still large
@@ -333,17 +335,23 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
     smoothed = n * float(np.mean(trail[-window:])) if trail else np.nan
     result = OptimizeResult(x=u, fun=smoothed, success=fired, stop_reason="stochastic_rule" if fired else "max_iter",
                             nit=step, jac=None, grad_norm=float(np.linalg.norm(first / (1.0 - _ADAM_BETA1 ** step))),
-                            grad_tol=np.nan, grad_name="", plateau=False, runaway=None, start=u0, message=message)
+                            grad_tol=np.nan, grad_name="", plateau=False, runaway=None, start=u0, message=message,
+                            polish_iterations=0)
     if not fired:
         result.message = _cap_message(trail, max_iter, window)
     else:
         check = full_pass_check(objective, result.x, q, full_batch, expectations)
         result.message += f"; {check.describe()} at the steps' end"
         if polishes(spec, n) and not check.largest <= check.tolerance:
-            u_polished, q_polished, iterations, how = _polish(objective, result.x, q, full_batch, expectations,
-                                                              max_iter, progress, callback, steps=step)
+            u_polished, q_polished, iterations, how, sweeps = _polish(objective, result.x, q, full_batch,
+                                                                      expectations, max_iter, progress, callback,
+                                                                      steps=step)
             polished = full_pass_check(objective, u_polished, q_polished, full_batch, expectations)
+            # Counted whether the polish is kept or not: nit (the record's n_iterations) is the
+            # work done; polish_iterations says how much of it was the polish's.
             result.nit += iterations
+            result.polish_iterations = iterations
+            objective.total_sweeps += sweeps
             # Kept only where it raised the full objective: an L-BFGS-B run whose evaluations move q
             # by natural steps that do not converge (robust-max) can end lower than it started.
             kept = polished.objective >= check.objective
@@ -455,22 +463,61 @@ def _polish(objective, u, q, full_batch, expectations, max_iter, progress, callb
     """After the stochastic rule's stop: L-BFGS-B on the full-batch bound from ``u``, q moved to
     its optimum at every evaluation by full-batch natural steps from the previous one's (the
     full-batch SVGP fit, ``full_batch``'s evaluation, warm-started from the run's ``q``), at most
-    ``max_iter`` iterations; then q polished at the point it returns.  The callback sees the
-    iterations numbered on from the run's ``steps``.  Returns ``(u, q, iterations, stop_reason)``."""
+    ``max_iter`` iterations.  The callback sees the iterations numbered on from the run's
+    ``steps``.
+
+    What it returns is the best (u, q) any evaluation reached, by the full objective (bound plus
+    log prior) at that evaluation's own q, with q then moved to its optimum there (natural steps
+    never lower the bound), not L-BFGS-B's last point: where q's natural steps stop short of
+    ``q_max_iter`` the objective L-BFGS-B sees depends on the path its warm starts took, and its
+    line search can end below where it began (robust-max, 1,000 rows, 3 classes: -1355.2 at the
+    first evaluation, -1559.1 at the end).  For the same reason the polish stops at its first
+    evaluation where q's steps do not converge there (L-BFGS-B is then not run): the first
+    evaluation's q is kept if it raised the objective.
+
+    Returns
+    -------
+    u : ndarray, shape (P,)
+    q : dict of str to ndarray
+    iterations : int
+        L-BFGS-B iterations (0 where it stopped at the first evaluation).
+    how : str
+        How it ended, for the run's message.
+    sweeps : int
+        Natural steps on q over all its evaluations and the final one.
+    """
     report = None if callback is None else (lambda s: callback({**s, "iteration": steps + s["iteration"]}))
-    run = objective.restricted(objective.table,
-                               functools.partial(_full_batch_evaluation, objective.model, full_batch, expectations))
+    table, best = objective.table, {}
+
+    def evaluation(values, X, y, Z, warm=None, offset=None):
+        here = table.pack(values)
+        ev = _full_batch_evaluation(objective.model, full_batch, expectations, values, X, y, Z, warm=warm,
+                                    offset=offset)
+        value = float(ev.log_evidence + table.log_prior(values)[0])
+        if np.isfinite(value) and not value <= best.get("objective", -np.inf):
+            best.update(objective=value, u=here, q=ev.warm.q)
+        return ev
+
+    run = objective.restricted(table, evaluation)
     run.warm = VariationalState(q, sweeps=0, converged=True)
-    polished = run.minimise(u, max_iter, progress, report)
-    # The last evaluation's q may be a rejected line-search point's: q is moved to its optimum at
-    # the point L-BFGS-B returned, polished as a full-batch posterior's q is.
-    values = objective.table.unpack(polished.x)
+    run(u)
+    if run.warm is not None and not run.warm.converged:
+        iterations = 0
+        how = (f"stopped at its first evaluation: q's full-batch natural steps did not converge in "
+               f"{run.warm.sweeps} steps (q_max_iter), so the objective L-BFGS-B would see depends on the "
+               "path of its warm starts; L-BFGS-B not run")
+    else:
+        polished = run.minimise(u, max_iter, progress, report)
+        iterations = int(polished.nit)
+        how = f"L-BFGS-B stopped after {iterations} iterations, {polished.stop_reason}; its best evaluation kept"
+    if not best:
+        return u, q, iterations, how + " (no evaluation was finite: the steps' end kept)", run.total_sweeps
+    values = table.unpack(best["u"])
     Z = values.pop("inducing.Z", objective.Z0)
     kernel, likelihood, latent = _bound(objective.model, values, objective.X, objective.offset, expectations)
-    q, _, _ = full_batch._optimise_q(kernel, likelihood, values, objective.X, objective.y, Z,
-                                     q if run.warm is None else run.warm.q, polish=True, offset=latent)
-    return (polished.x, q, int(polished.nit),
-            f"L-BFGS-B stopped after {int(polished.nit)} iterations, {polished.stop_reason}")
+    q, final_steps, _ = full_batch._optimise_q(kernel, likelihood, values, objective.X, objective.y, Z, best["q"],
+                                               polish=True, offset=latent)
+    return best["u"], q, iterations, how, run.total_sweeps + final_steps
 
 
 def _full_batch_evaluation(model, full_batch, expectations, values, X, y, Z, warm=None, offset=None):
