@@ -279,11 +279,31 @@ def test_above_the_rows_auto_checks_without_polishing_and_says_how_to_converge(m
         np.testing.assert_array_equal(post.values[key], unpolished.values[key])
 
 
-def test_the_full_pass_runs_as_dask_tasks():
+def test_the_full_pass_runs_as_dask_tasks(monkeypatch):
     """The confirming pass is svgp.evaluate's map over row chunks: on a Dask X (and y) of 37-row
     chunks it is one task per chunk with the partials reduced, and gives the in-memory pass's
-    objective and gradients (1e-10 relative: only the summation order differs)."""
+    objective and gradients (1e-10 relative: only the summation order differs).  That the Dask
+    path ran is seen, not assumed: the chunk function is called through gpdsl.chunks'
+    Dask map with the 37, 37, 37 and 9 rows of the chunks, inside tasks that Dask's scheduler
+    executed (a dask callback sees each), and never for the in-memory pass."""
     da = pytest.importorskip("dask.array")
+    from dask.callbacks import Callback
+    from gpdsl import chunks
+    blocks, original = [], chunks._map_rows_dask
+
+    def spied(fn, rows, *args):
+        def recorded(*block):
+            blocks.append(block[0].shape[0])
+            return fn(*block)
+        return original(recorded, rows, *args)
+
+    started = []
+
+    class Executing(Callback):
+        def _pretask(self, key, dask, state):
+            started.append(str(key))
+
+    monkeypatch.setattr(chunks, "_map_rows_dask", spied)
     rng = np.random.default_rng(2)
     X, y = _offset_data(120)
     Z = X[::24]
@@ -295,7 +315,12 @@ def test_the_full_pass_runs_as_dask_tasks():
     lazy = _objective(model, da.from_array(X, chunks=(37, 1)), y, Z)
     lazy.y = da.from_array(in_memory.y, chunks=37)
     expected = stochastic.full_pass_check(in_memory, u, q, full_batch)
-    got = stochastic.full_pass_check(lazy, u, q, full_batch)
+    assert blocks == []
+    with Executing():
+        got = stochastic.full_pass_check(lazy, u, q, full_batch)
+    assert sorted(blocks) == [9, 37, 37, 37]
+    # The chunk function's tasks (dask.delayed names them after it), each started by the scheduler.
+    assert len({key for key in started if "recorded" in key}) == 4
     assert got.objective == pytest.approx(expected.objective, rel=1e-10)
     np.testing.assert_allclose(got.gradient, expected.gradient, rtol=1e-10, atol=1e-9)
     for key in q:
