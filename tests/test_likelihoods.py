@@ -455,10 +455,11 @@ def test_real_targets_without_conditional_moments_predict_f_only_and_draw_nothin
 
 # -- the defaults' integrals over a narrow or a wide likelihood -------------------------------------
 @pytest.fixture(scope="module")
-def minimal_likelihoods():
+def minimal_likelihoods(minimal_count):
     """Likelihoods with only their log density's derivatives, and their log densities in mpmath:
     Gaussian noise of sd 0.01 and 0.3 (narrower than the latent sd), binary labels through the
-    cloglog link (wide in f), Poisson counts (log link: 1000 under N(0, 0.01) is 60 sds out)."""
+    cloglog link (wide in f), and minimal_count's Poisson counts (log link: 1000 under N(0, 0.01)
+    is 60 sds out)."""
     from dataclasses import dataclass
     mp = pytest.importorskip("mpmath")
 
@@ -487,14 +488,6 @@ def minimal_likelihoods():
             return (np.where(pos, np.log(-np.expm1(-e)), -e), np.where(pos, r, -e), np.where(pos, dr, -e),
                     np.where(pos, dr * (1.0 - e - r) + r * (-e - dr), -e))
 
-    @dataclass(frozen=True, eq=False)
-    class MinimalPoisson(gd.likelihoods.Likelihood):
-        target_kind = "count"
-
-        def log_density_derivatives(self, y, f):
-            rate = np.exp(f)
-            return y * f - rate - special.gammaln(y + 1.0), y - rate, -rate, -rate
-
     def normal(sd):
         return lambda y, f: -(y - f) ** 2 / (2 * sd ** 2) - mp.log(2 * mp.pi * sd ** 2) / 2
 
@@ -505,7 +498,7 @@ def minimal_likelihoods():
         return y * f - mp.exp(f) - mp.loggamma(y + 1)
 
     return mp, [(NormalNoise(0.01), normal(0.01), (0.3, 3.0)), (NormalNoise(0.3), normal(0.3), (0.0, -2.0)),
-                (Cloglog(), cloglog, (1.0, -1.0)), (MinimalPoisson(), poisson, (0.0, 3.0, 50.0, 1000.0))]
+                (Cloglog(), cloglog, (1.0, -1.0)), (minimal_count, poisson, (0.0, 3.0, 50.0, 1000.0))]
 
 
 def _log_gaussian_integral_mpmath(mp, log_p, y, m, v, lik):

@@ -42,11 +42,12 @@ capabilities of :data:`CAPABILITIES`): an operation is provided where the likeli
 overrides it for its own density.  What a likelihood needs is its density: ``log_density_derivatives``
 (``log_density`` defaults to its first term) and, with hyperparameters,
 ``log_density_param_derivatives``; every other operation has a default on this class that works
-from the density by Gauss-Hermite quadrature (``variational_expectations``, ``log_predictive``,
-``predictive`` and ``sample`` where the targets' support is known: ``target_kind`` "binary" or
-"count"), or refuses naming what needs it.  The operations in :data:`DERIVED_FROM_DENSITY` hold for
-one density: a subclass that redefines ``log_density`` or ``log_density_derivatives`` does not
-inherit a parent's version of them (EP's tilted moments, closed-form expectations, the
+from the density (``variational_expectations`` by Gauss-Hermite quadrature, ``log_predictive`` by
+a rule centred on the tilted mode, ``predictive`` and ``sample`` where the targets' support is
+known: ``target_kind`` "binary" or "count"; :mod:`gpdsl.likelihoods.density_integrals`), or
+refuses naming what needs it.  The operations in :data:`DERIVED_FROM_DENSITY` hold for one
+density: a subclass that redefines ``log_density`` or ``log_density_derivatives`` (or a helper of
+its parent's ``density_functions``) does not inherit a parent's version of them (EP's tilted moments, closed-form expectations, the
 Pólya-Gamma augmentation of the parent's density would be silently wrong for the new one).
 :meth:`Likelihood.__init_subclass__` resets each such operation to this class's default (or
 refusal) unless the subclass defines it again, and :meth:`Likelihood.inherited_without_density`

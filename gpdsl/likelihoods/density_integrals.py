@@ -192,19 +192,19 @@ def _log_pmf(likelihood, y, f):
     return np.where(np.isnan(lp), -np.inf, lp)
 
 
-def _first_counts(likelihood, f):
-    """Blocks (rows, counts, pmf (rows, C)) of p(y | f) over y = 0, 1, ...: _COUNT_FIRST counts,
-    then doubling blocks up to _COUNT_SECOND counts for the rows whose pmf falls at the end of
-    the last (its mode passed) and is not done: done where, past half its mass, it falls at the
-    last count by a ratio r and the geometric tail p_last r / (1 - r) is below 1e-16 of the mass.  The generator's
-    value is the done mask (n,)."""
+def _first_counts(likelihood, f, visit):
+    """Calls ``visit(rows, counts, pmf (rows, C))`` on blocks of p(y | f) over y = 0, 1, ...:
+    _COUNT_FIRST counts, then doubling blocks up to _COUNT_SECOND counts for the rows whose pmf
+    falls at the end of the last (its mode passed) and is not done: done where, past half its
+    mass, it falls at the last count by a ratio r and the geometric tail p_last r / (1 - r) is
+    below 1e-16 of the mass.  Returns the done mask (n,)."""
     mass, done = np.zeros(f.size), np.zeros(f.size, dtype=bool)
     rows, start, size = np.arange(f.size), 0, _COUNT_FIRST
     while rows.size and start < _COUNT_SECOND:
         counts = np.arange(float(start), float(start + size))
         log_pmf = _log_pmf(likelihood, counts[None, :], f[rows, None])
         pmf = np.exp(log_pmf)
-        yield rows, counts, pmf
+        visit(rows, counts, pmf)
         mass[rows] += pmf.sum(axis=1)
         # Falling by its logs (the pmf itself underflows to 0 far below its mode).
         with np.errstate(invalid="ignore"):
@@ -301,14 +301,10 @@ def count_moments(likelihood, f):
     """
     f = np.asarray(f, dtype=float)
     sums, failure = np.zeros((3, f.size)), np.full(f.size, None, dtype=object)
-    blocks = _first_counts(likelihood, f)
-    while True:
-        try:
-            rows, counts, pmf = next(blocks)
-        except StopIteration as end:
-            done = end.value
-            break
+    def add(rows, counts, pmf):
         sums[:, rows] += (pmf.sum(axis=1), pmf @ counts, pmf @ (counts * counts))
+
+    done = _first_counts(likelihood, f, add)
     mass = sums[0]
     with np.errstate(invalid="ignore", divide="ignore"):
         first = sums[1] / mass
@@ -413,19 +409,15 @@ def count_draws(likelihood, f, u):
     # The first counts: the draw is the first count whose running sum passes u (the sums are 1 to
     # rounding; a u above the last sum takes the last count).
     cdf, draws, left = np.zeros(f.size), np.zeros(f.size), np.ones(f.size, dtype=bool)
-    blocks = _first_counts(likelihood, f)
-    while True:
-        try:
-            rows, counts, pmf = next(blocks)
-        except StopIteration as end:
-            done = end.value
-            break
+    def invert(rows, counts, pmf):
         running = cdf[rows, None] + np.cumsum(pmf, axis=1)
         passed = left[rows] & (running[:, -1] > u[rows])
         draws[rows[passed]] = counts[np.argmax(running[passed] > u[rows[passed], None], axis=1)]
         draws[rows[left[rows] & ~passed]] = counts[-1]
         left[rows[passed]] = False
         cdf[rows] = running[:, -1]
+
+    done = _first_counts(likelihood, f, invert)
     failure = np.full(f.size, None, dtype=object)
     rest = np.flatnonzero(~done)
     if rest.size:

@@ -3,7 +3,6 @@ composite Gauss-Legendre rule) for a likelihood much narrower than the latent sd
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 from scipy import special
@@ -12,6 +11,7 @@ from .._jit.likelihoods import student_t as sites
 from .._jit.special import digamma_half_excess, log1p_excess_array, student_t_log_norm_excess
 from ..parameters import check_hyperparameter
 from .base import _LOG_2PI, Likelihood, SiteModel
+from .density_integrals import composite_legendre
 
 # Latent sds at or below this fraction of the Student-t width are treated as a point mass by its
 # expectation rule.
@@ -21,15 +21,6 @@ _POINT_SD = 1e-8
 _WINDOW_SDS = 12.0
 _PANELS = 32
 _PANEL_NODES = 8
-
-
-@lru_cache(maxsize=1)
-def _composite_legendre():
-    """Nodes u (K,) on [0, 1] and weights (K,) of the composite Gauss-Legendre rule."""
-    x, w = np.polynomial.legendre.leggauss(_PANEL_NODES)
-    starts = np.arange(_PANELS) / _PANELS
-    u = (starts[:, None] + (x[None, :] + 1.0) / (2.0 * _PANELS)).ravel()
-    return u, np.tile(w / (2.0 * _PANELS), _PANELS)
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,7 +182,7 @@ class StudentT(Likelihood):
         sd = np.sqrt(np.maximum(var, 0.0))
         lo = np.arcsinh((mean - _WINDOW_SDS * sd - y) / width)[:, None]
         hi = np.arcsinh((mean + _WINDOW_SDS * sd - y) / width)[:, None]
-        u, omega = _composite_legendre()
+        u, omega = composite_legendre(_PANELS, _PANEL_NODES)
         s_nodes = lo + (hi - lo) * u[None, :]
         f = y[:, None] + width * np.sinh(s_nodes)
         with np.errstate(divide="ignore", invalid="ignore"):
