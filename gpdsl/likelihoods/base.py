@@ -97,7 +97,7 @@ DERIVED_FROM_DENSITY = ("log_density_param_derivatives", "expectation_rule", "va
 # E[e^f] and E[e^2f] (the log link's moments, the fastest-growing of the usual links) to 1e-15
 # relative within its sd (20 nodes are 6e-8 off in E[e^2f] at sd 2), with fewer nodes (latent
 # values) to sum pmfs at, and nearer the mean (the 100-point rule's reach 18.9 sds).
-_COUNT_RULES = ((20, 1.0), (32, 2.0))
+_COUNT_RULES = ((12, 0.5), (20, 1.0), (32, 2.0))
 
 
 class SiteModel(NamedTuple):
