@@ -8,8 +8,9 @@ convergence"): the measurements behind ``polish="auto"``'s row threshold
 Each fit runs with ``polish=True`` (``--check-only``: ``polish=False``), and the process CPU
 seconds (``time.process_time``, one thread) of its phases are taken by wrapping
 :func:`gpdsl.methods.stochastic.full_pass_check` and :func:`gpdsl.methods.stochastic._polish`:
-the minibatch steps (the rest of ``minimise``), the confirming pass(es), and the polish with its
-L-BFGS-B iterations and what it gained in the full objective.  Printed one line per fit.
+the minibatch steps (``minimise`` less its check(s) and polish: not the inducing selection nor
+the final evaluation, which only ``total`` holds), the confirming pass(es), and the polish with
+its L-BFGS-B iterations and what it gained in the full objective.  Printed one line per fit.
 
 Problems (``--n`` training rows each, after an untimed 500-row warm-up fit for Numba's cache):
 
@@ -19,6 +20,10 @@ Problems (``--n`` training rows each, after an untimed 500-row warm-up fit for N
   Poisson(log), ``SVGP(batch_size=256)``, KMeans(64);
 * ``svgp_constant_mean``: 1-D x uniform on [-3, 3], y = 5 + sin 2x + N(0, 1), a constant mean
   started at 0, Gaussian, ``SVGP(batch_size=256)``, KMeans(64);
+* ``svgp_softmax`` / ``svgp_robustmax`` / ``pg_logistic_softmax``: 3 classes on 2-D x uniform on
+  [-3, 3] (tests/test_minibatch_convergence.py's data), KMeans(20), ``SVGP(batch_size=100)``
+  (softmax, robust-max) or ``PolyaGamma(minibatch=100)`` (logistic-softmax), as the review of
+  issue 45 measured them;
 * ``twonorm_svgp_1e5`` / ``twonorm_pg_1e5``: ``benchmarks/bench_svgp_minibatch.py``'s problem
   (twonorm 10^5, M = 64, B = 256) for SVGP (logit) and stochastic Pólya-Gamma;
 * ``twonorm_svgp_1e6`` / ``twonorm_pg_1e6``: the README's 10^6 rows (``bench_peers.py``'s
@@ -54,6 +59,16 @@ def _poisson(n, inference):
     return gd.Model(SE(), gd.likelihoods.Poisson("log"), gd.inducing.KMeans(64, seed=0), inference), X, y
 
 
+def _classes(n, link, inference):
+    """tests/test_minibatch_convergence.py's 3-class data (2-D x uniform on [-3, 3], Gumbel-noised
+    argmax of 2 (sin(x0 + k) + cos(x1 (k + 1) / 2))), KMeans(20) as the review measured it."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3.0, 3.0, size=(n, 2))
+    f = 2.0 * np.stack([np.sin(X[:, 0] + k) + np.cos(X[:, 1] * (k + 1) / 2) for k in range(3)], axis=1)
+    y = np.argmax(f + 0.5 * rng.gumbel(size=f.shape), axis=1)
+    return gd.Model(SE(), gd.likelihoods.Categorical(3, link), gd.inducing.KMeans(20, seed=0), inference), X, y
+
+
 def _constant_mean(n, inference):
     rng = np.random.default_rng(0)
     X = rng.uniform(-3.0, 3.0, size=(n, 1))
@@ -67,6 +82,10 @@ PROBLEMS = {
     "svgp_bernoulli": lambda n, polish: _twonorm(n, "probit", gd.inference.SVGP(batch_size=256, polish=polish)),
     "svgp_poisson": lambda n, polish: _poisson(n, gd.inference.SVGP(batch_size=256, polish=polish)),
     "svgp_constant_mean": lambda n, polish: _constant_mean(n, gd.inference.SVGP(batch_size=256, polish=polish)),
+    "svgp_softmax": lambda n, polish: _classes(n, "softmax", gd.inference.SVGP(batch_size=100, polish=polish)),
+    "svgp_robustmax": lambda n, polish: _classes(n, "robustmax", gd.inference.SVGP(batch_size=100, polish=polish)),
+    "pg_logistic_softmax": lambda n, polish: _classes(n, "logistic_softmax",
+                                                      gd.inference.PolyaGamma(minibatch=100, polish=polish)),
     "twonorm_svgp_1e5": lambda n, polish: _twonorm(100_000, "logit", gd.inference.SVGP(batch_size=256, polish=polish)),
     "twonorm_pg_1e5": lambda n, polish: _twonorm(100_000, "logit", gd.inference.PolyaGamma(minibatch=256,
                                                                                           polish=polish)),
@@ -83,10 +102,16 @@ class _Phases:
     """CPU seconds spent inside the wrapped functions of gpdsl.methods.stochastic."""
 
     def __init__(self):
-        self.check, self.polish, self.checks, self.gains = 0.0, 0.0, [], []
-        self._check, self._polish = stochastic.full_pass_check, stochastic._polish
+        self.check, self.polish, self.minimise, self.checks, self.gains = 0.0, 0.0, 0.0, [], []
+        self._check, self._polish, self._minimise = stochastic.full_pass_check, stochastic._polish, stochastic.minimise
 
     def __enter__(self):
+        def minimise(*args, **kwargs):
+            t = time.process_time()
+            out = self._minimise(*args, **kwargs)
+            self.minimise += time.process_time() - t
+            return out
+
         def check(*args, **kwargs):
             t = time.process_time()
             out = self._check(*args, **kwargs)
@@ -101,25 +126,27 @@ class _Phases:
             self.iterations = out[2]
             return out
         self.iterations = 0
-        stochastic.full_pass_check, stochastic._polish = check, polish
+        stochastic.full_pass_check, stochastic._polish, stochastic.minimise = check, polish, minimise
         return self
 
     def __exit__(self, *exc):
-        stochastic.full_pass_check, stochastic._polish = self._check, self._polish
+        stochastic.full_pass_check, stochastic._polish, stochastic.minimise = self._check, self._polish, self._minimise
 
 
-def measure(problem, n, polish):
+def measure(problem, n, polish, max_iter=1000):
     model, X, y = PROBLEMS[problem](n, polish)
     with warnings.catch_warnings(record=True) as caught, _Phases() as phases:
         warnings.simplefilter("always")
         t = time.process_time()
-        post = model.fit(X, y)
+        post = model.fit(X, y, max_iter=max_iter)
         total = time.process_time() - t
     first = phases.checks[0] if phases.checks else None
     last = phases.checks[-1] if phases.checks else None
     gain = (last.objective - first.objective) if len(phases.checks) > 1 else 0.0
     return dict(problem=problem, N=X.shape[0], polish=polish, total=total, check=phases.check,
-                polish_s=phases.polish, steps_s=total - phases.check - phases.polish,
+                # The steps alone: the optimiser's time less its check(s) and polish (not the
+                # inducing selection, the model's set-up or the final evaluation, which are "total"'s).
+                polish_s=phases.polish, steps_s=phases.minimise - phases.check - phases.polish,
                 steps=int(post.diagnostics.n_iterations) - phases.iterations, polish_iters=phases.iterations,
                 grad_before=None if first is None else first.largest, tol=None if first is None else first.tolerance,
                 grad_after=None if last is None else last.largest, gain=gain, converged=post.converged,
@@ -137,6 +164,7 @@ def main(argv=None):
     p.add_argument("--problems", nargs="+", default=["pg_binary", "svgp_bernoulli", "svgp_poisson",
                                                       "svgp_constant_mean"])
     p.add_argument("--check-only", action="store_true", help="polish=False: the steps and the confirming pass")
+    p.add_argument("--max-iter", type=int, default=1000, help="fit(max_iter=...): the cap on the steps")
     args = p.parse_args(argv)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -145,7 +173,7 @@ def main(argv=None):
                 measure(problem, 500, False)
     for problem in args.problems:
         for n in (args.n if not problem.startswith("twonorm") else [None]):
-            r = measure(problem, n, not args.check_only)
+            r = measure(problem, n, not args.check_only, args.max_iter)
             print(f"{r['problem']:20s} N={r['N']:8d} polish={r['polish']!s:5s} total {r['total']:7.2f} s: steps "
                   f"{r['steps_s']:6.2f} s ({r['steps']} steps), check {r['check']:5.2f} s, polish {r['polish_s']:6.2f} s "
                   f"({r['polish_iters']} it); |grad| {_g(r['grad_before'])} -> {_g(r['grad_after'])} "
