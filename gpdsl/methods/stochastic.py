@@ -445,6 +445,21 @@ def full_pass_check(objective, u, q, full_batch, expectations=None):
     :func:`gpdsl.diagnostics.gradient_tolerance` (N).  The pass is :func:`gpdsl.methods.svgp.evaluate`'s,
     a pure map over row chunks reduced from O(M^2) partials (:func:`gpdsl.chunks.map_rows`).
 
+    Why q's entries are tested raw, per prior standard deviation, rather than by a Newton
+    decrement g^T S g / 2.  At fixed S the bound is concave in the whitened mean m with Hessian
+    -(I + A Wbar A^T), Wbar the rows' expected curvature, which is S^-1 at q's fixed point; a
+    Newton step from a gradient g in m gains g^T S g / 2 nats.  In a direction the data inform
+    with curvature c per row, S ~ 1 / (N c), and an entry at the tolerance t = 1e-3 N gains about
+    t^2 / (2 N c) = 1e-6 N / (2 c): the same gain the hyperparameters' test bounds (the module
+    docstring of :mod:`gpdsl.diagnostics`), so one tolerance keeps one meaning over the whole
+    vector.  For a log-concave likelihood (Wbar >= 0) S <= I, so the gain is at most |g|^2 / 2
+    whatever the direction; in a prior-dominated one (S ~ I) an entry at t could still gain
+    t^2 / 2, more than the decrement form would allow.  That looseness is accepted: there the
+    gradient is -m_i plus what little the data add, which the run's natural steps (memory about
+    1 / natural_step steps) shrink, and a decrement test would need a tolerance in nats that the
+    hyperparameters' test does not have (two meanings of "converged" in one record), with no
+    equally simple form for q_sqrt's entries.
+
     Parameters
     ----------
     objective : gpdsl.fitting._Objective
