@@ -373,8 +373,8 @@ def test_a_polish_whose_q_does_not_converge_stops_at_its_first_evaluation(link, 
     assert "the steps' end is kept" not in d.message and not post.converged
 
 
-def test_the_polish_keeps_its_best_evaluation_not_its_last_point(monkeypatch):
-    """The polish returns the best (u, q) its evaluations reached, not where L-BFGS-B ended: here
+def test_the_polish_keeps_its_best_iterate_not_its_last_point(monkeypatch):
+    """The polish returns the best (u, q) of its accepted iterates, not where L-BFGS-B ended: here
     L-BFGS-B's result is replaced by a point 2 e-folds off its end, evaluated last (as a rejected
     line-search point would be); the fit still ends at the optimum (within 1 nat of the
     full-batch fit, converged) and not at that point."""

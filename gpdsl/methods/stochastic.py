@@ -51,7 +51,7 @@ largest entry of the full objective's gradient, in the hyperparameters and in q,
 :func:`gpdsl.diagnostics.gradient_tolerance` (N), the full-batch fits' tolerance.  Where it is
 larger, ``polish=True`` continues with the full-batch fit from there (L-BFGS-B on the bound with
 q moved to its optimum at every evaluation by natural steps, at most ``max_iter`` iterations,
-its best evaluation returned; stopped at its first evaluation where q's natural steps do not
+its best iterate returned; stopped at its first evaluation where q's natural steps do not
 converge there, since L-BFGS-B's objective then depends on the path of q's warm starts:
 :func:`_polish`), kept where it raised the full objective, and is confirmed again.  The result
 reports the last check (``grad_norm``, ``grad_name``, ``grad_tol``; ``fun`` the negative full
@@ -506,9 +506,11 @@ def _polish(objective, u, q, full_batch, expectations, max_iter, progress, callb
     ``max_iter`` iterations.  The callback sees the iterations numbered on from the run's
     ``steps``.
 
-    What it returns is the best (u, q) any evaluation reached, by the full objective (bound plus
-    log prior) at that evaluation's own q, with q then moved to its optimum there (natural steps
-    never lower the bound), not L-BFGS-B's last point: where q's natural steps stop short of
+    What it returns is the best (u, q) among its start and L-BFGS-B's accepted iterates (not a
+    line search's trial points, which may sit on a spike of the bound: fuzz poisson_svgp_minibatch
+    66, a length-scale of 3e-6), by the full objective (bound plus log prior) at each one's own
+    q, with q then moved to its optimum there (natural steps never lower the bound), rather than
+    L-BFGS-B's last point with q re-optimised from the last evaluation's: where q's natural steps stop short of
     ``q_max_iter`` the objective L-BFGS-B sees depends on the path its warm starts took, and its
     line search can end below where it began (robust-max, 1,000 rows, 3 classes: -1355.2 at the
     first evaluation, -1559.1 at the end).  For the same reason the polish stops at its first
@@ -526,21 +528,35 @@ def _polish(objective, u, q, full_batch, expectations, max_iter, progress, callb
     sweeps : int
         Natural steps on q over all its evaluations and the final one.
     """
-    report = None if callback is None else (lambda s: callback({**s, "iteration": steps + s["iteration"]}))
-    table, best = objective.table, {}
+    table, best, latest = objective.table, {}, {}
+
+    def keep_latest():
+        if latest and not latest["objective"] <= best.get("objective", -np.inf):
+            best.update(latest)
+
+    def report(step):
+        # An accepted iterate is the last point evaluated where its gradient is known (see
+        # gpdsl.fitting._Objective.minimise): only those, and the start, are candidates, not a
+        # line search's trial points (a rejected one can sit on a spike of the bound).
+        if np.isfinite(step["grad_norm"]):
+            keep_latest()
+        if callback is not None:
+            callback({**step, "iteration": steps + step["iteration"]})
 
     def evaluation(values, X, y, Z, warm=None, offset=None):
         here = table.pack(values)
         ev = _full_batch_evaluation(objective.model, full_batch, expectations, values, X, y, Z, warm=warm,
                                     offset=offset)
         value = float(ev.log_evidence + table.log_prior(values)[0])
-        if np.isfinite(value) and not value <= best.get("objective", -np.inf):
-            best.update(objective=value, u=here, q=ev.warm.q)
+        latest.clear()
+        if np.isfinite(value):
+            latest.update(objective=value, u=here, q=ev.warm.q)
         return ev
 
     run = objective.restricted(table, evaluation)
     run.warm = VariationalState(q, sweeps=0, converged=True)
     run(u)
+    keep_latest()
     if run.warm is not None and not run.warm.converged:
         iterations = 0
         how = (f"stopped at its first evaluation: q's full-batch natural steps did not converge in "
@@ -549,7 +565,7 @@ def _polish(objective, u, q, full_batch, expectations, max_iter, progress, callb
     else:
         polished = run.minimise(u, max_iter, progress, report)
         iterations = int(polished.nit)
-        how = f"L-BFGS-B stopped after {iterations} iterations, {polished.stop_reason}; its best evaluation kept"
+        how = f"L-BFGS-B stopped after {iterations} iterations, {polished.stop_reason}; its best iterate kept"
     if not best:
         return u, q, iterations, how + " (no evaluation was finite: the steps' end kept)", run.total_sweeps
     values = table.unpack(best["u"])
