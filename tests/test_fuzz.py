@@ -162,6 +162,10 @@ FIXED_FAILURES = {
     # converged where exp(f) overflows: a local sd of 0, no panels, 0/0; now capped steps never
     # end it, slow Newton steps bisect (rtsafe), and the panels are graded to the fall's scale.
     ("poisson_log_ep_dense", 45): "fit raised ZeroDivisionError",
+    # Issue 45's long run: the tilted-mode log predictive took f - mean at nodes f rounded to 1e-16
+    # |mean| (a mean of -3.6e11 at sd 24), so its weights summed to 1 + 1e-7: log p(y = 0) > 0; the
+    # prior's term now takes each node's offset from the mean as built.
+    **{("poisson_log_svgp", seed): "log_predictive > 0 for discrete targets" for seed in (10057, 20042)},
 }
 
 

@@ -54,10 +54,15 @@ def composite_legendre(panels, nodes):
     return u, np.tile(w / (2.0 * panels), panels)
 
 
-def _log_tilted(likelihood, y, f, mean, var):
-    """h(f) = log p(y | f) - (f - mean)^2 / (2 var), elementwise (NaN read as -inf)."""
+def _log_tilted(likelihood, y, mean, offset, var):
+    """h(f) = log p(y | f) - offset^2 / (2 var) at f = mean + offset, elementwise (NaN read as -inf).
+
+    The prior's term takes the offset as given, not f - mean: where |mean| is many sds (f rounded
+    to 1e-16 |mean|, e.g. 6e-5 at a mean of -3.6e11 and sd 24), f - mean carries that rounding into
+    every node's weight and a rule for a density of mass 1 sums to 1 + 1e-7.
+    """
     with np.errstate(over="ignore", invalid="ignore"):
-        h = likelihood.log_density(y, f) - 0.5 * (f - mean) ** 2 / var
+        h = likelihood.log_density(y, mean + offset) - 0.5 * offset ** 2 / var
     return np.where(np.isnan(h), -np.inf, h)
 
 
@@ -82,7 +87,7 @@ def tilted_mode(likelihood, y, mean, var):
         upwards there).
     """
     f = mean.copy()
-    h = _log_tilted(likelihood, y, f, mean, var)
+    h = _log_tilted(likelihood, y, mean, f - mean, var)
     active = np.arange(f.size)
     for _ in range(_NEWTON_STEPS):
         if not active.size:
@@ -97,7 +102,7 @@ def tilted_mode(likelihood, y, mean, var):
         for _ in range(_HALVINGS):
             rows = active[left]
             trial = f[rows] + step[left]
-            h_trial = _log_tilted(likelihood, y[rows], trial, mean[rows], var[rows])
+            h_trial = _log_tilted(likelihood, y[rows], mean[rows], trial - mean[rows], var[rows])
             better = h_trial >= h[rows]
             f[rows[better]], h[rows[better]] = trial[better], h_trial[better]
             moved[left[better]] = True
@@ -156,13 +161,13 @@ def log_gaussian_integral(likelihood, y, mean, var):
     hi = np.arcsinh((np.maximum(mean, mode) + _WINDOW_SDS * sd - mode) / width)[:, None]
     u, omega = composite_legendre(_PANELS, _PANEL_NODES)
     s = lo + (hi - lo) * u[None, :]
-    f = mode[:, None] + width[:, None] * np.sinh(s)
-    terms = _log_tilted(likelihood, np.broadcast_to(y[:, None], f.shape), f, mean[:, None], var[:, None])
+    offset = (mode - mean)[:, None] + width[:, None] * np.sinh(s)
+    terms = _log_tilted(likelihood, np.broadcast_to(y[:, None], s.shape), mean[:, None], offset, var[:, None])
     with np.errstate(divide="ignore"):
         terms = terms + np.log(width[:, None] * np.cosh(s) * (hi - lo) * omega) - 0.5 * (_LOG_2PI + np.log(var))[:, None]
     out[rows] = special.logsumexp(terms, axis=1)
     # A window that rounds to one value of f (sd below ~1e-16 of |mean|) is a point mass.
-    collapsed = ~(f[:, -1] > f[:, 0])
+    collapsed = ~(mean + offset[:, -1] > mean + offset[:, 0])
     out[rows[collapsed]] = likelihood.log_density(y[collapsed], mean[collapsed])
     return out
 
