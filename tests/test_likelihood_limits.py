@@ -37,12 +37,12 @@ def _latents(y, a):
     return sorted(set(base + [math.log(max(y, 1.0)) + d for d in (-1.0, 0.0, 1e-3, 1.0)]))
 
 
-def _nb_reference(y, f, a):
+def _nb_reference(y, f, a, digits=120):
     """The seven terms of :func:`gpdsl._jit.likelihoods.negative_binomial.terms` by their textbook
     forms in r = 1/a (lgamma and digamma differences), with the magnitude of the terms each is a
     sum of.  Working precision 120 digits: lgamma(y + r) - lgamma(r) at r = 1e30 consumes ~50 of
-    them, leaving over 50 in every result."""
-    with mp.workdps(120):
+    them, leaving over 50 in every result (``digits`` more for a smaller a)."""
+    with mp.workdps(digits):
         y, f, a = mp.mpf(y), mp.mpf(f), mp.mpf(a)
         r, mu = 1 / a, mp.exp(f)
         x = a * mu
@@ -144,6 +144,32 @@ def test_negative_binomial_where_a_e_f_overflows():
         want = mp.quad(lambda z: (G + Y * (mean + sd * z) - (Y + r) * mp.log1p(A * mp.exp(mean + sd * z)))
                        * mp.npdf(z), [-mp.inf, -5, 0, 5, mp.inf])
     assert expectation == pytest.approx(float(want), rel=1e-12)
+
+
+def test_negative_binomial_where_the_square_of_the_dispersion_underflows():
+    """Issue 45 fuzz (negbin_vgp 10026): VGP's line search reached dispersion 5.3e-196 with a latent
+    value of 6.2e11 on a count of 405,439, where a e^f > 1 and the dispersion gradient's
+    (log1p(x) - x / (1 + x)) / a^2 divided by a * a = 0 (underflow below a = 1.5e-162): the kernel
+    raised ZeroDivisionError out of the fit.  Every term against the reference (500 digits: r = 1/a
+    of 1e196 needs ~250 for the lgamma difference), as in the tests above; a reference beyond
+    float64's range (the d/da terms, ~1e340 to 1e400 here) must be the inf of its sign."""
+    big = np.finfo(float).max
+    for a in [1e-170, 5.31767462834172e-196]:
+        lik = gd.likelihoods.NegativeBinomial(dispersion=a).bind()
+        f = np.array([-math.log(a) + 1e-3, -math.log(a) + 5.0, 617572235280.5658])
+        for y in [0.0, 405439.0]:
+            yy = np.full_like(f, y)
+            got = np.vstack([*lik.log_density_derivatives(yy, f),
+                             *lik.log_density_param_derivatives(yy, f)["dispersion"]])
+            for j, fj in enumerate(f):
+                want, scales = _nb_reference(y, fj, a, digits=500)
+                for k in range(7):
+                    if abs(want[k]) > big:
+                        assert got[k, j] == math.copysign(math.inf, want[k]), (k, a, y, fj, got[k, j])
+                    else:
+                        err = abs(mp.mpf(got[k, j]) - want[k])
+                        assert err <= 1e-10 * abs(want[k]) + 4 * EPS * scales[k] + 1e-300, (k, a, y, fj, got[k, j],
+                                                                                              float(want[k]))
 
 
 @pytest.mark.parametrize("a", [0.0, 1e-30, 1e-17, 1e-9, 0.05, 0.1, 0.1000001, 9.5, 1e3])

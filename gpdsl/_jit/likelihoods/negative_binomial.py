@@ -68,7 +68,10 @@ def terms(y, f, a):
         # derivatives are: an inf here made log p -inf and SVGP's bound non-finite.
         log_x1 = math.log(a) + f if math.isinf(x) else math.log1p(x)
         logp = base - y * math.log(a) - y * math.log1p(1.0 / x) - log_x1 / a
-        excess = (log_x1 - s) / (a * a)                             # log1p_excess(x) / a^2
+        # log1p_excess(x) / a^2, divided by a twice: a * a underflows to 0 below a = 1.5e-162 (a
+        # dispersion of 5e-196 with f = 6e11 raised ZeroDivisionError), while the quotient is then
+        # above 1e308 (log1p(x) - s >= 0.19 for x > 1) and rounds to inf, as its terms do.
+        excess = (log_x1 - s) / a / a
     d1 = y * t - m
     d2 = -(1.0 + a * y) * m * t
     return (logp, d1, d2, d2 * (t - s), d_rising + excess - y * m, -m * d1,
