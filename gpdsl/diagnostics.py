@@ -242,7 +242,8 @@ class FitDiagnostics:
     evidence_rounding : float
         An estimate of the rounding error of the reported log evidence in nats (the collapsed
         engines: :func:`gpdsl.methods.collapsed.evidence_rounding`); NaN where the method gives
-        none (and in files written before it was recorded).  Above
+        none (and in files written before it was recorded); inf where a perturbed evaluation
+        failed on every jitter rung (JSON has no infinity: written as the string ``"inf"``).  Above
         :data:`EVIDENCE_ROUNDING_TOL` the fit warns (:class:`EvidenceRoundingWarning`) and the
         summary says so; ``converged`` does not read it.
     polish_iterations : int
@@ -346,7 +347,9 @@ class FitDiagnostics:
         record["caps_reached"] = list(self.caps_reached)
         record["grad_norm"] = _finite_or_none(self.grad_norm)
         record["grad_tol"] = _finite_or_none(self.grad_tol)
-        record["evidence_rounding"] = _finite_or_none(self.evidence_rounding)
+        # inf is a flag (the evidence is noise), not a missing number: written as "inf".
+        record["evidence_rounding"] = ("inf" if self.evidence_rounding == np.inf
+                                       else _finite_or_none(self.evidence_rounding))
         return json.dumps(record)
 
     @classmethod
@@ -373,6 +376,9 @@ class FitDiagnostics:
         names = {f.name for f in fields(cls) if f.init}
         if set(record) != names:
             raise ValueError(f"expected the keys {sorted(names | {'converged'})}, got {sorted(record)}")
+        if isinstance(record["evidence_rounding"], str) and record["evidence_rounding"] != "inf":
+            raise ValueError(f"FitDiagnostics.from_json: evidence_rounding is {record['evidence_rounding']!r}; "
+                             "expected a number, null or \"inf\"")
         for key in ("grad_norm", "grad_tol", "evidence_rounding"):
             record[key] = float("nan") if record[key] is None else float(record[key])
         record["caps_reached"] = tuple(record["caps_reached"])

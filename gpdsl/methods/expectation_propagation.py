@@ -788,5 +788,5 @@ def site_regression(kernel, X, Z, tau, nu, *, jitter, chunk_size, need_grad, nee
         return exact.evaluate(kernel, pseudo, X, nu / tau, jitter=None, need_grad=need_grad, need_state=need_state,
                               offset_grad=offset_grad)
     return collapsed.evaluate(kernel, pseudo, X, nu / tau, Z, fitc=not dtc, dtc=dtc, jitter=jitter,
-                              chunk_size=chunk_size,
-                              need_grad=need_grad, need_state=need_state, offset_grad=offset_grad)
+                              chunk_size=chunk_size, need_grad=need_grad, need_state=need_state,
+                              offset_grad=offset_grad, estimate_rounding=False)   # F is not EP's evidence

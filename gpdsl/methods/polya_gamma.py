@@ -214,7 +214,8 @@ def _evaluate_at(kernel, likelihood, X, y, Z, spec, jitter, progress, need_grad,
         theta = pg_theta(c)
         return collapsed.evaluate(kernel, known_noise(1.0 / theta), X,
                                   half_y / theta - shift, Z, fitc=False, jitter=jit, chunk_size=spec.chunk_size,
-                                  need_grad=need_grad, need_state=need_state)
+                                  need_grad=need_grad, need_state=need_state,
+                                  estimate_rounding=False)     # not the bound the fit reports
 
     c = np.array(warm.c_next if warm is not None and warm.c_next.shape == (n,) else np.full(n, C_INIT))
     # The kernels of this module are compiled (or loaded) together, so one stands for all.
