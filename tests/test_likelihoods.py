@@ -576,6 +576,40 @@ def test_default_log_predictive_far_from_zero_sums_to_at_most_one(minimal_likeli
     assert np.all(got <= 1e-13)
 
 
+
+def test_default_log_predictive_with_the_mode_far_below_the_mean():
+    """Issue 45 fuzz (poisson_log_ep_dense 10012): held-out rows of a Poisson log link with a latent
+    mean of 4.1e5 (sd 1,366) on a count of 38,561 gave -inf: exp(f) overflowed at the mean, the
+    Newton step was NaN and the tilted-mode search never moved; from a finite start (mean 600,
+    100, 300) it moved f by ~1 a step (exp(f) dominates) and stopped 60 steps later, centring the
+    rule hundreds of units from the mass (-8.0e6 for -33.46, -1.7e99 for -43584).  Against mpmath:
+    the mode by Newton's method at 40 digits from log y, and the 40-digit quadrature of
+    p(y | f) N(f | m, v) split at it and +-1, 60 tilted widths; tolerance 1e-12 relative (the
+    rule's error is 2e-12 at most over the grid above) plus 4 eps times |y f| + log y! at the mode,
+    the terms log p is a sum of (7.8e5 at y = 38,561: 3.4e-11 measured on -33.46)."""
+    import mpmath as mp
+
+    rows = [(38561.0, 413118.076816772, 1865208.2555983216), (38561.0, 600.0, 1e4), (38561.0, 100.0, 10.0),
+            (5.0, 300.0, 1.0), (3.0, 60.0, 100.0), (0.0, 800.0, 4.0)]
+    y, m, v = map(np.array, zip(*rows))
+    got = gd.likelihoods.Poisson("log").bind().log_predictive(m, v, y)
+    for (yy, mm, vv), value in zip(rows, got):
+        with mp.workdps(40):
+            want = _poisson_log_predictive_mpmath(mp, yy, mm, vv)
+        scale = yy * abs(np.log(max(yy, 1.0))) + special.gammaln(yy + 1.0)     # |y f| + log y! at the mode
+        assert abs(value - want) <= 1e-12 * abs(want) + 4 * np.finfo(float).eps * scale, (yy, mm, vv, value, want)
+
+
+def _poisson_log_predictive_mpmath(mp, yy, mm, vv):
+    """log int Poisson(y | e^f) N(f | m, v) df by mpmath quadrature split at the tilted mode."""
+    h = lambda f: yy * f - mp.exp(f) - mp.loggamma(yy + 1) - (f - mm) ** 2 / (2 * vv)  # noqa: E731
+    mode = mp.findroot(lambda f: yy - mp.exp(f) - (f - mm) / vv, mp.log(max(yy, 1.0)), verify=False)
+    width = 1 / mp.sqrt(1 / vv + mp.exp(mode))
+    top = h(mode)
+    want = top + mp.log(mp.quad(lambda f: mp.exp(h(f) - top), [mode + k * width for k in (-60, -1, 0, 1, 60)]))
+    return float(want - mp.log(mp.sqrt(2 * mp.pi * vv)))
+
+
 # -- the density rule: helpers, mixins, variants ---------------------------------------------------
 def test_a_subclass_that_redefines_a_density_helper_runs_the_defaults():
     """A subclass that changes the density through a helper of ``density_functions``

@@ -29,10 +29,12 @@ _PANELS = 32
 _PANEL_NODES = 16
 _SPREAD = 16.0
 _WINDOW_SDS = 12.0
-# Newton's steps for the tilted mode, and the step (in units of the width) at which it stops.
-_NEWTON_STEPS = 60
+# The tilted mode: doublings of the step from the mean that bracket it (sd 2^k, k < _EXPANSIONS,
+# out to 1e300 sds), then safeguarded Newton steps (rtsafe), and the step (in units of the width)
+# at which they stop.  A bisection halves the bracket, so 100 steps reach 1e-30 of it.
+_EXPANSIONS = 1000
+_NEWTON_STEPS = 100
 _NEWTON_TOL = 1e-9
-_HALVINGS = 40
 
 
 @lru_cache(maxsize=4)
@@ -66,11 +68,27 @@ def _log_tilted(likelihood, y, mean, offset, var):
     return np.where(np.isnan(h), -np.inf, h)
 
 
+def _tilted_slope(likelihood, y, f, mean, precision):
+    """h'(f) = d log p / df - (f - mean) precision and the curvature max(precision - d^2 log p /
+    df^2, precision) (inf where d^2 log p / df^2 is not finite: no Newton step there)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        _, d1, d2, _ = likelihood.log_density_derivatives(y, f)
+        slope = d1 - (f - mean) * precision
+    curvature = np.where(np.isfinite(d2), np.maximum(precision - d2, precision), np.inf)
+    return slope, curvature
+
+
 def tilted_mode(likelihood, y, mean, var):
-    """The mode of the tilted density p(y | f) N(f | mean, var) and its Laplace width, by damped
-    Newton steps on h(f) = log p(y | f) - (f - mean)^2 / (2 var) from f = mean, the curvature
-    floored at the prior's 1 / var (an ascent step where log p curves upwards) and each step
-    halved until h does not decrease.
+    """The mode of the tilted density p(y | f) N(f | mean, var) and its Laplace width: a root of
+    h'(f) = d log p / df - (f - mean) / var bracketed from f = mean by steps of sd 2^k in the
+    direction h' points, then safeguarded Newton steps (rtsafe: the curvature floored at the
+    prior's 1 / var, a bisection of the bracket where a step leaves it or does not halve the one
+    before).  The bracket keeps h' > 0 at its lower end and < 0 at its upper end, so the root is a
+    local maximum of h, the mode itself where log p is concave.  Plain Newton steps from the mean
+    moved a Poisson log link's f by ~1 a step where exp(f) dominates (60 steps from a mean of 600
+    ended at 540 for a mode at 10.6) and not at all where exp(f) overflows (a NaN step): the rule
+    was centred far from the mass and returned -inf.  A row whose slope is NaN at the mean stays
+    there.
 
     Parameters
     ----------
@@ -86,34 +104,49 @@ def tilted_mode(likelihood, y, mean, var):
         (1 / var - d^2 log p / df^2)^(-1/2) at the mode (the prior's sd where log p curves
         upwards there).
     """
+    precision = 1.0 / var
+    sd = np.sqrt(var)
     f = mean.copy()
-    h = _log_tilted(likelihood, y, mean, f - mean, var)
-    active = np.arange(f.size)
+    slope, _ = _tilted_slope(likelihood, y, f, mean, precision)
+    lo = np.where(slope >= 0.0, f, -np.inf)
+    hi = np.where(slope <= 0.0, f, np.inf)
+    direction = np.sign(slope)
+    # Expansion: rows whose far end is still open (not NaN at the mean, not a root there).
+    open_ = np.flatnonzero(np.isfinite(direction) & (direction != 0.0))
+    for k in range(_EXPANSIONS):
+        if not open_.size:
+            break
+        probe = mean[open_] + direction[open_] * sd[open_] * 2.0 ** k
+        g, _ = _tilted_slope(likelihood, y[open_], probe, mean[open_], precision[open_])
+        above = g < 0.0
+        below = g > 0.0
+        hi[open_[above]] = probe[above]
+        lo[open_[below]] = probe[below]
+        closed = (direction[open_] > 0.0) & above | (direction[open_] < 0.0) & below | (g == 0.0)
+        f[open_[g == 0.0]] = probe[g == 0.0]
+        lo[open_[g == 0.0]] = hi[open_[g == 0.0]] = probe[g == 0.0]
+        open_ = open_[~closed & np.isfinite(probe)]
+    active = np.flatnonzero(np.isfinite(lo) & np.isfinite(hi) & (lo < hi))
+    f[active] = np.where(direction[active] > 0.0, lo[active], hi[active])
+    previous = hi - lo
     for _ in range(_NEWTON_STEPS):
         if not active.size:
             break
-        _, d1, d2, _ = likelihood.log_density_derivatives(y[active], f[active])
-        precision = 1.0 / var[active]
-        curvature = np.maximum(precision - d2, precision)
-        step = (d1 - (f[active] - mean[active]) * precision) / curvature
-        step = np.where(np.isfinite(step), step, 0.0)
-        moved = np.zeros(active.size, dtype=bool)
-        left = np.arange(active.size)
-        for _ in range(_HALVINGS):
-            rows = active[left]
-            trial = f[rows] + step[left]
-            h_trial = _log_tilted(likelihood, y[rows], mean[rows], trial - mean[rows], var[rows])
-            better = h_trial >= h[rows]
-            f[rows[better]], h[rows[better]] = trial[better], h_trial[better]
-            moved[left[better]] = True
-            left = left[~better]
-            if not left.size:
-                break
-            step[left] *= 0.5
-        small = np.abs(step) <= _NEWTON_TOL * np.sqrt(1.0 / curvature)
-        active = active[moved & ~small]
+        g, curvature = _tilted_slope(likelihood, y[active], f[active], mean[active], precision[active])
+        lo[active[g > 0.0]] = f[active[g > 0.0]]
+        hi[active[g < 0.0]] = f[active[g < 0.0]]
+        with np.errstate(invalid="ignore"):
+            # NaN (a bisection) where the curvature is not finite: no Newton step is known there.
+            newton = np.where(np.isfinite(curvature), g / curvature, np.nan)
+        tol = _NEWTON_TOL / np.sqrt(np.where(np.isfinite(curvature), curvature, precision[active]))
+        converged = (np.abs(newton) <= tol) | (g == 0.0)
+        trial = f[active] + newton
+        bisect = ~((trial > lo[active]) & (trial < hi[active])) | (np.abs(newton) > 0.5 * previous[active])
+        step = np.where(bisect & ~converged, 0.5 * (lo[active] + hi[active]) - f[active], np.where(g == 0.0, 0.0, newton))
+        previous[active] = np.abs(step)
+        f[active] = f[active] + step
+        active = active[~converged & (hi[active] - lo[active] > tol)]
     _, _, d2, _ = likelihood.log_density_derivatives(y, f)
-    precision = 1.0 / var
     curvature = np.where(np.isfinite(d2), np.maximum(precision - d2, precision), precision)
     return f, 1.0 / np.sqrt(curvature)
 
