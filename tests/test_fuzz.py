@@ -165,7 +165,7 @@ FIXED_FAILURES = {
     # Issue 45's long run: the tilted-mode log predictive took f - mean at nodes f rounded to 1e-16
     # |mean| (a mean of -3.6e11 at sd 24), so its weights summed to 1 + 1e-7: log p(y = 0) > 0; the
     # prior's term now takes each node's offset from the mean as built.
-    **{("poisson_log_svgp", seed): "log_predictive > 0 for discrete targets" for seed in (10057, 20042)},
+    **{("poisson_log_svgp", seed): "log_predictive > 0 for discrete targets" for seed in (10057, 20042, 20137)},
     # Issue 45's long run: NegativeBinomial's dispersion gradient divided by a * a, 0 below a = 1.5e-162
     # (VGP's line search at a = 5.3e-196, f = 6.2e11); now by a twice (inf, as the true ~1e400 rounds).
     ("negbin_vgp", 10026): "fit raised ZeroDivisionError",
