@@ -26,6 +26,7 @@ from .diagnostics import FitDiagnostics
 from .inputs import validate_inputs, validate_offset
 from .io.files import check_path, sigint_deferred, write_replacing
 from .kernels import Sum
+from .likelihoods.gaussian import gaussian_log_density
 from .io.layout import FORMAT_VERSION, checksum, hyperparameter_entries, model_layout, variable_dims
 from .io.xarray_import import coordinate, xarray
 
@@ -68,23 +69,6 @@ class FitRecord:
             object.__setattr__(self, "diagnostics", FitDiagnostics("not_optimised"))
         object.__setattr__(self, "priors", dict(self.priors or {}))
         object.__setattr__(self, "fixed", list(self.fixed))
-
-
-def gaussian_log_density(y, mean, log_variance):
-    """log N(y | mean, exp(log_variance)) from the log of the variance, finite where the variance
-    itself overflows float64 (a learned log-polynomial noise above ~709 nats):
-    -(log 2 pi + log_variance + (y - mean)^2 exp(-log_variance)) / 2.
-
-    Parameters
-    ----------
-    y, mean, log_variance : ndarray
-        Broadcast together.
-
-    Returns
-    -------
-    ndarray
-    """
-    return -0.5 * (np.log(2.0 * np.pi) + log_variance + (y - mean) ** 2 * np.exp(-log_variance))
 
 
 class Posterior:

@@ -15,6 +15,23 @@ from ..parameters import check_hyperparameter, declared_value
 from .base import _LOG_2PI, Likelihood, SiteModel
 
 
+def gaussian_log_density(y, mean, log_variance):
+    """log N(y | mean, exp(log_variance)) from the log of the variance, finite where the variance
+    itself overflows float64 (a learned log-polynomial noise above ~709 nats):
+    -(log 2 pi + log_variance + (y - mean)^2 exp(-log_variance)) / 2.
+
+    Parameters
+    ----------
+    y, mean, log_variance : ndarray
+        Broadcast together.
+
+    Returns
+    -------
+    ndarray
+    """
+    return -0.5 * (_LOG_2PI + log_variance + (y - mean) ** 2 * np.exp(-log_variance))
+
+
 class _GaussianNoise(Likelihood):
     """Shared by the Gaussian-noise likelihoods: the collapsed engines read ``noise``."""
 
