@@ -201,3 +201,28 @@ def test_ships_negative_binomial_at_its_poisson_limit_is_poisson():
         evidence[name] = fitted.log_evidence
         assert np.all(fitted.log_predictive(covariates, y, offset=offset) < -1e-3), name
     assert abs(evidence["laplace"] - evidence["ep"]) < 0.1
+
+
+@pytest.mark.parametrize("likelihood", [gd.likelihoods.Poisson(link="log"),
+                                        gd.likelihoods.NegativeBinomial(dispersion=0.3)])
+def test_log_link_predictive_variance_from_its_logarithm(likelihood):
+    # y_var = E[mu] + (1 + a) E[mu^2] - E[mu]^2 of the log-normal mixture, against mpmath at 50 digits,
+    # where E[mu]^2 underflows and e^v - 1 overflows (issue 45 fuzz poisson_log_ep_dense 40064: NaN),
+    # where the value itself overflows (inf), and at ordinary values (relative 1e-13: a few roundings
+    # of exp and log, each amplified by at most |2 (m + v)| eps ~ 1e-13 at these magnitudes).
+    import mpmath
+    mpmath.mp.dps = 50
+    bound = likelihood.bind()
+    a = float(bound.dispersion) if hasattr(bound, "dispersion") else 0.0
+    f_mean = np.array([-3807.0, -698.2, 12.6, 0.3, -2.0, 400.0])
+    f_var = np.array([1828.0, 10.56, 1.2e-6, 0.5, 3.0, 50.0])
+    got = bound.predictive(f_mean, f_var)
+    for m, v, mean, var in zip(f_mean, f_var, got["y_mean"], got["y_var"]):
+        m_, v_ = mpmath.mpf(m), mpmath.mpf(v)
+        first = mpmath.exp(m_ + v_ / 2)
+        exact = first + mpmath.exp(2 * m_ + 2 * v_) * ((1 + a) - mpmath.exp(-v_))
+        assert np.isfinite(mean) or first > np.finfo(float).max
+        if exact > np.finfo(float).max:
+            assert var == np.inf
+        else:
+            assert var == pytest.approx(float(exact), rel=1e-13, abs=1e-300)

@@ -8,7 +8,7 @@ import numpy as np
 from ..parameters import check_hyperparameter
 from .._jit.likelihoods import negative_binomial as sites
 from .base import Likelihood, SiteModel
-from .poisson import check_counts, log_normal_mean, rule_log_predictive
+from .poisson import check_counts, log_normal_mean, log_normal_spread, rule_log_predictive
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,17 +114,16 @@ class NegativeBinomial(Likelihood):
 
     def predictive(self, f_mean, f_var):
         """y_mean = E[mu] = exp(m + v/2); y_var = E[mu] + (1 + dispersion) E[mu^2] - E[mu]^2,
-        written E[mu] + E[mu]^2 ((1 + dispersion) e^v - 1) (E[mu^2] = E[mu]^2 e^v): no inf - inf
-        where the moments overflow.
+        written E[mu] + E[mu]^2 ((1 + dispersion) e^v - 1) (E[mu^2] = E[mu]^2 e^v) and taken from
+        its logarithm (:func:`gpdsl.likelihoods.poisson.log_normal_spread`): no inf - inf, nor
+        0 * inf, where the moments overflow or underflow.
 
         Parameters
         ----------
         f_mean, f_var : ndarray, shape (n,)
         """
         first = log_normal_mean(f_mean, f_var)
-        spread = float(self.dispersion) * np.exp(f_var) + np.expm1(f_var)
-        with np.errstate(over="ignore"):
-            return {"y_mean": first, "y_var": first + first * first * spread}
+        return {"y_mean": first, "y_var": first + log_normal_spread(f_mean, f_var, float(self.dispersion))}
 
     def log_predictive(self, f_mean, f_var, y):
         """log E[NB(y | exp(f), r)] under N(f_mean, f_var), by the likelihood's quadrature rule

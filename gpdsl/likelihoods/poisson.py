@@ -49,6 +49,28 @@ def log_normal_mean(f_mean, f_var):
         return np.exp(f_mean + 0.5 * f_var)
 
 
+def log_normal_spread(f_mean, f_var, dispersion=0.0):
+    """(1 + dispersion) E[exp(2f)] - E[exp(f)]^2 under f ~ N(f_mean, f_var): the part of a
+    log-link count's predictive variance beyond E[exp f] (dispersion 0: Var[exp f]).
+
+    It is exp(2 m + 2 v) (dispersion - expm1(-v)), taken from its logarithm: written as
+    E[exp f]^2 ((1 + dispersion) e^v - 1) the square underflows to 0 where e^v overflows (a far
+    held-out point under a large kernel variance) and the product is 0 * inf = NaN, where the
+    value itself is 0 (or inf where its logarithm exceeds float64's range).
+
+    Parameters
+    ----------
+    f_mean, f_var : ndarray, shape (n,)
+    dispersion : float, default 0
+
+    Returns
+    -------
+    ndarray, shape (n,)
+    """
+    with np.errstate(over="ignore", divide="ignore"):
+        return np.exp(2.0 * (f_mean + f_var) + np.log(dispersion - np.expm1(-f_var)))
+
+
 def rule_log_predictive(likelihood, f_mean, f_var, y):
     """log E[p(y | f)] under N(f_mean, f_var) by the rule centred on the tilted mode
     (:func:`gpdsl.likelihoods.density_integrals.log_gaussian_integral`; Gauss-Hermite on q was
@@ -299,10 +321,10 @@ class Poisson(Likelihood):
         f_mean, f_var : ndarray, shape (n,)
         """
         if self.link == "log":
-            # E[mu^2] - E[mu]^2 = E[mu]^2 (e^v - 1): no inf - inf where the moments overflow.
+            # E[mu^2] - E[mu]^2 from its logarithm: no inf - inf, nor 0 * inf, where the moments
+            # overflow or underflow.
             first = log_normal_mean(f_mean, f_var)
-            with np.errstate(over="ignore"):
-                return {"y_mean": first, "y_var": first + first * first * np.expm1(f_var)}
+            return {"y_mean": first, "y_var": first + log_normal_spread(f_mean, f_var)}
         # k c = m^2 + v and k c^2 = the spread, written out: at f_var = 0 (k infinite, c = 0) the
         # products would be NaN where the limit is the Poisson law of rate m^2.
         rate = f_mean * f_mean + f_var
