@@ -182,7 +182,12 @@ FIXED_FAILURES = {
 
 
 # (variant, seed) -> the failure still open: strict xfails, each checked to fail as it does.
-KNOWN_FAILURES = {}
+KNOWN_FAILURES = {
+    # Issue 45's third long run (52cfc30): Poisson's square link under dense VGP (36 rows) stops on
+    # objective_change with the optimiser's gradient 0.075 (tolerance 0.1) but 0.224 recomputed at the
+    # posterior's q: the within-fit q and the final q differ (cf. poisson_ep_fitc 263). Open.
+    ("poisson_vgp", 50024): "converged=True with a large final gradient",
+}
 
 
 def _params():
