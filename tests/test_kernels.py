@@ -117,3 +117,44 @@ def test_change_point_refuses_a_fitted_location_outside_the_inputs(tmp_path):
     inside.save(tmp_path / "change_point.nc")
     back = gd.load(tmp_path / "change_point.nc")
     assert float(back.values["kernel.location"]) == float(inside.values["kernel.location"])
+
+
+# Clusters of inputs a length-scale apart, the clusters spread over ~6: the scaled inputs' squared
+# norms reach ~1e13, far past EXPANSION_MAX_SCALED_NORM2, where the BLAS expansion of r^2 rounds
+# to ~1e-3 (fuzz case poisson_vgp 50024: a gradient of 0.22 on a length-scale whose K was diagonal).
+TINY_LS = 1e-6
+_centres = np.repeat(rng.uniform(-3.0, 3.0, size=(4, 2)), 3, axis=0)
+FAR_X1 = _centres + TINY_LS * rng.normal(size=_centres.shape)
+FAR_X2 = np.vstack([FAR_X1[::2] + TINY_LS * rng.normal(size=(6, 2)), FAR_X1[:1]])
+
+
+@pytest.mark.parametrize("cls,kind", KINDS)
+def test_gram_and_vjp_at_a_length_scale_far_below_the_inputs_spread(cls, kind):
+    assert np.max(np.sum(FAR_X1 ** 2, axis=1)) / TINY_LS ** 2 > 1e3 * gd.kernels.stationary.EXPANSION_MAX_SCALED_NORM2
+    k = bind(cls(lengthscale=TINY_LS, variance=1.7), _values(TINY_LS, 1.7), "kernel")
+    K = k.gram(FAR_X1, FAR_X2)
+    dense = naive_kernel(FAR_X1, FAR_X2, TINY_LS, 1.7, kind)
+    assert np.count_nonzero(dense > 1e-3) > FAR_X1.shape[0]      # close pairs, not only a diagonal
+    np.testing.assert_allclose(K, dense, rtol=1e-12, atol=1e-15)
+    G = rng.normal(size=K.shape)
+    grads, dX1 = k.vjp(FAR_X1, FAR_X2, G)
+    # In log(lengthscale): relative steps, as the optimiser takes them.
+    fd_log_ls = central_difference(
+        lambda t: np.sum(G * naive_kernel(FAR_X1, FAR_X2, TINY_LS * np.exp(t), 1.7, kind)), np.array(0.0))
+    np.testing.assert_allclose(grads["kernel.lengthscale"] * TINY_LS, fd_log_ls, rtol=1e-6, atol=1e-9)
+    # In units of the length-scale (a step relative to |x| ~ 3 would span many length-scales), a
+    # step of 1e-3 of it: the dense differences of inputs ~3 carry ~1e-16 absolute rounding.
+    fd_X = central_difference(lambda T: np.sum(G * naive_kernel(FAR_X1 + TINY_LS * T, FAR_X2, TINY_LS, 1.7, kind)),
+                              np.zeros_like(FAR_X1), step=1e-3)
+    np.testing.assert_allclose(dX1 * TINY_LS, fd_X, rtol=1e-5, atol=1e-9)
+
+
+def test_a_diagonal_gram_has_no_length_scale_gradient():
+    """Distinct inputs 5e-3 apart at a length-scale of 2e-7: K is exactly diagonal (what
+    poisson_vgp 50024 reached), so d/d lengthscale of any contraction is exactly 0."""
+    X = np.linspace(-3.0, 3.0, 36)[:, None] + 1e-3 * rng.uniform(size=(36, 1))
+    k = bind(gd.kernels.SquaredExponential(), _values(2e-7, 1.4e5), "kernel")
+    K = k.gram(X, X)
+    assert np.array_equal(K, np.diag(np.full(36, 1.4e5)))
+    grads, _ = k.vjp(X, X, rng.normal(size=K.shape))
+    assert grads["kernel.lengthscale"] == 0.0

@@ -5,7 +5,9 @@ Distances go through a BLAS cross term, profile values through NumPy's vectorise
 fused elementwise sweep of the gradient through the jitted
 :func:`gpdsl._jit.covariance.slope_adjoint`.  Matérn 1/2, whose profile has an unbounded slope
 at r = 0, forms its distances and their contraction pair by pair instead
-(:func:`gpdsl._jit.covariance.scaled_sqdist` and ``distance_adjoint``).  A scalar
+(:func:`gpdsl._jit.covariance.scaled_sqdist` and ``distance_adjoint``), as every profile does
+where a length-scale is so far below the inputs' spread that the cross term's rounding would
+show (:data:`EXPANSION_MAX_SCALED_NORM2`).  A scalar
 ``lengthscale`` is isotropic (one hyperparameter); an array of length D is ARD (one per input
 feature).  ``variance`` is the signal variance sf^2.
 """
@@ -20,6 +22,15 @@ from .._jit import covariance as _cov
 from ..components import per_feature
 from ..parameters import check_hyperparameter, declared_value
 from .base import ConstantDiagonal, Parameter
+
+# Largest squared norm of a length-scaled, centred input for which distances are formed by the
+# BLAS expansion |a|^2 - 2 a.b + |b|^2: its rounding error, ~eps (|a|^2 + |b|^2), is then at most
+# ~1e-9 in r^2 (and in log K), and in the length-scale's gradient ~1e-9 of the adjoint's mass.
+# Beyond it (a length-scale ~1,000 times below the inputs' spread) both are formed pair by pair,
+# each from its own difference, exact at a coincident pair: with a length-scale of 2e-7 on inputs
+# spread over 6, K was exactly diagonal yet the expansion's rounding put a gradient of 0.22 on
+# log(lengthscale), where the true one is 0 (fuzz case poisson_vgp 50024).
+EXPANSION_MAX_SCALED_NORM2 = 1e6
 
 _PARAMETERS_DOC = """
     Parameters
@@ -87,6 +98,10 @@ class Stationary(ConstantDiagonal, abstract=True):
     def variants(cls):
         return (cls(lengthscale=0.8, variance=1.3), cls(lengthscale=np.array([0.6, 1.4]), variance=0.9))
 
+    def _inv_ls(self, dim):
+        """1 / lengthscale as a (dim,) array (an isotropic length-scale repeated)."""
+        return np.array(1.0 / np.broadcast_to(np.asarray(self.lengthscale, dtype=float), (dim,)))
+
     def _scaled_sqdist(self, X1, X2, scale=1.0):
         """r2 (n1, n2) = |a|^2 - 2 a.b + |b|^2 on inputs centred at the mean of X1 (centring
         keeps the cancellation error at eps * spread, not eps * |x|^2), as one BLAS product of
@@ -95,7 +110,9 @@ class Stationary(ConstantDiagonal, abstract=True):
         3.6 of a (128 x 16,384) block's 9.0 ms.  With ``scale``, scale * r2 (clamped where r2
         would be negative) from the same product, the factor folded into its rows: for a power
         of two (the squared exponential's -1/2) the result is the same to the last bit as r2 then
-        scaled, with no pass of its own."""
+        scaled, with no pass of its own.  Where a scaled input's squared norm exceeds
+        :data:`EXPANSION_MAX_SCALED_NORM2` the expansion's rounding would matter, and r2 is formed
+        pair by pair instead (:func:`gpdsl._jit.covariance.scaled_sqdist`)."""
         centre = X1.mean(axis=0)
         D = X1.shape[1]
         left, right = np.empty((X1.shape[0], D + 2)), np.empty((X2.shape[0], D + 2))
@@ -104,6 +121,11 @@ class Stationary(ConstantDiagonal, abstract=True):
             rows[:, :D] /= self.lengthscale
         left[:, D], left[:, D + 1] = scale * np.einsum("ij,ij->i", left[:, :D], left[:, :D]), 1.0
         right[:, D], right[:, D + 1] = 1.0, scale * np.einsum("ij,ij->i", right[:, :D], right[:, :D])
+        if max(np.max(np.abs(left[:, D]), initial=0.0), np.max(np.abs(right[:, D + 1]), initial=0.0)) > \
+                abs(scale) * EXPANSION_MAX_SCALED_NORM2:
+            r2 = _cov.scaled_sqdist(np.ascontiguousarray(X1, dtype=float), np.ascontiguousarray(X2, dtype=float),
+                                    self._inv_ls(D))
+            return np.multiply(r2, scale, out=r2) if scale != 1.0 else r2
         left[:, :D] *= -2.0 * scale
         r2 = left @ right.T
         return (np.maximum if scale > 0.0 else np.minimum)(r2, 0.0, out=r2)
@@ -202,9 +224,13 @@ class Stationary(ConstantDiagonal, abstract=True):
         # contract S with them through row/column sums and one thin product S @ X2.
         centre = X1.mean(axis=0)
         A1, A2 = X1 - centre, X2 - centre
-        SA2 = S @ A2
-        inv_ls = 1.0 / np.broadcast_to(self.lengthscale, (X1.shape[1],))   # (1/ls)^2 underflows quietly
+        inv_ls = self._inv_ls(X1.shape[1])      # (1/ls)^2 underflows quietly
         inv_ls2 = inv_ls * inv_ls
+        if max(np.max((A1 * A1) @ inv_ls2, initial=0.0), np.max((A2 * A2) @ inv_ls2, initial=0.0)) > \
+                EXPANSION_MAX_SCALED_NORM2:
+            return _cov.distance_adjoint(np.ascontiguousarray(X1, dtype=float), np.ascontiguousarray(X2, dtype=float),
+                                         inv_ls, np.ascontiguousarray(S, dtype=float))
+        SA2 = S @ A2
         d_X1 = 2.0 * (A1 * row[:, None] - SA2) * inv_ls2
         d_ls = -2.0 * inv_ls2 * inv_ls * (row @ (A1 * A1) - 2.0 * np.einsum("ij,ij->j", A1, SA2) + col @ (A2 * A2))
         return d_X1, d_ls
@@ -242,9 +268,6 @@ class Matern12(Stationary):
     """
 
     profile: ClassVar[int] = _cov.EXPONENTIAL
-
-    def _inv_ls(self, dim):
-        return np.array(1.0 / np.broadcast_to(np.asarray(self.lengthscale, dtype=float), (dim,)))
 
     def _scaled_sqdist(self, X1, X2):
         return _cov.scaled_sqdist(np.ascontiguousarray(X1, dtype=float), np.ascontiguousarray(X2, dtype=float),
