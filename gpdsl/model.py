@@ -9,11 +9,11 @@ stopping rules) and returns a :class:`~gpdsl.posterior.Posterior`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import fitting, threads
+from . import defaults, fitting, threads
 from . import inference as inf
 from .components import bind, trusted_modules
 from .inducing import InducingSpec
@@ -38,9 +38,12 @@ class Model:
         How the inducing inputs Z are chosen: required by VFE, FITC, PolyaGamma and SVGP,
         optional for EP, QP and Laplace (FITC prior with it, dense without), refused by Exact
         and VGP.
-    inference : gpdsl.inference.Inference, default Exact()
+    inference : gpdsl.inference.Inference or None, default None
         The inference method (``gd.inference``, or any subclass of ``Inference``); it must
-        accept the likelihood.
+        accept the likelihood.  None: ``Exact()`` for a likelihood of one latent function; for
+        a multi-class likelihood (``Categorical``) the method is chosen by the data when ``fit``
+        sees them (:func:`gpdsl.defaults.declaration`, :meth:`resolved`), and the posterior
+        carries the model with the method chosen (``post.model``).
     mean : gpdsl.means.Mean or None, default None
         The prior mean function m (``gd.means``): f ~ GP(m, k).  None is the zero mean.  Every
         method sees it as a per-row offset of the latent input that moves with its
@@ -58,7 +61,7 @@ class Model:
     kernel: Kernel
     likelihood: Likelihood
     inducing: InducingSpec | None = None
-    inference: Inference = field(default_factory=inf.Exact)
+    inference: Inference | None = None
     mean: Mean | None = None
 
     def __post_init__(self):
@@ -67,6 +70,14 @@ class Model:
         if not isinstance(self.likelihood, Likelihood):
             raise TypeError(f"Model: likelihood must be a gd.likelihoods likelihood (a Likelihood), "
                             f"got {self.likelihood!r}")
+        if self.inference is None and not defaults.chooses_inference(self.likelihood):
+            object.__setattr__(self, "inference", inf.Exact())
+        if self.inducing is not None and not isinstance(self.inducing, InducingSpec):
+            raise TypeError(f"Model: inducing must be None or a spec from gd.inducing, got {self.inducing!r}")
+        if self.inference is None:
+            # Chosen at fit (resolved); what depends on the method is checked then.
+            self._check_latent_parts()
+            return
         if not isinstance(self.inference, Inference):
             raise TypeError(f"Model: inference must be a gd.inference method (an Inference), "
                             f"got {self.inference!r}")
@@ -76,16 +87,8 @@ class Model:
             raise ValueError(f"Model: {type(self.inference).__name__} takes no offset of the latent input, so it cannot "
                              f"have a mean function; leave mean=None")
         self.inference.check_likelihood(self.likelihood)
-        if self.kernel.n_outputs not in (1, self.likelihood.n_latent):
-            raise ValueError(f"Model: kernel {self.kernel.describe()} is the prior of {self.kernel.n_outputs} latent "
-                             f"functions, but {self.likelihood.describe()} has {self.likelihood.n_latent}; give one "
-                             f"kernel per latent function, or one kernel to share")
-        if self.mean is not None and self.likelihood.n_latent > 1:
-            raise ValueError(f"Model: a mean function is for one latent function; {self.likelihood.describe()} has "
-                             f"{self.likelihood.n_latent} (leave mean=None)")
+        self._check_latent_parts()
         rule = self.inference.inducing_rule
-        if self.inducing is not None and not isinstance(self.inducing, InducingSpec):
-            raise TypeError(f"Model: inducing must be None or a spec from gd.inducing, got {self.inducing!r}")
         if rule == "required" and self.inducing is None:
             raise TypeError(f"Model: {type(self.inference).__name__} needs an inducing spec from "
                             f"gd.inducing, got {self.inducing!r}")
@@ -93,6 +96,50 @@ class Model:
             raise ValueError(f"Model: {type(self.inference).__name__} inference uses no inducing points; "
                              "pass inducing=None")
         self.inference.check_inducing(self.likelihood, self.inducing)
+
+    def _check_latent_parts(self):
+        """The kernel's outputs and the mean function against the likelihood's latent functions."""
+        if self.kernel.n_outputs not in (1, self.likelihood.n_latent):
+            raise ValueError(f"Model: kernel {self.kernel.describe()} is the prior of {self.kernel.n_outputs} latent "
+                             f"functions, but {self.likelihood.describe()} has {self.likelihood.n_latent}; give one "
+                             f"kernel per latent function, or one kernel to share")
+        if self.mean is not None and self.likelihood.n_latent > 1:
+            raise ValueError(f"Model: a mean function is for one latent function; {self.likelihood.describe()} has "
+                             f"{self.likelihood.n_latent} (leave mean=None)")
+
+    def resolved(self, X, seed=0):
+        """This model with the parts its declaration left to the data chosen for inputs X.
+
+        A multi-class model declared without ``inference`` gets the method (and, unless given, the
+        inducing spec) of :func:`gpdsl.defaults.declaration` for X's N rows and D columns; any
+        other model is returned as it is.  ``fit`` calls it, so the posterior's ``model`` is the
+        resolved one.
+
+        Parameters
+        ----------
+        X : array_like or Dask array, shape (N, D) or (N,)
+            The training inputs (only their shape is read).
+        seed : int, default 0
+            Seed of a chosen k-means start and of the minibatches (``fit`` passes its own; None
+            is 0).
+
+        Returns
+        -------
+        Model
+        """
+        if self.inference is not None:
+            return self
+        shape = np.shape(X)
+        if len(shape) not in (1, 2):
+            raise ValueError(f"fit: X must be an (N, D) array, got shape {shape}")
+        chosen = defaults.declaration(shape[0], shape[1] if len(shape) == 2 else 1, self.likelihood.n_latent,
+                                      self.likelihood, inducing=self.inducing, seed=0 if seed is None else seed)
+        return replace(self, **chosen)
+
+    def _require_inference(self, what):
+        if self.inference is None:
+            raise ValueError(f"Model.{what}: this model's inference is chosen by the data at fit; call "
+                             f"model.resolved(X) first (or declare inference=...)")
 
     @property
     def sparse(self):
@@ -241,6 +288,7 @@ class Model:
         ValueError
             If a name in ``fixed`` is not a parameter of the model.
         """
+        self._require_inference("parameter_table")
         entries = (self.kernel.entries("kernel", X, fixed)
                    + self.likelihood.entries("likelihood", X, fixed)
                    + ([] if self.mean is None else self.mean.entries("mean", X, fixed))
@@ -286,6 +334,7 @@ class Model:
             the requested state.  With an ``offset`` and no mean function, ``grads["offset"]``
             (N,) is the derivative in the offset.
         """
+        self._require_inference("evaluate")
         kernel, likelihood = self.bind(values)
         evaluation = self.inference.evaluate(kernel, likelihood, values, X, y, Z, need_grad=need_grad,
                                              need_state=need_state, warm=warm,
@@ -465,7 +514,7 @@ class Model:
         or below it warns ``ConvergenceWarning`` and is flagged ``constant_model=True``.
         """
 
-        return fitting.fit(self, X, y, optimize=optimize, fixed=fixed, restarts=restarts, seed=seed, max_iter=max_iter,
+        return fitting.fit(self.resolved(X, seed), X, y, optimize=optimize, fixed=fixed, restarts=restarts, seed=seed, max_iter=max_iter,
                            progress=progress, callback=callback, standardize=standardize, subsample=subsample,
                            offset=offset, start=start)
 

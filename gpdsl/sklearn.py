@@ -34,6 +34,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
+from . import defaults
 from . import inducing as _inducing
 from . import inference as _inference
 from . import kernels as _kernels
@@ -480,23 +481,22 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
                              f"{n_classes}")
         return likelihood
 
-    def _build_model(self, n, likelihood):
+    def _build_model(self, n, likelihood, n_features=1):
+        """The Model for n training rows of n_features columns, the parts left at None filled with
+        the defaults (for K > 2 classes, :func:`gpdsl.defaults.declaration`'s)."""
         kernel = self.kernel if self.kernel is not None else self._default_kernel()
         inference = self.inference
+        if inference is None and defaults.chooses_inference(likelihood):
+            seed = _seed(self.random_state)
+            chosen = defaults.declaration(n, n_features, likelihood.n_latent, likelihood, inducing=self.inducing,
+                                          seed=0 if seed is None else seed)
+            return Model(kernel=kernel, likelihood=likelihood, mean=self.mean, **chosen)
         if inference is None:
-            if int(getattr(likelihood, "n_latent", 1)) > 1:
-                # Dense multi-class Laplace (R&W Algorithm 3.3) where it fits, as for two classes.
-                inference = _inference.Laplace() if n <= self.exact_max_n else _inference.SVGP()
-                try:
-                    inference.check_likelihood(likelihood)
-                except (TypeError, ValueError):
-                    inference = _inference.SVGP()
-            else:
-                inference = _inference.Laplace()
-                try:
-                    inference.check_likelihood(likelihood)
-                except (TypeError, ValueError):
-                    inference = _inference.EP()
+            inference = _inference.Laplace()
+            try:
+                inference.check_likelihood(likelihood)
+            except (TypeError, ValueError):
+                inference = _inference.EP()
             inducing = self.inducing
             if inducing is None and (inference.inducing_rule == "required" or n > self.exact_max_n):
                 inducing = self._sparse_default(n)
@@ -548,7 +548,7 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         self.classes_ = classes
         self.n_classes_ = int(classes.shape[0])
         self._column_order = order
-        self._fit_posterior(self._build_model(X.shape[0], likelihood), X, targets)
+        self._fit_posterior(self._build_model(X.shape[0], likelihood, X.shape[1]), X, targets)
         return self
 
     def predict_proba(self, X):

@@ -329,12 +329,12 @@ def test_multiclass_wiring_with_a_stand_in_posterior(monkeypatch):
     labels = np.array(["c", "a", "b"] * 4)
     clf = GPClassifier().fit(X, labels)
     assert seen["model"].likelihood == gd.likelihoods.Categorical(3, "softmax")
-    # Dense multi-class Laplace at this size; SVGP with k-means points beyond exact_max_n rows.
+    # Dense multi-class Laplace at this size; minibatch SVGP with k-means points beyond
+    # gpdsl.defaults.DENSE_MAX_ROWS rows (tests/test_defaults.py tests the whole table).
     assert isinstance(seen["model"].inference, gd.inference.Laplace) and seen["model"].inducing is None
-    big = GPClassifier()
-    big.exact_max_n = 6
-    big.fit(X, labels)
-    assert isinstance(seen["model"].inference, gd.inference.SVGP)
+    monkeypatch.setattr("gpdsl.defaults.DENSE_MAX_ROWS", 6)
+    GPClassifier().fit(X, labels)
+    assert seen["model"].inference == gd.inference.SVGP(batch_size=12, seed=0)
     assert seen["model"].inducing == gd.inducing.KMeans(12, seed=0)
     np.testing.assert_array_equal(seen["y"], [2.0, 0.0, 1.0] * 4)       # codes in classes_ order
     assert list(clf.classes_) == ["a", "b", "c"] and clf.n_classes_ == 3

@@ -1,0 +1,169 @@
+"""The multi-class defaults (gpdsl.defaults): the table is what gd.Model and GPClassifier do.
+
+Small data and few steps: these tests check which method, inducing spec, batch and seed are
+chosen and that the fitted objects carry them, not how well the fits do (benchmarks/
+bench_multiclass_defaults.py measures that)."""
+import warnings
+
+import numpy as np
+import pytest
+
+import gpdsl as gd
+from gpdsl import defaults
+from gpdsl.sklearn import GPClassifier
+
+SE = gd.kernels.SquaredExponential
+
+
+def three_classes(n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2))
+    return X, (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5).astype(int)
+
+
+def quietly(fit, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gd.ConvergenceWarning)
+        return fit(*args, **kwargs)
+
+
+# -- the table --------------------------------------------------------------------------------------
+def test_table_dense_laplace_up_to_its_rows():
+    softmax = gd.likelihoods.Categorical(4)
+    chosen = defaults.declaration(defaults.DENSE_MAX_ROWS, 7, 4, softmax)
+    assert chosen == {"inference": gd.inference.Laplace(), "inducing": None}
+
+
+def test_table_minibatch_svgp_above():
+    softmax = gd.likelihoods.Categorical(4)
+    n = defaults.DENSE_MAX_ROWS + 1
+    chosen = defaults.declaration(n, 7, 4, softmax, seed=5)
+    assert chosen["inference"] == gd.inference.SVGP(batch_size=min(defaults.BATCH_SIZE, n), seed=5)
+    assert chosen["inducing"] == gd.inducing.KMeans(min(defaults.INDUCING_POINTS, n), seed=5)
+    big = defaults.declaration(50_000, 3, 4, softmax)
+    assert big["inference"] == gd.inference.SVGP(batch_size=defaults.BATCH_SIZE, seed=0)
+    assert big["inducing"] == gd.inducing.KMeans(defaults.INDUCING_POINTS, seed=0, sample=defaults.KMEANS_SAMPLE)
+    # k-means on all rows up to its sample size, inclusive.
+    at = defaults.declaration(defaults.KMEANS_SAMPLE, 3, 4, softmax)
+    assert at["inducing"].sample is None
+
+
+@pytest.mark.parametrize("link", ["robustmax", "logistic_softmax"])
+def test_table_links_without_laplace_take_svgp_at_every_size(link):
+    chosen = defaults.declaration(20, 2, 3, gd.likelihoods.Categorical(3, link))
+    assert chosen["inference"] == gd.inference.SVGP(batch_size=20, seed=0)
+    assert chosen["inducing"] == gd.inducing.KMeans(20, seed=0)
+
+
+def test_table_keeps_a_given_inducing_spec():
+    given = gd.inducing.KMeans(7, seed=2)
+    chosen = defaults.declaration(50, 2, 3, gd.likelihoods.Categorical(3), inducing=given)
+    assert chosen == {"inference": gd.inference.SVGP(batch_size=50, seed=0), "inducing": given}
+
+
+@pytest.mark.parametrize("bad", [{"n_rows": 0}, {"n_features": 1.5}, {"n_classes": 4}, {"n_rows": True}])
+def test_table_refuses_bad_sizes(bad):
+    sizes = {"n_rows": 10, "n_features": 2, "n_classes": 3, **bad}
+    with pytest.raises(ValueError, match="declaration"):
+        defaults.declaration(likelihood=gd.likelihoods.Categorical(3), **sizes)
+
+
+def test_only_multi_latent_likelihoods_choose():
+    assert defaults.chooses_inference(gd.likelihoods.Categorical(3))
+    assert not defaults.chooses_inference(gd.likelihoods.Bernoulli())
+    assert not defaults.chooses_inference(gd.likelihoods.Gaussian())
+
+
+# -- gd.Model ---------------------------------------------------------------------------------------
+def test_model_single_latent_default_is_still_exact():
+    model = gd.Model(SE(), gd.likelihoods.Gaussian())
+    assert model.inference == gd.inference.Exact()
+    assert gd.Model.from_dict(model.to_dict()) == model
+    with pytest.raises(ValueError, match="Exact"):      # a binary likelihood still needs a method given
+        gd.Model(SE(), gd.likelihoods.Bernoulli())
+
+
+def test_model_multiclass_method_left_to_fit():
+    model = gd.Model(SE(), gd.likelihoods.Categorical(3))
+    assert model.inference is None
+    assert "inference" not in model.to_dict()
+    assert gd.Model.from_dict(model.to_dict()) == model
+    assert gd.Model.from_toml(model.to_toml()) == model
+    X, _ = three_classes(30)
+    with pytest.raises(ValueError, match="resolved"):
+        model.parameter_table(X)
+    chosen = defaults.declaration(30, 2, 3, model.likelihood)
+    assert model.resolved(X) == gd.Model(SE(), gd.likelihoods.Categorical(3), **chosen)
+
+
+def test_model_fit_resolves_and_the_posterior_carries_it(tmp_path):
+    X, y = three_classes(40)
+    model = gd.Model(SE(), gd.likelihoods.Categorical(3))
+    post = quietly(model.fit, X, y, max_iter=3)
+    expected = defaults.declaration(40, 2, 3, model.likelihood)
+    assert post.model.inference == expected["inference"] == gd.inference.Laplace()
+    assert post.model.inducing is None
+    assert post.model.to_dict()["inference"]["type"] == "Laplace"
+    path = tmp_path / "fit.nc"
+    post.save(path)
+    again = gd.load(path)
+    assert again.model.inference == gd.inference.Laplace()
+    np.testing.assert_allclose(again.predict(X[:5])["p"].values, post.predict(X[:5])["p"].values, rtol=1e-12)
+
+
+def test_model_fit_resolves_minibatch_with_the_fits_seed(monkeypatch):
+    monkeypatch.setattr(defaults, "DENSE_MAX_ROWS", 10)
+    X, y = three_classes(40)
+    model = gd.Model(SE(), gd.likelihoods.Categorical(3))
+    post = quietly(model.fit, X, y, max_iter=5, seed=4)
+    assert post.model.inference == gd.inference.SVGP(batch_size=40, seed=4)
+    assert post.model.inducing == gd.inducing.KMeans(40, seed=4)
+    assert post.n_iterations >= 1
+
+
+def test_model_explicit_inference_overrides():
+    X, y = three_classes(30)
+    given = gd.inference.SVGP(q_max_iter=7)
+    model = gd.Model(SE(), gd.likelihoods.Categorical(3), gd.inducing.KMeans(6), given)
+    assert model.resolved(X) is model
+    post = quietly(model.fit, X, y, max_iter=2)
+    assert post.model.inference == given and post.model.inducing == gd.inducing.KMeans(6)
+    # An inducing spec given without a method is kept by the chosen one.
+    only_z = gd.Model(SE(), gd.likelihoods.Categorical(3), gd.inducing.KMeans(5, seed=1))
+    assert only_z.resolved(X).inducing == gd.inducing.KMeans(5, seed=1)
+    assert isinstance(only_z.resolved(X).inference, gd.inference.SVGP)
+
+
+# -- GPClassifier ---------------------------------------------------------------------------------
+def test_classifier_model_is_the_table(monkeypatch):
+    X, y = three_classes(30)
+    clf = quietly(GPClassifier(max_iter=3).fit, X, y)
+    chosen = defaults.declaration(30, 2, 3, clf.model_.likelihood)
+    assert clf.model_ == gd.Model(SE(), gd.likelihoods.Categorical(3), **chosen)
+    assert clf.posterior_.model.inference == clf.model_.inference
+    monkeypatch.setattr(defaults, "DENSE_MAX_ROWS", 10)
+    clf = quietly(GPClassifier(max_iter=5, random_state=3).fit, X, y)
+    assert clf.model_.inference == gd.inference.SVGP(batch_size=30, seed=3)
+    assert clf.model_.inducing == gd.inducing.KMeans(30, seed=3)
+    assert clf.predict_proba(X[:4]).shape == (4, 3)
+
+
+def test_classifier_explicit_settings_override(monkeypatch):
+    monkeypatch.setattr(defaults, "DENSE_MAX_ROWS", 10)
+    X, y = three_classes(30)
+    clf = quietly(GPClassifier(inducing=gd.inducing.KMeans(6), max_iter=3).fit, X, y)
+    assert clf.model_.inducing == gd.inducing.KMeans(6) and clf.model_.inference.batch_size == 30
+    laplace = quietly(GPClassifier(inference=gd.inference.Laplace(), max_iter=3).fit, X, y)
+    assert laplace.model_.inference == gd.inference.Laplace() and laplace.model_.inducing is None
+    full = quietly(GPClassifier(inference=gd.inference.SVGP(), max_iter=2).fit, X, y)
+    assert full.model_.inference == gd.inference.SVGP()          # full batch, as given
+    assert full.model_.inducing == gd.inducing.KMeans(30, seed=0)
+
+
+def test_classifier_binary_defaults_unchanged():
+    clf = GPClassifier()
+    binary = clf._build_model(50, clf._likelihood_for(2), 4)
+    assert binary == gd.Model(SE(), gd.likelihoods.Bernoulli("logit"), None, gd.inference.Laplace())
+    sparse = clf._build_model(clf.exact_max_n + 1, clf._likelihood_for(2), 4)
+    assert sparse.inference == gd.inference.Laplace() and sparse.inducing == gd.inducing.KMeans(100, seed=0)
+    assert clf.exact_max_n == 1000 and clf.default_inducing == 100
