@@ -21,7 +21,13 @@ from numba import njit, types
 from numba.extending import get_cython_function_address
 
 
-@njit(cache=True)
+# inline="always" on the helpers below that the FITC sweep calls once each (_site_update, _fitc_site,
+# _block_sites, _blas_workspace): Numba then types and lowers their bodies as part of the caller
+# instead of compiling each as a dispatcher of its own, which LLVM optimised and emitted again
+# in every caller above it.  A cold first FITC-EP fit compiled for 0.8 s (of 4.7) less (issue 46,
+# benchmarks/HISTORY.md).  Helpers called from several places (_gemm, _apply_block) stay compiled
+# once.
+@njit(cache=True, inline="always")
 def _site_update(i, marginal_var, marginal_mean, tau, nu, y, param, project, quantile, damping, table, grid):
     """New (tau_i, nu_i) from the marginal N(marginal_mean, marginal_var); ok=False if the cavity is improper.
 
@@ -153,7 +159,7 @@ _NO_TRANS, _TRANS = 78, 84      # dgemm's flags, the characters N and T
 FITC_BLOCK = 16
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _blas_workspace():
     """Argument storage for dgemm: the characters N and T, 6 integers, 2 doubles."""
     # np.empty with a positional dtype: np.zeros(n, dtype=...) compiled for half a second more;
@@ -182,10 +188,9 @@ def _gemm(trans_a, trans_b, p, q, k, alpha, A, B, beta, C, ch, iw, fw):
 _UPDATED, _SKIPPED, _STOP = 0, 1, 2
 
 
-# fastmath=False explicitly: Numba compiles a function that sets no fastmath option with the
-# fastmath of the caller that compiles it first, and then serves that version (from the disk cache
-# too) to every caller; _fitc_site is called by the fastmath reference kernel below.
-@njit(cache=True, fastmath=False)
+# An inlined body is lowered with its caller's flags: the fastmath reference kernel below calls
+# _fitc_site through _fitc_site_exact, compiled on its own without fastmath.
+@njit(cache=True, inline="always")
 def _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, project, quantile, damping, table, grid):
     """Site i of a sequential FITC-EP sweep from its marginal N(h_i, d_i + s), s = p_i^T M p_i: the
     formulas of :func:`fitc_sequential_sweep_rank1`'s docstring.  Updates the site and row i of the
@@ -220,7 +225,16 @@ def _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, project, quantile, da
     return _UPDATED, c, step, max(abs(pi), abs(b))
 
 
-@njit(cache=True)
+# fastmath=False explicitly: Numba compiles a function that sets no fastmath option with the
+# fastmath of the caller that compiles it first, and then serves that version (from the disk cache
+# too) to every caller.
+@njit(cache=True, fastmath=False)
+def _fitc_site_exact(i, s, h_i, d, P, nu_vec, tau, nu, y, param, project, quantile, damping, table, grid):
+    """:func:`_fitc_site` without fastmath, for :func:`fitc_sequential_sweep_rank1` (fastmath)."""
+    return _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, project, quantile, damping, table, grid)
+
+
+@njit(cache=True, inline="always")
 def _block_sites(i0, r, G, T, hv, alpha, beta, d, P, nu_vec, tau, nu, y, param, project, quantile, damping,
                  table, grid):
     """Sites i0 .. i0+r-1 in order, each exactly as in :func:`fitc_sequential_sweep_rank1`, with the
@@ -385,8 +399,8 @@ def fitc_sequential_sweep_rank1(d, P, Minv, nu_vec, gamma, tau, nu, y, param, pr
         for a in range(m):
             pw += P[i, a] * w[a]
             pg += P[i, a] * gamma[a]
-        status, c, step, change = _fitc_site(i, pw, nu_vec[i] + pg, d, P, nu_vec, tau, nu, y, param, project, quantile,
-                                             damping, table, grid)
+        status, c, step, change = _fitc_site_exact(i, pw, nu_vec[i] + pg, d, P, nu_vec, tau, nu, y, param, project,
+                                                   quantile, damping, table, grid)
         if status == _SKIPPED:
             skipped += 1
             continue
