@@ -401,20 +401,24 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         pins it.
     likelihood : gpdsl.likelihoods.Likelihood or None, default None
         None: ``gd.likelihoods.Bernoulli("logit")`` for two classes (its bias fitted: a class
-        prior), ``gd.likelihoods.Categorical(K, "softmax")`` for K > 2.  A given likelihood must
+        prior), ``gd.likelihoods.Categorical(K, "robustmax")`` for K > 2 (chosen by measurement
+        against softmax: :mod:`gpdsl.defaults`).  A given likelihood must
         model class labels (its ``target_kind``, :func:`gpdsl.inputs.target_kind`, "binary" or
         "categorical"; checked by ``fit``) and fit the number of classes (``n_latent`` 1 for two
         classes, K otherwise).
     inducing : gpdsl.inducing.InducingSpec or None, default None
-        None: dense when the method can run dense and N <= :attr:`exact_max_n`, else (and for a
-        method that needs one, SVGP) ``gd.inducing.KMeans(min(default_inducing, N))``.
+        None: for two classes dense when the method can run dense and N <= :attr:`exact_max_n`,
+        else (and for a method that needs one, SVGP) ``gd.inducing.KMeans(min(default_inducing,
+        N))``; for K > 2 with ``inference`` None, :func:`gpdsl.defaults.declaration`'s
+        ``KMeans(min(100, N))`` (a spec given is kept).
     inference : gpdsl.inference.Inference or None, default None
         None: ``gd.inference.Laplace()`` for two classes (Rasmussen & Williams' Laplace
         approximation, scikit-learn's ``GaussianProcessClassifier``'s method; dense, or under the
         FITC prior with inducing points; ``EP()`` for a likelihood without log-density
-        derivatives); for K > 2 also ``Laplace()`` (dense, Rasmussen & Williams Algorithm 3.3, the
-        softmax link) up to :attr:`exact_max_n` rows, ``gd.inference.SVGP()`` beyond that and for
-        links other than softmax.
+        derivatives); for K > 2 the method of :func:`gpdsl.defaults.declaration` for the data's N,
+        D and K (the table in :mod:`gpdsl.defaults` and the guide: minibatch
+        ``gd.inference.SVGP(batch_size=min(256, N))``), shown by ``model_``.  An inference given
+        is used as it is.
     mean : gpdsl.means.Mean or None, default None
         The prior mean function (binary only).
     optimize, fixed, restarts, max_iter, standardize, random_state
@@ -425,6 +429,7 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
     classes_ : ndarray, shape (n_classes,)
     n_classes_ : int
     model_ : gpdsl.Model
+        The model fitted, every default filled in (for K > 2 the declaration chosen by the data).
     posterior_ : gpdsl.Posterior
         Its ``predict(X)["p"]``: p(y = classes_[1]) (dim ``obs``) for two classes, the class
         probabilities (dims ``obs``, ``class``) for K > 2.
@@ -436,9 +441,11 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
     feature_names_in_ : ndarray of str
     """
 
-    #: The dense Laplace fit is O(N^3) per Newton step: sparse above this many rows.
+    #: Two classes: the dense Laplace fit is O(N^3) per Newton step, sparse above this many rows
+    #: (K > 2 classes: :mod:`gpdsl.defaults`).
     exact_max_n = 1000
-    #: The default k-means inducing points of the sparse and the multi-class defaults.
+    #: The default k-means inducing points of the binary sparse defaults and of a method given
+    #: without an inducing spec.
     default_inducing = 100
 
     def __init__(self, kernel=None, likelihood=None, inducing=None, inference=None, mean=None, *,
@@ -460,7 +467,7 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         if likelihood is None:
             if n_classes == 2:
                 return _likelihoods.Bernoulli("logit")
-            return _likelihoods.Categorical(n_classes, "softmax")
+            return defaults.classifier_likelihood(n_classes)
         if not isinstance(likelihood, _likelihoods.Likelihood):
             raise TypeError(f"GPClassifier: likelihood must be None or a gpdsl likelihood of class labels "
                             f"(gd.likelihoods.Bernoulli(), gd.likelihoods.Categorical(K)), got {likelihood!r}")

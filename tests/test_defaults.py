@@ -28,37 +28,30 @@ def quietly(fit, *args, **kwargs):
 
 
 # -- the table --------------------------------------------------------------------------------------
-def test_table_dense_laplace_up_to_its_rows():
-    softmax = gd.likelihoods.Categorical(4)
-    chosen = defaults.declaration(defaults.DENSE_MAX_ROWS, 7, 4, softmax)
-    assert chosen == {"inference": gd.inference.Laplace(), "inducing": None}
-
-
-def test_table_minibatch_svgp_above():
-    softmax = gd.likelihoods.Categorical(4)
-    n = defaults.DENSE_MAX_ROWS + 1
-    chosen = defaults.declaration(n, 7, 4, softmax, seed=5)
-    assert chosen["inference"] == gd.inference.SVGP(batch_size=min(defaults.BATCH_SIZE, n), seed=5)
-    assert chosen["inducing"] == gd.inducing.KMeans(min(defaults.INDUCING_POINTS, n), seed=5)
-    big = defaults.declaration(50_000, 3, 4, softmax)
-    assert big["inference"] == gd.inference.SVGP(batch_size=defaults.BATCH_SIZE, seed=0)
+@pytest.mark.parametrize("link", ["softmax", "robustmax", "logistic_softmax"])
+def test_table_minibatch_svgp_at_every_size(link):
+    likelihood = gd.likelihoods.Categorical(4, link)
+    small = defaults.declaration(20, 7, 4, likelihood, seed=5)
+    assert small["inference"] == gd.inference.SVGP(batch_size=20, seed=5)
+    assert small["inducing"] == gd.inducing.KMeans(20, seed=5)
+    mid = defaults.declaration(1437, 64, 4, likelihood)
+    assert mid["inference"] == gd.inference.SVGP(batch_size=defaults.BATCH_SIZE, seed=0)
+    assert mid["inducing"] == gd.inducing.KMeans(defaults.INDUCING_POINTS, seed=0)
+    assert (defaults.BATCH_SIZE, defaults.INDUCING_POINTS) == (256, 100)
+    # k-means on all rows up to its sample size, on a sample above it.
+    assert defaults.declaration(defaults.KMEANS_SAMPLE, 3, 4, likelihood)["inducing"].sample is None
+    big = defaults.declaration(defaults.KMEANS_SAMPLE + 1, 3, 4, likelihood)
     assert big["inducing"] == gd.inducing.KMeans(defaults.INDUCING_POINTS, seed=0, sample=defaults.KMEANS_SAMPLE)
-    # k-means on all rows up to its sample size, inclusive.
-    at = defaults.declaration(defaults.KMEANS_SAMPLE, 3, 4, softmax)
-    assert at["inducing"].sample is None
-
-
-@pytest.mark.parametrize("link", ["robustmax", "logistic_softmax"])
-def test_table_links_without_laplace_take_svgp_at_every_size(link):
-    chosen = defaults.declaration(20, 2, 3, gd.likelihoods.Categorical(3, link))
-    assert chosen["inference"] == gd.inference.SVGP(batch_size=20, seed=0)
-    assert chosen["inducing"] == gd.inducing.KMeans(20, seed=0)
 
 
 def test_table_keeps_a_given_inducing_spec():
     given = gd.inducing.KMeans(7, seed=2)
     chosen = defaults.declaration(50, 2, 3, gd.likelihoods.Categorical(3), inducing=given)
     assert chosen == {"inference": gd.inference.SVGP(batch_size=50, seed=0), "inducing": given}
+
+
+def test_classifier_likelihood_is_robustmax():
+    assert defaults.classifier_likelihood(5) == gd.likelihoods.Categorical(5, "robustmax")
 
 
 @pytest.mark.parametrize("bad", [{"n_rows": 0}, {"n_features": 1.5}, {"n_classes": 4}, {"n_rows": True}])
@@ -99,26 +92,17 @@ def test_model_multiclass_method_left_to_fit():
 def test_model_fit_resolves_and_the_posterior_carries_it(tmp_path):
     X, y = three_classes(40)
     model = gd.Model(SE(), gd.likelihoods.Categorical(3))
-    post = quietly(model.fit, X, y, max_iter=3)
-    expected = defaults.declaration(40, 2, 3, model.likelihood)
-    assert post.model.inference == expected["inference"] == gd.inference.Laplace()
-    assert post.model.inducing is None
-    assert post.model.to_dict()["inference"]["type"] == "Laplace"
+    post = quietly(model.fit, X, y, max_iter=5, seed=4)
+    assert post.model.inference == gd.inference.SVGP(batch_size=40, seed=4)     # the fit's seed
+    assert post.model.inducing == gd.inducing.KMeans(40, seed=4)
+    written = post.model.to_dict()["inference"]
+    assert (written["type"], written["batch_size"], written["seed"]) == ("SVGP", 40, 4)
+    assert gd.Model.from_dict(post.model.to_dict()) == post.model
     path = tmp_path / "fit.nc"
     post.save(path)
     again = gd.load(path)
-    assert again.model.inference == gd.inference.Laplace()
+    assert again.model == post.model
     np.testing.assert_allclose(again.predict(X[:5])["p"].values, post.predict(X[:5])["p"].values, rtol=1e-12)
-
-
-def test_model_fit_resolves_minibatch_with_the_fits_seed(monkeypatch):
-    monkeypatch.setattr(defaults, "DENSE_MAX_ROWS", 10)
-    X, y = three_classes(40)
-    model = gd.Model(SE(), gd.likelihoods.Categorical(3))
-    post = quietly(model.fit, X, y, max_iter=5, seed=4)
-    assert post.model.inference == gd.inference.SVGP(batch_size=40, seed=4)
-    assert post.model.inducing == gd.inducing.KMeans(40, seed=4)
-    assert post.n_iterations >= 1
 
 
 def test_model_explicit_inference_overrides():
@@ -135,26 +119,26 @@ def test_model_explicit_inference_overrides():
 
 
 # -- GPClassifier ---------------------------------------------------------------------------------
-def test_classifier_model_is_the_table(monkeypatch):
+def test_classifier_model_is_the_table():
     X, y = three_classes(30)
-    clf = quietly(GPClassifier(max_iter=3).fit, X, y)
-    chosen = defaults.declaration(30, 2, 3, clf.model_.likelihood)
-    assert clf.model_ == gd.Model(SE(), gd.likelihoods.Categorical(3), **chosen)
-    assert clf.posterior_.model.inference == clf.model_.inference
-    monkeypatch.setattr(defaults, "DENSE_MAX_ROWS", 10)
     clf = quietly(GPClassifier(max_iter=5, random_state=3).fit, X, y)
+    likelihood = gd.likelihoods.Categorical(3, "robustmax")
+    assert clf.model_ == gd.Model(SE(), likelihood, **defaults.declaration(30, 2, 3, likelihood, seed=3))
     assert clf.model_.inference == gd.inference.SVGP(batch_size=30, seed=3)
     assert clf.model_.inducing == gd.inducing.KMeans(30, seed=3)
+    assert clf.posterior_.model.inference == clf.model_.inference
     assert clf.predict_proba(X[:4]).shape == (4, 3)
 
 
-def test_classifier_explicit_settings_override(monkeypatch):
-    monkeypatch.setattr(defaults, "DENSE_MAX_ROWS", 10)
+def test_classifier_explicit_settings_override():
     X, y = three_classes(30)
     clf = quietly(GPClassifier(inducing=gd.inducing.KMeans(6), max_iter=3).fit, X, y)
     assert clf.model_.inducing == gd.inducing.KMeans(6) and clf.model_.inference.batch_size == 30
-    laplace = quietly(GPClassifier(inference=gd.inference.Laplace(), max_iter=3).fit, X, y)
+    laplace = quietly(GPClassifier(likelihood=gd.likelihoods.Categorical(3), inference=gd.inference.Laplace(),
+                                   max_iter=3).fit, X, y)
     assert laplace.model_.inference == gd.inference.Laplace() and laplace.model_.inducing is None
+    softmax = quietly(GPClassifier(likelihood=gd.likelihoods.Categorical(3), max_iter=3).fit, X, y)
+    assert softmax.model_.likelihood.link == "softmax" and softmax.model_.inference.batch_size == 30
     full = quietly(GPClassifier(inference=gd.inference.SVGP(), max_iter=2).fit, X, y)
     assert full.model_.inference == gd.inference.SVGP()          # full batch, as given
     assert full.model_.inducing == gd.inducing.KMeans(30, seed=0)
