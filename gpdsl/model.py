@@ -107,7 +107,7 @@ class Model:
             raise ValueError(f"Model: a mean function is for one latent function; {self.likelihood.describe()} has "
                              f"{self.likelihood.n_latent} (leave mean=None)")
 
-    def resolved(self, X, seed=0):
+    def resolved(self, X, seed=0, n_rows=None):
         """This model with the parts its declaration left to the data chosen for inputs X.
 
         A multi-class model declared without ``inference`` gets the method (and, unless given, the
@@ -122,6 +122,8 @@ class Model:
         seed : int, default 0
             Seed of a chosen k-means start and of the minibatches (``fit`` passes its own; None
             is 0).
+        n_rows : int, optional
+            The rows the fit runs on where fewer than X's (``fit(subsample=n)``'s n).
 
         Returns
         -------
@@ -132,7 +134,10 @@ class Model:
         shape = np.shape(X)
         if len(shape) not in (1, 2):
             raise ValueError(f"fit: X must be an (N, D) array, got shape {shape}")
-        chosen = defaults.declaration(shape[0], shape[1] if len(shape) == 2 else 1, self.likelihood.n_latent,
+        n = shape[0]
+        if isinstance(n_rows, (int, np.integer)) and not isinstance(n_rows, bool) and 0 < n_rows < n:
+            n = int(n_rows)                 # (a bad subsample is left to fit's own check)
+        chosen = defaults.declaration(n, shape[1] if len(shape) == 2 else 1, self.likelihood.n_latent,
                                       self.likelihood, inducing=self.inducing, seed=0 if seed is None else seed)
         return replace(self, **chosen)
 
@@ -514,7 +519,7 @@ class Model:
         or below it warns ``ConvergenceWarning`` and is flagged ``constant_model=True``.
         """
 
-        return fitting.fit(self.resolved(X, seed), X, y, optimize=optimize, fixed=fixed, restarts=restarts, seed=seed, max_iter=max_iter,
+        return fitting.fit(self.resolved(X, seed, subsample), X, y, optimize=optimize, fixed=fixed, restarts=restarts, seed=seed, max_iter=max_iter,
                            progress=progress, callback=callback, standardize=standardize, subsample=subsample,
                            offset=offset, start=start)
 

@@ -151,3 +151,12 @@ def test_classifier_binary_defaults_unchanged():
     sparse = clf._build_model(clf.exact_max_n + 1, clf._likelihood_for(2), 4)
     assert sparse.inference == gd.inference.Laplace() and sparse.inducing == gd.inducing.KMeans(100, seed=0)
     assert clf.exact_max_n == 1000 and clf.default_inducing == 100
+
+
+def test_model_resolves_by_the_rows_a_subsample_fit_runs_on():
+    X, y = three_classes(300)
+    model = gd.Model(SE(), gd.likelihoods.Categorical(3))
+    assert model.resolved(X, n_rows=60).inducing == gd.inducing.KMeans(60, seed=0)
+    post = quietly(model.fit, X, y, subsample=60, max_iter=3)
+    assert post.model.inference == gd.inference.SVGP(batch_size=60, seed=0)
+    assert post.model.inducing == gd.inducing.KMeans(60, seed=0)
