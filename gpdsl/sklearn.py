@@ -401,8 +401,8 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         pins it.
     likelihood : gpdsl.likelihoods.Likelihood or None, default None
         None: ``gd.likelihoods.Bernoulli("logit")`` for two classes (its bias fitted: a class
-        prior), ``gd.likelihoods.Categorical(K, "softmax")`` for K > 2 (chosen by measurement
-        against robust-max, which is better on well-separated classes: :mod:`gpdsl.defaults`).  A given likelihood must
+        prior), ``gd.likelihoods.Categorical(K, "robustmax")`` for K > 2 (chosen by measurement
+        against softmax, which is better where the classes overlap: :mod:`gpdsl.defaults`).  A given likelihood must
         model class labels (its ``target_kind``, :func:`gpdsl.inputs.target_kind`, "binary" or
         "categorical"; checked by ``fit``) and fit the number of classes (``n_latent`` 1 for two
         classes, K otherwise).

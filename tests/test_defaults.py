@@ -50,8 +50,8 @@ def test_table_keeps_a_given_inducing_spec():
     assert chosen == {"inference": gd.inference.SVGP(batch_size=50, seed=0), "inducing": given}
 
 
-def test_classifier_likelihood_is_softmax():
-    assert defaults.classifier_likelihood(5) == gd.likelihoods.Categorical(5, "softmax")
+def test_classifier_likelihood_is_robustmax():
+    assert defaults.classifier_likelihood(5) == gd.likelihoods.Categorical(5, "robustmax")
 
 
 @pytest.mark.parametrize("bad", [{"n_rows": 0}, {"n_features": 1.5}, {"n_classes": 4}, {"n_rows": True}])
@@ -122,7 +122,7 @@ def test_model_explicit_inference_overrides():
 def test_classifier_model_is_the_table():
     X, y = three_classes(30)
     clf = quietly(GPClassifier(max_iter=5, random_state=3).fit, X, y)
-    likelihood = gd.likelihoods.Categorical(3, "softmax")
+    likelihood = gd.likelihoods.Categorical(3, "robustmax")
     assert clf.model_ == gd.Model(SE(), likelihood, **defaults.declaration(30, 2, 3, likelihood, seed=3))
     assert clf.model_.inference == gd.inference.SVGP(batch_size=30, seed=3)
     assert clf.model_.inducing == gd.inducing.KMeans(30, seed=3)

@@ -123,7 +123,7 @@ def test_defaults():
                               gd.inference.Laplace())
     sparse = clf._build_model(clf.exact_max_n + 1, clf._likelihood_for(2))
     assert isinstance(sparse.inference, gd.inference.Laplace) and sparse.inducing == gd.inducing.KMeans(100, seed=0)
-    assert clf._likelihood_for(3) == gd.likelihoods.Categorical(3, "softmax")     # gpdsl.defaults
+    assert clf._likelihood_for(3) == gd.likelihoods.Categorical(3, "robustmax")     # gpdsl.defaults
     with pytest.raises(ValueError, match="is binary"):
         GPClassifier(likelihood=gd.likelihoods.Bernoulli()).fit(np.arange(9.0)[:, None], np.arange(9) % 3)
     with pytest.raises(ValueError, match="only one class"):
@@ -328,7 +328,7 @@ def test_multiclass_wiring_with_a_stand_in_posterior(monkeypatch):
     X = np.arange(12.0)[:, None]
     labels = np.array(["c", "a", "b"] * 4)
     clf = GPClassifier().fit(X, labels)
-    assert seen["model"].likelihood == gd.likelihoods.Categorical(3, "softmax")
+    assert seen["model"].likelihood == gd.likelihoods.Categorical(3, "robustmax")
     # Minibatch SVGP with k-means points (tests/test_defaults.py tests gpdsl.defaults' whole table).
     assert seen["model"].inference == gd.inference.SVGP(batch_size=12, seed=0)
     assert seen["model"].inducing == gd.inducing.KMeans(12, seed=0)
