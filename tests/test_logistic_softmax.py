@@ -209,6 +209,34 @@ def test_warm_start_resumes_at_the_fixed_point():
 
 
 
+def test_bound_curvature_in_c_behind_the_scaled_convergence_test():
+    """The convergence test divides a change of c_ik by sqrt(max(c_ik, 1)) because the bound's
+    second derivative in c_ik at its optimum c* = sqrt(mean^2 + var) is -(y + gamma) / (2 c*) for
+    large c* and at most 0.11 (y + gamma) in size (module docstring): checked by central
+    differences of the terms of the bound in c (ls_local_terms' (B) and (A)'s -theta (mean^2 +
+    var) / 2) at one row's locals, against the formula at c* = 30 and 200 (relative error of the
+    asymptote ~1/c*, the differences' ~1e-6) and the bound at c* from 0.1 to 30."""
+    from gpdsl._jit.logistic_softmax import ls_local_terms
+    codes, alpha, beta = np.array([0.0]), np.array([1.7]), np.array([2.0])
+    gamma = 0.4
+
+    def bound(c, second_moment):
+        c_row, gamma_row = np.array([[c, c]]), np.array([[gamma, gamma]])
+        theta, _, local = ls_local_terms(codes, c_row, gamma_row, alpha, beta, np.zeros((1, 1)))
+        return local - 0.5 * theta.sum() * second_moment
+
+    weights = 1.0 + 2.0 * gamma              # sum of y + gamma over the label and another class
+    for c_star in (0.1, 0.5, 1.0, 3.0, 10.0, 30.0, 200.0):
+        second_moment, h = c_star ** 2, 1e-3 * c_star
+        second = (bound(c_star + h, second_moment) - 2.0 * bound(c_star, second_moment)
+                  + bound(c_star - h, second_moment)) / h ** 2
+        first = (bound(c_star + h, second_moment) - bound(c_star - h, second_moment)) / (2.0 * h)
+        assert abs(first) < 1e-5 * weights                      # c* is the optimum
+        assert -0.11 * weights <= second < 0.0
+        if c_star >= 30.0:
+            assert second == pytest.approx(-weights / (2.0 * c_star), rel=2.0 / c_star)
+
+
 @pytest.mark.parametrize("lengthscale, variance", [(2.0, 300.0), (1.0, 100.0)])
 def test_cold_start_reaches_the_fixed_point_of_the_path_from_unit_variance(lengthscale, variance):
     """The coordinate ascent has more than one fixed point at a large kernel variance.  A cold

@@ -55,7 +55,8 @@ class PolyaGamma(Inference):
     Parameters
     ----------
     tol : float, default 1e-6
-        Collapsed: convergence of the c updates (largest change of a c_n), for the posterior's c
+        Collapsed: convergence of the c updates (largest change of a c_n; for K classes of a
+        gamma_ik or of a c_ik over sqrt(max(c_ik, 1)): :mod:`gpdsl.methods.logistic_softmax`), for the posterior's c
         (a fit's final evaluation) and every evaluation outside a fit.
     fit_tol : float, default 1e-4
         Collapsed: the same test for the optimiser's evaluations within a fit, at
