@@ -22,11 +22,11 @@ from numba.extending import get_cython_function_address
 
 
 # inline="always" on the helpers below that the FITC sweep calls once each (_site_update, _fitc_site,
-# _block_sites, _blas_workspace): Numba then types and lowers their bodies as part of the caller
-# instead of compiling each as a dispatcher of its own, which LLVM optimised and emitted again
-# in every caller above it.  A cold first FITC-EP fit compiled for 0.8 s (of 4.7) less (issue 46,
-# benchmarks/HISTORY.md).  Helpers called from several places (_gemm, _apply_block) stay compiled
-# once.
+# _block_sites, _blas_workspace, _apply_block): Numba then types and lowers their bodies as part of
+# the caller instead of compiling each as a dispatcher of its own, which LLVM optimised and emitted
+# again in every caller above it.  A cold first FITC-EP fit compiled for about 1 s (of 4.7) less
+# (issue 46, benchmarks/HISTORY.md).  _gemm, called from four places, stays compiled once: inlined
+# at each it compiled for 0.7 s more.
 @njit(cache=True, inline="always")
 def _site_update(i, marginal_var, marginal_mean, tau, nu, y, param, project, quantile, damping, table, grid):
     """New (tau_i, nu_i) from the marginal N(marginal_mean, marginal_var); ok=False if the cavity is improper.
@@ -276,7 +276,7 @@ def _block_sites(i0, r, G, T, hv, alpha, beta, d, P, nu_vec, tau, nu, y, param, 
     return max_change, skipped, -1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, r, no, tr, ch, iw, fw):
     """The delayed update of a block's first r sites on ME = [M | gamma]:
     U = (I + T)^-1 W (row k: u_k = M_k p_k), M -= U^T diag(alpha) U and gamma += U^T beta, as
@@ -348,11 +348,11 @@ def fitc_sequential_sweep(d, P, Minv, nu_vec, gamma, tau, nu, y, param, project,
         change, skip, k_stop = _block_sites(i0, r, G, T, hv, alpha, beta, d, P, nu_vec, tau, nu, y, param,
                                             project, quantile, damping, table, grid)
         max_change, skipped = max(max_change, change), skipped + skip
+        # One call site, so that _apply_block is inlined once: the sites before a stop, else all r.
+        _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, k_stop if k_stop >= 0 else r, no, tr, ch, iw, fw)
         if k_stop >= 0:
-            _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, k_stop, no, tr, ch, iw, fw)
             stop = i0 + k_stop
             break
-        _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, r, no, tr, ch, iw, fw)
     for a in range(m):
         for b in range(m):
             Minv[a, b] = ME[a, b]
