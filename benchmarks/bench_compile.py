@@ -39,6 +39,7 @@ Usage::
     python benchmarks/bench_compile.py --methods EP,QP --no-all
     python benchmarks/bench_compile.py --methods binary            # the six binary/regression ones
     python benchmarks/bench_compile.py --methods multiclass --no-all
+    python benchmarks/bench_compile.py --no-single                 # all twelve in one process only
     python3 -m venv /tmp/fresh && /tmp/fresh/bin/pip install . && \
         python benchmarks/bench_compile.py --python /tmp/fresh/bin/python   # as a new user installs it
 """
@@ -169,6 +170,7 @@ def main(argv=None):
                    help="comma-separated subset of " + ",".join(METHODS + MULTICLASS) + ", or a group: "
                         + ", ".join(f"{k} ({len(v)})" for k, v in GROUPS.items()) + " (default: all)")
     p.add_argument("--no-all", action="store_true", help="skip the all-methods-in-one-process runs")
+    p.add_argument("--no-single", action="store_true", help="skip the one-method-per-process runs")
     p.add_argument("--threads", type=int, default=None,
                    help="set OPENBLAS/OMP/MKL/NUMBA thread counts of the subprocesses")
     p.add_argument("--python", default=None,
@@ -180,6 +182,8 @@ def main(argv=None):
     unknown = set(methods) - set(METHODS) - set(MULTICLASS)
     if unknown:
         p.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHODS + MULTICLASS)}")
+    if args.no_single and (args.no_all or len(methods) == 1):
+        p.error("--no-single leaves nothing to run without the all-in-one-process run (--no-all, or one method)")
 
     env = dict(os.environ)
     env.pop("NUMBA_CACHE_DIR", None)
@@ -216,7 +220,7 @@ def main(argv=None):
         print(f"{name:24s} {cold_times[0]:9.2f} {cold_times[1]:6.2f} {flags[0]:>11s} {load[0]:>5s}   "
               f"{warm_times[0]:9.2f} {warm_times[1]:6.2f} {flags[1]:>11s} {load[1]:>5s}")
 
-    runs = [(m, [m]) for m in methods]
+    runs = [] if args.no_single else [(m, [m]) for m in methods]
     if not args.no_all and len(methods) > 1:
         runs.append(("all in one process", methods))
     results = {}

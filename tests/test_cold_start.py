@@ -1,4 +1,5 @@
-"""Cold start (issue 13): what ``import gpdsl`` loads, and the one-line notice before compiling.
+"""Cold start (issues 13, 46): what ``import gpdsl`` loads, the one-line notice before compiling,
+and which of the FITC-EP sweep's helpers a fit compiles on their own.
 
 The subprocess tests run a fresh interpreter, with a fresh ``NUMBA_CACHE_DIR`` where the Numba
 cache matters, so that neither this process's compiled kernels nor the package's cache decide
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from numba import njit
 
 from gpdsl._jit import announce_compilation
@@ -25,6 +27,11 @@ SE = gd.kernels.SquaredExponential
 for likelihood, inference in ((gd.likelihoods.Bernoulli("probit"), gd.inference.EP()),
                               (gd.likelihoods.Bernoulli("logit"), gd.inference.PolyaGamma())):
     gd.Model(SE(1.0, 1.0), likelihood, gd.inducing.KMeans(5, seed=0), inference).fit(X, y, max_iter=20)
+import json
+from numba.core.registry import CPUDispatcher
+from gpdsl._jit import ep_sweeps
+print(json.dumps({name: len(obj.signatures) for name, obj in vars(ep_sweeps).items()
+                  if isinstance(obj, CPUDispatcher)}))
 """
 
 
@@ -44,17 +51,35 @@ def test_import_gpdsl_leaves_out_xarray_arviz_pandas_matplotlib():
     assert json.loads(out.stdout) == []
 
 
-def test_compile_notice_printed_once_per_family_on_a_cold_cache_only(tmp_path):
+@pytest.fixture(scope="module")
+def cold_then_warm_fits(tmp_path_factory):
+    """The FITS subprocess on a fresh Numba cache, then again on the cache it filled."""
+    cache = str(tmp_path_factory.mktemp("numba_cache"))
+    return _python(FITS, NUMBA_CACHE_DIR=cache), _python(FITS, NUMBA_CACHE_DIR=cache)
+
+
+def test_compile_notice_printed_once_per_family_on_a_cold_cache_only(cold_then_warm_fits):
     """An EP fit and a Pólya-Gamma fit (many evaluations each) print one line per family to stderr
     when their kernels compile (a fresh cache), and nothing when they load them from the cache."""
-    cache = str(tmp_path / "numba_cache")
-    cold = _python(FITS, NUMBA_CACHE_DIR=cache).stderr.splitlines()
+    cold_run, warm_run = cold_then_warm_fits
+    cold = cold_run.stderr.splitlines()
     notices = [line for line in cold if line.startswith("gpdsl: compiling")]
     assert [line.split(" kernels once")[0] for line in notices] == ["gpdsl: compiling the EP",
                                                                     "gpdsl: compiling the Polya-Gamma"]
     assert all(line.endswith(" s); later runs load them from the cache") for line in notices)
-    warm = _python(FITS, NUMBA_CACHE_DIR=cache).stderr
-    assert "gpdsl: compiling" not in warm
+    assert "gpdsl: compiling" not in warm_run.stderr
+
+
+def test_fitc_ep_sweep_compiles_its_single_call_helpers_inline(cold_then_warm_fits):
+    """Issue 46: the FITC-EP sweep's helpers called from one place are inlined into it (Numba
+    compiled each on its own, and LLVM optimised and emitted it again in every caller above it:
+    a cold first EP fit compiled about 1 s longer), so after a FITC-EP fit they hold no
+    specialisation of their own; the sweep holds one (EP's projection) and its dgemm call, made
+    from four places, one."""
+    counts = json.loads(cold_then_warm_fits[0].stdout.strip().splitlines()[-1])
+    assert counts["fitc_sequential_sweep"] == 1 and counts["_gemm"] == 1
+    inlined = ("_site_update", "_fitc_site", "_block_sites", "_apply_block", "_blas_workspace")
+    assert {name: counts[name] for name in inlined} == dict.fromkeys(inlined, 0)
 
 
 def test_compile_notice_is_silent_when_it_cannot_tell(capsys):
