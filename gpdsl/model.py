@@ -519,9 +519,9 @@ class Model:
         or below it warns ``ConvergenceWarning`` and is flagged ``constant_model=True``.
         """
 
-        return fitting.fit(self.resolved(X, seed, subsample), X, y, optimize=optimize, fixed=fixed, restarts=restarts, seed=seed, max_iter=max_iter,
-                           progress=progress, callback=callback, standardize=standardize, subsample=subsample,
-                           offset=offset, start=start)
+        return fitting.fit(self.resolved(X, seed, subsample), X, y, optimize=optimize, fixed=fixed, restarts=restarts,
+                           seed=seed, max_iter=max_iter, progress=progress, callback=callback, standardize=standardize,
+                           subsample=subsample, offset=offset, start=start)
 
     def _chunks_dask(self):
         """Whether this model's fit runs its O(N M^2) passes as Dask tasks when X is a Dask array:
