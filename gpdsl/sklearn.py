@@ -422,7 +422,9 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
     mean : gpdsl.means.Mean or None, default None
         The prior mean function (binary only).
     optimize, fixed, restarts, max_iter, standardize, random_state
-        As :class:`GPRegressor` (``standardize`` scales the inputs only).
+        As :class:`GPRegressor` (``standardize`` scales the inputs only).  For a minibatch method
+        (the K > 2 default) ``max_iter`` caps its steps, and ``random_state`` seeds its k-means
+        start and its batches.
 
     Attributes
     ----------
