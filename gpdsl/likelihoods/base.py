@@ -90,7 +90,7 @@ DERIVED_FROM_DENSITY = ("log_density_param_derivatives", "expectation_rule", "va
                         "conditional_moments", "predictive", "log_predictive", "predictive_approximation", "sample",
                         "surrogate", "log_density_bound", "constant_model_log_likelihood", "sign_symmetric",
                         "standardizes_targets", "observation_noise", "noise", "noise_vjp", "describe", "provides",
-                        "variants")
+                        "variants", "log_concave")
 
 # The default predictive of counts: the Gauss-Hermite rule in f of a row is the smallest of these
 # (nodes, largest latent sd) that holds its sd, else ``quadrature_points``: each integrates
@@ -212,6 +212,10 @@ class Likelihood(Component, family="likelihood"):
     # Whether p(y | f) = p(y | -f): q(f) centred at 0 is then a stationary point (a saddle) of a
     # variational bound, and the variational methods start q from the surrogate regression.
     sign_symmetric = False
+    # Whether log p(y | f) is concave in f (True), is not (False), or is not stated (None): the
+    # minibatch SVGP steps q by Adam rather than by natural steps where it is False
+    # (gpdsl.methods.stochastic.q_steps).
+    log_concave = None
     # What log_predictive approximates the exact log E[p(y | f)] by, or None where it is exact.
     predictive_approximation = None
     # The kind of targets ("real", "binary", "count", "categorical"): the CLI's held-out scores and plots

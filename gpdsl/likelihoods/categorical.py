@@ -259,6 +259,13 @@ class Categorical(Likelihood):
         """K: the latent functions a row's likelihood depends on."""
         return self.n_classes
 
+    @property
+    def log_concave(self):
+        """Softmax's log p(y | f) is concave in f; robust-max's is not (a step in f where the labelled
+        latent stops being the largest, smoothed by q into sites of negative precision);
+        logistic-softmax's is not stated (None)."""
+        return {"softmax": True, "robustmax": False}.get(self.link)
+
     @classmethod
     def variants(cls):
         """One instance per link, three classes each.

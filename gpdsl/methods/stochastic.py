@@ -9,7 +9,10 @@ times N / B, is an unbiased estimate of it and of its gradient.  Each step (Sali
 Eleftheriadis & Hensman 2018, "Natural gradients in practice"):
 
 1. a natural-gradient step of size ``natural_step`` on q(v) from the batch
-   (:func:`gpdsl.methods.svgp.minibatch_step`);
+   (:func:`gpdsl.methods.svgp.minibatch_step`); or, where the likelihood is not log-concave
+   (robust-max; :func:`q_steps`), an Adam step of size ``q_learning_rate`` on q's parameters
+   (``q_mu`` and the packed ``q_sqrt``, as GPflow's SVGP) along the batch's gradient, from the
+   pass that gives the hyperparameters' (:func:`batch_gradient`);
 2. an Adam step (Kingma & Ba 2015, their defaults beta1 = 0.9, beta2 = 0.999, eps = 1e-8) of size
    ``learning_rate`` on the free log-space vector of hyperparameters (and optimised Z) along the
    batch's gradient, log priors included: with ``one_pass`` (stochastic Pólya-Gamma, and SVGP's
@@ -145,6 +148,97 @@ STOP_Z = 2.0
 # times them, at most 34 s, for 29 to 43 nats and convergence; from 5,000 Pólya-Gamma's cost 10 to
 # 100 times the steps, growing with N).
 POLISH_AUTO_MAX_ROWS = 2000
+
+
+class Adam:
+    """Kingma & Ba (2015)'s steps on a vector, their defaults beta1 = 0.9, beta2 = 0.999,
+    eps = 1e-8: the displacement -rate m_hat / (sqrt(v_hat) + eps) of bias-corrected moving
+    averages of the gradient and its square.
+
+    Parameters
+    ----------
+    rate : float
+        The learning rate.
+    """
+
+    def __init__(self, rate):
+        self.rate, self.first, self.second, self.count = rate, 0.0, 0.0, 0
+
+    def step(self, gradient):
+        """The displacement to subtract for ``gradient`` (of the function minimised).
+
+        Parameters
+        ----------
+        gradient : ndarray
+
+        Returns
+        -------
+        ndarray
+        """
+        self.count += 1
+        self.first = _ADAM_BETA1 * self.first + (1.0 - _ADAM_BETA1) * gradient
+        self.second = _ADAM_BETA2 * self.second + (1.0 - _ADAM_BETA2) * gradient * gradient
+        return self.rate * self.mean_gradient() / (np.sqrt(self.second / (1.0 - _ADAM_BETA2 ** self.count)) + _ADAM_EPS)
+
+    def mean_gradient(self):
+        """The bias-corrected first moment m_hat (0 before the first step)."""
+        return self.first / (1.0 - _ADAM_BETA1 ** self.count) if self.count else np.zeros(1)
+
+
+def batch_gradient(kernel, likelihood, X, y, Z, state, *, scale, jitter=None, offset=None):
+    """The batch's estimate of the bound, scale E_batch - KL, and its gradient in the
+    hyperparameters, Z and q, from one pass at ``state``'s q: what an Adam step on q
+    (``SVGP(q_steps="adam")``) follows.  dELBO/dm_k = scale A g_k - m_k and dELBO/dR_k = lower
+    triangle of 2 scale P_k R_k - R_k + diag(1/R_ii) (:func:`gpdsl.methods.svgp._gradients`).
+    Arguments as :func:`gpdsl.methods.svgp.minibatch_update`'s.
+
+    Returns ``(elbo, grads, dZ, q_grads, jitter)``: ``q_grads`` the gradient in
+    ``variational.q_mu`` and the packed ``variational.q_sqrt``; the rest as minibatch_update's."""
+    m, R = state.m, state.R
+    factors, ((ell, Ag, Phi, grads, dZ, PR), (_, g, _)) = svgp._batch_pass(kernel, likelihood, X, y, Z, m, R, jitter,
+                                                                      ("grad", "q_grad"), offset)
+    elbo = scale * float(ell) - svgp._kl(m, R)
+    if not np.isfinite(elbo):
+        raise FloatingPointError("SVGP: non-finite bound")
+    # A g and P R enter only q's gradient: scaled here, the hyperparameters' below.
+    grads, dZ = svgp._gradients(kernel, Z, factors, m, R, scale * Ag, Phi, grads, dZ, PR=scale * PR,
+                           d_offset=None if offset is None else g[:, 0])
+    q_grads = {k: grads.pop(k) for k in svgp._Q_KEYS}
+    return elbo, {k: scale * g_k for k, g_k in grads.items()}, scale * dZ, q_grads, factors.jitter
+
+
+def _moved_q(q, q_grads, adam):
+    """q after an Adam step up the bound's gradient in its parameters (``variational.q_mu`` and the
+    packed ``variational.q_sqrt``, as GPflow's SVGP takes them)."""
+    keys = ("variational.q_mu", "variational.q_sqrt")
+    current = q.as_dict()
+    flat = np.concatenate([np.ravel(current[k]) for k in keys])
+    moved = flat - adam.step(-np.concatenate([np.ravel(q_grads[k]) for k in keys]))
+    size = np.size(current[keys[0]])
+    M, K = q.m.shape
+    return CarriedQ.of({keys[0]: moved[:size].reshape(np.shape(current[keys[0]])),
+                        keys[1]: moved[size:].reshape(np.shape(current[keys[1]]))}, M, K)
+
+
+def q_steps(spec, likelihood):
+    """How a minibatch run moves q: ``spec.q_steps`` where it is ``"natural"`` or ``"adam"``; for
+    ``"auto"``, Adam where the likelihood says it is not log-concave (``log_concave`` False:
+    robust-max), natural steps otherwise.
+
+    Parameters
+    ----------
+    spec : gpdsl.inference.SVGP or gpdsl.inference.PolyaGamma
+    likelihood : gpdsl.likelihoods.Likelihood
+
+    Returns
+    -------
+    str
+        ``"natural"`` or ``"adam"``.
+    """
+    rule = getattr(spec, "q_steps", "natural")
+    if rule != "auto":
+        return rule
+    return "adam" if getattr(likelihood, "log_concave", None) is False else "natural"
 
 
 def window_change(trail, window):
@@ -296,7 +390,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
     window, check_every = spec.stop_window, spec.stop_window // STOP_BLOCKS
     rng = np.random.default_rng(spec.seed)
     u = np.array(u0, dtype=float)
-    first, second = np.zeros_like(u), np.zeros_like(u)
+    hyper_steps = Adam(spec.learning_rate)
     values = table.unpack(u)
     Z = values.get("inducing.Z", objective.Z0)
     q = initial_values(Z.shape[0], model.likelihood.n_latent)
@@ -309,6 +403,8 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
         q = spec.surrogate_q(kernel, shifted(likelihood, model.latent_offset(values, X, offset)), X, y, Z)
     q = CarriedQ.of(q, Z.shape[0], model.likelihood.n_latent)
     trail = []               # per-step batch estimates of the negative objective, per data point
+    first_order = q_steps(spec, model.likelihood) == "adam"
+    q_adam = Adam(getattr(spec, "q_learning_rate", spec.learning_rate)) if first_order else None
     fired, message, step = False, "", 0
     for step in range(1, max_iter + 1):
         rows = rng.choice(n, size=batch, replace=False)
@@ -318,9 +414,14 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
         X_batch = X[rows]
         kernel, likelihood, latent = _bound(model, values, X_batch, None if offset is None else offset[rows],
                                             expectations)
-        q, elbo, grads, dZ, _ = minibatch_update(kernel, likelihood, X_batch, y[rows], Z, q, offset=latent,
-                                                 scale=n / batch, rho=spec.natural_step, jitter=spec.jitter,
-                                                 one_pass=one_pass)
+        if first_order:
+            elbo, grads, dZ, q_grads, _ = batch_gradient(kernel, likelihood, X_batch, y[rows], Z, q,
+                                                                  offset=latent, scale=n / batch, jitter=spec.jitter)
+            q = _moved_q(q, q_grads, q_adam)
+        else:
+            q, elbo, grads, dZ, _ = minibatch_update(kernel, likelihood, X_batch, y[rows], Z, q, offset=latent,
+                                                     scale=n / batch, rho=spec.natural_step, jitter=spec.jitter,
+                                                     one_pass=one_pass)
         # Already scaled by N / B, as the batch's other gradients.
         _mean_gradients(model, values, X_batch, grads)
         if "inducing.Z" in table.names():
@@ -333,10 +434,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
         estimate = -(elbo + log_prior)
         trail.append(float(estimate) / n)
         g = -table.chain(values, grads)
-        first = _ADAM_BETA1 * first + (1.0 - _ADAM_BETA1) * g
-        second = _ADAM_BETA2 * second + (1.0 - _ADAM_BETA2) * g * g
-        u = u - spec.learning_rate * (first / (1.0 - _ADAM_BETA1 ** step)) / (
-            np.sqrt(second / (1.0 - _ADAM_BETA2 ** step)) + _ADAM_EPS)
+        u = u - hyper_steps.step(g)
         report = {"iteration": step, "objective": float(estimate), "grad_norm": float(np.linalg.norm(g))}
         if progress:
             print(f"step {step:6d}  batch objective {report['objective']: .10g}  |grad| {report['grad_norm']:.3e}",
@@ -359,7 +457,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
     q = q.as_dict()
     smoothed = n * float(np.mean(trail[-window:])) if trail else np.nan
     result = OptimizeResult(x=u, fun=smoothed, success=fired, stop_reason="stochastic_rule" if fired else "max_iter",
-                            nit=step, jac=None, grad_norm=float(np.linalg.norm(first / (1.0 - _ADAM_BETA1 ** step))),
+                            nit=step, jac=None, grad_norm=float(np.linalg.norm(hyper_steps.mean_gradient())),
                             grad_tol=np.nan, grad_name="", plateau=False, runaway=None, start=u0, message=message,
                             polish_iterations=0)
     if not fired:

@@ -549,8 +549,6 @@ def _gradients(kernel, Z, factors, m, R, Ag, Phi, grads, dZ, PR=None, d_offset=N
 
 
 # -- natural-gradient updates of q ----------------------------------------------------------------
-# Smallest step size tried before a damped natural-gradient iteration gives up (2^-30: by then the
-# step is a first-order move whose gain has the sign of the directional derivative).
 
 
 def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chunk_size=None, offset=None, tol=1e-8,
@@ -820,31 +818,17 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
     dZ : ndarray, shape (M, D)
     jitter : float
     """
-    B = X.shape[0]
     m, R = state.m, state.R
-    # The jitter ladder is climbed where K_uu factorises but the batch's Q_nn exceeds K_nn, as the
-    # full-batch passes' (:func:`_with_ladder`): without it a step at a long length-scale raised
-    # that as a numerical failure (issue 45: logit Pólya-Gamma, 2,000 rows of X uniform on
-    # [-3, 3], M = 100, failed at step 284 with "standardise X and y"; NegativeBinomial SVGP at step 129).
-    rungs = JITTER_LADDER if jitter is None else (float(jitter),)
-    for attempt, rung in enumerate(rungs):
-        try:
-            factors = _factors(kernel, Z, rung)
-            if one_pass:
-                (ell, AWA, Ar, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(
-                    kernel, likelihood, X, y, Z, factors, m, R, B, ("natural", "grad"), offset, clip=True)
-            else:
-                # The second pass, at the new q, reuses this one's K_uf and A (same Z and hyperparameters).
-                (_, AWA, Ar), _, kept = _data_pass(kernel, likelihood, X, y, Z, factors, m, R, B, ("natural",),
-                                                   offset, keep=True, clip=True)
-            break
-        except (np.linalg.LinAlgError, FloatingPointError):
-            if attempt == len(rungs) - 1:
-                raise
     if one_pass:
+        factors, ((ell, AWA, Ar, Ag, Phi, grads, dZ), (_, g, _)) = _batch_pass(
+            kernel, likelihood, X, y, Z, m, R, jitter, ("natural", "grad"), offset, clip=True)
         elbo = scale * float(ell) - _kl(m, R)
         grads, dZ = _gradients(kernel, Z, factors, m, R, Ag, Phi, grads, dZ,
                                d_offset=None if offset is None else g[:, 0])
+    else:
+        # The second pass, at the new q, reuses this one's K_uf and A (same Z and hyperparameters).
+        factors, ((_, AWA, Ar), _, kept) = _batch_pass(kernel, likelihood, X, y, Z, m, R, jitter, ("natural",),
+                                                       offset, keep=True, clip=True)
     Lam_hat = _prior_plus(AWA, scale)
     Lam, eta = state.natural if state.natural is not None else _natural(m, R)
     while True:
@@ -857,14 +841,31 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
             if rho < NATGRAD_MIN_STEP:
                 raise FloatingPointError("SVGP: no natural-gradient step keeps S positive definite") from None
     if not one_pass:
-        (ell, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, factors, m, R, B, ("grad",),
-                                                          offset, carried=kept)
+        (ell, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, factors, m, R, X.shape[0],
+                                                          ("grad",), offset, carried=kept)
         elbo = scale * float(ell) - _kl(m, R)
         grads, dZ = _gradients(kernel, Z, factors, m, R, Ag, Phi, grads, dZ,
                                d_offset=None if offset is None else g[:, 0])
     if not np.isfinite(elbo):
         raise FloatingPointError("SVGP: non-finite bound")
     return CarriedQ(m, R, natural), elbo, {k: scale * g_k for k, g_k in grads.items()}, scale * dZ, factors.jitter
+
+
+def _batch_pass(kernel, likelihood, X, y, Z, m, R, jitter, outputs, offset, **options):
+    """K_uu's factors and :func:`_data_pass` over the whole batch X, the jitter ladder climbed where
+    K_uu factorises but the batch's Q_nn exceeds K_nn, as the full-batch passes' (:func:`_with_ladder`):
+    without it a step at a long length-scale raised that as a numerical failure (issue 45: logit
+    Pólya-Gamma, 2,000 rows of X uniform on [-3, 3], M = 100, failed at step 284 with "standardise
+    X and y"; NegativeBinomial SVGP at step 129)."""
+    rungs = JITTER_LADDER if jitter is None else (float(jitter),)
+    for attempt, rung in enumerate(rungs):
+        try:
+            factors = _factors(kernel, Z, rung)
+            return factors, _data_pass(kernel, likelihood, X, y, Z, factors, m, R, X.shape[0], outputs, offset,
+                                       **options)
+        except (np.linalg.LinAlgError, FloatingPointError):
+            if attempt == len(rungs) - 1:
+                raise
 
 
 def _prior_plus(AWA, scale=1.0):
