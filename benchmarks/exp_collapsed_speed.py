@@ -106,12 +106,15 @@ def main():
     p.add_argument("--n-train", type=int, help="a stratified subset of the training rows (synth: N)")
     p.add_argument("--max-iter", type=int, default=1000, help="fit's max_iter (1000, peer_multiclass's --steps)")
     p.add_argument("--fit-tol", type=float, help="PolyaGamma's fit_tol (default: its own)")
+    p.add_argument("--class-fit-tol", type=float, help="PolyaGamma's class_fit_tol (default: its own, 1e-3)")
     p.add_argument("--no-acceleration", action="store_true")
     p.add_argument("--profile", type=int, metavar="S", help="cProfile S optimiser iterations")
     p.add_argument("--subsample", type=int, help="fit(subsample=n): the hyperparameters on n rows, then all rows")
     args = p.parse_args()
     d = problem(args.data, args.M, args.n_train)
     options = {} if args.fit_tol is None else {"fit_tol": args.fit_tol}
+    if args.class_fit_tol is not None:
+        options["class_fit_tol"] = args.class_fit_tol
     if args.no_acceleration:
         options["acceleration"] = False
     spec = gd.inference.PolyaGamma(**options)

@@ -68,11 +68,12 @@ with derivatives (envelope theorem) dl_i/dmean_ik = kappa_ik - theta_ik mean_ik,
 -theta_ik / 2: conjugate sites (precision theta, natural location kappa) for the stochastic method.
 
 Collapsed (:func:`evaluate`): each evaluation runs the coordinate ascent c, (gamma, alpha) <- optimum
-at q*(u) of the current locals, to convergence (largest change of a gamma_ik, or of a c_ik
-over sqrt(max(c_ik, 1)), below ``spec.tol``: at its optimum c* = sqrt(mean^2 + var) the bound's
-second derivative in c_ik is -(y_ik + gamma_ik) / (2 c*) for large c* and at most 0.11 (y_ik +
-gamma_ik) in size below 1, so a residual r sqrt(c*) costs the bound about (y + gamma) r^2 / 4 at any
-scale, where an absolute test would demand of c* = 50 what matters at c* = 1), optionally with Anderson acceleration on (c, log gamma) kept only where it raises
+at q*(u) of the current locals, to convergence (largest change of a gamma_ik, or of a c_ik over
+sqrt(max(c_ik, 1)), below ``spec.class_tol`` or ``spec.tol``, within a fit ``class_fit_tol``: at
+its optimum c* = sqrt(mean^2 + var) the bound's second derivative in c_ik is -(y_ik + gamma_ik) /
+(2 c*) for large c* and at most 0.11 (y_ik + gamma_ik) in size below 1, so a residual r sqrt(c*)
+costs the bound about (y + gamma) r^2 / 4 at any scale, where an absolute test would demand of
+c* = 50 what matters at c* = 1), optionally with Anderson acceleration on (c, log gamma) kept only where it raises
 the bound, so the bound never decreases; gradients in the kernel and Z are those of the K
 pseudo-regressions at fixed locals, valid at the fixed point by the envelope theorem.  A shared
 kernel keeps one factor L and one A for all K regressions; one kernel per class costs K of each.
@@ -187,7 +188,8 @@ def evaluate(kernel, likelihood, X, y, Z, *, spec, warm=None, need_grad=True, ne
     Z : ndarray, shape (M, D)
         Inducing inputs, shared by the classes.
     spec : gpdsl.inference.PolyaGamma
-        Read for ``tol`` (largest change of a gamma_ik, or of a c_ik over sqrt(max(c_ik, 1))), ``max_iter`` (passes per
+        Read for ``class_tol`` or ``tol`` (largest change of a gamma_ik, or of a c_ik over
+        sqrt(max(c_ik, 1)); ``local_tolerance_for_classes``), ``max_iter`` (passes per
         evaluation, counted as for two classes), ``acceleration``, ``jitter``, ``chunk_size``.
     warm : LogisticSoftmaxState, optional
         Start from its ``*_next``; None starts at the local optimum at the marginals N(0, 0) (c = 0).
@@ -313,7 +315,7 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
         # c_ik on the scale of the bound's curvature in it (module docstring).
         change = max(np.max(np.abs(target[0] - point[0]) / np.sqrt(np.maximum(point[0], 1.0))),
                      np.max(np.abs(target[1] - point[1])))
-        if change < spec.tol:
+        if change < spec.local_tolerance_for_classes:
             converged = True
             break
         if sweeps >= spec.max_iter:
