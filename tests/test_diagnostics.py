@@ -53,6 +53,30 @@ def test_item2_scipy_stop_on_a_zero_step_restarts_and_never_claims_convergence()
     assert np.mean(post.log_predictive(X_test, y_test)) > true_model - 0.3
 
 
+def test_a_stop_is_confirmed_by_the_models_own_evaluation():
+    """EP within a fit runs its sites to fit_tol = 1e-4; on Poisson's square link with counts up to
+    ~1e6 (evidence -3.4e6) L-BFGS-B stopped where that gradient was 0.089, and the fit said
+    converged (fuzz poisson_ep_dense 70110).  The model's own evaluations there, each from the
+    previous one's sites (all converged to EP's tol = 1e-6, none settling below it), give 2.56,
+    1.55 and 1.64: the gradient is not small at any resolution the sites reach.  The stop is now
+    confirmed by the model's own evaluation from the fit's last sites; here that says 2.56, and the
+    fit says converged=False, with a ConvergenceWarning."""
+    from fuzz_cases import make_case, _evaluated_model
+    case = make_case("poisson_ep_dense", 70110)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        post = case.model.fit(case.X, case.y, optimize=case.optimize, max_iter=case.max_iter, offset=case.offset)
+    model, warm, Z, tolerance = _evaluated_model(case, post)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        grad, _ = final_gradient(model, post.values, Z, case.X, case.y, warm=warm, offset=case.offset)
+    d = post.diagnostics
+    assert grad > 10 * tolerance                       # measured 1.55 against 0.1
+    assert not post.converged
+    assert d.grad_norm > d.grad_tol                    # measured 2.56
+    assert any(issubclass(w.category, gd.ConvergenceWarning) for w in caught)
+
+
 def test_converged_rule_table():
     """The documented rule, case by case."""
     tol = 1.0

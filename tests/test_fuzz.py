@@ -183,6 +183,11 @@ FIXED_FAILURES = {
     # log(lengthscale): the BLAS expansion of r^2 rounded to ~eps * 1e14; beyond a scaled squared
     # norm of 1e6 distances and their adjoint are now formed pair by pair (tests/test_kernels.py).
     ("poisson_vgp", 50024): "converged=True with a large final gradient",
+    # Issue 45's fourth long run (f192825): Poisson's square link under dense EP, counts to ~1e6
+    # (evidence -3.4e6), stopped on objective_change at the within-fit gradient 0.089 (sites to
+    # fit_tol 1e-4), 2.56 at EP's own tolerance; a within-fit stop is now confirmed by the model's
+    # own evaluation and the run goes on with those where it is not small (tests/test_diagnostics.py).
+    ("poisson_ep_dense", 70110): "converged=True with a large final gradient",
 }
 
 
