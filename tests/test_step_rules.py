@@ -84,3 +84,26 @@ def test_q_steps_follow_the_likelihood(link, steps):
     assert stochastic.q_steps(gd.inference.SVGP(batch_size=10), likelihood) == steps
     for explicit in ("natural", "adam"):
         assert stochastic.q_steps(gd.inference.SVGP(batch_size=10, q_steps=explicit), likelihood) == explicit
+
+
+@pytest.mark.parametrize("link, hyper_share, q_rate", [("robustmax", stochastic.ADAM_Q_HYPER_SHARE, 0.02),
+                                                       ("softmax", 1.0, None)])
+def test_the_rates_of_a_run_follow_its_q_steps(link, hyper_share, q_rate, monkeypatch):
+    """A minibatch run's Adam rates: where q moves by Adam (robust-max, by default) q's at
+    q_learning_rate and the hyperparameters' at ADAM_Q_HYPER_SHARE of learning_rate (two
+    timescales); under natural steps (softmax) the hyperparameters' at learning_rate, and no Adam on
+    q.  Recorded from the run's Adam objects, three steps on 60 rows."""
+    rates = []
+
+    class Recorded(stochastic.Adam):
+        def __init__(self, rate):
+            rates.append(rate)
+            super().__init__(rate)
+
+    monkeypatch.setattr(stochastic, "Adam", Recorded)
+    X, y, _ = _classes(n=60)
+    model = gd.Model(gd.kernels.SquaredExponential(), gd.likelihoods.Categorical(3, link),
+                     gd.inducing.KMeans(5, seed=0), gd.inference.SVGP(batch_size=20, learning_rate=0.04))
+    with pytest.warns(gd.ConvergenceWarning):
+        model.fit(X, y, max_iter=3)
+    assert rates == ([q_rate] if q_rate else []) + [0.04 * hyper_share]
