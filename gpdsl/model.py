@@ -15,9 +15,11 @@ import numpy as np
 
 from . import defaults, fitting, threads
 from . import inference as inf
+from .checks import check_seed
 from .components import bind, trusted_modules
 from .inducing import InducingSpec
 from .inference import Inference
+from .inputs import check_fit_arguments, validate_inputs
 from .kernels import Kernel
 from .likelihoods import Likelihood
 from .means import Mean
@@ -117,8 +119,9 @@ class Model:
 
         Parameters
         ----------
-        X : array_like or Dask array, shape (N, D) or (N,)
-            The training inputs (only their shape is read).
+        X : array_like or Dask array, shape (N, D)
+            The training inputs (only their shape is read, unless it is not that of N >= 1 rows
+            and D >= 1 columns: then X is checked as ``fit`` checks it).
         seed : int, default 0
             Seed of a chosen k-means start and of the minibatches (``fit`` passes its own; None
             is 0).
@@ -128,17 +131,26 @@ class Model:
         Returns
         -------
         Model
+
+        Raises
+        ------
+        TypeError, ValueError
+            X as ``fit`` refuses it, or a bad seed.
         """
         if self.inference is not None:
             return self
-        shape = np.shape(X)
-        if len(shape) not in (1, 2):
-            raise ValueError(f"fit: X must be an (N, D) array, got shape {shape}")
+        check_seed("Model.resolved", seed)
+        try:
+            shape = np.shape(X)
+        except ValueError:          # ragged
+            shape = ()
+        if len(shape) != 2 or min(shape) < 1:
+            shape = validate_inputs(X).shape        # raises fit's own message for such an X
         n = shape[0]
         if isinstance(n_rows, (int, np.integer)) and not isinstance(n_rows, bool) and 0 < n_rows < n:
             n = int(n_rows)                 # (a bad subsample is left to fit's own check)
-        chosen = defaults.declaration(n, shape[1] if len(shape) == 2 else 1, self.likelihood.n_latent,
-                                      self.likelihood, inducing=self.inducing, seed=0 if seed is None else seed)
+        chosen = defaults.declaration(n, shape[1], self.likelihood.n_latent, self.likelihood, inducing=self.inducing,
+                                      seed=0 if seed is None else int(seed))
         return replace(self, **chosen)
 
     def _require_inference(self, what):
@@ -519,9 +531,14 @@ class Model:
         or below it warns ``ConvergenceWarning`` and is flagged ``constant_model=True``.
         """
 
-        return fitting.fit(self.resolved(X, seed, subsample), X, y, optimize=optimize, fixed=fixed, restarts=restarts,
-                           seed=seed, max_iter=max_iter, progress=progress, callback=callback, standardize=standardize,
-                           subsample=subsample, offset=offset, start=start)
+        model = self
+        if self.inference is None:
+            # fit's arguments checked before the choice reads seed (a bad one is fit's error, not KMeans').
+            check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, callback)
+            model = self.resolved(X, seed, subsample)
+        return fitting.fit(model, X, y, optimize=optimize, fixed=fixed, restarts=restarts, seed=seed, max_iter=max_iter,
+                           progress=progress, callback=callback, standardize=standardize, subsample=subsample,
+                           offset=offset, start=start)
 
     def _chunks_dask(self):
         """Whether this model's fit runs its O(N M^2) passes as Dask tasks when X is a Dask array:

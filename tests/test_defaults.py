@@ -105,6 +105,30 @@ def test_model_fit_resolves_and_the_posterior_carries_it(tmp_path):
     np.testing.assert_allclose(again.predict(X[:5])["p"].values, post.predict(X[:5])["p"].values, rtol=1e-12)
 
 
+@pytest.mark.parametrize("X, message", [
+    (np.zeros((0, 2)), "X must contain at least one row"),
+    (np.zeros((5, 0)), "X must have at least one feature"),
+    (np.zeros((4, 2, 2)), "X must be 2-D"),
+    (np.zeros(4), "X must be 2-D"),
+    ([[1.0, 2.0], [1.0], [0.0, 0.0], [1.0, 1.0]], "X must be a rectangular array")])
+def test_model_fit_reports_a_bad_X_as_fit_does(X, message):
+    """The choice reads X's shape before fit checks X: a bad X is still reported as fit reports it
+    for any model (it was 'declaration: n_rows must be a positive integer, got 0', or numpy's own
+    message for a ragged X)."""
+    for likelihood in (gd.likelihoods.Gaussian(), gd.likelihoods.Categorical(3)):
+        with pytest.raises(ValueError, match=message):
+            gd.Model(SE(), likelihood).fit(X, np.zeros(len(X)))
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "a", True])
+def test_model_fit_reports_a_bad_seed_as_fit_does(seed):
+    """fit's seed also seeds the chosen k-means and batches; a bad one is fit's error, not KMeans'."""
+    X, y = three_classes(20)
+    for likelihood in (gd.likelihoods.Gaussian(), gd.likelihoods.Categorical(3)):
+        with pytest.raises(ValueError, match="fit: seed must be"):
+            gd.Model(SE(), likelihood).fit(X, y.astype(float), seed=seed)
+
+
 def test_model_explicit_inference_overrides():
     X, y = three_classes(30)
     given = gd.inference.SVGP(q_max_iter=7)
