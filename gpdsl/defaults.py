@@ -17,11 +17,13 @@ part                            default
 ==============================  ==========================================================
 likelihood (GPClassifier only)  ``Categorical(K, "robustmax")`` (:data:`LINK`); a Model keeps
                                 the likelihood it declares
-inference                       ``SVGP(batch_size=min(256, N), seed=seed)``: minibatch
-                                natural-gradient steps on q, Adam on the hyperparameters,
-                                SVGP's own step sizes (``learning_rate``, ``natural_step``)
-                                and stopping rule (``stop_tol``, ``stop_window``, a stop
-                                confirmed by one full pass: issue 45)
+inference                       ``SVGP(batch_size=min(256, N), seed=seed)``: minibatch steps,
+                                Adam on the hyperparameters and, by ``q_steps="auto"``, Adam on
+                                q for robust-max (not log-concave) and natural-gradient steps
+                                on q for softmax; SVGP's own step sizes (``learning_rate``,
+                                ``q_learning_rate``, ``natural_step``) and stopping rule
+                                (``stop_tol``, ``stop_window``, a stop confirmed by one full
+                                pass: issue 45)
 inducing                        ``KMeans(min(100, N), seed=seed)``, fixed (not optimised);
                                 k-means on 20,000 rows drawn at random above that many
 steps                           at most ``fit(max_iter=...)`` (1,000 by default)
