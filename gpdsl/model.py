@@ -144,8 +144,8 @@ class Model:
             shape = np.shape(X)
         except ValueError:          # ragged
             shape = ()
-        if len(shape) != 2 or min(shape) < 1:
-            shape = validate_inputs(X).shape        # raises fit's own message for such an X
+        if len(shape) != 2 or not min(shape) >= 1:          # (a Dask X of unknown rows: nan)
+            shape = validate_inputs(X, lazy=True).shape     # raises fit's own message for such an X
         n = shape[0]
         if isinstance(n_rows, (int, np.integer)) and not isinstance(n_rows, bool) and 0 < n_rows < n:
             n = int(n_rows)                 # (a bad subsample is left to fit's own check)

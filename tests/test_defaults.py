@@ -120,6 +120,18 @@ def test_model_fit_reports_a_bad_X_as_fit_does(X, message):
             gd.Model(SE(), likelihood).fit(X, np.zeros(len(X)))
 
 
+def test_model_fit_reports_a_dask_X_of_unknown_rows_as_fit_does():
+    """A Dask X whose row count is unknown (nan) gets fit's message (it was int(nan)'s)."""
+    da = pytest.importorskip("dask.array")
+    X, y = three_classes(40)
+    lazy = da.from_array(X, chunks=10)
+    lazy = lazy[lazy[:, 0] > -10.0]
+    for likelihood in (gd.likelihoods.Gaussian(), gd.likelihoods.Categorical(3)):
+        model = gd.Model(SE(), likelihood, gd.inducing.KMeans(5), None if likelihood.n_latent > 1 else gd.inference.VFE())
+        with pytest.raises(ValueError, match="X has unknown chunk sizes"):
+            model.fit(lazy, y.astype(float))
+
+
 @pytest.mark.parametrize("seed", [-1, 1.5, "a", True])
 def test_model_fit_reports_a_bad_seed_as_fit_does(seed):
     """fit's seed also seeds the chosen k-means and batches; a bad one is fit's error, not KMeans'."""
