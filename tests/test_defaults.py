@@ -127,7 +127,8 @@ def test_model_fit_reports_a_dask_X_of_unknown_rows_as_fit_does():
     lazy = da.from_array(X, chunks=10)
     lazy = lazy[lazy[:, 0] > -10.0]
     for likelihood in (gd.likelihoods.Gaussian(), gd.likelihoods.Categorical(3)):
-        model = gd.Model(SE(), likelihood, gd.inducing.KMeans(5), None if likelihood.n_latent > 1 else gd.inference.VFE())
+        inference = None if likelihood.n_latent > 1 else gd.inference.VFE()
+        model = gd.Model(SE(), likelihood, gd.inducing.KMeans(5), inference)
         with pytest.raises(ValueError, match="X has unknown chunk sizes"):
             model.fit(lazy, y.astype(float))
 
