@@ -119,11 +119,12 @@ def test_the_full_pass_gradient_is_the_gradient_of_the_full_objective(case):
 
 def test_a_stochastic_stop_far_from_the_optimum_warns_and_is_flagged():
     """The issue's constant mean, without the polish: the rule stops the steps (at 420 of them)
-    with the mean still near its start (0.12, the data's level 5), because Adam moves it by at most
-    about learning_rate = 0.01 a step.  The full pass finds the gradient far above the tolerance
-    (measured 163, in the length-scale, against 1 at N = 1,000), so the fit warns and says
+    short of the data's level 5, because Adam moves the mean by at most about learning_rate = 0.01
+    a step.  The full pass finds the gradient far above the tolerance, so the fit warns and says
     converged=False, with the gradient in its record.
-    Before issue 45 this fit said converged=True and warned nothing."""
+    Before issue 45 this fit said converged=True and warned nothing.  Before issue 46 the mean had
+    moved to 0.12 only (its steps at fixed q swamped by the batches' noise); with q's mean carried
+    along (stochastic._MeanCarry) it reaches 3.2 in the same 420 steps (measured)."""
     X, y = _offset_data()
     with pytest.warns(gd.ConvergenceWarning, match=r"stochastic_rule.*gradient still large"):
         post = _mean_model(polish=False).fit(X, y)
@@ -131,7 +132,7 @@ def test_a_stochastic_stop_far_from_the_optimum_warns_and_is_flagged():
     assert d.stop_reason == "stochastic_rule" and not post.converged
     assert d.grad_tol == gradient_tolerance(X.shape[0]) and d.grad_norm > 10.0 * d.grad_tol
     assert "full pass: largest gradient entry" in d.message
-    assert float(post.values["mean.constant"]) < 1.0
+    assert 2.0 < float(post.values["mean.constant"]) < 4.5
 
 
 def test_a_constant_mean_reaches_the_full_batch_optimum():

@@ -107,3 +107,55 @@ def test_the_rates_of_a_run_follow_its_q_steps(link, hyper_share, q_rate, monkey
     with pytest.warns(gd.ConvergenceWarning):
         model.fit(X, y, max_iter=3)
     assert rates == ([q_rate] if q_rate else []) + [0.04 * hyper_share]
+
+
+def _mean_problem():
+    """40 rows of 5 + sin(2 x) + noise 0.3, a Constant mean at 1.5, Z every eighth row, one_pass
+    steps of 10 rows standing for 40 (scale 4)."""
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-3.0, 3.0, size=(40, 1))
+    y = 5.0 + np.sin(2.0 * X[:, 0]) + 0.3 * rng.standard_normal(40)
+    model = gd.Model(gd.kernels.SquaredExponential(1.2, 0.9), gd.likelihoods.Gaussian(0.2), gd.inducing.KMeans(5),
+                     gd.inference.SVGP(batch_size=10), mean=gd.means.Constant(1.5))
+    return X, y, X[::8], model, {"kernel.lengthscale": np.array(1.2), "kernel.variance": np.array(0.9),
+                                 "likelihood.variance": np.array(0.2), "mean.constant": np.array(1.5)}
+
+
+def test_the_carried_mean_gradient_is_the_bounds_along_the_carried_direction():
+    """stochastic._MeanCarry: the batch estimate's derivative in the constant c with q's whitened
+    mean carried, m(c) = m - L^-1 (mu_c(Z) - mu_c0(Z)), against a central difference of the
+    one-pass estimate along that path (steps 1e-5 on an estimate ~1e2: truncation ~1e-10, rounding
+    ~1e-9 relative: rtol 1e-6); and the carried q keeps its latent mean at Z, L m + mu(Z), and its
+    natural parameters consistent (S^-1 m)."""
+    X, y, Z, model, values = _mean_problem()
+    rows = np.arange(10)
+    rng = np.random.default_rng(4)
+    state = _random_q(rng, Z.shape[0], 1)
+    state = svgp.CarriedQ(state.m, state.R, svgp._natural(state.m, state.R))
+
+    def estimate(c, q):
+        vals = {**values, "mean.constant": np.array(c)}
+        kernel, likelihood = model.bind(vals)
+        latent = model.latent_offset(vals, X[rows])
+        return svgp.minibatch_update(kernel, likelihood, X[rows], y[rows], Z, q, scale=4.0, rho=0.1, jitter=1e-8,
+                                     one_pass=True, offset=latent)
+
+    _, _, grads, _, jit = estimate(1.5, state)
+    kernel, _ = model.bind(values)
+    carry = stochastic._MeanCarry(model, values, kernel, Z, jit, X[rows], state, grads)
+    stochastic._mean_gradients(model, values, X[rows], grads)
+    at_fixed_q = float(grads["mean.constant"])
+    carry.correct(grads)
+    h = 1e-5
+
+    def along(c):
+        q = carry.moved(state, {**values, "mean.constant": np.array(c)})
+        return estimate(c, q)[1], q
+
+    (up, q_up), (down, _) = along(1.5 + h), along(1.5 - h)
+    assert float(grads["mean.constant"]) == pytest.approx((up - down) / (2.0 * h), rel=1e-6)
+    assert abs(at_fixed_q - float(grads["mean.constant"])) > 1e-2 * abs(at_fixed_q)     # the carry matters
+    L = np.linalg.inv(carry.Li)
+    np.testing.assert_allclose(L @ q_up.m[:, 0] + 1.5 + h, L @ state.m[:, 0] + 1.5, rtol=0, atol=1e-12)
+    Lam, eta = q_up.natural
+    np.testing.assert_allclose(eta[0], Lam[0] @ q_up.m[:, 0], rtol=1e-10, atol=1e-10)

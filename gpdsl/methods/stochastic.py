@@ -18,6 +18,8 @@ Eleftheriadis & Hensman 2018, "Natural gradients in practice"):
    batch's gradient, log priors included: with ``one_pass`` (stochastic Pólya-Gamma, and SVGP's
    default for one latent function at natural steps up to 0.5) at the q the step started from, so
    that one pass over the batch gives both steps; otherwise at the new q, from a second pass.
+   A mean function's parameters step with q's whitened mean carried along (:class:`_MeanCarry`),
+   so that the mean takes over the level q held rather than waiting on the batches' noise.
 
 Every step is O(B M^2 + M^3); nothing of size N is formed.  The q reached is left as the
 objective's warm start; the model's final evaluation reports the full-batch bound and the
@@ -229,6 +231,39 @@ def batch_gradient(kernel, likelihood, X, y, Z, state, *, scale, jitter=None, of
     return elbo, {k: scale * g_k for k, g_k in grads.items()}, scale * dZ, q_grads, factors.jitter
 
 
+class _MeanCarry:
+    """A mean function's parameters theta stepped with q's whitened mean carried along.
+
+    In the coordinates (theta, m~) with m = m~ - L^-1 mu_theta(Z) (mu the mean function, L the
+    factor of K_uu), a change of theta leaves q's latent mean at Z, hence (where mu lies in the
+    kernel's span) at every row, as it was: the mean takes over what q held.  The bound's gradient
+    in theta there is d/dtheta at fixed m less J^T L^-T dELBO/dm, J = d mu_theta(Z) / dtheta:
+    the batch's rows enter only through g_n (dmu(x_n) - k_n^T K_uu^-1 dmu(Z)), what the mean
+    explains that the inducing values could not, and the KL's pull m^T L^-1 J stays.  At fixed m
+    the rows' residual noise (N / sqrt(B) times their spread) swamps that pull, and Adam's steps
+    in theta, learning_rate times the gradient's signal-to-noise ratio, barely move it (issue 45:
+    a constant at 0.08 where the data's level is 5)."""
+
+    def __init__(self, model, values, kernel, Z, jitter, X_batch, q_at, grads):
+        self.model, self.values, self.Z = model, values, Z
+        self.Li = svgp._factors(kernel, Z, jitter).Li[0]
+        d_rows = grads["offset"]
+        dm = self.Li @ (kernel.gram(Z, X_batch) @ d_rows) - q_at.m[:, 0]
+        self.correction = model.mean_gradients(values, Z, self.Li.T @ dm)
+
+    def correct(self, grads):
+        for name, g in self.correction.items():
+            grads[name] = grads[name] - g
+
+    def moved(self, q, new_values):
+        shift = self.Li @ (self.model.latent_offset(new_values, self.Z) - self.model.latent_offset(self.values, self.Z))
+        m = q.m - shift[:, None]
+        if q.natural is None:
+            return CarriedQ(m, q.R)
+        Lam, eta = q.natural
+        return CarriedQ(m, q.R, (Lam, eta - np.einsum("kij,j->ki", Lam, shift)))
+
+
 def _moved_q(q, q_grads, adam):
     """q after an Adam step up the bound's gradient in its parameters (``variational.q_mu`` and the
     packed ``variational.q_sqrt``, as GPflow's SVGP takes them)."""
@@ -438,14 +473,20 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
                                             expectations)
         if first_order:
             elbo, grads, dZ, q_grads, _ = batch_gradient(kernel, likelihood, X_batch, y[rows], Z, q,
-                                                                  offset=latent, scale=n / batch, jitter=spec.jitter)
+                                                         offset=latent, scale=n / batch, jitter=spec.jitter)
             q = _moved_q(q, q_grads, q_adam)
         else:
-            q, elbo, grads, dZ, _ = minibatch_update(kernel, likelihood, X_batch, y[rows], Z, q, offset=latent,
-                                                     scale=n / batch, rho=spec.natural_step, jitter=spec.jitter,
-                                                     one_pass=one_pass)
+            start = q
+            q, elbo, grads, dZ, jit = minibatch_update(kernel, likelihood, X_batch, y[rows], Z, q, offset=latent,
+                                                       scale=n / batch, rho=spec.natural_step, jitter=spec.jitter,
+                                                       one_pass=one_pass)
+        carry = None
+        if model.mean is not None and not first_order:
+            carry = _MeanCarry(model, values, kernel, Z, jit, X_batch, start if one_pass else q, grads)
         # Already scaled by N / B, as the batch's other gradients.
         _mean_gradients(model, values, X_batch, grads)
+        if carry is not None:
+            carry.correct(grads)
         if "inducing.Z" in table.names():
             grads["inducing.Z"] = dZ
             values["inducing.Z"] = Z
@@ -457,6 +498,8 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
         trail.append(float(estimate) / n)
         g = -table.chain(values, grads)
         u = u - hyper_steps.step(g)
+        if carry is not None:
+            q = carry.moved(q, table.unpack(u))
         report = {"iteration": step, "objective": float(estimate), "grad_norm": float(np.linalg.norm(g))}
         if progress:
             print(f"step {step:6d}  batch objective {report['objective']: .10g}  |grad| {report['grad_norm']:.3e}",
