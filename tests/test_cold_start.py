@@ -1,5 +1,6 @@
 """Cold start (issues 13, 46): what ``import gpdsl`` loads, the one-line notice before compiling,
-and which of the FITC-EP sweep's helpers a fit compiles on their own.
+which of the FITC-EP sweep's helpers a fit compiles on their own, and that the logistic-softmax
+kernels copy arrays element by element (no slice assignments, whose broadcasting code compiles slowly).
 
 The subprocess tests run a fresh interpreter, with a fresh ``NUMBA_CACHE_DIR`` where the Numba
 cache matters, so that neither this process's compiled kernels nor the package's cache decide
@@ -11,8 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
-from numba import njit
+from numba import njit, types
 
 from gpdsl._jit import announce_compilation
 
@@ -80,6 +82,34 @@ def test_fitc_ep_sweep_compiles_its_single_call_helpers_inline(cold_then_warm_fi
     assert counts["fitc_sequential_sweep"] == 1 and counts["_gemm"] == 1
     inlined = ("_site_update", "_fitc_site", "_block_sites", "_apply_block", "_blas_workspace")
     assert {name: counts[name] for name in inlined} == dict.fromkeys(inlined, 0)
+
+
+def _sliced_calls(kernel, *args):
+    """The calls of ``kernel``'s typed IR (compiled afresh, without the disk cache, so that Numba
+    keeps its typing) whose arguments include a slice: slice reads and assignments."""
+    compiled = njit(kernel.py_func)
+    compiled(*args)
+    calltypes = compiled.overloads[compiled.signatures[0]].type_annotation.calltypes
+    return [str(call) for call, signature in calltypes.items() if signature is not None and any(
+        isinstance(arg, types.SliceType)
+        or (isinstance(arg, types.BaseTuple) and any(isinstance(item, types.SliceType) for item in arg))
+        for arg in signature.args)]
+
+
+def test_logistic_softmax_kernels_index_elements_not_slices():
+    """Issue 46: a slice assignment in a kernel (``acc[:] = residual[:, k]``, ``out[:, k] = acc``)
+    brings in Numba's broadcasting code, which ls_variances compiled for about 2 s of a cold
+    PolyaGamma-K fit's 4 (bench_compile.py); the kernels copy by element loops instead."""
+    from gpdsl._jit import logistic_softmax as ls
+    n, K = 5, 3
+    codes, mean, var = np.arange(n, dtype=float) % K, np.zeros((n, K)), np.ones((n, K))
+    c, gamma, alpha = ls.ls_local_update(codes, mean, var)
+    calls = {"ls_variances": _sliced_calls(ls.ls_variances, np.ones((K, 4, n)), np.ones((n, 1))),
+             "ls_local_update": _sliced_calls(ls.ls_local_update, codes, mean, var),
+             "ls_local_terms": _sliced_calls(ls.ls_local_terms, codes, c, gamma, alpha, np.full(n, 3.0),
+                                             np.ones((n, K))),
+             "ls_expectations": _sliced_calls(ls.ls_expectations, codes, mean, var)}
+    assert calls == dict.fromkeys(calls, [])
 
 
 def test_compile_notice_is_silent_when_it_cannot_tell(capsys):

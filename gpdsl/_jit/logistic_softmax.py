@@ -172,16 +172,22 @@ def ls_expectations(codes, mean, var):
 def ls_variances(V, residual):
     """var_ik = residual_ik + |V[k, :, i]|^2 for a stack V (K, M, n) of whitened products
     (L_Bk^-1 L_k^-1 K^k_uf, or R_k^T L^-1 K_uf) and residual (n, K), or (n, 1) shared by the
-    classes.  Streams each V[k] along its rows.  -> (n, K)."""
+    classes.  Streams each V[k] along its rows.  -> (n, K).
+
+    Element loops, no slice assignments: those pull in Numba's broadcasting code, which made
+    this kernel's cold compile about 2 s longer (issue 46)."""
     K, m, n = V.shape
     shared = residual.shape[1] == 1
     out = np.empty((n, K))
     acc = np.empty(n)
     for k in range(K):
-        acc[:] = residual[:, 0 if shared else k]
+        column = 0 if shared else k
+        for i in range(n):
+            acc[i] = residual[i, column]
         for j in range(m):
             for i in range(n):
                 v = V[k, j, i]
                 acc[i] += v * v
-        out[:, k] = acc
+        for i in range(n):
+            out[i, k] = acc[i]
     return out
