@@ -443,7 +443,9 @@ class Model:
             Extra L-BFGS-B runs from random starts (log-hyperparameters perturbed by N(0, 1);
             optimised Z re-drawn from the training inputs), the best by objective kept.
         seed : int or None, default 0
-            Seed of the restarts' and the subsample's random draws.
+            Seed of the restarts' and the subsample's random draws, and, for a model whose
+            inference is chosen at fit (:meth:`resolved`), of the chosen k-means start and
+            minibatches (None: 0 for those).
         max_iter : int, default 1000
             L-BFGS-B iteration cap per run.
         progress : bool, default False
