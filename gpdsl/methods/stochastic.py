@@ -49,7 +49,7 @@ spread would mask a real change.  A run that reaches ``max_iter`` first reports 
 The confirmation.  The rule says only that the smoothed batch objective stopped changing beyond
 its noise, not that the run is at the optimum: with Adam's steps of about ``learning_rate`` in
 the log-hyperparameters, a constant mean started at 0 for data at 5 moved to 0.12 in 420 steps
-and stopped there, and q's batch noise at ``natural_step`` 0.1 leaves the hyperparameters'
+and stopped there (3.2 with q's mean carried, issue 46), and q's batch noise at ``natural_step`` 0.1 leaves the hyperparameters'
 gradient at many times the full-batch tolerance (issue 45).  So a stop of the rule is confirmed
 by one pass over all N rows (:func:`full_pass_check`, chunked as every full-batch pass): the
 largest entry of the full objective's gradient, in the hyperparameters and in q, against
