@@ -197,3 +197,19 @@ def test_model_resolves_by_the_rows_a_subsample_fit_runs_on():
     post = quietly(model.fit, X, y, subsample=60, max_iter=3)
     assert post.model.inference == gd.inference.SVGP(batch_size=60, seed=0)
     assert post.model.inducing == gd.inducing.KMeans(60, seed=0)
+
+
+def test_model_file_without_inference_fits_the_chosen_method(tmp_path):
+    """A model file of a Categorical likelihood and no [inference] table (``gpdsl run``'s reader)
+    declares a model that chooses its method at fit, for the training rows the file's split gives."""
+    from gpdsl import cli
+    X, y = three_classes(80)
+    np.savetxt(tmp_path / "d.csv", np.column_stack([X, y]), delimiter=",", header="a,b,y", comments="")
+    (tmp_path / "m.toml").write_text('[kernel]\ntype = "SquaredExponential"\n\n[likelihood]\ntype = "Categorical"\n'
+                                     'K = 3\n\n[data]\npath = "d.csv"\ntarget = "y"\n\n[fit]\nmax_iter = 5\n')
+    model, (X_train, y_train, *_), _, options, _ = cli.problem_from_toml(tmp_path / "m.toml")
+    assert model.inference is None and options["max_iter"] == 5
+    post = quietly(model.fit, X_train, y_train, **options)
+    n = X_train.shape[0]
+    assert post.model.inference == gd.inference.SVGP(batch_size=min(defaults.BATCH_SIZE, n), seed=0)
+    assert post.model.inducing == gd.inducing.KMeans(min(defaults.INDUCING_POINTS, n), seed=0)
