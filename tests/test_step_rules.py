@@ -167,8 +167,8 @@ def test_a_run_of_adam_steps_on_q_ends_at_the_full_bounds_optimum(monkeypatch):
     (log-concave, one optimum) with q_steps="adam" on 60 rows, batches of 30 (scale 2), the
     length-scale free, ends where the stopping rule fires with the full objective at the steps'
     end (the confirming pass, q as the steps left it) within 0.5 nats below the full-batch fit's
-    optimum (converged, q_max_iter 1,000).  Measured: 0.11 below; with the steps at scale 1 (the batch standing for itself)
-    2.1 below, with q left at the prior 81 below."""
+    optimum (converged, q_max_iter 1,000).  Measured: 0.11 below; with the steps at scale 1 (the
+    batch standing for itself) 2.1 below, with q left at the prior 81 below."""
     checks = []
     original = stochastic.full_pass_check
 
