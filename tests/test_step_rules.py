@@ -161,22 +161,14 @@ def test_the_carried_mean_gradient_is_the_bounds_along_the_carried_direction():
     np.testing.assert_allclose(eta[0], Lam[0] @ q_up.m[:, 0], rtol=1e-10, atol=1e-10)
 
 
-def test_a_run_of_adam_steps_on_q_ends_at_the_full_bounds_optimum(monkeypatch):
+def test_a_run_of_adam_steps_on_q_ends_at_the_full_bounds_optimum():
     """The Adam-on-q run as minimise wires it (batch_gradient at scale N / B, the step up the
     gradient, q carried between steps) ascends the same bound as the full-batch fit: softmax
     (log-concave, one optimum) with q_steps="adam" on 60 rows, batches of 30 (scale 2), the
-    length-scale free, ends where the stopping rule fires with the full objective at the steps'
-    end (the confirming pass, q as the steps left it) within 0.5 nats below the full-batch fit's
+    length-scale free, ends where the stopping rule fires with its bound (the full pass at the
+    steps' end, q as the steps left it, polish off) within 0.5 nats below the full-batch fit's
     optimum (converged, q_max_iter 1,000).  Measured: 0.11 below; with the steps at scale 1 (the
     batch standing for itself) 2.1 below, with q left at the prior 81 below."""
-    checks = []
-    original = stochastic.full_pass_check
-
-    def recorded(*args, **kwargs):
-        checks.append(original(*args, **kwargs))
-        return checks[-1]
-
-    monkeypatch.setattr(stochastic, "full_pass_check", recorded)
     rng = np.random.default_rng(1)
     X = rng.uniform(-2.0, 2.0, size=(60, 2))
     y = np.argmax(np.c_[X[:, 0], X[:, 1], -X[:, 0]] + 0.5 * rng.standard_normal((60, 3)), axis=1).astype(float)
@@ -188,9 +180,8 @@ def test_a_run_of_adam_steps_on_q_ends_at_the_full_bounds_optimum(monkeypatch):
     # q_max_iter 1,000: the default 100 natural sweeps fall short of tol 1e-10 at an evaluation here.
     reference = model(gd.inference.SVGP(q_max_iter=1000)).fit(X, y)
     assert reference.converged
-    optimum = reference.log_evidence
     with pytest.warns(gd.ConvergenceWarning):
         post = model(gd.inference.SVGP(batch_size=30, q_steps="adam", polish=False, stop_window=100)).fit(
             X, y, max_iter=3000)
-    assert post.diagnostics.stop_reason == "stochastic_rule" and len(checks) == 1
-    assert -0.5 < checks[0].objective - optimum < 1e-6
+    assert post.diagnostics.stop_reason == "stochastic_rule"
+    assert -0.5 < post.log_evidence - reference.log_evidence < 1e-6
