@@ -471,18 +471,20 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
         X_batch = X[rows]
         kernel, likelihood, latent = _bound(model, values, X_batch, None if offset is None else offset[rows],
                                             expectations)
+        start = q
         if first_order:
-            elbo, grads, dZ, q_grads, _ = batch_gradient(kernel, likelihood, X_batch, y[rows], Z, q,
-                                                         offset=latent, scale=n / batch, jitter=spec.jitter)
+            elbo, grads, dZ, q_grads, jit = batch_gradient(kernel, likelihood, X_batch, y[rows], Z, q,
+                                                           offset=latent, scale=n / batch, jitter=spec.jitter)
             q = _moved_q(q, q_grads, q_adam)
         else:
-            start = q
             q, elbo, grads, dZ, jit = minibatch_update(kernel, likelihood, X_batch, y[rows], Z, q, offset=latent,
                                                        scale=n / batch, rho=spec.natural_step, jitter=spec.jitter,
                                                        one_pass=one_pass)
         carry = None
-        if model.mean is not None and not first_order:
-            carry = _MeanCarry(model, values, kernel, Z, jit, X_batch, start if one_pass else q, grads)
+        if model.mean is not None:
+            # The gradients are at the q the step started from where one pass gave them (Adam's
+            # steps on q always), at the new q otherwise.
+            carry = _MeanCarry(model, values, kernel, Z, jit, X_batch, start if one_pass or first_order else q, grads)
         # Already scaled by N / B, as the batch's other gradients.
         _mean_gradients(model, values, X_batch, grads)
         if carry is not None:
