@@ -307,8 +307,8 @@ class SVGP(_Variational):
             raise ValueError(f"SVGP: q_steps must be one of {Q_STEPS}, got {self.q_steps!r}")
         check_positive_number("SVGP", "q_learning_rate", self.q_learning_rate)
         if self.batch_size is not None and self.q_updates != "natural":
-            raise ValueError("SVGP: batch_size needs q_updates='natural' (the minibatch steps on q are "
-                             f"natural-gradient steps), got q_updates={self.q_updates!r}")
+            raise ValueError("SVGP: batch_size needs q_updates='natural' (a minibatch run moves q by its own "
+                             f"steps, natural or Adam: q_steps), got q_updates={self.q_updates!r}")
 
     @property
     def _stochastic(self):

@@ -396,7 +396,8 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
     steps have been taken; returns an OptimizeResult as L-BFGS-B's run does.
 
     ``spec``: the inference declaration, read for ``batch_size``, ``seed``, ``natural_step``,
-    ``learning_rate``, ``jitter``, ``stop_tol``, ``stop_window`` and ``polish`` (its class names
+    ``learning_rate``, ``q_steps`` and ``q_learning_rate`` (SVGP's; :func:`q_steps`), ``jitter``,
+    ``stop_tol``, ``stop_window`` and ``polish`` (its class names
     it in errors); a stop of the rule is confirmed, and polished where :func:`polishes` says, as
     the module docstring says.  ``likelihood``: what the batch's expected log-likelihood is integrated by (its
     ``variational_expectations``); None: the model's likelihood.  ``one_pass``: each step's
