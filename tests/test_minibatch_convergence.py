@@ -175,9 +175,10 @@ def test_a_multiclass_stop_short_of_the_optimum_is_flagged(link):
     """Multi-class minibatch SVGP on 1,000 rows, 3 classes, without the polish: the rule stops the
     steps, the full pass finds the gradient above the tolerance, and the fit warns and says
     converged=False (measured: robust-max 110 in the length-scale with q moved by Adam, 902 under
-    natural steps before issue 46; softmax 7.8 in the variance; tolerance 1).  Before issue 45 both said converged=True.  (With the polish both stay flagged:
-    their full-batch natural steps on q do not converge in q_max_iter at its first evaluation,
-    robust-max's not in 5,000, so it stops there: test_a_polish_whose_q_does_not_converge_...)"""
+    natural steps before issue 46; softmax 7.8 in the variance; tolerance 1).  Before issue 45
+    both said converged=True.  (With the polish both stay flagged: their full-batch natural steps
+    on q do not converge in q_max_iter at its first evaluation, robust-max's not in 5,000, so it
+    stops there: test_a_polish_whose_q_does_not_converge_...)"""
     X, y = _classes_data()
     model = gd.Model(SE(), gd.likelihoods.Categorical(3, link), gd.inducing.KMeans(20, seed=0),
                      gd.inference.SVGP(batch_size=100, polish=False))
