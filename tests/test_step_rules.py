@@ -185,3 +185,39 @@ def test_a_run_of_adam_steps_on_q_ends_at_the_full_bounds_optimum():
             X, y, max_iter=3000)
     assert post.diagnostics.stop_reason == "stochastic_rule"
     assert -0.5 < post.log_evidence - reference.log_evidence < 1e-6
+
+
+@pytest.mark.parametrize("q_steps, one_pass", [("natural", True), ("natural", False), ("adam", False)])
+def test_the_carried_mean_is_corrected_at_the_q_its_gradients_were_taken_at(q_steps, one_pass, monkeypatch):
+    """minimise hands _MeanCarry the q the batch's gradients were taken at (its correction
+    J^T L^-T dELBO/dm needs dELBO/dm there): the step's starting q where one pass gives both
+    steps (one_pass natural steps, Adam's steps on q), the new q where the gradient pass follows
+    the natural step.  Recorded over three steps of the constant-mean problem."""
+    steps, carried = [], []
+    update, gradient, carry = stochastic.minibatch_update, stochastic.batch_gradient, stochastic._MeanCarry
+
+    def recorded_update(kernel, likelihood, X, y, Z, state, **options):
+        result = update(kernel, likelihood, X, y, Z, state, **options)
+        steps.append((state, result[0]))
+        return result
+
+    def recorded_gradient(kernel, likelihood, X, y, Z, state, **options):
+        steps.append((state, None))
+        return gradient(kernel, likelihood, X, y, Z, state, **options)
+
+    class Recorded(carry):
+        def __init__(self, model, values, kernel, Z, jitter, X_batch, q_at, grads):
+            carried.append(q_at)
+            super().__init__(model, values, kernel, Z, jitter, X_batch, q_at, grads)
+
+    monkeypatch.setattr(stochastic, "minibatch_update", recorded_update)
+    monkeypatch.setattr(stochastic, "batch_gradient", recorded_gradient)
+    monkeypatch.setattr(stochastic, "_MeanCarry", Recorded)
+    X, y, _, model, _ = _mean_problem()
+    model = gd.Model(model.kernel, model.likelihood, model.inducing,
+                     gd.inference.SVGP(batch_size=10, q_steps=q_steps, one_pass=one_pass), mean=model.mean)
+    with pytest.warns(gd.ConvergenceWarning):
+        model.fit(X, y, max_iter=3)
+    assert len(carried) == len(steps) == 3
+    for (start, moved), q_at in zip(steps, carried):
+        assert q_at is (start if q_steps == "adam" or one_pass else moved)
