@@ -86,6 +86,32 @@ def test_q_steps_follow_the_likelihood(link, steps):
         assert stochastic.q_steps(gd.inference.SVGP(batch_size=10, q_steps=explicit), likelihood) == explicit
 
 
+def test_a_subclass_with_its_own_density_does_not_inherit_log_concave():
+    """log_concave describes a density (DERIVED_FROM_DENSITY, issue 45's rule): a robust-max
+    Categorical subclass that redefines log_density does not inherit robust-max's False (nor
+    softmax's True) and is not stated (None: natural steps under q_steps="auto") unless it says
+    so itself; one that keeps the density keeps the link's answer."""
+
+    class TemperedCategorical(gd.likelihoods.Categorical):
+        def log_density(self, y, f):
+            return super().log_density(y, 0.5 * np.asarray(f))
+
+    class TemperedConcaveCategorical(TemperedCategorical):
+        log_concave = True
+
+    class RenamedCategorical(gd.likelihoods.Categorical):
+        pass
+
+    spec = gd.inference.SVGP(batch_size=10)
+    for link in ("robustmax", "softmax"):
+        assert TemperedCategorical(3, link).log_concave is None
+        assert TemperedConcaveCategorical(3, link).log_concave is True
+        assert RenamedCategorical(3, link).log_concave is gd.likelihoods.Categorical(3, link).log_concave
+    assert TemperedCategorical.inherited_without_density()["log_concave"] == "Categorical"
+    assert stochastic.q_steps(spec, TemperedCategorical(3, "robustmax")) == "natural"
+    assert stochastic.q_steps(spec, RenamedCategorical(3, "robustmax")) == "adam"
+
+
 @pytest.mark.parametrize("link, hyper_share, q_rate", [("robustmax", stochastic.ADAM_Q_HYPER_SHARE, 0.02),
                                                        ("softmax", 1.0, None)])
 def test_the_rates_of_a_run_follow_its_q_steps(link, hyper_share, q_rate, monkeypatch):
