@@ -7,6 +7,8 @@ the gradient those steps follow (:func:`gpdsl.methods.stochastic.batch_gradient`
 against finite differences of the batch's own estimate of the bound, the Adam update against
 Kingma & Ba's algorithm, and the dispatch against the likelihood's ``log_concave``.
 """
+import re
+
 import numpy as np
 import pytest
 
@@ -247,3 +249,27 @@ def test_the_carried_mean_is_corrected_at_the_q_its_gradients_were_taken_at(q_st
     assert len(carried) == len(steps) == 3
     for (start, moved), q_at in zip(steps, carried):
         assert q_at is (start if q_steps == "adam" or one_pass else moved)
+
+
+def test_the_step_rule_options_are_checked_and_round_trip(tmp_path):
+    """SVGP's q_steps and q_learning_rate: a bad value is a ValueError naming the class, the field
+    and the value; set values survive to_dict / to_toml and a saved posterior; a declaration
+    written before them (no such keys) reads at the defaults ("auto", 0.02)."""
+    for options, field in (({"q_steps": "Adam"}, "q_steps"), ({"q_steps": None}, "q_steps"),
+                           ({"q_learning_rate": 0.0}, "q_learning_rate"),
+                           ({"q_learning_rate": float("nan")}, "q_learning_rate")):
+        with pytest.raises(ValueError, match=rf"SVGP: {field} must .*got {re.escape(repr(options[field]))}"):
+            gd.inference.SVGP(batch_size=10, **options)
+    X, y, _ = _classes(n=30)
+    model = gd.Model(gd.kernels.SquaredExponential(), gd.likelihoods.Categorical(3, "robustmax"),
+                     gd.inducing.KMeans(4, seed=0), gd.inference.SVGP(batch_size=10, q_steps="natural",
+                                                                      q_learning_rate=0.07))
+    assert gd.Model.from_dict(model.to_dict()) == model and gd.Model.from_toml(model.to_toml()) == model
+    with pytest.warns(gd.ConvergenceWarning):
+        model.fit(X, y, max_iter=2).save(tmp_path / "fit.nc")
+    back = gd.load(tmp_path / "fit.nc").model.inference
+    assert (back.q_steps, back.q_learning_rate) == ("natural", 0.07)
+    old = model.to_dict()
+    del old["inference"]["q_steps"], old["inference"]["q_learning_rate"]
+    read = gd.Model.from_dict(old).inference
+    assert (read.q_steps, read.q_learning_rate) == ("auto", 0.02)
