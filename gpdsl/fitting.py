@@ -15,7 +15,6 @@ import dataclasses
 import warnings
 
 import numpy as np
-from scipy import optimize as sp_optimize
 from scipy import special
 
 from . import backends
@@ -782,6 +781,10 @@ class _Objective:
             trail.append(step["objective"])
             if _on_plateau(trail, plateau):
                 raise StopIteration
+
+        # Imported here, not at the top: `import gpdsl` (e.g. to load a posterior and predict) then
+        # does not pay scipy.optimize's 0.05 s (issue 46).
+        from scipy import optimize as sp_optimize
 
         u, iterations, restarts, confirmations = u0, 0, 0, 0
         while True:

@@ -229,3 +229,32 @@ def test_posterior_imports_nothing_above_it():
     assert not set(graph["gpdsl.io"]), "gpdsl/io/__init__.py must import none of its modules"
     for low in ("gpdsl.io.spec", "gpdsl.io.arviz", "gpdsl.io.layout", "gpdsl.fitting"):
         assert "gpdsl.model" not in graph[low], f"{low} imports gpdsl.model"
+
+
+# Modules that `import gpdsl` must leave unloaded (issue 46: the import within 0.7 CPU s): a fit,
+# a plot, an export or a saved model file loads them when it needs them.  SciPy's integrate,
+# interpolate and stats and scikit-learn are 0.1-0.3 s each; xarray (with pandas), arviz, dask and
+# matplotlib more.
+DEFERRED = ("scipy.integrate", "scipy.interpolate", "scipy.stats", "sklearn", "xarray", "pandas", "arviz", "dask",
+            "matplotlib")
+
+
+def test_import_gpdsl_leaves_the_deferred_modules_unloaded():
+    """A fresh interpreter's ``import gpdsl`` imports none of :data:`DEFERRED` (read from its
+    ``sys.modules``), while the package's face still answers (``gd.Model``, ``gd.load``)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, sys\n"
+            "import gpdsl as gd\n"
+            f"loaded = [m for m in {DEFERRED!r} if m in sys.modules]\n"
+            "print(json.dumps([loaded, callable(gd.Model), callable(gd.load), 'numpy' in sys.modules]))")
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=PACKAGE.parent, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    loaded, *face = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert loaded == [], f"import gpdsl loaded {loaded}"
+    assert face == [True, True, True]

@@ -307,10 +307,10 @@ def test_a_line_search_ended_by_the_within_fit_tolerance_goes_on_with_exact_eval
     goes on from that point with the model's own evaluations (c to tol) rather than stopping flagged:
     here the first run is made to stop at once as an ABNORMAL line search does, and the fit ends at
     the optimum of a fit run exactly throughout."""
-    import gpdsl.fitting as fitting
+    from scipy import optimize as sp_optimize          # what gpdsl.fitting calls (it imports it at the fit)
     data, train, test = oracle
     Z = train[:20, :2]
-    real, tolerances = fitting.sp_optimize.minimize, []
+    real, tolerances = sp_optimize.minimize, []
 
     def first_run_abnormal(fun, x0, **kwargs):
         objective = fun
@@ -322,10 +322,10 @@ def test_a_line_search_ended_by_the_within_fit_tolerance_goes_on_with_exact_eval
         tolerances.append(objective.evaluate is not objective.exact)
         return real(fun, x0, **kwargs)
 
-    monkeypatch.setattr(fitting.sp_optimize, "minimize", first_run_abnormal)
+    monkeypatch.setattr(sp_optimize, "minimize", first_run_abnormal)
     model = gd.Model(gd.kernels.SquaredExponential(1.0, 1.0), LOGIT, gd.inducing.Fixed(Z), gd.inference.PolyaGamma())
     post = model.fit(train[:, :2], (train[:, 2] > 0).astype(int))
-    monkeypatch.setattr(fitting.sp_optimize, "minimize", real)
+    monkeypatch.setattr(sp_optimize, "minimize", real)
     exact = gd.Model(gd.kernels.SquaredExponential(1.0, 1.0), LOGIT, gd.inducing.Fixed(Z),
                      gd.inference.PolyaGamma(fit_tol=1e-6)).fit(train[:, :2], (train[:, 2] > 0).astype(int))
     assert tolerances == [True, False]                     # inexact, then exact evaluations
