@@ -25,6 +25,9 @@ from .likelihoods import Likelihood
 from .means import Mean
 from .parameters import Entry, ParameterTable
 
+#: ``fit``'s L-BFGS-B iteration cap where ``max_iter`` is None (a chosen minibatch fit's steps:
+#: :data:`gpdsl.defaults.MAX_STEPS`).
+DEFAULT_MAX_ITER = 1000
 
 @dataclass(frozen=True)
 class Model:
@@ -420,7 +423,7 @@ class Model:
         return bind(self.kernel, values, "kernel"), bind(self.likelihood, values, "likelihood")
 
     @threads.managed
-    def fit(self, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=1000,
+    def fit(self, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=None,
             progress=False, callback=None, standardize=False, subsample=None, offset=None, start=None):
         """Fit hyperparameters (and Z for ``gd.inducing.Optimized``) by maximising the evidence.
 
@@ -446,8 +449,10 @@ class Model:
             Seed of the restarts' and the subsample's random draws, and, for a model whose
             inference is chosen at fit (:meth:`resolved`), of the chosen k-means start and
             minibatches (None: 0 for those).
-        max_iter : int, default 1000
-            L-BFGS-B iteration cap per run.
+        max_iter : int or None, default None
+            L-BFGS-B iteration cap per run, or the step cap of a minibatch method.  None: 1,000,
+            but for a model whose inference is chosen at fit (:meth:`resolved`)
+            :data:`gpdsl.defaults.MAX_STEPS` (2,000) minibatch steps.
         progress : bool, default False
             Print iteration, objective and gradient norm.
         callback : callable, optional
@@ -534,6 +539,10 @@ class Model:
         """
 
         model = self
+        if self.inference is None and defaults.chooses_inference(self.likelihood):
+            max_iter = defaults.max_steps(max_iter)
+        if max_iter is None:
+            max_iter = DEFAULT_MAX_ITER
         if self.inference is None:
             # fit's arguments checked before the choice reads seed (a bad one is fit's error, not KMeans').
             check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, callback)

@@ -199,7 +199,8 @@ class _GPEstimator(BaseEstimator):
         """Model.fit with the estimator's fit options; records model_, posterior_ and the fit's numbers."""
         posterior = model.fit(X, y, optimize=self.optimize, fixed=self.fixed, restarts=self.restarts,
                               seed=_seed(self.random_state), max_iter=self.max_iter, standardize=self.standardize)
-        self.model_ = model
+        # A model left open (K > 2 classes) is the one its fit chose.
+        self.model_ = posterior.model if model.inference is None else model
         self.posterior_ = posterior
         self.log_marginal_likelihood_value_ = float(posterior.log_evidence)
         self.hyperparameters_ = {name: np.array(value) for name, value in posterior.values.items()
@@ -401,8 +402,10 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         pins it.
     likelihood : gpdsl.likelihoods.Likelihood or None, default None
         None: ``gd.likelihoods.Bernoulli("logit")`` for two classes (its bias fitted: a class
-        prior), ``gd.likelihoods.Categorical(K, "robustmax")`` for K > 2 (chosen by measurement
-        against softmax, which is better where the classes overlap: :mod:`gpdsl.defaults`).  A given likelihood must
+        prior), ``gd.likelihoods.Categorical(K, link)`` for K > 2 with the link chosen by the data
+        (:func:`gpdsl.defaults.choose_link`: robust-max where a short softmax pilot errs on at most
+        20 % of the training rows, softmax where the classes overlap more; ``link_choice_``
+        records it).  A given likelihood must
         model class labels (its ``target_kind``, :func:`gpdsl.inputs.target_kind`, "binary" or
         "categorical"; checked by ``fit``) and fit the number of classes (``n_latent`` 1 for two
         classes, K otherwise).
@@ -421,10 +424,12 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         is used as it is.
     mean : gpdsl.means.Mean or None, default None
         The prior mean function (binary only).
-    optimize, fixed, restarts, max_iter, standardize, random_state
-        As :class:`GPRegressor` (``standardize`` scales the inputs only).  For a minibatch method
-        (the K > 2 default) ``max_iter`` caps its steps, and ``random_state`` seeds its k-means
-        start and its batches.
+    optimize, fixed, restarts, standardize, random_state
+        As :class:`GPRegressor` (``standardize`` scales the inputs only).  For the K > 2 default
+        ``random_state`` seeds its k-means start, its batches and the link's pilot.
+    max_iter : int or None, default None
+        L-BFGS-B iterations per run, or a minibatch method's steps.  None: 1,000, but 2,000 steps
+        (:data:`gpdsl.defaults.MAX_STEPS`) for the K > 2 default, room for its stopping rule.
 
     Attributes
     ----------
@@ -432,6 +437,9 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
     n_classes_ : int
     model_ : gpdsl.Model
         The model fitted, every default filled in (for K > 2 the declaration chosen by the data).
+    link_choice_ : gpdsl.defaults.LinkChoice or None
+        For K > 2 with ``likelihood=None``: the link chosen, the pilot's training error, the
+        threshold and the pilot's CPU seconds; None otherwise.
     posterior_ : gpdsl.Posterior
         Its ``predict(X)["p"]``: p(y = classes_[1]) (dim ``obs``) for two classes, the class
         probabilities (dims ``obs``, ``class``) for K > 2.
@@ -451,7 +459,7 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
     default_inducing = 100
 
     def __init__(self, kernel=None, likelihood=None, inducing=None, inference=None, mean=None, *,
-                 optimize=True, fixed=(), restarts=0, max_iter=1000, standardize=False, random_state=None):
+                 optimize=True, fixed=(), restarts=0, max_iter=None, standardize=False, random_state=None):
         self.kernel = kernel
         self.likelihood = likelihood
         self.inducing = inducing
@@ -490,16 +498,14 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
                              f"{n_classes}")
         return likelihood
 
-    def _build_model(self, n, likelihood, n_features=1):
-        """The Model for n training rows of n_features columns, the parts left at None filled with
-        the defaults (for K > 2 classes, :func:`gpdsl.defaults.declaration`'s)."""
+    def _build_model(self, n, likelihood):
+        """The Model for n training rows, the parts left at None filled with the defaults (for K > 2
+        classes left open: ``Model.fit`` fills them by :func:`gpdsl.defaults.declaration`)."""
         kernel = self.kernel if self.kernel is not None else self._default_kernel()
         inference = self.inference
         if inference is None and defaults.chooses_inference(likelihood):
-            seed = _seed(self.random_state)
-            chosen = defaults.declaration(n, n_features, likelihood.n_latent, likelihood, inducing=self.inducing,
-                                          seed=0 if seed is None else seed)
-            return Model(kernel=kernel, likelihood=likelihood, mean=self.mean, **chosen)
+            # Left open: Model.fit chooses the method (gpdsl.defaults.declaration) and its step cap.
+            return Model(kernel=kernel, likelihood=likelihood, inducing=self.inducing, mean=self.mean)
         if inference is None:
             inference = _inference.Laplace()
             try:
@@ -554,10 +560,17 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
                                  f"likelihood's classes {listed}")
             order = np.array([listed.index(c) for c in classes.tolist()])
             targets = y
+        self.link_choice_ = None
+        if self.likelihood is None and classes.shape[0] > 2:
+            seed = _seed(self.random_state)
+            self.link_choice_ = defaults.choose_link(
+                X, codes, classes.shape[0], self.kernel if self.kernel is not None else self._default_kernel(),
+                seed=0 if seed is None else seed, standardize=self.standardize)
+            likelihood = defaults.classifier_likelihood(classes.shape[0], self.link_choice_.link)
         self.classes_ = classes
         self.n_classes_ = int(classes.shape[0])
         self._column_order = order
-        self._fit_posterior(self._build_model(X.shape[0], likelihood, X.shape[1]), X, targets)
+        self._fit_posterior(self._build_model(X.shape[0], likelihood), X, targets)
         return self
 
     def predict_proba(self, X):

@@ -33,15 +33,16 @@ def test_table_minibatch_svgp_at_every_size(link):
     likelihood = gd.likelihoods.Categorical(4, link)
     small = defaults.declaration(20, 7, 4, likelihood, seed=5)
     assert small["inference"] == gd.inference.SVGP(batch_size=20, seed=5)
-    assert small["inducing"] == gd.inducing.KMeans(20, seed=5)
+    assert small["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(20, seed=5))
     mid = defaults.declaration(1437, 64, 4, likelihood)
     assert mid["inference"] == gd.inference.SVGP(batch_size=defaults.BATCH_SIZE, seed=0)
-    assert mid["inducing"] == gd.inducing.KMeans(defaults.INDUCING_POINTS, seed=0)
+    assert mid["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(defaults.INDUCING_POINTS, seed=0))
     assert (defaults.BATCH_SIZE, defaults.INDUCING_POINTS) == (256, 100)
     # k-means on all rows up to its sample size, on a sample above it.
-    assert defaults.declaration(defaults.KMEANS_SAMPLE, 3, 4, likelihood)["inducing"].sample is None
+    assert defaults.declaration(defaults.KMEANS_SAMPLE, 3, 4, likelihood)["inducing"].init.sample is None
     big = defaults.declaration(defaults.KMEANS_SAMPLE + 1, 3, 4, likelihood)
-    assert big["inducing"] == gd.inducing.KMeans(defaults.INDUCING_POINTS, seed=0, sample=defaults.KMEANS_SAMPLE)
+    assert big["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(defaults.INDUCING_POINTS, seed=0,
+                                                                       sample=defaults.KMEANS_SAMPLE))
 
 
 def test_table_keeps_a_given_inducing_spec():
@@ -52,6 +53,7 @@ def test_table_keeps_a_given_inducing_spec():
 
 def test_classifier_likelihood_is_robustmax():
     assert defaults.classifier_likelihood(5) == gd.likelihoods.Categorical(5, "robustmax")
+    assert defaults.classifier_likelihood(5, "softmax") == gd.likelihoods.Categorical(5, "softmax")
 
 
 @pytest.mark.parametrize("bad", [{"n_rows": 0}, {"n_features": 1.5}, {"n_classes": 4}, {"n_rows": True}])
@@ -94,7 +96,7 @@ def test_model_fit_resolves_and_the_posterior_carries_it(tmp_path):
     model = gd.Model(SE(), gd.likelihoods.Categorical(3))
     post = quietly(model.fit, X, y, max_iter=5, seed=4)
     assert post.model.inference == gd.inference.SVGP(batch_size=40, seed=4)     # the fit's seed
-    assert post.model.inducing == gd.inducing.KMeans(40, seed=4)
+    assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(40, seed=4))
     written = post.model.to_dict()["inference"]
     assert (written["type"], written["batch_size"], written["seed"]) == ("SVGP", 40, 4)
     assert gd.Model.from_dict(post.model.to_dict()) == post.model
@@ -162,7 +164,7 @@ def test_classifier_model_is_the_table():
     likelihood = gd.likelihoods.Categorical(3, "robustmax")
     assert clf.model_ == gd.Model(SE(), likelihood, **defaults.declaration(30, 2, 3, likelihood, seed=3))
     assert clf.model_.inference == gd.inference.SVGP(batch_size=30, seed=3)
-    assert clf.model_.inducing == gd.inducing.KMeans(30, seed=3)
+    assert clf.model_.inducing == gd.inducing.Optimized(gd.inducing.KMeans(30, seed=3))
     assert clf.posterior_.model.inference == clf.model_.inference
     assert clf.predict_proba(X[:4]).shape == (4, 3)
 
@@ -183,9 +185,9 @@ def test_classifier_explicit_settings_override():
 
 def test_classifier_binary_defaults_unchanged():
     clf = GPClassifier()
-    binary = clf._build_model(50, clf._likelihood_for(2), 4)
+    binary = clf._build_model(50, clf._likelihood_for(2))
     assert binary == gd.Model(SE(), gd.likelihoods.Bernoulli("logit"), None, gd.inference.Laplace())
-    sparse = clf._build_model(clf.exact_max_n + 1, clf._likelihood_for(2), 4)
+    sparse = clf._build_model(clf.exact_max_n + 1, clf._likelihood_for(2))
     assert sparse.inference == gd.inference.Laplace() and sparse.inducing == gd.inducing.KMeans(100, seed=0)
     assert clf.exact_max_n == 1000 and clf.default_inducing == 100
 
@@ -193,10 +195,10 @@ def test_classifier_binary_defaults_unchanged():
 def test_model_resolves_by_the_rows_a_subsample_fit_runs_on():
     X, y = three_classes(300)
     model = gd.Model(SE(), gd.likelihoods.Categorical(3))
-    assert model.resolved(X, n_rows=60).inducing == gd.inducing.KMeans(60, seed=0)
+    assert model.resolved(X, n_rows=60).inducing == gd.inducing.Optimized(gd.inducing.KMeans(60, seed=0))
     post = quietly(model.fit, X, y, subsample=60, max_iter=3)
     assert post.model.inference == gd.inference.SVGP(batch_size=60, seed=0)
-    assert post.model.inducing == gd.inducing.KMeans(60, seed=0)
+    assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(60, seed=0))
 
 
 def test_model_file_without_inference_fits_the_chosen_method(tmp_path):
@@ -212,4 +214,43 @@ def test_model_file_without_inference_fits_the_chosen_method(tmp_path):
     post = quietly(model.fit, X_train, y_train, **options)
     n = X_train.shape[0]
     assert post.model.inference == gd.inference.SVGP(batch_size=min(defaults.BATCH_SIZE, n), seed=0)
-    assert post.model.inducing == gd.inducing.KMeans(min(defaults.INDUCING_POINTS, n), seed=0)
+    assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(min(defaults.INDUCING_POINTS, n), seed=0))
+
+
+def test_chosen_fit_step_cap(monkeypatch):
+    """A model whose method is chosen at fit runs at most defaults.MAX_STEPS steps unless the user
+    gives max_iter; a model with its method declared keeps fit's 1,000 (model.DEFAULT_MAX_ITER)."""
+    from gpdsl import fitting, model as model_module
+
+    seen = []
+    monkeypatch.setattr(fitting, "fit", lambda model, X, y, **options: seen.append(options["max_iter"]))
+    X, y = np.arange(12.0)[:, None], np.array([0.0, 1.0, 2.0] * 4)
+    open_model = gd.Model(gd.kernels.SquaredExponential(), gd.likelihoods.Categorical(3))
+    open_model.fit(X, y)
+    open_model.fit(X, y, max_iter=30)
+    declared = gd.Model(gd.kernels.SquaredExponential(), gd.likelihoods.Gaussian())
+    declared.fit(X, y)
+    declared.fit(X, y, max_iter=30)
+    assert seen == [defaults.MAX_STEPS, 30, model_module.DEFAULT_MAX_ITER, 30]
+    assert defaults.MAX_STEPS == 2000 and model_module.DEFAULT_MAX_ITER == 1000
+    with pytest.raises(ValueError, match="max_iter"):
+        open_model.fit(X, y, max_iter=0)
+
+
+def test_choose_link_by_the_pilot_error():
+    """The softmax pilot's training error decides: separated classes (three_classes: boundaries a
+    GP finds in 200 steps) give robust-max, labels independent of X (error about 2/3) softmax; the
+    error is counted on the rows as the arg-max of the pilot's latent mean."""
+    X, y = three_classes(300)
+    separated = defaults.choose_link(X, y, 3, SE(), seed=0)
+    assert separated.link == "robustmax" and separated.pilot_error < 0.1
+    assert separated.threshold == defaults.OVERLAP_ERROR and separated.pilot_cpu > 0.0
+    noise = np.random.default_rng(1).integers(0, 3, size=300)
+    overlapping = defaults.choose_link(X, noise, 3, SE(), seed=0)
+    assert overlapping.link == "softmax" and overlapping.pilot_error > 0.4
+    # The same pilot by hand: its error is the arg-max's.
+    pilot = gd.Model(SE(), gd.likelihoods.Categorical(3, "softmax"), gd.inducing.KMeans(20, seed=0),
+                     gd.inference.SVGP(batch_size=256, seed=0))
+    post = quietly(pilot.fit, X, y, seed=0, max_iter=defaults.PILOT_STEPS)
+    mean, _ = post.predict_f(X)
+    assert separated.pilot_error == pytest.approx(np.mean(np.argmax(np.asarray(mean), 1) != y), abs=0)

@@ -320,22 +320,49 @@ def test_multiclass_wiring_with_a_stand_in_posterior(monkeypatch):
             p = np.tile([0.2, 0.5, 0.3], (X.shape[0], 1))
             return xr.Dataset({"p": (("obs", "class"), p)})
 
+        def predict_f(self, X):
+            # The link pilot's latent means: the class of row x is code [2, 0, 1][x mod 3], with
+            # ``wrong`` of the rows given class 0's largest mean instead.
+            codes = np.array([2, 0, 1])[X[:, 0].astype(int) % 3]
+            codes[: int(seen["wrong"] * len(codes))] = 0
+            return np.eye(3)[codes], np.ones((len(codes), 3))
+
     def fake_fit(model, X, y, **options):
-        seen.update(model=model, y=np.array(y))
-        return StandIn()
+        seen.setdefault("models", []).append(model)
+        seen.update(model=model, y=np.array(y), options=options)
+        stand_in = StandIn()
+        stand_in.model = model.resolved(X, options["seed"])       # as Model.fit records it
+        return stand_in
 
     monkeypatch.setattr(gd.Model, "fit", fake_fit)
     X = np.arange(12.0)[:, None]
     labels = np.array(["c", "a", "b"] * 4)
+    seen["wrong"] = 0.0
     clf = GPClassifier().fit(X, labels)
+    # The link's pilot ran first (softmax), then the fit with the link it chose.
+    pilot, fitted = seen["models"]
+    assert pilot.likelihood == gd.likelihoods.Categorical(3, "softmax")
+    assert pilot.inducing == gd.inducing.KMeans(12, seed=0)
+    assert clf.link_choice_.link == "robustmax" and clf.link_choice_.pilot_error == 0.0
     assert seen["model"].likelihood == gd.likelihoods.Categorical(3, "robustmax")
-    # Minibatch SVGP with k-means points (tests/test_defaults.py tests gpdsl.defaults' whole table).
-    assert seen["model"].inference == gd.inference.SVGP(batch_size=12, seed=0)
-    assert seen["model"].inducing == gd.inducing.KMeans(12, seed=0)
+    # The method is left to Model.fit (inference None, max_iter None: its step cap), which chose
+    # minibatch SVGP with k-means points (tests/test_defaults.py tests gpdsl.defaults' whole table).
+    assert seen["model"].inference is None and seen["options"]["max_iter"] is None
+    assert clf.model_.inference == gd.inference.SVGP(batch_size=12, seed=0)
+    assert clf.model_.inducing == gd.inducing.Optimized(gd.inducing.KMeans(12, seed=0))
     np.testing.assert_array_equal(seen["y"], [2.0, 0.0, 1.0] * 4)       # codes in classes_ order
     assert list(clf.classes_) == ["a", "b", "c"] and clf.n_classes_ == 3
     np.testing.assert_allclose(clf.predict_proba(X[:2]), [[0.2, 0.5, 0.3]] * 2)
     assert list(clf.predict(X[:2])) == ["b", "b"]
+    # A pilot wrong on more than defaults.OVERLAP_ERROR of the rows: softmax (the rows whose code
+    # is not 0 among the first quarter: 2 of 12, 1/6 < 0.2; among the first half: 4 of 12 > 0.2).
+    seen.update(models=[], wrong=0.25)
+    clf = GPClassifier().fit(X, labels)
+    assert clf.link_choice_.pilot_error == pytest.approx(2 / 12) and clf.link_choice_.link == "robustmax"
+    seen.update(models=[], wrong=0.5)
+    clf = GPClassifier().fit(X, labels)
+    assert clf.link_choice_.pilot_error == pytest.approx(4 / 12) and clf.link_choice_.link == "softmax"
+    assert seen["model"].likelihood == gd.likelihoods.Categorical(3, "softmax")
     # A Categorical declared with its own labels and order takes the labels; columns follow classes_.
     own = gd.likelihoods.Categorical(3, classes=("c", "b", "a"))
     clf = GPClassifier(likelihood=own).fit(X, labels)
