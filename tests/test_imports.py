@@ -251,7 +251,8 @@ def test_import_gpdsl_leaves_the_deferred_modules_unloaded():
             "import gpdsl as gd\n"
             f"loaded = [m for m in {DEFERRED!r} if m in sys.modules]\n"
             "print(json.dumps([loaded, callable(gd.Model), callable(gd.load), 'numpy' in sys.modules]))")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")]))}
+    path = [str(PACKAGE.parent)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=PACKAGE.parent, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
