@@ -93,7 +93,8 @@ PROBLEMS = {
 # seed), run by ``peer_multiclass.py`` at one thread each: (library, label, its arguments).
 MULTICLASS_STEPS = 2000
 MULTICLASS = {
-    data: [("gpdsl", f"gpdsl {name}", ["--method", method, "--steps", str(MULTICLASS_STEPS)])
+    data: [("gpdsl", "gpdsl GPClassifier() defaults", ["--method", "default"])]
+    + [("gpdsl", f"gpdsl {name}", ["--method", method, "--steps", str(MULTICLASS_STEPS)])
            for method, name in (("augmented-minibatch", "augmented (minibatch)"),
                                 ("svgp-softmax-minibatch", "softmax SVGP (minibatch)"),
                                 ("svgp-robustmax-minibatch", "robust-max SVGP (minibatch)"))]
