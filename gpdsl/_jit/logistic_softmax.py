@@ -50,18 +50,18 @@ def _theta1(c):
 
 
 @njit(cache=True)
-def _log_2cosh_half(c):
-    """log(2 cosh(c/2)) = c/2 + log1p(exp(-c)) for c >= 0 (no overflow)."""
-    return 0.5 * c + math.log1p(math.exp(-c))
-
-
-@njit(cache=True)
 def _solve_alpha(H, K):
     """The root alpha >= 1 of alpha = 1 + exp(psi(alpha)) H / K (the joint optimum of q(lambda_i)
     and the gamma_ik; H = sum_k h_ik < K so the right side is a contraction) by Newton's method,
-    whose derivative 1 - exp(psi) psi' H / K lies in (0, 1]."""
+    whose derivative 1 - exp(psi) psi' H / K lies in (0, 1].  Stops at a step below 1e-15 alpha,
+    or below 1e-9 alpha and no smaller than the step before (the rounding floor): as H -> K the
+    root grows (alpha ~ K / (2 (K - H))) and the residual's rounding, ~alpha eps over a
+    derivative ~(K - H) / K, leaves steps of ~1e-13 alpha at H = 0.99 K that never reach 1e-15
+    alpha (the 100 iterations that made 10^4 rows at such H take 25 ms, issue 46).  Far from the
+    root the steps grow in absolute size while alpha does, hence the 1e-9."""
     a = 1.0 + H
     ratio = H / K
+    last = math.inf
     for _ in range(100):
         e = math.exp(digamma(a))
         g = a - 1.0 - e * ratio
@@ -69,9 +69,34 @@ def _solve_alpha(H, K):
         a_new = a - step
         if a_new < 1.0:
             a_new = 0.5 * (a + 1.0)
-        if abs(a_new - a) <= 1e-15 * a_new:
+        change = abs(a_new - a)
+        if change <= 1e-15 * a_new or (change >= last and change <= 1e-9 * a_new):
             return a_new
+        last = change
         a = a_new
+    return a
+
+
+@njit(cache=True)
+def _row_optimum(mean, var, i, c, gamma, tilt):
+    """Row i's local optimum (:func:`ls_local_update`) written into c[i], gamma[i] and
+    tilt[i] = exp(-c[i]) (what theta's tanh(c/2) = (1 - tilt) / (1 + tilt) reuses); returns
+    alpha_i.  h_ik = exp(-(mean + c)/2) / (1 + exp(-c)) with mean + c >= 0: no overflow."""
+    K = mean.shape[1]
+    H = 0.0
+    for k in range(K):
+        m = mean[i, k]
+        ck = math.sqrt(m * m + max(var[i, k], 0.0))
+        q = math.exp(-ck)
+        c[i, k] = ck
+        tilt[i, k] = q
+        h = math.exp(-0.5 * (m + ck)) / (1.0 + q)
+        gamma[i, k] = h
+        H += h
+    a = _solve_alpha(H, K)
+    scale = math.exp(digamma(a) - math.log(K))
+    for k in range(K):
+        gamma[i, k] *= scale
     return a
 
 
@@ -84,22 +109,10 @@ def ls_local_update(codes, mean, var):
     n, K = mean.shape
     c = np.empty((n, K))
     gamma = np.empty((n, K))
+    tilt = np.empty((n, K))
     alpha = np.empty(n)
-    logK = math.log(K)
-    h = np.empty(K)
     for i in range(n):
-        H = 0.0
-        for k in range(K):
-            m = mean[i, k]
-            ck = math.sqrt(m * m + max(var[i, k], 0.0))
-            c[i, k] = ck
-            h[k] = math.exp(-0.5 * m - _log_2cosh_half(ck))     # -m/2 - c/2 <= 0: no overflow
-            H += h[k]
-        a = _solve_alpha(H, K)
-        alpha[i] = a
-        scale = math.exp(digamma(a) - logK)
-        for k in range(K):
-            gamma[i, k] = scale * h[k]
+        alpha[i] = _row_optimum(mean, var, i, c, gamma, tilt)
     return c, gamma, alpha
 
 
@@ -150,19 +163,24 @@ def ls_expectations(codes, mean, var):
 
     codes (n,), mean (n, K), var (n, K) -> (l (n,), d_mean (n, K), d_var (n, K))."""
     n, K = mean.shape
-    c, gamma, alpha = ls_local_update(codes, mean, var)
+    c = np.empty((n, K))
+    gamma = np.empty((n, K))
+    tilt = np.empty((n, K))
     bound = np.empty(n)
     d_mean = np.empty((n, K))
     d_var = np.empty((n, K))
     logK = math.log(K)
     for i in range(n):
-        a = alpha[i]
+        a = _row_optimum(mean, var, i, c, gamma, tilt)
         label = int(codes[i])
         bound[i] = (math.lgamma(a) - logK - (a - 1.0) * (digamma(a) - 1.0) + 0.5 * mean[i, label]
-                    - _log_2cosh_half(c[i, label]))
+                    - 0.5 * c[i, label] - math.log1p(tilt[i, label]))
         for k in range(K):
             y = 1.0 if k == label else 0.0
-            th = (y + gamma[i, k]) * _theta1(c[i, k])
+            ck, q = c[i, k], tilt[i, k]
+            # E[omega] under PG(1, c) = tanh(c/2) / (2c), as _theta1 (its series below 1e-3).
+            th1 = _theta1(ck) if ck < 1e-3 else (1.0 - q) / ((1.0 + q) * 2.0 * ck)
+            th = (y + gamma[i, k]) * th1
             d_mean[i, k] = 0.5 * (y - gamma[i, k]) - th * mean[i, k]
             d_var[i, k] = -0.5 * th
     return bound, d_mean, d_var

@@ -69,7 +69,10 @@ class PolyaGamma(Inference):
         Collapsed: passes over the data per evaluation; stochastic without a reached q: natural
         steps at most.
     acceleration : bool, default True
-        Collapsed: safeguarded Anderson acceleration of the c updates.
+        Collapsed: safeguarded Anderson acceleration of the c updates; for K classes, L-BFGS
+        steps on the means of q(u_k) between the updates of the locals
+        (:mod:`gpdsl.methods.logistic_softmax`, "Mean steps").  Either way the bound never
+        decreases.
     jitter : float or None, default None
         As for VFE.
     chunk_size : int or None, default None

@@ -73,9 +73,22 @@ sqrt(max(c_ik, 1)), below ``spec.class_tol`` or ``spec.tol``, within a fit ``cla
 its optimum c* = sqrt(mean^2 + var) the bound's second derivative in c_ik is -(y_ik + gamma_ik) /
 (2 c*) for large c* and at most 0.11 (y_ik + gamma_ik) in size below 1, so a residual r sqrt(c*)
 costs the bound about (y + gamma) r^2 / 4 at any scale, where an absolute test would demand of
-c* = 50 what matters at c* = 1), optionally with Anderson acceleration on (c, log gamma) kept only where it raises
-the bound, so the bound never decreases; gradients in the kernel and Z are those of the K
-pseudo-regressions at fixed locals, valid at the fixed point by the envelope theorem.  A shared
+c* = 50 what matters at c* = 1); gradients in the kernel and Z are those of the K
+pseudo-regressions at fixed locals, valid at the fixed point by the envelope theorem.
+
+Mean steps (``spec.acceleration``, issue 46).  The plain ascent is slow where a class's latent mean
+is far below 0 at a row: its pseudo-target kappa/theta is about its own mean (-c), so the row
+holds it where it is with weight theta ~ 1/(2c) while the row's own bound l_i is nearly flat in
+it, and the mean moves by the prior's pull alone, a fraction ~1/(1 + theta K_ii) of the way a
+sweep (60-180 sweeps an evaluation on penbased at kernel variance 10^3).  So between the
+O(N K M^2) passes the means of q(u_k) are moved to the maximum of the bound at q's current
+covariances, F(mu) = sum_i l_i(a_i^T mu, var_i) - sum_k |mu_k|^2 / 2 + const (the locals at their
+closed-form optimum given the marginals; l_i as for the stochastic method below), by L-BFGS
+preconditioned with B_k, the curvature of the ascent's quadratic model: O(N K M) a step
+(:func:`_optimise_means`).  The bound never decreases: with q_t = (mu_t, S_t) optimal at locals_t,
+L*(locals_t) = F_aug(q_t, locals_t) <= F(mu_t; S_t) <= F(mu*; S_t) = F_aug((mu*, S_t), locals_t+1)
+<= L*(locals_t+1), locals_t+1 the optimum at the marginals of (mu*, S_t).  The fixed points are
+the plain ascent's (at one, the gradient of F in mu vanishes: the mean steps do not move).  A shared
 kernel keeps one factor L and one A for all K regressions; one kernel per class costs K of each.
 Stochastic (:func:`minibatch_step`, Hoffman et al. 2013 SVI as for two classes): a batch's
 locals at their closed-form optimum, a natural-gradient step on every q(u_k) in the whitened
@@ -87,18 +100,22 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
+from scipy import optimize
 
 from .._jit import announce_compilation
 from .._jit.logistic_softmax import ls_expectations, ls_local_terms, ls_local_update, ls_variances
 from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower
 from . import collapsed
-from .common import Anderson, Evaluation, LocalStateFormat, PredictiveState
+from .common import Evaluation, LocalStateFormat, PredictiveState
 
 _BLOCK_DOUBLES = 2 ** 22    # rows per block: the (K, M, rows) stack of L_Bk^-1 A of 32 MB
-_ANDERSON_MEMORY = 10
+# The mean steps (_optimise_means) stop on the change of the means, not on the bound's: F is nearly
+# flat along the slow directions, so a relative gain of 1e-8 left means that moved the locals by
+# more than 1e-6 and the final evaluation of penbased at tol 1e-6 took 581 passes (issue 46).
+_MEAN_STEPS = 100
+_MEAN_FTOL = 1e-15
 _COMPILE_SECONDS = 3
-_LOG_FLOOR = -700.0         # log gamma of an Anderson proposal is kept above this (gamma > 0)
 
 
 @dataclass
@@ -107,8 +124,9 @@ class LogisticSoftmaxState:
 
     ``c``, ``gamma`` (N, K), ``alpha``, ``beta`` (N,) are where the bound, gradients and
     posterior were evaluated; ``c_next``, ``gamma_next``, ``alpha_next`` the one further update
-    (the next warm start); ``sweeps`` the O(N K M^2) passes; ``bound_history`` the bound at each
-    accepted point (non-decreasing).
+    (the next warm start); ``sweeps`` the updates of the locals plus one (each a pass for the
+    marginals and one for the sums: O(N K M^2)); ``bound_history`` the bound at each accepted
+    point (non-decreasing); ``mean_steps`` the O(N K M) evaluations of the mean steps.
 
     Parameters
     ----------
@@ -123,6 +141,7 @@ class LogisticSoftmaxState:
     sweeps : int, default 0
     converged : bool, default False
     bound_history : list of float, optional
+    mean_steps : int, default 0
     """
 
     c: np.ndarray
@@ -135,6 +154,7 @@ class LogisticSoftmaxState:
     sweeps: int = 0
     converged: bool = False
     bound_history: list = field(default_factory=list)
+    mean_steps: int = 0
 
 
 def _export_state(local, total_updates):
@@ -189,8 +209,9 @@ def evaluate(kernel, likelihood, X, y, Z, *, spec, warm=None, need_grad=True, ne
         Inducing inputs, shared by the classes.
     spec : gpdsl.inference.PolyaGamma
         Read for ``class_tol`` or ``tol`` (largest change of a gamma_ik, or of a c_ik over
-        sqrt(max(c_ik, 1)); ``local_tolerance_for_classes``), ``max_iter`` (passes per
-        evaluation, counted as for two classes), ``acceleration``, ``jitter``, ``chunk_size``.
+        sqrt(max(c_ik, 1)); ``local_tolerance_for_classes``), ``max_iter`` (updates of the
+        locals per evaluation, plus one for the first pass), ``acceleration`` (the mean steps
+        between updates; False: the plain ascent), ``jitter``, ``chunk_size``.
     warm : LogisticSoftmaxState, optional
         Start from its ``*_next``; None starts at the local optimum at the marginals N(0, 0) (c = 0).
     need_grad : bool, default True
@@ -293,25 +314,30 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
     kept = None
     beta = np.full(n, float(K))
 
-    def sweep(point, factor=None, accumulate=True):
+    def over_rows(block_fn, rows):
         nonlocal kept
-        fn = partial(_sweep_block, kernel, Z, L, factor, accumulate, cache)
-        total, rows, blocks = map_rows(fn, (X, codes) + tuple(point) + (beta,), chunk, carried=kept, keep=True)
+        fn = partial(block_fn, kernel, Z, L, cache)
+        total, per_row, blocks = map_rows(fn, (X,) + tuple(rows), chunk, carried=kept, keep=True)
         kept = blocks if cache else None
-        return total, rows
+        return total, per_row
+
+    def row_terms(mu, var):
+        (rows_bound, grad), (means,) = over_rows(partial(_means_block, weights=mu), (codes, var))
+        return rows_bound, grad, means
 
     point = _start(K, X, codes, progress["warm"])
     announce_compilation("logistic-softmax", _COMPILE_SECONDS, ls_local_terms,
                          (codes[:1], point[0][:1], point[1][:1], point[2][:1], beta[:1], beta[:1, None]))
-    sums, _ = sweep(point)
+    sums, _ = over_rows(_sums_block, (codes,) + point + (beta,))
     factor, bound = _bound(sums)
-    history, converged, sweeps = [bound], False, 1
-    iterates = Anderson(_ANDERSON_MEMORY)
+    history, converged, sweeps, mean_steps = [bound], False, 1, 0
     while True:
-        extrapolate = spec.acceleration and len(iterates) > 0
-        sums_target, rows = sweep(point, factor, accumulate=not extrapolate)
-        target = rows[:3]
+        _, (mean, var) = over_rows(partial(_marginals_block, factor=factor), ())
         sweeps += 1
+        if spec.acceleration:
+            mean, steps = _optimise_means(partial(row_terms, var=var), factor, spec.local_tolerance_for_classes)
+            mean_steps += steps
+        target = ls_local_update(codes, mean, var)
         # c_ik on the scale of the bound's curvature in it (module docstring).
         change = max(np.max(np.abs(target[0] - point[0]) / np.sqrt(np.maximum(point[0], 1.0))),
                      np.max(np.abs(target[1] - point[1])))
@@ -320,20 +346,8 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
             break
         if sweeps >= spec.max_iter:
             break
-        iterates.push(_flat(point), _flat(target))
-        if extrapolate:
-            proposal = _unflat(iterates.proposal(), n, K)
-            sums_proposal, _ = sweep(proposal)
-            sweeps += 1
-            factor_proposal, bound_proposal = _bound(sums_proposal)
-            if bound_proposal >= bound:
-                point, sums, factor, bound = proposal, sums_proposal, factor_proposal, bound_proposal
-                history.append(bound)
-                continue
-            iterates.restart()
-            sums_target, _ = sweep(target)
-            sweeps += 1
-        point, sums = target, sums_target
+        point = target
+        sums, _ = over_rows(_sums_block, (codes,) + point + (beta,))
         factor, bound = _bound(sums)
         history.append(bound)
 
@@ -352,44 +366,22 @@ def _evaluate_at(kernel, K, X, codes, Z, spec, jitter, progress, need_grad, need
         state = PredictiveState(Z=Z, weights=weights, correction=np.eye(m) - B_inv, q_mean=q_mean,
                                 q_cov=np.matmul(L_LBiT, np.transpose(L_LBiT, (0, 2, 1))), chol=L)
     local = LogisticSoftmaxState(c, gamma, alpha, beta, *target, sweeps=sweeps, converged=converged,
-                                 bound_history=history)
+                                 bound_history=history, mean_steps=mean_steps)
     return Evaluation(log_evidence=history[-1], grads=grads, dZ=dZ, jitter=jit, state=state, warm=local,
                       pseudo_data=(theta, kappa))
 
 
-def _flat(point):
-    """(c, gamma, alpha) -> the vector (c, log gamma) that Anderson extrapolates."""
-    return np.concatenate([point[0].ravel(), np.log(np.maximum(point[1], 1e-300)).ravel()])
+def _block_rows(kernel, Z, L, cache, Xb, hit):
+    """(A, residual) of a row block (:func:`_whitened_rows`), formed or carried from an earlier
+    pass, and what the block keeps for the next pass."""
+    A, residual = _whitened_rows(kernel.gram(Z, Xb), kernel.diag(Xb), L) if hit is None else hit
+    return A, residual, ((A, residual) if cache else None)
 
 
-def _unflat(x, n, K):
-    c = np.maximum(x[:n * K], 0.0).reshape(n, K)
-    gamma = np.exp(np.maximum(x[n * K:], _LOG_FLOOR)).reshape(n, K)
-    return c, gamma, 1.0 + gamma.sum(axis=1)
-
-
-
-
-def _sweep_block(kernel, Z, L, factor, accumulate, cache, Xb, codes_b, cb, gb, ab, bb, hit=None):
-    """One block of a pass: without ``factor`` the sums (P_k = A_k Theta_k A_k^T (K, M, M),
-    (A_k kappa_k)_k (M, K), the local terms) at the block's locals; with ``factor = (L_Bk^-1 (K, M, M),
-    weights (M, K))`` of the current point also the rows' update (c, gamma, alpha, mean), and, if
-    ``accumulate``, the sums at that update.  Returns (sums, rows, kept)."""
-    if hit is None:
-        A, residual = _whitened_rows(kernel.gram(Z, Xb), kernel.diag(Xb), L)
-    else:
-        A, residual = hit
-    kept = (A, residual) if cache else None
-    rows = ()
-    if factor is not None:
-        # L_Bk^-1 A by products with the explicit inverses (B_k >= I, so |L_Bk^-1| <= 1; as
-        # for two classes, the matmul runs several times faster than the triangular solve).
-        mean = _class_means(A, factor[1])
-        var = ls_variances(np.matmul(factor[0], A), residual)
-        cb, gb, ab = ls_local_update(codes_b, mean, var)
-        rows = (cb, gb, ab, mean)
-        if not accumulate:
-            return (), rows, kept
+def _sums_block(kernel, Z, L, cache, Xb, codes_b, cb, gb, ab, bb, hit=None):
+    """One block's sums at its locals: P_k = A_k Theta_k A_k^T (K, M, M), (A_k kappa_k)_k (M, K)
+    and the local terms.  Returns (sums, (), kept)."""
+    A, residual, kept = _block_rows(kernel, Z, L, cache, Xb, hit)
     theta, kappa, local = ls_local_terms(codes_b, cb, gb, ab, bb, residual)
     K, m = theta.shape[1], A.shape[-2]
     P = np.empty((K, m, m))
@@ -397,7 +389,88 @@ def _sweep_block(kernel, Z, L, factor, accumulate, cache, Xb, codes_b, cb, gb, a
         As = (A if A.ndim == 2 else A[k]) * np.sqrt(theta[:, k])
         P[k] = As @ As.T
     r = A @ kappa if A.ndim == 2 else np.einsum("kmi,ik->mk", A, kappa)
-    return (P, r, local), rows, kept
+    return (P, r, local), (), kept
+
+
+def _marginals_block(kernel, Z, L, cache, Xb, hit=None, *, factor):
+    """One block's marginals of q*(u) at ``factor = (L_Bk^-1 (K, M, M), weights (M, K))``:
+    mean_ik = a_ki^T weights_k, var_ik = residual_ik + |L_Bk^-1 a_ki|^2.  Returns ((), (mean, var), kept)."""
+    A, residual, kept = _block_rows(kernel, Z, L, cache, Xb, hit)
+    # L_Bk^-1 A by products with the explicit inverses (B_k >= I, so |L_Bk^-1| <= 1; as for two
+    # classes, the matmul runs several times faster than the triangular solve).
+    return (), (_class_means(A, factor[1]), ls_variances(np.matmul(factor[0], A), residual)), kept
+
+
+def _means_block(kernel, Z, L, cache, Xb, codes_b, var_b, hit=None, *, weights):
+    """One block's part of the bound at fixed marginal variances and whitened means ``weights``
+    (M, K): (sum_i l_i, sum_i a_ki dl_i/dmean_ik (M, K)) and the means.  Returns (sums, (mean,), kept)."""
+    A, _, kept = _block_rows(kernel, Z, L, cache, Xb, hit)
+    mean = _class_means(A, weights)
+    bound, d_mean, _ = ls_expectations(codes_b, mean, var_b)
+    grad = A @ d_mean if A.ndim == 2 else np.einsum("kmi,ik->mk", A, d_mean)
+    return (float(bound.sum()), grad), (mean,), kept
+
+
+def _optimise_means(row_terms, factor, tol):
+    """The whitened means of q(u_k) that maximise the bound at fixed covariances (so at fixed
+    marginal variances) with the locals at their optimum,
+
+        F(mu) = sum_i l_i(mean_i, var_i) - sum_k |mu_k|^2 / 2 + const,   mean_ik = a_ki^T mu_k,
+
+    by L-BFGS in z_k = L_Bk^T mu_k from the coordinate ascent's mu_k = ``factor[1]``: there the
+    Hessian of the coordinate ascent's quadratic model, -(I + A_k Theta_k A_k^T), is -I, and
+    L-BFGS learns the rest, the directions where the rows' own curvature is far below theta
+    (module docstring).  O(N K M) a step.  Stops once a step moves no mean_ik by more than
+    ``tol`` / 4 on the scale of the locals' test (over sqrt(max(|mean_ik|, 1))), or after
+    ``_MEAN_STEPS`` steps; L-BFGS never accepts a step that lowers F.
+
+    Parameters
+    ----------
+    row_terms : callable
+        mu (M, K) -> (sum_i l_i, sum_i a_ki dl_i/dmean_ik (M, K), mean (N, K)).
+    factor : tuple
+        (L_Bk^-1 (K, M, M), mu (M, K)) of the current locals (:func:`_bound`).
+    tol : float
+        The locals' convergence test.
+
+    Returns
+    -------
+    mean : ndarray, shape (N, K)
+        The means at the last accepted mu.
+    evaluations : int
+        Calls of ``row_terms``.
+    """
+    LBi, start = factor
+    K, m = start.shape[1], start.shape[0]
+
+    def means(z):
+        return np.einsum("kji,kj->ik", LBi, z.reshape(K, m))         # mu_k = L_Bk^-T z_k, (M, K)
+
+    last = {}
+
+    def negative_bound(z):
+        mu = means(z)
+        bound, grad, last["mean"] = row_terms(mu)
+        last["z"] = np.array(z)
+        return -(bound - 0.5 * np.sum(mu * mu)), -np.einsum("kij,jk->ki", LBi, grad - mu).ravel()
+
+    def settled(intermediate_result):
+        previous = last.get("accepted")
+        if not np.array_equal(last["z"], intermediate_result.x):
+            return
+        last["accepted"] = last["mean"]
+        if previous is not None and np.max(np.abs(last["mean"] - previous) / np.sqrt(
+                np.maximum(np.abs(previous), 1.0))) < 0.25 * tol:
+            raise StopIteration
+
+    z0 = np.linalg.solve(np.transpose(LBi, (0, 2, 1)), start.T[:, :, None])[:, :, 0].ravel()   # L_Bk^T mu_k
+    result = optimize.minimize(negative_bound, z0, jac=True, method="L-BFGS-B", callback=settled,
+                               options={"maxiter": _MEAN_STEPS, "ftol": _MEAN_FTOL, "gtol": 0.0, "maxcor": 20})
+    evaluations = int(result.nfev)
+    if not np.array_equal(last["z"], result.x):
+        negative_bound(result.x)
+        evaluations += 1
+    return last["mean"], evaluations
 
 
 def _bound(sums):
