@@ -8,7 +8,8 @@ process, and a module is imported only where the reader's ``trust`` names it
 written under the key its class's ``file_keys`` gives (``Categorical``'s ``n_classes`` as ``K``) and
 read under either.  A hyperparameter value is a
 number or list, ``{"fixed": value}``, or ``{"prior": "Gamma", "shape": a, "rate": b}`` /
-``{"prior": "LogNormal", "mu": m, "sigma": s}`` / ``{"prior": "scipy", "distribution": "gamma",
+``{"prior": "LogNormal", "mu": m, "sigma": s}`` (any family of ``gpdsl.priors.Prior.registry``
+by its fields; ``OnTransformed``'s ``base`` is itself a prior table) / ``{"prior": "scipy", "distribution": "gamma",
 "args": [2.0], "kwds": {"scale": 0.5}}`` (``scipy.stats.gamma(2.0, scale=0.5)``, optionally with
 ``"initial"``), or ``{"shared": name, "value": ...}`` (:class:`gpdsl.Shared`, one parameter for
 every field of that name).  A field holding components (``Sum``'s ``kernels``, ``Periodic``'s
@@ -45,7 +46,6 @@ _NONE = "none"
 # building its model would exhaust Python's recursion limit (a model's dict, a posterior's
 # model_spec and a model file are all read through here).
 MAX_NESTING = 100
-_PRIORS = {"Gamma": priors.Gamma, "LogNormal": priors.LogNormal}
 # The parts of a model (the mean is optional), by the base class of their family.
 _PARTS = {
     "kernel": ker.Kernel,
@@ -79,8 +79,9 @@ def _encode(value):
     if isinstance(value, priors.ScipyPrior):
         return _encode_scipy(value)
     if isinstance(value, priors.Prior):
-        return {"prior": type(value).__name__, **{k: v for k, v in dataclasses.asdict(value).items()
-                                                   if v is not None}}
+        # Field by field, so that a prior holding a prior (OnTransformed's base) writes its table.
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return {"prior": type(value).__name__, **{k: _encode(v) for k, v in fields.items() if v is not None}}
     if priors.as_prior(value) is not None:
         return _encode(priors.as_prior(value))
     if isinstance(value, np.ndarray):
@@ -205,13 +206,14 @@ def _decode(value, where="value"):
         kind = value["prior"]
         if kind == "scipy":
             return _decode_scipy(value, where)
-        if not isinstance(kind, str) or kind not in _PRIORS:
-            raise ValueError(f"{where}: unknown prior {kind!r}; known: {sorted(_PRIORS)}")
-        fields = dataclasses.fields(_PRIORS[kind])
+        known = priors.Prior.registry
+        if not isinstance(kind, str) or kind not in known:
+            raise ValueError(f"{where}: unknown prior {kind!r}; known: {sorted(known)}")
+        fields = dataclasses.fields(known[kind])
         check_keys(f"{where}: {{prior = {kind!r}}}", value, {"prior"} | {f.name for f in fields},
                     required=[f.name for f in fields if f.default is dataclasses.MISSING])
         try:
-            return _PRIORS[kind](**{k: v for k, v in value.items() if k != "prior"})
+            return known[kind](**{k: _decode(v, f"{where}.{k}") for k, v in value.items() if k != "prior"})
         except (TypeError, ValueError) as err:
             raise ValueError(f"{where}: {err}") from err
     return value

@@ -40,6 +40,9 @@ Per (likelihood, method) pair: every gradient of the objective (hyperparameters,
 optimised) against central differences; a fit whose ``predict``, ``log_predictive`` and
 ``to_inference_data`` agree with the likelihood's operations; its save/load and model-file round
 trips; a Dask X equal to an in-memory one.
+Per prior (``gpdsl.priors.Prior.registry``, :func:`check_prior`): its density integrating to 1 by
+quadrature, its slope against central differences, its starting value inside its support, and a
+MAP fit holding it that saves, loads and round-trips through its model file.
 """
 from __future__ import annotations
 
@@ -58,6 +61,8 @@ from .components import (CAVITIES, F, KERNEL_CHECKS, MEAN_CHECKS, MEANS, MEANS_K
                          check_likelihood_variational_expectations, check_mean_fitted_model_round_trips,
                          check_mean_gradients, likelihood_checks)
 from .limits import check_likelihood_limits
+from .priors import (PRIOR_CHECKS, check_prior, check_prior_fitted_model_round_trips, check_prior_gradient,
+                     check_prior_initial_value, check_prior_normalised)
 from .pairs import (KERNEL, TIGHT, XP, Z0, check_model_gradients, check_pair_dask_equals_in_memory,
                     check_pair_fitted_model_round_trips, check_pair_gradients, check_pair_predictions, pair_checks,
                     pair_model, pair_targets, pairs, tight)
@@ -220,4 +225,6 @@ __all__ = ["check_likelihood", "check_kernel", "check_mean", "check_method", "pa
            "check_likelihood_predictive", "check_likelihood_site_model", "check_likelihood_noise", "check_likelihood_multi_latent_expectations",
            "check_likelihood_multi_latent_predictive", "check_likelihood_limits", "check_pair_gradients", "check_pair_fitted_model_round_trips",
            "check_pair_predictions", "check_pair_dask_equals_in_memory", "KERNEL_CHECKS", "MEAN_CHECKS",
+           "check_prior", "check_prior_normalised", "check_prior_gradient", "check_prior_initial_value",
+           "check_prior_fitted_model_round_trips", "PRIOR_CHECKS",
            "X1", "X2", "F", "MEANS", "VARS", "CAVITIES", "MEANS_K", "VARS_K", "XP", "Z0", "KERNEL", "TIGHT"]
