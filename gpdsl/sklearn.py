@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import time
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
@@ -47,7 +49,7 @@ try:                                     # scikit-learn >= 1.6
 except ImportError:                      # pragma: no cover - older scikit-learn
     _sk_validate_data = None
 
-__all__ = ["GPRegressor", "GPClassifier"]
+__all__ = ["GPRegressor", "GPClassifier", "choose_link"]
 
 PARTS = ("kernel", "likelihood", "inducing", "inference", "mean")
 #: The target kinds (:func:`gpdsl.inputs.target_kind`) of the likelihoods GPClassifier takes.
@@ -385,6 +387,46 @@ class GPRegressor(RegressorMixin, _GPEstimator):
         return rng.multivariate_normal(mean, cov, n_samples).T
 
 
+def choose_link(X, codes, n_classes, kernel, *, seed=0, standardize=False):
+    """GPClassifier's link for K > 2 classes, chosen by how much the classes overlap: the softmax
+    pilot of :func:`gpdsl.defaults.link_pilot` fitted for :data:`gpdsl.defaults.PILOT_STEPS` steps,
+    its error counted on at most :data:`gpdsl.defaults.PILOT_ERROR_ROWS` training rows (the arg-max
+    of its latent mean), and :func:`gpdsl.defaults.link_choice`'s rule (robust-max up to 20 %
+    error, softmax above; why, in :mod:`gpdsl.defaults`).
+
+    Parameters
+    ----------
+    X : ndarray, shape (N, D)
+        The training inputs, as the fit sees them.
+    codes : ndarray, shape (N,)
+        Class codes 0..K-1 (floats or ints).
+    n_classes : int
+        K > 2.
+    kernel : gpdsl.kernels.Kernel
+        The classifier's kernel (its declared start: the pilot fits its own hyperparameters).
+    seed : int, default 0
+        Seed of the pilot's k-means start, batches and error rows.
+    standardize : bool, default False
+        As the fit (``Model.fit(standardize=...)``).
+
+    Returns
+    -------
+    gpdsl.defaults.LinkChoice
+    """
+    n_rows = int(np.shape(X)[0])
+    start = time.process_time()
+    pilot = Model(kernel=kernel, **defaults.link_pilot(n_rows, n_classes, seed))
+    with warnings.catch_warnings():
+        # The pilot is short by design: its step cap's warning is not the user's fit's.
+        warnings.simplefilter("ignore")
+        post = pilot.fit(X, codes, seed=seed, max_iter=defaults.PILOT_STEPS, standardize=standardize)
+    rows = np.arange(n_rows) if n_rows <= defaults.PILOT_ERROR_ROWS else \
+        np.random.default_rng(seed).permutation(n_rows)[:defaults.PILOT_ERROR_ROWS]
+    mean, _ = post.predict_f(np.asarray(X)[rows])
+    error = np.mean(np.argmax(np.asarray(mean), axis=1) != np.asarray(codes)[rows].astype(int))
+    return defaults.link_choice(error, time.process_time() - start)
+
+
 class GPClassifier(ClassifierMixin, _GPEstimator):
     """Gaussian-process classification with a declared :class:`gpdsl.Model`, as a scikit-learn classifier.
 
@@ -403,7 +445,7 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
     likelihood : gpdsl.likelihoods.Likelihood or None, default None
         None: ``gd.likelihoods.Bernoulli("logit")`` for two classes (its bias fitted: a class
         prior), ``gd.likelihoods.Categorical(K, link)`` for K > 2 with the link chosen by the data
-        (:func:`gpdsl.defaults.choose_link`: robust-max where a short softmax pilot errs on at most
+        (:func:`choose_link`: robust-max where a short softmax pilot errs on at most
         20 % of the training rows, softmax where the classes overlap more; ``link_choice_``
         records it).  A given likelihood must
         model class labels (its ``target_kind``, :func:`gpdsl.inputs.target_kind`, "binary" or
@@ -563,7 +605,7 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         self.link_choice_ = None
         if self.likelihood is None and classes.shape[0] > 2:
             seed = _seed(self.random_state)
-            self.link_choice_ = defaults.choose_link(
+            self.link_choice_ = choose_link(
                 X, codes, classes.shape[0], self.kernel if self.kernel is not None else self._default_kernel(),
                 seed=0 if seed is None else seed, standardize=self.standardize)
             likelihood = defaults.classifier_likelihood(classes.shape[0], self.link_choice_.link)

@@ -10,7 +10,7 @@ import pytest
 
 import gpdsl as gd
 from gpdsl import defaults
-from gpdsl.sklearn import GPClassifier
+from gpdsl.sklearn import GPClassifier, choose_link
 
 SE = gd.kernels.SquaredExponential
 
@@ -242,15 +242,25 @@ def test_choose_link_by_the_pilot_error():
     GP finds in 200 steps) give robust-max, labels independent of X (error about 2/3) softmax; the
     error is counted on the rows as the arg-max of the pilot's latent mean."""
     X, y = three_classes(300)
-    separated = defaults.choose_link(X, y, 3, SE(), seed=0)
+    separated = choose_link(X, y, 3, SE(), seed=0)
     assert separated.link == "robustmax" and separated.pilot_error < 0.1
     assert separated.threshold == defaults.OVERLAP_ERROR and separated.pilot_cpu > 0.0
     noise = np.random.default_rng(1).integers(0, 3, size=300)
-    overlapping = defaults.choose_link(X, noise, 3, SE(), seed=0)
+    overlapping = choose_link(X, noise, 3, SE(), seed=0)
     assert overlapping.link == "softmax" and overlapping.pilot_error > 0.4
     # The same pilot by hand: its error is the arg-max's.
-    pilot = gd.Model(SE(), gd.likelihoods.Categorical(3, "softmax"), gd.inducing.KMeans(20, seed=0),
-                     gd.inference.SVGP(batch_size=256, seed=0))
+    assert defaults.link_pilot(300, 3) == {"likelihood": gd.likelihoods.Categorical(3, "softmax"),
+                                           "inducing": gd.inducing.KMeans(20, seed=0),
+                                           "inference": gd.inference.SVGP(batch_size=256, seed=0)}
+    pilot = gd.Model(SE(), **defaults.link_pilot(300, 3))
     post = quietly(pilot.fit, X, y, seed=0, max_iter=defaults.PILOT_STEPS)
     mean, _ = post.predict_f(X)
     assert separated.pilot_error == pytest.approx(np.mean(np.argmax(np.asarray(mean), 1) != y), abs=0)
+
+
+def test_link_choice_threshold():
+    assert defaults.link_choice(defaults.OVERLAP_ERROR).link == "robustmax"
+    assert defaults.link_choice(np.nextafter(defaults.OVERLAP_ERROR, 1.0)).link == "softmax"
+    assert defaults.link_choice(0.0, 1.5) == defaults.LinkChoice("robustmax", 0.0, defaults.OVERLAP_ERROR, 1.5)
+    assert defaults.link_pilot(12, 4)["inducing"] == gd.inducing.KMeans(12, seed=0)
+    assert defaults.link_pilot(12, 4, seed=3)["inference"] == gd.inference.SVGP(batch_size=12, seed=3)
