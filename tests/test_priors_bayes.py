@@ -257,10 +257,10 @@ def test_map_fit_matches_an_independent_optimisation():
                     HalfCauchy(0.2).initial_value()])
     ref = optimize.minimize(negative_log_posterior, start, method="L-BFGS-B", options={"ftol": 1e-15, "gtol": 1e-10})
     got = np.log([float(post.values[k]) for k in ("kernel.lengthscale", "kernel.variance", "likelihood.variance")])
-    # Both optimisers stop on their own tolerances: the objectives agree to 1e-7, the
-    # log-hyperparameters to 1e-3 (the posterior's curvature there is O(1)-O(100)).
+    # Both optimisers stop on their own tolerances (measured: objectives 5e-13 apart, the
+    # log-hyperparameters 4e-7): asserted to 1e-7 and 1e-4.
     assert -(post.log_evidence + post.log_prior) == pytest.approx(ref.fun, abs=1e-7)
-    np.testing.assert_allclose(got, ref.x, atol=1e-3)
+    np.testing.assert_allclose(got, ref.x, atol=1e-4)
     assert post.log_prior == pytest.approx(-negative_log_posterior(got) - post.log_evidence, rel=1e-10)
     assert post.priors["kernel.variance"] == "OnTransformed(base=HalfNormal(scale=1.0, initial=None), transform='sqrt')"
 
