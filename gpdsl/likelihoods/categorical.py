@@ -33,11 +33,22 @@ from .base import Likelihood, gauss_hermite
 LINKS = ("softmax", "robustmax", "logistic_softmax")
 
 
+def _logsumexp(a, axis):
+    """log sum exp of ``a`` along ``axis`` (that axis removed), shifted by its largest entry:
+    ``scipy.special.logsumexp``'s value (to rounding) without its array-API dispatch, which was
+    28 % of a full-batch softmax SVGP fit and 13 % of a K-class Laplace fit (issue 46's cold-start
+    profile).  A slice of only -inf gives -inf."""
+    top = np.max(a, axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.log(np.sum(np.exp(a - top), axis=axis)) + np.squeeze(top, axis=axis)
+
+
 def _log_normaliser(link, F):
     """log sum_j g(f_j) of the link's unnormalised class weights g, shape F.shape[:-1]."""
     if link == "softmax":
-        return special.logsumexp(F, axis=-1)
-    return special.logsumexp(-np.logaddexp(0.0, -F), axis=-1)
+        return _logsumexp(F, axis=-1)
+    return _logsumexp(-np.logaddexp(0.0, -F), axis=-1)
 
 
 # The fixed quasi-Monte-Carlo rule of the predictive probabilities: scrambled Sobol points (a
@@ -510,7 +521,7 @@ class Categorical(Likelihood):
         var = np.asarray(var, dtype=float)
         if self.link == "softmax":
             shifted = mean + 0.5 * var
-            normaliser = special.logsumexp(shifted, axis=1)
+            normaliser = _logsumexp(shifted, axis=1)
             p = np.exp(shifted - normaliser[:, None])
             d_mean = -p
             d_mean[np.arange(codes.size), codes] += 1.0
@@ -612,7 +623,7 @@ class Categorical(Likelihood):
             else:
                 picked = np.broadcast_to(codes[s, None], F.shape[:2])
                 logp = self.log_density(picked.reshape(-1), F.reshape(-1, K)).reshape(F.shape[:2])[..., None]
-            out[s] = special.logsumexp(logp, axis=1) - np.log(normals.shape[0])
+            out[s] = _logsumexp(logp, axis=1) - np.log(normals.shape[0])
         return out
 
     def _log_probabilities(self, F):
