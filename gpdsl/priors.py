@@ -636,6 +636,11 @@ class OnTransformed(Prior):
     (it integrates to 1 when the base does), and MAP, which maximises the density of theta (see
     the module docstring), finds the mode in theta, not the image of the mode in g(theta).
 
+    That mode may not exist: with ``"sqrt"`` and a base of positive density at 0 (half-normal,
+    half-Cauchy) p(theta) ~ theta^(-1/2) as theta -> 0, so MAP runs a variance the evidence does
+    not need (a redundant kernel's) to 0, as a Gamma of shape < 1 does.  A sampler, which works
+    on log theta with the log-Jacobian, sees p(log theta) ~ theta^(1/2) there and is unaffected.
+
     Parameters
     ----------
     base : Prior or frozen scipy.stats distribution

@@ -7,6 +7,8 @@ prior, a MAP fit, model files, saved posteriors).  Every registered family also 
 conformance checks of :mod:`gpdsl.testing.priors`."""
 from __future__ import annotations
 
+import warnings
+
 import mpmath
 import numpy as np
 import pytest
@@ -147,6 +149,18 @@ def test_transformed_prior_is_the_change_of_variables_by_hand():
     np.testing.assert_allclose(prior.log_density(v), by_hand, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(prior.log_density(v), stats.gamma(0.5, scale=2.0 * s * s).logpdf(v), rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(prior.grad_log_density(v), -0.5 / s ** 2 - 0.5 / v, rtol=1e-13)
+
+
+def test_the_density_of_a_variance_under_a_half_normal_amplitude_is_unbounded_at_zero():
+    """p(v) = p_a(sqrt v) / (2 sqrt v) ~ v^-1/2 as v -> 0: the density of theta has no finite mode
+    there, so MAP (the mode in theta) may run a variance the data do not need to 0, as the
+    documentation says: log p(v) + log(v) / 2 = log(sqrt(2/pi) / (2 s)) - v / (2 s^2)."""
+    s = 0.5
+    prior = OnTransformed(HalfNormal(s), "sqrt")
+    v = np.array([1e-8, 1e-16, 1e-100, 1e-300])
+    np.testing.assert_allclose(prior.log_density(v) + 0.5 * np.log(v),
+                               np.log(np.sqrt(2.0 / np.pi) / (2.0 * s)) - v / (2.0 * s * s), rtol=0.0, atol=1e-13)
+    assert np.all(np.diff(prior.log_density(v)) > 0.0)
 
 
 @pytest.mark.parametrize("transformed,direct", [
@@ -300,7 +314,12 @@ def test_new_priors_round_trip_through_model_dicts_files_and_saved_posteriors(tm
     model.to_toml(tmp_path / "model.toml")
     assert gd.Model.from_toml(tmp_path / "model.toml") == model
     X, y = _toy()
-    post = model.fit(X, y)
+    with warnings.catch_warnings():
+        # The second kernel is redundant, and its variance's density (p ~ v^-1/2 at 0, see
+        # test_the_density_of_a_variance_under_a_half_normal_amplitude_is_unbounded_at_zero) runs
+        # it to 0 (flagged not converged): the round trip is what is tested here.
+        warnings.simplefilter("ignore", gd.ConvergenceWarning)
+        post = model.fit(X, y, max_iter=20)
     post.save(tmp_path / "post.nc")
     back = gd.load(tmp_path / "post.nc")
     assert back.model == model and back.priors == post.priors and back.log_prior == post.log_prior
