@@ -1,5 +1,6 @@
 """The collapsed logistic-softmax augmentation's fit cost (issue 46, "a fast collapsed augmentation"):
-fit CPU, L-BFGS-B evaluations, local sweeps (O(N K M^2) passes) and test NLPD of
+fit CPU, L-BFGS-B evaluations, local sweeps (O(N K M^2) passes), mean steps (O(N K M) evaluations
+of the mean steps between them) and test NLPD of
 ``PolyaGamma()`` with ``Categorical(K, "logistic_softmax")``, as ``peer_multiclass.py --method
 augmented`` fits it (isotropic SE start lengthscale 1 and variance 1, Z optimised from the
 shared k-means start, every other option at its default unless given here).
@@ -8,13 +9,14 @@ shared k-means start, every other option at its default unless given here).
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python3 benchmarks/exp_collapsed_speed.py synth --profile 25
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python3 benchmarks/exp_collapsed_speed.py penbased --n-train 3000
 
-Data: ``digits``, ``penbased``, ``letter`` (``multiclass_data.py``'s splits and k-means start), or
+Data: ``digits``, ``penbased``, ``letter`` (``multiclass_data.py``'s splits and k-means start),
+``classification`` (``bench_multiclass_defaults.py``'s 10^4 x 10 ``make_classification`` set), or
 ``synth``: N = 10,000 training and 2,000 test rows, D = 8 standard-normal inputs, K = 10 classes
 from the argmax of K random-Fourier-feature draws of an SE GP (lengthscale 2, 200 features) plus
 Gumbel noise of scale 0.3 (a Bayes error of a few per cent), its Z the k-means centres as for
 the others.  Prints one JSON line per fit: process CPU of the fit (warm: a small fit runs first
 to load the Numba kernels), evaluations (calls of the collapsed bound), their sweeps in total and
-the largest, the optimiser's iterations, converged, test error and NLPD, and the load averages
+the largest, the mean steps in total, the optimiser's iterations, converged, test error and NLPD, and the load averages
 before and after (the machine's other load makes CPU seconds noisy: compare runs made together).
 ``--profile S`` prints cProfile's top functions by total time instead of running to convergence
 (``max_iter`` S optimiser iterations).
@@ -103,7 +105,8 @@ def fit(d, spec, max_iter, subsample=None):
     return {"data": d["name"], "N": int(d["X"].shape[0]), "K": int(d["K"]), "M": int(d["Z"].shape[0]),
             "fit_cpu_s": round(cpu, 2), "fit_wall_s": round(wall, 2), "evaluations": counter.calls,
             "sweeps_total": int(sum(counter.sweeps)), "sweeps_max": int(max(counter.sweeps, default=0)),
-            "sweeps_each": counter.sweeps, "mean_steps_total": int(sum(counter.mean_steps)), "n_iterations": int(post.n_iterations), "converged": bool(post.converged),
+            "sweeps_each": counter.sweeps, "mean_steps_total": int(sum(counter.mean_steps)),
+            "n_iterations": int(post.n_iterations), "converged": bool(post.converged),
             "log_evidence": float(post.log_evidence), "lengthscale": float(post.values["kernel.lengthscale"]),
             "variance": float(post.values["kernel.variance"]),
             "test_error": float(np.mean(np.argmax(p, 1) != yte)), "test_nlpd": float(-np.mean(np.log(p_true))),

@@ -495,7 +495,8 @@ def test_separate_identical_parts_equal_the_shared_kernel():
 def test_alpha_solves_its_equation_up_to_the_rounding_floor(K):
     """alpha = 1 + exp(psi(alpha)) H / K to a few ulp of alpha (psi by scipy.special) for H / K from
     0 up to 1 - 1e-7, where alpha ~ K / (2 (K - H)) reaches 10^8 and Newton's steps end on the
-    rounding floor (the stopping rule of _solve_alpha); the residual's own rounding is ~alpha eps."""
+    rounding floor (the stopping rule of _solve_alpha); the residual's own rounding is ~alpha eps.
+    H = K, reached by rounding, raised ZeroDivisionError before issue 46."""
     from gpdsl._jit.logistic_softmax import _solve_alpha
     for fraction in np.concatenate([[0.0, 0.01, 0.3, 0.7], 1.0 - np.geomspace(0.1, 1e-7, 13)]):
         H = fraction * K
@@ -503,6 +504,9 @@ def test_alpha_solves_its_equation_up_to_the_rounding_floor(K):
         assert alpha >= 1.0
         assert abs(alpha - 1.0 - math.exp(special.digamma(alpha)) * H / K) <= 8e-16 * alpha * 4
     assert _solve_alpha(0.0, K) == 1.0
+    # h_ik < 1, yet it rounds to 1 at mean_ik = -c_ik below -37: H = K gives a finite root near
+    # 1 / (2 * 1e-15) (the ratio is held below 1 by 1e-15) instead of a ZeroDivisionError.
+    assert 1e14 < _solve_alpha(float(K), K) < 1e16
 
 
 def _dense_row_terms(A, codes, var):
