@@ -38,6 +38,7 @@ import os
 import numpy as np
 
 from .checks import as_float_array, check_bool, check_nonnegative_int, check_positive_int, check_seed, is_number
+from .threads import limit
 
 __all__ = ["sample", "NUTSResult"]
 
@@ -274,6 +275,11 @@ def _no_u_turn(sharp_minus, sharp_plus, rho):
     return float(sharp_plus @ rho) > 0.0 and float(sharp_minus @ rho) > 0.0
 
 
+def _log_add_exp(a, b):
+    """``log(exp(a) + exp(b))`` of two finite floats."""
+    return max(a, b) + math.log1p(math.exp(-abs(a - b)))
+
+
 def _evaluate(logp_and_grad, q):
     """``(log p(q), gradient)``; ``(-inf, None)`` where the log density fails numerically."""
     try:
@@ -335,20 +341,22 @@ class _Transition:
                 if tree is None:
                     break
                 z_fwd, rho_fwd = tree.end_state, tree.rho
-                p_fwd_bck, sharp_fwd_bck, p_fwd_fwd, sharp_fwd_fwd = tree.p_beg, tree.sharp_beg, tree.p_end, tree.sharp_end
+                p_fwd_bck, sharp_fwd_bck = tree.p_beg, tree.sharp_beg
+                p_fwd_fwd, sharp_fwd_fwd = tree.p_end, tree.sharp_end
             else:
                 rho_fwd, p_fwd_bck, sharp_fwd_bck = rho, p_bck_bck, sharp_bck_bck
                 tree = self.build_tree(depth, z_bck, -1.0)
                 if tree is None:
                     break
                 z_bck, rho_bck = tree.end_state, tree.rho
-                p_bck_fwd, sharp_bck_fwd, p_bck_bck, sharp_bck_bck = tree.p_beg, tree.sharp_beg, tree.p_end, tree.sharp_end
+                p_bck_fwd, sharp_bck_fwd = tree.p_beg, tree.sharp_beg
+                p_bck_bck, sharp_bck_bck = tree.p_end, tree.sharp_end
             depth += 1
             # Biased progressive sampling: move to the new subtree with probability
             # min(1, w_new / w_old), which favours states far from the start.
             if tree.log_weight > log_sum_weight or self.rng.uniform() < math.exp(tree.log_weight - log_sum_weight):
                 z_sample = tree.proposal
-            log_sum_weight = np.logaddexp(log_sum_weight, tree.log_weight)
+            log_sum_weight = _log_add_exp(log_sum_weight, tree.log_weight)
             rho = rho_bck + rho_fwd
             if not (_no_u_turn(sharp_bck_bck, sharp_fwd_fwd, rho)
                     and _no_u_turn(sharp_bck_bck, sharp_fwd_bck, rho_bck + p_fwd_bck)
@@ -379,7 +387,7 @@ class _Transition:
             return None
         # Uniform progressive sampling inside a subtree: the final half's proposal with
         # probability w_final / (w_init + w_final).
-        log_weight = np.logaddexp(init.log_weight, final.log_weight)
+        log_weight = _log_add_exp(init.log_weight, final.log_weight)
         proposal = final.proposal if self.rng.uniform() < math.exp(final.log_weight - log_weight) else init.proposal
         rho = init.rho + final.rho
         # The criterion across the whole subtree, then across each join extended by one state.
@@ -467,7 +475,10 @@ _FORKED_WORK = None
 
 
 def _run_forked_chain(chain):
-    return _FORKED_WORK(chain)
+    # One BLAS thread per process: the pool already fills the cores, and more threads per chain
+    # would only contend (see gpdsl.threads).
+    with limit(1):
+        return _FORKED_WORK(chain)
 
 
 def _map_chains(work, chains, cores):
@@ -526,7 +537,8 @@ def sample(logp_and_grad, initial, *, draws=1000, tune=1000, chains=4, seed=0, t
         ``logp_and_grad(theta) -> (float, ndarray of shape (P,))``: the log density on the
         unconstrained scale (log-Jacobians included) and its gradient.
     initial : array_like, shape (P,) or (chains, P)
-        Starting points: one for every chain, or one per chain.  The log density and gradient
+        Starting points: one shared by every chain, or one per chain (dispersed starting points
+        make R-hat sensitive to chains stuck in different modes).  The log density and gradient
         must be finite there.
     draws : int, default 1000
         Draws kept per chain, after warmup.
@@ -545,8 +557,9 @@ def sample(logp_and_grad, initial, *, draws=1000, tune=1000, chains=4, seed=0, t
     metric : {"diag", "dense"}, default "diag"
         The adapted inverse mass matrix: diagonal, or full.
     cores : int or None, default None
-        Processes to run the chains in; None for ``min(chains, os.cpu_count())``.  More than one
-        needs the fork start method (Linux, macOS); elsewhere the chains run one after another.
+        Processes to run the chains in, each with one BLAS thread; None for
+        ``min(chains, os.cpu_count())``.  More than one needs the fork start method (Linux,
+        macOS); elsewhere the chains run one after another, in this process.
     progress : bool, default False
         Print each chain's progress every tenth of its iterations.
 

@@ -280,3 +280,11 @@ def test_window_schedule_is_stans():
     # fit before it: at 400, the third window (100 from 150) runs on to 349.
     assert _window_schedule(300)[2] == [99, 149, 249]
     assert _window_schedule(400)[2] == [99, 149, 349]
+
+
+def test_progress_lines(capsys):
+    """progress=True prints each chain's progress every tenth of its iterations."""
+    sample(gaussian(np.zeros(1), np.eye(1)), np.zeros(1), draws=10, tune=10, chains=1, seed=11, progress=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 10
+    assert lines[0].startswith("chain 0: 2/20 (warmup)") and lines[-1].startswith("chain 0: 20/20 (sampling)")
