@@ -482,8 +482,10 @@ def _run_forked_chain(chain):
 
 
 def _map_chains(work, chains, cores):
-    """``[work(c) for c in range(chains)]``, in a forked process pool where fork exists."""
-    if cores == 1 or chains == 1 or "fork" not in multiprocessing.get_all_start_methods():
+    """``[work(c) for c in range(chains)]``, in a forked process pool where fork exists (and
+    this process may have children: a pool's own workers are daemons, which may not)."""
+    if cores == 1 or chains == 1 or "fork" not in multiprocessing.get_all_start_methods() \
+            or multiprocessing.current_process().daemon:
         return [work(chain) for chain in range(chains)]
     global _FORKED_WORK
     _FORKED_WORK = work

@@ -288,3 +288,26 @@ def test_progress_lines(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 10
     assert lines[0].startswith("chain 0: 2/20 (warmup)") and lines[-1].startswith("chain 0: 20/20 (sampling)")
+
+
+def test_without_fork_the_chains_run_here(monkeypatch):
+    """Where fork is unavailable the chains run sequentially, with the same draws as a pool."""
+    target = gaussian(np.zeros(2), np.eye(2))
+    pooled = sample(target, np.zeros(2), draws=30, tune=30, chains=2, seed=12, cores=2)
+    monkeypatch.setattr("multiprocessing.get_all_start_methods", lambda: ["spawn"])
+    here = sample(target, np.zeros(2), draws=30, tune=30, chains=2, seed=12, cores=2)
+    assert np.array_equal(pooled.draws, here.draws)
+
+
+def test_an_error_in_a_chain_reaches_the_caller():
+    """An error of the log density other than a numerical failure is raised, from the pool too."""
+    calls = [0]
+
+    def failing(x):
+        calls[0] += 1
+        if calls[0] > 20:
+            raise KeyError("a bug in the model")
+        return -0.5 * x @ x, -x
+
+    with pytest.raises(KeyError, match="a bug in the model"):
+        sample(failing, np.zeros(2), draws=30, tune=30, chains=2, seed=13, cores=2)
