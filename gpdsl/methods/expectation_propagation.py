@@ -49,8 +49,9 @@ GUARD_PATIENCE = 20
 # A site counts as clamped when its tilted variance exceeds its cavity variance by more than this
 # relative margin (rounding of the moments is far below it).
 CLAMP_MARGIN = 1e-8
-# Rough first-fit compile times on a 2-core machine (benchmarks/bench_compile.py), for the notice.
-_COMPILE_SECONDS = {"EP": 6, "QP": 8}
+# Rough first-fit compile times on a 2-core machine, for the notice: bench_compile.py's cold less
+# warm fit, 3.2-3.7 s (EP) and 4.1-4.9 s (QP) at 2f04484 (HISTORY.md, "Issue 46: cold start, second round").
+_COMPILE_SECONDS = {"EP": 4, "QP": 5}
 
 
 def _announce(kernel, args, quantile):
