@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gpdsl.nuts import NUTSResult, _window_schedule, sample
+from gpdsl.nuts import NUTSResult, _DiagonalMetric, _Transition, _window_schedule, sample
 
 Z_MCSE = 4.0          # |estimate - exact| <= Z_MCSE * MCSE
 # Rank-normalised split R-hat (ArviZ's default, the larger of the bulk and folded values).  Its
@@ -164,6 +164,26 @@ def test_tree_depth_is_capped():
     assert result.tree_depth.max() <= 2 and result.n_steps.max() <= 3
     assert (result.tree_depth == 2).mean() > 0.5
     assert result.max_tree_depth == 2
+
+
+def test_u_turns_across_merged_subtrees_are_caught():
+    """Stan's extra checks across each merge (the criterion on the trajectory extended by one
+    state over the join).  On a standard normal, a leapfrog step of 1.6 turns the phase-space
+    point by arccos(1 - 1.6^2 / 2) = 1.86 rad, so every coordinate U-turns within 2 steps;
+    the endpoints-only criterion can miss that and circle on (depth 6 in 11 % of these
+    transitions without the checks), while with them no trajectory goes past depth 2."""
+    def standard_normal(x):
+        return -0.5 * x @ x, -x
+
+    transition = _Transition(standard_normal, _DiagonalMetric.identity(10), 10, np.random.default_rng(14))
+    q = np.zeros(10)
+    logp, grad = standard_normal(q)
+    depths = []
+    for _ in range(500):
+        z, (depth, *_) = transition.run(q, logp, grad, 1.6)
+        q, logp, grad = z.q, z.logp, z.grad
+        depths.append(depth)
+    assert max(depths) <= 3
 
 
 def test_acceptance_follows_the_target():
