@@ -40,6 +40,7 @@ import os
 import numpy as np
 
 from .checks import as_float_array, check_bool, check_nonnegative_int, check_positive_int, check_seed, is_number
+from .linalg import cholesky, inverse_lower
 from .threads import limit
 
 __all__ = ["sample", "NUTSResult"]
@@ -149,14 +150,16 @@ class _DiagonalMetric(_Metric):
 
 
 class _DenseMetric(_Metric):
-    """A full ``M^{-1}``; momenta ``p = U^{-1} z`` with ``M^{-1} = U^T U`` have covariance ``M``."""
+    """A full ``M^{-1} = L L^T``; momenta ``p = L^{-T} z`` have covariance ``M``."""
 
     name = "dense"
 
     def __init__(self, inverse):
-        self.inverse = inverse
-        upper = np.linalg.cholesky(inverse).T
-        self._momentum_map = np.linalg.inv(upper)
+        # The jitter ladder guards a window whose draws lie (numerically) on a subspace; the
+        # metric is then the jittered matrix, so that momenta and velocities agree.
+        lower, jitter = cholesky(inverse, what="the adapted inverse metric")
+        self.inverse = lower @ lower.T if jitter else inverse
+        self._momentum_map = inverse_lower(lower).T
 
     @classmethod
     def identity(cls, dim):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gpdsl.nuts import NUTSResult, _DiagonalMetric, _Transition, _window_schedule, sample
+from gpdsl.nuts import NUTSResult, _DenseMetric, _DiagonalMetric, _Transition, _window_schedule, sample
 
 Z_MCSE = 4.0          # |estimate - exact| <= Z_MCSE * MCSE
 # Rank-normalised split R-hat (ArviZ's default, the larger of the bulk and folded values).  Its
@@ -296,6 +296,23 @@ def test_validation_messages():
         sample(half_normal_without_transform("raise"), np.array([-1.0]))
     with pytest.raises(ValueError, match=r"logp_and_grad must return .*shape \(2,\)"):
         sample(lambda x: (0.0, np.zeros(3)), x0)
+
+
+@pytest.mark.parametrize("metric_class", [_DiagonalMetric, _DenseMetric])
+def test_momenta_have_covariance_m(metric_class):
+    """Momenta are drawn from N(0, M) for the inverse metric M^-1: their sample covariance
+    matches inv(M^-1) within 4 standard errors, sqrt((S_ii S_jj + S_ij^2) / n) for entry ij."""
+    cov = correlated_cov(4, seed=15)
+    inverse = np.diag(cov) if metric_class is _DiagonalMetric else cov
+    metric = metric_class(inverse)
+    n = 20000
+    rng = np.random.default_rng(15)
+    momenta = np.array([metric.momentum(rng) for _ in range(n)])
+    mass = np.linalg.inv(np.diag(inverse) if inverse.ndim == 1 else inverse)
+    se = np.sqrt((np.outer(np.diag(mass), np.diag(mass)) + mass ** 2) / n)
+    assert np.all(np.abs(np.cov(momenta, rowvar=False) - mass) <= 4 * se)
+    # The velocity is M^-1 p.
+    assert np.allclose(metric.velocity(momenta[0]), (np.diag(inverse) if inverse.ndim == 1 else inverse) @ momenta[0])
 
 
 def test_window_schedule_is_stans():
