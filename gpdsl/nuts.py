@@ -474,9 +474,16 @@ def _run_chain(logp_and_grad, q, metric_class, options, seed_sequence, chain):
     return out
 
 
-# The work of the forked pool's children, inherited through fork: the log density is usually a
-# closure (over the data and the model), which pickling cannot send to a spawned process.
+# The chain runner of a forked pool's child, handed over as the pool's initializer argument:
+# fork passes a process's arguments by inheritance, not pickling, and the log density is usually
+# a closure (over the data and the model), which pickle cannot send.  The parent's value stays None,
+# so concurrent calls of sample() do not share it.
 _FORKED_WORK = None
+
+
+def _adopt_work(work):
+    global _FORKED_WORK
+    _FORKED_WORK = work
 
 
 def _run_forked_chain(chain):
@@ -492,13 +499,9 @@ def _map_chains(work, chains, cores):
     if cores == 1 or chains == 1 or "fork" not in multiprocessing.get_all_start_methods() \
             or multiprocessing.current_process().daemon:
         return [work(chain) for chain in range(chains)]
-    global _FORKED_WORK
-    _FORKED_WORK = work
-    try:
-        with multiprocessing.get_context("fork").Pool(min(cores, chains)) as pool:
-            return pool.map(_run_forked_chain, range(chains), chunksize=1)
-    finally:
-        _FORKED_WORK = None
+    with multiprocessing.get_context("fork").Pool(min(cores, chains), initializer=_adopt_work,
+                                                  initargs=(work,)) as pool:
+        return pool.map(_run_forked_chain, range(chains), chunksize=1)
 
 
 def _check_initial(logp_and_grad, initial, chains):

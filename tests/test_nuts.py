@@ -9,6 +9,7 @@ functions with exact expectations: ``E[x_i]``, ``E[(x_i - m_i)^2] = S_ii`` and
 """
 import dataclasses
 import math
+import os
 
 import arviz as az
 import numpy as np
@@ -337,6 +338,20 @@ def test_progress_lines(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 10
     assert lines[0].startswith("chain 0: 2/20 (warmup)") and lines[-1].startswith("chain 0: 20/20 (sampling)")
+
+
+def test_chains_run_in_forked_processes(tmp_path):
+    """With cores=2 the chains run in two child processes, the closure reaching them by fork."""
+    log = tmp_path / "pids"
+
+    def logging_target(x):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return -0.5 * x @ x, -x
+
+    sample(logging_target, np.zeros(2), draws=5, tune=5, chains=2, seed=16, cores=2)
+    children = set(log.read_text().split()) - {str(os.getpid())}
+    assert len(children) == 2
 
 
 def test_without_fork_the_chains_run_here(monkeypatch):
