@@ -19,7 +19,9 @@ to load the Numba kernels), evaluations (calls of the collapsed bound), their sw
 the largest, the mean steps in total, the optimiser's iterations, converged, test error and NLPD, and the load averages
 before and after (the machine's other load makes CPU seconds noisy: compare runs made together).
 ``--profile S`` prints cProfile's top functions by total time instead of running to convergence
-(``max_iter`` S optimiser iterations).
+(``max_iter`` S optimiser iterations).  ``--save PATH`` writes the fit's hyperparameters and Z;
+``--evaluate-at PATH`` runs, instead of a fit, one cold evaluation of the collapsed bound there at
+``tol`` (1e-6): run by two versions of gpdsl, it says whether they reach the same fixed point.
 """
 import argparse
 import cProfile
@@ -86,7 +88,23 @@ class Counter:
         return ev
 
 
-def fit(d, spec, max_iter, subsample=None):
+def evaluate_at(d, spec, path):
+    """One cold collapsed evaluation (no warm start, tol ``spec.tol``) at the hyperparameters and Z
+    that ``--save`` wrote: the fixed point the ascent reaches there, its bound and its cost."""
+    saved = np.load(path)
+    kernel = gd.kernels.SquaredExponential(float(saved["lengthscale"]), float(saved["variance"]))
+    likelihood = gd.likelihoods.Categorical(d["K"], "logistic_softmax")
+    load0 = os.getloadavg()
+    c0 = time.process_time()
+    ev = logistic_softmax.evaluate(kernel, likelihood, d["X"], np.asarray(d["y"], dtype=float), saved["Z"],
+                                   spec=spec, need_grad=False)
+    return {"data": d["name"], "evaluate_at": path, "cpu_s": round(time.process_time() - c0, 2),
+            "sweeps": int(ev.warm.sweeps), "mean_steps": int(getattr(ev.warm, "mean_steps", 0)),
+            "converged": bool(ev.warm.converged), "log_evidence": float(ev.log_evidence),
+            "loadavg_start": [round(v, 2) for v in load0], "loadavg_end": [round(v, 2) for v in os.getloadavg()]}
+
+
+def fit(d, spec, max_iter, subsample=None, save=None):
     model = gd.Model(gd.kernels.SquaredExponential(1.0, 1.0), gd.likelihoods.Categorical(d["K"], "logistic_softmax"),
                      gd.inducing.Optimized(d["Z"]), spec)
     counter = Counter()
@@ -99,6 +117,9 @@ def fit(d, spec, max_iter, subsample=None):
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     finally:
         logistic_softmax.evaluate = counter.inner
+    if save:
+        np.savez(save, lengthscale=post.values["kernel.lengthscale"], variance=post.values["kernel.variance"],
+                 Z=post.inducing_inputs)
     p = post.predict(d["Xte"])["p"].values
     yte = np.asarray(d["yte"], dtype=int)
     p_true = np.clip(p[np.arange(len(yte)), yte], 1e-300, 1.0)
@@ -107,6 +128,8 @@ def fit(d, spec, max_iter, subsample=None):
             "sweeps_total": int(sum(counter.sweeps)), "sweeps_max": int(max(counter.sweeps, default=0)),
             "sweeps_each": counter.sweeps, "mean_steps_total": int(sum(counter.mean_steps)),
             "n_iterations": int(post.n_iterations), "converged": bool(post.converged),
+            "stop_reason": post.diagnostics.stop_reason, "grad_norm": float(post.diagnostics.grad_norm),
+            "grad_tol": float(post.diagnostics.grad_tol),
             "log_evidence": float(post.log_evidence), "lengthscale": float(post.values["kernel.lengthscale"]),
             "variance": float(post.values["kernel.variance"]),
             "test_error": float(np.mean(np.argmax(p, 1) != yte)), "test_nlpd": float(-np.mean(np.log(p_true))),
@@ -125,6 +148,8 @@ def main():
     p.add_argument("--no-acceleration", action="store_true")
     p.add_argument("--profile", type=int, metavar="S", help="cProfile S optimiser iterations")
     p.add_argument("--subsample", type=int, help="fit(subsample=n): the hyperparameters on n rows, then all rows")
+    p.add_argument("--save", metavar="PATH", help="write the fitted lengthscale, variance and Z to PATH (.npz)")
+    p.add_argument("--evaluate-at", metavar="PATH", help="instead of a fit, one cold evaluation at tol at --save's PATH")
     args = p.parse_args()
     d = problem(args.data, args.M, args.n_train)
     options = {} if args.fit_tol is None else {"fit_tol": args.fit_tol}
@@ -144,7 +169,10 @@ def main():
         print(json.dumps(out))
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
         return
-    print(json.dumps(fit(d, spec, args.max_iter, args.subsample)))
+    if args.evaluate_at:
+        print(json.dumps(evaluate_at(d, spec, args.evaluate_at)))
+        return
+    print(json.dumps(fit(d, spec, args.max_iter, args.subsample, args.save)))
 
 
 if __name__ == "__main__":
