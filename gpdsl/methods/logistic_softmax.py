@@ -100,7 +100,6 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
-from scipy import optimize
 
 from .._jit import announce_compilation
 from .._jit.logistic_softmax import ls_expectations, ls_local_terms, ls_local_update, ls_variances
@@ -441,6 +440,10 @@ def _optimise_means(row_terms, factor, tol):
     evaluations : int
         Calls of ``row_terms``.
     """
+    # Imported here: scipy.optimize costs ~0.1 s of `import gpdsl`, which no other module pays
+    # at import (issue 46's cold start).
+    from scipy import optimize
+
     LBi, start = factor
     K, m = start.shape[1], start.shape[0]
 
