@@ -251,7 +251,8 @@ def link_pilot(n_rows, n_classes, seed=0):
     """
     n_rows = int(n_rows)
     return {"likelihood": _likelihoods.Categorical(n_classes, "softmax"),
-            "inducing": _inducing.KMeans(min(PILOT_INDUCING_POINTS, n_rows), seed=seed),
+            "inducing": _inducing.KMeans(min(PILOT_INDUCING_POINTS, n_rows), seed=seed,
+                                         sample=KMEANS_SAMPLE if n_rows > KMEANS_SAMPLE else None),
             "inference": _inference.SVGP(batch_size=min(BATCH_SIZE, n_rows), seed=seed)}
 
 

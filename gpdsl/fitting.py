@@ -29,6 +29,9 @@ from .parameters import ParameterTable
 from .posterior import FitRecord, Posterior
 from .scaling import Standardization
 
+#: L-BFGS-B's iteration cap per run where ``Model.fit(max_iter=None)`` (a method chosen at fit
+#: takes :data:`gpdsl.defaults.MAX_STEPS` minibatch steps instead).
+DEFAULT_MAX_ITER = 1000
 
 # Stopping rule of the hyperparameter optimiser.  L-BFGS-B runs with SciPy's tests (projected
 # gradient below 1e-5, relative change of the objective below 2.2e-9) and one more, the plateau
@@ -125,7 +128,7 @@ class FitResult:
         return self.evaluation.log_evidence + self.log_prior
 
 
-def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=1000, progress=False, callback=None,
+def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DEFAULT_MAX_ITER, progress=False, callback=None,
         standardize=False, subsample=None, offset=None, start=None):
     """Fit ``model`` to X, y: what :meth:`gpdsl.Model.fit` runs (its docstring describes the fit).
 

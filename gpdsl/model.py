@@ -25,9 +25,6 @@ from .likelihoods import Likelihood
 from .means import Mean
 from .parameters import Entry, ParameterTable
 
-#: ``fit``'s L-BFGS-B iteration cap where ``max_iter`` is None (a chosen minibatch fit's steps:
-#: :data:`gpdsl.defaults.MAX_STEPS`).
-DEFAULT_MAX_ITER = 1000
 
 @dataclass(frozen=True)
 class Model:
@@ -542,7 +539,7 @@ class Model:
         if self.inference is None and defaults.chooses_inference(self.likelihood):
             max_iter = defaults.max_steps(max_iter)
         if max_iter is None:
-            max_iter = DEFAULT_MAX_ITER
+            max_iter = fitting.DEFAULT_MAX_ITER
         if self.inference is None:
             # fit's arguments checked before the choice reads seed (a bad one is fit's error, not KMeans').
             check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, callback)
@@ -550,6 +547,64 @@ class Model:
         return fitting.fit(model, X, y, optimize=optimize, fixed=fixed, restarts=restarts, seed=seed, max_iter=max_iter,
                            progress=progress, callback=callback, standardize=standardize, subsample=subsample,
                            offset=offset, start=start)
+
+    @threads.managed
+    def sample(self, X, y, *, draws=1000, tune=1000, chains=4, seed=0, target_accept=0.8, fixed=(), cores=None,
+               progress=False):
+        """Draw the hyperparameters' posterior by NUTS (the fully Bayesian counterpart of :meth:`fit`).
+
+        The target is log p(u | y) = log evidence + sum log prior(theta) + log |d theta / d u| on
+        the optimiser's unconstrained scale u (log of positive hyperparameters, logit of bounded
+        ones; :mod:`gpdsl.sampling`), drawn by Stan's NUTS (:func:`gpdsl.nuts.sample`).  The
+        model is fitted first (MAP, :meth:`fit`); each chain starts at the MAP's u plus an
+        independent N(0, 0.5^2) perturbation (:data:`gpdsl.sampling.START_SCALE`).  A sparse
+        method's inducing inputs are those of the MAP fit, held while sampling.
+
+        Parameters
+        ----------
+        X : array_like, shape (N, D)
+            Training inputs.
+        y : array_like, shape (N,)
+            Training targets.
+        draws : int, default 1000
+            Draws kept per chain.
+        tune : int, default 1000
+            Warmup iterations per chain (step size and diagonal metric adaptation).
+        chains : int, default 4
+            Independent chains.
+        seed : int or None, default 0
+            Seed of the MAP fit, the starts and the chains.
+        target_accept : float, default 0.8
+            The mean acceptance statistic the step size aims at, in (0, 1).
+        fixed : str or sequence of str, default ()
+            Names held at their declared value (they need no prior).
+        cores : int or None, default None
+            Processes the chains run in (None: one a chain, up to the CPUs).
+        progress : bool, default False
+            Print each chain's progress.
+
+        Returns
+        -------
+        gpdsl.SampledPosterior
+            The draws (natural scale, dims chain, draw, ...), the sampler's statistics, the
+            diagnostics record, and predictions integrated over the draws.
+
+        Raises
+        ------
+        ValueError
+            A sampled hyperparameter without a prior (named), a prior whose support is narrower
+            than its hyperparameter's values, or a method whose q is not marginalised (SVGP,
+            VGP); bad arguments, as :meth:`fit` and :func:`gpdsl.nuts.sample` refuse them.
+
+        Warns
+        -----
+        gpdsl.SamplingWarning
+            A divergence, R-hat above 1.01, a bulk or tail ESS below 100 per chain, a chain's
+            E-BFMI below 0.3, or transitions at the tree-depth cap.
+        """
+        from .sampling import sample
+        return sample(self, X, y, draws=draws, tune=tune, chains=chains, seed=seed, target_accept=target_accept,
+                      fixed=fixed, cores=cores, progress=progress)
 
     def _chunks_dask(self):
         """Whether this model's fit runs its O(N M^2) passes as Dask tasks when X is a Dask array:

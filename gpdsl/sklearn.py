@@ -41,7 +41,9 @@ from . import inducing as _inducing
 from . import inference as _inference
 from . import kernels as _kernels
 from . import likelihoods as _likelihoods
+from .checks import check_seed
 from .inputs import target_kind
+from .methods.common import ConvergenceWarning
 from .model import Model
 
 try:                                     # scikit-learn >= 1.6
@@ -197,10 +199,11 @@ class _GPEstimator(BaseEstimator):
             return self._sparse_default(n)
         return None
 
-    def _fit_posterior(self, model, X, y):
-        """Model.fit with the estimator's fit options; records model_, posterior_ and the fit's numbers."""
+    def _fit_posterior(self, model, X, y, seed):
+        """Model.fit with the estimator's fit options and ``seed`` (:func:`_seed` of ``random_state``,
+        drawn once a fit); records model_, posterior_ and the fit's numbers."""
         posterior = model.fit(X, y, optimize=self.optimize, fixed=self.fixed, restarts=self.restarts,
-                              seed=_seed(self.random_state), max_iter=self.max_iter, standardize=self.standardize)
+                              seed=seed, max_iter=self.max_iter, standardize=self.standardize)
         # A model left open (K > 2 classes) is the one its fit chose.
         self.model_ = posterior.model if model.inference is None else model
         self.posterior_ = posterior
@@ -314,7 +317,7 @@ class GPRegressor(RegressorMixin, _GPEstimator):
         self
         """
         X, y = _validate_data(self, X, y, dtype=np.float64, y_numeric=True)
-        self._fit_posterior(self._build_model(X.shape[0]), X, np.asarray(y, dtype=float))
+        self._fit_posterior(self._build_model(X.shape[0]), X, np.asarray(y, dtype=float), _seed(self.random_state))
         return self
 
     def _moments(self, X):
@@ -398,32 +401,46 @@ def choose_link(X, codes, n_classes, kernel, *, seed=0, standardize=False):
     ----------
     X : ndarray, shape (N, D)
         The training inputs, as the fit sees them.
-    codes : ndarray, shape (N,)
-        Class codes 0..K-1 (floats or ints).
+    codes : array_like, shape (N,)
+        Class codes 0..K-1 (integer-valued; ``np.unique(y, return_inverse=True)[1]``).
     n_classes : int
-        K > 2.
+        K >= 2.
     kernel : gpdsl.kernels.Kernel
-        The classifier's kernel (its declared start: the pilot fits its own hyperparameters).
-    seed : int, default 0
-        Seed of the pilot's k-means start, batches and error rows.
+        The classifier's kernel (its declared start: the pilot fits its own hyperparameters; the
+        classifier's ``fixed``, ``inducing``, ``mean`` and ``optimize`` are not the pilot's).
+    seed : int or None, default 0
+        Seed of the pilot's k-means start, batches and error rows (None: 0).
     standardize : bool, default False
         As the fit (``Model.fit(standardize=...)``).
 
     Returns
     -------
     gpdsl.defaults.LinkChoice
+
+    Raises
+    ------
+    ValueError
+        ``n_classes`` not an integer >= 2, ``codes`` not N codes in 0..K-1, or a bad ``seed``.
     """
-    n_rows = int(np.shape(X)[0])
+    if isinstance(n_classes, bool) or not isinstance(n_classes, (numbers.Integral, np.integer)) or n_classes < 2:
+        raise ValueError(f"choose_link: n_classes must be an integer >= 2, got {n_classes!r}")
+    codes = np.asarray(codes)
+    if codes.ndim != 1 or codes.shape[0] != np.shape(X)[0] or not np.all(np.isin(codes, np.arange(n_classes))):
+        raise ValueError(f"choose_link: codes must be the {np.shape(X)[0]} rows' class codes 0..{n_classes - 1} "
+                         f"(np.unique(y, return_inverse=True)[1]), got {codes!r}")
+    check_seed("choose_link", seed)
+    seed = 0 if seed is None else int(seed)
+    n_rows = int(codes.shape[0])
     start = time.process_time()
     pilot = Model(kernel=kernel, **defaults.link_pilot(n_rows, n_classes, seed))
     with warnings.catch_warnings():
-        # The pilot is short by design: its step cap's warning is not the user's fit's.
-        warnings.simplefilter("ignore")
-        post = pilot.fit(X, codes, seed=seed, max_iter=defaults.PILOT_STEPS, standardize=standardize)
+        # The pilot is short by design: its unconverged fit's warning is not the user's fit's.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        post = pilot.fit(X, codes.astype(float), seed=seed, max_iter=defaults.PILOT_STEPS, standardize=standardize)
     rows = np.arange(n_rows) if n_rows <= defaults.PILOT_ERROR_ROWS else \
         np.random.default_rng(seed).permutation(n_rows)[:defaults.PILOT_ERROR_ROWS]
     mean, _ = post.predict_f(np.asarray(X)[rows])
-    error = np.mean(np.argmax(np.asarray(mean), axis=1) != np.asarray(codes)[rows].astype(int))
+    error = np.mean(np.argmax(np.asarray(mean), axis=1) != codes[rows].astype(int))
     return defaults.link_choice(error, time.process_time() - start)
 
 
@@ -447,7 +464,9 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         prior), ``gd.likelihoods.Categorical(K, link)`` for K > 2 with the link chosen by the data
         (:func:`choose_link`: robust-max where a short softmax pilot errs on at most
         20 % of the training rows, softmax where the classes overlap more; ``link_choice_``
-        records it).  A given likelihood must
+        records it; near 20 % folds of one data set may choose differently: give the likelihood
+        to pin the link); with an ``inference`` given, the first of softmax, robust-max and
+        logistic-softmax it takes (no pilot).  A given likelihood must
         model class labels (its ``target_kind``, :func:`gpdsl.inputs.target_kind`, "binary" or
         "categorical"; checked by ``fit``) and fit the number of classes (``n_latent`` 1 for two
         classes, K otherwise).
@@ -480,8 +499,8 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
     model_ : gpdsl.Model
         The model fitted, every default filled in (for K > 2 the declaration chosen by the data).
     link_choice_ : gpdsl.defaults.LinkChoice or None
-        For K > 2 with ``likelihood=None``: the link chosen, the pilot's training error, the
-        threshold and the pilot's CPU seconds; None otherwise.
+        For K > 2 with ``likelihood=None`` and ``inference=None``: the link chosen, the pilot's
+        training error, the threshold and the pilot's CPU seconds; None otherwise.
     posterior_ : gpdsl.Posterior
         Its ``predict(X)["p"]``: p(y = classes_[1]) (dim ``obs``) for two classes, the class
         probabilities (dims ``obs``, ``class``) for K > 2.
@@ -514,12 +533,14 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         self.standardize = standardize
         self.random_state = random_state
 
-    def _likelihood_for(self, n_classes):
+    def _likelihood_for(self, n_classes, link=defaults.LINK):
+        """The likelihood of ``n_classes`` classes: the one given (checked), else the default (for
+        K > 2 ``Categorical(K, link)``)."""
         likelihood = self.likelihood
         if likelihood is None:
             if n_classes == 2:
                 return _likelihoods.Bernoulli("logit")
-            return defaults.classifier_likelihood(n_classes)
+            return defaults.classifier_likelihood(n_classes, link)
         if not isinstance(likelihood, _likelihoods.Likelihood):
             raise TypeError(f"GPClassifier: likelihood must be None or a gpdsl likelihood of class labels "
                             f"(gd.likelihoods.Bernoulli(), gd.likelihoods.Categorical(K)), got {likelihood!r}")
@@ -589,7 +610,19 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         if classes.shape[0] < 2:
             raise ValueError(f"GPClassifier needs samples of at least 2 classes in the data, but the data "
                              f"contain only one class: {classes[0]!r}")
-        likelihood = self._likelihood_for(classes.shape[0])
+        n_classes = int(classes.shape[0])
+        seed = _seed(self.random_state)            # once: a RandomState is drawn from once a fit
+        self.link_choice_ = None
+        link = defaults.LINK
+        if self.likelihood is None and n_classes > 2:
+            if self.inference is None:
+                kernel = self.kernel if self.kernel is not None else self._default_kernel()
+                self.link_choice_ = choose_link(X, codes, n_classes, kernel, seed=0 if seed is None else seed,
+                                                standardize=self.standardize)
+                link = self.link_choice_.link
+            else:
+                link = self._link_for_inference(n_classes)
+        likelihood = self._likelihood_for(n_classes, link)
         targets = codes.astype(float)
         order = None
         label_classes = getattr(likelihood, "classes", None)
@@ -602,18 +635,27 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
                                  f"likelihood's classes {listed}")
             order = np.array([listed.index(c) for c in classes.tolist()])
             targets = y
-        self.link_choice_ = None
-        if self.likelihood is None and classes.shape[0] > 2:
-            seed = _seed(self.random_state)
-            self.link_choice_ = choose_link(
-                X, codes, classes.shape[0], self.kernel if self.kernel is not None else self._default_kernel(),
-                seed=0 if seed is None else seed, standardize=self.standardize)
-            likelihood = defaults.classifier_likelihood(classes.shape[0], self.link_choice_.link)
         self.classes_ = classes
-        self.n_classes_ = int(classes.shape[0])
+        self.n_classes_ = n_classes
         self._column_order = order
-        self._fit_posterior(self._build_model(X.shape[0], likelihood), X, targets)
+        self._fit_posterior(self._build_model(X.shape[0], likelihood), X, targets, seed)
         return self
+
+    def _link_for_inference(self, n_classes):
+        """The K-class link of a classifier given an ``inference`` and no likelihood: the first of
+        softmax, robust-max and logistic-softmax that the method takes (no pilot: the method is the
+        user's choice, and it may take one link only, e.g. ``Laplace`` softmax, ``PolyaGamma``
+        logistic-softmax)."""
+        refusals = []
+        for link in ("softmax", "robustmax", "logistic_softmax"):
+            try:
+                self.inference.check_likelihood(defaults.classifier_likelihood(n_classes, link))
+            except (TypeError, ValueError) as err:
+                refusals.append(f"{link}: {err}")
+                continue
+            return link
+        raise ValueError(f"GPClassifier: inference={self.inference!r} takes no Categorical({n_classes}) link "
+                         f"({'; '.join(refusals)}); give a likelihood it takes")
 
     def predict_proba(self, X):
         """Class probabilities at X, columns in ``classes_`` order.

@@ -219,8 +219,8 @@ def test_model_file_without_inference_fits_the_chosen_method(tmp_path):
 
 def test_chosen_fit_step_cap(monkeypatch):
     """A model whose method is chosen at fit runs at most defaults.MAX_STEPS steps unless the user
-    gives max_iter; a model with its method declared keeps fit's 1,000 (model.DEFAULT_MAX_ITER)."""
-    from gpdsl import fitting, model as model_module
+    gives max_iter; a model with its method declared keeps fit's 1,000 (fitting.DEFAULT_MAX_ITER)."""
+    from gpdsl import fitting
 
     seen = []
     monkeypatch.setattr(fitting, "fit", lambda model, X, y, **options: seen.append(options["max_iter"]))
@@ -231,8 +231,8 @@ def test_chosen_fit_step_cap(monkeypatch):
     declared = gd.Model(gd.kernels.SquaredExponential(), gd.likelihoods.Gaussian())
     declared.fit(X, y)
     declared.fit(X, y, max_iter=30)
-    assert seen == [defaults.MAX_STEPS, 30, model_module.DEFAULT_MAX_ITER, 30]
-    assert defaults.MAX_STEPS == 2000 and model_module.DEFAULT_MAX_ITER == 1000
+    assert seen == [defaults.MAX_STEPS, 30, 1000, 30]
+    assert defaults.MAX_STEPS == 2000
     with pytest.raises(ValueError, match="max_iter"):
         open_model.fit(X, y, max_iter=0)
 
@@ -264,3 +264,51 @@ def test_link_choice_threshold():
     assert defaults.link_choice(0.0, 1.5) == defaults.LinkChoice("robustmax", 0.0, defaults.OVERLAP_ERROR, 1.5)
     assert defaults.link_pilot(12, 4)["inducing"] == gd.inducing.KMeans(12, seed=0)
     assert defaults.link_pilot(12, 4, seed=3)["inference"] == gd.inference.SVGP(batch_size=12, seed=3)
+
+
+@pytest.mark.parametrize("inference, link", [(gd.inference.Laplace(), "softmax"),
+                                             (gd.inference.SVGP(batch_size=30), "softmax"),
+                                             (gd.inference.PolyaGamma(), "logistic_softmax")])
+def test_classifier_with_an_inference_takes_its_first_link_without_a_pilot(monkeypatch, inference, link):
+    """GPClassifier(inference=...) with no likelihood: the first of softmax, robust-max and
+    logistic-softmax the method takes, whatever the data (a pilot's robust-max made Laplace fail on
+    separated classes), and no pilot (link_choice_ None)."""
+    import gpdsl.sklearn as gsk
+
+    monkeypatch.setattr(gsk, "choose_link", lambda *a, **k: pytest.fail("no pilot when an inference is given"))
+    X, y = three_classes(60)
+    inducing = None if isinstance(inference, gd.inference.Laplace) else gd.inducing.KMeans(5)
+    clf = quietly(GPClassifier(inference=inference, inducing=inducing, max_iter=2).fit, X, y)
+    assert clf.model_.likelihood == gd.likelihoods.Categorical(3, link) and clf.link_choice_ is None
+    with pytest.raises(ValueError, match="takes no Categorical"):
+        GPClassifier(inference=gd.inference.EP()).fit(X, y)
+
+
+def test_classifier_draws_its_seed_once(monkeypatch):
+    """A RandomState is drawn from once a fit: the link's pilot and the fit get the same seed."""
+    import gpdsl.sklearn as gsk
+
+    seen = []
+    real = gsk.choose_link
+    monkeypatch.setattr(gsk, "choose_link", lambda *a, **k: seen.append(k["seed"]) or real(*a, **k))
+    X, y = three_classes(60)
+    clf = quietly(GPClassifier(max_iter=3, random_state=np.random.RandomState(0)).fit, X, y)
+    expected = int(np.random.RandomState(0).randint(np.iinfo(np.int32).max))
+    assert seen == [expected] and clf.model_.inference.seed == expected
+
+
+@pytest.mark.parametrize("bad, match", [({"codes": [0, 1, 5] * 20}, "codes must be"),
+                                        ({"codes": [0.5, 1, 2] * 20}, "codes must be"),
+                                        ({"codes": [0, 1, 2] * 10}, "codes must be"),
+                                        ({"n_classes": 1}, "n_classes"), ({"seed": -1}, "seed")])
+def test_choose_link_refuses_bad_input(bad, match):
+    X, _ = three_classes(60)
+    args = {"codes": [0, 1, 2] * 20, "n_classes": 3, "seed": 0, **bad}
+    with pytest.raises(ValueError, match=f"choose_link.*{match}|{match}"):
+        choose_link(X, np.array(args["codes"]), args["n_classes"], SE(), seed=args["seed"])
+
+
+def test_link_pilot_samples_kmeans_above_its_size():
+    assert defaults.link_pilot(defaults.KMEANS_SAMPLE, 3)["inducing"].sample is None
+    big = defaults.link_pilot(defaults.KMEANS_SAMPLE + 1, 3)["inducing"]
+    assert big == gd.inducing.KMeans(defaults.PILOT_INDUCING_POINTS, seed=0, sample=defaults.KMEANS_SAMPLE)

@@ -37,10 +37,11 @@ def _logsumexp(a, axis):
     """log sum exp of ``a`` along ``axis`` (that axis removed), shifted by its largest entry:
     ``scipy.special.logsumexp``'s value (to rounding) without its array-API dispatch, which was
     28 % of a full-batch softmax SVGP fit and 13 % of a K-class Laplace fit (issue 46's cold-start
-    profile).  A slice of only -inf gives -inf."""
+    profile).  A slice of only -inf gives -inf, one holding +inf +inf, one holding NaN NaN, as
+    scipy's; the axis must not be empty (K >= 2 classes here)."""
     top = np.max(a, axis=axis, keepdims=True)
     top = np.where(np.isfinite(top), top, 0.0)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         return np.log(np.sum(np.exp(a - top), axis=axis)) + np.squeeze(top, axis=axis)
 
 
