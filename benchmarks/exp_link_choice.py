@@ -11,7 +11,7 @@ machine's load beside its numbers:
 * ``--pilots``: short fits of both links (``SVGP(batch_size=256)``, ``KMeans(M)`` fixed, S steps):
   does a short pilot's bound rank them as the full fits do?
 * ``--pilot-error``: the softmax pilot alone at (M, S), its training error (arg-max of the latent
-  mean on at most 3,000 training rows) and test error: the overlap signal ``link_choice`` reads;
+  mean on the rows ``choose_link`` counts: all up to 5,000, else 5,000 at random) and test error: the overlap signal ``link_choice`` reads;
 * ``--inducing``: the defaults with Z optimised from the k-means start (``Optimized(KMeans(100))``)
   against k-means fixed (``KMeans(100)``), at the chosen link and the default step cap;
 * ``--epsilon``: robust-max's test NLPD on letter with its epsilon changed after the fit (the q
@@ -86,12 +86,16 @@ def pilots(name, d):
 
 
 def pilot_errors(name, d):
+    from gpdsl import defaults
     classes, codes, yte = codes_of(d)
     for M, S in PILOT_ERRORS:
         c0 = time.process_time()
         post = pilot_model(len(classes), "softmax", M).fit(d["X"], codes, max_iter=S)
         cpu = time.process_time() - c0
-        train = np.argmax(np.asarray(post.predict_f(d["X"][:3000])[0]), 1) != codes[:3000]
+        # The rows choose_link counts on: all up to PILOT_ERROR_ROWS, else that many at random.
+        n, cap = len(codes), defaults.PILOT_ERROR_ROWS
+        rows = np.arange(n) if n <= cap else np.random.default_rng(0).permutation(n)[:cap]
+        train = np.argmax(np.asarray(post.predict_f(d["X"][rows])[0]), 1) != codes[rows]
         test = np.argmax(np.asarray(post.predict_f(d["Xte"])[0]), 1) != yte
         print(f"{name} softmax pilot M {M}, {S} steps: CPU {cpu:.1f} s, training error {train.mean():.4f}, "
               f"test error {test.mean():.4f}; {load()}", flush=True)
