@@ -16,8 +16,9 @@ from .methods.common import ConvergenceWarning
 from .model import Model
 from .parameters import Fixed, MissingGradientError, Shared
 from .posterior import Posterior
+from .sampling import SampledPosterior, SamplingWarning
 from .threads import get_num_threads, set_num_threads
 
-__all__ = ["Model", "Posterior", "Fixed", "Shared", "load", "from_xarray", "ConvergenceWarning", "EvidenceRoundingWarning",
+__all__ = ["Model", "Posterior", "SampledPosterior", "SamplingWarning", "Fixed", "Shared", "load", "from_xarray", "ConvergenceWarning", "EvidenceRoundingWarning",
            "NotPositiveDefiniteError", "PosteriorFileError", "UntrustedTypeError", "MissingGradientError", "kernels", "likelihoods", "means", "inducing", "inference",
            "priors", "datasets", "set_num_threads", "get_num_threads", "__version__"]

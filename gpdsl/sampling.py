@@ -1,0 +1,559 @@
+"""Hyperparameter posteriors by NUTS: what :meth:`gpdsl.Model.sample` runs.
+
+The target is the posterior of the hyperparameters on the optimiser's unconstrained scale u
+(:class:`gpdsl.parameters.ParameterTable`: u = log theta for a positive hyperparameter, the logit
+of its place in (low, high) for a bounded one, theta itself for a real one):
+
+    log p(u | y) = log p(y | theta(u)) + sum log p(theta(u)) + log |d theta / d u|,
+
+with log p(y | theta) the method's log evidence (Exact's marginal likelihood; VFE's collapsed bound,
+which makes the result a pseudo-posterior; FITC's, DTC's, EP's and Laplace's approximations),
+p(theta) the declared priors on the natural scale and the log-Jacobian
+
+    log |d theta / d u| = u                                        (positive: theta = e^u),
+                        = log((theta - low) (high - theta) / (high - low))     (bounded),
+                        = 0                                        (real).
+
+Its gradient is the fit's (:class:`gpdsl.fitting._Objective`: the analytic gradient of the evidence
+and of the priors, chained to u) plus the Jacobian's: 1 per positive entry, 1 - 2 expit(u) per
+bounded one.  :func:`gpdsl.nuts.sample` draws from it.
+
+Chains start dispersed around the MAP: the model is fitted first (``Model.fit``, the MAP in theta,
+which also selects a sparse method's inducing inputs Z, held there while sampling), and each chain
+starts at the MAP's u plus an independent N(0, START_SCALE^2) perturbation of every coordinate
+(halved until the log posterior is finite there).
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+from scipy import special
+
+from . import fitting, nuts
+from .checks import check_positive_int
+from .inputs import check_fit_arguments, validate_inputs
+from .io.layout import variable_dims
+from .io.xarray_import import xarray
+from .methods.common import ConvergenceWarning
+from .posterior import Posterior
+
+__all__ = ["SampledPosterior", "SamplingDiagnostics", "SamplingWarning", "LogPosterior", "sample"]
+
+# Thresholds of the diagnostics record (Vehtari et al. (2021), "Rank-normalization, folding and
+# localization: an improved R-hat", Bayesian Analysis 16(2); Stan's E-BFMI rule, Betancourt (2016),
+# arXiv:1604.00695): R-hat above RHAT_MAX, a bulk or tail ESS below ESS_PER_CHAIN per chain, any
+# divergence, a chain's E-BFMI below BFMI_MIN, or transitions that hit the tree-depth cap warn.
+RHAT_MAX = 1.01
+ESS_PER_CHAIN = 100
+BFMI_MIN = 0.3
+# Standard deviation, on the unconstrained scale, of each chain's start around the MAP: a factor
+# of e^0.5 ~ 1.6 either way in a positive hyperparameter, enough for R-hat to see chains that
+# settle in different modes, small enough to start where the posterior has its mass.
+START_SCALE = 0.5
+START_TRIES = 10
+# Draws (spread evenly over all chains) at which predict and predict_f evaluate the method's
+# posterior by default: each costs one evaluation of the evidence.
+PREDICT_DRAWS = 200
+
+
+class SamplingWarning(ConvergenceWarning):
+    """A diagnostic of a NUTS run is out of range (divergences, R-hat, ESS, E-BFMI, tree depth)."""
+
+
+def _refuse_unmarginalised(model):
+    """Refuse a method whose objective depends on a variational q(f) it holds rather than on the
+    hyperparameters alone: the ELBO methods, those that need the likelihood's variational
+    expectations (SVGP, VGP).  Their bound is a function of (theta, q), so a posterior over theta
+    would need q sampled or integrated too."""
+    if model.inference.requires == "variational_expectations":
+        name = type(model.inference).__name__
+        raise ValueError(f"Model.sample: {name} keeps a variational q(u) that is not marginalised, so its bound is "
+                         f"not a function of the hyperparameters alone; sample with a method whose evidence "
+                         f"integrates f out: Exact (Gaussian likelihood), VFE, FITC or DTC (sparse Gaussian), "
+                         f"EP or Laplace (other likelihoods, dense or with an inducing spec)")
+
+
+def check_priors(table):
+    """Every sampled entry of ``table`` must carry a prior whose support covers the entry's domain.
+
+    Parameters
+    ----------
+    table : gpdsl.parameters.ParameterTable
+
+    Raises
+    ------
+    ValueError
+        Naming the free entries without a prior (with the remedy), or an entry whose prior's
+        support is narrower than the values the entry may take.
+    """
+    missing = [e.name for e in table.free if e.prior is None]
+    if missing:
+        raise ValueError(f"Model.sample: the hyperparameter(s) {missing} carry no prior; a posterior needs one on "
+                         f"every sampled parameter: declare a prior (e.g. gd.priors.HalfNormal(1.0), "
+                         f"gd.priors.Gamma(2.0, 1.0)) or hold them with fixed={tuple(missing)!r}")
+    for e in table.free:
+        low, high = e.prior.support
+        domain = e.bounds if e.bounds is not None else ((0.0, np.inf) if e.positive else (-np.inf, np.inf))
+        if low > domain[0] or high < domain[1]:
+            raise ValueError(f"Model.sample: {e.name} takes values in ({domain[0]:g}, {domain[1]:g}) but its prior "
+                             f"{e.prior!r} has support ({low:g}, {high:g}); the sampler would leave it; declare a "
+                             f"prior on ({domain[0]:g}, {domain[1]:g})")
+
+
+class LogPosterior:
+    """log p(u | y) on the unconstrained scale (module docstring) and its gradient.
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+        The declaration (resolved, with the likelihood's labels: ``post.model``).
+    table : gpdsl.parameters.ParameterTable
+        The sampled entries (``table.free``) and the held ones.
+    X : ndarray, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Training targets as the likelihood codes them.
+    Z : ndarray, shape (M, D), or None
+        Inducing inputs (None for a dense method).
+
+    Notes
+    -----
+    Calling it with u (P,) returns ``(log p(u | y) + const, gradient (P,))``; a point where the
+    evidence cannot be computed (a failed factorisation, an overflow) gives ``(-inf, zeros)``,
+    which :func:`gpdsl.nuts.sample` counts as a divergence.  A method with a local state (EP's
+    sites) starts each evaluation from the previous one's.
+    """
+
+    def __init__(self, model, table, X, y, Z):
+        check_priors(table)
+        self.table = table
+        # The method's own evaluation (not a fit's loosened one): EP's sites to its tol.
+        self.objective = fitting._Objective(model, table, X, y, Z, evaluate=model.evaluate)
+
+    def log_jacobian(self, u):
+        """log |d theta / d u| and its gradient in u (module docstring).
+
+        Parameters
+        ----------
+        u : ndarray, shape (P,)
+
+        Returns
+        -------
+        value : float
+        gradient : ndarray, shape (P,)
+        """
+        value, gradient, offset = 0.0, np.zeros_like(u), 0
+        for e in self.table.free:
+            chunk = u[offset:offset + e.size]
+            if e.bounds is not None:
+                low, high = e.bounds
+                # log(expit(u) (1 - expit(u))) + log(high - low), from log-expit for large |u|.
+                value += float(np.sum(special.log_expit(chunk) + special.log_expit(-chunk))) + e.size * np.log(high - low)
+                gradient[offset:offset + e.size] = 1.0 - 2.0 * special.expit(chunk)
+            elif e.positive:
+                value += float(np.sum(chunk))
+                gradient[offset:offset + e.size] = 1.0
+            offset += e.size
+        return value, gradient
+
+    def __call__(self, u):
+        u = np.asarray(u, dtype=float)
+        negated, negated_gradient = self.objective(u)
+        if not np.isfinite(negated):
+            return -np.inf, np.zeros_like(u)
+        jacobian, jacobian_gradient = self.log_jacobian(u)
+        return -negated + jacobian, -negated_gradient + jacobian_gradient
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingDiagnostics:
+    """How a NUTS run went, with the checks :func:`sample` warns on.
+
+    Parameters
+    ----------
+    chains, draws : int
+        Chains and kept draws per chain.
+    divergences : int
+        Divergent transitions over all chains (after warmup).
+    max_rhat : float
+        The largest rank-normalised split R-hat over every scalar hyperparameter (``az.rhat``).
+    min_ess_bulk, min_ess_tail : float
+        The smallest bulk and tail effective sample sizes (``az.ess``).
+    bfmi : tuple of float
+        Each chain's E-BFMI, sum (E_n - E_{n-1})^2 / sum (E_n - mean E)^2 over its energies.
+    tree_depth_hits : int
+        Transitions whose trajectory reached the cap ``max_tree_depth``.
+    max_tree_depth : int
+        The cap.
+    worst : dict of str to str
+        The hyperparameter (``name[index]`` for an array) behind ``max_rhat``, ``min_ess_bulk`` and
+        ``min_ess_tail``.
+    """
+
+    chains: int
+    draws: int
+    divergences: int
+    max_rhat: float
+    min_ess_bulk: float
+    min_ess_tail: float
+    bfmi: tuple
+    tree_depth_hits: int
+    max_tree_depth: int
+    worst: dict
+
+    @property
+    def ess_min(self):
+        """float: the ESS below which a run warns, ESS_PER_CHAIN per chain."""
+        return float(ESS_PER_CHAIN * self.chains)
+
+    def problems(self):
+        """The checks that failed, in words (empty when every one passed).
+
+        Returns
+        -------
+        list of str
+        """
+        found = []
+        if self.divergences:
+            found.append(f"{self.divergences} divergent transition(s) after warmup: the posterior has regions the "
+                         "step size cannot follow (raise target_accept, or reparameterise / tighten the priors)")
+        if not self.max_rhat <= RHAT_MAX:
+            found.append(f"R-hat {self.max_rhat:.4g} > {RHAT_MAX} ({self.worst['max_rhat']}): the chains disagree "
+                         "(run longer, or look for several modes)")
+        for kind in ("bulk", "tail"):
+            ess = getattr(self, f"min_ess_{kind}")
+            if not ess >= self.ess_min:
+                found.append(f"{kind} ESS {ess:.4g} < {self.ess_min:g} ({ESS_PER_CHAIN} per chain; "
+                             f"{self.worst[f'min_ess_{kind}']}): too few effective draws for reliable "
+                             "summaries (raise draws)")
+        low = [f"chain {c}: {b:.3g}" for c, b in enumerate(self.bfmi) if not b >= BFMI_MIN]
+        if low:
+            found.append(f"E-BFMI below {BFMI_MIN} ({', '.join(low)}): the momentum resampling explores the "
+                         "energy poorly (heavy tails; reparameterise or tighten the priors)")
+        if self.tree_depth_hits:
+            found.append(f"{self.tree_depth_hits} transition(s) hit max_tree_depth = {self.max_tree_depth}: "
+                         "the trajectories were cut short (efficiency, not validity)")
+        return found
+
+    @property
+    def ok(self):
+        """bool: every check passed."""
+        return not self.problems()
+
+
+def energy_bfmi(energy):
+    """E-BFMI of each chain: sum_n (E_n - E_{n-1})^2 / sum_n (E_n - mean E)^2.
+
+    Parameters
+    ----------
+    energy : ndarray, shape (chains, draws)
+
+    Returns
+    -------
+    ndarray, shape (chains,)
+    """
+    energy = np.asarray(energy, dtype=float)
+    return np.sum(np.diff(energy, axis=1) ** 2, axis=1) / np.sum((energy - energy.mean(axis=1, keepdims=True)) ** 2,
+                                                                 axis=1)
+
+
+def _extreme(dataset, pick):
+    """(value, "name[index]") of the smallest or largest (``pick`` np.nanargmin / np.nanargmax)
+    element over the variables of ``dataset`` (an az.rhat / az.ess result)."""
+    best = None
+    for name, variable in dataset.data_vars.items():
+        values = np.atleast_1d(np.asarray(variable.values, dtype=float))
+        if np.all(np.isnan(values)):
+            i, value = 0, np.nan
+        else:
+            i = int(pick(values))
+            value = float(values.ravel()[i])
+        label = name if values.size == 1 and variable.ndim == 0 else f"{name}[{i}]"
+        if best is None or np.isnan(best[0]) or (not np.isnan(value) and pick([best[0], value]) == 1):
+            best = (value, label)
+    return best
+
+
+def diagnose(draws, result):
+    """The :class:`SamplingDiagnostics` of the draws Dataset and the :class:`gpdsl.nuts.NUTSResult`.
+
+    Parameters
+    ----------
+    draws : xarray.Dataset
+        Dims (chain, draw, ...).
+    result : gpdsl.nuts.NUTSResult
+
+    Returns
+    -------
+    SamplingDiagnostics
+    """
+    import arviz as az
+
+    rhat = _extreme(az.rhat(draws), np.nanargmax)
+    bulk = _extreme(az.ess(draws, method="bulk"), np.nanargmin)
+    tail = _extreme(az.ess(draws, method="tail"), np.nanargmin)
+    chains, n_draws = result.lp.shape
+    return SamplingDiagnostics(chains=chains, draws=n_draws, divergences=int(np.sum(result.diverging)),
+                               max_rhat=rhat[0], min_ess_bulk=bulk[0], min_ess_tail=tail[0],
+                               bfmi=tuple(float(b) for b in energy_bfmi(result.energy)),
+                               tree_depth_hits=int(np.sum(result.tree_depth >= result.max_tree_depth)),
+                               max_tree_depth=result.max_tree_depth,
+                               worst={"max_rhat": rhat[1], "min_ess_bulk": bulk[1], "min_ess_tail": tail[1]})
+
+
+class SampledPosterior:
+    """The posterior of a model's hyperparameters by NUTS, as :meth:`gpdsl.Model.sample` returns it.
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+        The sampled model (with the likelihood's labels).
+    table : gpdsl.parameters.ParameterTable
+        Its parameters: the sampled ones (``free``) and the held ones.
+    result : gpdsl.nuts.NUTSResult
+        The sampler's draws on the unconstrained scale and its per-draw statistics.
+    X : ndarray, shape (N, D)
+        Training inputs.
+    y : ndarray, shape (N,)
+        Training targets as the likelihood codes them.
+    map_posterior : gpdsl.Posterior
+        The MAP fit the chains started around (its Z, for a sparse method, is the one sampled at).
+
+    Attributes
+    ----------
+    draws : xarray.Dataset
+        One variable per sampled hyperparameter, under its ``post.values`` name, natural scale,
+        dims (chain, draw, ...) (an ARD length-scale's ``feature``).
+    sample_stats : xarray.Dataset
+        ``lp``, ``diverging``, ``tree_depth``, ``step_size``, ``energy``, ``acceptance_rate``,
+        ``n_steps``, dims (chain, draw).
+    diagnostics : SamplingDiagnostics
+    fixed : dict of str to ndarray
+        The held hyperparameters' values (``fixed=``, and a sparse method's Z).
+    """
+
+    def __init__(self, model, table, result, X, y, map_posterior):
+        self.model = model
+        self.table = table
+        self.result = result
+        self.X, self.y = X, y
+        self.map_posterior = map_posterior
+        self.draws = self._draws_dataset()
+        self.sample_stats = self._stats_dataset()
+        self.diagnostics = diagnose(self.draws, result)
+        self.fixed = {e.name: e.value.copy() for e in table.entries if e.fixed}
+        self._posteriors = {}
+
+    def __repr__(self):
+        d = self.diagnostics
+        return (f"SampledPosterior({type(self.model.inference).__name__}, {d.chains} chains x {d.draws} draws of "
+                f"{list(self.draws.data_vars)}; divergences {d.divergences}, max R-hat {d.max_rhat:.4g}, "
+                f"min bulk ESS {d.min_ess_bulk:.4g})")
+
+    def _sampled_entries(self):
+        """The entries with draws: the free ones and the members of their ties."""
+        return [e for e in self.table.entries if not e.fixed]
+
+    def _draws_dataset(self):
+        xr = xarray()
+        chains, n_draws, _ = self.result.draws.shape
+        natural = [self.table.unpack(u) for u in self.result.draws.reshape(chains * n_draws, -1)]
+        data, coords = {}, {"chain": np.arange(chains), "draw": np.arange(n_draws)}
+        for e in self._sampled_entries():
+            values = np.stack([v[e.name] for v in natural]).reshape((chains, n_draws) + e.value.shape)
+            dims = variable_dims(e.name, e.value, e.dims)
+            for dim, size in zip(dims, e.value.shape):
+                coords.setdefault(dim, np.arange(size))
+            data[e.name] = (("chain", "draw") + tuple(dims), values)
+        return xr.Dataset(data, coords=coords, attrs={"inference": type(self.model.inference).__name__})
+
+    def _stats_dataset(self):
+        xr = xarray()
+        r = self.result
+        stats = {"lp": r.lp, "diverging": r.diverging, "tree_depth": r.tree_depth, "step_size": r.step_size,
+                 "energy": r.energy, "acceptance_rate": r.acceptance_rate, "n_steps": r.n_steps}
+        return xr.Dataset({k: (("chain", "draw"), v) for k, v in stats.items()},
+                          coords={"chain": np.arange(r.lp.shape[0]), "draw": np.arange(r.lp.shape[1])})
+
+    def values_at(self, chain, draw):
+        """Every hyperparameter's natural value at one draw (held ones included).
+
+        Parameters
+        ----------
+        chain, draw : int
+
+        Returns
+        -------
+        dict of str to ndarray
+        """
+        values = self.table.unpack(self.result.draws[chain, draw])
+        values.pop("inducing.Z", None)
+        return values
+
+    def posterior_at(self, chain, draw):
+        """The method's posterior (a :class:`gpdsl.Posterior`) at one draw's hyperparameters.
+
+        Parameters
+        ----------
+        chain, draw : int
+
+        Returns
+        -------
+        gpdsl.Posterior
+        """
+        key = (int(chain), int(draw))
+        if key not in self._posteriors:
+            map_post = self.map_posterior
+            selection = map_post.selection
+            if selection is not None:
+                selection = dataclasses.replace(selection, Z=map_post.state.Z)
+            fixed = tuple(e.name for e in self.table.entries if e.fixed and e.name != "inducing.Z")
+            at = fitting.fit_at(self.model, self.X, self.y, selection, fixed=fixed, optimize=False, restarts=0,
+                                seed=0, max_iter=1, progress=False, callback=None, start=self.values_at(*key),
+                                warm=None)
+            self._posteriors[key] = Posterior(model=self.model, values=at.values, state=at.evaluation.state,
+                                              log_evidence=at.evaluation.log_evidence, log_prior=at.log_prior)
+        return self._posteriors[key]
+
+    def thinned(self, max_draws=PREDICT_DRAWS):
+        """The (chain, draw) pairs predict uses: at most ``max_draws``, spread evenly over the
+        chains' draws taken in order.
+
+        Parameters
+        ----------
+        max_draws : int, default PREDICT_DRAWS
+
+        Returns
+        -------
+        list of tuple of int
+        """
+        check_positive_int("SampledPosterior", "max_draws", max_draws)
+        chains, n_draws = self.result.lp.shape
+        flat = np.unique(np.linspace(0, chains * n_draws - 1, min(max_draws, chains * n_draws)).round().astype(int))
+        return [divmod(int(i), n_draws) for i in flat]
+
+    def predict_f(self, X_new, max_draws=PREDICT_DRAWS):
+        """Latent predictive mean and variance at X_new, integrated over the hyperparameters.
+
+        With m_s, v_s the method's predictive mean and variance at draw s of the S draws of
+        :meth:`thinned`: mean = (1/S) sum_s m_s, variance = (1/S) sum_s v_s + (1/S) sum_s (m_s -
+        mean)^2 (the law of total variance for the equally weighted mixture).
+
+        Parameters
+        ----------
+        X_new : array_like, shape (n, D)
+        max_draws : int, default PREDICT_DRAWS
+
+        Returns
+        -------
+        mean, var : ndarray, shape (n,)
+        """
+        moments = [self.posterior_at(c, d).predict_f(X_new) for c, d in self.thinned(max_draws)]
+        means = np.stack([m for m, _ in moments])
+        variances = np.stack([v for _, v in moments])
+        return _mixture(means, variances)
+
+    def predict(self, X_new, max_draws=PREDICT_DRAWS):
+        """:meth:`gpdsl.Posterior.predict` integrated over the hyperparameters.
+
+        Each ``<name>_mean`` / ``<name>_var`` pair (f, y) is the mixture's mean and variance
+        (:meth:`predict_f`'s rule); any other variable (a class probability ``p``) is the mixture's,
+        the average over the draws.
+
+        Parameters
+        ----------
+        X_new : array_like, shape (n, D)
+        max_draws : int, default PREDICT_DRAWS
+
+        Returns
+        -------
+        xarray.Dataset
+            As :meth:`gpdsl.Posterior.predict`, with ``attrs["draws_used"]``.
+        """
+        pairs = self.thinned(max_draws)
+        each = [self.posterior_at(c, d).predict(X_new) for c, d in pairs]
+        out = each[0].copy()
+        for name in each[0].data_vars:
+            stacked = np.stack([ds[name].values for ds in each])
+            if name.endswith("_var") and name[:-4] + "_mean" in each[0].data_vars:
+                means = np.stack([ds[name[:-4] + "_mean"].values for ds in each])
+                out[name] = (each[0][name].dims, _mixture(means, stacked)[1])
+            else:
+                out[name] = (each[0][name].dims, stacked.mean(axis=0))
+        out.attrs["draws_used"] = len(pairs)
+        return out
+
+    def to_inference_data(self):
+        """The run as arviz.InferenceData.
+
+        Returns
+        -------
+        arviz.InferenceData
+            Groups ``posterior`` (:attr:`draws`), ``sample_stats`` (:attr:`sample_stats`) and
+            ``observed_data`` (``y``, dim ``obs``).
+        """
+        import arviz as az
+
+        xr = xarray()
+        observed = xr.Dataset({"y": ("obs", np.asarray(self.y))}, coords={"obs": np.arange(np.size(self.y))})
+        return az.InferenceData(posterior=self.draws, sample_stats=self.sample_stats, observed_data=observed)
+
+
+def _mixture(means, variances):
+    """Mean and variance of the equally weighted mixture of components with ``means`` and
+    ``variances`` (S, ...): E[m], E[v] + E[(m - E[m])^2]."""
+    mean = means.mean(axis=0)
+    return mean, variances.mean(axis=0) + ((means - mean) ** 2).mean(axis=0)
+
+
+def _starts(logp, u_map, chains, rng):
+    """Each chain's start: u_map plus N(0, START_SCALE^2) noise, halved until logp is finite there."""
+    starts = []
+    for _ in range(chains):
+        noise = START_SCALE * rng.standard_normal(u_map.shape)
+        for _ in range(START_TRIES):
+            if np.isfinite(logp(u_map + noise)[0]):
+                break
+            noise = noise / 2.0
+        else:
+            noise = np.zeros_like(u_map)
+        starts.append(u_map + noise)
+    return np.array(starts)
+
+
+def sample(model, X, y, *, draws=1000, tune=1000, chains=4, seed=0, target_accept=0.8, fixed=(), cores=None,
+           progress=False):
+    """Draw the hyperparameters' posterior by NUTS: what :meth:`gpdsl.Model.sample` runs.
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+    X, y, draws, tune, chains, seed, target_accept, fixed, cores, progress : object
+        As :meth:`gpdsl.Model.sample` takes them.
+
+    Returns
+    -------
+    SampledPosterior
+    """
+    fixed = check_fit_arguments(True, fixed, 0, seed, 1, progress, None)
+    X = validate_inputs(X)
+    model = model.resolved(X, seed)
+    _refuse_unmarginalised(model)
+    # The priors are checked before the MAP fit, which would otherwise run in vain.
+    check_priors(model.parameter_table(X, None, fixed))
+    map_posterior = model.fit(X, y, fixed=fixed, seed=seed)
+    model = map_posterior.model
+    y_coded = model.likelihood.coded_targets(y, X.shape[0])
+    Z = map_posterior.state.Z if model.sparse else None
+    held = fixed + (("inducing.Z",) if model.sparse and model.inducing.optimize and "inducing.Z" not in fixed else ())
+    table = model.parameter_table(X, Z, held)
+    logp = LogPosterior(model, table, X, y_coded, Z)
+    starts = _starts(logp, table.pack(map_posterior.values), chains, np.random.default_rng(seed))
+    result = nuts.sample(logp, starts, draws=draws, tune=tune, chains=chains, seed=seed, target_accept=target_accept,
+                         cores=cores, progress=progress)
+    sampled = SampledPosterior(model, table, result, X, y_coded, map_posterior)
+    for problem in sampled.diagnostics.problems():
+        warnings.warn(f"Model.sample: {problem}", SamplingWarning, stacklevel=4)
+    return sampled
