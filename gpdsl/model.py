@@ -556,9 +556,10 @@ class Model:
         The target is log p(u | y) = log evidence + sum log prior(theta) + log |d theta / d u| on
         the optimiser's unconstrained scale u (log of positive hyperparameters, logit of bounded
         ones; :mod:`gpdsl.sampling`), drawn by Stan's NUTS (:func:`gpdsl.nuts.sample`).  The
-        model is fitted first (MAP, :meth:`fit`); each chain starts at the MAP's u plus an
-        independent N(0, 0.5^2) perturbation (:data:`gpdsl.sampling.START_SCALE`).  A sparse
-        method's inducing inputs are those of the MAP fit, held while sampling.
+        model is fitted first (MAP, :meth:`fit`: a sparse method's inducing inputs are those of
+        this fit, held while sampling); each chain starts at the mode of log p(u | y) (L-BFGS-B
+        from the declared values) plus an independent N(0, 0.5^2) perturbation
+        (:data:`gpdsl.sampling.START_SCALE`).
 
         Parameters
         ----------

@@ -8,7 +8,7 @@ import warnings
 import arviz as az
 import numpy as np
 import pytest
-from scipy import special, stats
+from scipy import stats
 
 import gpdsl as gd
 from gpdsl import priors as P
@@ -60,16 +60,16 @@ GRADIENT_CASES = {
     "dtc": lambda: gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Gaussian(variance=P.HalfNormal(1.0)),
                             inducing=gd.inducing.Fixed(Z4), inference=gd.inference.DTC()),
 }
+LOGIT = gd.likelihoods.Bernoulli(link="logit", bias=P.Normal(0.0, 1.0))
 # Methods with a local iteration, declared to converge far below the differences' resolution.
 LOCAL_CASES = {
     "ep": lambda: gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Bernoulli(bias=P.Normal(0.0, 1.0)),
                            inference=gd.inference.EP(tol=1e-12, fit_tol=1e-12)),
     "fitc_ep": lambda: gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Bernoulli(bias=P.Normal(0.0, 1.0)),
                                 inducing=gd.inducing.Fixed(Z4), inference=gd.inference.EP(tol=1e-12, fit_tol=1e-12)),
-    "laplace": lambda: gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Bernoulli(link="logit", bias=P.Normal(0.0, 1.0)),
-                                inference=gd.inference.Laplace()),
-    "fitc_laplace": lambda: gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Bernoulli(link="logit", bias=P.Normal(0.0, 1.0)),
-                                     inducing=gd.inducing.Fixed(Z4), inference=gd.inference.Laplace()),
+    "laplace": lambda: gd.Model(kernel=se_kernel(), likelihood=LOGIT, inference=gd.inference.Laplace()),
+    "fitc_laplace": lambda: gd.Model(kernel=se_kernel(), likelihood=LOGIT, inducing=gd.inducing.Fixed(Z4),
+                                     inference=gd.inference.Laplace()),
 }
 
 
@@ -314,6 +314,10 @@ def test_to_inference_data_works_with_arviz(short_run):
 
 REFERENCE = TESTS_DATA / "posteriordb_gp_regr.json"
 Z_MCSE = 3.0     # the issue's acceptance: within 3 combined Monte Carlo standard errors
+# A reference value is used where it agrees with the grid quadrature within this many of its own
+# MCSEs; rho's 95 % quantile does not (2.8: tests/data/posteriordb_gp_regr.json, "quadrature_note")
+# and is checked against the quadrature alone.
+REFERENCE_CONSISTENT = 2.0
 
 
 def test_exact_gp_matches_stans_reference_posterior():
@@ -321,8 +325,10 @@ def test_exact_gp_matches_stans_reference_posterior():
     sigma I, rho ~ gamma(25, 4), alpha ~ half-normal(0, 2), sigma ~ half-normal(0, 1).  In gpdsl's
     terms: lengthscale rho, kernel variance alpha^2 (a half-normal on its square root), Gaussian
     noise variance sigma itself (Stan adds sigma, not sigma^2, to the diagonal).  At the defaults
-    (4 chains x (1000 + 1000)) the means and 5/50/95 % quantiles of rho, alpha, sigma must lie within
-    Z_MCSE combined MCSEs (ours from az.mcse, the reference's from its 10 x 1000 draws)."""
+    (4 chains x (1000 + 1000)), with no divergence and R-hat <= 1.01, the means and 5/50/95 %
+    quantiles of rho, alpha, sigma lie within Z_MCSE combined MCSEs of Stan's reference (ours from
+    az.mcse, the reference's from its 10 x 1000 draws) and within Z_MCSE of the grid quadrature
+    (our MCSE and the quadrature's error combined)."""
     ref = json.loads(REFERENCE.read_text())
     X, y = np.array(ref["x"], dtype=float)[:, None], np.array(ref["y"])
     model = gd.Model(kernel=gd.kernels.SquaredExponential(variance=P.OnTransformed(P.HalfNormal(2.0), "sqrt"),
@@ -335,15 +341,57 @@ def test_exact_gp_matches_stans_reference_posterior():
     assert s.diagnostics.max_rhat <= 1.01
     ours = {"rho": s.draws["kernel.lengthscale"].values, "alpha": np.sqrt(s.draws["kernel.variance"].values),
             "sigma": s.draws["likelihood.variance"].values}
-    misses = []
+    quadrature, quadrature_error = ref["quadrature"], ref["quadrature"]["abs_error"]
+    misses, compared = [], 0
     for name, x in ours.items():
         reference = ref["reference"][name]
         estimates = {"mean": (x.mean(), az.mcse(x, method="mean"))}
         for q in (5, 50, 95):
             estimates[f"q{q:02d}"] = (np.quantile(x, q / 100), az.mcse(x, method="quantile", prob=q / 100))
         for stat, (value, mcse) in estimates.items():
-            combined = math.hypot(float(np.ravel(mcse)[0]), reference[f"mcse_{stat}"])
-            z = (value - reference[stat]) / combined
+            mcse = float(np.ravel(mcse)[0])
+            exact = quadrature[name][stat]
+            z = (value - exact) / math.hypot(mcse, quadrature_error)
             if not abs(z) <= Z_MCSE:
-                misses.append(f"{name} {stat}: {value:.5g} against {reference[stat]:.5g} ({z:+.2f} MCSE)")
+                misses.append(f"{name} {stat}: {value:.5g} against quadrature {exact:.5g} ({z:+.2f} sd)")
+            reference_mcse = reference[f"mcse_{stat}"]
+            if abs(reference[stat] - exact) > REFERENCE_CONSISTENT * reference_mcse:
+                continue
+            compared += 1
+            z = (value - reference[stat]) / math.hypot(mcse, reference_mcse)
+            if not abs(z) <= Z_MCSE:
+                misses.append(f"{name} {stat}: {value:.5g} against Stan's {reference[stat]:.5g} ({z:+.2f} MCSE)")
     assert not misses, misses
+    assert compared == 11
+
+
+@pytest.mark.parametrize("case", ["vfe_optimized_z", "ep"])
+def test_sparse_and_ep_runs_record_the_log_posterior_at_their_draws(case):
+    """A short run of VFE with optimised Z (Z held at the MAP fit's) and of dense EP: the draws'
+    recorded lp is the log posterior recomputed at them, and predict_f is the mixture of the
+    method's own posteriors at the draws."""
+    if case == "ep":
+        X, y = classification_data()
+        model = LOCAL_CASES["ep"]()
+    else:
+        X, y = regression_data(n=20)
+        model = gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Gaussian(variance=P.HalfNormal(1.0)),
+                         inducing=gd.inducing.Optimized(Z4), inference=gd.inference.VFE())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        s = model.sample(X, y, draws=15, tune=30, chains=2, cores=1, seed=4)
+    assert "inducing.Z" not in s.draws
+    if model.sparse:
+        np.testing.assert_array_equal(s.fixed["inducing.Z"], s.map_posterior.state.Z)
+        assert not np.array_equal(s.map_posterior.state.Z, Z4)        # the MAP fit moved Z
+    logp = LogPosterior(s.model, s.table, X, s.y, s.map_posterior.state.Z if model.sparse else None)
+    for c, d in [(0, 0), (1, 14), (0, 7)]:
+        assert logp(s.result.draws[c, d])[0] == pytest.approx(s.sample_stats["lp"].values[c, d], rel=1e-9, abs=1e-9)
+    X_new = np.linspace(-2, 2, 5)[:, None]
+    each = [s.posterior_at(c, d).predict_f(X_new) for c, d in s.thinned(4)]
+    mean, var = s.predict_f(X_new, max_draws=4)
+    means = np.array([m for m, _ in each])
+    np.testing.assert_allclose(mean, means.mean(axis=0), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(var, np.mean([v for _, v in each], axis=0) + means.var(axis=0), rtol=1e-12)
+    np.testing.assert_array_equal(s.posterior_at(1, 3).values["kernel.lengthscale"],
+                                  s.draws["kernel.lengthscale"].values[1, 3])
