@@ -6,8 +6,9 @@ of its place in (low, high) for a bounded one, theta itself for a real one):
 
     log p(u | y) = log p(y | theta(u)) + sum log p(theta(u)) + log |d theta / d u|,
 
-with log p(y | theta) the method's log evidence (Exact's marginal likelihood; VFE's collapsed bound,
-which makes the result a pseudo-posterior; FITC's, DTC's, EP's and Laplace's approximations),
+with log p(y | theta) the method's log evidence (Exact's marginal likelihood; FITC's, DTC's, EP's,
+QP's and Laplace's approximations; VFE's and Pólya-Gamma's collapsed bounds, which make the result a
+pseudo-posterior, the bound's exponential normalised),
 p(theta) the declared priors on the natural scale and the log-Jacobian
 
     log |d theta / d u| = u                                        (positive: theta = e^u),
@@ -77,7 +78,7 @@ def _refuse_unmarginalised(model):
         raise ValueError(f"Model.sample: {name} keeps a variational q(u) that is not marginalised, so its bound is "
                          f"not a function of the hyperparameters alone; sample with a method whose evidence "
                          f"integrates f out: Exact (Gaussian likelihood), VFE, FITC or DTC (sparse Gaussian), "
-                         f"EP or Laplace (other likelihoods, dense or with an inducing spec)")
+                         f"EP, QP, Laplace or PolyaGamma (other likelihoods, dense or with an inducing spec)")
 
 
 def check_priors(table):

@@ -67,6 +67,12 @@ LOCAL_CASES = {
                            inference=gd.inference.EP(tol=1e-12, fit_tol=1e-12)),
     "fitc_ep": lambda: gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Bernoulli(bias=P.Normal(0.0, 1.0)),
                                 inducing=gd.inducing.Fixed(Z4), inference=gd.inference.EP(tol=1e-12, fit_tol=1e-12)),
+    "qp": lambda: gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Bernoulli(bias=P.Normal(0.0, 1.0)),
+                           inference=gd.inference.QP(tol=1e-12, fit_tol=1e-12)),
+    "polya_gamma": lambda: gd.Model(kernel=se_kernel(), likelihood=LOGIT, inducing=gd.inducing.Fixed(Z4),
+                                    inference=gd.inference.PolyaGamma()),
+    "laplace_poisson": lambda: gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Poisson(link="log"),
+                                        inference=gd.inference.Laplace()),
     "laplace": lambda: gd.Model(kernel=se_kernel(), likelihood=LOGIT, inference=gd.inference.Laplace()),
     "fitc_laplace": lambda: gd.Model(kernel=se_kernel(), likelihood=LOGIT, inducing=gd.inducing.Fixed(Z4),
                                      inference=gd.inference.Laplace()),
@@ -93,6 +99,8 @@ def central_differences(f, u):
 def test_log_posterior_gradient_matches_central_differences(case):
     model = {**GRADIENT_CASES, **LOCAL_CASES}[case]()
     X, y = classification_data() if case in LOCAL_CASES else regression_data()
+    if case == "laplace_poisson":
+        y = np.random.default_rng(2).poisson(np.exp(np.sin(2.0 * X[:, 0])))
     logp, table = log_posterior(model, X, y)
     # Away from the declared start, so that no term vanishes by symmetry.
     u = table.pack(table.values()) + np.random.default_rng(3).uniform(-0.4, 0.4, table.size)
@@ -178,7 +186,7 @@ def test_refuses_methods_whose_q_is_not_marginalised(inference):
     inducing = gd.inducing.Fixed(Z4) if inference == "SVGP" else None
     model = gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Bernoulli(bias=P.Normal(0.0, 1.0)),
                      inducing=inducing, inference=getattr(gd.inference, inference)())
-    with pytest.raises(ValueError, match=rf"{inference} keeps a variational q.*Exact.*VFE.*FITC.*EP or Laplace"):
+    with pytest.raises(ValueError, match=rf"{inference} keeps a variational q.*Exact.*VFE.*FITC.*EP, QP, Laplace or PolyaGamma"):
         model.sample(X, y, draws=10, tune=10)
 
 
