@@ -32,14 +32,19 @@ there).
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import warnings
 
 import numpy as np
 from scipy import special
 
 from . import fitting, nuts
+from ._version import __version__
 from .checks import check_positive_int
+from .inducing import Selection
 from .inputs import check_fit_arguments, validate_inputs
+from .io.files import check_path, sigint_deferred, write_replacing
 from .io.layout import variable_dims
 from .io.xarray_import import xarray
 from .methods.common import ConvergenceWarning
@@ -62,6 +67,8 @@ START_TRIES = 10
 # Draws (spread evenly over all chains) at which predict and predict_f evaluate the method's
 # posterior by default: each costs one evaluation of the evidence.
 PREDICT_DRAWS = 200
+# The ``format`` attribute of a saved run (SampledPosterior.save).
+SAVE_FORMAT = "gpdsl.SampledPosterior/1"
 
 
 class SamplingWarning(ConvergenceWarning):
@@ -325,8 +332,10 @@ class SampledPosterior:
         Training inputs.
     y : ndarray, shape (N,)
         Training targets as the likelihood codes them.
-    map_posterior : gpdsl.Posterior
-        The MAP fit (its Z, for a sparse method, is the one sampled at).
+    Z : ndarray, shape (M, D), or None
+        The inducing inputs sampled at (the MAP fit's; None for a dense method).
+    map_posterior : gpdsl.Posterior or None
+        The MAP fit (None for a run read back by :meth:`load`).
 
     Attributes
     ----------
@@ -341,11 +350,11 @@ class SampledPosterior:
         The held hyperparameters' values (``fixed=``, and a sparse method's Z).
     """
 
-    def __init__(self, model, table, result, X, y, map_posterior):
+    def __init__(self, model, table, result, X, y, Z, map_posterior=None):
         self.model = model
         self.table = table
         self.result = result
-        self.X, self.y = X, y
+        self.X, self.y, self.Z = X, y, Z
         self.map_posterior = map_posterior
         self.draws = self._draws_dataset()
         self.sample_stats = self._stats_dataset()
@@ -412,10 +421,7 @@ class SampledPosterior:
         """
         key = (int(chain), int(draw))
         if key not in self._posteriors:
-            map_post = self.map_posterior
-            selection = map_post.selection
-            if selection is not None:
-                selection = dataclasses.replace(selection, Z=map_post.state.Z)
+            selection = None if self.Z is None else Selection(self.Z, indices=None, criterion=None, stopped=None)
             fixed = tuple(e.name for e in self.table.entries if e.fixed and e.name != "inducing.Z")
             at = fitting.fit_at(self.model, self.X, self.y, selection, fixed=fixed, optimize=False, restarts=0,
                                 seed=0, max_iter=1, progress=False, callback=None, start=self.values_at(*key),
@@ -507,6 +513,94 @@ class SampledPosterior:
         observed = xr.Dataset({"y": ("obs", np.asarray(self.y))}, coords={"obs": np.arange(np.size(self.y))})
         return az.InferenceData(posterior=self.draws, sample_stats=self.sample_stats, observed_data=observed)
 
+    # -- files -------------------------------------------------------------------------------------
+    def to_xarray(self):
+        """The run as one xarray.Dataset: ``posterior.<name>`` (the draws), ``sample_stats.<name>``,
+        the unconstrained draws u, X, y, Z, each chain's adapted step size and inverse metric, and
+        the model in the attrs.
+
+        Returns
+        -------
+        xarray.Dataset
+        """
+        xr = xarray()
+        data = {f"posterior.{name}": variable for name, variable in self.draws.data_vars.items()}
+        data.update({f"sample_stats.{name}": variable for name, variable in self.sample_stats.data_vars.items()})
+        data["X"] = (("obs", "feature"), self.X)
+        data["y"] = ("obs", np.asarray(self.y, dtype=float))
+        if self.Z is not None:
+            data["Z"] = (("inducing", "feature"), self.Z)
+        data["unconstrained_draws"] = (("chain", "draw", "parameter"), self.result.draws)
+        data["adapted_step_size"] = ("chain", self.result.adapted_step_size)
+        metric = self.result.inverse_metric
+        data["inverse_metric"] = (("chain", "parameter") + (("parameter_bis",) if metric.ndim == 3 else ()), metric)
+        held = [e.name for e in self.table.entries if e.fixed]
+        attrs = {"format": SAVE_FORMAT, "gpdsl_version": __version__, "model_spec": json.dumps(self.model.to_dict()),
+                 "held": json.dumps(held), "max_tree_depth": self.result.max_tree_depth}
+        return xr.Dataset(data, attrs=attrs)
+
+    def save(self, path):
+        """Write the run to netCDF (scipy backend), replacing ``path`` whole (as :meth:`gpdsl.Posterior.save`).
+
+        The MAP posterior is not written (:attr:`map_posterior` of the loaded run is None).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            Ending in ``.nc``.
+
+        Raises
+        ------
+        TypeError
+            ``path`` not a str or os.PathLike.
+        ValueError
+            ``path`` not ending in ``.nc``.
+        """
+        path = check_path("SampledPosterior.save", path)
+        if os.path.splitext(path)[1].lower() != ".nc":
+            raise ValueError(f"SampledPosterior.save: path must end in .nc (the run is written as netCDF), got {path!r}")
+        with sigint_deferred():
+            write_replacing(os.path.realpath(path), self.to_xarray().to_netcdf(engine="scipy"))
+
+    @classmethod
+    def load(cls, path):
+        """A run written by :meth:`save`.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+
+        Returns
+        -------
+        SampledPosterior
+            With the draws, statistics and diagnostics of the saved run; ``map_posterior`` None.
+
+        Raises
+        ------
+        ValueError
+            A file that is not a saved run.
+        """
+        xr = xarray()
+        path = check_path("SampledPosterior.load", path)
+        with xr.open_dataset(path, engine="scipy") as opened:
+            ds = opened.load()
+        if ds.attrs.get("format") != SAVE_FORMAT:
+            raise ValueError(f"SampledPosterior.load: {path!r} is not a saved run (format "
+                             f"{ds.attrs.get('format')!r}, expected {SAVE_FORMAT!r})")
+        from .model import Model
+        model = Model.from_dict(json.loads(ds.attrs["model_spec"]))
+        X, y = np.ascontiguousarray(ds["X"].values), ds["y"].values
+        Z = np.ascontiguousarray(ds["Z"].values) if "Z" in ds else None
+        table = model.parameter_table(X, Z, tuple(json.loads(ds.attrs["held"])))
+        stats = {name: ds[f"sample_stats.{name}"].values for name in
+                 ("lp", "diverging", "tree_depth", "n_steps", "step_size", "energy", "acceptance_rate")}
+        # netCDF-3 holds 32-bit integers; the sampler's counts are int64.
+        stats = {name: v.astype(np.int64) if v.dtype.kind == "i" else v for name, v in stats.items()}
+        result = nuts.NUTSResult(draws=ds["unconstrained_draws"].values, **stats, adapted_step_size=ds["adapted_step_size"].values,
+                                 inverse_metric=ds["inverse_metric"].values,
+                                 max_tree_depth=int(ds.attrs["max_tree_depth"]))
+        return cls(model, table, result, X, y, Z)
+
 
 def _mixture(means, variances):
     """Mean and variance of the equally weighted mixture of components with ``means`` and
@@ -574,7 +668,7 @@ def sample(model, X, y, *, draws=1000, tune=1000, chains=4, seed=0, target_accep
     starts = _starts(logp, _mode(logp, table.pack(table.values())), chains, np.random.default_rng(seed))
     result = nuts.sample(logp, starts, draws=draws, tune=tune, chains=chains, seed=seed, target_accept=target_accept,
                          cores=cores, progress=progress)
-    sampled = SampledPosterior(model, table, result, X, y_coded, map_posterior)
+    sampled = SampledPosterior(model, table, result, X, y_coded, Z, map_posterior)
     for problem in sampled.diagnostics.problems():
         warnings.warn(f"Model.sample: {problem}", SamplingWarning, stacklevel=4)
     return sampled

@@ -318,6 +318,31 @@ def test_to_inference_data_works_with_arviz(short_run):
     assert az.bfmi(idata).shape == (2,)
 
 
+def test_save_and_load_give_back_the_run(short_run, tmp_path):
+    s, X, y, _ = short_run
+    path = tmp_path / "run.nc"
+    s.save(path)
+    back = SampledPosterior.load(path)
+    assert back.map_posterior is None
+    assert back.model.to_dict() == s.model.to_dict()
+    for name in s.draws.data_vars:
+        np.testing.assert_array_equal(back.draws[name].values, s.draws[name].values)
+        assert back.draws[name].dims == s.draws[name].dims
+    for name in s.sample_stats.data_vars:
+        np.testing.assert_array_equal(back.sample_stats[name].values, s.sample_stats[name].values)
+        assert back.sample_stats[name].dtype == s.sample_stats[name].dtype
+    np.testing.assert_array_equal(back.result.draws, s.result.draws)
+    assert back.diagnostics == s.diagnostics
+    X_new = np.random.default_rng(6).uniform(-2, 2, (4, 2))
+    for got, expected in zip(back.predict_f(X_new, max_draws=5), s.predict_f(X_new, max_draws=5)):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match=r"must end in \.nc"):
+        s.save(tmp_path / "run.pkl")
+    s.map_posterior.save(tmp_path / "map.nc")
+    with pytest.raises(ValueError, match="is not a saved run"):
+        SampledPosterior.load(tmp_path / "map.nc")
+
+
 # -- Stan's reference posterior --------------------------------------------------------------------
 
 REFERENCE = TESTS_DATA / "posteriordb_gp_regr.json"
