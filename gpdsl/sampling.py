@@ -563,12 +563,18 @@ class SampledPosterior:
             write_replacing(os.path.realpath(path), self.to_xarray().to_netcdf(engine="scipy"))
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path, model):
         """A run written by :meth:`save`.
 
         Parameters
         ----------
         path : str or os.PathLike
+        model : gpdsl.Model
+            The declaration that was sampled.  The file's own copy of the model (its spec, with
+            the labels the run coded y by) is read with ``type(model).from_dict`` and must declare
+            the same kernel, inducing spec, inference and mean, and a likelihood of the same class.
+            (This module sits below :mod:`gpdsl.model`, which imports it, so it takes the class
+            from the caller rather than importing it.)
 
         Returns
         -------
@@ -578,7 +584,7 @@ class SampledPosterior:
         Raises
         ------
         ValueError
-            A file that is not a saved run.
+            A file that is not a saved run, or a run of another model.
         """
         xr = xarray()
         path = check_path("SampledPosterior.load", path)
@@ -587,8 +593,14 @@ class SampledPosterior:
         if ds.attrs.get("format") != SAVE_FORMAT:
             raise ValueError(f"SampledPosterior.load: {path!r} is not a saved run (format "
                              f"{ds.attrs.get('format')!r}, expected {SAVE_FORMAT!r})")
-        from .model import Model
-        model = Model.from_dict(json.loads(ds.attrs["model_spec"]))
+        saved, given = json.loads(ds.attrs["model_spec"]), model.to_dict()
+        differ = [part for part in ("kernel", "inducing", "inference", "mean") if saved.get(part) != given.get(part)]
+        if saved["likelihood"]["type"] != given["likelihood"]["type"]:
+            differ.append("likelihood")
+        if differ:
+            raise ValueError(f"SampledPosterior.load: {path!r} is a run of another model: its {differ} differ from "
+                             f"the model given; the file's is {saved}")
+        model = type(model).from_dict(saved)
         X, y = np.ascontiguousarray(ds["X"].values), ds["y"].values
         Z = np.ascontiguousarray(ds["Z"].values) if "Z" in ds else None
         table = model.parameter_table(X, Z, tuple(json.loads(ds.attrs["held"])))

@@ -322,7 +322,7 @@ def test_save_and_load_give_back_the_run(short_run, tmp_path):
     s, X, y, _ = short_run
     path = tmp_path / "run.nc"
     s.save(path)
-    back = SampledPosterior.load(path)
+    back = SampledPosterior.load(path, s.model)
     assert back.map_posterior is None
     assert back.model.to_dict() == s.model.to_dict()
     for name in s.draws.data_vars:
@@ -340,7 +340,10 @@ def test_save_and_load_give_back_the_run(short_run, tmp_path):
         s.save(tmp_path / "run.pkl")
     s.map_posterior.save(tmp_path / "map.nc")
     with pytest.raises(ValueError, match="is not a saved run"):
-        SampledPosterior.load(tmp_path / "map.nc")
+        SampledPosterior.load(tmp_path / "map.nc", s.model)
+    other = gd.Model(kernel=gd.kernels.Matern32(), likelihood=gd.likelihoods.Gaussian())
+    with pytest.raises(ValueError, match=r"run of another model: its \['kernel', 'mean'\] differ"):
+        SampledPosterior.load(path, other)
 
 
 # -- Stan's reference posterior --------------------------------------------------------------------
