@@ -53,6 +53,10 @@ GRADIENT_CASES = {
                                       steepness=P.Gamma(2.0, 1.0)),
         likelihood=gd.likelihoods.Gaussian(variance=P.InverseGamma(3.0, 0.5)),
         mean=gd.means.Constant(P.Normal(0.0, 1.0))),
+    "exact_shared": lambda: gd.Model(
+        kernel=(gd.kernels.SquaredExponential(variance=P.HalfNormal(1.0), lengthscale=gd.Shared("ls", P.Gamma(4.0, 4.0)))
+                + gd.kernels.Matern32(variance=P.HalfNormal(1.0), lengthscale=gd.Shared("ls", P.Gamma(4.0, 4.0)))),
+        likelihood=gd.likelihoods.Gaussian(variance=P.HalfNormal(1.0))),
     "vfe": lambda: gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Gaussian(variance=P.HalfCauchy(1.0)),
                             inducing=gd.inducing.Fixed(Z4), inference=gd.inference.VFE()),
     "fitc": lambda: gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Gaussian(variance=P.HalfNormal(1.0)),
@@ -170,6 +174,17 @@ def test_fixed_parameters_need_no_prior_and_are_not_drawn():
     assert set(s.draws.data_vars) == {"kernel.variance", "kernel.lengthscale"}
     np.testing.assert_array_equal(s.fixed["likelihood.variance"], 0.05)
     assert s.values_at(1, 3)["likelihood.variance"] == 0.05
+
+
+def test_a_shared_parameter_is_one_coordinate_drawn_under_each_name():
+    model = GRADIENT_CASES["exact_shared"]()
+    X, y = regression_data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        s = model.sample(X, y, draws=20, tune=30, chains=2, cores=1)
+    assert s.table.size == 4 and s.result.draws.shape == (2, 20, 4)
+    np.testing.assert_array_equal(s.draws["kernel.0.lengthscale"].values, s.draws["kernel.1.lengthscale"].values)
+    assert set(s.draws.data_vars) == set(s.map_posterior.values)
 
 
 def test_refuses_a_prior_whose_support_is_narrower_than_the_parameter():
