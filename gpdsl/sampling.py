@@ -59,7 +59,7 @@ __all__ = ["SampledPosterior", "SamplingDiagnostics", "SamplingWarning", "LogPos
 RHAT_MAX = 1.01
 ESS_PER_CHAIN = 100
 BFMI_MIN = 0.3
-# Standard deviation, on the unconstrained scale, of each chain's start around the MAP: a factor
+# Standard deviation, on the unconstrained scale, of each chain's start around the mode: a factor
 # of e^0.5 ~ 1.6 either way in a positive hyperparameter, enough for R-hat to see chains that
 # settle in different modes, small enough to start where the posterior has its mass.
 START_SCALE = 0.5
