@@ -446,3 +446,7 @@ def test_sparse_and_ep_runs_record_the_log_posterior_at_their_draws(case):
     np.testing.assert_allclose(var, np.mean([v for _, v in each], axis=0) + means.var(axis=0), rtol=1e-12)
     np.testing.assert_array_equal(s.posterior_at(1, 3).values["kernel.lengthscale"],
                                   s.draws["kernel.lengthscale"].values[1, 3])
+    if case == "ep":
+        # A class probability's mixture is the average of the draws' probabilities.
+        p = np.mean([s.posterior_at(c, d).predict(X_new)["p"].values for c, d in s.thinned(4)], axis=0)
+        np.testing.assert_allclose(s.predict(X_new, max_draws=4)["p"].values, p, rtol=1e-12)
