@@ -55,7 +55,7 @@ def warn_unconverged(model, diagnostics, fit, local, n):
     elif (stop not in ("max_iter", "line_search", "outer_loop") and diagnostics.ridge is None
           and not diagnostics.converged and not diagnostics.grad_norm <= diagnostics.grad_tol):
         # A minibatch fit's remedies are its own: the polish, the full-batch method, more steps.
-        remedy = (stochastic.remedy(model.inference, n) if fit.minibatch
+        remedy = (stochastic.remedy(model.inference, n, int(getattr(model.likelihood, "n_latent", 1))) if fit.minibatch
                   else "raise max_iter, or continue with fit(..., start=post.values)")
         warnings.warn(f"{name}: the optimiser stopped ({stop}: {diagnostics.message}) after "
                       f"{diagnostics.optimizer_restarts} restart(s) with the gradient still large: "

@@ -258,6 +258,10 @@ def test_auto_polishes_by_rows():
     auto, on, off = (gd.inference.SVGP(batch_size=64, polish=p) for p in ("auto", True, False))
     assert stochastic.polishes(auto, n_max) and not stochastic.polishes(auto, n_max + 1)
     assert all(stochastic.polishes(on, n) and not stochastic.polishes(off, n) for n in (10, n_max + 1, 10**7))
+    # K latent functions: rows times K (a full-batch pass is O(N K M^2); issue 46 measured 150 CPU s of
+    # polish after 10 s of steps on digits' 1,437 rows x 10 classes, unconverged, at a worse test NLPD).
+    assert stochastic.polishes(auto, n_max // 10, 10) and not stochastic.polishes(auto, n_max // 10 + 1, 10)
+    assert stochastic.polishes(on, n_max, 10) and not stochastic.polishes(off, 10, 10)
 
 
 def test_above_the_rows_auto_checks_without_polishing_and_says_how_to_converge(monkeypatch):
@@ -271,7 +275,8 @@ def test_above_the_rows_auto_checks_without_polishing_and_says_how_to_converge(m
     with pytest.warns(gd.ConvergenceWarning, match="gradient still large") as caught:
         post = _mean_model().fit(X, y)
     text = " ".join(str(w.message) for w in caught)
-    for remedy in ("polish=True continues with the full-batch fit", "polish='auto' skips it above 500 rows, here 1,000",
+    for remedy in ("polish=True continues with the full-batch fit",
+                   "polish='auto' skips it above 500 rows times latent functions, here 1,000 x 1",
                    "SVGP(batch_size=None)", "a longer stop_window"):
         assert remedy in text
     d = post.diagnostics
@@ -341,7 +346,7 @@ def test_a_subsampled_minibatch_fit_names_the_minibatch_remedies(monkeypatch):
     monkeypatch.setattr(stochastic, "POLISH_AUTO_MAX_ROWS", 500)
     X, y = _offset_data()
     for options, expected in (({"polish": False}, "(polish=False)"),
-                              ({}, "polish='auto' skips it above 500 rows, here 600")):
+                              ({}, "polish='auto' skips it above 500 rows times latent functions, here 600 x 1")):
         with pytest.warns(gd.ConvergenceWarning, match="gradient still large") as caught:
             post = _mean_model(**options).fit(X, y, subsample=600)
         text = " ".join(str(w.message) for w in caught)
@@ -368,8 +373,9 @@ def test_a_polish_whose_q_does_not_converge_stops_at_its_first_evaluation(link, 
 
     monkeypatch.setattr(stochastic, "full_pass_check", recorded)
     X, y = _classes_data()
+    # polish=True: "auto" no longer polishes 1,000 rows x 3 classes (rows times latent functions).
     model = gd.Model(SE(), gd.likelihoods.Categorical(3, link), gd.inducing.KMeans(20, seed=0),
-                     gd.inference.SVGP(batch_size=100))
+                     gd.inference.SVGP(batch_size=100, polish=True))
     with pytest.warns(gd.ConvergenceWarning, match="gradient still large"):
         post = model.fit(X, y)
     d = post.diagnostics

@@ -109,11 +109,15 @@ multi-class: 3 classes, M = 20, B = 100):
     ========================  =====  ===========  =====  ===========  ========  ==============
 
 The Pólya-Gamma polish costs 3 (binary) to 56 (3 classes) times the steps at these sizes, at most
-34 s, and buys convergence (29 to 43 nats); "auto" keeps it there, since the polish is what
-makes a small minibatch fit reach the optimum, and ``polish=False`` or the collapsed method are
-the cheaper choices a user can make knowingly.  The multi-class SVGP polishes stop at their first
-evaluation (0 iterations), q's natural steps not converging there (:func:`_polish`), and keep
-what that evaluation gained, at about the steps' cost.  (Binary Pólya-Gamma at 2,000 rows under
+34 s, and buys convergence (29 to 43 nats); "auto" keeps it for one latent function, since the
+polish is what makes a small minibatch fit reach the optimum, and ``polish=False`` or the
+collapsed method are the cheaper choices a user can make knowingly.  For K latent functions a
+full-batch pass costs K times as much: on digits (1,437 rows, 10 classes, M = 100, issue 46) the
+logistic-softmax polish took about 150 CPU s after 10 s of steps, ended unconverged and moved the
+test NLPD from 0.392 to 0.405; so "auto" polishes where N K is at most
+:data:`POLISH_AUTO_MAX_ROWS` (:func:`polishes`), which leaves out the 3-class rows above.  The
+multi-class SVGP polishes stop at their first evaluation (0 iterations), q's natural steps not
+converging there (:func:`_polish`), and keep what that evaluation gained, at about the steps' cost.  (Binary Pólya-Gamma at 2,000 rows under
 the default max_iter ran out of its 1,000 steps of 256 rows before the rule fired: no check, no
 polish.)  Every polish above reached the tolerance but the constant
 mean's at 10^4 (28 against 10).  At twonorm N = 10^5 (M = 64, B = 256, SVGP) the polish took 16
@@ -151,10 +155,10 @@ STOP_BLOCKS = 10
 # Standard errors within which a change of the smoothed objective is taken for batch noise (a
 # two-sided test at about 95 %).
 STOP_Z = 2.0
-# polish="auto" polishes a fit of at most this many rows (the module docstring's measurements: at
-# 2,000 rows every single-output SVGP polish cost less than the steps and Pólya-Gamma's 3 to 56
-# times them, at most 34 s, for 29 to 43 nats and convergence; from 5,000 Pólya-Gamma's cost 10 to
-# 100 times the steps, growing with N).
+# polish="auto" polishes a fit of at most this many rows times latent functions (the module
+# docstring's measurements: at 2,000 rows every single-output SVGP polish cost less than the steps
+# and Pólya-Gamma's 3 to 56 times them, at most 34 s, for 29 to 43 nats and convergence; from 5,000
+# Pólya-Gamma's cost 10 to 100 times the steps, growing with N; 10 classes at 1,437 rows 150 s).
 POLISH_AUTO_MAX_ROWS = 2000
 
 
@@ -342,10 +346,11 @@ def _cap_message(trail, max_iter, window):
             f"changing by {100.0 * change / half:.3g} nats per 100 steps, between the two halves of the run)")
 
 
-def polishes(spec, n):
+def polishes(spec, n, n_latent=1):
     """Whether a minibatch fit of ``n`` rows continues with the full-batch polish where its
     confirming pass finds the gradient large: ``spec.polish`` where it is True or False; for
-    ``"auto"``, where ``n`` is at most :data:`POLISH_AUTO_MAX_ROWS`.
+    ``"auto"``, where ``n`` times the likelihood's latent functions is at most
+    :data:`POLISH_AUTO_MAX_ROWS` (a full-batch pass is O(N K M^2)).
 
     Parameters
     ----------
@@ -353,15 +358,17 @@ def polishes(spec, n):
         The declaration (its ``polish``).
     n : int
         The fit's rows.
+    n_latent : int, default 1
+        K, the likelihood's latent functions.
 
     Returns
     -------
     bool
     """
-    return spec.polish if isinstance(spec.polish, bool) else n <= POLISH_AUTO_MAX_ROWS
+    return spec.polish if isinstance(spec.polish, bool) else n * n_latent <= POLISH_AUTO_MAX_ROWS
 
 
-def remedy(spec, n):
+def remedy(spec, n, n_latent=1):
     """What gives a converged fit where a minibatch fit of ``n`` rows ended with the full
     objective's gradient above the tolerance: the polish (where it did not run), the full-batch
     method, more steps; for the unconverged-fit warning.
@@ -372,6 +379,8 @@ def remedy(spec, n):
         The declaration.
     n : int
         The fit's rows.
+    n_latent : int, default 1
+        K, the likelihood's latent functions.
 
     Returns
     -------
@@ -380,11 +389,12 @@ def remedy(spec, n):
     name, batch = type(spec).__name__, spec.batch_option
     full_batch = f"the full-batch method ({name}({batch}=None)) fits the same bound with L-BFGS-B"
     steps = "a longer stop_window takes more steps before the stopping rule can fire"
-    if polishes(spec, n):
+    if polishes(spec, n, n_latent):
         return (f"the full-batch polish stopped short too: its natural steps on q may need a larger "
                 f"{spec.q_steps_option}; or {full_batch}")
-    skipped = (f"polish='auto' skips it above {POLISH_AUTO_MAX_ROWS:,} rows, here {n:,}, since its full-batch "
-               "passes cost many times the steps" if spec.polish == "auto" else "polish=False")
+    skipped = (f"polish='auto' skips it above {POLISH_AUTO_MAX_ROWS:,} rows times latent functions, here "
+               f"{n:,} x {n_latent}, since its full-batch passes cost many times the steps" if spec.polish == "auto"
+               else "polish=False")
     return (f"polish=True continues with the full-batch fit from the steps' end ({skipped}); or {full_batch}; "
             f"or {steps}")
 
@@ -442,7 +452,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
         (False), ``runaway`` (None) and ``start`` (``u0``).
     """
     model, table, X, y, offset = objective.model, objective.table, objective.X, objective.y, objective.offset
-    n = X.shape[0]
+    n, n_latent = X.shape[0], int(getattr(model.likelihood, "n_latent", 1))
     batch = min(spec.batch_size, n)
     window, check_every = spec.stop_window, spec.stop_window // STOP_BLOCKS
     rng = np.random.default_rng(spec.seed)
@@ -534,7 +544,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
     else:
         check = full_pass_check(objective, result.x, q, full_batch, expectations)
         result.message += f"; {check.describe()} at the steps' end"
-        if polishes(spec, n) and not check.largest <= check.tolerance:
+        if polishes(spec, n, n_latent) and not check.largest <= check.tolerance:
             u_polished, q_polished, iterations, how, sweeps = _polish(objective, result.x, q, full_batch,
                                                                       expectations, max_iter, progress, callback,
                                                                       steps=step)
