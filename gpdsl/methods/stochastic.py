@@ -118,8 +118,9 @@ test NLPD from 0.392 to 0.405; so "auto" polishes where N K is at most
 :data:`POLISH_AUTO_MAX_ROWS` (:func:`polishes`), which leaves out the 3-class rows above.  The
 multi-class SVGP polishes stop at their first evaluation (0 iterations), q's natural steps not
 converging there (:func:`_polish`), and keep what that evaluation gained, at about the steps'
-cost.  (Binary Pólya-Gamma at 2,000 rows under the default max_iter ran out of its 1,000 steps of 256 rows before the rule fired: no check, no
-polish.)  Every polish above reached the tolerance but the constant
+cost.  (Binary Pólya-Gamma at 2,000 rows under the default max_iter ran out of its 1,000 steps
+of 256 rows before the rule fired: no check, no polish.)  Every polish above reached the
+tolerance but the constant
 mean's at 10^4 (28 against 10).  At twonorm N = 10^5 (M = 64, B = 256, SVGP) the polish took 16
 iterations and 22 s after the steps' 0.7 s and raised the bound by 865 nats (test NLPD .0636 to
 .0587).  The check alone (``--check-only``): at twonorm 10^5 (M = 64, B = 256) 0.18 to 0.26 s;
