@@ -35,7 +35,7 @@ sys.path.insert(0, HERE)
 SETS = ("digits", "letter", "penbased", "synth")
 # The best test NLPD of a gpdsl configuration known for each set, and where it comes from.
 BEST_KNOWN = {
-    "digits": (0.0895, "robust-max minibatch SVGP, M = 100 k-means fixed, B = 256, 1,000 steps (HISTORY.md, issue 46)"),
+    "digits": (0.0870, "GPClassifier() at 73904eb: robust-max minibatch SVGP, M = 100 optimised (HISTORY.md, issue 46)"),
     "letter": (0.4244, "softmax minibatch SVGP, M = 100 optimised (RESULTS.md, bench_peers.py 2026-11-27)"),
     "penbased": (0.0103, "robust-max minibatch SVGP, Adam on q, M = 100 optimised (HISTORY.md, issue 46 step rules)"),
     "synth": (0.2890, "robust-max minibatch SVGP, M = 100 optimised from k-means (HISTORY.md, issue 46)"),
