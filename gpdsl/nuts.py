@@ -32,6 +32,7 @@ included) and its gradient.  A non-finite log density or gradient, or a ``LinAlg
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import multiprocessing
@@ -607,8 +608,13 @@ def sample(logp_and_grad, initial, *, draws=1000, tune=1000, chains=4, seed=0, t
     options = (int(draws), int(tune), float(target_accept), int(max_tree_depth), bool(progress))
     metric_class = _Metric.registry[metric]
 
+    # Each chain starts from the same copy of a stateful log density (EP's warm-started sites in
+    # gpdsl.sampling.LogPosterior), as a forked chain does, so that chains run one after another
+    # do not inherit the previous chain's state and the draws do not depend on cores.
+    pristine = copy.deepcopy(logp_and_grad)
+
     def work(chain):
-        return _run_chain(logp_and_grad, q0[chain], metric_class, options, seeds[chain], chain)
+        return _run_chain(copy.deepcopy(pristine), q0[chain], metric_class, options, seeds[chain], chain)
 
     runs = _map_chains(work, int(chains), int(cores))
     stacked = {key: np.stack([run[key] for run in runs]) for key in runs[0]}

@@ -67,6 +67,9 @@ START_TRIES = 10
 # Draws (spread evenly over all chains) at which predict and predict_f evaluate the method's
 # posterior by default: each costs one evaluation of the evidence.
 PREDICT_DRAWS = 200
+# posterior_at keeps at most this many draws' posteriors (oldest dropped first): each holds the
+# method's state at its draw, ~3 N^2 doubles for a dense method.
+POSTERIOR_CACHE = 8
 # The ``format`` attribute of a saved run (SampledPosterior.save).
 SAVE_FORMAT = "gpdsl.SampledPosterior/1"
 
@@ -426,6 +429,9 @@ class SampledPosterior:
             at = fitting.fit_at(self.model, self.X, self.y, selection, fixed=fixed, optimize=False, restarts=0,
                                 seed=0, max_iter=1, progress=False, callback=None, start=self.values_at(*key),
                                 warm=None)
+            if len(self._posteriors) >= POSTERIOR_CACHE:
+                # Bounded: a dense method's state is ~3 N^2 doubles (N = 2,000 at 200 draws: ~19 GB).
+                self._posteriors.pop(next(iter(self._posteriors)))
             self._posteriors[key] = Posterior(model=self.model, values=at.values, state=at.evaluation.state,
                                               log_evidence=at.evaluation.log_evidence, log_prior=at.log_prior)
         return self._posteriors[key]

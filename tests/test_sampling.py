@@ -12,6 +12,7 @@ from scipy import stats
 
 import gpdsl as gd
 from gpdsl import priors as P
+from gpdsl import sampling
 from gpdsl.sampling import LogPosterior, SampledPosterior, SamplingWarning, energy_bfmi
 
 from conftest import TESTS_DATA
@@ -450,3 +451,26 @@ def test_sparse_and_ep_runs_record_the_log_posterior_at_their_draws(case):
         # A class probability's mixture is the average of the draws' probabilities.
         p = np.mean([s.posterior_at(c, d).predict(X_new)["p"].values for c, d in s.thinned(4)], axis=0)
         np.testing.assert_allclose(s.predict(X_new, max_draws=4)["p"].values, p, rtol=1e-12)
+
+
+def test_ep_chains_do_not_depend_on_cores():
+    """EP's log posterior warm-starts its sites from the last evaluation: chains run one after
+    another (cores=1) must not inherit the previous chain's sites, so that the draws equal the
+    forked chains' (cores=2); a review found chain 1 differing by 1.5e-8 before each chain got
+    its own copy of the log density."""
+    X, y = classification_data()
+    model = LOCAL_CASES["ep"]()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        runs = [model.sample(X, y, draws=20, tune=20, chains=2, cores=cores, seed=4) for cores in (1, 2)]
+    np.testing.assert_array_equal(runs[0].result.draws, runs[1].result.draws)
+
+
+def test_posterior_cache_is_bounded():
+    X, y = regression_data(n=20)
+    model = gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Gaussian(variance=P.HalfNormal(1.0)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        s = model.sample(X, y, draws=10, tune=20, chains=2, cores=1, seed=0)
+    s.predict_f(np.zeros((3, 1)), max_draws=20)
+    assert len(s._posteriors) == sampling.POSTERIOR_CACHE
