@@ -62,7 +62,8 @@ def test_expectation_gradients_match_central_differences(link):
     likelihood = Categorical(4, link)
     y, mean, var = _rows(1)
     ve, d_mean, d_var, grads = likelihood.variational_expectations(y, mean, var)
-    assert grads == {} and ve.shape == (6,) and d_mean.shape == d_var.shape == (6, 4)
+    assert set(grads) == ({"epsilon"} if link == "robustmax" else set())
+    assert ve.shape == (6,) and d_mean.shape == d_var.shape == (6, 4)
     h = 1e-6
     for i in range(4):
         step = np.zeros_like(mean)
@@ -73,6 +74,43 @@ def test_expectation_gradients_match_central_differences(link):
                   - likelihood.variational_expectations(y, mean, var - step)[0]) / (2 * h)
         np.testing.assert_allclose(d_mean[:, i], fd_mean, rtol=0, atol=1e-8, err_msg=f"mean {i}")
         np.testing.assert_allclose(d_var[:, i], fd_var, rtol=0, atol=1e-8, err_msg=f"var {i}")
+
+
+@pytest.mark.parametrize("epsilon", [1e-3, 0.05, 0.6])
+def test_robustmax_epsilon_gradient_is_the_closed_form(epsilon):
+    """d sum_n ve_n / d epsilon = sum_n [(1 - P_n) / epsilon - P_n / (1 - epsilon)] with GPflow's
+    P_n (to 1e-12 relative) and central differences of the bound's own sum in epsilon (relative
+    step 1e-5: agreement to 1e-7 relative, the difference's rounding ~1e-16 * |sum ve| / h being
+    1e-9 of it); the rows may be split into row blocks (2 ** 18 / (K nodes) rows) and still sum to
+    the one total."""
+    y, mean, var = _rows(4, n=40)
+    likelihood = Categorical(4, "robustmax", epsilon=epsilon)
+    grads = likelihood.variational_expectations(y, mean, var)[3]
+    assert set(grads) == {"epsilon"} and np.ndim(grads["epsilon"]) == 0
+    P = _gpflow_prob_is_largest(y, mean, var, likelihood.quadrature_points)
+    np.testing.assert_allclose(grads["epsilon"], np.sum((1 - P) / epsilon - P / (1 - epsilon)), rtol=1e-12)
+    h = 1e-5 * epsilon
+
+    def total(e):
+        return np.sum(bind(likelihood, {"likelihood.epsilon": np.array(e)}, "likelihood")
+                      .variational_expectations(y, mean, var)[0])
+
+    np.testing.assert_allclose(grads["epsilon"], (total(epsilon + h) - total(epsilon - h)) / (2 * h), rtol=1e-7)
+
+
+def test_robustmax_epsilon_maximising_the_bound_is_one_minus_the_mean_p():
+    """At fixed q the bound is concave in epsilon with its maximum at 1 - mean_n P_n: the gradient
+    vanishes there (to 1e-9 of its scale N / epsilon) and has the sign that points to it either
+    side."""
+    y, mean, var = _rows(5, n=50)
+    P = _gpflow_prob_is_largest(y, mean, var, 20)
+    best = 1.0 - P.mean()
+
+    def grad(e):
+        return Categorical(4, "robustmax", epsilon=e).variational_expectations(y, mean, var)[3]["epsilon"]
+
+    assert abs(grad(best)) < 1e-9 * 50 / best
+    assert grad(0.5 * best) > 0 > grad(min(2 * best, 0.5 * (1 + best)))
 
 
 def test_logistic_softmax_gradient_at_zero_variance_is_the_limit():

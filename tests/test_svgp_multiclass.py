@@ -94,14 +94,16 @@ def _problem(link, seed=0, n=30, m=6, K=3, variance=1.4):
          "variational.q_sqrt": np.stack([svgp.pack_lower(R_k) for R_k in R])}
     kernel = SE(np.array([0.8, 1.3]), variance)
     values = {"kernel.lengthscale": np.array([0.8, 1.3]), "kernel.variance": np.array(variance), **q}
+    if link == "robustmax":               # its one hyperparameter, away from its start 1e-3
+        values["likelihood.epsilon"] = np.array(0.05)
     return kernel, Categorical(K, link), values, X, y, Z
 
 
 @pytest.mark.parametrize("link", LINKS)
 def test_gradients_match_central_differences(link):
     """d ELBO / d q_mu (M, K), q_sqrt (K, M (M + 1) / 2), the kernel's hyperparameters (summed over
-    the classes) and Z against central differences of the bound (rtol 1e-6, atol 1e-7; chunked
-    in 7 rows)."""
+    the classes), robust-max's epsilon and Z against central differences of the bound (rtol 1e-6,
+    atol 1e-7; chunked in 7 rows)."""
     kernel, likelihood, values, X, y, Z = _problem(link)
     ev = svgp.evaluate(*bound_pair(kernel, likelihood, values), values, X, y, Z, jitter=1e-6, chunk_size=7)
     assert ev.grads["variational.q_mu"].shape == (6, 3) and ev.grads["variational.q_sqrt"].shape == (3, 21)
@@ -244,7 +246,7 @@ def _separate_problem(link, parts=None):
     parts = parts or (SE(np.array([0.8, 1.3]), 1.4), gd.kernels.Matern52(0.9, 0.7), SE(1.6, 2.1))
     kernel = gd.kernels.Separate(parts)
     values = {**{f"kernel.{p.name}": e.value for p, e in zip(kernel.parameters(X), kernel.entries("c", X))},
-              **{k: v for k, v in values.items() if k.startswith("variational.")}}
+              **{k: v for k, v in values.items() if k.startswith(("variational.", "likelihood."))}}
     return kernel, likelihood, values, X, y, Z
 
 

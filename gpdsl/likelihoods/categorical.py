@@ -28,6 +28,8 @@ from scipy import special
 from .._jit.special import logit_normal_logp_many
 from ..checks import is_integer, is_number
 from ..chunks import row_slices
+from ..components import Parameter
+from ..parameters import check_hyperparameter, declared_value
 from .base import Likelihood, gauss_hermite
 
 LINKS = ("softmax", "robustmax", "logistic_softmax")
@@ -121,12 +123,14 @@ def _robustmax_largest(codes, mean, var, rule, need_grad=False):
 
 
 def _robustmax_expectations(codes, mean, var, epsilon, rule):
-    """GPflow's robust-max expectation P log(1 - epsilon) + (1 - P) log(epsilon / (K - 1)) and
-    its derivatives (``Categorical.variational_expectations``)."""
+    """GPflow's robust-max expectation P log(1 - epsilon) + (1 - P) log(epsilon / (K - 1)), its
+    derivatives in mean and var (``Categorical.variational_expectations``) and the row sum of its
+    derivative in epsilon, sum_n [(1 - P_n) / epsilon - P_n / (1 - epsilon)]."""
     K = mean.shape[1]
     high, low = np.log1p(-epsilon), np.log(epsilon / (K - 1))
     P, dP_mean, dP_var = _robustmax_largest(codes, mean, var, rule, need_grad=True)
-    return low + P * (high - low), (high - low) * dP_mean, (high - low) * dP_var
+    d_epsilon = np.sum(1.0 - P) / epsilon - np.sum(P) / (1.0 - epsilon)
+    return low + P * (high - low), (high - low) * dP_mean, (high - low) * dP_var, np.array([d_epsilon])
 
 
 def _logistic_softmax_expectations(codes, mean, var, rule):
@@ -224,23 +228,30 @@ class Categorical(Likelihood):
         K >= 2, the number of classes (and of latent functions).
     link : {"softmax", "robustmax", "logistic_softmax"}, default "softmax"
         The link from the K latent values to the class probabilities (module docstring).
-    epsilon : float, default 1e-3
+    epsilon : float, Fixed or prior, default 1e-3
         ``"robustmax"``: the probability mass, in (0, 1), spread over the classes that are not the
-        argmax (GPflow's default); unused by the other links.
+        argmax; its start (GPflow's default value), learnt with the other hyperparameters as
+        ``"likelihood.epsilon"`` (bounded in (0, 1): optimised as its logit) unless declared
+        ``gd.Fixed(epsilon)`` or held by ``fit(fixed=("likelihood.epsilon",))``, which is GPflow's
+        ``RobustMax`` (a non-trainable epsilon).  Unused by the other links, which have no
+        hyperparameter.
     classes : sequence or None, default None
         The K labels, in class order; None: the labels are the codes 0..K-1.
 
     Raises
     ------
     ValueError
-        K < 2 or not an integer, an unknown link, epsilon outside (0, 1), or ``classes`` not K
-        distinct labels.
+        K < 2 or not an integer, an unknown link, epsilon (its value, Fixed or the prior's
+        start) outside (0, 1), or ``classes`` not K distinct labels.
+    TypeError
+        An epsilon that is not a number, ``Fixed`` or prior.
     """
 
     n_classes: int
     link: str = "softmax"
-    epsilon: float = 1e-3
+    epsilon: object = 1e-3
     classes: tuple | None = None
+    hyperparameters = ("epsilon",)
     target_kind = "categorical"
     # The density is written through these (Likelihood.__init_subclass__).
     density_functions = ("log_density", "log_density_derivatives", "class_probabilities", "_log_probabilities",
@@ -256,9 +267,14 @@ class Categorical(Likelihood):
         object.__setattr__(self, "n_classes", int(self.n_classes))
         if self.link not in LINKS:
             raise ValueError(f"Categorical: link must be one of {LINKS}, got {self.link!r}")
-        if isinstance(self.epsilon, bool) or not is_number(self.epsilon) or not 0.0 < float(self.epsilon) < 1.0:
-            raise ValueError(f"Categorical: epsilon must be a number in (0, 1), got {self.epsilon!r}")
-        object.__setattr__(self, "epsilon", float(self.epsilon))
+        epsilon = self.epsilon
+        if isinstance(epsilon, bool):
+            raise ValueError(f"Categorical: epsilon must be a number in (0, 1), got {epsilon!r}")
+        check_hyperparameter("Categorical", "epsilon", epsilon, positive=False, ndim_max=0)
+        if not 0.0 < float(declared_value(epsilon)) < 1.0:
+            raise ValueError(f"Categorical: epsilon must be a number in (0, 1), got {epsilon!r}")
+        if is_number(epsilon) or isinstance(epsilon, np.ndarray):
+            object.__setattr__(self, "epsilon", float(epsilon))
         if self.classes is not None:
             classes = tuple(np.asarray(self.classes).tolist())
             if np.ndim(self.classes) != 1 or len(classes) != self.n_classes or len(set(classes)) != len(classes):
@@ -270,6 +286,30 @@ class Categorical(Likelihood):
     def n_latent(self):
         """K: the latent functions a row's likelihood depends on."""
         return self.n_classes
+
+    def parameters(self, X):
+        """Robust-max's ``epsilon``, bounded in (0, 1) (optimised as its logit: the mass
+        epsilon / (K - 1) of each other class and the 1 - epsilon of the largest stay positive);
+        none for the other links.
+
+        Parameters
+        ----------
+        X : ndarray, shape (N, D)
+            Training inputs (not used).
+
+        Returns
+        -------
+        list of gpdsl.components.Parameter
+        """
+        if self.link != "robustmax":
+            return []
+        return [Parameter("epsilon", self.epsilon, positive=False, bounds=(0.0, 1.0))]
+
+    @property
+    def epsilon_value(self):
+        """epsilon as a float: the bound value, or the declared start (a number, ``Fixed`` or a
+        prior's initial value) of an unbound likelihood."""
+        return float(declared_value(self.epsilon))
 
     @property
     def log_concave(self):
@@ -427,7 +467,7 @@ class Categorical(Likelihood):
         picked = np.take_along_axis(F, codes[..., None], axis=-1)[..., 0]
         if self.link == "robustmax":
             share = np.take_along_axis(_robustmax_share(F), codes[..., None], axis=-1)[..., 0]
-            return np.where(share == 1.0, np.log1p(-self.epsilon), np.log(self._robustmax_probability(share)))
+            return np.where(share == 1.0, np.log1p(-self.epsilon_value), np.log(self._robustmax_probability(share)))
         if self.link == "softmax":
             return picked - _log_normaliser("softmax", F)
         return -np.logaddexp(0.0, -picked) - _log_normaliser("logistic_softmax", F)
@@ -448,8 +488,9 @@ class Categorical(Likelihood):
     def _robustmax_probability(self, share):
         """Robust-max's p = P (1 - epsilon) + (1 - P) epsilon / (K - 1) at P = ``share``: exactly
         1 - epsilon at P = 1 and epsilon / (K - 1) at P = 0."""
-        low = self.epsilon / (self.n_classes - 1)
-        return np.where(share == 1.0, 1.0 - self.epsilon, low + share * (1.0 - self.epsilon - low))
+        epsilon = self.epsilon_value
+        low = epsilon / (self.n_classes - 1)
+        return np.where(share == 1.0, 1.0 - epsilon, low + share * (1.0 - epsilon - low))
 
     # Nodes of the one-dimensional Gauss-Hermite rules (robust-max's probability that the labelled
     # latent is the largest; logistic-softmax's E[log sigma] and E[sigma]): GPflow's default, which
@@ -481,7 +522,8 @@ class Categorical(Likelihood):
           ``quadrature_points`` Gauss-Hermite rule in f_y, C(z) = Phi(z) (1 - 2e-6) + 1e-6 (GPflow's
           squash), sds s = sqrt(max(var, 1e-10)) (GPflow clips the labelled one at 5e-11, which
           leaves tied classes at variance 0 short of summing to 1: ``_robustmax_largest``).  d/dmean and d/dvar are the exact derivatives of that sum (0 in a
-          variance below its clip).
+          variance below its clip); d/d epsilon = (1 - P_n) / epsilon - P_n / (1 - epsilon),
+          summed over the rows, so that at fixed q the bound's best epsilon is 1 - mean_n P_n.
         * ``"softmax"``: E[log softmax_y(f)] = m_y - E[logsumexp f] >= m_y - log sum_j
           exp(m_j + v_j / 2) (Jensen), the bound used: deterministic, closed form, and the ELBO stays
           a lower bound.  Its gap, the mean over rows with means drawn N(0, 2^2) and all variances v
@@ -515,7 +557,8 @@ class Categorical(Likelihood):
         d_var : ndarray, shape (n, K)
             d ve_n / d var_nk.
         param_grads : dict
-            Empty (no likelihood hyperparameters).
+            ``{"epsilon": d sum_n ve_n / d epsilon}`` (0-d) for robust-max; empty for the other links
+            (no hyperparameters).
         """
         codes = np.asarray(y).astype(np.intp)
         mean = np.asarray(mean, dtype=float)
@@ -529,10 +572,10 @@ class Categorical(Likelihood):
             return _picked(mean, codes) - normaliser, d_mean, -0.5 * p, {}
         rule = gauss_hermite(self.quadrature_points)
         if self.link == "robustmax":
-            ve, d_mean, d_var = _by_row_blocks(
-                lambda s: _robustmax_expectations(codes[s], mean[s], var[s], self.epsilon, rule),
+            ve, d_mean, d_var, d_epsilon = _by_row_blocks(
+                lambda s: _robustmax_expectations(codes[s], mean[s], var[s], self.epsilon_value, rule),
                 codes.size, self.n_classes * rule[0].size)
-            return ve, d_mean, d_var, {}
+            return ve, d_mean, d_var, {"epsilon": np.array(np.sum(d_epsilon))}
         return (*_logistic_softmax_expectations(codes, mean, var, rule), {})
 
     def predictive(self, mean, var):
@@ -570,7 +613,8 @@ class Categorical(Likelihood):
             return {"p": np.column_stack([np.exp(_logit_normal_logp(-d, s)), p1])}
         if self.link == "robustmax" and np.ndim(var) == 2:
             P = np.column_stack([self._robustmax_largest(np.full(mean.shape[0], k), mean, var) for k in range(K)])
-            return {"p": P * (1.0 - self.epsilon) + (1.0 - P) * (self.epsilon / (K - 1))}
+            epsilon = self.epsilon_value
+            return {"p": P * (1.0 - epsilon) + (1.0 - P) * (epsilon / (K - 1))}
         return {"p": np.exp(self._qmc_log_probabilities(mean, var))}
 
     def log_predictive(self, mean, var, y):
@@ -596,7 +640,8 @@ class Categorical(Likelihood):
             return _logit_normal_logp(np.where(codes == 1, d, -d), s)
         if self.link == "robustmax" and np.ndim(var) == 2:
             P = self._robustmax_largest(codes, mean, var)
-            return np.log(P * (1.0 - self.epsilon) + (1.0 - P) * (self.epsilon / (K - 1)))
+            epsilon = self.epsilon_value
+            return np.log(P * (1.0 - epsilon) + (1.0 - P) * (epsilon / (K - 1)))
         return self._qmc_log_probabilities(mean, var, codes)[:, 0]
 
     def _robustmax_largest(self, codes, mean, var):
@@ -675,7 +720,7 @@ class Categorical(Likelihood):
 
     def log_density_bound(self, y):
         # p(y | f) -> 1 (robust-max: 1 - epsilon) as the labelled latent dominates.
-        return float(len(y) * np.log1p(-self.epsilon)) if self.link == "robustmax" else 0.0
+        return float(len(y) * np.log1p(-self.epsilon_value)) if self.link == "robustmax" else 0.0
 
     def describe(self):
         """``Categorical(3, softmax)``.

@@ -452,8 +452,8 @@ def check_likelihood_site_model(likelihood):
 
 def check_likelihood_multi_latent_expectations(likelihood):
     """K latent functions: E_q[log p(y | f)] is at most the average over 2e5 draws (every rule
-    here is exact or a Jensen lower bound) and its derivatives in each mean and variance equal
-    central differences.
+    here is exact or a Jensen lower bound) and its derivatives in each mean and variance and in
+    every hyperparameter equal central differences.
 
     Parameters
     ----------
@@ -463,7 +463,13 @@ def check_likelihood_multi_latent_expectations(likelihood):
     lik = likelihood.bind()
     y = np.resize(np.array([0.0, 1.0, 2.0])[: likelihood.n_latent], MEANS_K.shape[0])
     ve, d_mean, d_var, grads = lik.variational_expectations(y, MEANS_K, VARS_K)
-    assert ve.shape == (3,) and d_mean.shape == d_var.shape == MEANS_K.shape and grads == {}
+    values = _local_values(likelihood, X1)
+    assert ve.shape == (3,) and d_mean.shape == d_var.shape == MEANS_K.shape and set(grads) == set(values), \
+        "variational_expectations must give every parameter's gradient"
+    for name, value in values.items():
+        fd = central_difference(lambda v: np.sum(likelihood.bind({**values, name: v})
+                                                 .variational_expectations(y, MEANS_K, VARS_K)[0]), value)
+        np.testing.assert_allclose(grads[name], fd, rtol=1e-5, atol=1e-7, err_msg=name)
     draws = MEANS_K + np.sqrt(VARS_K) * np.random.default_rng(8).standard_normal((200_000,) + MEANS_K.shape)
     logp = lik.log_density(np.broadcast_to(y, draws.shape[:2]), draws)
     mc, se = logp.mean(axis=0), logp.std(axis=0) / np.sqrt(draws.shape[0])
