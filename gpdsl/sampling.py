@@ -41,7 +41,7 @@ from scipy import special
 
 from . import fitting, nuts
 from ._version import __version__
-from .checks import check_positive_int
+from .checks import check_positive_int, check_seed
 from .inducing import Selection
 from .inputs import check_fit_arguments, validate_inputs
 from .io.files import check_path, sigint_deferred, write_replacing
@@ -504,20 +504,97 @@ class SampledPosterior:
         out.attrs["draws_used"] = len(pairs)
         return out
 
-    def to_inference_data(self):
-        """The run as arviz.InferenceData.
+    def kept_draws(self, max_draws=PREDICT_DRAWS):
+        """The draw indices :meth:`to_inference_data` keeps in every chain at new inputs: every
+        k-th, k = ceil(chains draws / max_draws), so that at most ``max_draws`` are kept in all,
+        the same in each chain (ArviZ's groups are (chain, draw) rectangles).
+
+        Parameters
+        ----------
+        max_draws : int, default PREDICT_DRAWS
 
         Returns
         -------
-        arviz.InferenceData
-            Groups ``posterior`` (:attr:`draws`), ``sample_stats`` (:attr:`sample_stats`) and
-            ``observed_data`` (``y``, dim ``obs``).
+        ndarray of int
         """
-        import arviz as az
+        check_positive_int("SampledPosterior", "max_draws", max_draws)
+        chains, n_draws = self.result.lp.shape
+        return np.arange(0, n_draws, -(-chains * n_draws // max_draws))
+
+    def to_inference_data(self, X_new=None, max_draws=PREDICT_DRAWS, seed=0):
+        """The run for ArviZ, with draws of f and y at new inputs when ``X_new`` is given.
+
+        At X_new, each kept draw theta_s of the hyperparameters (:meth:`kept_draws`: thinned as
+        :meth:`predict` thins, at most ``max_draws``, here the same draws in every chain) gives
+        one joint draw f_s ~ p(f(X_new) | y, theta_s), the method's posterior at theta_s
+        (:meth:`posterior_at`, ``predict_f_full_cov``), and one y_s ~ p(y | f_s, theta_s), the
+        likelihood's: together draws of the predictive integrated over the hyperparameters, whose
+        moments are :meth:`predict_f`'s mixture's.
+
+        Parameters
+        ----------
+        X_new : array_like, shape (n, D), optional
+            Inputs where f and y are drawn.
+        max_draws : int, default PREDICT_DRAWS
+            At most this many hyperparameter draws (all chains together) at X_new; each costs an
+            evaluation of the method's posterior.
+        seed : int or None, default 0
+            Seed of the draws of f and y.
+
+        Returns
+        -------
+        arviz.InferenceData (ArviZ 0.x) or xarray.DataTree (ArviZ 1.x)
+            Groups ``posterior``: the hyperparameters (:attr:`draws`: every draw without X_new,
+            the kept draws, with their original ``draw`` coordinate, with it) and, given X_new,
+            ``f_new`` (chain, draw, x_new) (and ``class`` for K latent functions);
+            ``posterior_predictive`` (given X_new) ``y_new`` (chain, draw, x_new) (left out, with
+            ``attrs["posterior_predictive_omitted"]``, for a likelihood that cannot draw y);
+            ``sample_stats`` (:attr:`sample_stats`, at the same draws); ``observed_data`` ``y``
+            (obs); ``constant_data`` (given X_new) ``X_new`` (x_new, feature).  The names differ
+            from the training data's ``y`` (and a joint run's ``f``) because the draws are at
+            other inputs: ArviZ pairs ``posterior_predictive`` with ``observed_data`` by name.
+
+        Raises
+        ------
+        ValueError
+            Invalid X_new, max_draws or seed; the noise variance at X_new unknown (a
+            heteroscedastic likelihood with known variances).
+        """
+        from .io.arviz import inference_data, predictive_draws
 
         xr = xarray()
         observed = xr.Dataset({"y": ("obs", np.asarray(self.y))}, coords={"obs": np.arange(np.size(self.y))})
-        return az.InferenceData(posterior=self.draws, sample_stats=self.sample_stats, observed_data=observed)
+        if X_new is None:
+            return inference_data(posterior=self.draws, sample_stats=self.sample_stats, observed_data=observed)
+        X_new = validate_inputs(X_new, "X_new", self.X.shape[1])
+        check_seed("SampledPosterior.to_inference_data", seed)
+        kept = self.kept_draws(max_draws)
+        rng = np.random.default_rng(seed)
+        f, y, omitted = [], [], None
+        for chain in range(self.result.lp.shape[0]):
+            for draw in kept:
+                f_s, y_s, omitted, _ = predictive_draws(self.posterior_at(chain, draw), X_new, rng, ())
+                f.append(f_s)
+                y.append(y_s)
+        shape = (self.result.lp.shape[0], kept.size)
+        f = np.reshape(f, shape + f[0].shape)
+        x_new = {"x_new": np.arange(X_new.shape[0])}
+        f_dims, f_coords = ("chain", "draw", "x_new"), dict(x_new)
+        if f.ndim == 4:
+            f_coords["class"] = self.model.likelihood.class_labels()
+            f_dims += ("class",)
+        posterior = self.draws.isel(draw=kept).assign(f_new=(f_dims, f)).assign_coords(f_coords)
+        groups = {"posterior": posterior, "sample_stats": self.sample_stats.isel(draw=kept),
+                  "observed_data": observed,
+                  "constant_data": xr.Dataset({"X_new": (("x_new", "feature"), X_new)}, coords=x_new)}
+        if omitted is None:
+            groups["posterior_predictive"] = xr.Dataset(
+                {"y_new": (("chain", "draw", "x_new"), np.reshape(y, shape + (X_new.shape[0],)))},
+                coords={"chain": posterior["chain"].values, "draw": kept, **x_new})
+        else:
+            warnings.warn(f"SampledPosterior.to_inference_data: no posterior_predictive group: {omitted}",
+                          UserWarning, stacklevel=2)
+        return inference_data(attrs=None if omitted is None else {"posterior_predictive_omitted": omitted}, **groups)
 
     # -- files -------------------------------------------------------------------------------------
     def to_xarray(self):

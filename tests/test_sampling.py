@@ -334,6 +334,117 @@ def test_to_inference_data_works_with_arviz(short_run):
     assert az.bfmi(idata).shape == (2,)
 
 
+# Monte Carlo checks of the draws at new inputs: a statistic whose conditional distribution given
+# the kept hyperparameter draws is known (mean and sd, from the method's posterior at each draw),
+# standardised, must lie within Z_DRAWS sds (P(|N(0,1)| > 4.5) = 7e-6 per statistic).
+Z_DRAWS = 4.5
+
+
+def whitened(draws, means, covariances):
+    """L_s^-1 (draws_s - means_s) for each s, L_s the Cholesky factor of covariances_s: iid N(0, 1)
+    entries when draw s is from N(means_s, covariances_s)."""
+    return np.concatenate([np.linalg.solve(np.linalg.cholesky(c), d - m)
+                           for d, m, c in zip(draws, means, covariances)])
+
+
+def check_standard_normal(z, what):
+    """The mean and variance of ``z`` (n iid N(0, 1) values) within Z_DRAWS of their standard errors,
+    1 / sqrt(n) and sqrt(2 / n)."""
+    n = z.size
+    assert abs(z.mean()) <= Z_DRAWS / math.sqrt(n), (what, z.mean(), n)
+    assert abs(z.var() - 1.0) <= Z_DRAWS * math.sqrt(2.0 / n), (what, z.var(), n)
+
+
+def test_to_inference_data_draws_f_and_y_at_new_inputs_from_the_mixture(short_run):
+    """Given X_new, each kept hyperparameter draw s has one joint draw f_s (``f_new``) of the
+    method's posterior at it and one y_s = f_s + noise (``y_new``); here max_draws keeps all 120 draws, the set predict_f(max_draws
+    = 120) averages over.  Checked: (i) L_s^-1 (f_s - m_s) and (y_s - f_s) / sqrt(noise_s) are iid
+    N(0, 1) (840 values each); (ii) the mean of the 120 f draws at each point against predict_f's
+    mixture mean: given the draws, f_bar - mean has sd sqrt(sum_s v_s) / S; (iii) their variance
+    (1/S) sum (f_s - f_bar)^2 against predict_f's mixture variance V: its conditional mean is
+    V - mean(v) / S and, to first order, its sd sqrt(4 sum (m_s - m_bar)^2 v_s + 2 sum v_s^2) / S;
+    (iv) the y draws' mean against predict's y_mean, sd sqrt(sum (v_s + noise_s)) / S."""
+    s, X, y, _ = short_run
+    X_new = np.random.default_rng(7).uniform(-2, 2, (7, 2))
+    idata = s.to_inference_data(X_new, max_draws=120, seed=3)
+    assert {"posterior", "posterior_predictive", "sample_stats", "observed_data", "constant_data"} <= set(idata.groups())
+    f = idata.posterior["f_new"]
+    assert f.dims == ("chain", "draw", "x_new") and f.shape == (2, 60, 7)
+    assert idata.posterior_predictive["y_new"].dims == ("chain", "draw", "x_new")
+    np.testing.assert_array_equal(idata.constant_data["X_new"].values, X_new)
+    np.testing.assert_array_equal(idata.posterior["kernel.variance"].values, s.draws["kernel.variance"].values)
+    pairs = [(c, d) for c in range(2) for d in range(60)]
+    assert pairs == s.thinned(120)                      # the same draws predict_f(max_draws=120) uses
+    f = f.values.reshape(120, 7)
+    y_draws = idata.posterior_predictive["y_new"].values.reshape(120, 7)
+    full = [s.posterior_at(c, d).predict_f_full_cov(X_new) for c, d in pairs]
+    means, covariances = np.array([m for m, _ in full]), np.array([c for _, c in full])
+    variances = np.diagonal(covariances, axis1=1, axis2=2)
+    noise = np.array([float(s.draws["likelihood.variance"][c, d]) for c, d in pairs])
+    check_standard_normal(whitened(f, means, covariances), "f given each draw")
+    check_standard_normal((y_draws - f) / np.sqrt(noise)[:, None], "y given f")
+    S = len(pairs)
+    mix_mean, mix_var = s.predict_f(X_new, max_draws=S)
+    z_mean = (f.mean(axis=0) - mix_mean) / (np.sqrt(variances.sum(axis=0)) / S)
+    assert np.all(np.abs(z_mean) <= Z_DRAWS), z_mean
+    spread = np.sqrt(4.0 * np.sum((means - means.mean(axis=0)) ** 2 * variances, axis=0)
+                     + 2.0 * np.sum(variances ** 2, axis=0)) / S
+    z_var = (f.var(axis=0) - (mix_var - variances.mean(axis=0) / S)) / spread
+    assert np.all(np.abs(z_var) <= Z_DRAWS), z_var
+    predicted = s.predict(X_new, max_draws=S)
+    z_y = (y_draws.mean(axis=0) - predicted["y_mean"].values) / (np.sqrt(np.sum(variances + noise[:, None], axis=0)) / S)
+    assert np.all(np.abs(z_y) <= Z_DRAWS), z_y
+    # Seeded: the same draws again.
+    np.testing.assert_array_equal(s.to_inference_data(X_new, max_draws=120, seed=3).posterior["f_new"].values,
+                                  idata.posterior["f_new"].values)
+
+
+def test_to_inference_data_at_new_inputs_keeps_the_same_draws_in_every_chain(short_run):
+    s, X, y, _ = short_run
+    kept = s.kept_draws(50)                             # 120 draws, at most 50: every 3rd of each chain
+    np.testing.assert_array_equal(kept, np.arange(0, 60, 3))
+    idata = s.to_inference_data(np.zeros((2, 2)), max_draws=50)
+    assert idata.posterior["f_new"].shape == (2, 20, 2)
+    np.testing.assert_array_equal(idata.posterior["draw"].values, kept)
+    np.testing.assert_array_equal(idata.posterior["kernel.lengthscale"].values,
+                                  s.draws["kernel.lengthscale"].values[:, kept])
+    np.testing.assert_array_equal(idata.sample_stats["lp"].values, s.sample_stats["lp"].values[:, kept])
+    for bad in (0, 2.5):
+        with pytest.raises(ValueError, match="max_draws"):
+            s.to_inference_data(np.zeros((2, 2)), max_draws=bad)
+    with pytest.raises(ValueError, match="X_new"):
+        s.to_inference_data(np.zeros((2, 3)))
+    # Without X_new: every draw, and no f.
+    assert s.to_inference_data().posterior.sizes["draw"] == 60 and "f_new" not in s.to_inference_data().posterior
+
+
+@pytest.fixture(scope="module")
+def ep_run():
+    X, y = classification_data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        return LOCAL_CASES["ep"]().sample(X, y, draws=60, tune=60, chains=2, cores=1, seed=4)
+
+
+def test_to_inference_data_draws_class_labels_with_the_mixtures_probability(ep_run):
+    """EP classification: y_s in {-1, +1} drawn given f_s, so that E[y_s = +1 | draw s] is the
+    method's p(y = +1) at draw s (predict's p); the fraction of +1 over the S = 120 draws against
+    the mean of those p_s, sd sqrt(sum p_s (1 - p_s)) / S; and f_s whitened is iid N(0, 1)."""
+    s = ep_run
+    X_new = np.linspace(-2.0, 2.0, 6)[:, None]
+    idata = s.to_inference_data(X_new, max_draws=120, seed=1)
+    labels = idata.posterior_predictive["y_new"].values.reshape(120, 6)
+    assert set(np.unique(labels)) <= {-1.0, 1.0}
+    pairs = s.thinned(120)
+    p = np.array([s.posterior_at(c, d).predict(X_new)["p"].values for c, d in pairs])
+    z = (np.mean(labels == 1.0, axis=0) - p.mean(axis=0)) / (np.sqrt(np.sum(p * (1 - p), axis=0)) / len(pairs))
+    assert np.all(np.abs(z) <= Z_DRAWS), z
+    np.testing.assert_allclose(p.mean(axis=0), s.predict(X_new, max_draws=120)["p"].values, rtol=1e-12)
+    full = [s.posterior_at(c, d).predict_f_full_cov(X_new) for c, d in pairs]
+    check_standard_normal(whitened(idata.posterior["f_new"].values.reshape(120, 6), [m for m, _ in full],
+                                   [c for _, c in full]), "EP's f given each draw")
+
+
 def test_save_and_load_give_back_the_run(short_run, tmp_path):
     s, X, y, _ = short_run
     path = tmp_path / "run.nc"

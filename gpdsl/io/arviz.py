@@ -65,28 +65,13 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
     # Checked here, not left to default_rng, whose error names neither the function nor seed.
     check_seed("to_inference_data", seed)
     likelihood = posterior.model.likelihood
+    f, y_rep, omitted, jitter = predictive_draws(posterior, X_new, np.random.default_rng(seed), (chains, draws))
+    if y_rep is None:
+        warnings.warn(f"to_inference_data: no posterior_predictive group: {omitted}", UserWarning, stacklevel=2)
     if posterior.gaussian:
-        # In logs: the learned noise may overflow float64 where its density is finite.
-        log_noise = posterior._log_noise_variance(X_new)
-        if log_noise is None:
-            raise ValueError("to_inference_data: the noise variance at X_new is unknown for known-variance "
-                             "heteroscedastic likelihoods; use posterior.predict(noise_variance=...)")
-    mean, cov = posterior.predict_f_full_cov(X_new)
-    rng = np.random.default_rng(seed)
-    f, jitter = _joint_draws(mean, cov, rng, (chains, draws))
-    if posterior.gaussian:
-        y_rep = f + np.exp(0.5 * log_noise) * rng.standard_normal(f.shape)
-        log_lik = gaussian_log_density(y_new, f, log_noise)
+        log_lik = gaussian_log_density(y_new, f, posterior._log_noise_variance(X_new))
     else:
-        bound = bind(likelihood, posterior.values, "likelihood")
-        log_lik = bound.log_density(y_new, f)
-        try:
-            y_rep = bound.sample(f, rng)
-        except NotImplementedError as missing:
-            # A likelihood that cannot draw y (real-valued targets without ``sample``): the other
-            # groups stand without the posterior-predictive one, which the attrs say is left out.
-            y_rep, omitted = None, str(missing)
-            warnings.warn(f"to_inference_data: no posterior_predictive group: {omitted}", UserWarning, stacklevel=2)
+        log_lik = bind(likelihood, posterior.values, "likelihood").log_density(y_new, f)
     hyper = {name.replace(".", "_"): v for name, v in posterior.values.items()}
     attrs = {"inference": type(posterior.model.inference).__name__,
              "log_evidence": posterior.log_evidence, "sampling_jitter": jitter}
@@ -97,10 +82,99 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
     if posterior.n_latent > 1:
         coords["class"] = likelihood.class_labels()
         f_dims = ["obs", "class"]
-    return az.from_dict(
-        posterior={"f": f}, posterior_predictive=None if y_rep is None else {"y": y_rep}, log_likelihood={"y": log_lik},
-        observed_data={"y": y_new}, constant_data={"X": X_new, **hyper},
-        coords=coords, dims={"f": f_dims, "y": ["obs"], "X": ["obs", "feature"]}, attrs=attrs)
+    groups = {"posterior": {"f": f}, "posterior_predictive": None if y_rep is None else {"y": y_rep},
+              "log_likelihood": {"y": log_lik}, "observed_data": {"y": y_new}, "constant_data": {"X": X_new, **hyper}}
+    return _from_dict(groups, coords=coords, dims={"f": f_dims, "y": ["obs"], "X": ["obs", "feature"]}, attrs=attrs)
+
+
+def _legacy():
+    """arviz.InferenceData where ArviZ 0.x defines it, else None (ArviZ 1.x, whose containers are
+    xarray's DataTree; its module ``__getattr__`` answers the old name with a MigrationWarning, so
+    the module's own names are looked at, not the attribute)."""
+    return vars(az).get("InferenceData")
+
+
+def _from_dict(groups, coords, dims, attrs):
+    """``az.from_dict`` of the groups (name -> dict of arrays, or None to leave a group out) in
+    either ArviZ's signature: 0.x takes each group as a keyword and the attrs as the root's,
+    1.x the groups as one dict and the root's attrs under "/"."""
+    groups = {name: group for name, group in groups.items() if group is not None}
+    if _legacy() is not None:
+        return az.from_dict(**groups, coords=coords, dims=dims, attrs=attrs)
+    return az.from_dict(groups, coords=coords, dims=dims, attrs={"/": attrs})
+
+
+def inference_data(attrs=None, **groups):
+    """The container ArviZ takes, of ready xarray Datasets: arviz.InferenceData under ArviZ 0.x,
+    xarray.DataTree (one child node a group) under ArviZ 1.x.
+
+    Parameters
+    ----------
+    attrs : dict, optional
+        The root's attributes.
+    **groups : xarray.Dataset
+        Each group by its ArviZ name (``posterior``, ``sample_stats``, ...).
+
+    Returns
+    -------
+    arviz.InferenceData or xarray.DataTree
+    """
+    legacy = _legacy()
+    if legacy is not None:
+        container = legacy(**groups)
+    else:
+        from xarray import DataTree
+        container = DataTree.from_dict({f"/{name}": group for name, group in groups.items()})
+    container.attrs.update(attrs or {})
+    return container
+
+
+def predictive_draws(posterior, X_new, rng, size):
+    """Joint draws of f at X_new from ``posterior`` and of y given each (the likelihood's noise).
+
+    Parameters
+    ----------
+    posterior : gpdsl.Posterior
+    X_new : ndarray, shape (n, D)
+        Checked inputs, in the data's units.
+    rng : numpy.random.Generator
+        Drawn from in this order: f, then y.
+    size : tuple of int
+        The leading shape of the draws, e.g. (chains, draws).
+
+    Returns
+    -------
+    f : ndarray, shape size + (n,), or size + (n, K) for K latent functions
+        Draws of N(mean, cov) of ``predict_f_full_cov``.
+    y : ndarray of f's leading shape + (n,), or None
+        y given each draw of f: f + N(0, noise variance) for a Gaussian likelihood, the
+        likelihood's ``sample`` otherwise; None for a likelihood that cannot draw y.
+    omitted : str or None
+        Why y is None.
+    jitter : float
+        The largest jitter the Cholesky factorisation of the covariance added.
+
+    Raises
+    ------
+    ValueError
+        The noise variance at X_new is unknown (a heteroscedastic likelihood with known variances).
+    """
+    if posterior.gaussian:
+        # In logs: the learned noise may overflow float64 where its density is finite.
+        log_noise = posterior._log_noise_variance(X_new)
+        if log_noise is None:
+            raise ValueError("to_inference_data: the noise variance at X_new is unknown for known-variance "
+                             "heteroscedastic likelihoods; use posterior.predict(noise_variance=...)")
+    mean, cov = posterior.predict_f_full_cov(X_new)
+    f, jitter = _joint_draws(mean, cov, rng, size)
+    if posterior.gaussian:
+        return f, f + np.exp(0.5 * log_noise) * rng.standard_normal(f.shape), None, jitter
+    try:
+        return f, bind(posterior.model.likelihood, posterior.values, "likelihood").sample(f, rng), None, jitter
+    except NotImplementedError as missing:
+        # A likelihood that cannot draw y (real-valued targets without ``sample``): the other
+        # groups stand without the posterior-predictive one, which the attrs say is left out.
+        return f, None, str(missing), jitter
 
 
 def _joint_draws(mean, cov, rng, size):
