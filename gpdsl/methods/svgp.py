@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from scipy import linalg as sp_linalg
+from scipy.linalg import lapack
 
 from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
 from ..linalg import (JITTER_LADDER, inverse_from_cholesky, inverse_lower, jitter_adjoint, lower_product, stacked,
@@ -889,6 +889,12 @@ def _from_natural(Lam, eta):
     no inverse of Lam_k formed."""
     R = np.empty_like(Lam)
     for k, Lam_k in enumerate(Lam):
-        U = sp_linalg.cholesky(Lam_k[::-1, ::-1], lower=True, check_finite=False)[::-1, ::-1]
-        R[k] = inverse_lower(np.ascontiguousarray(U.T))
+        # LAPACK's dpotrf called directly, as scipy.linalg.cholesky calls it (clean: the other
+        # triangle zeroed), without that wrapper's checks: 9 of its 11 us at M = 10, K times a
+        # natural step of a K-class fit.
+        U, info = lapack.dpotrf(Lam_k[::-1, ::-1], lower=1, clean=1)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"SVGP: S^-1 of latent function {k} is not positive definite "
+                                        f"(dpotrf info {info})")
+        R[k] = inverse_lower(np.ascontiguousarray(U[::-1, ::-1].T))
     return np.einsum("kij,kj->ik", R, np.einsum("kji,kj->ki", R, eta)), R
