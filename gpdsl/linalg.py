@@ -289,7 +289,7 @@ def _symmetric_from_lower(lower):
     zero): lower + lower^T with the doubled diagonal put back, exactly symmetric, and without the
     mask that ``np.tril`` builds."""
     out = lower + lower.T
-    np.fill_diagonal(out, np.diagonal(lower))
+    out.flat[::out.shape[0] + 1] = lower.diagonal()      # np.fill_diagonal's assignment, without its wrapper
     return out
 
 

@@ -284,7 +284,7 @@ def _q_dict(m, R):
 
 def _kl(m, R):
     """sum_k KL[N(m_k, R_k R_k^T) || N(0, I)]."""
-    return 0.5 * (np.sum(R * R) + np.sum(m * m) - m.size) - np.sum(np.log(np.abs(np.diagonal(R, axis1=-2, axis2=-1))))
+    return 0.5 * ((R * R).sum() + (m * m).sum() - m.size) - np.log(np.abs(R.diagonal(axis1=-2, axis2=-1))).sum()
 
 
 def _whitened(kernel, X, Z, L, Li):
@@ -466,8 +466,12 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
             w = np.maximum(-2.0 * d, 0.0) if clip else -2.0 * d
             wT = np.ascontiguousarray(w.T)
             # Where the clip left w_k = -2 d_k (d_k <= 0: every log-concave likelihood), A W_k A^T is -2 P_k.
-            AWA = np.stack([-2.0 * weighted_d(k) if not clip or np.all(dT[k] <= 0.0)
-                            else weighted_gram(A[g_k], wT[k]) for k, g_k in enumerate(block)])
+            AWA = np.empty((K, M, M))
+            for k, g_k in enumerate(block):
+                if not clip or np.all(dT[k] <= 0.0):
+                    np.multiply(weighted_d(k), -2.0, out=AWA[k])
+                else:
+                    AWA[k] = weighted_gram(A[g_k], wT[k])
             out += [AWA, _gather(A, g + w * mean).T]
         if "grad" in outputs:
             Ag = _gather(A, g)
@@ -873,7 +877,7 @@ def _prior_plus(AWA, scale=1.0):
     q(v) with the prior's."""
     Lam_hat = scale * 0.5 * (AWA + np.swapaxes(AWA, -1, -2))
     M = AWA.shape[-1]
-    Lam_hat[..., np.arange(M), np.arange(M)] += 1.0
+    Lam_hat.reshape(-1, M * M)[:, ::M + 1] += 1.0       # each diagonal (Lam_hat is a new C-ordered array)
     return Lam_hat
 
 
