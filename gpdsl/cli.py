@@ -13,6 +13,12 @@ on the import path, before :mod:`gpdsl.__main__` can take the folder off.
 A ``[data] offset`` column holds each row's offset of the latent input (log exposure for
 counts): the fit and the held-out metrics take it (``fit(offset=...)``, ``predict(offset=...)``).
 
+A ``[sample]`` table (keys ``draws``, ``tune``, ``chains``, ``seed``, ``target_accept``,
+``cores``; an empty one takes Model.sample's defaults) makes ``gpdsl run`` draw the
+hyperparameters' posterior by NUTS (:meth:`gpdsl.Model.sample`) instead of fitting: it prints the
+sampler's diagnostics and ArviZ's summary of the draws and writes the run
+(:meth:`gpdsl.SampledPosterior.save`) as ``[output] posterior``.
+
 Bad input (a missing file, invalid TOML, an unknown component, a missing column, an offset with
 a method that takes none, a ``[fit] subsample`` not below the training rows, an output name the
 writers would refuse, ...)
@@ -42,6 +48,8 @@ SUMMARY_POINTS = 10
 SUMMARY_DRAWS = 500
 _DATA_KEYS = {"path", "target", "features", "offset", "test_fraction", "seed", "standardize"}
 _OUTPUT_KEYS = {"posterior", "plot"}
+# The [sample] table's keys: Model.sample's arguments that a model file sets.
+SAMPLE_KEYS = ("draws", "tune", "chains", "seed", "target_accept", "cores")
 # The plot's formats: those matplotlib writes with its own backends and Pillow (one of its
 # dependencies), chosen by the name's extension; pgf (needs LaTeX) and raw pixel dumps are left out.
 PLOT_FORMATS = (".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg", ".jpeg", ".tif", ".tiff", ".webp")
@@ -313,6 +321,49 @@ def fit_options(fit):
     return options
 
 
+def sample_options(sample, fit, data):
+    """Keyword arguments for Model.sample from the ``[sample]`` table.
+
+    A model file with a ``[sample]`` table (empty: the defaults) is sampled by NUTS
+    (:meth:`gpdsl.Model.sample`) instead of fitted.  Model.sample fits the MAP itself (its
+    starting point), in the data's units, so of ``[fit]`` only ``fixed`` applies, and ``[data]``
+    may not ask for standardisation or an offset, which Model.sample does not take.
+
+    Parameters
+    ----------
+    sample : dict
+        The ``[sample]`` table: any of :data:`SAMPLE_KEYS`, checked by Model.sample before any fit.
+    fit : dict
+        The ``[fit]`` table.
+    data : dict
+        The ``[data]`` table.
+
+    Returns
+    -------
+    dict
+        The options, with ``[fit] fixed`` as a tuple.
+
+    Raises
+    ------
+    UsageError
+        ``sample`` is not a table or has an unknown key; ``[fit]`` has a key other than
+        ``fixed``; ``[data]`` has an ``offset`` or ``standardize = true``.
+    """
+    if not isinstance(sample, dict):
+        raise UsageError(f"[sample] must be a table, got {sample!r}")
+    _check_table_keys("[sample]", sample, SAMPLE_KEYS)
+    point_fit = sorted(set(fit) - {"fixed"})
+    if point_fit:
+        raise UsageError(f"[fit]: {point_fit} configure a point fit; with [sample] the run samples by NUTS "
+                         f"(Model.sample fits its own starting point) and takes only [fit] fixed")
+    if data.get("offset") is not None:
+        raise UsageError("[data]: offset is not taken by Model.sample; leave it out of a model file with [sample]")
+    if data.get("standardize", False) is not False:
+        raise UsageError(f"[data]: standardize = {data['standardize']!r} with [sample]: Model.sample works in the "
+                         f"data's units (the priors are declared in them); set standardize = false or leave it out")
+    return {**fit_options(fit), **sample}
+
+
 def output_names(output):
     """File names inside ``--out`` from the ``[output]`` table.
 
@@ -475,7 +526,8 @@ def problem_from_toml(path, trust=None):
     description : str
     options : dict
         Keyword arguments of ``Model.fit`` (``standardize`` from ``[data]``, default True),
-        without ``offset`` (pass ``data``'s).
+        without ``offset`` (pass ``data``'s); with a ``[sample]`` table, ``{"sample": keyword
+        arguments of Model.sample}`` (:func:`sample_options`).
     names : dict
         Output file names, ``posterior`` and ``plot``.
 
@@ -508,8 +560,11 @@ def problem_from_toml(path, trust=None):
         standardize = data.get("standardize", True)
         if not isinstance(standardize, bool):
             raise UsageError(f"[data]: standardize must be true or false, got {standardize!r}")
-        options = {**fit_options(config["fit"]), "standardize": standardize}
-        check_subsample(options, X.shape[0] - n_test, n_test)
+        if "sample" in config:
+            options = {"sample": sample_options(config["sample"], config["fit"], data)}
+        else:
+            options = {**fit_options(config["fit"]), "standardize": standardize}
+            check_subsample(options, X.shape[0] - n_test, n_test)
         train, test = split_rows(X.shape[0], n_test, seed)
         offsets = (None, None) if offset is None else (offset[train], offset[test])
         rows = (X[train], y[train], X[test], y[test]) + offsets
@@ -773,6 +828,8 @@ def run(args):
             problem_from_toml(args.model, trust)
     out = Path(args.out)
     check_output_paths(out, names)
+    if "sample" in options:
+        return run_sampled(model, (X, y, X_test, y_test), description, options["sample"], out, names, args.model)
 
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -821,6 +878,112 @@ def run(args):
         raise RunError(f"cannot write {plot_path}: {err}") from err
     else:
         print(f"wrote {plot_path}")
+    return 0
+
+
+def report_sampled(sampled, X, X_test, data_description, wall_time):
+    """Print a sampled run's report: data, model, the sampler's settings and diagnostics, and
+    ArviZ's summary of the hyperparameters' draws.
+
+    Parameters
+    ----------
+    sampled : gpdsl.SampledPosterior
+    X : ndarray, shape (N, D)
+        Training inputs.
+    X_test : ndarray, shape (n, D)
+        Held-out inputs (not scored: the count is printed).
+    data_description : str
+    wall_time : float
+        Model.sample's wall time in seconds (the MAP fit included).
+    """
+    from .io.arviz import summary
+
+    model, d = sampled.model, sampled.diagnostics
+    print(f"data         {data_description}")
+    print(f"             {X.shape[0]} training / {X_test.shape[0]} held-out points, {X.shape[1]} feature(s) "
+          f"(the held-out points are not scored in a sampled run)")
+    print("\nmodel")
+    for part in ("kernel", "likelihood", "inducing", "inference", "mean"):
+        if part != "mean" or model.mean is not None:
+            print(f"  {part:<11} {getattr(model, part)!r}")
+    print("\nsampled by NUTS (Model.sample)")
+    print(f"  chains x draws   {d.chains} x {d.draws} (after warmup)")
+    print(f"  divergences      {d.divergences}")
+    print(f"  max R-hat        {d.max_rhat:.4g} ({d.worst['max_rhat']})")
+    print(f"  min ESS          bulk {d.min_ess_bulk:.4g} ({d.worst['min_ess_bulk']}), "
+          f"tail {d.min_ess_tail:.4g} ({d.worst['min_ess_tail']})")
+    print(f"  E-BFMI           {', '.join(f'{b:.3g}' for b in d.bfmi)}")
+    print(f"  diagnostics      {'all in range' if d.ok else '; '.join(d.problems())}")
+    if sampled.fixed:
+        print(f"  held             {', '.join(sorted(sampled.fixed))}")
+    print(f"  wall time        {wall_time:.3g} s")
+    print("\nArviZ summary of the hyperparameters' draws")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = summary(sampled.to_inference_data())
+    print(table.to_string())
+
+
+def run_sampled(model, rows, description, options, out, names, model_path):
+    """The ``run`` command for a model file with a ``[sample]`` table: Model.sample, the report
+    (:func:`report_sampled`) and the saved run (:meth:`gpdsl.SampledPosterior.save`) in ``out``.
+    No plot is drawn (``az.plot_trace`` on ``SampledPosterior.to_inference_data()`` draws one).
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+    rows : tuple
+        ``(X, y, X_test, y_test)``.
+    description : str
+    options : dict
+        Keyword arguments of Model.sample (:func:`sample_options`).
+    out : pathlib.Path
+    names : dict
+        The output file names (``posterior``: the saved run).
+    model_path : str
+        The model file, for messages.
+
+    Returns
+    -------
+    int
+        0 (exit status).
+
+    Raises
+    ------
+    UsageError
+        An argument Model.sample refuses (checked before its MAP fit), or a sampled parameter
+        without a prior.
+    RunError
+        A numerical failure, or an output that cannot be written.
+    """
+    import gpdsl as gd
+
+    X, y, X_test, _ = rows
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", gd.ConvergenceWarning)
+        try:
+            sampled = model.sample(X, y, **options)
+        except gd.NotPositiveDefiniteError as err:
+            raise RunError(f"sampling failed: {err}") from err
+        except (ValueError, TypeError) as err:
+            raise UsageError(f"{model_path}: {err}") from err
+    wall_time = time.perf_counter() - start
+    for w in caught:
+        if issubclass(w.category, gd.ConvergenceWarning):
+            print(f"gpdsl: warning: {w.message}", file=sys.stderr)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunError(f"cannot create the output directory {out}: {err}") from err
+    report_sampled(sampled, X, X_test, description, wall_time)
+    print()
+    path = out / names["posterior"]
+    try:
+        sampled.save(path, follow_symlinks=False)
+    except OSError as err:
+        raise RunError(f"cannot write {path}: {err}") from err
+    print(f"wrote {path} (read it back with gd.SampledPosterior.load(path, model))")
     return 0
 
 

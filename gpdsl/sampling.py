@@ -41,7 +41,7 @@ from scipy import special
 
 from . import fitting, nuts
 from ._version import __version__
-from .checks import check_positive_int, check_seed
+from .checks import check_nonnegative_int, check_positive_int, check_seed, is_number
 from .inducing import Selection
 from .inputs import check_fit_arguments, validate_inputs
 from .io.files import check_path, sigint_deferred, write_replacing
@@ -622,7 +622,7 @@ class SampledPosterior:
                  "held": json.dumps(held), "max_tree_depth": self.result.max_tree_depth}
         return xr.Dataset(data, attrs=attrs)
 
-    def save(self, path):
+    def save(self, path, *, follow_symlinks=True):
         """Write the run to netCDF (scipy backend), replacing ``path`` whole (as :meth:`gpdsl.Posterior.save`).
 
         The MAP posterior is not written (:attr:`map_posterior` of the loaded run is None).
@@ -631,6 +631,9 @@ class SampledPosterior:
         ----------
         path : str or os.PathLike
             Ending in ``.nc``.
+        follow_symlinks : bool, default True
+            A symbolic link at ``path`` is followed (its target is replaced); with False the link
+            itself is replaced by the file (what ``gpdsl run`` does inside its ``--out`` folder).
 
         Raises
         ------
@@ -643,7 +646,8 @@ class SampledPosterior:
         if os.path.splitext(path)[1].lower() != ".nc":
             raise ValueError(f"SampledPosterior.save: path must end in .nc (the run is written as netCDF), got {path!r}")
         with sigint_deferred():
-            write_replacing(os.path.realpath(path), self.to_xarray().to_netcdf(engine="scipy"))
+            write_replacing(os.path.realpath(path) if follow_symlinks else path,
+                            self.to_xarray().to_netcdf(engine="scipy"))
 
     @classmethod
     def load(cls, path, model):
@@ -747,7 +751,14 @@ def sample(model, X, y, *, draws=1000, tune=1000, chains=4, seed=0, target_accep
     SampledPosterior
     """
     fixed = check_fit_arguments(True, fixed, 0, seed, 1, progress, None)
+    # The sampler's arguments are checked here, before the MAP fit, which would otherwise run in vain.
     check_positive_int("Model.sample", "chains", chains)
+    check_positive_int("Model.sample", "draws", draws)
+    check_nonnegative_int("Model.sample", "tune", tune)
+    if not is_number(target_accept) or not 0.0 < float(target_accept) < 1.0:
+        raise ValueError(f"Model.sample: target_accept must be a number in (0, 1), got {target_accept!r}")
+    if cores is not None:
+        check_positive_int("Model.sample", "cores", cores)
     X = validate_inputs(X)
     model = model.resolved(X, seed)
     _refuse_unmarginalised(model)

@@ -774,3 +774,91 @@ def test_text_labels_are_refused_as_the_python_api_refuses_them(tmp_path, capsys
     assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
     assert_one_line_error(capsys, "empty value in column 'label' at line")
     assert not (tmp_path / "o").exists()
+
+
+# -- [sample]: NUTS over the hyperparameters ------------------------------------------------------
+SAMPLE_TOML = """\
+[kernel]
+type = "SquaredExponential"
+lengthscale = {prior = "Gamma", shape = 4.0, rate = 4.0}
+variance = {prior = "HalfNormal", scale = 2.0}
+
+[likelihood]
+type = "Gaussian"
+variance = {prior = "HalfNormal", scale = 1.0}
+
+[data]
+path = "sine.csv"
+target = "y"
+test_fraction = 0.25
+
+[sample]
+draws = 40
+tune = 40
+chains = 2
+seed = 5
+target_accept = 0.85
+cores = 1
+
+[output]
+posterior = "run.nc"
+"""
+
+
+def test_sample_table_runs_model_sample_and_writes_the_run(tmp_path, capsys):
+    """A [sample] table makes `gpdsl run` call Model.sample with its keys: the saved run has their
+    chains and draws, equals Model.sample called in-process with the same arguments, and the
+    report prints the diagnostics and ArviZ's summary of every hyperparameter."""
+    write_sine_csv(tmp_path / "sine.csv", n=24)
+    path = write_model(tmp_path, SAMPLE_TOML)
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 0
+    stdout = capsys.readouterr().out
+    for text in ("sampled by NUTS", "chains x draws   2 x 40", "divergences", "max R-hat", "E-BFMI",
+                 "kernel.lengthscale", "kernel.variance", "likelihood.variance", "r_hat", "run.nc"):
+        assert text in stdout, text
+    model, (X, y, _, _, _, _), _, options, _ = cli.problem_from_toml(path)
+    assert options == {"sample": {"draws": 40, "tune": 40, "chains": 2, "seed": 5, "target_accept": 0.85, "cores": 1}}
+    back = gd.SampledPosterior.load(tmp_path / "o" / "run.nc", model)
+    assert back.result.draws.shape == (2, 40, 3)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gd.SamplingWarning)
+        direct = model.sample(X, y, **options["sample"])
+    np.testing.assert_array_equal(back.result.draws, direct.result.draws)
+    np.testing.assert_array_equal(back.sample_stats["step_size"].values, direct.sample_stats["step_size"].values)
+
+
+def test_sample_table_with_fixed_and_defaults_applies_them(tmp_path, monkeypatch):
+    """An empty [sample] takes Model.sample's defaults; [fit] fixed is passed on (seen by a stub)."""
+    write_sine_csv(tmp_path / "sine.csv", n=24)
+    text = SAMPLE_TOML.replace("draws = 40\ntune = 40\nchains = 2\nseed = 5\ntarget_accept = 0.85\ncores = 1\n", "")
+    text = text.replace("[sample]", "[fit]\nfixed = [\"likelihood.variance\"]\n\n[sample]")
+    _, _, _, options, _ = cli.problem_from_toml(write_model(tmp_path, text))
+    assert options == {"sample": {"fixed": ("likelihood.variance",)}}
+
+
+@pytest.mark.parametrize("edit, fragments", [
+    (("draws = 40", "draw = 40"), ("[sample]: unknown keys ['draw']",)),
+    (("draws = 40", "metric = \"dense\""), ("[sample]: unknown keys ['metric']",)),
+    (("draws = 40", "draws = 0"), ("Model.sample: draws must be",)),
+    (("tune = 40", "tune = -1"), ("Model.sample: tune must be",)),
+    (("target_accept = 0.85", "target_accept = 1.5"), ("Model.sample: target_accept must be a number in (0, 1)",)),
+    (("cores = 1", "cores = 0"), ("Model.sample: cores must be",)),
+    (("[sample]", "[fit]\nmax_iter = 5\n\n[sample]"), ("[fit]: ['max_iter'] configure a point fit",)),
+    (("test_fraction = 0.25", "test_fraction = 0.25\nstandardize = true"), ("standardize = True with [sample]",)),
+    (("variance = {prior = \"HalfNormal\", scale = 1.0}", "variance = 0.1"),
+     ("['likelihood.variance'] carry no prior",)),
+    (("[sample]\ndraws = 40\ntune = 40\nchains = 2\nseed = 5\ntarget_accept = 0.85\ncores = 1\n", ""),
+     ("[sample] must be a table",)),
+])
+def test_sample_table_errors_are_one_line_before_sampling(tmp_path, capsys, monkeypatch, edit, fragments):
+    """Every refusal names the key or the argument, exits 2, and comes before the MAP fit."""
+    write_sine_csv(tmp_path / "sine.csv", n=24)
+    text = SAMPLE_TOML.replace(*edit)
+    path = write_model(tmp_path, "sample = 3\n" + text if "[sample]" not in text else text)
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("fitted before the arguments were checked")
+    monkeypatch.setattr(gd.Model, "fit", no_fit)
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, *fragments)

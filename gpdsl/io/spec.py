@@ -429,7 +429,7 @@ def model_parts(spec, trust=None):
     trust = trusted_modules(trust)
     if not isinstance(spec, dict):
         raise TypeError(f"model: expected a dict of sections (kernel, likelihood, ...), got {type(spec).__name__}")
-    unknown = set(spec) - set(_PARTS) - {"data", "fit", "output"}
+    unknown = set(spec) - set(_PARTS) - {"data", "fit", "sample", "output"}
     if unknown:
         raise ValueError(f"model: unknown sections {sorted(unknown)}; expected {sorted(_PARTS)}")
     for part in ("kernel", "likelihood"):
@@ -439,7 +439,7 @@ def model_parts(spec, trust=None):
 
 
 def read_model_file(path):
-    """Read a TOML model file: its model tables and its ``[data]``/``[fit]``/``[output]`` tables
+    """Read a TOML model file: its model tables and its ``[data]``/``[fit]``/``[sample]``/``[output]`` tables
     (``gpdsl.Model.from_toml`` and the CLI build the model with ``Model.from_dict``).
 
     Parameters
@@ -452,7 +452,8 @@ def read_model_file(path):
     spec : dict
         The file's tables as read (what ``gpdsl.Model.from_dict`` takes).
     config : dict
-        ``{"data": {...}, "fit": {...}, "output": {...}}``, each table empty where absent.
+        ``{"data": {...}, "fit": {...}, "output": {...}}``, each table empty where absent, and
+        ``"sample"`` where the file has a ``[sample]`` table (``gpdsl run`` then samples).
 
     Raises
     ------
@@ -526,6 +527,9 @@ def _parsed(text, source):
         raise ValueError(f"{source}: not read: its arrays or inline tables are nested too deeply for the "
                          f"TOML reader (a model nests at most {MAX_NESTING} levels)") from err
     config = {k: spec.get(k, {}) for k in ("data", "fit", "output")}
+    if "sample" in spec:
+        # Present only where the file has it: a [sample] table, even empty, makes `gpdsl run` sample.
+        config["sample"] = spec["sample"]
     for name, table in config.items():
         # `data = "x.csv"` is valid TOML but not a table; say so rather than fail on it later.
         if not isinstance(table, dict):
