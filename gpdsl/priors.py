@@ -32,6 +32,34 @@ def _check_finite_number(owner, name, value):
         raise ValueError(f"{owner}: {name} must be a finite number, got {value!r}")
 
 
+def _checked_initial(owner, value, positive):
+    """A prior's ``initial`` as it is kept: None, the number itself, or, for an array
+    hyperparameter (ARD length-scales), a tuple of floats, one a coordinate (a tuple, not an
+    array, so that the frozen prior stays hashable and compares by value); each positive, or
+    finite where ``positive`` is False.  A ValueError names ``owner`` otherwise."""
+    if value is None:
+        return None
+    if np.ndim(value) == 0:
+        (check_positive_number if positive else _check_finite_number)(owner, "initial", value)
+        return value
+    try:
+        values = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        values = None
+    if values is None or values.ndim != 1 or values.size == 0 \
+            or not all(is_number(v) for v in np.asarray(value, dtype=object)):
+        raise ValueError(f"{owner}: initial must be a number or a non-empty 1-D sequence of numbers (one an "
+                         f"element of an array hyperparameter), got {value!r}")
+    for v in values:
+        (check_positive_number if positive else _check_finite_number)(owner, "initial", float(v))
+    return tuple(float(v) for v in values)
+
+
+def _given_initial(initial):
+    """``initial`` (as :func:`_checked_initial` keeps it) as :meth:`Prior.initial_value` returns it."""
+    return np.array(initial) if isinstance(initial, tuple) else initial
+
+
 class Prior:
     """Base class: ``log_density(x)``, ``grad_log_density(x)`` (elementwise), ``initial_value()``
     and ``support``.
@@ -101,7 +129,10 @@ class Prior:
 
         Returns
         -------
-        float
+        float or ndarray of shape (D,)
+            An array where ``initial`` is a sequence: the prior then declares an array
+            hyperparameter (ARD length-scales, one per feature), each element under the same
+            density.
         """
         raise NotImplementedError
 
@@ -115,7 +146,9 @@ class _PositiveFamily(Prior):
     def __post_init__(self):
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if field.name != "initial" or value is not None:
+            if field.name == "initial":
+                object.__setattr__(self, "initial", _checked_initial(type(self).__name__, value, positive=True))
+            else:
                 check_positive_number(type(self).__name__, field.name, value)
 
 
@@ -129,8 +162,9 @@ class Gamma(_PositiveFamily):
         Positive shape a.
     rate : float
         Positive rate b (inverse scale).
-    initial : float, optional
-        Positive value where optimisation starts (default: the mean, shape / rate).
+    initial : float or sequence of float, optional
+        Positive value where optimisation starts (a sequence: an array hyperparameter, e.g.
+        ARD length-scales, each element under this prior) (default: the mean, shape / rate).
 
     Raises
     ------
@@ -183,7 +217,7 @@ class Gamma(_PositiveFamily):
         float
             ``initial`` if given, else the mean a / b.
         """
-        return self.initial if self.initial is not None else self.shape / self.rate
+        return _given_initial(self.initial) if self.initial is not None else self.shape / self.rate
 
     @classmethod
     def variants(cls):
@@ -201,8 +235,9 @@ class LogNormal(Prior):
         Finite mean of log x.
     sigma : float
         Positive standard deviation of log x.
-    initial : float, optional
-        Positive value where optimisation starts (default: the median exp(mu)).
+    initial : float or sequence of float, optional
+        Positive value where optimisation starts (a sequence: an array hyperparameter, e.g.
+        ARD length-scales, each element under this prior) (default: the median exp(mu)).
 
     Raises
     ------
@@ -218,8 +253,7 @@ class LogNormal(Prior):
     def __post_init__(self):
         _check_finite_number("LogNormal", "mu", self.mu)
         check_positive_number("LogNormal", "sigma", self.sigma)
-        if self.initial is not None:
-            check_positive_number("LogNormal", "initial", self.initial)
+        object.__setattr__(self, "initial", _checked_initial("LogNormal", self.initial, positive=True))
 
     def log_density(self, x):
         """Log density log p(x) on the natural scale, elementwise.
@@ -262,7 +296,7 @@ class LogNormal(Prior):
         float
             ``initial`` if given, else the median exp(mu).
         """
-        return self.initial if self.initial is not None else float(np.exp(self.mu))
+        return _given_initial(self.initial) if self.initial is not None else float(np.exp(self.mu))
 
     @classmethod
     def variants(cls):
@@ -285,8 +319,9 @@ class Normal(Prior):
         Finite mean.
     sigma : float
         Positive standard deviation.
-    initial : float, optional
-        Finite value where optimisation starts (default: the mean mu).
+    initial : float or sequence of float, optional
+        Finite value where optimisation starts (a sequence: an array hyperparameter, each
+        element under this prior) (default: the mean mu).
 
     Raises
     ------
@@ -302,8 +337,7 @@ class Normal(Prior):
     def __post_init__(self):
         _check_finite_number("Normal", "mu", self.mu)
         check_positive_number("Normal", "sigma", self.sigma)
-        if self.initial is not None:
-            _check_finite_number("Normal", "initial", self.initial)
+        object.__setattr__(self, "initial", _checked_initial("Normal", self.initial, positive=False))
 
     def log_density(self, x):
         """Log density log p(x), elementwise.
@@ -344,7 +378,7 @@ class Normal(Prior):
         float
             ``initial`` if given, else the mean mu.
         """
-        return self.initial if self.initial is not None else float(self.mu)
+        return _given_initial(self.initial) if self.initial is not None else float(self.mu)
 
     @classmethod
     def variants(cls):
@@ -374,8 +408,9 @@ class HalfNormal(_PositiveFamily):
     ----------
     scale : float
         Positive scale (the standard deviation of the normal folded at 0).
-    initial : float, optional
-        Positive value where optimisation starts (default: the median,
+    initial : float or sequence of float, optional
+        Positive value where optimisation starts (a sequence: an array hyperparameter, e.g.
+        ARD length-scales, each element under this prior) (default: the median,
         scale sqrt(2) erf^-1(1/2) ~ 0.674 scale; the mode 0 lies on the boundary).
 
     Raises
@@ -426,7 +461,7 @@ class HalfNormal(_PositiveFamily):
         float
             ``initial`` if given, else the median scale sqrt(2) erf^-1(1/2).
         """
-        return self.initial if self.initial is not None else float(self.scale * np.sqrt(2.0) * special.erfinv(0.5))
+        return _given_initial(self.initial) if self.initial is not None else float(self.scale * np.sqrt(2.0) * special.erfinv(0.5))
 
     @classmethod
     def variants(cls):
@@ -446,8 +481,9 @@ class HalfCauchy(_PositiveFamily):
     ----------
     scale : float
         Positive scale (also the median).
-    initial : float, optional
-        Positive value where optimisation starts (default: the median, ``scale``).
+    initial : float or sequence of float, optional
+        Positive value where optimisation starts (a sequence: an array hyperparameter, e.g.
+        ARD length-scales, each element under this prior) (default: the median, ``scale``).
 
     Raises
     ------
@@ -509,7 +545,7 @@ class HalfCauchy(_PositiveFamily):
         float
             ``initial`` if given, else the median ``scale``.
         """
-        return self.initial if self.initial is not None else float(self.scale)
+        return _given_initial(self.initial) if self.initial is not None else float(self.scale)
 
     @classmethod
     def variants(cls):
@@ -531,8 +567,9 @@ class InverseGamma(_PositiveFamily):
         Positive shape a.
     scale : float
         Positive scale b (scipy's ``invgamma(a, scale=b)``).
-    initial : float, optional
-        Positive value where optimisation starts (default: the median b / Q(a, 1/2), Q the
+    initial : float or sequence of float, optional
+        Positive value where optimisation starts (a sequence: an array hyperparameter, e.g.
+        ARD length-scales, each element under this prior) (default: the median b / Q(a, 1/2), Q the
         inverse of the regularised lower incomplete gamma function; the mean exists only for a > 1).
 
     Raises
@@ -590,7 +627,7 @@ class InverseGamma(_PositiveFamily):
         float
             ``initial`` if given, else the median b / Q(a, 1/2).
         """
-        return self.initial if self.initial is not None else float(self.scale / special.gammaincinv(self.shape, 0.5))
+        return _given_initial(self.initial) if self.initial is not None else float(self.scale / special.gammaincinv(self.shape, 0.5))
 
     @classmethod
     def variants(cls):
@@ -747,7 +784,8 @@ class OnTransformed(Prior):
             g^-1 of the base's initial value (the base's median maps to theta's median, g
             being monotone).
         """
-        return float(TRANSFORMS[self.transform].inverse(np.float64(self.base.initial_value())))
+        theta = TRANSFORMS[self.transform].inverse(np.asarray(self.base.initial_value(), dtype=float))
+        return float(theta) if np.ndim(theta) == 0 else theta
 
     @classmethod
     def variants(cls):
@@ -766,8 +804,9 @@ class ScipyPrior(ValueEquality, Prior, registered=False):
     ----------
     distribution : scipy.stats frozen distribution
         E.g. ``scipy.stats.halfnorm(scale=2.0)``; its ``logpdf`` gives the density.
-    initial : float, optional
-        Finite value where optimisation starts (default: the distribution's median).
+    initial : float or sequence of float, optional
+        Finite value where optimisation starts (a sequence: an array hyperparameter, each
+        element under this prior) (default: the distribution's median).
 
     Raises
     ------
@@ -784,8 +823,7 @@ class ScipyPrior(ValueEquality, Prior, registered=False):
         if not is_frozen_scipy(self.distribution):
             raise TypeError(f"ScipyPrior: distribution must be a frozen scipy.stats distribution, "
                             f"got {self.distribution!r}")
-        if self.initial is not None and not (is_number(self.initial) and np.isfinite(self.initial)):
-            raise ValueError(f"ScipyPrior: initial must be None or a finite number, got {self.initial!r}")
+        object.__setattr__(self, "initial", _checked_initial("ScipyPrior", self.initial, positive=False))
 
     def log_density(self, x):
         """Log density log p(x) on the natural scale, elementwise.
@@ -828,7 +866,7 @@ class ScipyPrior(ValueEquality, Prior, registered=False):
         float
             ``initial`` if given, else the distribution's median.
         """
-        return self.initial if self.initial is not None else float(self.distribution.median())
+        return _given_initial(self.initial) if self.initial is not None else float(self.distribution.median())
 
     @property
     def support(self):
