@@ -474,17 +474,21 @@ class SampledPosterior:
         variances = np.stack([v for _, v in moments])
         return _mixture(means, variances)
 
-    def predict(self, X_new, max_draws=PREDICT_DRAWS):
+    def predict(self, X_new, max_draws=PREDICT_DRAWS, *, noise_variance=None, offset=None):
         """:meth:`gpdsl.Posterior.predict` integrated over the hyperparameters.
 
         Each ``<name>_mean`` / ``<name>_var`` pair (f, y) is the mixture's mean and variance
-        (:meth:`predict_f`'s rule); any other variable (a class probability ``p``) is the mixture's,
-        the average over the draws.
+        (:meth:`predict_f`'s rule: y's variance holds each draw's noise variance); any other
+        numeric variable (a class probability ``p``) is the mixture's, the average over the
+        draws; a K-class ``label`` is the most probable class of the averaged ``p``.
 
         Parameters
         ----------
         X_new : array_like, shape (n, D)
         max_draws : int, default PREDICT_DRAWS
+        noise_variance, offset : optional
+            As :meth:`gpdsl.Posterior.predict` takes them (the observation-noise variances at
+            X_new of a Gaussian likelihood; the new rows' offset of the latent input).
 
         Returns
         -------
@@ -492,15 +496,19 @@ class SampledPosterior:
             As :meth:`gpdsl.Posterior.predict`, with ``attrs["draws_used"]``.
         """
         pairs = self.thinned(max_draws)
-        each = [self.posterior_at(c, d).predict(X_new) for c, d in pairs]
+        each = [self.posterior_at(c, d).predict(X_new, noise_variance=noise_variance, offset=offset) for c, d in pairs]
         out = each[0].copy()
         for name in each[0].data_vars:
+            if each[0][name].dtype.kind not in "fc":
+                continue                        # a label: from the mixture's p below
             stacked = np.stack([ds[name].values for ds in each])
             if name.endswith("_var") and name[:-4] + "_mean" in each[0].data_vars:
                 means = np.stack([ds[name[:-4] + "_mean"].values for ds in each])
                 out[name] = (each[0][name].dims, _mixture(means, stacked)[1])
             else:
                 out[name] = (each[0][name].dims, stacked.mean(axis=0))
+        if "label" in out.data_vars:
+            out["label"] = ("obs", out["class"].values[np.argmax(out["p"].values, axis=1)])
         out.attrs["draws_used"] = len(pairs)
         return out
 
@@ -709,7 +717,9 @@ def _mixture(means, variances):
 
 
 def _mode(logp, u0):
-    """The mode of ``logp`` by L-BFGS-B from ``u0`` (``u0`` itself where that fails)."""
+    """The mode of ``logp`` by L-BFGS-B from ``u0``; where that fails (no finite value or point
+    found), ``u0`` itself, with a :class:`SamplingWarning` naming the optimiser's message (the
+    chains then start around the declared values, and warmup has further to go)."""
     # Imported here: `import gpdsl` does not pay scipy.optimize's import (issue 46).
     from scipy import optimize as sp_optimize
 
@@ -718,7 +728,12 @@ def _mode(logp, u0):
         return (np.inf, np.zeros_like(u)) if not np.isfinite(value) else (-value, -gradient)
 
     result = sp_optimize.minimize(negated, u0, jac=True, method="L-BFGS-B")
-    return result.x if np.isfinite(result.fun) and np.all(np.isfinite(result.x)) else u0
+    if np.isfinite(result.fun) and np.all(np.isfinite(result.x)):
+        return result.x
+    warnings.warn(f"Model.sample: the search for the mode of log p(u | y) failed (L-BFGS-B: {result.message}; "
+                  f"log posterior {-result.fun:g} at its last point); the chains start around the declared "
+                  f"values instead", SamplingWarning, stacklevel=4)
+    return u0
 
 
 def _starts(logp, centre, chains, rng):

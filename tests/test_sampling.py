@@ -84,6 +84,11 @@ LOCAL_CASES = {
 }
 
 
+def groups(idata):
+    """The group names of ArviZ 0.x's InferenceData or of ArviZ 1.x's DataTree (its children)."""
+    return set(idata.children) if hasattr(idata, "children") else set(idata.groups())
+
+
 def log_posterior(model, X, y):
     """The LogPosterior of ``model`` on X, y (with its Fixed Z), its table and the declared u."""
     Z = model.inducing.Z if model.sparse else None
@@ -209,8 +214,8 @@ def test_refuses_methods_whose_q_is_not_marginalised(inference):
 @pytest.fixture(scope="module")
 def short_run():
     """A short two-chain run of an exact GP on D = 2 inputs with a linear mean, whose coefficients
-    (one per feature) are a vector hyperparameter.  (An ARD length-scale cannot carry a prior yet:
-    a prior's initial value is a scalar, which declares an isotropic one.)"""
+    (one per feature) are a vector hyperparameter.  (ARD length-scales under one prior:
+    tests/test_priors_bayes.py.)"""
     X, y = regression_data(n=15, d=2)
     model = gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Gaussian(variance=P.HalfNormal(1.0)),
                      mean=gd.means.Linear(P.Normal(0.0, 1.0)))
@@ -316,10 +321,46 @@ def test_predict_is_the_mixture_over_the_draws(short_run):
     assert np.all(f_var > variances.mean(axis=0))
 
 
+def test_predict_takes_posterior_predicts_noise_variance_and_offset(short_run):
+    """noise_variance replaces each draw's noise in y's variance (y_var = mixture f_var + given);
+    an offset shifts y's mean (not f's), as Posterior.predict does at each draw."""
+    s, X, y, _ = short_run
+    X_new = np.random.default_rng(8).uniform(-2, 2, (5, 2))
+    base = s.predict(X_new, max_draws=6)
+    given = np.linspace(0.1, 0.5, 5)
+    offset = np.linspace(-1.0, 1.0, 5)
+    ds = s.predict(X_new, max_draws=6, noise_variance=given, offset=offset)
+    np.testing.assert_allclose(ds["f_mean"].values, base["f_mean"].values, rtol=1e-12)
+    np.testing.assert_allclose(ds["y_var"].values, base["f_var"].values + given, rtol=1e-12)
+    np.testing.assert_allclose(ds["y_mean"].values, base["y_mean"].values + offset, rtol=1e-12, atol=1e-14)
+    # Without noise_variance, y's variance holds each draw's own noise (their mean).
+    noise = np.mean([float(s.draws["likelihood.variance"][c, d]) for c, d in s.thinned(6)])
+    np.testing.assert_allclose(base["y_var"].values, base["f_var"].values + noise, rtol=1e-12)
+
+
+def test_multiclass_predict_labels_the_mixtures_most_probable_class():
+    """Multi-class Laplace (K = 3, text labels): p is the draws' average and label the class of
+    its largest entry (a string variable is not averaged)."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (18, 1))
+    y = np.array(["a", "b", "c"])[np.digitize(X[:, 0] + 0.5 * rng.standard_normal(18), [-0.7, 0.7])]
+    model = gd.Model(kernel=gd.kernels.SquaredExponential(variance=P.HalfNormal(2.0), lengthscale=P.Gamma(4.0, 4.0)),
+                     likelihood=gd.likelihoods.Categorical(3, classes=["a", "b", "c"]), inference=gd.inference.Laplace())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        s = model.sample(X, y, draws=10, tune=15, chains=2, cores=1)
+    X_new = np.linspace(-2, 2, 5)[:, None]
+    ds = s.predict(X_new, max_draws=4)
+    p = np.mean([s.posterior_at(c, d).predict(X_new)["p"].values for c, d in s.thinned(4)], axis=0)
+    np.testing.assert_allclose(ds["p"].values, p, rtol=1e-12)
+    np.testing.assert_array_equal(ds["label"].values, np.array(["a", "b", "c"])[np.argmax(p, axis=1)])
+    assert ds["p"].dims == ("obs", "class") and list(ds["class"].values) == ["a", "b", "c"]
+
+
 def test_to_inference_data_works_with_arviz(short_run):
     s, X, y, _ = short_run
     idata = s.to_inference_data()
-    assert {"posterior", "sample_stats", "observed_data"} <= set(idata.groups())
+    assert {"posterior", "sample_stats", "observed_data"} <= groups(idata)
     np.testing.assert_array_equal(idata.observed_data["y"].values, y)
     summary = az.summary(idata)
     assert {"kernel.variance", "kernel.lengthscale", "mean.coefficients[0]", "mean.coefficients[1]",
@@ -331,7 +372,35 @@ def test_to_inference_data_works_with_arviz(short_run):
     assert float(rhat["mean.coefficients"].max()) == pytest.approx(
         max(float(az.rhat(s.draws["mean.coefficients"].values[:, :, i])) for i in range(2)), rel=1e-12)
     assert np.all(np.isfinite(ess["kernel.variance"].values))
-    assert az.bfmi(idata).shape == (2,)
+    bfmi = az.bfmi(idata)           # ArviZ 1.x: a DataTree node with the chains' "energy"
+    np.testing.assert_allclose(bfmi["energy"].values if hasattr(bfmi, "children") else bfmi,
+                               energy_bfmi(s.sample_stats["energy"].values), rtol=1e-12)
+
+
+def test_arviz_trace_and_posterior_plots_draw_every_hyperparameter(short_run):
+    """az.plot_trace and az.plot_posterior (ArviZ 1.x: az.plot_dist, its successor) on the run,
+    with and without draws at new inputs: one trace panel per variable, each chain a line."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    s, X, y, _ = short_run
+    names = set(s.draws.data_vars)
+    for idata, expected in ((s.to_inference_data(), names), (s.to_inference_data(np.zeros((2, 2)), max_draws=40),
+                                                             names | {"f_new"})):
+        trace = az.plot_trace(idata)
+        dist = az.plot_posterior(idata) if "plot_posterior" in vars(az) else az.plot_dist(idata)
+        if hasattr(trace, "viz"):           # ArviZ 1.x: a PlotCollection, its artists by variable
+            assert set(trace.viz["trace"].data_vars) == expected
+            assert all(trace.viz["trace"][name].sizes["chain"] == 2 for name in expected)
+            assert expected <= set(dist.viz["plot"].data_vars)
+        else:                               # ArviZ 0.x: an array of axes, a row a variable
+            titles = {ax.get_title().split("\n")[0] for ax in trace[:, 1]}
+            assert len(trace) == len(expected) and titles == expected, titles
+            size = {name: int(np.prod(idata.posterior[name].shape[2:])) for name in expected}
+            for ax in trace[:, 1]:          # a line a chain and component (and markers)
+                assert len(ax.get_lines()) >= 2 * size[ax.get_title().split("\n")[0]]
+            assert sum(1 for ax in np.ravel(dist) if ax.get_title()) == sum(size.values())   # a panel a component
+        plt.close("all")
 
 
 # Monte Carlo checks of the draws at new inputs: a statistic whose conditional distribution given
@@ -367,7 +436,7 @@ def test_to_inference_data_draws_f_and_y_at_new_inputs_from_the_mixture(short_ru
     s, X, y, _ = short_run
     X_new = np.random.default_rng(7).uniform(-2, 2, (7, 2))
     idata = s.to_inference_data(X_new, max_draws=120, seed=3)
-    assert {"posterior", "posterior_predictive", "sample_stats", "observed_data", "constant_data"} <= set(idata.groups())
+    assert {"posterior", "posterior_predictive", "sample_stats", "observed_data", "constant_data"} <= groups(idata)
     f = idata.posterior["f_new"]
     assert f.dims == ("chain", "draw", "x_new") and f.shape == (2, 60, 7)
     assert idata.posterior_predictive["y_new"].dims == ("chain", "draw", "x_new")
@@ -575,6 +644,22 @@ def test_ep_chains_do_not_depend_on_cores():
         warnings.simplefilter("ignore", SamplingWarning)
         runs = [model.sample(X, y, draws=20, tune=20, chains=2, cores=cores, seed=4) for cores in (1, 2)]
     np.testing.assert_array_equal(runs[0].result.draws, runs[1].result.draws)
+
+
+def test_a_failed_mode_search_warns_with_its_cause_and_falls_back_to_the_start():
+    """_mode's fallback is recorded: a log density that is -inf everywhere (no finite point for
+    L-BFGS-B) warns, naming the optimiser's message, and returns the start; a search that works
+    is silent and finds the mode of a Gaussian (to L-BFGS-B's gradient tolerance, 1e-5)."""
+    u0 = np.array([0.5, -1.0])
+    with pytest.warns(SamplingWarning, match=r"search for the mode of log p\(u \| y\) failed \(L-BFGS-B: .*\); "
+                                             r"the chains start around the declared values"):
+        found = sampling._mode(lambda u: (-np.inf, np.zeros_like(u)), u0)
+    np.testing.assert_array_equal(found, u0)
+    centre = np.array([1.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SamplingWarning)
+        found = sampling._mode(lambda u: (-0.5 * np.sum((u - centre) ** 2), -(u - centre)), u0)
+    np.testing.assert_allclose(found, centre, atol=1e-5)
 
 
 def test_posterior_cache_is_bounded():
