@@ -320,13 +320,13 @@ class Categorical(Likelihood):
 
     @classmethod
     def variants(cls):
-        """One instance per link, three classes each.
+        """One instance per link, three classes each (robust-max's epsilon at 0.05, not its start).
 
         Returns
         -------
         tuple of Categorical
         """
-        return tuple(cls(3, link) for link in LINKS)
+        return tuple(cls(3, link, epsilon=0.05) if link == "robustmax" else cls(3, link) for link in LINKS)
 
     def provides(self, capability):
         """As :meth:`Likelihood.provides`; ``"polya_gamma"`` for the logistic-softmax link (its
