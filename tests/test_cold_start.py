@@ -126,3 +126,29 @@ def test_compile_notice_is_silent_for_a_compiled_kernel(capsys):
     norm_pdf(0.5)                          # compiled (or loaded) in this process now
     announce_compilation("test-compiled", 1, norm_pdf, (0.5,))
     assert capsys.readouterr().err == ""
+
+
+def _numpy_functions(kernel, *args):
+    """The NumPy functions that ``kernel``'s typed IR calls (compiled afresh, without the disk cache)."""
+    compiled = njit(kernel.py_func)
+    compiled(*args)
+    typemap = compiled.overloads[compiled.signatures[0]].type_annotation.typemap
+    return {t.typing_key for t in typemap.values() if isinstance(t, types.Function)}
+
+
+def test_kernels_on_every_fits_path_allocate_without_np_zeros():
+    """Issue 46: np.zeros in a kernel brings in three more of Numba's own overloads (np.zeros, np.empty
+    with a dtype, the zero fill), compiled in every fresh process (about 0.1 s); the kernels of the
+    kernel gradient (every fit), VFE, Pólya-Gamma and EP's likelihood gradient use np.empty and a loop."""
+    from gpdsl._jit import collapsed, covariance, ep_sweeps, polya_gamma
+    from gpdsl._jit.likelihoods.bernoulli import probit_site_gradient
+    n, m = 4, 3
+    square, rows, cols = np.ones((m, n)), np.ones(n), np.ones(m)
+    used = {"slope_adjoint": _numpy_functions(covariance.slope_adjoint, square, square, square, 1.0,
+                                              covariance.SQUARED_EXPONENTIAL, 1.0),
+            "contract_then_complete": _numpy_functions(collapsed.contract_then_complete, square.copy(), square, cols,
+                                                       rows, rows),
+            "pg_marginals_update": _numpy_functions(polya_gamma.pg_marginals_update, square, cols, rows, rows),
+            "summed_log_z_gradient": _numpy_functions(ep_sweeps.summed_log_z_gradient, np.sign(rows - 0.5), rows,
+                                                      rows, (0.0,), probit_site_gradient)}
+    assert {name: np.zeros in found for name, found in used.items()} == dict.fromkeys(used, False)

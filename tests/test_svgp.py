@@ -406,3 +406,22 @@ def test_optimise_q_start_chunking_and_tolerance():
     loose, loose_steps, loose_converged = svgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, Z, jitter=0.0, tol=1e-3)
     assert loose_converged and loose_steps < steps
     assert best - 1e-2 < svgp.elbo_terms(*bound_pair(kernel, likelihood, {**values, **loose}), {**values, **loose}, X, y, Z, jitter=0.0).elbo <= best
+
+
+def test_from_natural_inverts_natural_and_refuses_an_indefinite_precision():
+    """q's (m, R) from its natural parameters (dpotrf on the reversed S^-1, called directly since
+    issue 46) round-trips _natural to rounding, and an S^-1 that is not positive definite raises
+    LinAlgError, which the damped natural steps count as a step that failed."""
+    rng = np.random.default_rng(2)
+    K, M = 3, 6
+    R = np.tril(rng.standard_normal((K, M, M)), -1) * 0.3 + np.eye(M) * rng.uniform(0.5, 1.5, (K, 1, M))
+    m = rng.standard_normal((M, K))
+    m_back, R_back = svgp._from_natural(*svgp._natural(m, R))
+    S, S_back = R @ np.swapaxes(R, 1, 2), R_back @ np.swapaxes(R_back, 1, 2)
+    np.testing.assert_allclose(S_back, S, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(m_back, m, rtol=1e-10, atol=1e-12)
+    assert np.all(np.triu(R_back, 1) == 0.0)
+    Lam, eta = svgp._natural(m, R)
+    Lam[1] -= 20.0 * np.eye(M)
+    with pytest.raises(np.linalg.LinAlgError):
+        svgp._from_natural(Lam, eta)

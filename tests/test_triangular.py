@@ -45,6 +45,31 @@ def test_weighted_gram_is_the_dense_weighted_product(signs):
     np.testing.assert_array_equal(P, P.T)
 
 
+def test_weighted_gram_branches_at_the_edges():
+    """The sign tests (from v's least and largest entries, issue 46) choose as np.all did: a NaN
+    weight takes the general product (NaN where it enters), zeros of either sign count as one
+    repeated number, and an empty v gives the zero matrix."""
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((5, 8))
+    v = rng.uniform(0.1, 1.0, 8)
+    v[3] = np.nan
+    P = weighted_gram(A, v)
+    assert np.all(np.isnan(P))
+    zeros = np.array([0.0, -0.0] * 4)
+    np.testing.assert_array_equal(np.abs(weighted_gram(A, zeros)), np.zeros((5, 5)))
+    np.testing.assert_array_equal(weighted_gram(np.zeros((5, 0)), np.zeros(0)), np.zeros((5, 5)))
+
+
+def test_inverse_lower_reads_only_the_lower_triangle():
+    """Entries above the diagonal of L are neither read nor carried into L^-1 (np.tril's mask)."""
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((7, 20))
+    L = np.linalg.cholesky(X @ X.T)
+    noisy = L + np.triu(rng.standard_normal((7, 7)), 1)
+    np.testing.assert_array_equal(inverse_lower(noisy), inverse_lower(L))
+    np.testing.assert_allclose(inverse_lower(noisy) @ L, np.eye(7), atol=1e-12)
+
+
 def test_inverse_lower_is_the_triangular_inverse_and_refuses_a_singular_factor():
     rng = np.random.default_rng(5)
     X = rng.standard_normal((30, 60))

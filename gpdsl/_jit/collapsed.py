@@ -30,7 +30,9 @@ def contract_then_complete(G, K, beta, e, w):
         sum_m K_mn G_mn of the G passed in.
     """
     M, n = G.shape
-    contraction = np.zeros(n)
+    contraction = np.empty(n)          # not np.zeros (covariance.slope_adjoint's comment)
+    for j in range(n):
+        contraction[j] = 0.0
     for m in range(M):
         b = beta[m]
         for j in range(n):

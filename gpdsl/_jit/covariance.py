@@ -41,7 +41,12 @@ def slope_adjoint(r2, K, G, variance, kind, alpha):
     """
     n1, n2 = r2.shape
     S = np.empty((n1, n2))
-    row, col = np.empty(n1), np.zeros(n2)
+    # np.empty and an element loop, not np.zeros: np.zeros brings in three more of Numba's own
+    # overloads (np.zeros, np.empty with a dtype, the zero fill), compiled in every fresh process
+    # for about 0.1 s (issue 46's cold start); the other kernels on a fit's path do the same.
+    row, col = np.empty(n1), np.empty(n2)
+    for j in range(n2):
+        col[j] = 0.0
     d_variance = 0.0
     d_alpha = 0.0
     for i in range(n1):

@@ -137,7 +137,9 @@ def tilted_projections(y, mu_cav, var_cav, param, project, quantile):
 def summed_log_z_gradient(y, mu_cav, var_cav, param, log_z_gradient):
     """sum_i d log Z_i / d theta at fixed cavities, (len(param),): ``log_z_gradient(y_i, mu, var,
     param)`` the likelihood's tuple of derivatives (:mod:`gpdsl._jit.projections`)."""
-    total = np.zeros(len(param))
+    total = np.empty(len(param))       # not np.zeros (covariance.slope_adjoint's comment)
+    for j in range(len(param)):
+        total[j] = 0.0
     for i in range(mu_cav.shape[0]):
         g = log_z_gradient(y[i], mu_cav[i], var_cav[i], param)
         for j in range(len(param)):

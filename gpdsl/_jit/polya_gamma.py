@@ -61,7 +61,9 @@ def pg_marginals_update(V, g, residual, shift):
     the rows of V (contiguous) so that it streams V once.
     """
     m, n = V.shape
-    mean = np.zeros(n)
+    mean = np.empty(n)                 # not np.zeros (covariance.slope_adjoint's comment)
+    for j in range(n):
+        mean[j] = 0.0
     var = residual.copy()
     for i in range(m):
         gi = g[i]
