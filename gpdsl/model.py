@@ -550,7 +550,7 @@ class Model:
 
     @threads.managed
     def sample(self, X, y, *, draws=1000, tune=1000, chains=4, seed=0, target_accept=0.8, fixed=(), cores=None,
-               progress=False):
+               progress=False, latent="marginalised"):
         """Draw the hyperparameters' posterior by NUTS (the fully Bayesian counterpart of :meth:`fit`).
 
         The target is log p(u | y) = log evidence + sum log prior(theta) + log |d theta / d u| on
@@ -583,6 +583,12 @@ class Model:
             Processes the chains run in (None: one a chain, up to the CPUs).
         progress : bool, default False
             Print each chain's progress.
+        latent : {"marginalised", "joint"}, default "marginalised"
+            "marginalised": the hyperparameters alone, f integrated out by the method's evidence.
+            "joint": a dense model with a non-Gaussian likelihood sampled exactly, the N latent
+            values drawn with the hyperparameters as f = m(X) + L(theta) v, v ~ N(0, I)
+            (:mod:`gpdsl.latent_joint`; O(N^3) a gradient, N <= 1,000); the draws then hold
+            ``f`` (chain, draw, obs) and predictions use the GP conditional on each draw's f.
 
         Returns
         -------
@@ -595,7 +601,8 @@ class Model:
         ValueError
             A sampled hyperparameter without a prior (named), a prior whose support is narrower
             than its hyperparameter's values, or a method whose q is not marginalised (SVGP,
-            VGP); bad arguments, as :meth:`fit` and :func:`gpdsl.nuts.sample` refuse them.
+            VGP); latent="joint" for a sparse model, a Gaussian or multi-latent likelihood, or
+            N > 1,000; bad arguments, as :meth:`fit` and :func:`gpdsl.nuts.sample` refuse them.
 
         Warns
         -----
@@ -605,7 +612,7 @@ class Model:
         """
         from .sampling import sample
         return sample(self, X, y, draws=draws, tune=tune, chains=chains, seed=seed, target_accept=target_accept,
-                      fixed=fixed, cores=cores, progress=progress)
+                      fixed=fixed, cores=cores, progress=progress, latent=latent)
 
     def _chunks_dask(self):
         """Whether this model's fit runs its O(N M^2) passes as Dask tasks when X is a Dask array:

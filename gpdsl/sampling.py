@@ -339,12 +339,15 @@ class SampledPosterior:
         The inducing inputs sampled at (the MAP fit's; None for a dense method).
     map_posterior : gpdsl.Posterior or None
         The MAP fit (None for a run read back by :meth:`load`).
+    latent : {"marginalised", "joint"}, default "marginalised"
+        "joint": each of ``result``'s draws is (u, v), v the whitened f (:mod:`gpdsl.latent_joint`).
 
     Attributes
     ----------
     draws : xarray.Dataset
         One variable per sampled hyperparameter, under its ``post.values`` name, natural scale,
-        dims (chain, draw, ...) (an ARD length-scale's ``feature``).
+        dims (chain, draw, ...) (an ARD length-scale's ``feature``); with latent="joint" also
+        ``f`` (chain, draw, obs), the latent values at the training inputs.
     sample_stats : xarray.Dataset
         ``lp``, ``diverging``, ``tree_depth``, ``step_size``, ``energy``, ``acceptance_rate``,
         ``n_steps``, dims (chain, draw).
@@ -353,12 +356,16 @@ class SampledPosterior:
         The held hyperparameters' values (``fixed=``, and a sparse method's Z).
     """
 
-    def __init__(self, model, table, result, X, y, Z, map_posterior=None):
+    def __init__(self, model, table, result, X, y, Z, map_posterior=None, latent="marginalised"):
         self.model = model
         self.table = table
         self.result = result
         self.X, self.y, self.Z = X, y, Z
         self.map_posterior = map_posterior
+        self.latent = latent
+        # latent="joint": each draw is w = (u, v), v the whitened f (gpdsl.latent_joint, which imports this module).
+        from .latent_joint import JointLogPosterior
+        self._joint = JointLogPosterior(model, table, X, y) if latent == "joint" else None
         self.draws = self._draws_dataset()
         self.sample_stats = self._stats_dataset()
         self.diagnostics = diagnose(self.draws, result)
@@ -378,7 +385,7 @@ class SampledPosterior:
     def _draws_dataset(self):
         xr = xarray()
         chains, n_draws, _ = self.result.draws.shape
-        natural = [self.table.unpack(u) for u in self.result.draws.reshape(chains * n_draws, -1)]
+        natural = [self.table.unpack(u) for u in self.result.draws[..., :self.table.size].reshape(chains * n_draws, -1)]
         data, coords = {}, {"chain": np.arange(chains), "draw": np.arange(n_draws)}
         for e in self._sampled_entries():
             values = np.stack([v[e.name] for v in natural]).reshape((chains, n_draws) + e.value.shape)
@@ -386,6 +393,9 @@ class SampledPosterior:
             for dim, size in zip(dims, e.value.shape):
                 coords.setdefault(dim, np.arange(size))
             data[e.name] = (("chain", "draw") + tuple(dims), values)
+        if self._joint is not None:
+            data["f"] = (("chain", "draw", "obs"), self._joint.latent(self.result.draws))
+            coords["obs"] = np.arange(self.X.shape[0])
         return xr.Dataset(data, coords=coords, attrs={"inference": type(self.model.inference).__name__})
 
     def _stats_dataset(self):
@@ -407,7 +417,7 @@ class SampledPosterior:
         -------
         dict of str to ndarray
         """
-        values = self.table.unpack(self.result.draws[chain, draw])
+        values = self.table.unpack(self.result.draws[chain, draw, :self.table.size])
         values.pop("inducing.Z", None)
         return values
 
@@ -424,16 +434,21 @@ class SampledPosterior:
         """
         key = (int(chain), int(draw))
         if key not in self._posteriors:
-            selection = None if self.Z is None else Selection(self.Z, indices=None, criterion=None, stopped=None)
-            fixed = tuple(e.name for e in self.table.entries if e.fixed and e.name != "inducing.Z")
-            at = fitting.fit_at(self.model, self.X, self.y, selection, fixed=fixed, optimize=False, restarts=0,
-                                seed=0, max_iter=1, progress=False, callback=None, start=self.values_at(*key),
-                                warm=None)
+            if self._joint is not None:
+                # f drawn with theta: the GP conditional on the draw's f (gpdsl.latent_joint).
+                posterior = self._joint.posterior(self.result.draws[key])
+            else:
+                selection = None if self.Z is None else Selection(self.Z, indices=None, criterion=None, stopped=None)
+                fixed = tuple(e.name for e in self.table.entries if e.fixed and e.name != "inducing.Z")
+                at = fitting.fit_at(self.model, self.X, self.y, selection, fixed=fixed, optimize=False, restarts=0,
+                                    seed=0, max_iter=1, progress=False, callback=None, start=self.values_at(*key),
+                                    warm=None)
+                posterior = Posterior(model=self.model, values=at.values, state=at.evaluation.state,
+                                      log_evidence=at.evaluation.log_evidence, log_prior=at.log_prior)
             if len(self._posteriors) >= POSTERIOR_CACHE:
                 # Bounded: a dense method's state is ~3 N^2 doubles (N = 2,000 at 200 draws: ~19 GB).
                 self._posteriors.pop(next(iter(self._posteriors)))
-            self._posteriors[key] = Posterior(model=self.model, values=at.values, state=at.evaluation.state,
-                                              log_evidence=at.evaluation.log_evidence, log_prior=at.log_prior)
+            self._posteriors[key] = posterior
         return self._posteriors[key]
 
     def thinned(self, max_draws=PREDICT_DRAWS):
@@ -627,7 +642,7 @@ class SampledPosterior:
         data["inverse_metric"] = (("chain", "parameter") + (("parameter_bis",) if metric.ndim == 3 else ()), metric)
         held = [e.name for e in self.table.entries if e.fixed]
         attrs = {"format": SAVE_FORMAT, "gpdsl_version": __version__, "model_spec": json.dumps(self.model.to_dict()),
-                 "held": json.dumps(held), "max_tree_depth": self.result.max_tree_depth}
+                 "held": json.dumps(held), "max_tree_depth": self.result.max_tree_depth, "latent": self.latent}
         return xr.Dataset(data, attrs=attrs)
 
     def save(self, path, *, follow_symlinks=True):
@@ -706,7 +721,7 @@ class SampledPosterior:
         result = nuts.NUTSResult(draws=ds["unconstrained_draws"].values, **stats, adapted_step_size=ds["adapted_step_size"].values,
                                  inverse_metric=ds["inverse_metric"].values,
                                  max_tree_depth=int(ds.attrs["max_tree_depth"]))
-        return cls(model, table, result, X, y, Z)
+        return cls(model, table, result, X, y, Z, latent=ds.attrs.get("latent", "marginalised"))
 
 
 def _mixture(means, variances):
@@ -752,13 +767,13 @@ def _starts(logp, centre, chains, rng):
 
 
 def sample(model, X, y, *, draws=1000, tune=1000, chains=4, seed=0, target_accept=0.8, fixed=(), cores=None,
-           progress=False):
+           progress=False, latent="marginalised"):
     """Draw the hyperparameters' posterior by NUTS: what :meth:`gpdsl.Model.sample` runs.
 
     Parameters
     ----------
     model : gpdsl.Model
-    X, y, draws, tune, chains, seed, target_accept, fixed, cores, progress : object
+    X, y, draws, tune, chains, seed, target_accept, fixed, cores, progress, latent : object
         As :meth:`gpdsl.Model.sample` takes them.
 
     Returns
@@ -777,6 +792,12 @@ def sample(model, X, y, *, draws=1000, tune=1000, chains=4, seed=0, target_accep
     X = validate_inputs(X)
     model = model.resolved(X, seed)
     _refuse_unmarginalised(model)
+    from .latent_joint import JointLogPosterior, check_joint
+    if latent not in ("marginalised", "joint"):
+        raise ValueError(f"Model.sample: latent must be 'marginalised' (the method's evidence integrates f out) or "
+                         f"'joint' (f drawn with the hyperparameters), got {latent!r}")
+    if latent == "joint":
+        check_joint(model, X.shape[0])
     # The priors are checked before the MAP fit, which would otherwise run in vain.
     check_priors(model.parameter_table(X, None, fixed))
     map_posterior = model.fit(X, y, fixed=fixed, seed=seed)
@@ -785,11 +806,17 @@ def sample(model, X, y, *, draws=1000, tune=1000, chains=4, seed=0, target_accep
     Z = map_posterior.state.Z if model.sparse else None
     held = fixed + (("inducing.Z",) if model.sparse and model.inducing.optimize and "inducing.Z" not in fixed else ())
     table = model.parameter_table(X, Z, held)
-    logp = LogPosterior(model, table, X, y_coded, Z)
-    starts = _starts(logp, _mode(logp, table.pack(table.values())), chains, np.random.default_rng(seed))
+    if latent == "joint":
+        logp = JointLogPosterior(model, table, X, y_coded)
+        centre = logp.start()
+    else:
+        logp = LogPosterior(model, table, X, y_coded, Z)
+        centre = table.pack(table.values())
+    starts = _starts(logp, _mode(logp, centre), chains, np.random.default_rng(seed))
+    # The joint target's v directions that the data pin are correlated (gpdsl.latent_joint.METRIC).
     result = nuts.sample(logp, starts, draws=draws, tune=tune, chains=chains, seed=seed, target_accept=target_accept,
-                         cores=cores, progress=progress)
-    sampled = SampledPosterior(model, table, result, X, y_coded, Z, map_posterior)
+                         cores=cores, progress=progress, metric=logp.METRIC if latent == "joint" else "diag")
+    sampled = SampledPosterior(model, table, result, X, y_coded, Z, map_posterior, latent=latent)
     for problem in sampled.diagnostics.problems():
         warnings.warn(f"Model.sample: {problem}", SamplingWarning, stacklevel=4)
     return sampled
