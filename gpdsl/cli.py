@@ -728,10 +728,7 @@ def report(posterior, X, X_test, y_test, data_description, wall_time, offset_tes
     inference = type(model.inference).__name__
     print(f"data         {data_description}")
     print(f"             {X.shape[0]} training / {X_test.shape[0]} held-out points, {X.shape[1]} feature(s)")
-    print("\nmodel")
-    for part in ("kernel", "likelihood", "inducing", "inference", "mean"):
-        if part != "mean" or model.mean is not None:
-            print(f"  {part:<11} {getattr(model, part)!r}")
+    _print_model(model)
 
     print("\nfit")
     print(f"  log evidence     {posterior.log_evidence:.6g}  ({model.inference.log_evidence_kind})")
@@ -815,8 +812,6 @@ def run(args):
     RunError
         A failed fit (not positive definite) or an output that cannot be written.
     """
-    import gpdsl as gd
-
     trust = trusted_option(args.trust)
     if args.model is None:
         model, (X, y, X_test, y_test), description = default_problem()
@@ -831,24 +826,8 @@ def run(args):
     if "sample" in options:
         return run_sampled(model, (X, y, X_test, y_test), description, options["sample"], out, names, args.model)
 
-    start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", gd.ConvergenceWarning)
-        try:
-            posterior = model.fit(X, y, offset=offset, **options)
-        except gd.NotPositiveDefiniteError as err:
-            raise RunError(f"fit failed: {err}") from err
-        except (ValueError, TypeError) as err:
-            raise UsageError(str(err) if args.model is None else f"{args.model}: {err}") from err
-    wall_time = time.perf_counter() - start
-    for w in caught:
-        if issubclass(w.category, gd.ConvergenceWarning):
-            print(f"gpdsl: warning: {w.message}", file=sys.stderr)
-
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise RunError(f"cannot create the output directory {out}: {err}") from err
+    posterior, wall_time = _timed(lambda: model.fit(X, y, offset=offset, **options), "fit", args.model)
+    _make_out(out)
     report(posterior, X, X_test, y_test, description, wall_time, offset_test=offset_test)
 
     print()
@@ -881,6 +860,52 @@ def run(args):
     return 0
 
 
+def _timed(call, what, model_path):
+    """``call()`` (a fit or a sampling run) and its wall time in seconds, with the
+    ConvergenceWarnings it raised printed on stderr after it.
+
+    Raises
+    ------
+    RunError
+        ``what`` failed numerically (not positive definite).
+    UsageError
+        ``call`` refused its arguments (ValueError, TypeError), prefixed by ``model_path``
+        (None for the built-in default model).
+    """
+    import gpdsl as gd
+
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", gd.ConvergenceWarning)
+        try:
+            result = call()
+        except gd.NotPositiveDefiniteError as err:
+            raise RunError(f"{what} failed: {err}") from err
+        except (ValueError, TypeError) as err:
+            raise UsageError(str(err) if model_path is None else f"{model_path}: {err}") from err
+    wall_time = time.perf_counter() - start
+    for w in caught:
+        if issubclass(w.category, gd.ConvergenceWarning):
+            print(f"gpdsl: warning: {w.message}", file=sys.stderr)
+    return result, wall_time
+
+
+def _make_out(out):
+    """Create the ``--out`` directory (a RunError where that fails)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunError(f"cannot create the output directory {out}: {err}") from err
+
+
+def _print_model(model):
+    """The report's model section: each declared part's repr."""
+    print("\nmodel")
+    for part in ("kernel", "likelihood", "inducing", "inference", "mean"):
+        if part != "mean" or model.mean is not None:
+            print(f"  {part:<11} {getattr(model, part)!r}")
+
+
 def report_sampled(sampled, X, X_test, data_description, wall_time):
     """Print a sampled run's report: data, model, the sampler's settings and diagnostics, and
     ArviZ's summary of the hyperparameters' draws.
@@ -902,10 +927,7 @@ def report_sampled(sampled, X, X_test, data_description, wall_time):
     print(f"data         {data_description}")
     print(f"             {X.shape[0]} training / {X_test.shape[0]} held-out points, {X.shape[1]} feature(s) "
           f"(the held-out points are not scored in a sampled run)")
-    print("\nmodel")
-    for part in ("kernel", "likelihood", "inducing", "inference", "mean"):
-        if part != "mean" or model.mean is not None:
-            print(f"  {part:<11} {getattr(model, part)!r}")
+    _print_model(model)
     print("\nsampled by NUTS (Model.sample)")
     print(f"  chains x draws   {d.chains} x {d.draws} (after warmup)")
     print(f"  divergences      {d.divergences}")
@@ -956,26 +978,9 @@ def run_sampled(model, rows, description, options, out, names, model_path):
     RunError
         A numerical failure, or an output that cannot be written.
     """
-    import gpdsl as gd
-
     X, y, X_test, _ = rows
-    start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", gd.ConvergenceWarning)
-        try:
-            sampled = model.sample(X, y, **options)
-        except gd.NotPositiveDefiniteError as err:
-            raise RunError(f"sampling failed: {err}") from err
-        except (ValueError, TypeError) as err:
-            raise UsageError(f"{model_path}: {err}") from err
-    wall_time = time.perf_counter() - start
-    for w in caught:
-        if issubclass(w.category, gd.ConvergenceWarning):
-            print(f"gpdsl: warning: {w.message}", file=sys.stderr)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise RunError(f"cannot create the output directory {out}: {err}") from err
+    sampled, wall_time = _timed(lambda: model.sample(X, y, **options), "sampling", model_path)
+    _make_out(out)
     report_sampled(sampled, X, X_test, description, wall_time)
     print()
     path = out / names["posterior"]
