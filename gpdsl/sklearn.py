@@ -533,14 +533,15 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         self.standardize = standardize
         self.random_state = random_state
 
-    def _likelihood_for(self, n_classes, link=defaults.LINK):
+    def _likelihood_for(self, n_classes, link=defaults.LINK, pilot_error=None):
         """The likelihood of ``n_classes`` classes: the one given (checked), else the default (for
-        K > 2 ``Categorical(K, link)``)."""
+        K > 2 ``Categorical(K, link)``, robust-max's epsilon held or learnt by the link pilot's
+        ``pilot_error``: :func:`gpdsl.defaults.classifier_likelihood`)."""
         likelihood = self.likelihood
         if likelihood is None:
             if n_classes == 2:
                 return _likelihoods.Bernoulli("logit")
-            return defaults.classifier_likelihood(n_classes, link)
+            return defaults.classifier_likelihood(n_classes, link, pilot_error)
         if not isinstance(likelihood, _likelihoods.Likelihood):
             raise TypeError(f"GPClassifier: likelihood must be None or a gpdsl likelihood of class labels "
                             f"(gd.likelihoods.Bernoulli(), gd.likelihoods.Categorical(K)), got {likelihood!r}")
@@ -622,7 +623,8 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
                 link = self.link_choice_.link
             else:
                 link = self._link_for_inference(n_classes)
-        likelihood = self._likelihood_for(n_classes, link)
+        likelihood = self._likelihood_for(n_classes, link,
+                                          None if self.link_choice_ is None else self.link_choice_.pilot_error)
         targets = codes.astype(float)
         order = None
         label_classes = getattr(likelihood, "classes", None)

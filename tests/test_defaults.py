@@ -161,7 +161,7 @@ def test_model_explicit_inference_overrides():
 def test_classifier_model_is_the_table():
     X, y = three_classes(30)
     clf = quietly(GPClassifier(max_iter=5, random_state=3).fit, X, y)
-    likelihood = gd.likelihoods.Categorical(3, "robustmax")
+    likelihood = defaults.classifier_likelihood(3, "robustmax", clf.link_choice_.pilot_error)
     assert clf.model_ == gd.Model(SE(), likelihood, **defaults.declaration(30, 2, 3, likelihood, seed=3))
     assert clf.model_.inference == gd.inference.SVGP(batch_size=30, seed=3)
     assert clf.model_.inducing == gd.inducing.Optimized(gd.inducing.KMeans(30, seed=3))

@@ -131,3 +131,19 @@ def test_classifier_holds_or_learns_epsilon():
     assert float(held.posterior_.values["likelihood.epsilon"]) == 1e-3
     learnt = GPClassifier(likelihood=Categorical(3, "robustmax"), max_iter=20).fit(X, y)
     assert float(learnt.posterior_.values["likelihood.epsilon"]) != 1e-3
+
+
+def test_classifier_default_holds_epsilon_where_the_pilot_separates_the_classes():
+    """``defaults.classifier_likelihood``: robust-max's epsilon ``Fixed(1e-3)`` at a pilot error up
+    to ``SEPARATED_ERROR``, learnt above it and where no pilot ran; softmax has none to hold."""
+    from gpdsl import defaults
+    held = defaults.classifier_likelihood(5, "robustmax", defaults.SEPARATED_ERROR)
+    assert held.epsilon == gd.Fixed(1e-3)
+    assert defaults.classifier_likelihood(5, "robustmax", defaults.SEPARATED_ERROR + 0.01).epsilon == 1e-3
+    assert defaults.classifier_likelihood(5, "robustmax") == Categorical(5, "robustmax")
+    assert defaults.classifier_likelihood(5, "softmax", 0.0) == Categorical(5, "softmax")
+    X, y = _data()
+    clf = GPClassifier(max_iter=20).fit(X[:40], np.where(X[:40, 0] > 0.7, 2, (X[:40, 1] > 0).astype(int)))
+    assert clf.link_choice_.link == "robustmax" and clf.link_choice_.pilot_error <= defaults.SEPARATED_ERROR
+    assert clf.model_.likelihood.epsilon == gd.Fixed(1e-3)
+    assert float(clf.posterior_.values["likelihood.epsilon"]) == 1e-3

@@ -344,7 +344,8 @@ def test_multiclass_wiring_with_a_stand_in_posterior(monkeypatch):
     assert pilot.likelihood == gd.likelihoods.Categorical(3, "softmax")
     assert pilot.inducing == gd.inducing.KMeans(12, seed=0)
     assert clf.link_choice_.link == "robustmax" and clf.link_choice_.pilot_error == 0.0
-    assert seen["model"].likelihood == gd.likelihoods.Categorical(3, "robustmax")
+    # Separated classes (pilot error <= defaults.SEPARATED_ERROR): robust-max's epsilon held.
+    assert seen["model"].likelihood == gd.likelihoods.Categorical(3, "robustmax", epsilon=gd.Fixed(1e-3))
     # The method is left to Model.fit (inference None, max_iter None: its step cap), which chose
     # minibatch SVGP with k-means points (tests/test_defaults.py tests gpdsl.defaults' whole table).
     assert seen["model"].inference is None and seen["options"]["max_iter"] is None
