@@ -112,10 +112,11 @@ class JointLogPosterior(LogPosterior):
     """
 
     # NUTS's adapted metric: dense.  Where the data pin f (counts of 3 to 82 in gp_pois_regr), the
-    # posterior of v given theta has covariance (I + L^T W L)^-1, rotated against the axes: at that
-    # posterior's mode the diagonally preconditioned Hessian has condition 5,700 (76 leapfrog steps
-    # across its widest direction), and a dense metric took 22 steps a draw on average where the
-    # diagonal one took about 100 (docs/guide.md).  Its O((N + P)^2) a step is small beside the
+    # posterior of v given theta has covariance ~(I + L^T W L)^-1, rotated against the axes: at that
+    # posterior's mode the diagonally preconditioned Hessian has condition 5,700 (sqrt: 76 leapfrog
+    # steps across its widest direction at the step its narrowest allows).  With the dense metric
+    # the defaults took 26.5 steps a draw on average (6.3 min wall, load ~5); the diagonal one's
+    # run had not finished after 22 min (load ~9).  Its O((N + P)^2) a step is small beside the
     # O(N^3) gradient.
     METRIC = "dense"
 
@@ -130,7 +131,19 @@ class JointLogPosterior(LogPosterior):
         return self.table.size + self.X.shape[0]
 
     def split(self, w):
-        """(u (..., P), v (..., N)) of w (..., P + N)."""
+        """The hyperparameter and latent parts of w.
+
+        Parameters
+        ----------
+        w : array_like, shape (..., P + N)
+
+        Returns
+        -------
+        u : ndarray, shape (..., P)
+            The hyperparameters on the unconstrained scale.
+        v : ndarray, shape (..., N)
+            The whitened latent values.
+        """
         w = np.asarray(w, dtype=float)
         return w[..., :self.table.size], w[..., self.table.size:]
 
