@@ -17,8 +17,10 @@ part                            default
 ==============================  ==========================================================
 likelihood (GPClassifier only)  ``Categorical(K, link)``, the link chosen by :func:`link_choice`:
                                 robust-max where a 200-step softmax pilot (M = 20) errs on at
-                                most 20 % of the training rows, softmax above; a Model keeps
-                                the likelihood it declares
+                                most 20 % of the training rows, softmax above; robust-max's
+                                epsilon held at 1e-3 where the pilot errs on at most 10 %
+                                (:data:`SEPARATED_ERROR`), learnt above; a Model keeps the
+                                likelihood it declares
 inference                       ``SVGP(batch_size=min(256, N), seed=seed)``: minibatch steps,
                                 Adam on the hyperparameters and, by ``q_steps="auto"``, Adam on
                                 q for robust-max (not log-concave) and natural-gradient steps
