@@ -178,6 +178,12 @@ def test_draws_hold_f_with_the_hyperparameters(short_run):
         np.testing.assert_allclose(s.draws["f"].values[c, d], L @ w[2:], rtol=1e-12, atol=1e-12)
         assert logp(w)[0] == pytest.approx(s.sample_stats["lp"].values[c, d], rel=1e-10, abs=1e-10)
     assert "f" in az.summary(s.to_inference_data()).index.str.split("[").str[0]
+    # Draws at new inputs (f_new, y_new) come from the GP conditional on each kept draw's f; at a
+    # training input f_new is that draw's f to within the jitter's white noise (sd ~1e-4 alpha).
+    idata = s.to_inference_data(X[:2], max_draws=4)
+    f_new, f_kept = idata["posterior"]["f_new"].values, idata["posterior"]["f"].values[..., :2]
+    assert f_new.shape == f_kept.shape
+    np.testing.assert_allclose(f_new, f_kept, rtol=0, atol=1e-2)
 
 
 def test_predictions_are_the_gp_conditional_on_each_draws_f(short_run):
