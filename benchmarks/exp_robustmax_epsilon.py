@@ -71,7 +71,8 @@ def one(fit, name, seed, epsilon, link):
     picked = np.clip(p[np.arange(yte.size), yte], 1e-300, None)
     eps = post.values.get("likelihood.epsilon")
     return {"fit": fit, "set": name, "seed": seed, "link": link, "epsilon_rule": epsilon, "cpu_s": round(cpu, 2),
-            "nlpd": round(float(-np.mean(np.log(picked))), 4), "error": round(float(np.mean(np.argmax(p, 1) != yte)), 4),
+            "nlpd": round(float(-np.mean(np.log(picked))), 4),
+            "error": round(float(np.mean(np.argmax(p, 1) != yte)), 4),
             "steps": int(post.n_iterations), "epsilon": None if eps is None else float(eps),
             "converged": bool(post.converged), "load_before": before, "load_after": load()}
 
