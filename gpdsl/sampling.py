@@ -529,20 +529,29 @@ class SampledPosterior:
 
     def kept_draws(self, max_draws=PREDICT_DRAWS):
         """The draw indices :meth:`to_inference_data` keeps in every chain at new inputs: every
-        k-th, k = ceil(chains draws / max_draws), so that at most ``max_draws`` are kept in all,
-        the same in each chain (ArviZ's groups are (chain, draw) rectangles).
+        k-th, k = ceil(draws / floor(max_draws / chains)), so that at most ``max_draws`` are kept
+        in all, the same in each chain (ArviZ's groups are (chain, draw) rectangles).
 
         Parameters
         ----------
         max_draws : int, default PREDICT_DRAWS
+            At least the number of chains (one draw in each).
 
         Returns
         -------
         ndarray of int
+
+        Raises
+        ------
+        ValueError
+            ``max_draws`` not a positive integer, or fewer than the chains.
         """
         check_positive_int("SampledPosterior", "max_draws", max_draws)
         chains, n_draws = self.result.lp.shape
-        return np.arange(0, n_draws, -(-chains * n_draws // max_draws))
+        if max_draws < chains:
+            raise ValueError(f"SampledPosterior: max_draws = {max_draws} is fewer than the {chains} chains; the draws "
+                             f"at X_new are the same in every chain, at least one in each: give max_draws >= {chains}")
+        return np.arange(0, n_draws, -(-n_draws // (max_draws // chains)))
 
     def to_inference_data(self, X_new=None, max_draws=PREDICT_DRAWS, seed=0):
         """The run for ArviZ, with draws of f and y at new inputs when ``X_new`` is given.

@@ -487,6 +487,19 @@ def test_to_inference_data_at_new_inputs_keeps_the_same_draws_in_every_chain(sho
     assert s.to_inference_data().posterior.sizes["draw"] == 60 and "f_new" not in s.to_inference_data().posterior
 
 
+@pytest.mark.parametrize("max_draws", [7, 13, 59, 61, 119, 120, 500])
+def test_kept_draws_never_exceed_max_draws(short_run, max_draws):
+    """kept_draws keeps the same draws in each of the 2 chains and at most max_draws in all (here
+    2 x 60 draws): every k-th with k = ceil(60 / floor(max_draws / 2)); a max_draws below the
+    chains (no rectangle fits) is refused, naming the chains."""
+    s, X, y, _ = short_run
+    kept = s.kept_draws(max_draws)
+    per_chain = min(max_draws // 2, 60)
+    assert 2 * kept.size <= max_draws
+    np.testing.assert_array_equal(kept, np.arange(0, 60, -(-60 // per_chain)))
+    with pytest.raises(ValueError, match=r"max_draws = 1 .* 2 chains"):
+        s.kept_draws(1)
+
 @pytest.fixture(scope="module")
 def ep_run():
     X, y = classification_data()
