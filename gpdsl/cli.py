@@ -17,7 +17,8 @@ A ``[sample]`` table (keys ``draws``, ``tune``, ``chains``, ``seed``, ``target_a
 ``cores``; an empty one takes Model.sample's defaults) makes ``gpdsl run`` draw the
 hyperparameters' posterior by NUTS (:meth:`gpdsl.Model.sample`) instead of fitting: it prints the
 sampler's diagnostics and ArviZ's summary of the draws and writes the run
-(:meth:`gpdsl.SampledPosterior.save`) as ``[output] posterior``.
+(:meth:`gpdsl.SampledPosterior.save`) as ``[output] posterior`` (it draws no plot: ``[output]
+plot`` is refused with it).
 
 Bad input (a missing file, invalid TOML, an unknown component, a missing column, an offset with
 a method that takes none, a ``[fit] subsample`` not below the training rows, an output name the
@@ -562,6 +563,10 @@ def problem_from_toml(path, trust=None):
             raise UsageError(f"[data]: standardize must be true or false, got {standardize!r}")
         if "sample" in config:
             options = {"sample": sample_options(config["sample"], config["fit"], data)}
+            if isinstance(config["output"], dict) and "plot" in config["output"]:
+                # Refused, not ignored: a sampled run writes only its posterior (run_sampled).
+                raise UsageError("[output]: plot is not drawn with [sample] (a sampled run writes only its posterior; "
+                                 "az.plot_trace(SampledPosterior.to_inference_data()) draws the chains); leave it out")
         else:
             options = {**fit_options(config["fit"]), "standardize": standardize}
             check_subsample(options, X.shape[0] - n_test, n_test)

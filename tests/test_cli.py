@@ -850,6 +850,7 @@ def test_sample_table_with_fixed_and_defaults_applies_them(tmp_path, monkeypatch
      ("['likelihood.variance'] carry no prior",)),
     (("[sample]\ndraws = 40\ntune = 40\nchains = 2\nseed = 5\ntarget_accept = 0.85\ncores = 1\n", ""),
      ("[sample] must be a table",)),
+    (('posterior = "run.nc"', 'posterior = "run.nc"\nplot = "trace.png"'), ("[output]: plot is not drawn with [sample]",)),
 ])
 def test_sample_table_errors_are_one_line_before_sampling(tmp_path, capsys, monkeypatch, edit, fragments):
     """Every refusal names the key or the argument, exits 2, and comes before the MAP fit."""
