@@ -585,6 +585,9 @@ class SampledPosterior:
             (obs); ``constant_data`` (given X_new) ``X_new`` (x_new, feature).  The names differ
             from the training data's ``y`` (and a joint run's ``f``) because the draws are at
             other inputs: ArviZ pairs ``posterior_predictive`` with ``observed_data`` by name.
+            Given X_new, ``attrs["sampling_jitter"]``: the largest jitter the Cholesky
+            factorisations of the draws' predictive covariances added (as
+            :meth:`gpdsl.Posterior.to_inference_data` records its one).
 
         Raises
         ------
@@ -602,12 +605,13 @@ class SampledPosterior:
         check_seed("SampledPosterior.to_inference_data", seed)
         kept = self.kept_draws(max_draws)
         rng = np.random.default_rng(seed)
-        f, y, omitted = [], [], None
+        f, y, omitted, jitter = [], [], None, 0.0
         for chain in range(self.result.lp.shape[0]):
             for draw in kept:
-                f_s, y_s, omitted, _ = predictive_draws(self.posterior_at(chain, draw), X_new, rng, ())
+                f_s, y_s, omitted, jitter_s = predictive_draws(self.posterior_at(chain, draw), X_new, rng, ())
                 f.append(f_s)
                 y.append(y_s)
+                jitter = max(jitter, jitter_s)
         shape = (self.result.lp.shape[0], kept.size)
         f = np.reshape(f, shape + f[0].shape)
         x_new = {"x_new": np.arange(X_new.shape[0])}
@@ -626,7 +630,10 @@ class SampledPosterior:
         else:
             warnings.warn(f"SampledPosterior.to_inference_data: no posterior_predictive group: {omitted}",
                           UserWarning, stacklevel=2)
-        return inference_data(attrs=None if omitted is None else {"posterior_predictive_omitted": omitted}, **groups)
+        attrs = {"sampling_jitter": jitter}
+        if omitted is not None:
+            attrs["posterior_predictive_omitted"] = omitted
+        return inference_data(attrs=attrs, **groups)
 
     # -- files -------------------------------------------------------------------------------------
     def to_xarray(self):

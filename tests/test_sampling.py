@@ -468,6 +468,21 @@ def test_to_inference_data_draws_f_and_y_at_new_inputs_from_the_mixture(short_ru
                                   idata.posterior["f_new"].values)
 
 
+def test_to_inference_data_at_new_inputs_records_the_largest_sampling_jitter(short_run):
+    """As Posterior.to_inference_data does, the jitter the Cholesky factorisations of the kept
+    draws' predictive covariances added (duplicate rows: singular) is in attrs["sampling_jitter"],
+    the largest over the draws."""
+    from gpdsl.io.arviz import predictive_draws
+
+    s, X, y, _ = short_run
+    X_new = np.zeros((3, 2))
+    idata = s.to_inference_data(X_new, max_draws=8)
+    jitters = [predictive_draws(s.posterior_at(c, d), X_new, np.random.default_rng(0), ())[3]
+               for c in range(2) for d in s.kept_draws(8)]
+    assert max(jitters) > 0.0
+    assert idata.attrs["sampling_jitter"] == max(jitters)
+
+
 def test_to_inference_data_at_new_inputs_keeps_the_same_draws_in_every_chain(short_run):
     s, X, y, _ = short_run
     kept = s.kept_draws(50)                             # 120 draws, at most 50: every 3rd of each chain
