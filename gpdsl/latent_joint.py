@@ -14,7 +14,9 @@ the target over w = (u, v) is
     log p(u, v | y) = sum_n log p(y_n | f_n) - |v|^2 / 2 + sum log p(theta) + log |d theta / d u|
 
 (v ~ N(0, I) makes f ~ GP(m, K) a priori; the non-centred form has no funnel between the
-amplitude and f).  Its gradient:
+amplitude and f a priori, but where the data pin f the precision of v in those directions grows
+as the amplitude squared: an inverse funnel, which makes a few NUTS transitions diverge at
+target_accept 0.8 on posteriordb's gp_pois_regr, docs/guide.md).  Its gradient:
 
 * in v: L^T g - v, with g = d log p(y | f) / df;
 * in a kernel hyperparameter: g^T (dL / d theta) v with dL = L Phi(L^-1 dK L^-T) (the Cholesky
@@ -49,8 +51,8 @@ __all__ = ["JITTER", "MAX_ROWS", "JointLogPosterior", "check_joint"]
 JITTER = 1e-8
 # Rows above which Model.sample(latent="joint") is refused: each gradient costs a Cholesky and two
 # triangular solves of N x N (~N^3 flops; one BLAS thread, load ~4: 2.4 ms at N = 200, 23 ms at 500,
-# 97 ms at 1,000), and NUTS in N + P dimensions takes tens of gradients a draw, so 4 chains x 2,000
-# iterations at N = 1,000 take ~2 CPU hours or more: beyond that the marginalised methods are the tool.
+# 97 ms at 1,000), and NUTS took 26.5 gradients a draw at N = 11 (more as N grows), so 4 chains x
+# 2,000 iterations at N = 1,000 would take ~6 CPU hours: beyond that the marginalised methods are the tool.
 MAX_ROWS = 1000
 
 
