@@ -5,7 +5,8 @@ approximate posterior (jointly, with the full predictive covariance), adds obser
 for ``posterior_predictive`` (left out, with a warning and a note in the attrs, where the
 likelihood cannot draw y: :meth:`gpdsl.likelihoods.Likelihood.sample`), and records the
 pointwise log-likelihood of the given targets for ``az.loo`` / ``az.waic`` / ``az.compare``
-(any likelihood).
+(any likelihood). ``held_out_elpd``, ``elpd_estimate`` and ``compare`` score held-out
+targets and compare models with the same names and numbers under ArviZ 0.x and 1.x.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import warnings
 
 import arviz as az
 import numpy as np
+from scipy.special import logsumexp
 
 from ..checks import check_positive_int, check_seed
 from ..components import bind
@@ -208,3 +210,120 @@ def summary(idata, **kwargs):
     pandas.DataFrame
     """
     return az.summary(idata, **kwargs)
+
+
+# ArviZ 0.x names an ELPD estimate's fields and az.compare's columns after the estimator
+# (elpd_loo, p_loo; elpd_waic, p_waic); ArviZ 1.x calls them elpd and p whatever the estimator.
+_ESTIMATOR_NAMES = {"elpd_loo": "elpd", "p_loo": "p", "elpd_waic": "elpd", "p_waic": "p"}
+
+
+def held_out_elpd(idata, var_name="y"):
+    r"""ArviZ's ELPDData of the expected log predictive density of held-out targets.
+
+    For points the posterior was not fitted to, the estimate needs no leave-one-out
+    correction (PSIS-LOO's, which ``az.loo`` applies, is meant for the fitted points):
+
+    .. math:: \widehat{\mathrm{elpd}}_i = \log \frac1S \sum_{s=1}^S p(y_i \mid f_i^{(s)}),
+              \qquad \widehat{\mathrm{elpd}} = \sum_i \widehat{\mathrm{elpd}}_i,
+              \qquad \mathrm{se} = \sqrt{n \operatorname{Var}_i \widehat{\mathrm{elpd}}_i}
+
+    (the variance over the n points with divisor n, as ``az.compare``'s ``dse``), with
+    ``p = 0``. The result goes to ``az.compare`` (or :func:`compare`) beside other ones.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData or xarray.DataTree
+        With a ``log_likelihood`` group of draws along ``chain`` and ``draw``, e.g. from
+        :meth:`gpdsl.Posterior.to_inference_data` at held-out inputs and targets.
+    var_name : str, default "y"
+        The log-likelihood variable.
+
+    Returns
+    -------
+    ELPDData
+        The ELPDData class of the ArviZ in use (fields named as :func:`elpd_estimate`
+        undoes), with the pointwise values (``loo_i`` under ArviZ 0.x, ``elpd_i`` under 1.x).
+
+    Raises
+    ------
+    ValueError
+        If ``idata`` has no ``log_likelihood`` group, the group no ``var_name``, or the
+        variable no ``chain`` and ``draw`` dimensions.
+    """
+    group = getattr(idata, "log_likelihood", None)
+    if group is None:
+        raise ValueError(f"held_out_elpd: idata has no log_likelihood group (got {type(idata).__name__}); "
+                         "expected e.g. Posterior.to_inference_data(X_new, y_new)")
+    if var_name not in group.data_vars:
+        raise ValueError(f"held_out_elpd: var_name={var_name!r} is not in the log_likelihood group; "
+                         f"expected one of {sorted(group.data_vars)}")
+    log_lik = group[var_name]
+    if not {"chain", "draw"} <= set(log_lik.dims):
+        raise ValueError(f"held_out_elpd: log_likelihood[{var_name!r}] has dims {log_lik.dims}; "
+                         "expected 'chain' and 'draw' among them")
+    n_samples = log_lik.sizes["chain"] * log_lik.sizes["draw"]
+    pointwise = log_lik.reduce(logsumexp, dim=("chain", "draw")) - np.log(n_samples)
+    n = pointwise.size
+    elpd, se = float(pointwise.sum()), float(np.sqrt(n * pointwise.var()))
+    if _legacy() is not None:
+        # ArviZ 0.x's ELPDData is a pandas Series; az.compare reads the estimator from its index.
+        return az.ELPDData(data=[elpd, se, 0.0, n_samples, n, False, pointwise, "log"],
+                           index=["elpd_loo", "se", "p_loo", "n_samples", "n_data_points", "warning", "loo_i",
+                                  "scale"])
+    return az.ELPDData(elpd=elpd, se=se, p=0.0, n_samples=n_samples, n_data_points=n, scale="log",
+                       warning=False, good_k=None, elpd_i=pointwise)
+
+
+def elpd_estimate(elpd_data):
+    """An ELPD estimate's numbers under the names ArviZ 1.x gives them, from either ArviZ.
+
+    Parameters
+    ----------
+    elpd_data : ELPDData
+        From ``az.loo``, ``az.waic`` or :func:`held_out_elpd`.
+
+    Returns
+    -------
+    dict
+        ``elpd``, ``se``, ``p``, ``n_samples`` and ``n_data_points``. ArviZ 0.x's ``az.loo``
+        takes the ``se`` over points with divisor n, 1.x's with n - 1.
+    """
+    if _legacy() is not None:
+        return {_ESTIMATOR_NAMES.get(key, key): elpd_data[key] for key in elpd_data.index
+                if _ESTIMATOR_NAMES.get(key, key) in ("elpd", "se", "p", "n_samples", "n_data_points")}
+    return {key: elpd_data[key] for key in ("elpd", "se", "p", "n_samples", "n_data_points")}
+
+
+def compare(compare_dict, **kwargs):
+    """``az.compare`` with the same columns and unrounded numbers under either ArviZ.
+
+    ArviZ 1.x rounds its table unless asked not to (``round_to="none"``, a keyword 0.x lacks),
+    names two columns ``elpd`` and ``p``, which 0.x calls ``elpd_loo`` and ``p_loo``
+    (``elpd_waic``, ``p_waic``), and gives ``elpd_diff`` as the model's ELPD less the best
+    one's (<= 0), where 0.x gives the best one's less the model's: the result has 1.x's names
+    and sign. Other columns are each version's own (0.x: ``warning``, ``scale``; 1.x:
+    ``p_worse``, ``diag_diff``, ...). For InferenceData the ELPDs are ArviZ's PSIS-LOO, whose
+    implementations differ in the last digits (and 1.x's ``se`` has divisor n - 1); for
+    :func:`held_out_elpd`'s estimates both give the same numbers.
+
+    Parameters
+    ----------
+    compare_dict : dict
+        Model name -> InferenceData / DataTree, or ELPDData (e.g. :func:`held_out_elpd`).
+    **kwargs
+        Passed on to ``arviz.compare`` (``method``, ``var_name``, ...).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row a model, best first: ``rank``, ``elpd``, ``p``, ``elpd_diff``, ``se``,
+        ``dse``, ``weight`` and the version's others.
+    """
+    if _legacy() is not None:
+        with warnings.catch_warnings():
+            # pandas' deprecation notes on ArviZ 0.x's own calls: nothing a caller can act on.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            table = az.compare(compare_dict, **kwargs).rename(columns=_ESTIMATOR_NAMES)
+        table["elpd_diff"] = 0.0 - table["elpd_diff"]     # not -x: the best model's 0 stays +0.0
+        return table
+    return az.compare(compare_dict, round_to="none", **kwargs)
