@@ -228,7 +228,12 @@ def test_save_and_load_keep_the_joint_draws(short_run, tmp_path):
 # -- Stan's reference posterior --------------------------------------------------------------------
 
 REFERENCE = TESTS_DATA / "posteriordb_gp_pois_regr.json"
-Z_MCSE = 3.0     # the acceptance: within 3 combined Monte Carlo standard errors
+# The acceptance is 3 combined Monte Carlo standard errors, measured at the defaults (largest
+# |z| 2.85 over the 52 statistics at seed 0, benchmarks/HISTORY.md).  The test holds the largest of
+# its 52 z-scores to 4: for 52 standard normal scores the chance that any exceeds 3 is ~13 %, 4 is
+# ~0.3 %, so a run on another BLAS (another trajectory) does not fail by chance.  It runs at the
+# defaults (~3.5 CPU minutes): at 4 x (500 + 500) the chains had not mixed (R-hat 1.019).
+Z_MCSE = 4.0
 # 1 % of the 4,000 kept transitions (12 measured at the defaults, seed 0).
 MAX_DIVERGENT = 40
 
