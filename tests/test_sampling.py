@@ -81,6 +81,11 @@ LOCAL_CASES = {
     "laplace": lambda: gd.Model(kernel=se_kernel(), likelihood=LOGIT, inference=gd.inference.Laplace()),
     "fitc_laplace": lambda: gd.Model(kernel=se_kernel(), likelihood=LOGIT, inducing=gd.inducing.Fixed(Z4),
                                      inference=gd.inference.Laplace()),
+    "fitc_qp": lambda: gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Bernoulli(bias=P.Normal(0.0, 1.0)),
+                                inducing=gd.inducing.Fixed(Z4), inference=gd.inference.QP(tol=1e-12, fit_tol=1e-12)),
+    # Multi-class Laplace (K = 3: the labels are classification_data's latent cut in three).
+    "laplace_multiclass": lambda: gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Categorical(3),
+                                           inference=gd.inference.Laplace()),
 }
 
 
@@ -111,6 +116,9 @@ def test_log_posterior_gradient_matches_central_differences(case):
     X, y = classification_data() if case in LOCAL_CASES else regression_data()
     if case == "laplace_poisson":
         y = np.random.default_rng(2).poisson(np.exp(np.sin(2.0 * X[:, 0])))
+    if case == "laplace_multiclass":
+        y = np.digitize(np.sin(2.0 * X[:, 0]) + 0.5 * np.random.default_rng(2).standard_normal(X.shape[0]),
+                        [-0.5, 0.5]).astype(float)
     logp, table = log_posterior(model, X, y)
     # Away from the declared start, so that no term vanishes by symmetry.
     u = table.pack(table.values()) + np.random.default_rng(3).uniform(-0.4, 0.4, table.size)
