@@ -584,13 +584,13 @@ def _rmse(y, mean):
 
 
 def _regression_metrics(posterior, X_test, y_test, offset=None):
-    """RMSE of y_mean and the mean negative log predictive density N(y | y_mean, y_var)."""
+    """RMSE of y_mean and the mean negative log predictive density (the posterior's
+    ``log_predictive``: N(y | y_mean, y_var) for a fit, the mixture over the draws for a sampled
+    run), where the noise variance at X_test is known (``y_var`` predicted)."""
     pred = posterior.predict(X_test, offset=offset)
-    mean = pred["y_mean"].values
-    metrics = {"RMSE": _rmse(y_test, mean)}
+    metrics = {"RMSE": _rmse(y_test, pred["y_mean"].values)}
     if "y_var" in pred:
-        var = pred["y_var"].values
-        metrics["MNLPD"] = float(np.mean(0.5 * np.log(2.0 * np.pi * var) + 0.5 * (y_test - mean) ** 2 / var))
+        metrics["MNLPD"] = -float(np.mean(posterior.log_predictive(X_test, y_test, offset=offset)))
     return metrics
 
 
@@ -709,6 +709,29 @@ def _format_value(value):
     return "[" + ", ".join(f"{v:.6g}" for v in value.ravel()) + "]"
 
 
+def _print_held_out(posterior, X_test, y_test, offset_test=None):
+    """Print the held-out metrics of a fitted or sampled posterior (:func:`held_out_metrics`).
+
+    Returns
+    -------
+    bool
+        False where there are no held-out points (``test_fraction = 0``).
+    """
+    if X_test.shape[0] == 0:
+        print("\nheld-out: none (test_fraction = 0)")
+        return False
+    print(f"\nheld-out ({X_test.shape[0]} points)")
+    metrics = held_out_metrics(posterior, X_test, y_test, offset_test)
+    _, rows = HELD_OUT_METRICS[metrics_kind(posterior.model.likelihood)]
+    width = max(len(name) for name, _ in rows)
+    for name, meaning in rows:
+        if name in metrics:
+            print(f"  {name:<{width}}  {metrics[name]:.6g}  ({meaning})")
+        else:
+            print(f"  {name:<{width}}  not available ({_UNAVAILABLE[name]})")
+    return True
+
+
 def report(posterior, X, X_test, y_test, data_description, wall_time, offset_test=None):
     """Print the run's report: data, model, fit, hyperparameters and held-out metrics.
 
@@ -764,18 +787,8 @@ def report(posterior, X, X_test, y_test, data_description, wall_time, offset_tes
         note = f"  ({'; '.join(notes)})" if notes else ""
         print(f"  {name:<{width}}  {_format_value(value)}{note}")
 
-    if X_test.shape[0] == 0:
-        print("\nheld-out: none (test_fraction = 0)")
+    if not _print_held_out(posterior, X_test, y_test, offset_test):
         return
-    print(f"\nheld-out ({X_test.shape[0]} points)")
-    metrics = held_out_metrics(posterior, X_test, y_test, offset_test)
-    _, rows = HELD_OUT_METRICS[metrics_kind(model.likelihood)]
-    width = max(len(name) for name, _ in rows)
-    for name, meaning in rows:
-        if name in metrics:
-            print(f"  {name:<{width}}  {metrics[name]:.6g}  ({meaning})")
-        else:
-            print(f"  {name:<{width}}  not available ({_UNAVAILABLE[name]})")
 
     k = min(SUMMARY_POINTS, X_test.shape[0])
     # The summary prints only the latent f, which the offset does not shift (the likelihood
@@ -911,9 +924,10 @@ def _print_model(model):
             print(f"  {part:<11} {getattr(model, part)!r}")
 
 
-def report_sampled(sampled, X, X_test, data_description, wall_time):
-    """Print a sampled run's report: data, model, the sampler's settings and diagnostics, and
-    ArviZ's summary of the hyperparameters' draws.
+def report_sampled(sampled, X, X_test, y_test, data_description, wall_time):
+    """Print a sampled run's report: data, model, the sampler's settings and diagnostics, ArviZ's
+    summary of the hyperparameters' draws, and the held-out metrics of the predictions integrated
+    over the draws (:meth:`gpdsl.SampledPosterior.predict` and ``log_predictive``).
 
     Parameters
     ----------
@@ -921,7 +935,9 @@ def report_sampled(sampled, X, X_test, data_description, wall_time):
     X : ndarray, shape (N, D)
         Training inputs.
     X_test : ndarray, shape (n, D)
-        Held-out inputs (not scored: the count is printed).
+        Held-out inputs.
+    y_test : ndarray, shape (n,)
+        Held-out targets.
     data_description : str
     wall_time : float
         Model.sample's wall time in seconds (the MAP fit included).
@@ -930,8 +946,7 @@ def report_sampled(sampled, X, X_test, data_description, wall_time):
 
     model, d = sampled.model, sampled.diagnostics
     print(f"data         {data_description}")
-    print(f"             {X.shape[0]} training / {X_test.shape[0]} held-out points, {X.shape[1]} feature(s) "
-          f"(the held-out points are not scored in a sampled run)")
+    print(f"             {X.shape[0]} training / {X_test.shape[0]} held-out points, {X.shape[1]} feature(s)")
     _print_model(model)
     print("\nsampled by NUTS (Model.sample)")
     print(f"  chains x draws   {d.chains} x {d.draws} (after warmup)")
@@ -949,6 +964,7 @@ def report_sampled(sampled, X, X_test, data_description, wall_time):
         warnings.simplefilter("ignore")
         table = summary(sampled.to_inference_data())
     print(table.to_string())
+    _print_held_out(sampled, X_test, y_test)
 
 
 def run_sampled(model, rows, description, options, out, names, model_path):
@@ -983,10 +999,10 @@ def run_sampled(model, rows, description, options, out, names, model_path):
     RunError
         A numerical failure, or an output that cannot be written.
     """
-    X, y, X_test, _ = rows
+    X, y, X_test, y_test = rows
     sampled, wall_time = _timed(lambda: model.sample(X, y, **options), "sampling", model_path)
     _make_out(out)
-    report_sampled(sampled, X, X_test, description, wall_time)
+    report_sampled(sampled, X, X_test, y_test, description, wall_time)
     print()
     path = out / names["posterior"]
     try:

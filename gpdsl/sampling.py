@@ -527,6 +527,30 @@ class SampledPosterior:
         out.attrs["draws_used"] = len(pairs)
         return out
 
+    def log_predictive(self, X_new, y_new, max_draws=PREDICT_DRAWS, *, offset=None):
+        """Pointwise log predictive probability of y_new at X_new, integrated over the hyperparameters.
+
+        The log of the mixture's density, log (1/S) sum_s p_s(y_i | x_i) with p_s the method's
+        predictive (:meth:`gpdsl.Posterior.log_predictive`) at draw s of the S draws of
+        :meth:`thinned`, by log-sum-exp (not the Gaussian of :meth:`predict`'s mixture moments).
+
+        Parameters
+        ----------
+        X_new : array_like, shape (n, D)
+        y_new : array_like, shape (n,)
+            Targets at X_new, coded as for ``fit``.
+        max_draws : int, default PREDICT_DRAWS
+        offset : array_like, shape (n,), optional
+            As :meth:`gpdsl.Posterior.log_predictive` takes it.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+        """
+        pairs = self.thinned(max_draws)
+        each = np.stack([self.posterior_at(c, d).log_predictive(X_new, y_new, offset=offset) for c, d in pairs])
+        return special.logsumexp(each, axis=0) - np.log(len(pairs))
+
     def kept_draws(self, max_draws=PREDICT_DRAWS):
         """The draw indices :meth:`to_inference_data` keeps in every chain at new inputs: every
         k-th, k = ceil(draws / floor(max_draws / chains)), so that at most ``max_draws`` are kept

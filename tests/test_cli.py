@@ -816,9 +816,13 @@ def test_sample_table_runs_model_sample_and_writes_the_run(tmp_path, capsys):
     for text in ("sampled by NUTS", "chains x draws   2 x 40", "divergences", "max R-hat", "E-BFMI",
                  "kernel.lengthscale", "kernel.variance", "likelihood.variance", "r_hat", "run.nc"):
         assert text in stdout, text
-    model, (X, y, _, _, _, _), _, options, _ = cli.problem_from_toml(path)
+    model, (X, y, X_test, y_test, _, _), _, options, _ = cli.problem_from_toml(path)
     assert options == {"sample": {"draws": 40, "tune": 40, "chains": 2, "seed": 5, "target_accept": 0.85, "cores": 1}}
     back = gd.SampledPosterior.load(tmp_path / "o" / "run.nc", model)
+    # The held-out rows are scored by the predictions integrated over the draws.
+    assert f"held-out ({X_test.shape[0]} points)" in stdout
+    mnlpd = -np.mean(back.log_predictive(X_test, y_test))
+    assert f"MNLPD  {mnlpd:.6g}" in stdout
     assert back.result.draws.shape == (2, 40, 3)
     import warnings
     with warnings.catch_warnings():

@@ -346,6 +346,21 @@ def test_predict_takes_posterior_predicts_noise_variance_and_offset(short_run):
     np.testing.assert_allclose(base["y_var"].values, base["f_var"].values + noise, rtol=1e-12)
 
 
+def test_log_predictive_is_the_log_of_the_mixtures_density(short_run):
+    """Exact GP: log (1/S) sum_s N(y | m_s, v_s + noise_s) over the thinned draws, from each draw's
+    predict_f and noise variance (scipy), against SampledPosterior.log_predictive."""
+    s, X, y, _ = short_run
+    X_new, y_new = X[:5] + 0.1, y[:5]
+    pairs = s.thinned(6)
+    densities = []
+    for c, d in pairs:
+        mean, var = s.posterior_at(c, d).predict_f(X_new)
+        noise = float(s.draws["likelihood.variance"][c, d])
+        densities.append(stats.norm.pdf(y_new, mean, np.sqrt(var + noise)))
+    expected = np.log(np.mean(densities, axis=0))
+    np.testing.assert_allclose(s.log_predictive(X_new, y_new, max_draws=6), expected, rtol=1e-10)
+
+
 def test_multiclass_predict_labels_the_mixtures_most_probable_class():
     """Multi-class Laplace (K = 3, text labels): p is the draws' average and label the class of
     its largest entry (a string variable is not averaged)."""
