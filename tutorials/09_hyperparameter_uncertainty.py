@@ -26,7 +26,7 @@
 # 2. **Classification**: iris versicolor against virginica by petal width, on a training set of
 #    30 flowers, with EP; the held-out 70 flowers score MAP's and NUTS's predictions.
 #
-# For each we check the chains (R-hat, ESS, divergences, `az.summary`, trace plots), compare the
+# For each we check the chains (R-hat, ESS, divergences, `az.summary`, a trace plot), compare the
 # hyperparameters' posterior with the MAP value, and compare the predictive bands.
 #
 # Run it with `python tutorials/09_hyperparameter_uncertainty.py` (about 2 minutes; with
@@ -103,10 +103,23 @@ print(summary)
 assert nuts_fit.diagnostics.divergences == 0 and nuts_fit.diagnostics.max_rhat < 1.01
 
 # %%
+# %% [markdown]
+# The trace plot, drawn from `nuts_fit.draws` (dims chain, draw): each chain's draws in order
+# (left) and each chain's histogram (right). Chains that have mixed overlap everywhere.
+# (`az.plot_trace(idata)` draws the same; its way of taking matplotlib axes differs between
+# ArviZ 0.x and 1.x, so the tutorial draws its own.)
+
+# %%
 fig = new_figure(10, 6)
 if fig is not None:
     axes = fig.subplots(3, 2)
-    az.plot_trace(idata, axes=axes)
+    for row, name in zip(axes, nuts_fit.draws.data_vars):
+        for chain in nuts_fit.draws["chain"].values:
+            values = nuts_fit.draws[name].sel(chain=chain).values
+            row[0].plot(values, lw=0.5, alpha=0.7)
+            row[1].hist(values, bins=40, histtype="step", density=True)
+        row[0].set_ylabel(name)
+    axes[-1, 0].set_xlabel("draw")
     show_figure(fig, workdir / "regression_trace.png")
 
 # %% [markdown]
