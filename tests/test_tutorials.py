@@ -75,9 +75,9 @@ def check_results(name, ns):
         assert ns["ratio"].min() > 0.9                          # QP shrinks the variance by a few % here
         comparison = ns["comparison"]
         assert set(comparison.index) == set(scores) and comparison["rank"].min() == 0
-        for method, elpd in ns["elpds"].items():                # the Monte Carlo ELPD against quadrature
+        for method, estimate in ns["estimates"].items():        # the Monte Carlo ELPD against quadrature
             exact = np.sum(ns["posteriors"][method].log_predictive(ns["X_test"], ns["y_test"]))
-            assert abs(elpd["elpd_loo"] - exact) < 0.01 * abs(exact), method
+            assert abs(estimate["elpd"] - exact) < 0.01 * abs(exact), method
     elif name.startswith("04"):
         bound = ns["sweep"].sel(metric="bound")
         # Every sparse bound lies below the non-sparse (M = N) one ...
@@ -123,14 +123,18 @@ def check_results(name, ns):
         # Iris in 2-D: every method classifies the training points (measured 0.96-0.98).
         for name_, post in ns["iris_posteriors"].items():
             assert np.mean(post.predict(ns["X_iris"])["label"].values == ns["species"]) > 0.93, name_
-        # The held-out comparison ranks all four fits.  Its PSIS estimate from the draws is not the
-        # direct sum of the held-out log predictive densities (softmax SVGP: -99.7 against -75.0 on
-        # the digits subset, -171.6 against -133.0 on letter's), so only the direct sums are compared:
-        # softmax SVGP's is above the collapsed augmented method's, whose loose bound (the README's
-        # floor of -1.09 nats a row at K = 10) fits a smaller latent scale (-75 against -345 on
-        # digits, where it predicts nearly uniformly; -133 against -193 on letter).
+        # The held-out comparison ranks all four fits by the held-out ELPD from 1,000 joint draws,
+        # which is the direct sum of the held-out log predictive densities up to Monte Carlo error
+        # (measured: within 0.5 % on the digits subset, 0.8 % on letter's, both robust-max's; the
+        # PSIS-LOO estimate it replaced was 30 % off for softmax SVGP). Softmax SVGP's direct sum
+        # is above the collapsed augmented method's, whose loose bound (the README's floor of
+        # -1.09 nats a row at K = 10) fits a smaller latent scale (-75 against -345 on digits,
+        # where it predicts nearly uniformly; -133 against -193 on letter).
+        from gpdsl.io.arviz import elpd_estimate
         comparison = ns["comparison"]
         assert set(comparison.index) == set(ns["direct"]) and comparison["rank"].min() == 0
+        for method, direct in ns["direct"].items():
+            assert abs(elpd_estimate(ns["elpds"][method])["elpd"] - direct) < 0.02 * abs(direct), method
         assert ns["direct"]["SVGP softmax"] > ns["direct"]["augmented, collapsed"]
         # Softmax SVGP beats guessing by far (error 1 - 1/K) on the subset (measured 0.31 on letter).
         assert ns["scores"](ns["big"]["SVGP softmax"])["test error"] < 0.6

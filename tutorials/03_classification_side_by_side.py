@@ -38,13 +38,10 @@ import shutil
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
-import arviz as az
 import numpy as np
 import xarray as xr
-from scipy.special import logsumexp
 
 try:
     import gpdsl as gd
@@ -52,6 +49,7 @@ except ImportError:              # not installed: use the checkout this tutorial
     here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()  # script or notebook
     sys.path.insert(0, str(here.parent))
     import gpdsl as gd
+from gpdsl.io.arviz import compare, elpd_estimate, held_out_elpd
 from gpdsl.plotting import new_figure, show_figure
 
 T_START = time.perf_counter()
@@ -237,39 +235,27 @@ if fig is not None:
 # log (1/S) Σₛ p(y*ᵢ | f*ᵢ⁽ˢ⁾), summed over the test points: no leave-one-out correction.
 # (`az.loo` would apply PSIS-LOO's correction, meant for points the posterior was fitted to; on
 # held-out points with a large latent variance, such as FITC's, it subtracts a large spurious
-# "effective number of parameters".) We hand these held-out ELPDs to `az.compare` as
-# precomputed `ELPDData`; it ranks the models, gives the standard error of each difference
-# from the best (`dse`, from the pointwise differences) and stacking weights. The column ArviZ
-# calls `elpd_loo` is the held-out ELPD here, renamed below.
+# "effective number of parameters".) `held_out_elpd` computes these held-out ELPDs as ArviZ's
+# precomputed `ELPDData`, and `compare` hands them to `az.compare`; it ranks the models, gives
+# each one's difference from the best (`elpd_diff`, <= 0), its standard error (`dse`, from the
+# pointwise differences) and stacking weights, with the columns named and signed as ArviZ 1.x
+# does (`elpd`, `p`: ArviZ 0.x's `elpd_loo`, `p_loo`) and the same numbers under either version.
 #
 # The Monte Carlo estimate is checked against gpdsl's `log_predictive`, which integrates the
 # same quantity by quadrature.
 
 # %%
-def held_out_elpd(idata):
-    """ArviZ ELPDData of the held-out ELPD: log of the mean likelihood over draws, per test point."""
-    log_lik = idata.log_likelihood["y"].stack(sample=("chain", "draw")).transpose("obs", "sample")
-    n_draws = log_lik.sizes["sample"]
-    pointwise = xr.DataArray(logsumexp(log_lik.values, axis=1) - np.log(n_draws), dims="obs")
-    n = pointwise.size
-    return az.ELPDData(data=[float(pointwise.sum()), float(np.sqrt(n * pointwise.var())), 0.0, n_draws, n,
-                             False, pointwise, "log"],
-                       index=["elpd_loo", "se", "p_loo", "n_samples", "n_data_points", "warning", "loo_i",
-                              "scale"])
-
-
-elpds = {}
+elpds, estimates = {}, {}
 for name, post in posteriors.items():
     idata = post.to_inference_data(X_test, y_test, draws=250, chains=4, seed=0)
     elpds[name] = held_out_elpd(idata)
+    estimates[name] = elpd_estimate(elpds[name])
     quadrature = float(np.sum(post.log_predictive(X_test, y_test)))
-    print(f"{name:8s} held-out ELPD: {elpds[name]['elpd_loo']:9.3f} from {elpds[name]['n_samples']} draws, "
+    print(f"{name:8s} held-out ELPD: {estimates[name]['elpd']:9.3f} from {estimates[name]['n_samples']} draws, "
           f"{quadrature:9.3f} by quadrature")
-    assert abs(elpds[name]["elpd_loo"] - quadrature) < 0.01 * abs(quadrature)
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)     # pandas' notes on ArviZ 0.x internals
-    comparison = az.compare(elpds).rename(columns={"elpd_loo": "elpd_test", "p_loo": "p"})
-print(comparison[["rank", "elpd_test", "elpd_diff", "se", "dse", "weight"]].round(3))
+    assert abs(estimates[name]["elpd"] - quadrature) < 0.01 * abs(quadrature)
+comparison = compare(elpds)
+print(comparison[["rank", "elpd", "elpd_diff", "se", "dse", "weight"]].round(3))
 
 # %% [markdown]
 # Differences smaller than about two `dse` are within the noise of a test set this size. EP, QP,
