@@ -582,7 +582,8 @@ class Model:
         cores : int or None, default None
             Processes the chains run in (None: one a chain, up to the CPUs).
         progress : bool, default False
-            Print each chain's progress.
+            Print each chain's progress every tenth of its iterations: a bar, the phase (warmup or
+            sampling), the wall time so far and left, the step size and the divergences so far.
         latent : {"marginalised", "joint"}, default "marginalised"
             "marginalised": the hyperparameters alone, f integrated out by the method's evidence.
             "joint": a dense model with a non-Gaussian likelihood sampled exactly, the N latent

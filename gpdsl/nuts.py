@@ -37,6 +37,7 @@ import dataclasses
 import math
 import multiprocessing
 import os
+import time
 
 import numpy as np
 
@@ -444,6 +445,7 @@ def _run_chain(logp_and_grad, q, metric_class, options, seed_sequence, chain):
            "tree_depth": np.empty(draws, int), "n_steps": np.empty(draws, int), "step_size": np.empty(draws),
            "energy": np.empty(draws), "acceptance_rate": np.empty(draws)}
     divergences = 0
+    started = time.perf_counter()
     with np.errstate(all="ignore"):
         for i in range(total):
             if i == tune:
@@ -467,12 +469,20 @@ def _run_chain(logp_and_grad, q, metric_class, options, seed_sequence, chain):
                 out["tree_depth"][k], out["n_steps"][k], out["step_size"][k] = depth, n_steps, step_size
                 out["energy"][k], out["acceptance_rate"][k] = energy, accept
             if progress and (i + 1) % max(1, total // 10) == 0:
-                phase = "warmup" if i < tune else "sampling"
-                print(f"chain {chain}: {i + 1}/{total} ({phase})  step size {step_size:.3g}  "
-                      f"divergences {divergences}", flush=True)
+                print(_progress_line(chain, i + 1, total, "warmup" if i < tune else "sampling",
+                                     time.perf_counter() - started, step_size, divergences), flush=True)
     out["adapted_step_size"] = step_size
     out["inverse_metric"] = transition.metric.inverse
     return out
+
+
+def _progress_line(chain, done, total, phase, elapsed, step_size, divergences):
+    """One chain's progress: a ten-character bar, iterations done, the phase, the wall time so far
+    and the time left at the rate so far, the current step size and the divergences so far."""
+    filled = round(10 * done / total)
+    left = elapsed * (total - done) / done
+    return (f"chain {chain}: {done}/{total} ({phase}) [{'#' * filled}{'.' * (10 - filled)}] {elapsed:.1f} s, "
+            f"~{left:.0f} s left  step size {step_size:.3g}  divergences {divergences}")
 
 
 # The chain runner of a forked pool's child, handed over as the pool's initializer argument:

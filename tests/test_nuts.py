@@ -335,7 +335,8 @@ def test_progress_lines(capsys):
     sample(gaussian(np.zeros(1), np.eye(1)), np.zeros(1), draws=10, tune=10, chains=1, seed=11, progress=True)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 10
-    assert lines[0].startswith("chain 0: 2/20 (warmup)") and lines[-1].startswith("chain 0: 20/20 (sampling)")
+    assert lines[0].startswith("chain 0: 2/20 (warmup) [#.........] ")
+    assert lines[-1].startswith("chain 0: 20/20 (sampling) [##########] ") and ", ~0 s left" in lines[-1]
 
 
 def test_chains_run_in_forked_processes(tmp_path):
