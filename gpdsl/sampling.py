@@ -580,8 +580,9 @@ class SampledPosterior:
     def to_inference_data(self, X_new=None, max_draws=PREDICT_DRAWS, seed=0):
         """The run for ArviZ, with draws of f and y at new inputs when ``X_new`` is given.
 
-        At X_new, each kept draw theta_s of the hyperparameters (:meth:`kept_draws`: thinned as
-        :meth:`predict` thins, at most ``max_draws``, here the same draws in every chain) gives
+        At X_new, each kept draw theta_s of the hyperparameters (:meth:`kept_draws`: every k-th
+        draw, the same in every chain, at most ``max_draws`` in all; not :meth:`thinned`'s draws,
+        which :meth:`predict` uses, spread over the chains' draws taken in order) gives
         one joint draw f_s ~ p(f(X_new) | y, theta_s), the method's posterior at theta_s
         (:meth:`posterior_at`, ``predict_f_full_cov``), and one y_s ~ p(y | f_s, theta_s), the
         likelihood's: together draws of the predictive integrated over the hyperparameters, whose
