@@ -25,7 +25,7 @@ target_accept 0.8 on posteriordb's gp_pois_regr, docs/guide.md).  Its gradient:
   K is G = L^-T sym(Phi(L^T g v^T)) L^-1, handed to the kernel's vector-Jacobian product;
 * in a likelihood hyperparameter: sum_n d log p(y_n | f_n) / d theta (the likelihood's
   ``log_density_param_derivatives``); in a mean hyperparameter: the mean's VJP of g;
-* the priors' and the log-Jacobian's as in :class:`gpdsl.sampling.LogPosterior`.
+* the priors' and the log-Jacobian's as in :class:`gpdsl.log_posterior.LogPosterior`.
 
 Every evaluation factorises the N x N covariance and forms its adjoint: O(N^3) a gradient, and a
 NUTS trajectory takes tens of them, so the option is for small N (:data:`MAX_ROWS`).
@@ -42,7 +42,7 @@ import numpy as np
 from .linalg import cholesky, jitter_adjoint, solve_upper_t
 from .methods.common import PredictiveState
 from .posterior import Posterior
-from .sampling import LogPosterior, check_priors
+from .log_posterior import LogPosterior, check_priors
 
 __all__ = ["JITTER", "MAX_ROWS", "JointLogPosterior", "check_joint"]
 
@@ -110,7 +110,7 @@ class JointLogPosterior(LogPosterior):
     -----
     Calling it with w (P + N,) returns ``(log p(u, v | y), gradient (P + N,))``, ``(-inf, zeros)``
     where the covariance does not factorise or a value overflows.  The log-Jacobian is
-    :meth:`gpdsl.sampling.LogPosterior.log_jacobian`.
+    :meth:`gpdsl.log_posterior.LogPosterior.log_jacobian`.
     """
 
     # NUTS's adapted metric: dense.  Where the data pin f (counts of 3 to 82 in gp_pois_regr), the

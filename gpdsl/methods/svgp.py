@@ -466,12 +466,9 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
             w = np.maximum(-2.0 * d, 0.0) if clip else -2.0 * d
             wT = np.ascontiguousarray(w.T)
             # Where the clip left w_k = -2 d_k (d_k <= 0: every log-concave likelihood), A W_k A^T is -2 P_k.
-            AWA = np.empty((K, M, M))
+            AWA = np.empty((K, M, M))       # filled in place: no np.stack of K (M, M) arrays
             for k, g_k in enumerate(block):
-                if not clip or np.all(dT[k] <= 0.0):
-                    np.multiply(weighted_d(k), -2.0, out=AWA[k])
-                else:
-                    AWA[k] = weighted_gram(A[g_k], wT[k])
+                AWA[k] = -2.0 * weighted_d(k) if not clip or np.all(dT[k] <= 0.0) else weighted_gram(A[g_k], wT[k])
             out += [AWA, _gather(A, g + w * mean).T]
         if "grad" in outputs:
             Ag = _gather(A, g)
@@ -893,9 +890,8 @@ def _from_natural(Lam, eta):
     no inverse of Lam_k formed."""
     R = np.empty_like(Lam)
     for k, Lam_k in enumerate(Lam):
-        # LAPACK's dpotrf called directly, as scipy.linalg.cholesky calls it (clean: the other
-        # triangle zeroed), without that wrapper's checks: 9 of its 11 us at M = 10, K times a
-        # natural step of a K-class fit.
+        # LAPACK's dpotrf as scipy.linalg.cholesky calls it (clean: the other triangle zeroed), without
+        # that wrapper's checks: 9 of its 11 us at M = 10, K times a natural step of a K-class fit.
         U, info = lapack.dpotrf(Lam_k[::-1, ::-1], lower=1, clean=1)
         if info != 0:
             raise np.linalg.LinAlgError(f"SVGP: S^-1 of latent function {k} is not positive definite "
