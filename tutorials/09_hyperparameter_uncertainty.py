@@ -102,7 +102,6 @@ summary = az.summary(idata, round_to=4)
 print(summary)
 assert nuts_fit.diagnostics.divergences == 0 and nuts_fit.diagnostics.max_rhat < 1.01
 
-# %%
 # %% [markdown]
 # The trace plot, drawn from `nuts_fit.draws` (dims chain, draw): each chain's draws in order
 # (left) and each chain's histogram (right). Chains that have mixed overlap everywhere.
