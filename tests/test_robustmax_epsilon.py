@@ -4,6 +4,8 @@ model's table, bounded in (0, 1), learnt by a fit unless held (``fit(fixed=...)`
 model files and ``posterior.values``.  Its gradient against central differences is tested with the
 likelihood (tests/test_categorical.py), with SVGP (tests/test_svgp_multiclass.py) and by the
 conformance suite (every pair that takes robust-max)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -147,3 +149,27 @@ def test_classifier_default_holds_epsilon_where_the_pilot_separates_the_classes(
     assert clf.link_choice_.link == "robustmax" and clf.link_choice_.pilot_error <= defaults.SEPARATED_ERROR
     assert clf.model_.likelihood.epsilon == gd.Fixed(1e-3)
     assert float(clf.posterior_.values["likelihood.epsilon"]) == 1e-3
+
+
+# p at X[:5] of OLD_FILE's posterior, predicted by the gpdsl that wrote it (dfce0d2^, epsilon a
+# constant of the likelihood): the file's rows are X = default_rng(0).uniform(-2, 2, (60, 2)).
+OLD_FILE = os.path.join(os.path.dirname(__file__), "data", "old_files", "robustmax_epsilon_constant.nc")
+OLD_P = np.array([[9.5723050594278414e-01, 5.1114174473629542e-04, 4.2257353813478338e-02],
+                  [9.7662907930662035e-01, 1.4667067917227218e-02, 8.7028542771511921e-03],
+                  [2.8983178352820671e-03, 9.9659315218710831e-01, 5.0753147861179882e-04],
+                  [8.7846459691695467e-01, 1.2103438696396442e-01, 5.0001762010031339e-04],
+                  [2.3160820791601634e-03, 9.9697291501476804e-01, 7.1000440707062631e-04]])
+
+
+def test_a_file_saved_while_epsilon_was_a_constant_loads_with_it_held(tmp_path):
+    """A robust-max posterior saved at format version 2 has no likelihood.epsilon variable: it loads
+    with the value its model declared (1e-3), listed as held, and predicts what it predicted then;
+    saved again, it is a version-3 file with the variable."""
+    post = gd.load(OLD_FILE)
+    assert float(post.values["likelihood.epsilon"]) == 1e-3 and "likelihood.epsilon" in post.fixed
+    X = np.random.default_rng(0).uniform(-2.0, 2.0, (60, 2))
+    np.testing.assert_allclose(post.predict(X[:5])["p"].values, OLD_P, rtol=1e-12, atol=1e-15)
+    post.save(tmp_path / "again.nc")
+    again = gd.load(tmp_path / "again.nc")
+    assert again.to_xarray().attrs["format_version"] == 3
+    np.testing.assert_array_equal(again.predict(X[:5])["p"].values, post.predict(X[:5])["p"].values)

@@ -185,7 +185,7 @@ def test_a_file_without_format_version_and_checksum_is_refused(posteriors, tmp_p
     with pytest.raises(gd.PosteriorFileError, match="'format_version': missing.*save it again"):
         gd.load(tmp_path / "old.nc")
     ds.attrs["format_version"] = 99
-    with pytest.raises(gd.PosteriorFileError, match=r"expected 2 \(files of version 1 are read too\), got 99"):
+    with pytest.raises(gd.PosteriorFileError, match=r"expected 3 \(files of versions 1 to 2 are read too\), got 99"):
         gd.from_xarray(_reseal(ds))
 
 

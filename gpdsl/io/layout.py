@@ -15,7 +15,12 @@ from ..parameters import declared_value
 
 # Version of the layout that to_xarray writes; raise it when the layout changes.  Version 2 added
 # the "diagnostics" attribute; version-1 files still load (their record says "unrecorded").
-FORMAT_VERSION = 2
+# Version 3 has the hyperparameters of HYPERPARAMETERS_SINCE.
+FORMAT_VERSION = 3
+# Hyperparameters a model gained at a format version: a file of an earlier version has no variable
+# for one, and its model held the value it declares (robust-max's epsilon was a constant of the
+# likelihood before version 3); :func:`gpdsl.load` reads that value and lists it as held.
+HYPERPARAMETERS_SINCE = {"likelihood.epsilon": 3}
 
 
 class PosteriorFileError(ValueError):
@@ -196,5 +201,5 @@ def model_layout(model):
     return {**LAYOUT, **CLASS_LAYOUT, **separate}
 
 
-__all__ = ["FORMAT_VERSION", "PosteriorFileError", "checksum", "hyperparameter_entries", "variable_dims", "LAYOUT",
+__all__ = ["FORMAT_VERSION", "HYPERPARAMETERS_SINCE", "PosteriorFileError", "checksum", "hyperparameter_entries", "variable_dims", "LAYOUT",
            "CLASS_LAYOUT", "SEPARATE_WHITENED", "OPTIONAL_PARTS", "model_layout"]

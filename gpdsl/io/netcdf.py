@@ -25,7 +25,7 @@ from ..posterior import FitRecord, Posterior
 from ..scaling import Standardization
 from .files import check_path
 from .xarray_import import xarray
-from .layout import (FORMAT_VERSION, LAYOUT, OPTIONAL_PARTS, Part, PosteriorFileError, checksum,
+from .layout import (FORMAT_VERSION, HYPERPARAMETERS_SINCE, LAYOUT, OPTIONAL_PARTS, Part, PosteriorFileError, checksum,
                      hyperparameter_entries, model_layout, variable_dims)
 
 
@@ -126,7 +126,7 @@ def load(path, *, trust=None):
 
 def _posterior_from(ds, source, trust):
     """The :class:`Posterior` in ``ds`` (read from ``source``), after :func:`_validated`."""
-    model, local, names = _validated(ds, source, trust)
+    model, local, names, held = _validated(ds, source, trust)
     state = PredictiveState(Z=ds["Z"].values, weights=ds["predictive_whitened_weights"].values,
                             correction=ds["predictive_whitened_correction"].values,
                             q_mean=ds["q_mean"].values, q_cov=ds["q_cov"].values,
@@ -141,11 +141,11 @@ def _posterior_from(ds, source, trust):
     history = json.loads(ds.attrs["reinit_history"]) if "reinit_history" in ds.attrs else None
     standardization = _standardization(ds, source)
     record = FitRecord(diagnostics=_diagnostics(ds, source, total_sweeps), priors=json.loads(ds.attrs["priors"]),
-                       fixed=json.loads(ds.attrs["fixed"]), sites=sites, selection=selection, reinit_history=history,
+                       fixed=json.loads(ds.attrs["fixed"]) + list(held), sites=sites, selection=selection, reinit_history=history,
                        subsample=({"rows": int(ds.attrs["subsample_rows"]),
                                    "objective": float(ds.attrs["subsample_objective"])}
                                   if "subsample_rows" in ds.attrs else None))
-    return Posterior(model=model, values={name: ds[name].values for name in names}, state=state,
+    return Posterior(model=model, values={**{name: ds[name].values for name in names}, **held}, state=state,
                      log_evidence=ds.attrs["log_evidence"], log_prior=ds.attrs["log_prior"],
                      standardization=standardization, record=record)
 
@@ -189,16 +189,18 @@ def _standardization(ds, source):
 
 def _validated(ds, source, trust):
     """Check ``ds`` as :func:`from_xarray` describes; return ``(model, its LocalStateFormat or
-    None, hyperparameter names)`` or raise :class:`PosteriorFileError`."""
+    None, the names of the hyperparameters in ds, {name: declared value} of those the model gained
+    after the file's version (layout.HYPERPARAMETERS_SINCE))`` or raise :class:`PosteriorFileError`."""
     attrs = ds.attrs
     version = attrs.get("format_version")
     if version is None:
         raise _error(source, "attribute 'format_version'",
                      f"missing: not a gpdsl posterior of format version {FORMAT_VERSION} (one written "
                      "by an older gpdsl lacks it and its checksum: load it with that version and save it again)")
-    if not is_integer(version) or version not in (1, FORMAT_VERSION):
+    if not is_integer(version) or not 1 <= version <= FORMAT_VERSION:
         raise _error(source, "attribute 'format_version'",
-                     f"expected {FORMAT_VERSION} (files of version 1 are read too), got {version!r}")
+                     f"expected {FORMAT_VERSION} (files of versions 1 to {FORMAT_VERSION - 1} are read too), "
+                     f"got {version!r}")
     stored = attrs.get("checksum")
     if not isinstance(stored, str) or stored != checksum(ds):
         raise _error(source, "attribute 'checksum'", "missing or not the checksum of the content: the file "
@@ -256,6 +258,10 @@ def _validated(ds, source, trust):
                      f"functions of {model.likelihood.describe()})")
 
     entries = _hyperparameter_entries(model, ds["Z"].values, source)
+    # A hyperparameter the model gained after the file's version: its declared value, held.
+    held = {e.name: e.value for e in entries
+            if version < HYPERPARAMETERS_SINCE.get(e.name, 0) and e.name not in ds.variables}
+    entries = [e for e in entries if e.name not in held]
     for e in entries:
         values = _variable(ds, source, e.name, variable_dims(e.name, e.value, e.dims), "float")
         if values.shape != e.value.shape:
@@ -276,7 +282,7 @@ def _validated(ds, source, trust):
         if unknown:
             raise _error(source, f"attribute {name!r}",
                          f"names {unknown!r}, which are not hyperparameters of this model")
-    return model, local, names
+    return model, local, names, held
 
 
 def _hyperparameter_entries(model, Z, source):
