@@ -80,11 +80,13 @@ def check_joint(model, n_rows):
     if likelihood.provides("noise"):
         raise ValueError(f"Model.sample: latent='joint' is for non-Gaussian likelihoods; with {name} the evidence "
                          f"is exact: use latent='marginalised' (Exact, or VFE/FITC/DTC with inducing inputs)")
-    if likelihood.n_latent != 1 or not likelihood.provides("log_density_derivatives"):
-        raise ValueError(f"Model.sample: latent='joint' needs one latent function and the derivatives of the "
-                         f"log density (log_density_derivatives); {name} has {likelihood.n_latent} latent "
-                         f"function(s) and provides them: {likelihood.provides('log_density_derivatives')}; "
-                         f"use latent='marginalised' with EP, Laplace or PolyaGamma")
+    if likelihood.n_latent != 1:
+        raise ValueError(f"Model.sample: latent='joint' samples one latent function; {name} has "
+                         f"{likelihood.n_latent}: use latent='marginalised' (Laplace)")
+    if not likelihood.provides("log_density_derivatives"):
+        raise ValueError(f"Model.sample: latent='joint' needs the derivatives of the log density in f "
+                         f"(log_density_derivatives), which {name} does not provide: use latent='marginalised' "
+                         f"with EP, Laplace or PolyaGamma")
     if n_rows > MAX_ROWS:
         raise ValueError(f"Model.sample: latent='joint' costs O(N^3) a gradient and samples N latent values; "
                          f"N = {n_rows} > {MAX_ROWS} (gpdsl.latent_joint.MAX_ROWS): use latent='marginalised' "

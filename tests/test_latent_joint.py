@@ -145,6 +145,9 @@ def test_refusals_name_the_alternatives(monkeypatch):
         gaussian.sample(X, np.sin(X[:, 0]), latent="joint", draws=5, tune=5)
     with pytest.raises(ValueError, match=r"latent must be 'marginalised'.*or 'joint'.*got 'exact'"):
         model_of("poisson_log").sample(X, y, latent="exact", draws=5, tune=5)
+    multiclass = gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Categorical(3), inference=gd.inference.Laplace())
+    with pytest.raises(ValueError, match=r"samples one latent function; Categorical has 3.*latent='marginalised'"):
+        multiclass.sample(X, np.arange(X.shape[0]) % 3, latent="joint", draws=5, tune=5)
     monkeypatch.setattr(latent_joint, "MAX_ROWS", X.shape[0] - 1)
     with pytest.raises(ValueError, match=rf"N = {X.shape[0]} > {X.shape[0] - 1}.*latent='marginalised'"):
         model_of("poisson_log").sample(X, y, latent="joint", draws=5, tune=5)
