@@ -80,16 +80,16 @@ class SamplingWarning(ConvergenceWarning):
 
 
 def _refuse_unmarginalised(model):
-    """Refuse a method whose objective depends on a variational q(f) it holds rather than on the
-    hyperparameters alone: the ELBO methods, those that need the likelihood's variational
-    expectations (SVGP, VGP).  Their bound is a function of (theta, q), so a posterior over theta
-    would need q sampled or integrated too."""
-    if model.inference.requires == "variational_expectations":
+    """Refuse a method whose objective depends on a q it holds rather than on the hyperparameters
+    alone (``Inference.marginalises_latent`` False: SVGP, VGP, minibatch PolyaGamma): its bound is
+    a function of (theta, q), so a posterior over theta would need q sampled or integrated too."""
+    if not model.inference.marginalises_latent:
         name = type(model.inference).__name__
-        raise ValueError(f"Model.sample: {name} keeps a variational q(u) that is not marginalised, so its bound is "
+        raise ValueError(f"Model.sample: {name} keeps a variational q that is not marginalised, so its bound is "
                          f"not a function of the hyperparameters alone; sample with a method whose evidence "
                          f"integrates f out: Exact (Gaussian likelihood), VFE, FITC or DTC (sparse Gaussian), "
-                         f"EP, QP, Laplace or PolyaGamma (other likelihoods, dense or with an inducing spec)")
+                         f"EP, QP, Laplace or PolyaGamma without minibatch (other likelihoods, dense or with an "
+                         f"inducing spec); latent='joint' (f sampled too) starts from such a method's fit as well")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -209,14 +209,20 @@ def test_refuses_a_prior_whose_support_is_narrower_than_the_parameter():
         model.sample(X, y, draws=10, tune=10)
 
 
-@pytest.mark.parametrize("inference", ["SVGP", "VGP"])
+@pytest.mark.parametrize("inference", ["SVGP", "VGP", "PolyaGamma"])
 def test_refuses_methods_whose_q_is_not_marginalised(inference):
+    """SVGP, VGP and minibatch PolyaGamma optimise a q with the hyperparameters
+    (Inference.marginalises_latent False); minibatch PolyaGamma reached its fit's MissingGradientError."""
     X, y = classification_data()
-    inducing = gd.inducing.Fixed(Z4) if inference == "SVGP" else None
-    model = gd.Model(kernel=se_kernel(), likelihood=gd.likelihoods.Bernoulli(bias=P.Normal(0.0, 1.0)),
-                     inducing=inducing, inference=getattr(gd.inference, inference)())
-    with pytest.raises(ValueError, match=rf"{inference} keeps a variational q.*Exact.*VFE.*FITC.*EP, QP, Laplace or PolyaGamma"):
+    inducing = None if inference == "VGP" else gd.inducing.Fixed(Z4)
+    declared = gd.inference.PolyaGamma(minibatch=5) if inference == "PolyaGamma" else getattr(gd.inference, inference)()
+    likelihood = LOGIT if inference == "PolyaGamma" else gd.likelihoods.Bernoulli(bias=P.Normal(0.0, 1.0))
+    model = gd.Model(kernel=se_kernel(), likelihood=likelihood, inducing=inducing, inference=declared)
+    with pytest.raises(ValueError, match=rf"{inference} keeps a variational q.*Exact.*VFE.*FITC.*EP, QP, Laplace or "
+                                         rf"PolyaGamma without minibatch"):
         model.sample(X, y, draws=10, tune=10)
+    with pytest.raises(ValueError, match=rf"{inference} keeps a variational q"):
+        model.sample(X, y, draws=10, tune=10, latent="joint")
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,10 @@ module in :mod:`gpdsl.methods`) and ``Model`` holds no method-specific branch:
   Algorithm 1);
 * :meth:`Inference.minimise`: the optimiser (L-BFGS-B, or a method's own: the minibatch steps);
 * ``log_evidence_kind``: what the posterior's ``log_evidence`` is, in words;
-* ``supports_dask_chunks``: whether a sparse fit on a Dask X runs its passes as Dask tasks.
+* ``supports_dask_chunks``: whether a sparse fit on a Dask X runs its passes as Dask tasks;
+* ``marginalises_latent``: whether the objective is a function of the hyperparameters alone, f
+  integrated out (what :meth:`gpdsl.Model.sample` needs; False for SVGP, VGP and minibatch
+  PolyaGamma, which optimise a q with them).
 
 :data:`INFERENCE` is the one registry, by class name (model files and the CLI use it); a class
 registers itself when defined.

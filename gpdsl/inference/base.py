@@ -58,6 +58,10 @@ class Inference(Component, family="inference"):
     optimises_variational_parameters = False
     # Whether evaluate takes a per-row offset of the latent input (Model.fit(offset=...)).
     supports_offset = True
+    # Whether the objective is a function of the hyperparameters alone, f (or u) integrated out
+    # (Model.sample needs that): False for a method that holds a q it optimises (SVGP, VGP, minibatch
+    # Polya-Gamma), whose objective depends on (theta, q).
+    marginalises_latent = True
     # Whether the method handles a likelihood of K > 1 latent functions (``n_latent``, a K-class
     # likelihood): K GPs a priori independent under one kernel, sharing Z.
     multi_latent = False

@@ -194,6 +194,11 @@ class PolyaGamma(Inference):
         return stochastic_polya_gamma.PolyaGammaExpectations(likelihood)
 
     @property
+    def marginalises_latent(self):
+        # The minibatch form optimises an uncollapsed q(u) with the hyperparameters.
+        return self.minibatch is None
+
+    @property
     def log_evidence_kind(self):
         return ("collapsed Polya-Gamma bound" if self.minibatch is None
                 else "uncollapsed Polya-Gamma bound at the q reached")

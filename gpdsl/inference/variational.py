@@ -63,6 +63,7 @@ class _Variational(Inference):
     q_max_iter: int = 100
     requires = "variational_expectations"
     log_evidence_kind = "ELBO"
+    marginalises_latent = False
 
     def __post_init__(self):
         name = type(self).__name__
