@@ -280,9 +280,20 @@ class SampledPosterior:
         self.fixed = {e.name: e.value.copy() for e in table.entries if e.fixed}
         self._posteriors = {}
 
+    @property
+    def target(self):
+        """str: what the draws are of: ``"posterior"``, ``"joint posterior of f and the
+        hyperparameters"`` (latent="joint"), or, where the method's evidence is a lower bound
+        (``Inference.evidence_is_bound``: VFE, PolyaGamma), ``"pseudo-posterior"`` (the bound's
+        exponential, normalised, in place of the marginal likelihood)."""
+        if self._joint is not None:
+            return "joint posterior of f and the hyperparameters"
+        return "pseudo-posterior" if self.model.inference.evidence_is_bound else "posterior"
+
     def __repr__(self):
         d = self.diagnostics
-        return (f"SampledPosterior({type(self.model.inference).__name__}, {d.chains} chains x {d.draws} draws of "
+        return (f"SampledPosterior({type(self.model.inference).__name__} {self.target}, {d.chains} chains x "
+                f"{d.draws} draws of "
                 f"{list(self.draws.data_vars)}; divergences {d.divergences}, max R-hat {d.max_rhat:.4g}, "
                 f"min bulk ESS {d.min_ess_bulk:.4g})")
 
@@ -304,7 +315,8 @@ class SampledPosterior:
         if self._joint is not None:
             data["f"] = (("chain", "draw", "obs"), self._joint.latent(self.result.draws))
             coords["obs"] = np.arange(self.X.shape[0])
-        return xr.Dataset(data, coords=coords, attrs={"inference": type(self.model.inference).__name__})
+        return xr.Dataset(data, coords=coords, attrs={"inference": type(self.model.inference).__name__,
+                                                      "target": self.target})
 
     def _stats_dataset(self):
         xr = xarray()

@@ -167,6 +167,7 @@ def short_run():
 def test_draws_hold_f_with_the_hyperparameters(short_run):
     """f (chain, draw, obs) is m + L(theta) v at each draw's (u, v); the recorded lp is the joint
     density there; the hyperparameters are the first P coordinates."""
+    assert short_run[0].target == "joint posterior of f and the hyperparameters"
     s, X, y = short_run
     assert s.latent == "joint"
     assert s.draws["f"].dims == ("chain", "draw", "obs") and s.draws["f"].shape == (2, 20, X.shape[0])

@@ -209,6 +209,19 @@ def test_refuses_a_prior_whose_support_is_narrower_than_the_parameter():
         model.sample(X, y, draws=10, tune=10)
 
 
+@pytest.mark.parametrize("case", ["vfe", "polya_gamma"])
+def test_a_bound_evidence_is_recorded_as_a_pseudo_posterior(case):
+    """VFE's and Polya-Gamma's evidences are lower bounds (Inference.evidence_is_bound): the run
+    says its draws are of a pseudo-posterior (target, the draws' attrs, repr)."""
+    model = {**GRADIENT_CASES, **LOCAL_CASES}[case]()
+    X, y = regression_data() if case == "vfe" else classification_data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        s = model.sample(X, y, draws=5, tune=5, chains=1)
+    assert s.target == "pseudo-posterior" and s.draws.attrs["target"] == "pseudo-posterior"
+    assert "pseudo-posterior" in repr(s)
+
+
 @pytest.mark.parametrize("inference", ["SVGP", "VGP", "PolyaGamma"])
 def test_refuses_methods_whose_q_is_not_marginalised(inference):
     """SVGP, VGP and minibatch PolyaGamma optimise a q with the hyperparameters
@@ -242,6 +255,7 @@ def short_run():
 def test_draws_are_named_as_post_values_with_chain_draw_dims(short_run):
     s, X, y, _ = short_run
     assert isinstance(s, SampledPosterior)
+    assert s.target == "posterior" and s.draws.attrs["target"] == "posterior" and "Exact posterior" in repr(s)
     assert set(s.draws.data_vars) == set(s.map_posterior.values)
     assert s.draws["mean.coefficients"].dims == ("chain", "draw", "feature")
     assert s.draws["mean.coefficients"].shape == (2, 60, 2)

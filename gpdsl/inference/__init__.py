@@ -25,7 +25,9 @@ module in :mod:`gpdsl.methods`) and ``Model`` holds no method-specific branch:
 * ``supports_dask_chunks``: whether a sparse fit on a Dask X runs its passes as Dask tasks;
 * ``marginalises_latent``: whether the objective is a function of the hyperparameters alone, f
   integrated out (what :meth:`gpdsl.Model.sample` needs; False for SVGP, VGP and minibatch
-  PolyaGamma, which optimise a q with them).
+  PolyaGamma, which optimise a q with them);
+* ``evidence_is_bound``: whether ``log_evidence`` is a lower bound (VFE, PolyaGamma, the ELBOs), so
+  that :meth:`gpdsl.Model.sample` draws a pseudo-posterior.
 
 :data:`INFERENCE` is the one registry, by class name (model files and the CLI use it); a class
 registers itself when defined.

@@ -62,6 +62,9 @@ class Inference(Component, family="inference"):
     # (Model.sample needs that): False for a method that holds a q it optimises (SVGP, VGP, minibatch
     # Polya-Gamma), whose objective depends on (theta, q).
     marginalises_latent = True
+    # Whether log_evidence is a lower bound on the log marginal likelihood (VFE, Polya-Gamma, the
+    # ELBOs) rather than an approximation of it: Model.sample's draws are then of a pseudo-posterior.
+    evidence_is_bound = False
     # Whether the method handles a likelihood of K > 1 latent functions (``n_latent``, a K-class
     # likelihood): K GPs a priori independent under one kernel, sharing Z.
     multi_latent = False

@@ -80,6 +80,7 @@ class VFE(_CollapsedGaussian):
 
     __doc__ += _COLLAPSED_PARAMETERS
     log_evidence_kind = "collapsed variational bound"
+    evidence_is_bound = True
 
 
 @dataclass(frozen=True)

@@ -193,6 +193,8 @@ class PolyaGamma(Inference):
             return logistic_softmax.LogisticSoftmaxExpectations(likelihood)
         return stochastic_polya_gamma.PolyaGammaExpectations(likelihood)
 
+    evidence_is_bound = True
+
     @property
     def marginalises_latent(self):
         # The minibatch form optimises an uncollapsed q(u) with the hyperparameters.

@@ -64,6 +64,7 @@ class _Variational(Inference):
     requires = "variational_expectations"
     log_evidence_kind = "ELBO"
     marginalises_latent = False
+    evidence_is_bound = True
 
     def __post_init__(self):
         name = type(self).__name__
