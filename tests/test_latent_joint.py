@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 import gpdsl as gd
+from gpdsl.testing import central_difference
 from gpdsl import latent_joint
 from gpdsl import priors as P
 from gpdsl.latent_joint import JITTER, JointLogPosterior
@@ -19,7 +20,7 @@ from gpdsl.sampling import SampledPosterior, SamplingWarning
 
 from conftest import TESTS_DATA
 
-# Central differences with step H: truncation ~ H^2 |f'''| / 6 (~1e-9 for these O(1)-curvature
+# Central differences with steps H max(|w_i|, 1): truncation ~ H^2 |f'''| / 6 (~1e-9 for these O(1)-curvature
 # densities) plus rounding ~ eps |f| / H (~1e-10 for |f| ~ 50), so an entry agrees to
 # GRAD_ATOL + GRAD_RTOL |g|; a missing term (the Cholesky derivative's halved diagonal, a
 # likelihood parameter's sum, the Jacobian's 1 per positive entry) is off by O(0.1-1).
@@ -68,12 +69,8 @@ def joint(model, X, y):
 
 
 def central_differences(f, w):
-    grad = np.empty_like(w)
-    for i in range(w.size):
-        step = np.zeros_like(w)
-        step[i] = H
-        grad[i] = (f(w + step)[0] - f(w - step)[0]) / (2.0 * H)
-    return grad
+    """f's gradient at w by central differences (steps H max(|w_i|, 1)); f returns (value, gradient)."""
+    return central_difference(lambda x: f(x)[0], w, step=H)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
