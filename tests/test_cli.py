@@ -832,8 +832,8 @@ def test_sample_table_runs_model_sample_and_writes_the_run(tmp_path, capsys):
     np.testing.assert_array_equal(back.sample_stats["step_size"].values, direct.sample_stats["step_size"].values)
 
 
-def test_sample_table_with_fixed_and_defaults_applies_them(tmp_path, monkeypatch):
-    """An empty [sample] takes Model.sample's defaults; [fit] fixed is passed on (seen by a stub)."""
+def test_sample_table_with_fixed_and_defaults_applies_them(tmp_path):
+    """An empty [sample] takes Model.sample's defaults; [fit] fixed is passed on in its options."""
     write_sine_csv(tmp_path / "sine.csv", n=24)
     text = SAMPLE_TOML.replace("draws = 40\ntune = 40\nchains = 2\nseed = 5\ntarget_accept = 0.85\ncores = 1\n", "")
     text = text.replace("[sample]", "[fit]\nfixed = [\"likelihood.variance\"]\n\n[sample]")
