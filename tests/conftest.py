@@ -72,3 +72,16 @@ def assert_same_optimum_in_fewer_sweeps(loose, tight, values_rtol):
     assert abs(loose.log_evidence - tight.log_evidence) <= 1e-6 * abs(tight.log_evidence)
     for name, value in tight.values.items():
         np.testing.assert_allclose(loose.values[name], value, rtol=values_rtol, atol=1e-6, err_msg=name)
+
+
+def summaries_with_mcse(draws):
+    """The mean and 5/50/95 % quantiles of a scalar's draws (chain, draw), each with its Monte Carlo
+    standard error (ArviZ's ``mcse``), as posteriordb's reference posteriors give them: a dict
+    ``{"mean" | "q05" | "q50" | "q95": (value, mcse)}``."""
+    import arviz as az
+
+    out = {"mean": (float(draws.mean()), float(np.ravel(az.mcse(draws, method="mean"))[0]))}
+    for q in (5, 50, 95):
+        out[f"q{q:02d}"] = (float(np.quantile(draws, q / 100)),
+                            float(np.ravel(az.mcse(draws, method="quantile", prob=q / 100))[0]))
+    return out

@@ -18,7 +18,7 @@ from gpdsl import priors as P
 from gpdsl.latent_joint import JITTER, JointLogPosterior
 from gpdsl.sampling import SampledPosterior, SamplingWarning
 
-from conftest import TESTS_DATA
+from conftest import TESTS_DATA, summaries_with_mcse
 
 # Central differences with steps H max(|w_i|, 1): truncation ~ H^2 |f'''| / 6 (~1e-9 for these O(1)-curvature
 # densities) plus rounding ~ eps |f| / H (~1e-10 for |f| ~ 50), so an entry agrees to
@@ -265,11 +265,8 @@ def test_poisson_latent_gp_matches_stans_reference_posterior():
     misses = []
     for name, x in ours.items():
         reference = ref["reference"][name]
-        estimates = {"mean": (x.mean(), az.mcse(x, method="mean"))}
-        for q in (5, 50, 95):
-            estimates[f"q{q:02d}"] = (np.quantile(x, q / 100), az.mcse(x, method="quantile", prob=q / 100))
-        for stat, (value, mcse) in estimates.items():
-            z = (value - reference[stat]) / math.hypot(float(np.ravel(mcse)[0]), reference[f"mcse_{stat}"])
+        for stat, (value, mcse) in summaries_with_mcse(x).items():
+            z = (value - reference[stat]) / math.hypot(mcse, reference[f"mcse_{stat}"])
             if not abs(z) <= Z_MCSE:
                 misses.append(f"{name} {stat}: {value:.5g} against Stan's {reference[stat]:.5g} ({z:+.2f} MCSE)")
     assert not misses, misses

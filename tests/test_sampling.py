@@ -16,7 +16,7 @@ from gpdsl import priors as P
 from gpdsl import sampling
 from gpdsl.sampling import LogPosterior, SampledPosterior, SamplingWarning, energy_bfmi
 
-from conftest import TESTS_DATA
+from conftest import TESTS_DATA, summaries_with_mcse
 
 # Central differences with steps H max(|u_i|, 1) on the unconstrained scale: truncation error ~ H^2 |f'''| / 6
 # (~1e-9 for these O(1)-curvature log posteriors) plus rounding ~ eps |f| / H (~1e-10 for |f| ~ 50),
@@ -645,11 +645,7 @@ def test_exact_gp_matches_stans_reference_posterior():
     misses, compared = [], 0
     for name, x in ours.items():
         reference = ref["reference"][name]
-        estimates = {"mean": (x.mean(), az.mcse(x, method="mean"))}
-        for q in (5, 50, 95):
-            estimates[f"q{q:02d}"] = (np.quantile(x, q / 100), az.mcse(x, method="quantile", prob=q / 100))
-        for stat, (value, mcse) in estimates.items():
-            mcse = float(np.ravel(mcse)[0])
+        for stat, (value, mcse) in summaries_with_mcse(x).items():
             exact = quadrature[name][stat]
             z = (value - exact) / math.hypot(mcse, quadrature_error)
             if not abs(z) <= Z_MCSE:
