@@ -161,13 +161,13 @@ class JointLogPosterior(LogPosterior):
         return np.concatenate([self.table.pack(self.table.values()), np.zeros(self.X.shape[0])])
 
     def _factor(self, values):
-        """(kernel, likelihood, K, L, m) at natural ``values``: the bound parts, the gram matrix,
-        the Cholesky factor of K + jitter and the prior mean m(X) (N,)."""
+        """(kernel, likelihood, L, m) at natural ``values``: the bound parts, the Cholesky factor of
+        K + jitter and the prior mean m(X) (N,)."""
         kernel, likelihood = self.model.bind(values)
         K = kernel.gram(self.X, self.X)
         L, _ = cholesky(K, JITTER, what="K(theta) + jitter (latent='joint')")
         m = self.model.latent_offset(values, self.X)
-        return kernel, likelihood, K, L, np.zeros(self.X.shape[0]) if m is None else m
+        return kernel, likelihood, L, np.zeros(self.X.shape[0]) if m is None else m
 
     def latent(self, w):
         """f = m(X) + L(theta) v at each w.
@@ -185,7 +185,7 @@ class JointLogPosterior(LogPosterior):
         out = np.empty((flat.shape[0], self.X.shape[0]))
         for i, point in enumerate(flat):
             u, v = self.split(point)
-            _, _, _, L, m = self._factor(self.table.unpack(u))
+            _, _, L, m = self._factor(self.table.unpack(u))
             out[i] = m + L @ v
         return out.reshape(w.shape[:-1] + (self.X.shape[0],))
 
@@ -204,7 +204,7 @@ class JointLogPosterior(LogPosterior):
             (q_cov 0).
         """
         u, v = self.split(w)
-        _, _, _, L, m = self._factor(self.table.unpack(u))
+        _, _, L, m = self._factor(self.table.unpack(u))
         n = v.size
         return PredictiveState(Z=self.X, weights=v.copy(), correction=np.eye(n), q_mean=m + L @ v,
                                q_cov=np.zeros((n, n)), chol=L)
@@ -241,7 +241,7 @@ class JointLogPosterior(LogPosterior):
         return value, grad
 
     def _evaluate(self, values, u, v):
-        kernel, likelihood, _, L, m = self._factor(values)
+        kernel, likelihood, L, m = self._factor(values)
         f = m + L @ v
         with np.errstate(over="ignore", invalid="ignore"):
             derivatives = likelihood.log_density_derivatives(self.y, f)
