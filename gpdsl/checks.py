@@ -149,6 +149,44 @@ def check_seed(owner, value):
         raise ValueError(f"{owner}: seed must be a non-negative integer or None, got {value!r}")
 
 
+def output_indices(owner, X, output_count):
+    """The output index of each row of a multi-output input array: its last column, which holds
+    integer-valued floats in 0..P-1 (the long layout of :mod:`gpdsl.multioutput`).
+
+    Parameters
+    ----------
+    owner : str
+        The class or function that reads the column, for messages.
+    X : ndarray, shape (n, D + 1)
+        Inputs whose last column is the output index.
+    output_count : int
+        The number of outputs P.
+
+    Returns
+    -------
+    ndarray of intp, shape (n,)
+
+    Raises
+    ------
+    ValueError
+        If X is not 2-D, or an entry of its last column is not an integer in 0..P-1 (the first
+        such row and value are named).
+    """
+    X = np.asarray(X)
+    if X.ndim != 2 or X.shape[1] < 1:
+        raise ValueError(f"{owner}: X must be a 2-D array whose last column is the output index, got shape "
+                         f"{X.shape}")
+    column = X[:, -1]
+    index = np.zeros(column.shape, dtype=np.intp)
+    valid = np.isfinite(column) & (column == np.round(column)) & (column >= 0) & (column < output_count)
+    if not np.all(valid):
+        row = int(np.flatnonzero(~valid)[0])
+        raise ValueError(f"{owner}: the last column of X is the output index and must hold integers 0..{output_count - 1} "
+                         f"(one per output), got {float(column[row])!r} at row {row}")
+    index[:] = column
+    return index
+
+
 def _first(a, test):
     """``(v,)`` for the first element v of the array ``a`` that passes ``test``, or None (the tuple
     keeps an element that is itself None apart from "no such element")."""
