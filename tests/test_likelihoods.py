@@ -237,12 +237,13 @@ def test_capabilities_of_every_variant():
         "Categorical(3, softmax)": ("log_density_derivatives", "variational_expectations"),
         "Categorical(3, robustmax)": ("variational_expectations",),
         "Categorical(3, logistic_softmax)": ("variational_expectations", "polya_gamma"),
+        "OutputGaussian(3)": ("noise",),
     }
     with pytest.raises(ValueError, match="unknown capability"):
         L.Gaussian().provides("laplace")
     own = [name for name, cls in L.LIKELIHOODS.items() if cls.__module__.startswith("gpdsl.")]
     assert own == ["Gaussian", "HeteroscedasticGaussian", "Bernoulli", "Poisson", "StudentT", "NegativeBinomial",
-                   "Categorical"]
+                   "Categorical", "OutputGaussian"]
 
 
 def test_bound_likelihood_qualifies_gradient_keys():

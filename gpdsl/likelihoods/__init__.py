@@ -9,9 +9,10 @@ from .poisson import Poisson, expected_log_square
 from .student_t import StudentT
 from .negative_binomial import NegativeBinomial
 from .categorical import Categorical
+from .output_gaussian import OutputGaussian
 
 # The registry model files (TOML) and ``gpdsl.load`` read: every concrete likelihood, by class name.
 LIKELIHOODS = Likelihood.registry
 
-__all__ = ["Likelihood", "SiteModel", "Gaussian", "HeteroscedasticGaussian", "Bernoulli", "Poisson", "StudentT", "NegativeBinomial", "Categorical",
+__all__ = ["Likelihood", "SiteModel", "Gaussian", "HeteroscedasticGaussian", "Bernoulli", "Poisson", "StudentT", "NegativeBinomial", "Categorical", "OutputGaussian",
            "LIKELIHOODS", "CAPABILITIES", "DERIVED_FROM_DENSITY", "expected_log_square", "gauss_hermite"]

@@ -205,6 +205,10 @@ class Likelihood(Component, family="likelihood"):
     supports_dask_chunks = True
     # Whether it holds values per training row (fit(subsample=) cannot subsample them).
     per_row_parameters = False
+    # Whether it reads the columns of X as input features (a noise model of x): in a multi-output
+    # model X's last column is the output index (gpdsl.multioutput), which it would read as one,
+    # so the model refuses it there.
+    reads_input_columns = False
     # The usual cause of an evidence ridge (a kernel variance that grows without bound while the
     # objective barely changes) with this likelihood, for the fit's warning.
     ridge_cause = ("the kernel explains the targets ever better by growing (a trend or a scale it can only follow "

@@ -286,6 +286,11 @@ class HeteroscedasticGaussian(_GaussianNoise):
     def per_row_parameters(self):
         return self.known
 
+    @property
+    def reads_input_columns(self):
+        # The noise model is a polynomial of every column of X.
+        return not self.known
+
     def features(self, X):
         """Polynomial design matrix (n, 1 + degree * D).
 

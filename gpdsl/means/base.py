@@ -27,6 +27,11 @@ class Mean(Component, family="mean"):
     """Base class of the prior mean functions: the interface of the module docstring."""
 
     gradient_outputs = {"vjp": qualify_keys}
+    # Whether value(X) reads the columns of X as input features.  In a multi-output model X's
+    # last column is the output index (gpdsl.multioutput), which such a mean would read as a
+    # feature: the model refuses one outside gd.means.PerOutput, which gives each part the
+    # feature columns only.
+    reads_input_columns = False
 
     def __add__(self, other):
         if not isinstance(other, Mean):
@@ -85,6 +90,10 @@ class SumMean(Mean):
     def __post_init__(self):
         if not isinstance(self.means, tuple) or len(self.means) < 2 or not all(isinstance(m, Mean) for m in self.means):
             raise TypeError(f"SumMean: means must be a tuple of at least two gd.means mean functions, got {self.means!r}")
+
+    @property
+    def reads_input_columns(self):
+        return any(m.reads_input_columns for m in self.means)
 
     def parameters(self, X):
         return part_parameters([str(i) for i in range(len(self.means))], self.means, X)

@@ -77,6 +77,7 @@ class Linear(Mean):
     coefficients: object = 0.0
     hyperparameters = ("coefficients",)
     unconstrained = ("coefficients",)
+    reads_input_columns = True
 
     def __post_init__(self):
         check_hyperparameter("Linear", "coefficients", self.coefficients, positive=False)

@@ -11,6 +11,25 @@ X1 = _INPUTS.uniform(-1.5, 1.5, size=(7, 2))
 X2 = _INPUTS.uniform(-1.5, 1.5, size=(5, 2))
 
 
+def inputs_for(component, X):
+    """The inputs a component's checks run at: X itself, or for a component of P outputs (its
+    ``output_count``: a multi-output kernel, ``OutputGaussian``, ``PerOutput``) X with the output
+    index appended as its last column (:mod:`gpdsl.multioutput`'s long layout), the rows cycling
+    through the outputs so that each has some.
+
+    Parameters
+    ----------
+    component : Component
+    X : ndarray, shape (n, D)
+
+    Returns
+    -------
+    ndarray, shape (n, D) or (n, D + 1)
+    """
+    count = getattr(component, "output_count", None)
+    return X if count is None else np.column_stack([X, np.arange(X.shape[0]) % count])
+
+
 def central_difference(f, x, step=1e-6):
     """Gradient of a scalar function at an array by central differences of relative steps.
 

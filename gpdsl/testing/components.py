@@ -16,7 +16,8 @@ from ..inputs import target_kind
 from ..kernels import SquaredExponential
 from ..likelihoods import Gaussian
 from ..likelihoods import Likelihood
-from .common import X1, X2, _draws_y, _has_density, _local_values, _targets, central_difference, expect
+from .common import (X1, X2, _draws_y, _has_density, _local_values, _targets, central_difference, expect,
+                     inputs_for)
 from .limits import LIMIT_TARGET_KINDS, check_likelihood_limits
 
 # Latent values, Gaussian q(f) = N(MEANS, VARS) and EP cavities the likelihood checks run at.
@@ -132,13 +133,14 @@ def check_mean_gradients(mean):
     ----------
     mean : gpdsl.means.Mean
     """
-    values = _local_values(mean, X1)
+    X = inputs_for(mean, X1)
+    values = _local_values(mean, X)
     g = np.random.default_rng(13).normal(size=7)
-    grads = mean.bind(values).vjp(X1, g)
+    grads = mean.bind(values).vjp(X, g)
     assert set(grads) == set(values), "vjp must give a gradient for every parameter"
-    assert mean.bind(values).value(X1).shape == (7,)
+    assert mean.bind(values).value(X).shape == (7,)
     for name, value in values.items():
-        fd = central_difference(lambda v: g @ mean.bind({**values, name: v}).value(X1), value)
+        fd = central_difference(lambda v: g @ mean.bind({**values, name: v}).value(X), value)
         np.testing.assert_allclose(grads[name], fd, rtol=1e-6, atol=1e-9, err_msg=name)
 
 
@@ -393,20 +395,21 @@ def check_likelihood_noise(likelihood):
     likelihood : gpdsl.likelihoods.Likelihood
         One that provides ``"noise"``.
     """
-    values = _local_values(likelihood, X1)
+    X = inputs_for(likelihood, X1)
+    values = _local_values(likelihood, X)
     lik = likelihood.bind(values)
-    lam = lik.noise(X1)
-    assert lam.shape == (X1.shape[0],) and np.all(lam > 0), f"noise(X) must be positive, shape (n,): {lam}"
+    lam = lik.noise(X)
+    assert lam.shape == (X.shape[0],) and np.all(lam > 0), f"noise(X) must be positive, shape (n,): {lam}"
     if _has_density(likelihood):
         np.testing.assert_allclose(lam, lam[0], rtol=1e-12, err_msg="a density of (y, f) has one noise variance")
         y = F + np.linspace(-1.0, 1.5, F.size)
         want = -0.5 * (y - F) ** 2 / lam[0] - 0.5 * np.log(2 * np.pi * lam[0])
         np.testing.assert_allclose(lik.log_density(y, F), want, rtol=1e-12, atol=1e-12,
                                    err_msg="log_density must be the normal density of variance noise(X)")
-    g = np.random.default_rng(14).normal(size=X1.shape[0])
-    grads = lik.noise_vjp(X1, g)
+    g = np.random.default_rng(14).normal(size=X.shape[0])
+    grads = lik.noise_vjp(X, g)
     for name, value in values.items():
-        fd = central_difference(lambda v: g @ likelihood.bind({**values, name: v}).noise(X1), value)
+        fd = central_difference(lambda v: g @ likelihood.bind({**values, name: v}).noise(X), value)
         np.testing.assert_allclose(grads.get(name, 0.0), fd, rtol=1e-6, atol=1e-9, err_msg=f"noise_vjp {name}")
 
 
