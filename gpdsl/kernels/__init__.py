@@ -3,6 +3,7 @@ family of kernels a module.  Every kernel class registers itself in ``KERNELS`` 
 from .base import Kernel, Product, Sum
 from .change_point import ChangePoint
 from .constant import Constant, White
+from .coregion import ICM, LMC
 from .dot_product import Linear, Polynomial
 from .periodic import Periodic
 from .separate import Separate
@@ -14,4 +15,4 @@ KERNELS = Kernel.registry
 
 __all__ = ["Kernel", "Stationary", "SquaredExponential", "Matern12", "Matern32", "Matern52", "RationalQuadratic",
            "Periodic", "Linear", "Polynomial", "Constant", "White", "SpectralMixture", "ChangePoint", "Sum", "Product", "Separate",
-           "KERNELS"]
+           "ICM", "LMC", "KERNELS"]

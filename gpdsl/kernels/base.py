@@ -15,6 +15,12 @@ natural-scale float arrays.  Inputs are float arrays of shape (n, D).  A new ker
 ``diag_vjp(X, g)``                          {name: sum_i g_i d diag_i / d theta}
 ==========================================  ==================================================
 
+A kernel of several correlated outputs (:mod:`gpdsl.kernels.coregion`) reads X's last column as
+each row's output index and says how many outputs there are in ``output_count`` (None for a kernel
+of one output); where its Gram matrix on a full isotopic grid is a Kronecker product B kron K_x it
+also gives the factors (``kronecker_factors``) and the gradients from their adjoints
+(``kronecker_vjp``), which Exact's Kronecker path uses (:mod:`gpdsl.methods.exact`).
+
 Gradients are keyed by the kernel's own parameter names; the model qualifies them
 (:class:`gpdsl.components.Bound`).
 
@@ -33,6 +39,7 @@ import contextvars
 import dataclasses
 import functools
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -59,7 +66,7 @@ def _on_active_columns(method):
         if dims is None or _SELECTED.get() is self:
             return method(self, *args, **kwargs)
         columns = list(dims)
-        arrays = 2 if method.__name__ in ("gram", "vjp") else 1
+        arrays = 2 if method.__name__ in ("gram", "vjp") else 1      # kronecker_*: X alone
         width = np.shape(args[0])[1]
         if max(columns) >= width:
             raise ValueError(f"{type(self).__name__}: active_dims {tuple(columns)} names a column beyond X's "
@@ -126,18 +133,21 @@ class Kernel(Component, family="kernel"):
     active_dims: object = field(default=None, kw_only=True)
     name: object = field(default=None, kw_only=True)
 
-    gradient_outputs = {"vjp": _qualify_vjp, "diag_vjp": qualify_keys}
+    gradient_outputs = {"vjp": _qualify_vjp, "diag_vjp": qualify_keys, "kronecker_vjp": qualify_keys}
     # The latent functions the kernel is the prior of: 1 for a kernel of one output, which a
     # likelihood of K latent functions shares among them all; K for one block per latent
     # function (:class:`gpdsl.kernels.Separate`, whose operations return stacks).
     n_outputs = 1
+    # The number P of correlated outputs of a multi-output kernel, which reads X's last column as
+    # each row's output index (:mod:`gpdsl.kernels.coregion`); None for a kernel of one output.
+    output_count = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         # Set before @dataclass runs, which then keeps it (it never replaces a class's own __repr__).
         if "__repr__" not in cls.__dict__:
             cls.__repr__ = _kernel_repr
-        for method in ("gram", "diag", "vjp", "diag_vjp", "parameters"):
+        for method in ("gram", "diag", "vjp", "diag_vjp", "parameters", "kronecker_factors", "kronecker_vjp"):
             if method in cls.__dict__:
                 setattr(cls, method, _on_active_columns(cls.__dict__[method]))
         own = cls.__dict__.get("__post_init__")
@@ -225,6 +235,56 @@ class Kernel(Component, family="kernel"):
         """
         raise NotImplementedError(f"{type(self).__name__} does not define diag_vjp")
 
+    def kronecker_factors(self, X):
+        """The factors of ``gram(X, X) = kron(B, K_x)`` where the kernel has that structure at X
+        (an :class:`gpdsl.kernels.ICM` on a full isotopic output-major grid), else None: the
+        capability Exact's Kronecker path asks for (None here: no such structure).
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+
+        Returns
+        -------
+        KroneckerFactors or None
+        """
+        return None
+
+    def kronecker_vjp(self, X, G_B, G_x):
+        """The gradients from the adjoints of the factors :meth:`kronecker_factors` gives, for a
+        kernel that gives them.
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+        G_B : ndarray, shape (P, P)
+            d objective / d B.
+        G_x : ndarray, shape (N, N)
+            d objective / d K_x.
+
+        Returns
+        -------
+        dict of str to ndarray
+            By local name.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no Kronecker factors")
+
+
+class KroneckerFactors(NamedTuple):
+    """The factors of a kernel's Gram matrix on a full isotopic output-major grid of N inputs and
+    P outputs: ``gram(X, X) = kron(B, K_x)`` (:meth:`Kernel.kronecker_factors`).
+
+    Parameters
+    ----------
+    B : ndarray, shape (P, P)
+        The coregionalisation matrix.
+    K_x : ndarray, shape (N, N)
+        The base kernel's Gram matrix at the N inputs (one output block's rows).
+    """
+
+    B: np.ndarray
+    K_x: np.ndarray
+
 
 class ConstantDiagonal(Kernel, abstract=True):
     """A kernel whose k(x, x) is its scalar ``variance`` field at every input (the stationary
@@ -264,9 +324,28 @@ class ConstantDiagonal(Kernel, abstract=True):
         return {"variance": np.array(np.sum(g))}
 
 
+def _common_output_count(composite):
+    """The parts' common number of outputs (None for parts of one output), or ValueError naming
+    two parts that differ: a kernel of several outputs reads X's last column as the output index,
+    which a kernel of one output would read as an input feature."""
+    counts = [k.output_count for k in composite.kernels]
+    for k in composite.kernels[1:]:
+        if k.output_count != counts[0]:
+            def what(kernel):
+                n = kernel.output_count
+                return f"{kernel.describe()} ({'one output' if n is None else f'{n} outputs'})"
+            raise ValueError(f"{type(composite).__name__}: the parts must all be kernels of the same number of "
+                             f"outputs, got {what(composite.kernels[0])} and {what(k)}; a kernel of several outputs "
+                             f"reads X's last column as the output index, so put a kernel of the inputs inside "
+                             f"it (gd.kernels.ICM(k, P)) rather than beside it")
+    return counts[0]
+
+
 @dataclass(frozen=True, eq=False)
 class _Composite(Kernel):
     kernels: tuple
+    # Whether the parts may be kernels of several outputs (of one number P, which the composite then has).
+    combines_outputs = False
 
     def __post_init__(self):
         if not isinstance(self.kernels, tuple) or len(self.kernels) < 2 or not all(isinstance(k, Kernel)
@@ -278,6 +357,10 @@ class _Composite(Kernel):
             raise ValueError(f"{type(self).__name__}: a kernel of several latent functions "
                              f"({wide[0].describe()}) can only be a model's whole kernel, not part of a "
                              f"{type(self).__name__.lower()}")
+        several = [k for k in self.kernels if k.output_count is not None]
+        if several and not self.combines_outputs:
+            raise ValueError(f"{type(self).__name__}: a kernel of several outputs ({several[0].describe()}) can be "
+                             f"a part of a Sum or Product only")
         labels = self.labels()
         if len(set(labels)) != len(labels):
             raise ValueError(f"{type(self).__name__}: the parts' names must differ, got {labels}")
@@ -381,7 +464,20 @@ class Sum(_Composite):
     ------
     TypeError
         If ``kernels`` is not a tuple of at least two kernels.
+    ValueError
+        If the parts are kernels of different numbers of outputs (:attr:`output_count`).
     """
+
+    combines_outputs = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        _common_output_count(self)
+
+    @property
+    def output_count(self):
+        """The parts' common number of outputs (None: one output)."""
+        return _common_output_count(self)
 
     def gram(self, X1, X2):
         return sum(k.gram(X1, X2) for k in self.kernels)
@@ -421,7 +517,20 @@ class Product(_Composite):
     ------
     TypeError
         If ``kernels`` is not a tuple of at least two kernels.
+    ValueError
+        If the parts are kernels of different numbers of outputs (:attr:`output_count`).
     """
+
+    combines_outputs = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        _common_output_count(self)
+
+    @property
+    def output_count(self):
+        """The parts' common number of outputs (None: one output)."""
+        return _common_output_count(self)
 
     def gram(self, X1, X2):
         return np.prod([k.gram(X1, X2) for k in self.kernels], axis=0)
@@ -448,4 +557,4 @@ class Product(_Composite):
         return grads
 
 
-__all__ = ["Kernel", "ConstantDiagonal", "Sum", "Product", "Parameter"]
+__all__ = ["Kernel", "ConstantDiagonal", "KroneckerFactors", "Sum", "Product", "Parameter"]

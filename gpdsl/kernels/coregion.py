@@ -1,0 +1,612 @@
+"""Coregionalisation kernels of several correlated outputs: the intrinsic model (ICM) and the
+linear model of coregionalisation (LMC).
+
+A multi-output kernel reads the long layout (:mod:`gpdsl.multioutput`): X has the input columns
+0..D-1 and, last, the output index p in {0..P-1} of each row, an integer-valued float.  Its
+covariance between (x, p) and (x', p') is
+
+    ICM:  k((x, p), (x', p')) = B[p, p'] k(x, x'),           B = W W^T + diag(kappa),
+    LMC:  k((x, p), (x', p')) = sum_q B_q[p, p'] k_q(x, x'),  B_q = W_q W_q^T + diag(kappa_q),
+
+with W (P, rank) unconstrained and kappa (P,) positive (Alvarez, Rosasco & Lawrence (2012),
+eqs. 13 and 17; GPy's ``Coregionalize`` times a kernel, GPyTorch's ``IndexKernel``/
+``MultitaskKernel`` with B = F F^T + diag(v)).  The base kernels see X[:, :-1] only (their own
+``active_dims`` count those columns); d/d X1 of the output column is 0.  On rows that form a full
+isotopic grid in output-major order (every input at every output, all rows of output 0 first)
+the ICM's Gram matrix is B kron K_x, which :meth:`ICM.kronecker_factors` hands to Exact's
+Kronecker path (:mod:`gpdsl.methods.exact`).
+
+Default starts.  W = 0 is a stationary point of every objective (dW = (G_B + G_B^T) W = 0) and W
+with equal columns stays so under gradient steps (each column gets the same update), so neither
+starts a fit; GPy draws W at random instead.  Here the start is deterministic: column r of W is
+the cosine c_pr = cos(pi (r + s) (p + 1/2) / P) (the DCT-II basis for s = 0: orthogonal columns,
+the first one constant, so that the outputs start positively correlated), scaled so that the
+largest row of W has squared norm 1/2, and kappa_p = 1 - |W_p|^2, so that every B[p, p] starts
+at 1 (the base kernel's variance keeps its meaning) and every kappa at >= 1/2.  An LMC's part q
+takes the shift s = q / Q, so that parts with equal base kernels do not start equal (a start
+symmetric in q stays symmetric).
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass
+import numpy as np
+
+from ..chunks import add_partial
+from ..components import Component, Parameter, bind_parts, part_parameters
+from ..parameters import check_hyperparameter, declared_value
+from .base import Kernel, KroneckerFactors, _Composite
+
+# Field names of the coregionalisation matrix's parameters (an LMC part's base kernel must not use them).
+_B_NAMES = ("W", "kappa")
+
+
+def output_index(owner, X, P):
+    """The output index of each row: X's last column as integers, checked.
+
+    Parameters
+    ----------
+    owner : str
+        The kernel, for the message.
+    X : ndarray, shape (n, D + 1)
+    P : int
+        The number of outputs.
+
+    Returns
+    -------
+    ndarray of intp, shape (n,)
+
+    Raises
+    ------
+    ValueError
+        X has fewer than two columns, or a value of its last column is not an integer in [0, P).
+    """
+    X = np.asarray(X)
+    if X.ndim != 2 or X.shape[1] < 2:
+        raise ValueError(f"{owner}: X must hold the inputs and, as its last column, the output index (shape "
+                         f"(n, D + 1) with D >= 1), got shape {X.shape}")
+    column = X[:, -1]
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.isfinite(column) & (column == np.round(column)) & (column >= 0) & (column < P))
+    if np.any(bad):
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{owner}: the output index (X's last column) must hold integers in [0, {P}), got "
+                         f"{column[row]!r} in row {row}")
+    return column.astype(np.intp)
+
+
+def default_coregion(P, rank, shift=0.0):
+    """The deterministic start (W, kappa) of the module docstring.
+
+    Parameters
+    ----------
+    P, rank : int
+        Outputs and columns of W (1 <= rank <= P).
+    shift : float, default 0.0
+        The frequency shift s (q / Q for an LMC's part q).
+
+    Returns
+    -------
+    W : ndarray, shape (P, rank)
+    kappa : ndarray, shape (P,)
+        B = W W^T + diag(kappa) has unit diagonal.
+    """
+    C = np.cos(np.pi * np.outer(np.arange(P) + 0.5, np.arange(rank) + shift) / P)
+    rows = np.einsum("pr,pr->p", C, C)
+    W = C / np.sqrt(2.0 * rows.max())
+    return W, 1.0 - np.einsum("pr,pr->p", W, W)
+
+
+def _check_count(owner, name, value, low, high=None):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{owner}: {name} must be an int, got {value!r}")
+    if value < low or (high is not None and value > high):
+        where = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{owner}: {name} must be {where}, got {value!r}")
+    return int(value)
+
+
+def _check_B_spec(owner, name, spec, shape):
+    """Validate a declared W (shape (P, rank)) or kappa (shape (P,)): a scalar broadcasts."""
+    check_hyperparameter(owner, name, spec, positive=name == "kappa", ndim_max=len(shape))
+    got = declared_value(spec).shape
+    if got not in ((), shape):
+        raise ValueError(f"{owner}: {name} must have shape {shape} (outputs{', rank' if name == 'W' else ''}) or be "
+                         f"a scalar, got shape {got}")
+
+
+def _B_grads(W, G_B):
+    """d/d W and d/d kappa from the adjoint G_B (P, P) of B = W W^T + diag(kappa)."""
+    return {"W": (G_B + G_B.T) @ W, "kappa": np.diag(G_B).copy()}
+
+
+@dataclass(frozen=True, eq=False)
+class ICM(Kernel):
+    """Intrinsic coregionalisation model k((x, p), (x', p')) = B[p, p'] k(x, x'), B = W W^T +
+    diag(kappa), on X whose last column is the output index (the module docstring).
+
+    Parameters: ``W`` (dims ``("output", "rank")``), ``kappa`` (dims ``("output",)``) and the base
+    kernel's, named ``kernel.<name>`` (in a model: ``kernel.W``, ``kernel.kappa``,
+    ``kernel.kernel.lengthscale``).
+
+    Parameters
+    ----------
+    kernel : Kernel
+        The base kernel k(x, x') of the inputs X[:, :-1] (any kernel of one output).
+    output_count : int
+        P >= 1, the number of outputs.
+    rank : int, default 1
+        Columns of W, in [1, P].
+    W : array of shape (P, rank), float, Fixed, prior or None, default None
+        The start of W (unconstrained); None: the deterministic start of the module docstring.
+    kappa : array of shape (P,), float, Fixed, prior or None, default None
+        The start of kappa (positive); None: 1 - |W_p|^2 with the default W (B's diagonal 1).
+    active_dims, name : keyword only, optional
+        As for every kernel (:class:`gpdsl.kernels.Kernel`); the last selected column is the
+        output index.
+
+    Raises
+    ------
+    TypeError
+        ``kernel`` is not a kernel, ``output_count`` or ``rank`` not an int, W or kappa not a
+        number, array, Fixed or prior.
+    ValueError
+        ``kernel`` has several outputs or latent functions, ``output_count`` < 1, ``rank`` outside
+        [1, P], W or kappa of another shape, kappa not positive, W or kappa not finite.
+    """
+
+    kernel: Kernel
+    output_count: int = None
+    rank: int = 1
+    W: object = None
+    kappa: object = None
+    hyperparameters = _B_NAMES
+    unconstrained = ("W",)
+
+    def __post_init__(self):
+        if not isinstance(self.kernel, Kernel):
+            raise TypeError(f"ICM: kernel must be a gpdsl kernel (the base kernel of the inputs), got {self.kernel!r}")
+        if self.kernel.output_count is not None or self.kernel.n_outputs != 1:
+            raise ValueError(f"ICM: the base kernel must be a kernel of one output and one latent function, got "
+                             f"{self.kernel.describe()}")
+        P = _check_count("ICM", "output_count", self.output_count, 1)
+        object.__setattr__(self, "output_count", P)
+        object.__setattr__(self, "rank", _check_count("ICM", "rank", self.rank, 1, P))
+        for name, shape in (("W", (P, self.rank)), ("kappa", (P,))):
+            if getattr(self, name) is not None:
+                _check_B_spec("ICM", name, getattr(self, name), shape)
+
+    def _starts(self):
+        """(W, kappa) as declared, None replaced by the default start."""
+        W, kappa = default_coregion(self.output_count, self.rank)
+        return (W if self.W is None else self.W), (kappa if self.kappa is None else self.kappa)
+
+    def parameters(self, X):
+        """W (P, rank), kappa (P,) and the base kernel's parameters on X[:, :-1] (``kernel.<name>``).
+
+        Parameters
+        ----------
+        X : ndarray, shape (N, D + 1)
+
+        Returns
+        -------
+        list of Parameter
+        """
+        X = np.asarray(X)
+        output_index("ICM", X, self.output_count)
+        W, kappa = self._starts()
+        return [Parameter("W", W, positive=False, shape=(self.output_count, self.rank), dims=("output", "rank")),
+                Parameter("kappa", kappa, shape=(self.output_count,), dims=("output",))] + \
+            part_parameters(["kernel"], [self.kernel], X[:, :-1])
+
+    def bind(self, values=None):
+        """A copy whose W, kappa and base kernel hold natural-scale float arrays.
+
+        Parameters
+        ----------
+        values : mapping of str to array_like, optional
+            By local name: ``W``, ``kappa``, ``kernel.<name>``.
+
+        Returns
+        -------
+        ICM
+        """
+        values = dict(values or {})
+        W, kappa = self._starts()
+        bound = Component.bind(dataclasses.replace(self, W=W, kappa=kappa), values)
+        object.__setattr__(bound, "W", np.broadcast_to(bound.W, (self.output_count, self.rank)).astype(float))
+        object.__setattr__(bound, "kappa", np.broadcast_to(bound.kappa, (self.output_count,)).astype(float))
+        object.__setattr__(bound, "kernel", bind_parts(["kernel"], [self.kernel], values)[0])
+        return bound
+
+    @classmethod
+    def variants(cls):
+        parts = Kernel.registry
+        W = np.array([[0.8, -0.3], [0.5, 0.9], [-0.4, 0.6]])
+        return (cls(parts["SquaredExponential"](0.8, 1.3), 3, rank=2, W=W, kappa=np.array([0.3, 0.7, 0.2])),
+                cls(parts["Matern52"](np.array([0.7]), 0.9), 2))
+
+    def coregion(self):
+        """B = W W^T + diag(kappa) (bound).
+
+        Returns
+        -------
+        ndarray, shape (P, P)
+        """
+        return self.W @ self.W.T + np.diag(self.kappa)
+
+    def gram(self, X1, X2):
+        """B[p1, p2] * k(X1[:, :-1], X2[:, :-1]).
+
+        Parameters
+        ----------
+        X1 : ndarray, shape (n1, D + 1)
+        X2 : ndarray, shape (n2, D + 1)
+
+        Returns
+        -------
+        ndarray, shape (n1, n2)
+        """
+        p1, p2 = output_index("ICM", X1, self.output_count), output_index("ICM", X2, self.output_count)
+        K = self.kernel.gram(X1[:, :-1], X2[:, :-1])
+        K *= self.coregion()[np.ix_(p1, p2)]
+        return K
+
+    def diag(self, X):
+        """B[p, p] * k(x, x) at each row.
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D + 1)
+
+        Returns
+        -------
+        ndarray, shape (n,)
+        """
+        p = output_index("ICM", X, self.output_count)
+        return np.diag(self.coregion())[p] * self.kernel.diag(X[:, :-1])
+
+    def vjp(self, X1, X2, G, K=None):
+        """sum_ij G_ij dK_ij / d(.): the base kernel's VJP with G * B[p1, p2]; W and kappa from
+        G_B[p, p'] = sum over the rows of outputs p, p' of G * K_x (d/dW = (G_B + G_B^T) W,
+        d/d kappa = diag G_B); d/d X1 of the output column 0.
+
+        Parameters
+        ----------
+        X1 : ndarray, shape (n1, D + 1)
+        X2 : ndarray, shape (n2, D + 1)
+        G : ndarray, shape (n1, n2)
+        K : ndarray, shape (n1, n2), optional
+            Unused (K_x is not recoverable from K where B has zeros).
+
+        Returns
+        -------
+        grads : dict of str to ndarray
+        d_X1 : ndarray, shape (n1, D + 1)
+        """
+        P = self.output_count
+        p1, p2 = output_index("ICM", X1, P), output_index("ICM", X2, P)
+        K_x = self.kernel.gram(X1[:, :-1], X2[:, :-1])
+        grads, d_inputs = self.kernel.vjp(X1[:, :-1], X2[:, :-1], G * self.coregion()[np.ix_(p1, p2)], K_x)
+        # Block sums of G * K_x by one-hot products: (P, n1) @ (n1, n2) @ (n2, P).
+        G_B = (np.eye(P)[p1].T @ (G * K_x)) @ np.eye(P)[p2]
+        grads = {**_B_grads(self.W, G_B), **{f"kernel.{k}": v for k, v in grads.items()}}
+        return grads, np.column_stack([d_inputs, np.zeros(X1.shape[0])])
+
+    def diag_vjp(self, X, g):
+        """sum_i g_i d diag_i / d(.): the base kernel's with g * B[p, p]; d/d kappa_p = sum over
+        output p's rows of g k(x, x), d/d W_p = 2 W_p d/d kappa_p.
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D + 1)
+        g : ndarray, shape (n,)
+
+        Returns
+        -------
+        dict of str to ndarray
+        """
+        p = output_index("ICM", X, self.output_count)
+        k_xx = self.kernel.diag(X[:, :-1])
+        d_kappa = np.bincount(p, weights=g * k_xx, minlength=self.output_count)
+        grads = self.kernel.diag_vjp(X[:, :-1], g * np.diag(self.coregion())[p])
+        return {"W": 2.0 * d_kappa[:, None] * self.W, "kappa": d_kappa, **{f"kernel.{k}": v for k, v in grads.items()}}
+
+    def kronecker_factors(self, X):
+        """(B, K_x) where X is a full isotopic grid in output-major order: n = N P rows, rows
+        p N .. (p + 1) N - 1 of output p, the same inputs in the same order in every block; else None.
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D + 1)
+
+        Returns
+        -------
+        KroneckerFactors or None
+            gram(X, X) = kron(B, K_x).
+        """
+        N = self._grid_size(X)
+        if N is None:
+            return None
+        inputs = X[:N, :-1]
+        return KroneckerFactors(self.coregion(), self.kernel.gram(inputs, inputs))
+
+    def kronecker_vjp(self, X, G_B, G_x):
+        """The gradients from the adjoints of the factors of :meth:`kronecker_factors`.
+
+        Parameters
+        ----------
+        X : ndarray, shape (N P, D + 1)
+            A grid :meth:`kronecker_factors` accepts.
+        G_B : ndarray, shape (P, P)
+            d objective / d B.
+        G_x : ndarray, shape (N, N)
+            d objective / d K_x.
+
+        Returns
+        -------
+        dict of str to ndarray
+            By local name (``W``, ``kappa``, ``kernel.<name>``).
+
+        Raises
+        ------
+        ValueError
+            X is not such a grid.
+        """
+        N = self._grid_size(X)
+        if N is None:
+            raise ValueError("ICM.kronecker_vjp: X is not a full isotopic output-major grid")
+        inputs = X[:N, :-1]
+        grads, _ = self.kernel.vjp(inputs, inputs, G_x)
+        return {**_B_grads(self.W, G_B), **{f"kernel.{k}": v for k, v in grads.items()}}
+
+    def _grid_size(self, X):
+        """N where X is a full isotopic output-major grid of N inputs, else None."""
+        P = self.output_count
+        p = output_index("ICM", X, P)
+        n = X.shape[0]
+        if n == 0 or n % P:
+            return None
+        N = n // P
+        if not np.array_equal(p, np.repeat(np.arange(P), N)):
+            return None
+        blocks = X[:, :-1].reshape(P, N, -1)
+        return N if np.array_equal(blocks, np.broadcast_to(blocks[:1], blocks.shape)) else None
+
+    def describe(self):
+        """E.g. ``"ICM(SquaredExponential(isotropic); 3 outputs, rank 2)"``.
+
+        Returns
+        -------
+        str
+        """
+        return f"ICM({self.kernel.describe()}; {self.output_count} outputs, rank {self.rank})"
+
+
+@dataclass(frozen=True, eq=False)
+class LMC(_Composite):
+    """Linear model of coregionalisation k((x, p), (x', p')) = sum_q B_q[p, p'] k_q(x, x'), B_q =
+    W_q W_q^T + diag(kappa_q): a sum of Q :class:`ICM` parts of one rank, on X whose last column is
+    the output index (the module docstring).
+
+    Parameters of part q (labelled by its base kernel's ``name`` or its index, as in a
+    :class:`gpdsl.kernels.Sum`): ``<q>.W`` (dims ``("output", "rank")``), ``<q>.kappa`` (dims
+    ``("output",)``) and the base kernel's, ``<q>.<name>`` (in a model ``kernel.0.W``,
+    ``kernel.0.lengthscale``).
+
+    Parameters
+    ----------
+    kernels : tuple of Kernel
+        The base kernels k_q of the inputs X[:, :-1], at least two (one is an :class:`ICM`).
+    output_count : int
+        P >= 1, the number of outputs.
+    rank : int, default 1
+        Columns of every W_q, in [1, P].
+    W : sequence of Q arrays of shape (P, rank) (or Fixed, priors), or None
+        The starts of the W_q; None: the deterministic starts of the module docstring.
+    kappa : sequence of Q arrays of shape (P,) (or Fixed, priors), or None
+        The starts of the kappa_q; None: the defaults that go with the default W_q.
+    active_dims, name : keyword only, optional
+        As for every kernel (:class:`gpdsl.kernels.Kernel`); the last selected column is the
+        output index.
+
+    Raises
+    ------
+    TypeError
+        ``kernels`` is not a tuple of at least two kernels; ``output_count`` or ``rank`` not an int.
+    ValueError
+        A base kernel of several outputs, or with a parameter named W or kappa; ``output_count`` < 1,
+        ``rank`` outside [1, P]; W or kappa not Q values of the shapes above.
+    """
+
+    output_count: int = None
+    rank: int = 1
+    W: object = None
+    kappa: object = None
+    hyperparameters = ()
+
+    def __post_init__(self):
+        super().__post_init__()
+        wide = [k.describe() for k in self.kernels if k.output_count is not None or k.n_outputs != 1]
+        if wide:
+            raise ValueError(f"LMC: each base kernel must be a kernel of one output, got {wide[0]}")
+        P = _check_count("LMC", "output_count", self.output_count, 1)
+        object.__setattr__(self, "output_count", P)
+        object.__setattr__(self, "rank", _check_count("LMC", "rank", self.rank, 1, P))
+        Q = len(self.kernels)
+        for name, shape in (("W", (P, self.rank)), ("kappa", (P,))):
+            specs = getattr(self, name)
+            if specs is None:
+                continue
+            if isinstance(specs, np.ndarray) or not isinstance(specs, (list, tuple)):
+                specs = list(np.asarray(specs, dtype=float)) if np.ndim(specs) == len(shape) + 1 else [specs]
+            if len(specs) != Q:
+                raise ValueError(f"LMC: {name} must hold one start per base kernel ({Q}), got {len(specs)}")
+            specs = tuple(np.asarray(s, dtype=float) if isinstance(s, list) else s for s in specs)
+            for s in specs:
+                _check_B_spec("LMC", name, s, shape)
+            object.__setattr__(self, name, specs)
+
+    def _starts(self, q):
+        """Part q's (W, kappa) as declared, None replaced by its default start."""
+        W, kappa = default_coregion(self.output_count, self.rank, q / len(self.kernels))
+        return (W if self.W is None else self.W[q]), (kappa if self.kappa is None else self.kappa[q])
+
+    def parameters(self, X):
+        """Per part q: ``<q>.W`` (P, rank), ``<q>.kappa`` (P,) and the base kernel's on X[:, :-1].
+
+        Parameters
+        ----------
+        X : ndarray, shape (N, D + 1)
+
+        Returns
+        -------
+        list of Parameter
+
+        Raises
+        ------
+        ValueError
+            A base kernel has a parameter named W or kappa.
+        """
+        X = np.asarray(X)
+        output_index("LMC", X, self.output_count)
+        P, out = self.output_count, []
+        for q, (label, k) in enumerate(zip(self.labels(), self.kernels)):
+            own = k.parameters(X[:, :-1])
+            clash = [p.name for p in own if p.name in _B_NAMES]
+            if clash:
+                raise ValueError(f"LMC: base kernel {label} ({k.describe()}) has a parameter named {clash[0]!r}, "
+                                 f"which is the part's coregionalisation parameter's name")
+            W, kappa = self._starts(q)
+            out += [Parameter(f"{label}.W", W, positive=False, shape=(P, self.rank), dims=("output", "rank")),
+                    Parameter(f"{label}.kappa", kappa, shape=(P,), dims=("output",))]
+            out += part_parameters([label], [k], X[:, :-1])
+        return out
+
+    def bind(self, values=None):
+        """A copy whose base kernels, W and kappa (tuples of Q arrays) hold natural-scale values.
+
+        Parameters
+        ----------
+        values : mapping of str to array_like, optional
+            By local name: ``<q>.W``, ``<q>.kappa``, ``<q>.<name>``.
+
+        Returns
+        -------
+        LMC
+        """
+        values = values or {}
+        icms = []
+        for q, label in enumerate(self.labels()):
+            # The part's names as its ICM's: W and kappa, the base kernel's under "kernel.".
+            local = {k[len(label) + 1:]: v for k, v in values.items() if k.startswith(label + ".")}
+            icms.append(self._icm(q).bind({k if k in _B_NAMES else f"kernel.{k}": v for k, v in local.items()}))
+        return dataclasses.replace(self, kernels=tuple(i.kernel for i in icms), W=tuple(i.W for i in icms),
+                                   kappa=tuple(i.kappa for i in icms))
+
+    def _icm(self, q):
+        """Part q as an :class:`ICM` (bound where the LMC is)."""
+        W, kappa = self._starts(q)
+        return ICM(self.kernels[q], self.output_count, self.rank, W=W, kappa=kappa)
+
+    def _local(self, q, grads):
+        """Part q's ICM gradients under the LMC's names: ``<q>.W``, ``<q>.kappa``, ``<q>.<name>``."""
+        label = self.labels()[q]
+        return {f"{label}.{k[len('kernel.'):] if k.startswith('kernel.') else k}": v for k, v in grads.items()}
+
+    @classmethod
+    def variants(cls):
+        parts = Kernel.registry
+        return (cls((parts["SquaredExponential"](0.9, 1.1), parts["Matern32"](np.array([1.3]), 0.8)), 3),
+                cls((parts["Matern52"](0.6, 0.7), parts["SquaredExponential"](1.4, 0.9, name="smooth")), 2, rank=2,
+                    W=(np.array([[0.5, -0.2], [0.3, 0.8]]), np.array([[1.1, 0.1], [-0.6, 0.4]])),
+                    kappa=(np.array([0.2, 0.5]), np.array([0.9, 0.3]))))
+
+    def coregions(self):
+        """Each part's B_q = W_q W_q^T + diag(kappa_q) (bound).
+
+        Returns
+        -------
+        ndarray, shape (Q, P, P)
+        """
+        return np.stack([self._icm(q).coregion() for q in range(len(self.kernels))])
+
+    def gram(self, X1, X2):
+        """sum_q B_q[p1, p2] * k_q(X1[:, :-1], X2[:, :-1]).
+
+        Parameters
+        ----------
+        X1 : ndarray, shape (n1, D + 1)
+        X2 : ndarray, shape (n2, D + 1)
+
+        Returns
+        -------
+        ndarray, shape (n1, n2)
+        """
+        return sum(self._icm(q).gram(X1, X2) for q in range(len(self.kernels)))
+
+    def diag(self, X):
+        """sum_q B_q[p, p] * k_q(x, x) at each row.
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D + 1)
+
+        Returns
+        -------
+        ndarray, shape (n,)
+        """
+        return sum(self._icm(q).diag(X) for q in range(len(self.kernels)))
+
+    def vjp(self, X1, X2, G, K=None):
+        """The parts' ICM VJPs (:meth:`ICM.vjp`), summed.
+
+        Parameters
+        ----------
+        X1 : ndarray, shape (n1, D + 1)
+        X2 : ndarray, shape (n2, D + 1)
+        G : ndarray, shape (n1, n2)
+        K : ndarray, shape (n1, n2), optional
+            Unused.
+
+        Returns
+        -------
+        grads : dict of str to ndarray
+        d_X1 : ndarray, shape (n1, D + 1)
+        """
+        grads, d_X1 = {}, np.zeros(X1.shape)
+        for q in range(len(self.kernels)):
+            g, dx = self._icm(q).vjp(X1, X2, G)
+            grads = add_partial(grads, self._local(q, g))
+            d_X1 += dx
+        return grads, d_X1
+
+    def diag_vjp(self, X, g):
+        """The parts' ICM diagonal VJPs (:meth:`ICM.diag_vjp`), summed.
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D + 1)
+        g : ndarray, shape (n,)
+
+        Returns
+        -------
+        dict of str to ndarray
+        """
+        grads = {}
+        for q in range(len(self.kernels)):
+            grads = add_partial(grads, self._local(q, self._icm(q).diag_vjp(X, g)))
+        return grads
+
+    def describe(self):
+        """E.g. ``"LMC(SquaredExponential(isotropic), Matern32(ARD); 3 outputs, rank 1)"``.
+
+        Returns
+        -------
+        str
+        """
+        return f"LMC({', '.join(k.describe() for k in self.kernels)}; {self.output_count} outputs, rank {self.rank})"
+
+
+__all__ = ["ICM", "LMC", "output_index", "default_coregion"]
