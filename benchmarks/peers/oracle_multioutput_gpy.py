@@ -19,6 +19,7 @@ import os
 import sys
 
 import GPy
+import paramz
 import numpy as np
 import scipy
 
@@ -174,7 +175,7 @@ def run_case(name, case, out_dir):
     dmean, dcov = common.dense_predict(XL, y_long, XL_test, comps, case["noise_variance"])
 
     record = {
-        "peer": {"library": "GPy", "GPy": GPy.__version__, "scipy": scipy.__version__,
+        "peer": {"library": "GPy", "GPy": GPy.__version__, "paramz": paramz.__version__, "scipy": scipy.__version__,
                  **common.base_environment(),
                  "model": "GPy.models.GPCoregionalizedRegression(X_list, Y_list, kernel=K) with K = "
                           + ("GPy.util.multioutput.ICM(D, P, base, W_rank=rank)" if len(comps) == 1 else
