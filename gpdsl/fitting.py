@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 from scipy import special
 
-from . import backends
+from . import backends, multioutput
 from .checks import check_bool, check_positive_int
 from .components import bind
 from .diagnostics import GRADIENT_FREE_STOPS, FitDiagnostics, gradient_tolerance, largest_gradient, warn_noisy_evidence
@@ -167,7 +167,9 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
         check_positive_int("fit", "subsample", subsample)
     scaling = None
     if standardize:
-        scaling = Standardization.of(X, y if model.likelihood.standardizes_targets else None)
+        # A multi-output model's output column is an index, not a feature: left unscaled.
+        scaling = (Standardization.of if model.output_count is None else multioutput.standardization)(
+            X, y if model.likelihood.standardizes_targets else None)
         X, y = scaling.inputs(X), scaling.targets(y)
         if offset is not None and model.likelihood.standardizes_targets:
             offset = offset / scaling.y_scale     # an offset in y's units, as the targets are scaled
@@ -383,7 +385,10 @@ def _reinit_loop(model, X, y, rounds, *, fixed, optimize, restarts, seed, max_it
 
 def _selection_inputs(model, X):
     """X for the inducing spec's selection: selection from the data (k-means, greedy) reads X
-    in memory, so a Dask X is computed for it; Fixed and Subsample read no more than Z."""
+    in memory, so a Dask X is computed for it; Fixed and Subsample read no more than Z.  A
+    multi-output model's specs read what :func:`gpdsl.multioutput.selection_inputs` gives them."""
+    if model.output_count is not None:
+        return multioutput.selection_inputs(model.inducing, X)
     return X if model.inducing.lazy_inputs else backends.materialize(X)
 
 
@@ -659,7 +664,7 @@ def _random_start(table, u0, X, rng):
         if e.name.startswith("variational."):
             continue
         if e.name == "inducing.Z":
-            values[e.name] = np.asarray(X[rng.choice(X.shape[0], size=e.value.shape[0], replace=False)])
+            values[e.name] = multioutput.draw_inputs(X, *e.value.shape, rng)
         elif e.bounds is not None:
             low, high = e.bounds
             logit = np.log(values[e.name] - low) - np.log(high - values[e.name])

@@ -21,6 +21,7 @@ from .inducing import InducingSpec
 from .inference import Inference
 from .inputs import check_fit_arguments, validate_inputs
 from .kernels import Kernel
+from .multioutput import _is_list_layout, fold_inducing_gradient, long_data, method_inducing, output_count
 from .likelihoods import Likelihood
 from .means import Mean
 from .parameters import Entry, ParameterTable
@@ -100,7 +101,9 @@ class Model:
         self.inference.check_inducing(self.likelihood, self.inducing)
 
     def _check_latent_parts(self):
-        """The kernel's outputs and the mean function against the likelihood's latent functions."""
+        """The kernel's outputs and the mean function against the likelihood's latent functions,
+        and a multi-output kernel's partners (:meth:`_check_multi_output`)."""
+        self._check_multi_output()
         if self.kernel.n_outputs not in (1, self.likelihood.n_latent):
             raise ValueError(f"Model: kernel {self.kernel.describe()} is the prior of {self.kernel.n_outputs} latent "
                              f"functions, but {self.likelihood.describe()} has {self.likelihood.n_latent}; give one "
@@ -108,6 +111,36 @@ class Model:
         if self.mean is not None and self.likelihood.n_latent > 1:
             raise ValueError(f"Model: a mean function is for one latent function; {self.likelihood.describe()} has "
                              f"{self.likelihood.n_latent} (leave mean=None)")
+
+    @property
+    def output_count(self):
+        """int or None: P, the number of outputs of a multi-output model (its kernel's
+        ``output_count``, :mod:`gpdsl.multioutput`); None for a model of one output."""
+        return output_count(self.kernel)
+
+    def _check_multi_output(self):
+        """A multi-output kernel's partners: one latent function a row, a mean and likelihood that do
+        not read X's columns as features (the last is the output index), inducing inputs that are
+        not optimised in the long space (the output column is no parameter)."""
+        P = self.output_count
+        if P is None:
+            return
+        if not isinstance(P, (int, np.integer)) or isinstance(P, bool) or P < 1:
+            raise TypeError(f"Model: kernel {self.kernel.describe()} has output_count {P!r}; it must be None or a "
+                            f"positive int")
+        if self.likelihood.n_latent > 1:
+            raise ValueError(f"Model: a multi-output kernel ({self.kernel.describe()}, P = {P}) gives one latent "
+                             f"function a row; {self.likelihood.describe()} needs {self.likelihood.n_latent}")
+        for part, what in ((self.mean, "mean"), (self.likelihood, "likelihood")):
+            if getattr(part, "reads_input_columns", False):
+                raise ValueError(f"Model: the {what} {part!r} reads X's columns as features, but a multi-output "
+                                 f"model's last column is the output index; wrap it per output "
+                                 f"(gd.means.PerOutput for a mean)")
+        spec = self.inducing
+        if spec is not None and spec.optimize and spec.selects_training_rows:
+            raise ValueError(f"Model: {spec!r} optimises Z selected among the long training rows, whose output "
+                             f"column is no parameter; optimise Z in input space (Optimized(KMeans(m)) or an (M, D) "
+                             f"array: shared by the P = {P} outputs) or do not optimise the selection")
 
     def resolved(self, X, seed=0, n_rows=None):
         """This model with the parts its declaration left to the data chosen for inputs X.
@@ -306,10 +339,13 @@ class Model:
             If a name in ``fixed`` is not a parameter of the model.
         """
         self._require_inference("parameter_table")
+        P = self.output_count
         entries = (self.kernel.entries("kernel", X, fixed)
                    + self.likelihood.entries("likelihood", X, fixed)
                    + ([] if self.mean is None else self.mean.entries("mean", X, fixed))
-                   + self.inference.variational_entries(X.shape[0], Z, fixed))
+                   # A method's q(u) is over the inducing variables it sees (M P of shared Z).
+                   + self.inference.variational_entries(X.shape[0], Z if P is None else method_inducing(Z, X, P),
+                                                        fixed))
         if Z is not None and self.inducing is not None and self.inducing.optimize:
             entries.append(Entry("inducing.Z", np.array(Z), positive=False,
                                  fixed="inducing.Z" in fixed))
@@ -329,11 +365,15 @@ class Model:
         values : dict of str to ndarray
             Natural-scale values keyed as in :meth:`parameter_table` (``"kernel.variance"``, ...).
         X : ndarray, shape (N, D)
-            Training inputs.
+            Training inputs.  A multi-output model's are the long rows (n, D+1) as ``fit`` passes
+            them (taken unchecked), or X and y in another layout of :meth:`fit` (converted).
         y : ndarray, shape (N,)
             Training targets (as ``likelihood.prepare_targets`` returns them).
         Z : ndarray, shape (M, D) or None
-            Inducing inputs (None for methods without).
+            Inducing inputs (None for methods without).  A multi-output model's (M, D) in input
+            space are shared by the outputs (the method sees their M P long rows, and ``dZ`` is
+            summed over the copies: :func:`gpdsl.multioutput.method_inducing`); (M, D+1) are
+            taken as they are.
         need_grad : bool, default True
             Compute the gradients of the log evidence.
         need_state : bool, default False
@@ -352,10 +392,19 @@ class Model:
             (N,) is the derivative in the offset.
         """
         self._require_inference("evaluate")
+        P = self.output_count
+        if P is not None:
+            if _is_list_layout(X) or np.ndim(y) == 2:
+                X, y, offset = long_data(X, y, P, offset, owner="evaluate", every_output=False)
+                y = self.likelihood.coded_targets(y, X.shape[0])
+            Z_given, Z = Z, method_inducing(Z, X, P)
         kernel, likelihood = self.bind(values)
         evaluation = self.inference.evaluate(kernel, likelihood, values, X, y, Z, need_grad=need_grad,
                                              need_state=need_state, warm=warm,
                                              offset=self.latent_offset(values, X, offset))
+        if P is not None and Z is not Z_given and evaluation.dZ is not None:
+            # Z (M, D) shared by the outputs: its gradient sums over its P copies.
+            evaluation.dZ = fold_inducing_gradient(evaluation.dZ, P)
         # A mean function's gradients are made of d/d offset; without one, grads["offset"] stays
         # (the derivative in a known offset) and the parameter table ignores it.
         if self.mean is not None and evaluation.grads is not None and "offset" in evaluation.grads:
@@ -431,10 +480,14 @@ class Model:
         Parameters
         ----------
         X : array_like or Dask array, shape (N, D)
-            Training inputs.
+            Training inputs.  A multi-output model (a kernel with ``output_count`` P,
+            :mod:`gpdsl.multioutput`) takes X (N, D) with Y (N, P) (NaN where an entry is
+            missing), X (n, D+1) whose last column is the output index with a 1-D y, or a list of
+            P arrays (n_p, D) with a list of P target arrays; it fits on the long rows (n, D+1),
+            output-major, in memory.
         y : array_like, shape (N,)
             Training targets: reals for ``Gaussian``/``StudentT``, labels for ``Bernoulli``,
-            counts for ``Poisson``.
+            counts for ``Poisson``; (N, P) or a list for a multi-output model, as X.
         optimize : bool, default True
             False evaluates the posterior at the declared hyperparameters without optimising.
         fixed : str or sequence of str, default ()
@@ -461,7 +514,8 @@ class Model:
         offset : array_like, shape (N,), optional
             A known offset of each row's latent input: the likelihood sees f(x_n) + offset_n
             (a GLM's offset; log exposure for counts, ``np.log(exposure)``).  Every method
-            takes one; predictions take the new rows' (``predict(X, offset=...)``).
+            takes one; predictions take the new rows' (``predict(X, offset=...)``).  A
+            multi-output model takes it in y's layout.
         start : mapping of str to array_like, optional
             Values to start from in place of the declared ones, by name (``post.values`` of an
             earlier fit, e.g. to continue one that stopped short; in the fit's units, so with the
@@ -506,7 +560,9 @@ class Model:
         ``standardize=True`` fits with every input column scaled to mean 0 and standard
         deviation 1 and, for the ``Gaussian`` likelihood, the targets too (a constant mean); the
         hyperparameters and Z are then in those units, while the posterior predicts, and reports
-        its log evidence, in the data's (:mod:`gpdsl.scaling`).
+        its log evidence, in the data's (:mod:`gpdsl.scaling`).  A multi-output model's output
+        column is not scaled, and its outputs' targets share one mean and scale (the pooled
+        long targets'; per-output scales are then the kernel's and the noise's to learn).
 
         X and y may be Dask arrays (or xarray objects backed by them; ``pip install
         "gpdsl[dask]"``).  VFE, FITC, Pólya-Gamma, FITC-Laplace and FITC-EP/QP on the parallel
@@ -523,7 +579,8 @@ class Model:
         hyperparameters, Z and any greedy selection (with its reinitialisation loop) are those of
         the fit on the n rows, and the posterior is then computed on all N rows at them, with no
         further optimisation (for VFE and FITC one pass; for PolyaGamma its c iteration, for EP
-        its sweeps, over all N).  ``Posterior.subsample`` records n and the subsample fit's
+        its sweeps, over all N).  A multi-output model draws n of its long rows (input, output
+        pairs).  ``Posterior.subsample`` records n and the subsample fit's
         objective; ``log_evidence`` is the full data's.  None (default) fits on all rows; n >= N
         is refused (ValueError), since it would silently mean all rows.  Greedy selection's
         ``indices`` refer to rows of X; ``standardize=True`` scales by
@@ -536,6 +593,8 @@ class Model:
         """
 
         model = self
+        if self.output_count is not None:
+            X, y, offset = long_data(X, y, self.output_count, offset)
         if self.inference is None and defaults.chooses_inference(self.likelihood):
             max_iter = defaults.max_steps(max_iter)
         if max_iter is None:
@@ -564,9 +623,9 @@ class Model:
         Parameters
         ----------
         X : array_like, shape (N, D)
-            Training inputs.
+            Training inputs (a multi-output model's in any layout of :meth:`fit`).
         y : array_like, shape (N,)
-            Training targets.
+            Training targets (in X's layout).
         draws : int, default 1000
             Draws kept per chain.
         tune : int, default 1000
@@ -612,6 +671,8 @@ class Model:
             E-BFMI below 0.3, or transitions at the tree-depth cap.
         """
         from .sampling import sample
+        if self.output_count is not None:
+            X, y, _ = long_data(X, y, self.output_count, owner="sample")
         return sample(self, X, y, draws=draws, tune=tune, chains=chains, seed=seed, target_accept=target_accept,
                       fixed=fixed, cores=cores, progress=progress, latent=latent)
 

@@ -27,6 +27,7 @@ from .inputs import validate_inputs, validate_offset
 from .io.files import check_path, sigint_deferred, write_replacing
 from .kernels import Sum
 from .likelihoods.gaussian import gaussian_log_density
+from .multioutput import output_count, query
 from .io.layout import FORMAT_VERSION, checksum, hyperparameter_entries, model_layout, variable_dims
 from .io.xarray_import import coordinate, xarray
 
@@ -221,8 +222,23 @@ class Posterior:
 
     @property
     def n_features(self):
-        """int: the number of input features D the model was fitted on."""
+        """int: the number of columns of the rows the model was fitted on: D, or for a
+        multi-output model D+1, its long rows' (:mod:`gpdsl.multioutput`)."""
         return self.state.Z.shape[1]
+
+    @property
+    def output_count(self):
+        """int or None: P, the outputs of a multi-output model; None for a model of one output."""
+        return output_count(self.model.kernel)
+
+    @property
+    def input_dims(self):
+        """int: D, the input columns (the long rows' without the output index)."""
+        return self.n_features - (self.output_count is not None)
+
+    def _query(self, X_new, owner):
+        """X_new as :func:`gpdsl.multioutput.query` takes it for this posterior's D and P."""
+        return query(X_new, self.input_dims, self.output_count, owner)
 
     @property
     def inducing_inputs(self):
@@ -252,6 +268,9 @@ class Posterior:
         a priori), and no prior mean (Rasmussen & Williams (2006) §5.4.3, Duvenaud's additive
         decompositions).
 
+        A multi-output posterior (:mod:`gpdsl.multioutput`) predicts every output at X_new (n, D),
+        results (n, P), or at X_new (n, D+1) the output each row names (its last column).
+
         Parameters
         ----------
         X_new : array_like, shape (n, D)
@@ -275,11 +294,11 @@ class Posterior:
             Invalid inputs or a number of features other than the fit's; a ``component`` that
             is not the label of a part of a ``Sum`` kernel.
         """
-        kernel = self._kernel(component)
-        mean, var = self._latent(self._fit_inputs(X_new, lazy=self.n_latent == 1), kernel, with_mean=component is None)
+        kernel, q = self._kernel(component), self._query(X_new, "predict_f")
+        mean, var = self._latent(self._fit_inputs(q.X, lazy=self.n_latent == 1), kernel, with_mean=component is None)
         if component is not None and self.standardization is not None:
             mean = mean - self.standardization.mean(0.0)      # a part carries no share of the targets' mean
-        return mean, var
+        return q.wide(mean), q.wide(var)
 
     def _latent(self, X_new, kernel=None, with_mean=True):
         """predict_f at checked inputs X_new (n, D) in the fit's units (NumPy, or Dask: lazy),
@@ -352,21 +371,26 @@ class Posterior:
         cov : ndarray, shape (n, n); K latent functions: (K, n, n) or (n, K, n, K)
             Symmetrised latent predictive covariance, in the data's units.  K latent functions
             independent in the posterior give one (n, n) block a class; where the posterior
-            couples them (multi-class Laplace) it is the joint (n, K, n, K) covariance.
+            couples them (multi-class Laplace) it is the joint (n, K, n, K) covariance.  A
+            multi-output posterior at X_new (n, D) gives mean (n, P) and the covariance over
+            (point, output) pairs, (n, P, n, P): cov[i, p, j, q] = Cov(f_p(x_i), f_q(x_j));
+            at X_new (n, D+1), one output a row, (n,) and (n, n).
 
         Raises
         ------
         TypeError, ValueError
             Invalid inputs or a number of features other than the fit's.
         """
-        X_new = self._fit_inputs(X_new)
+        q = self._query(X_new, "predict_f_full_cov")
+        X_new = self._fit_inputs(q.X)
         kernel, state = self._kernel(), self.state
         with threads.bulk(float(X_new.shape[0]) ** 2 * state.Z.shape[0] * self.n_latent):
             b = state.basis(kernel.gram(state.Z, X_new))
             if self.n_latent > 1:
                 return state.mean(b), self._class_covariance(kernel.gram(X_new, X_new), b)
             cov = kernel.gram(X_new, X_new) - b.T @ state.correction @ b
-        return self._data_units(state.mean(b) + self._prior_mean(X_new), 0.5 * (cov + cov.T))
+        mean, cov = self._data_units(state.mean(b) + self._prior_mean(X_new), 0.5 * (cov + cov.T))
+        return q.wide(mean), q.wide_cov(cov)
 
     def _class_covariance(self, prior, b):
         """The joint latent covariance of K latent functions at n points, from the prior Gram
@@ -438,7 +462,9 @@ class Posterior:
         y_mean, y_var for Gaussian and Poisson likelihoods, p = p(y* = +1) for Bernoulli.
 
         For ``HeteroscedasticGaussian(variance=...)`` (known training variances) y_var needs
-        ``noise_variance=`` at the new inputs and is left out otherwise.
+        ``noise_variance=`` at the new inputs and is left out otherwise.  A multi-output posterior
+        at X_new (n, D) predicts every output: variables over dims ``obs`` and ``output`` (n, P),
+        ``noise_variance`` and ``offset`` then (n, P) too; at X_new (n, D+1) one output a row.
 
         Parameters
         ----------
@@ -464,8 +490,10 @@ class Posterior:
         """
         xr = xarray()
 
-        X_new = validate_inputs(X_new, "X_new", self.n_features, lazy=self.n_latent == 1)
-        offset = validate_offset(offset, X_new.shape[0], name="offset")
+        q = self._query(X_new, "predict")
+        X_new = validate_inputs(q.X, "X_new", self.n_features, lazy=self.n_latent == 1)
+        noise_variance = q.rows("predict", "noise_variance", noise_variance)
+        offset = validate_offset(q.rows("predict", "offset", offset), X_new.shape[0], name="offset")
         if self.n_latent > 1:
             if offset is not None:
                 raise ValueError(f"predict: offset is an offset of one latent function; "
@@ -483,6 +511,10 @@ class Posterior:
             data = lazy_rows(block, rows, self._predict_names(given is not None))
         else:
             data = self._predict_block(X_new, noise_variance, offset)
+        if q.every_output:
+            return xr.Dataset({name: (("obs", "output"), q.wide(value)) for name, value in data.items()},
+                              coords={"obs": coordinate(range(q.n)), "output": coordinate(range(q.P))},
+                              attrs={"inference": type(self.model.inference).__name__})
         return xr.Dataset({name: ("obs", value) for name, value in data.items()},
                           coords={"obs": coordinate(range(X_new.shape[0]))},
                           attrs={"inference": type(self.model.inference).__name__})
@@ -579,7 +611,9 @@ class Posterior:
         Returns
         -------
         ndarray, shape (n,)
-            log p(y_new_i | X_new_i, training data), in the data's units.
+            log p(y_new_i | X_new_i, training data), in the data's units.  A multi-output
+            posterior at X_new (n, D) takes y_new (n, P) (and ``offset``), NaN where an entry is
+            missing, and returns (n, P), NaN at the missing entries; at X_new (n, D+1), (n,).
 
         Raises
         ------
@@ -587,7 +621,15 @@ class Posterior:
             Invalid inputs or targets, or an unknown noise variance at X_new (known-variance
             heteroscedastic likelihood).
         """
-        X_new = validate_inputs(X_new, "X_new", self.n_features)
+        q = self._query(X_new, "log_predictive")
+        if q.every_output:
+            y_rows, offset = q.rows("log_predictive", "y_new", y_new, scalar=False), q.rows("log_predictive", "offset", offset)
+            observed, out = ~np.isnan(y_rows), np.full(y_rows.shape, np.nan)
+            if observed.any():
+                out[observed] = self.log_predictive(q.X[observed], y_rows[observed],
+                                                    offset if np.ndim(offset) == 0 else offset[observed])
+            return q.wide(out)
+        X_new = validate_inputs(q.X, "X_new", self.n_features)
         y_new = self.model.likelihood.coded_targets(y_new, X_new.shape[0], "y_new")
         if self.n_latent > 1:
             if offset is not None:
@@ -726,6 +768,8 @@ class Posterior:
         coords = {"inducing": np.arange(m), "inducing_bis": np.arange(m), "feature": np.arange(d)}
         if self.n_latent > 1:
             coords["class"] = np.arange(self.n_latent)
+        if self.output_count is not None:
+            coords["output"] = np.arange(self.output_count)     # of the per-output hyperparameters (B's W, kappa)
         ds = xr.Dataset(data, coords=coords, attrs=attrs)
         ds.attrs["checksum"] = checksum(ds)
         return ds

@@ -107,12 +107,21 @@ class InducingSpec(Component, family="inducing"):
     """Base class of the inducing-point specifications: ``initial_Z`` and ``select``.
 
     Class attributes: ``optimize`` (Z joins the gradient optimisation), ``reinit`` (the model
-    re-selects Z between fits) and ``lazy_inputs`` (the spec works on a Dask X without reading
-    all of it).
+    re-selects Z between fits), ``lazy_inputs`` (the spec works on a Dask X without reading
+    all of it) and ``selects_training_rows`` (the spec picks training rows with the kernel).
+
+    A multi-output model (:mod:`gpdsl.multioutput`) gives a spec that does not select training
+    rows the distinct inputs (U, D) without the output column: its Z (M, D) is shared by the P
+    outputs (the methods see Z x {0..P-1}, M P rows).  A spec that selects training rows gets the
+    long rows (n, D+1) and picks (input, output) pairs: its Z (M, D+1) is taken as it is.
     """
 
     optimize = False
     reinit = False
+    # Whether select picks training rows by the kernel's (weighted) residual variance or bound
+    # (the greedy rules): on a multi-output model it then reads the long rows, output column and
+    # all, which only the kernel can compare.
+    selects_training_rows = False
     # Whether initial_Z/select work on a Dask X without reading all of it (Model.fit computes
     # X into memory for the specs that do not).
     lazy_inputs = False
@@ -161,6 +170,17 @@ class InducingSpec(Component, family="inducing"):
         Selection
         """
         return Selection(Z=self.initial_Z(X, y, context), indices=None, criterion=None, stopped=None)
+
+    def given_columns(self):
+        """The number of columns of inducing inputs given to the spec as they are (``Fixed``'s Z),
+        or None for a spec that chooses them.  A multi-output model gives a spec whose Z has the
+        long rows' D+1 columns (the output index last) the long rows to check it against.
+
+        Returns
+        -------
+        int or None
+        """
+        return None
 
     def small_m_probe(self, n_features, m_kept, n_rows):
         """A spec that selects a moderate fixed M, when this spec chose M itself and kept fewer;

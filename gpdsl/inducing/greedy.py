@@ -5,7 +5,13 @@ and greedy bound maximisation.  Their rank-1 steps are the jitted kernels of
 A kernel of K latent functions (``n_outputs`` K, :class:`gpdsl.kernels.Separate`: diag (K, N),
 gram (K, n1, n2)) gives each class its own residual k^k_nn - q^k_nn, so greedy variance keeps K
 factors (K times the work) and sums the classes' criteria; one kernel shared by the classes keeps
-one factor."""
+one factor.
+
+On a multi-output model (:mod:`gpdsl.multioutput`) the rules select in the long space: the
+candidates are the training rows (input, output pair), each with its own residual variance under
+the coregionalised kernel, and Z is the picked rows, (M, D+1) with their output index: an
+inducing variable of one output at one input, where Z of the input-space specs is shared by all
+outputs."""
 from __future__ import annotations
 
 import warnings
@@ -310,6 +316,7 @@ class GreedyVariance(InducingSpec):
         return self.first_round_max_m
 
     lazy_inputs = True
+    selects_training_rows = True
 
     def small_m_probe(self, n_features, m_kept, n_rows):
         # The moderate M is the "auto" first round's (see _FIRST_ROUND_PER_DIM): where the
@@ -479,6 +486,8 @@ class GreedyBound(InducingSpec):
     ValueError
         If an argument is out of range.
     """
+
+    selects_training_rows = True
 
     m: int
     working_set: int = 100

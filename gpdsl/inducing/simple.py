@@ -44,6 +44,9 @@ class Fixed(InducingSpec):
         Z.flags.writeable = False
         object.__setattr__(self, "Z", Z)
 
+    def given_columns(self):
+        return self.Z.shape[1]
+
     def initial_Z(self, X, y, context=None):
         if self.Z.shape[1] != X.shape[1]:
             raise ValueError(f"Fixed: Z has {self.Z.shape[1]} columns but X has {X.shape[1]} features")
@@ -210,6 +213,13 @@ class Optimized(InducingSpec):
     @property
     def lazy_inputs(self):
         return self.init.lazy_inputs
+
+    @property
+    def selects_training_rows(self):
+        return self.init.selects_training_rows
+
+    def given_columns(self):
+        return self.init.given_columns()
 
     def initial_Z(self, X, y, context=None):
         return self.init.initial_Z(X, y, context)

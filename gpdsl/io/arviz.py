@@ -20,6 +20,8 @@ from ..checks import check_positive_int, check_seed
 from ..components import bind
 from ..inputs import validate_inputs
 from ..linalg import cholesky
+from ..multioutput import query
+from .layout import hyperparameter_entries
 from ..likelihoods.gaussian import gaussian_log_density
 
 
@@ -52,6 +54,10 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
         draw y);
         ``log_likelihood.y`` (chains, draws, n) of ``y_new`` given each draw (for ``az.loo``);
         ``observed_data.y`` (n,); ``constant_data`` with X (n, D) and the hyperparameters.
+        A multi-output posterior at X_new (n, D) with y_new (n, P) (complete) draws every output
+        jointly: f, y and the log-likelihood (chains, draws, n, P) over dims ``obs`` and
+        ``output``, and the per-output hyperparameters along ``output``; at X_new (n, D+1), one
+        output a row, as above.
 
     Raises
     ------
@@ -60,33 +66,59 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
         ``seed`` not a non-negative integer or None, or the noise variance at ``X_new`` is
         unknown (a heteroscedastic likelihood with known variances).
     """
-    X_new = validate_inputs(X_new, "X_new", posterior.n_features)
-    y_new = posterior.model.likelihood.coded_targets(y_new, X_new.shape[0], "y_new")
+    q = query(X_new, posterior.input_dims, posterior.output_count, "to_inference_data")
+    X_rows = validate_inputs(q.X, "X_new", posterior.n_features)
+    y_new = posterior.model.likelihood.coded_targets(q.rows("to_inference_data", "y_new", y_new, scalar=False),
+                                                     X_rows.shape[0], "y_new")
     check_positive_int("to_inference_data", "draws", draws)
     check_positive_int("to_inference_data", "chains", chains)
     # Checked here, not left to default_rng, whose error names neither the function nor seed.
     check_seed("to_inference_data", seed)
     likelihood = posterior.model.likelihood
-    f, y_rep, omitted, jitter = predictive_draws(posterior, X_new, np.random.default_rng(seed), (chains, draws))
+    f, y_rep, omitted, jitter = predictive_draws(posterior, X_rows, np.random.default_rng(seed), (chains, draws))
     if y_rep is None:
         warnings.warn(f"to_inference_data: no posterior_predictive group: {omitted}", UserWarning, stacklevel=2)
     if posterior.gaussian:
-        log_lik = gaussian_log_density(y_new, f, posterior._log_noise_variance(X_new))
+        log_lik = gaussian_log_density(y_new, f, posterior._log_noise_variance(X_rows))
     else:
         log_lik = bind(likelihood, posterior.values, "likelihood").log_density(y_new, f)
+    X_new, y_dims = (np.asarray(X_new, dtype=float), ["obs", "output"]) if q.every_output else (X_rows, ["obs"])
+    if q.every_output:
+        # The draws over the long rows (point-major) as (..., n, P).
+        f, log_lik, y_new = _wide(q, f), _wide(q, log_lik), q.wide(y_new)
+        y_rep = None if y_rep is None else _wide(q, y_rep)
     hyper = {name.replace(".", "_"): v for name, v in posterior.values.items()}
     attrs = {"inference": type(posterior.model.inference).__name__,
              "log_evidence": posterior.log_evidence, "sampling_jitter": jitter}
     if y_rep is None:
         attrs["posterior_predictive_omitted"] = omitted
     coords = {"obs": np.arange(X_new.shape[0]), "feature": np.arange(X_new.shape[1])}
-    f_dims = ["obs"]
+    f_dims = y_dims
     if posterior.n_latent > 1:
         coords["class"] = likelihood.class_labels()
         f_dims = ["obs", "class"]
+    if posterior.output_count is not None:
+        coords["output"] = np.arange(posterior.output_count)
     groups = {"posterior": {"f": f}, "posterior_predictive": None if y_rep is None else {"y": y_rep},
               "log_likelihood": {"y": log_lik}, "observed_data": {"y": y_new}, "constant_data": {"X": X_new, **hyper}}
-    return _from_dict(groups, coords=coords, dims={"f": f_dims, "y": ["obs"], "X": ["obs", "feature"]}, attrs=attrs)
+    dims = {"f": f_dims, "y": y_dims, "X": ["obs", "feature"], **_hyperparameter_dims(posterior)}
+    return _from_dict(groups, coords=coords, dims=dims, attrs=attrs)
+
+
+def _wide(q, draws):
+    """Draws (..., n P) over a query's long rows as (..., n, P) (:class:`gpdsl.multioutput.Query`)."""
+    return draws.reshape(draws.shape[:-1] + (q.n, q.P))
+
+
+def _hyperparameter_dims(posterior):
+    """The constant_data dims of a multi-output posterior's per-output hyperparameters (B's W and
+    kappa, a per-output noise: their entries' declared dims, ``output`` among them), by the
+    underscored names constant_data holds them under."""
+    if posterior.output_count is None:
+        return {}
+    entries = hyperparameter_entries(posterior.model, posterior.state.Z)
+    return {e.name.replace(".", "_"): list(e.dims) for e in entries
+            if e.dims is not None and "output" in e.dims and e.name in posterior.values}
 
 
 def _legacy():

@@ -178,12 +178,18 @@ CLASS_LAYOUT = {
 # A kernel per latent function (gpdsl.kernels.Separate) has one K_uu factor a class.
 SEPARATE_WHITENED = Part({**CLASS_LAYOUT["whitened"].variables,
                           "predictive_chol": (("class", "inducing", "inducing_bis"), "float")}, {})
+# A multi-output model (gpdsl.multioutput) has the coordinate of its per-output hyperparameters'
+# dimension "output" (0..P-1; B's W and kappa, a noise variance an output); its Z, q(u) and
+# predictive cache are over the long inducing rows (M P, D+1 for Z shared by the outputs) as
+# any model's over its inducing inputs, and "feature" counts the long rows' D+1 columns.
+OUTPUT_LAYOUT = Part({"output": (("output",), "index")}, {})
 
 
 def model_layout(model):
     """The parts a posterior of ``model`` is written in: :data:`LAYOUT`, with :data:`CLASS_LAYOUT`'s
     for a likelihood of K > 1 latent functions, and :data:`SEPARATE_WHITENED` for a kernel of K
-    outputs (one Cholesky factor a latent function: ``PredictiveState.chol`` (K, M, M)).
+    outputs (one Cholesky factor a latent function: ``PredictiveState.chol`` (K, M, M)); a
+    multi-output kernel's (``output_count`` P) adds the part "output", :data:`OUTPUT_LAYOUT`.
 
     Parameters
     ----------
@@ -194,6 +200,8 @@ def model_layout(model):
     -------
     dict of str to Part
     """
+    if getattr(model.kernel, "output_count", None) is not None:
+        return {**LAYOUT, "output": OUTPUT_LAYOUT}
     if model.likelihood.n_latent == 1:
         return LAYOUT
     # The kernel's number of outputs, not the state, decides: a reader has only the model.
@@ -202,4 +210,4 @@ def model_layout(model):
 
 
 __all__ = ["FORMAT_VERSION", "HYPERPARAMETERS_SINCE", "PosteriorFileError", "checksum", "hyperparameter_entries", "variable_dims", "LAYOUT",
-           "CLASS_LAYOUT", "SEPARATE_WHITENED", "OPTIONAL_PARTS", "model_layout"]
+           "CLASS_LAYOUT", "SEPARATE_WHITENED", "OUTPUT_LAYOUT", "OPTIONAL_PARTS", "model_layout"]

@@ -218,7 +218,7 @@ def _validated(ds, source, trust):
               **({local.name: Part(local.variables, local.attributes)} if local is not None else {})}
     # Version 2 added the fit's record ("diagnostics"); a version-1 file has none.
     parts = (["common", "whitened"] + (["diagnostics"] if version >= 2 else [])
-             + ([local.name] if local is not None else []))
+             + ([local.name] if local is not None else []) + (["output"] if "output" in layout else []))
     # An optional part is expected whole as soon as one of its items is there.
     parts += [part for part in OPTIONAL_PARTS
               if any(name in ds.variables for name in LAYOUT[part].variables)
@@ -256,6 +256,10 @@ def _validated(ds, source, trust):
     if n_latent > 1 and ds.sizes["class"] != n_latent:
         raise _error(source, "dimension 'class'", f"has size {ds.sizes['class']}, expected {n_latent} (the latent "
                      f"functions of {model.likelihood.describe()})")
+    outputs = getattr(model.kernel, "output_count", None)
+    if outputs is not None and ds.sizes["output"] != outputs:
+        raise _error(source, "dimension 'output'", f"has size {ds.sizes['output']}, expected {outputs} (the outputs "
+                     f"of {model.kernel.describe()})")
 
     entries = _hyperparameter_entries(model, ds["Z"].values, source)
     # A hyperparameter the model gained after the file's version: its declared value, held.

@@ -1,0 +1,472 @@
+"""Multi-output data: the layouts a multi-output model accepts, the long layout every method sees,
+and the maps between them.
+
+A model is multi-output when its kernel has an ``output_count`` P (an int; None for a kernel of
+one output, :func:`output_count`).  Its methods see ordinary rows (X, y) in the LONG layout:
+
+* ``X_long`` (n, D+1): the D input columns and, last, the output index p in {0, ..., P-1} as an
+  integer-valued float; ``y_long`` (n,): one target per observed (input, output) pair.
+
+``Model.fit`` (and ``evaluate``, ``sample``) accept three layouts and turn them into the long one
+(:func:`long_data`):
+
+* isotopic: X (N, D) and Y (N, P), NaN marking a missing entry.  The rows are put in OUTPUT-MAJOR
+  order (all of output 0's rows, then output 1's, ...; within an output block X's row order) and
+  the NaN entries dropped: with no NaN, K_long = B (x) K_x for an intrinsic coregionalisation
+  kernel (the Kronecker structure of Bonilla et al. (2008)).
+* heterotopic, long: X (n, D+1) with the output column and y (n,), taken as they are.
+* heterotopic, lists: ``[X_0, ..., X_{P-1}]`` ((n_p, D) each) and ``[y_0, ..., y_{P-1}]``,
+  concatenated output-major.
+
+Predictions go the other way (:class:`Query`): new inputs (n, D) ask for every output and are
+expanded POINT-MAJOR (each point's P outputs together), so that a long result (n P,) reshapes to
+(n, P) and a covariance (n P, n P) to (n, P, n, P); new inputs (n, D+1) ask for one output a row.
+
+Sparse methods share the inducing inputs across outputs: Z (M, D) in input space stands for
+Z x {0..P-1} (:func:`expand_inducing`, M P rows, output-major); a Z of D+1 columns is taken as
+the long inducing inputs it is.  Optimised Z's gradient is the sum over its P copies
+(:func:`fold_inducing_gradient`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .checks import as_float_array, output_indices
+from .inputs import validate_inputs
+from .scaling import Standardization
+
+
+def output_count(kernel):
+    """P of a multi-output kernel (its ``output_count``), or None for a kernel of one output.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        A model's kernel (bound or not).
+
+    Returns
+    -------
+    int or None
+    """
+    return getattr(kernel, "output_count", None)
+
+
+def _is_list_layout(X):
+    """The list layout: X a list or tuple of 2-D arrays (a nested list of rows is one array)."""
+    return isinstance(X, (list, tuple)) and len(X) > 0 and all(np.ndim(part) == 2 for part in X)
+
+
+def long_data(X, y, P, offset=None, *, owner="fit", every_output=True):
+    """The long layout (X_long (n, D+1), y_long (n,), offset_long) of data given in any layout.
+
+    Parameters
+    ----------
+    X : array_like of shape (N, D) or (n, D+1), or list of P arrays (n_p, D)
+        Inputs: isotopic (with a 2-D ``y`` of P columns), long (with a 1-D ``y``: the last
+        column is the output index) or one array an output.
+    y : array_like of shape (N, P) or (n,), or list of P arrays (n_p,)
+        Targets in the layout of X; in the isotopic layout NaN marks a missing entry.
+    P : int
+        The kernel's number of outputs.
+    offset : array_like or list, optional
+        A per-row offset of the latent input in the layout of ``y`` (isotopic: (N, P), read at
+        the observed entries only).
+    owner : str, default "fit"
+        The function the data are given to, for messages.
+    every_output : bool, default True
+        Refuse data without a row of some output (a fit's data must inform every output).
+
+    Returns
+    -------
+    X_long : ndarray, shape (n, D+1)
+    y_long : ndarray, shape (n,)
+        The targets as given (float for the isotopic layout; coded by the likelihood later).
+    offset_long : ndarray of shape (n,), or None
+
+    Raises
+    ------
+    TypeError, ValueError
+        A layout that is none of the three, list lengths other than P, arrays whose rows or
+        columns disagree, an output index that is not an integer in 0..P-1, Y of another width
+        than P, an output with no observation (``every_output``); the message names the argument.
+    """
+    if _is_list_layout(X):
+        return _from_lists(X, y, P, offset, owner)
+    if np.ndim(y) == 2 and (np.shape(y)[1] != 1 or P == 1):
+        return _from_isotopic(X, y, P, offset, owner, every_output)
+    X = validate_inputs(X, "X")
+    if X.shape[1] < 2:
+        raise ValueError(f"{owner}: a multi-output model's X is (N, D) with Y (N, P={P}), or (n, D+1) with the "
+                         f"output index as its last column and a 1-D y; got X of shape {X.shape} and y of shape "
+                         f"{np.shape(y)}")
+    check_outputs(owner, "X", X, P, every_output)
+    y = np.asarray(y)
+    if y.ndim == 2:                                   # (n, 1)
+        y = y[:, 0]
+    offset = None if offset is None else np.ravel(as_float_array(owner, "offset", offset))
+    return X, y, offset
+
+
+def check_outputs(owner, name, X_long, P, every_output=True):
+    """The output index of each row of X_long (n, D+1), checked: an integer-valued float in
+    0..P-1, and with ``every_output`` each output on some row.
+
+    Parameters
+    ----------
+    owner, name : str
+        The function and the argument, for messages.
+    X_long : ndarray, shape (n, D+1)
+    P : int
+    every_output : bool, default True
+
+    Returns
+    -------
+    ndarray of intp, shape (n,)
+        Each row's output.
+
+    Raises
+    ------
+    ValueError
+        An index that is not an integer in 0..P-1, or an output no row has.
+    """
+    try:
+        index = output_indices(owner, X_long, P)
+    except ValueError as err:
+        raise ValueError(f"{owner}: {name}'s last column is the output index of a multi-output model: "
+                         f"{str(err).split(': ', 1)[-1]}") from None
+    if every_output:
+        missing = np.setdiff1d(np.arange(P), index)
+        if missing.size:
+            raise ValueError(f"{owner}: {name} has no row of output(s) {missing.tolist()} of the kernel's P = {P}; "
+                             f"every output needs an observation (or declare the kernel with fewer outputs)")
+    return index
+
+
+def _from_isotopic(X, Y, P, offset, owner, every_output):
+    """The long layout of X (N, D) and Y (N, P) with NaN = missing, output-major."""
+    X = validate_inputs(X, "X")
+    Y = as_float_array(owner, "Y", Y)
+    if Y.shape[1] != P:
+        raise ValueError(f"{owner}: Y has {Y.shape[1]} columns but the kernel has P = {P} outputs (Y is (N, P), one "
+                         f"column an output, NaN where an entry is missing)")
+    if Y.shape[0] != X.shape[0]:
+        raise ValueError(f"{owner}: Y has {Y.shape[0]} rows but X has {X.shape[0]}")
+    if np.any(np.isinf(Y)):
+        raise ValueError(f"{owner}: Y must be finite or NaN (NaN marks a missing entry), got inf")
+    observed = ~np.isnan(Y)
+    empty = np.flatnonzero(~observed.any(axis=0))
+    if every_output and empty.size:
+        raise ValueError(f"{owner}: Y's column(s) {empty.tolist()} are all NaN: every output needs an observation")
+    if offset is not None:
+        offset = as_float_array(owner, "offset", offset)
+        if offset.shape != Y.shape:
+            raise ValueError(f"{owner}: offset must have Y's shape {Y.shape} in the isotopic layout, got {offset.shape}")
+        offset = offset.T[observed.T]
+    outputs, rows = np.nonzero(observed.T)            # output-major: all of output 0's rows first
+    X_long = np.column_stack([X[rows], outputs.astype(float)])
+    return X_long, Y.T[observed.T], offset
+
+
+def _from_lists(Xs, ys, P, offset, owner):
+    """The long layout of one (X_p, y_p) an output, concatenated output-major."""
+    if len(Xs) != P:
+        raise ValueError(f"{owner}: X is a list of {len(Xs)} arrays but the kernel has P = {P} outputs (one "
+                         f"(n_p, D) array an output)")
+    if not isinstance(ys, (list, tuple)) or len(ys) != P:
+        raise ValueError(f"{owner}: with X a list of P = {P} arrays, y must be a list of P target arrays, got "
+                         f"{type(ys).__name__}" + (f" of length {len(ys)}" if isinstance(ys, (list, tuple)) else ""))
+    offsets = [None] * P
+    if offset is not None:
+        if not isinstance(offset, (list, tuple)) or len(offset) != P:
+            raise ValueError(f"{owner}: with X a list of P = {P} arrays, offset must be a list of P arrays")
+        offsets = [np.ravel(as_float_array(owner, f"offset[{p}]", o)) for p, o in enumerate(offset)]
+    parts, targets = [], []
+    for p, (X_p, y_p) in enumerate(zip(Xs, ys)):
+        X_p = validate_inputs(X_p, f"X[{p}]")
+        if parts and X_p.shape[1] != parts[0].shape[1] - 1:
+            raise ValueError(f"{owner}: X[{p}] has {X_p.shape[1]} columns but X[0] has {parts[0].shape[1] - 1}")
+        y_p = np.asarray(y_p)
+        if y_p.ndim == 2 and y_p.shape[1] == 1:
+            y_p = y_p[:, 0]
+        if y_p.shape != (X_p.shape[0],):
+            raise ValueError(f"{owner}: y[{p}] must be 1-D with one target per row of X[{p}] ({X_p.shape[0]}), got "
+                             f"shape {y_p.shape}")
+        if offsets[p] is not None and offsets[p].shape != y_p.shape:
+            raise ValueError(f"{owner}: offset[{p}] must have y[{p}]'s shape {y_p.shape}, got {offsets[p].shape}")
+        parts.append(np.column_stack([X_p, np.full(X_p.shape[0], float(p))]))
+        targets.append(y_p)
+    return (np.concatenate(parts), np.concatenate(targets),
+            None if offset is None else np.concatenate(offsets))
+
+
+def unique_inputs(X_long):
+    """The distinct input rows of X_long (n, D+1) without the output column, in order of first
+    appearance: the candidates of the inducing specs that choose Z in input space (an input
+    observed for several outputs is one candidate).
+
+    Parameters
+    ----------
+    X_long : ndarray, shape (n, D+1)
+
+    Returns
+    -------
+    ndarray, shape (U, D)
+    """
+    X = np.asarray(X_long)[:, :-1]
+    _, first = np.unique(X, axis=0, return_index=True)
+    return np.ascontiguousarray(X[np.sort(first)])
+
+
+def selection_inputs(spec, X_long):
+    """What a multi-output model's inducing spec selects from: the long rows X_long (n, D+1) for
+    a spec that picks training rows with the kernel (greedy selection, ``selects_training_rows``)
+    or is given Z of D+1 columns; else the distinct inputs (:func:`unique_inputs`), whose Z
+    (M, D) the outputs share.
+
+    Parameters
+    ----------
+    spec : gpdsl.inducing.InducingSpec
+    X_long : ndarray, shape (n, D+1)
+
+    Returns
+    -------
+    ndarray, shape (n, D+1) or (U, D)
+
+    Raises
+    ------
+    ValueError
+        Z of D+1 columns given to be optimised: its output column is no parameter.
+    """
+    if spec.given_columns() == X_long.shape[1] and spec.optimize:
+        raise ValueError(f"{type(spec).__name__}: optimised inducing inputs of a multi-output model are (M, D) in "
+                         f"input space, shared by the outputs; got Z of {X_long.shape[1]} columns, the output index "
+                         f"among them (give Z without it, or Fixed(Z) to hold it)")
+    if spec.selects_training_rows or spec.given_columns() == X_long.shape[1]:
+        return X_long
+    return unique_inputs(X_long)
+
+
+def expand_inducing(Z, P):
+    """Z (M, D) in input space as the long inducing inputs Z x {0..P-1}, output-major.
+
+    Parameters
+    ----------
+    Z : ndarray, shape (M, D)
+    P : int
+
+    Returns
+    -------
+    ndarray, shape (M P, D+1)
+        Rows p M .. (p+1) M - 1 are Z with output index p.
+    """
+    Z = np.asarray(Z, dtype=float)
+    return np.column_stack([np.tile(Z, (P, 1)), np.repeat(np.arange(P, dtype=float), Z.shape[0])])
+
+
+def fold_inducing_gradient(dZ_long, P):
+    """d/dZ (M, D) of shared inducing inputs from d/dZ_long (M P, D+1): the sum over Z's P
+    copies (chain rule through :func:`expand_inducing`; the output column is not a parameter).
+
+    Parameters
+    ----------
+    dZ_long : ndarray, shape (M P, D+1)
+    P : int
+
+    Returns
+    -------
+    ndarray, shape (M, D)
+    """
+    dZ_long = np.asarray(dZ_long)
+    return dZ_long[:, :-1].reshape(P, -1, dZ_long.shape[1] - 1).sum(axis=0)
+
+
+def method_inducing(Z, X, P):
+    """The inducing inputs a method sees: Z (M, D) expanded (:func:`expand_inducing`) where X is
+    long (D+1 columns), a Z of X's width (or None) as it is.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (M, D) or (M', D+1), or None
+    X : ndarray, shape (n, D+1)
+    P : int
+
+    Returns
+    -------
+    ndarray or None
+    """
+    if Z is None or np.shape(Z)[1] == np.shape(X)[1]:
+        return Z
+    if np.shape(Z)[1] != np.shape(X)[1] - 1:
+        raise ValueError(f"the inducing inputs Z have {np.shape(Z)[1]} columns; a multi-output model's are (M, D) in "
+                         f"input space or (M, D+1) with the output index last, and X has D+1 = {np.shape(X)[1]}")
+    return expand_inducing(Z, P)
+
+
+def standardization(X_long, y=None):
+    """:meth:`gpdsl.scaling.Standardization.of` of long inputs, with the output column left as it is
+    (mean 0, scale 1); the targets of every output share one mean and scale.
+
+    Parameters
+    ----------
+    X_long : ndarray, shape (n, D+1)
+    y : ndarray of shape (n,), optional
+
+    Returns
+    -------
+    gpdsl.scaling.Standardization
+    """
+    scaling = Standardization.of(X_long, y)
+    x_mean, x_scale = scaling.x_mean.copy(), scaling.x_scale.copy()
+    x_mean[-1], x_scale[-1] = 0.0, 1.0
+    return Standardization(x_mean, x_scale, scaling.y_mean, scaling.y_scale)
+
+
+def draw_inputs(X, M, D, rng):
+    """M distinct inputs (M, D) drawn from X's rows without replacement: a restart's inducing
+    inputs.  A long X (D+1 columns) is drawn from its distinct inputs (:func:`unique_inputs`), so
+    that Z shared by the outputs has no input twice.
+
+    Parameters
+    ----------
+    X : ndarray, shape (N, D) or (n, D+1)
+    M, D : int
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    ndarray, shape (M, D)
+    """
+    pool = X if X.shape[1] == D else unique_inputs(X)
+    return np.asarray(pool[rng.choice(pool.shape[0], size=M, replace=False)])
+
+
+@dataclass(frozen=True)
+class Query:
+    """New inputs as a posterior predicts at them: ``X``, the rows it predicts at, and how its
+    results are shaped back.
+
+    For a multi-output posterior, inputs (n, D) ask for every output: ``X`` is their long
+    expansion, point-major (n P rows: point 0's outputs 0..P-1, then point 1's, ...), and
+    :meth:`wide` reshapes a result's leading n P to (n, P); inputs (n, D+1) ask for their row's
+    output and are taken as they are.  For a single-output posterior X is passed through as given.
+
+    Parameters
+    ----------
+    X : ndarray or object
+        The rows to predict at.
+    n : int or None
+        The number of points of a query for every output (None otherwise).
+    P : int or None
+        The number of outputs of such a query (None otherwise).
+    """
+
+    X: object
+    n: int | None = None
+    P: int | None = None
+
+    @property
+    def every_output(self):
+        """bool: whether the query asks for every output of each point (results (n, P))."""
+        return self.P is not None
+
+    def wide(self, a):
+        """A result over the query's rows as (n, P, ...) for a query of every output.
+
+        Parameters
+        ----------
+        a : ndarray, shape (n P, ...)
+
+        Returns
+        -------
+        ndarray, shape (n, P, ...)
+            ``a`` as it is for a per-row query.
+        """
+        return a if self.P is None else np.reshape(a, (self.n, self.P) + np.shape(a)[1:])
+
+    def wide_cov(self, cov):
+        """A covariance over the query's rows as (n, P, n, P) for a query of every output.
+
+        Parameters
+        ----------
+        cov : ndarray, shape (n P, n P)
+
+        Returns
+        -------
+        ndarray, shape (n, P, n, P)
+            ``cov`` as it is for a per-row query.
+        """
+        return cov if self.P is None else np.reshape(cov, (self.n, self.P, self.n, self.P))
+
+    def rows(self, owner, name, a, scalar=True):
+        """An argument given per point and output as one value a row of ``X``.
+
+        Parameters
+        ----------
+        owner, name : str
+            The function and the argument, for messages.
+        a : array_like of shape (n, P), a number, or None
+            The argument (None and, with ``scalar``, a number are returned as they are).
+        scalar : bool, default True
+            Whether a number is allowed.
+
+        Returns
+        -------
+        ndarray of shape (n P,), or ``a``
+            Point-major, as ``X``'s rows; ``a`` as it is for a per-row query.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``a`` not numeric, or of a shape other than (n, P).
+        """
+        if a is None or self.P is None or scalar and np.ndim(a) == 0:
+            return a
+        a = as_float_array(owner, name, a)
+        if a.shape != (self.n, self.P):
+            raise ValueError(f"{owner}: {name} must be a number or have shape ({self.n}, {self.P}) (a value a point "
+                             f"and output, as the results), got shape {a.shape}")
+        return a.ravel()
+
+
+def query(X_new, D, P, owner="predict", name="X_new"):
+    """The :class:`Query` of new inputs for a posterior of D input columns and P outputs (P None:
+    a single-output posterior, X_new passed through unchecked).
+
+    Parameters
+    ----------
+    X_new : array_like, shape (n, D) or (n, D+1)
+    D : int
+        The input columns (without the output index).
+    P : int or None
+    owner, name : str
+        For messages.
+
+    Returns
+    -------
+    Query
+
+    Raises
+    ------
+    TypeError, ValueError
+        Inputs that are not numeric and finite, of a width other than D or D+1, or an output index
+        that is not an integer in 0..P-1.
+    """
+    if P is None:
+        return Query(X_new)
+    X_new = validate_inputs(X_new, name)
+    if X_new.shape[1] == D + 1:
+        check_outputs(owner, name, X_new, P, every_output=False)
+        return Query(X_new)
+    if X_new.shape[1] != D:
+        raise ValueError(f"{owner}: {name} has {X_new.shape[1]} columns; this multi-output posterior takes (n, D={D}) "
+                         f"inputs (every output predicted, results (n, {P})) or (n, D+1={D + 1}) with the output "
+                         f"index last (one output a row)")
+    n = X_new.shape[0]
+    X_long = np.column_stack([np.repeat(X_new, P, axis=0), np.tile(np.arange(P, dtype=float), n)])
+    return Query(X_long, n, P)
+
+
+__all__ = ["output_count", "long_data", "check_outputs", "unique_inputs", "selection_inputs", "expand_inducing",
+           "fold_inducing_gradient", "method_inducing", "standardization", "draw_inputs", "Query", "query"]
