@@ -325,3 +325,39 @@ def bound_pair(kernel, likelihood, values):
         likelihood.likelihood = bind(likelihood.likelihood, values, "likelihood")
     # Otherwise a stand-in (an oracle's expectations) is used as it is.
     return bind(kernel, values, "kernel"), likelihood
+
+
+# --------------------------------------------------------------------------- multi-output (coregionalisation)
+# Dense references of the ICM and LMC kernels in the long layout (X's last column the output index),
+# entry by entry over the pairs ((x, p), (x', p')), and of the isotopic grid they are tested on.
+def coregion_matrix(W, kappa):
+    """B = W W^T + diag(kappa), (P, P)."""
+    W = np.asarray(W, float)
+    return W @ W.T + np.diag(np.asarray(kappa, float))
+
+
+def icm_gram(X1, X2, W, kappa, base):
+    """K[i, j] = B[p_i, p_j] base(x_i, x_j) by explicit loops; ``base(a, b)`` a float of two input
+    rows (without the output column)."""
+    B = coregion_matrix(W, kappa)
+    K = np.empty((len(X1), len(X2)))
+    for i, a in enumerate(X1):
+        for j, b in enumerate(X2):
+            K[i, j] = B[int(a[-1]), int(b[-1])] * base(a[:-1], b[:-1])
+    return K
+
+
+def lmc_gram(X1, X2, parts):
+    """sum_q of :func:`icm_gram` over ``parts``, a list of (W_q, kappa_q, base_q)."""
+    return sum(icm_gram(X1, X2, W, kappa, base) for W, kappa, base in parts)
+
+
+def stationary_point(lengthscale, variance, kind):
+    """``base(a, b)`` of :func:`kernel` at two input rows."""
+    return lambda a, b: float(kernel(np.atleast_2d(a), np.atleast_2d(b), lengthscale, variance, kind)[0, 0])
+
+
+def isotopic_grid(x, P):
+    """The long layout of every input row of x (N, D) at every output, output-major: (N P, D + 1)."""
+    x = np.asarray(x, float)
+    return np.column_stack([np.tile(x, (P, 1)), np.repeat(np.arange(P), len(x)).astype(float)])

@@ -72,7 +72,7 @@ def output_index(owner, X, P):
     if np.any(bad):
         row = int(np.flatnonzero(bad)[0])
         raise ValueError(f"{owner}: the output index (X's last column) must hold integers in [0, {P}), got "
-                         f"{column[row]!r} in row {row}")
+                         f"{float(column[row])!r} in row {row}")
     return column.astype(np.intp)
 
 
