@@ -225,7 +225,7 @@ class ICM(Kernel):
         parts = Kernel.registry
         W = np.array([[0.8, -0.3], [0.5, 0.9], [-0.4, 0.6]])
         return (cls(parts["SquaredExponential"](0.8, 1.3), 3, rank=2, W=W, kappa=np.array([0.3, 0.7, 0.2])),
-                cls(parts["Matern52"](np.array([0.7]), 0.9), 2))
+                cls(parts["Matern52"](np.array([0.7, 1.2]), 0.9), 2))
 
     def coregion(self):
         """B = W W^T + diag(kappa) (bound).
@@ -518,7 +518,7 @@ class LMC(_Composite):
     @classmethod
     def variants(cls):
         parts = Kernel.registry
-        return (cls((parts["SquaredExponential"](0.9, 1.1), parts["Matern32"](np.array([1.3]), 0.8)), 3),
+        return (cls((parts["SquaredExponential"](0.9, 1.1), parts["Matern32"](np.array([1.3, 0.6]), 0.8)), 3),
                 cls((parts["Matern52"](0.6, 0.7), parts["SquaredExponential"](1.4, 0.9, name="smooth")), 2, rank=2,
                     W=(np.array([[0.5, -0.2], [0.3, 0.8]]), np.array([[1.1, 0.1], [-0.6, 0.4]])),
                     kappa=(np.array([0.2, 0.5]), np.array([0.9, 0.3]))))
