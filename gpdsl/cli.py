@@ -12,6 +12,10 @@ on the import path, before :mod:`gpdsl.__main__` can take the folder off.
 
 A ``[data] offset`` column holds each row's offset of the latent input (log exposure for
 counts): the fit and the held-out metrics take it (``fit(offset=...)``, ``predict(offset=...)``).
+A multi-output model (a kernel of P outputs: ICM, LMC) reads ``[data] targets = [P columns]``
+(one column per output, a blank or ``NA`` cell unobserved) or ``target`` with ``output``, the
+column of each row's output index (:func:`gpdsl.run_data.load_table`); its rows, and the held-out
+ones among them, are (input, output) pairs.
 
 A ``[sample]`` table (keys ``draws``, ``tune``, ``chains``, ``seed``, ``target_accept``,
 ``cores``; an empty one takes Model.sample's defaults) makes ``gpdsl run`` draw the
@@ -39,16 +43,17 @@ from pathlib import Path
 
 import numpy as np
 
-# held_out_metrics stays importable from here, where it was first public.
+# The [data] table's reader (and UsageError) and held_out_metrics stay importable from here, where
+# they were first defined.
+from .run_data import (DEFAULT_TEST_FRACTION, UsageError, check_offset, check_table_keys, check_targets,  # noqa: F401
+                       held_out_size, load_table)
 from .run_report import held_out_metrics, report, report_sampled  # noqa: F401
 
 
 DEFAULT_OUT = "gpdsl_run"
 DEFAULT_POSTERIOR = "posterior.nc"
 DEFAULT_PLOT = "fit.png"
-DEFAULT_TEST_FRACTION = 0.2
 SPLIT_SEED = 0
-_DATA_KEYS = {"path", "target", "features", "offset", "test_fraction", "seed", "standardize"}
 _OUTPUT_KEYS = {"posterior", "plot"}
 # The [sample] table's keys: Model.sample's arguments that a model file sets.
 SAMPLE_KEYS = ("draws", "tune", "chains", "seed", "target_accept", "cores")
@@ -59,10 +64,6 @@ PLOT_FORMATS = (".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg", ".jpeg",
 _NAME_MAX = 255
 # save() writes the posterior first as ".<name>.<12 hex digits>.tmp": 18 more bytes.
 _SAVE_TEMPORARY_EXTRA = 18
-
-
-class UsageError(Exception):
-    """Bad user input: reported as one line and exit status 2."""
 
 
 class RunError(Exception):
@@ -130,165 +131,6 @@ def default_problem():
     return model, split(X, y, n_test=50), "gd.datasets.snelson_like(n=200, seed=0)"
 
 
-def _check_table_keys(where, table, known):
-    """spec's unknown-key check for the CLI's own tables, as a UsageError (one line, exit 2)."""
-    from .io.spec import check_keys
-
-    try:
-        check_keys(where, table, known)
-    except ValueError as err:
-        raise UsageError(str(err)) from err
-
-
-def load_table(data):
-    """(X, y, offset, feature names, description) from the ``[data]`` table of a model file.
-
-    Parameters
-    ----------
-    data : dict
-        The ``[data]`` table: ``path`` and ``target`` (strings), optional ``features`` (a list
-        of column names; default every column but the target and the offset), ``offset`` (the
-        name of a column holding each row's offset of the latent input, e.g. log exposure; it
-        is passed to ``Model.fit(offset=...)`` and to the held-out predictions),
-        ``test_fraction``, ``seed``, ``standardize``.
-
-    Returns
-    -------
-    X : ndarray, shape (N, D)
-    y : ndarray, shape (N,)
-        The target column: float64, or text (str) where any of its values is not a number (class
-        labels such as ``setosa``, which the likelihood then takes or refuses as ``Model.fit`` does).
-    offset : ndarray, shape (N,), or None
-        The offset column, None without ``offset``.
-    features : list of str
-    description : str
-        The file, target, features and offset, for the report.
-
-    Raises
-    ------
-    UsageError
-        A missing or malformed key, a missing file or column, an offset column that is also
-        the target or a feature, or an unreadable table.
-    """
-    from .datasets import read_labelled_table
-
-    if not isinstance(data, dict) or not data:
-        raise UsageError("the model file has no [data] section (it needs path and target)")
-    _check_table_keys("[data]", data, _DATA_KEYS)
-    for key in ("path", "target"):
-        if not isinstance(data.get(key), str) or not data[key]:
-            raise UsageError(f"[data]: '{key}' must be given as a string")
-    path = Path(data["path"])
-    if not path.is_file():
-        raise UsageError(f"data file not found: {path}")
-    target = data["target"]
-    try:
-        header, table, y = read_labelled_table(path, target)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise UsageError(str(err) if str(path) in str(err) else f"{path}: {err}") from err
-    offset = data.get("offset")
-    if offset is not None:
-        if not isinstance(offset, str) or not offset:
-            raise UsageError(f"[data]: offset must be a column name (a string), got {offset!r}")
-        if offset not in header:
-            raise UsageError(f"[data]: offset column {offset!r} not in {path}; columns: {', '.join(header)}")
-        if offset == target:
-            raise UsageError(f"[data]: the offset column {offset!r} is also the target")
-    features = data.get("features")
-    if features is None:
-        features = [h for h in header if h not in (target, offset)]
-    elif not isinstance(features, list) or not all(isinstance(f, str) for f in features):
-        raise UsageError(f"[data]: features must be a list of column names, got {features!r}")
-    missing = [f for f in features if f not in header]
-    if missing:
-        raise UsageError(f"[data]: feature columns {missing} not in {path}; columns: {', '.join(header)}")
-    if target in features:
-        raise UsageError(f"[data]: the target column {target!r} is also listed in features")
-    if offset is not None and offset in features:
-        raise UsageError(f"[data]: the offset column {offset!r} is also listed in features")
-    if not features:
-        raise UsageError(f"[data]: {path} has no feature columns besides the target {target!r}")
-    if table.shape[0] == 0:
-        raise UsageError(f"{path}: no data rows")
-    X = table[:, [header.index(f) for f in features]]
-    description = f"{path} (target {target!r}; features {', '.join(features)}"
-    if offset is None:
-        return X, y, None, features, description + ")"
-    return X, y, table[:, header.index(offset)], features, description + f"; offset {offset!r})"
-
-
-def check_offset(model, offset, name):
-    """Raise a UsageError unless the model's method takes an offset and the column is finite.
-
-    Checked before the split and the fit, as :func:`check_targets` checks the targets.
-
-    Parameters
-    ----------
-    model : gpdsl.Model
-    offset : numpy.ndarray or None
-        The offset column, shape (n,); None (no offset) passes.
-    name : str
-        Its name, for the message.
-    """
-    from .inputs import validate_offset
-
-    if offset is None:
-        return
-    try:
-        validate_offset(offset, offset.shape[0], model.inference, name=f"offset column {name!r}")
-    except (ValueError, TypeError) as err:
-        raise UsageError(f"[data]: {err}") from err
-
-
-def check_targets(model, y, target):
-    """Raise a UsageError unless the whole target column suits the model's likelihood.
-
-    The fit checks only the training rows; checking the column before the split means that a
-    value the likelihood cannot take (a label 2 for ``Bernoulli``) is reported whether it falls
-    into the training or the held-out rows, before any time is spent fitting.
-
-    Parameters
-    ----------
-    model : gpdsl.Model
-    y : numpy.ndarray
-        The target column, shape (n,).
-    target : str
-        Its name, for the message.
-    """
-    try:
-        model.likelihood.with_labels_of(y).coded_targets(y, y.shape[0], f"target column {target!r}")
-    except (ValueError, TypeError) as err:
-        raise UsageError(f"[data]: target column {target!r}: {err}") from err
-
-
-def held_out_size(data, n):
-    """The number of held-out rows: ``round(test_fraction * n)`` (``[data] test_fraction``).
-
-    Parameters
-    ----------
-    data : dict
-        The ``[data]`` table; ``test_fraction`` in [0, 1) (default ``DEFAULT_TEST_FRACTION``).
-    n : int
-        Rows in the data.
-
-    Returns
-    -------
-    int
-
-    Raises
-    ------
-    UsageError
-        A ``test_fraction`` outside [0, 1) or one that leaves no training rows.
-    """
-    fraction = data.get("test_fraction", DEFAULT_TEST_FRACTION)
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
-        raise UsageError(f"[data]: test_fraction must be a number in [0, 1), got {fraction!r}")
-    n_test = int(round(fraction * n))
-    if n - n_test < 1:
-        raise UsageError(f"[data]: test_fraction {fraction} leaves no training rows out of {n}")
-    return n_test
-
-
 def fit_options(fit):
     """Keyword arguments for Model.fit from the ``[fit]`` table (checked against its signature).
 
@@ -316,7 +158,7 @@ def fit_options(fit):
     # standardize and offset belong to [data] (properties of the columns; the offset is a column).
     allowed = sorted(name for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
                      and name not in ("callback", "standardize", "offset"))
-    _check_table_keys("[fit]", fit, allowed)
+    check_table_keys("[fit]", fit, allowed)
     options = dict(fit)
     if isinstance(options.get("fixed"), list):
         options["fixed"] = tuple(options["fixed"])
@@ -353,7 +195,7 @@ def sample_options(sample, fit, data):
     """
     if not isinstance(sample, dict):
         raise UsageError(f"[sample] must be a table, got {sample!r}")
-    _check_table_keys("[sample]", sample, SAMPLE_KEYS)
+    check_table_keys("[sample]", sample, SAMPLE_KEYS)
     point_fit = sorted(set(fit) - {"fixed"})
     if point_fit:
         raise UsageError(f"[fit]: {point_fit} configure a point fit; with [sample] the run samples by NUTS "
@@ -389,7 +231,7 @@ def output_names(output):
     """
     if not isinstance(output, dict):
         raise UsageError(f"[output] must be a table, got {output!r}")
-    _check_table_keys("[output]", output, _OUTPUT_KEYS)
+    check_table_keys("[output]", output, _OUTPUT_KEYS)
     names = {"posterior": DEFAULT_POSTERIOR, "plot": DEFAULT_PLOT}
     for key in sorted(_OUTPUT_KEYS & set(output)):
         name = output[key]
@@ -541,6 +383,7 @@ def problem_from_toml(path, trust=None):
     """
     from .io.spec import read_model_file
     from .model import Model
+    from .multioutput import output_count
 
     try:
         spec, config = read_model_file(path)
@@ -552,8 +395,8 @@ def problem_from_toml(path, trust=None):
         raise UsageError(message if str(path) in message else f"{path}: {message}") from err
     try:
         data = config["data"]
-        X, y, offset, _, description = load_table(data)
-        check_targets(model, y, data["target"])
+        X, y, offset, _, description = load_table(data, output_count(model.kernel))
+        check_targets(model, y, data["target"] if data.get("targets") is None else "targets")
         check_offset(model, offset, data.get("offset"))
         n_test = held_out_size(data, X.shape[0])
         seed = data.get("seed", SPLIT_SEED)

@@ -405,13 +405,21 @@ def _dataset_dir(func, name, data_home_):
     return folder
 
 
-def read_table(path):
+# The cells a column that may have missing values holds for one (read as NaN): blank, and R's NA.
+_MISSING_CELLS = ("", "NA")
+
+
+def read_table(path, missing=()):
     """Header names and a float64 array of the rows of a numeric CSV file.
 
     Parameters
     ----------
     path : str or os.PathLike
         A CSV file with a header row; blank lines are skipped.
+    missing : collection of str, optional
+        Columns whose missing values (a blank cell or ``NA``) are read
+        as NaN (a multi-output target column with unobserved entries); elsewhere such a cell is
+        an error.
 
     Returns
     -------
@@ -422,10 +430,17 @@ def read_table(path):
     Raises
     ------
     ValueError
-        An empty file, a row with a number of fields other than the header's, or a
-        non-numeric value (the message names the column and line).
+        An empty file, a row with a number of fields other than the header's, a column of
+        ``missing`` not in it, or a non-numeric value (the message names the column and line).
     """
     header, body = _read_rows(path)
+    absent = [name for name in missing if name not in header]
+    if absent:
+        raise ValueError(f"column {absent[0]!r} not in {str(path)!r}; columns: {', '.join(header)}")
+    gaps = {j for j, name in enumerate(header) if name in set(missing)}
+    if gaps:
+        body = [(lineno, ["nan" if j in gaps and cell.strip() in _MISSING_CELLS else cell for j, cell in enumerate(row)])
+                for lineno, row in body]
     return header, _numeric(header, body, path, range(len(header)))
 
 

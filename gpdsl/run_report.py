@@ -178,7 +178,7 @@ def report(posterior, X, X_test, y_test, data_description, wall_time, offset_tes
     posterior : gpdsl.Posterior
         The fitted posterior.
     X : ndarray, shape (N, D)
-        Training inputs.
+        Training inputs (a multi-output model's long rows: (n, D + 1), the output index last).
     X_test : ndarray, shape (n, D)
         Held-out inputs (n may be 0: no held-out section).
     y_test : ndarray, shape (n,)
@@ -192,8 +192,7 @@ def report(posterior, X, X_test, y_test, data_description, wall_time, offset_tes
     """
     model = posterior.model
     inference = type(model.inference).__name__
-    print(f"data         {data_description}")
-    print(f"             {X.shape[0]} training / {X_test.shape[0]} held-out points, {X.shape[1]} feature(s)")
+    _print_data(model, X, X_test, data_description)
     _print_model(model)
 
     print("\nfit")
@@ -247,6 +246,20 @@ def report(posterior, X, X_test, y_test, data_description, wall_time, offset_tes
 
 
 
+def _print_data(model, X, X_test, data_description):
+    """The report's data lines: what the data are, the training and held-out rows and the features
+    (for a multi-output model: (input, output) rows, the features and the outputs)."""
+    from .multioutput import output_count
+
+    print(f"data         {data_description}")
+    outputs = output_count(model.kernel)
+    if outputs is None:
+        print(f"             {X.shape[0]} training / {X_test.shape[0]} held-out points, {X.shape[1]} feature(s)")
+    else:
+        print(f"             {X.shape[0]} training / {X_test.shape[0]} held-out (input, output) rows, "
+              f"{X.shape[1] - 1} feature(s), {outputs} outputs")
+
+
 def _print_model(model):
     """The report's model section: each declared part's repr."""
     print("\nmodel")
@@ -264,7 +277,7 @@ def report_sampled(sampled, X, X_test, y_test, data_description, wall_time):
     ----------
     sampled : gpdsl.SampledPosterior
     X : ndarray, shape (N, D)
-        Training inputs.
+        Training inputs (a multi-output model's long rows: (n, D + 1), the output index last).
     X_test : ndarray, shape (n, D)
         Held-out inputs.
     y_test : ndarray, shape (n,)
@@ -276,8 +289,7 @@ def report_sampled(sampled, X, X_test, y_test, data_description, wall_time):
     from .io.arviz import summary
 
     model, d = sampled.model, sampled.diagnostics
-    print(f"data         {data_description}")
-    print(f"             {X.shape[0]} training / {X_test.shape[0]} held-out points, {X.shape[1]} feature(s)")
+    _print_data(model, X, X_test, data_description)
     _print_model(model)
     print("\nsampled by NUTS (Model.sample)")
     print(f"  chains x draws   {d.chains} x {d.draws} (after warmup)")

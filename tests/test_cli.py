@@ -867,3 +867,130 @@ def test_sample_table_errors_are_one_line_before_sampling(tmp_path, capsys, monk
     monkeypatch.setattr(gd.Model, "fit", no_fit)
     assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
     assert_one_line_error(capsys, *fragments)
+
+
+# -- multi-output models -----------------------------------------------------------------------------
+MULTI_TOML = """\
+[kernel]
+type = "ICM"
+output_count = 3
+rank = 1
+[kernel.kernel]
+type = "SquaredExponential"
+
+[likelihood]
+type = "OutputGaussian"
+output_count = 3
+variance = 0.05
+
+[mean]
+type = "PerOutput"
+means = [{type = "Constant"}, {type = "Constant"}, {type = "Zero"}]
+
+[data]
+path = "outputs.csv"
+targets = ["a", "b", "c"]
+test_fraction = 0.2
+
+[fit]
+max_iter = 60
+"""
+
+
+def write_outputs_csv(path, n=40, long=False):
+    """Three correlated outputs of one input; a fifth of the entries left blank or NA (isotopic,
+    one column per output), or one observed entry a row with its output index (long).  Returns
+    the observed entries' (x, output, y) in output-major order."""
+    rng = np.random.default_rng(4)
+    x = np.linspace(-2.0, 2.0, n)
+    Y = np.column_stack([np.sin(2 * x), 0.8 * np.sin(2 * x) + 1.0, -np.sin(2 * x)]) + 0.1 * rng.standard_normal((n, 3))
+    observed = rng.uniform(size=(n, 3)) > 0.2
+    rows = [(x[i], p, Y[i, p]) for p in range(3) for i in range(n) if observed[i, p]]
+    with open(path, "w") as fh:
+        if long:
+            fh.write("x,task,y\n" + "".join(f"{xi:.17g},{p},{yi:.17g}\n" for xi, p, yi in rows))
+        else:
+            fh.write("x,a,b,c\n")
+            for i in range(n):
+                cells = [f"{Y[i, p]:.17g}" if observed[i, p] else ("" if (i + p) % 2 else "NA") for p in range(3)]
+                fh.write(f"{x[i]:.17g},{','.join(cells)}\n")
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("long", [False, True])
+def test_multi_output_data_are_read_as_long_rows(tmp_path, long):
+    """targets = [a, b, c] (blank and NA cells unobserved) and target + output read the same long
+    rows, output-major; the held-out split is over those (input, output) rows."""
+    rows = write_outputs_csv(tmp_path / "outputs.csv", long=long)
+    text = MULTI_TOML.replace('targets = ["a", "b", "c"]', 'target = "y"\noutput = "task"') if long else MULTI_TOML
+    model, (X, y, X_test, y_test, offset, _), description, _, _ = cli.problem_from_toml(write_model(tmp_path, text))
+    assert offset is None and X.shape[1] == X_test.shape[1] == 2
+    n_test = int(round(0.2 * len(rows)))
+    train, test = cli.split_rows(len(rows), n_test)
+    np.testing.assert_array_equal(np.column_stack([X, y]), rows[train])
+    np.testing.assert_array_equal(np.column_stack([X_test, y_test]), rows[test])
+    assert (f"{len(rows)} of 120 entries observed" in description) != long
+    assert ("output index 'task'" in description) == long
+
+
+def test_multi_output_run_fits_reports_and_saves(tmp_path, capsys):
+    rows = write_outputs_csv(tmp_path / "outputs.csv")
+    out = tmp_path / "out"
+    assert cli.main(["run", str(write_model(tmp_path, MULTI_TOML)), "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    n_test = int(round(0.2 * len(rows)))
+    assert f"{len(rows) - n_test} training / {n_test} held-out (input, output) rows, 1 feature(s), 3 outputs" in stdout
+    assert "likelihood.variance" in stdout and "kernel.W" in stdout and "mean.1.constant" in stdout
+    post = gd.load(out / "posterior.nc")
+    _, (_, _, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(tmp_path / "model.toml")
+    assert printed_metric(stdout, "MNLPD") == pytest.approx(-np.mean(post.log_predictive(X_test, y_test)), rel=1e-6)
+    assert printed_metric(stdout, "RMSE") == pytest.approx(
+        np.sqrt(np.mean((post.predict(X_test)["y_mean"].values - y_test) ** 2)), rel=1e-6)
+
+
+@pytest.mark.parametrize("edit, fragments", [
+    (('targets = ["a", "b", "c"]', 'targets = ["a", "b"]'),
+     ("[data]: targets names 2 columns but the kernel has 3 outputs",)),
+    (('targets = ["a", "b", "c"]', 'targets = ["a", "b", "d"]'), ("column 'd' not in", "columns: x, a, b, c")),
+    (('targets = ["a", "b", "c"]', 'targets = ["a", "b", "c"]\ntarget = "a"'), ("give target (one column) or targets",)),
+    (('targets = ["a", "b", "c"]', 'target = "a"'), ("the kernel has 3 outputs: give targets = [3 columns",)),
+    (('targets = ["a", "b", "c"]', 'targets = ["a", "b", "c"]\noutput = "x"'),
+     ("output (a column of output indices, one observation a row) goes with target",)),
+    (('targets = ["a", "b", "c"]', 'targets = ["a", "b", "c"]\noffset = "x"'), ("[data]: offset is one value a row",)),
+    (('targets = ["a", "b", "c"]', 'targets = ["a", "b", "c"]\nfeatures = ["x", "a"]'),
+     ("the target column 'a' is also listed in features",)),
+    (('targets = ["a", "b", "c"]', 'targets = "a"'), ("[data]: targets must be a list of column names",)),
+])
+def test_multi_output_data_errors(tmp_path, capsys, edit, fragments):
+    write_outputs_csv(tmp_path / "outputs.csv")
+    path = write_model(tmp_path, MULTI_TOML.replace(*edit))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, str(path), *fragments)
+    assert not (tmp_path / "o").exists()
+
+
+def test_multi_output_keys_are_refused_for_a_model_of_one_output(tmp_path, capsys):
+    write_outputs_csv(tmp_path / "outputs.csv")
+    single = MULTI_TOML.replace('type = "ICM"\noutput_count = 3\nrank = 1\n[kernel.kernel]\n', "")
+    single = single.split("[likelihood]")[0] + '[likelihood]\ntype = "Gaussian"\n[data]' + single.split("[data]")[1]
+    for keys, fragment in (('targets = ["a", "b", "c"]', "[data]: targets is for a multi-output model"),
+                           ('target = "a"\noutput = "b"', "[data]: output is for a multi-output model")):
+        path = write_model(tmp_path, single.replace('targets = ["a", "b", "c"]', keys))
+        assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+        assert_one_line_error(capsys, str(path), fragment, "this kernel has one output: give target alone")
+
+
+def test_multi_output_long_rows_are_checked(tmp_path, capsys):
+    """An output index out of range or not an integer, or an output without an observed entry."""
+    write_outputs_csv(tmp_path / "outputs.csv")
+    text = MULTI_TOML.replace('targets = ["a", "b", "c"]', 'target = "y"\noutput = "task"')
+    for body, fragment in (("x,task,y\n0.1,0,1.0\n0.2,3,1.0\n0.3,1,0.5\n0.4,2,0.1\n", "got 3.0 at row 1"),
+                           ("x,task,y\n0.1,0,1.0\n0.2,1.5,1.0\n0.3,1,0.5\n0.4,2,0.1\n", "got 1.5 at row 1")):
+        (tmp_path / "outputs.csv").write_text(body)
+        path = write_model(tmp_path, text)
+        assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+        assert_one_line_error(capsys, str(path), "[data]", "output index", fragment)
+    (tmp_path / "outputs.csv").write_text("x,a,b,c\n0.1,1,,NA\n0.2,2,3,\n")
+    path = write_model(tmp_path, MULTI_TOML)
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, str(path), "[data]", "[2] are all NaN")

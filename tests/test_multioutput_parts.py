@@ -158,3 +158,137 @@ def test_parts_round_trip_through_the_model_codec():
     assert component_to_dict(lik) == {"type": "OutputGaussian", "output_count": 3,
                                       "variance": {"fixed": [0.2, 0.5, 1.1]}}
     assert component_from_dict("mean", component_to_dict(mean)) == mean
+
+
+# -- in a model -----------------------------------------------------------------------------------
+BASE = gd.kernels.SquaredExponential(np.array([0.9, 1.3]), 1.1)
+W0 = np.array([[0.8, -0.3], [0.5, 0.9], [-0.4, 0.6]])
+KAPPA0 = np.array([0.3, 0.7, 0.2])
+ICM = gd.kernels.ICM(BASE, 3, rank=2, W=W0, kappa=KAPPA0)
+Y = np.sin(1.3 * FEATURES[:, 0]) + 0.4 * INDEX + 0.2 * FEATURES[:, 1] + 0.1 * RNG.normal(size=11)
+
+
+def _dense_prior(X1, X2, lengthscale=np.array([0.9, 1.3]), variance=1.1, W=W0, kappa=KAPPA0):
+    """B[p, p'] k(x, x') by broadcasting (tests/naive.py's SE kernel times the dense B)."""
+    from naive import kernel
+
+    B = W @ W.T + np.diag(kappa)
+    p1, p2 = X1[:, -1].astype(int), X2[:, -1].astype(int)
+    return B[np.ix_(p1, p2)] * kernel(X1[:, :-1], X2[:, :-1], lengthscale, variance, "se")
+
+
+def _dense_mean(X_):
+    return np.array([0.3 if p == 0 else (x @ [0.5, -0.2] if p == 1 else 0.3 + 0.1 * x.sum())
+                     for x, p in zip(X_[:, :-1], X_[:, -1].astype(int))])
+
+
+def test_exact_evidence_with_per_output_noise_and_means_is_the_dense_gaussian():
+    """log N(y | m(X), B[p, p'] k(x, x') + diag(variance[p])) with the per-output mean, to 1e-10."""
+    from naive import exact_lml
+
+    model = gd.Model(ICM, gd.likelihoods.OutputGaussian(3, variance=VARIANCES), mean=gd.means.PerOutput(PARTS))
+    values = model.parameter_table(X).values()
+    ev = model.evaluate(values, X, Y, None)
+    want = exact_lml(_dense_prior(X, X), VARIANCES[INDEX], Y - _dense_mean(X))
+    np.testing.assert_allclose(ev.log_evidence, want, rtol=1e-10)
+
+
+@pytest.mark.parametrize("method", ["Exact", "VFE", "FITC"])
+def test_model_gradients_with_per_output_parts_match_central_differences(method):
+    import gpdsl.testing as gt
+
+    inference = gt.tight(gd.inference.INFERENCE[method]())
+    inducing = gd.inducing.Optimized(FEATURES[:4] + 0.05) if method != "Exact" else None
+    model = gd.Model(ICM, gd.likelihoods.OutputGaussian(3, variance=VARIANCES), inducing, inference,
+                     mean=gd.means.PerOutput(PARTS))
+    ev = gt.check_model_gradients(model, X, Y, FEATURES[:4] + 0.05 if inducing else None)
+    assert {"likelihood.variance", "mean.0.constant", "mean.2.1.coefficients", "kernel.W"} <= set(ev.grads)
+    assert ev.grads["likelihood.variance"].shape == (3,)
+
+
+def test_vfe_with_every_input_inducing_equals_exact_with_per_output_noise():
+    """Z = the distinct inputs (each at every output) makes the VFE bound the exact evidence."""
+    lik = gd.likelihoods.OutputGaussian(3, variance=VARIANCES)
+    exact = gd.Model(ICM, lik, mean=gd.means.PerOutput(PARTS))
+    vfe = gd.Model(ICM, lik, gd.inducing.Fixed(FEATURES), gd.inference.VFE(), mean=gd.means.PerOutput(PARTS))
+    values = exact.parameter_table(X).values()
+    a = exact.evaluate(values, X, Y, None)
+    b = vfe.evaluate(values, X, Y, FEATURES)
+    np.testing.assert_allclose(b.log_evidence, a.log_evidence, rtol=1e-7)
+    for name, g in a.grads.items():
+        np.testing.assert_allclose(b.grads[name], g, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def _fitted(optimize=False, **fit):
+    model = gd.Model(ICM, gd.likelihoods.OutputGaussian(3, variance=VARIANCES), mean=gd.means.PerOutput(PARTS))
+    return model, model.fit(X, Y, optimize=optimize, **fit)
+
+
+X_NEW = np.column_stack([FEATURES[:5] + 0.1, [0, 1, 2, 1, 2]])
+Y_NEW = np.array([0.1, 0.7, 1.4, 0.2, -0.3])
+
+
+def test_predictions_add_each_rows_output_noise_to_the_dense_posterior():
+    """predict at long rows: f from the dense GP formulas (the mean added back), y_var = f_var +
+    variance[p]; at inputs (n, D) every output's, the same per column; log_predictive is the
+    normal density of those moments."""
+    from naive import exact_predict
+    from scipy import stats
+
+    _, post = _fitted()
+    mean, var = exact_predict(_dense_prior(X, X), _dense_prior(X_NEW, X), np.diag(_dense_prior(X_NEW, X_NEW)),
+                              VARIANCES[INDEX], Y - _dense_mean(X))
+    mean = mean + _dense_mean(X_NEW)
+    pred = post.predict(X_NEW)
+    p = X_NEW[:, -1].astype(int)
+    np.testing.assert_allclose(pred["f_mean"].values, mean, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(pred["f_var"].values, var, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(pred["y_var"].values, var + VARIANCES[p], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(post.log_predictive(X_NEW, Y_NEW), stats.norm.logpdf(Y_NEW, mean, np.sqrt(var + VARIANCES[p])),
+                               rtol=1e-9)
+    wide = post.predict(FEATURES[:3] + 0.1)
+    assert wide["y_var"].dims == ("obs", "output")
+    np.testing.assert_allclose(wide["y_var"].values, wide["f_var"].values + VARIANCES[None, :], rtol=1e-12)
+    # Row 1 of X_NEW is FEATURES[1] + 0.1 at output 1: the same as the wide prediction's.
+    np.testing.assert_allclose(wide["y_var"].values[1, 1], pred["y_var"].values[1], rtol=1e-10)
+
+
+def test_arviz_draws_of_y_use_each_rows_output_noise():
+    """The log_likelihood group is log N(y | f_draw, variance[p]) of the row's output."""
+    from scipy import stats
+
+    _, post = _fitted()
+    idata = post.to_inference_data(X_NEW, Y_NEW, draws=50, chains=2)
+    f = idata.posterior["f"].values
+    p = X_NEW[:, -1].astype(int)
+    np.testing.assert_allclose(idata.log_likelihood["y"].values, stats.norm.logpdf(Y_NEW, f, np.sqrt(VARIANCES[p])),
+                               rtol=1e-10)
+    noise = idata.posterior_predictive["y"].values - f
+    assert noise.shape == f.shape and np.all(np.isfinite(noise))
+
+
+def test_fitted_posterior_with_per_output_parts_saves_and_loads(tmp_path):
+    """A fitted ICM + OutputGaussian + PerOutput posterior loads back with the same values (the
+    noise with its ``output`` dim) and the same predictions to the bit."""
+    model, post = _fitted(optimize=True, max_iter=5)
+    post.save(tmp_path / "post.nc")
+    back = gd.load(tmp_path / "post.nc")
+    assert back.model == model
+    for name, value in post.values.items():
+        np.testing.assert_array_equal(back.values[name], value, err_msg=name)
+    for a, b in ((post.predict(X_NEW), back.predict(X_NEW)), (post.predict(FEATURES[:3]), back.predict(FEATURES[:3]))):
+        for name in a.data_vars:
+            np.testing.assert_array_equal(b[name].values, a[name].values, err_msg=name)
+    assert post.to_xarray()["likelihood.variance"].dims == ("output",)
+
+
+@pytest.mark.parametrize("kernel", [ICM, gd.kernels.LMC((BASE, gd.kernels.Matern32(0.7, name="rough")), 3, rank=2)])
+def test_multi_output_models_round_trip_through_dicts_and_model_files(kernel, tmp_path):
+    """ICM and LMC with OutputGaussian, PerOutput (a sum among its parts, a fixed noise) and
+    optimised inducing inputs: to_dict/from_dict and to_toml/from_toml give the same model."""
+    model = gd.Model(kernel, gd.likelihoods.OutputGaussian(3, variance=gd.Fixed(VARIANCES)),
+                     gd.inducing.Optimized(FEATURES[:4]), gd.inference.VFE(), mean=gd.means.PerOutput(PARTS))
+    assert gd.Model.from_dict(model.to_dict()) == model
+    (tmp_path / "model.toml").write_text(model.to_toml())
+    assert gd.Model.from_toml(tmp_path / "model.toml") == model
+    assert gd.Model.from_toml(model.to_toml()) == model

@@ -30,6 +30,27 @@ def inputs_for(component, X):
     return X if count is None else np.column_stack([X, np.arange(X.shape[0]) % count])
 
 
+def kernel_for(component, kernel):
+    """The kernel a component's model checks fit with: ``kernel``, or for a component of P
+    outputs (``output_count``) the intrinsic coregionalisation of it over P outputs (ICM at its
+    default start), whose inputs carry the output column :func:`inputs_for` appends.
+
+    Parameters
+    ----------
+    component : Component
+    kernel : gpdsl.kernels.Kernel
+        A kernel of one output.
+
+    Returns
+    -------
+    gpdsl.kernels.Kernel
+    """
+    from ..kernels import ICM
+
+    count = getattr(component, "output_count", None)
+    return kernel if count is None else ICM(kernel, count)
+
+
 def central_difference(f, x, step=1e-6):
     """Gradient of a scalar function at an array by central differences of relative steps.
 

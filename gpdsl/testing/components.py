@@ -17,7 +17,7 @@ from ..kernels import SquaredExponential
 from ..likelihoods import Gaussian
 from ..likelihoods import Likelihood
 from .common import (X1, X2, _draws_y, _has_density, _local_values, _targets, central_difference, expect,
-                     inputs_for)
+                     inputs_for, kernel_for)
 from .limits import LIMIT_TARGET_KINDS, check_likelihood_limits
 
 # Latent values, Gaussian q(f) = N(MEANS, VARS) and EP cavities the likelihood checks run at.
@@ -153,22 +153,23 @@ def check_mean_fitted_model_round_trips(mean):
     ----------
     mean : gpdsl.means.Mean
     """
-    model = Model(SquaredExponential(), Gaussian(0.1), mean=mean)
+    model = Model(kernel_for(mean, SquaredExponential()), Gaussian(0.1), mean=mean)
+    X, X_new = inputs_for(mean, X1), inputs_for(mean, X2)
     y = 1.5 + np.sin(X1[:, 0]) + 0.1 * X1[:, 1]
-    post = model.fit(X1, y, max_iter=3)
+    post = model.fit(X, y, max_iter=3)
     fitted = mean.bind({k[len("mean."):]: v for k, v in post.values.items() if k.startswith("mean.")})
     kernel, likelihood = model.bind(post.values)
-    residual = Model(kernel.component, likelihood.component).fit(X1, y - fitted.value(X1), optimize=False)
-    f_mean, f_var = post.predict_f(X2)
-    r_mean, r_var = residual.predict_f(X2)
-    np.testing.assert_allclose(f_mean, r_mean + fitted.value(X2), rtol=1e-10, atol=1e-12)
+    residual = Model(kernel.component, likelihood.component).fit(X, y - fitted.value(X), optimize=False)
+    f_mean, f_var = post.predict_f(X_new)
+    r_mean, r_var = residual.predict_f(X_new)
+    np.testing.assert_allclose(f_mean, r_mean + fitted.value(X_new), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(f_var, r_var, rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(post.log_evidence, residual.log_evidence, rtol=1e-12)
     with tempfile.TemporaryDirectory() as folder:
         post.save(Path(folder) / "post.nc")
         back = load(Path(folder) / "post.nc")
         assert back.model == model
-        np.testing.assert_array_equal(back.predict_f(X2)[0], f_mean)
+        np.testing.assert_array_equal(back.predict_f(X_new)[0], f_mean)
         toml = Path(folder) / "model.toml"
         model.to_toml(toml)
         assert Model.from_toml(toml) == model

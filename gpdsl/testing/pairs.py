@@ -16,7 +16,7 @@ from ..inducing import Optimized
 from ..inference import Inference
 from ..kernels import SquaredExponential
 from ..likelihoods import Likelihood
-from .common import _draws_y, _instances, _targets, central_difference, registered
+from .common import _draws_y, _instances, _targets, central_difference, inputs_for, kernel_for, registered
 
 # The pair checks' problem: N points, M optimised inducing inputs.
 N, M = 14, 3
@@ -45,8 +45,9 @@ def tight(method):
 
 
 def pair_model(likelihood, inference):
-    """The pair checks' model: :data:`KERNEL`, optimised inducing inputs from :data:`Z0` where
-    the method takes them.
+    """The pair checks' model: :data:`KERNEL` (for a likelihood of P outputs its ICM over them,
+    :func:`kernel_for`, on :data:`XP` with the output column of :func:`inputs_for`), optimised
+    inducing inputs from :data:`Z0` where the method takes them (shared by the outputs).
 
     Parameters
     ----------
@@ -62,7 +63,7 @@ def pair_model(likelihood, inference):
         inference.check_inducing(likelihood, inducing)
     except ValueError:        # a method dense for this likelihood (multi-class Laplace)
         inducing = None
-    return Model(KERNEL, likelihood, inducing, inference)
+    return Model(kernel_for(likelihood, KERNEL), likelihood, inducing, inference)
 
 
 def pair_targets(likelihood):
@@ -135,8 +136,8 @@ def check_pair_gradients(likelihood, inference):
     inference : gpdsl.inference.Inference
         A method that accepts the likelihood.
     """
-    check_model_gradients(pair_model(likelihood, inference), XP, likelihood.prepare_targets(pair_targets(likelihood)),
-                          Z0)
+    check_model_gradients(pair_model(likelihood, inference), inputs_for(likelihood, XP),
+                          likelihood.prepare_targets(pair_targets(likelihood)), Z0)
 
 
 def check_pair_fitted_model_round_trips(likelihood, inference):
@@ -149,14 +150,14 @@ def check_pair_fitted_model_round_trips(likelihood, inference):
     inference : gpdsl.inference.Inference
     """
     model = pair_model(likelihood, inference)
-    post = model.fit(XP, pair_targets(likelihood), max_iter=3)
+    post = model.fit(inputs_for(likelihood, XP), pair_targets(likelihood), max_iter=3)
     with tempfile.TemporaryDirectory() as folder:
         post.save(Path(folder) / "post.nc")
         back = load(Path(folder) / "post.nc")
         assert back.model == model
         for name, value in post.values.items():
             np.testing.assert_array_equal(back.values[name], value, err_msg=name)
-        X_new = XP[:4] + 0.1
+        X_new = inputs_for(likelihood, XP[:4] + 0.1)
         a, b = post.predict(X_new), back.predict(X_new)
         for name in a.data_vars:
             np.testing.assert_array_equal(b[name].values, a[name].values, err_msg=name)
@@ -215,11 +216,12 @@ def check_pair_dask_equals_in_memory(likelihood, inference):
     chunked = dataclasses.replace(inference, chunk_size=5) if hasattr(inference, "chunk_size") else inference
     model = pair_model(likelihood, chunked)
     y = likelihood.prepare_targets(pair_targets(likelihood))
-    table = model.parameter_table(XP, Z0 if model.sparse else None)
+    X = inputs_for(likelihood, XP)
+    table = model.parameter_table(X, Z0 if model.sparse else None)
     values = table.values()
     Z = values.pop("inducing.Z", None)
-    memory = model.evaluate(values, XP, y, Z)
-    lazy = model.evaluate(values, da.from_array(XP, chunks=(5, 2)), y, Z)
+    memory = model.evaluate(values, X, y, Z)
+    lazy = model.evaluate(values, da.from_array(X, chunks=(5, X.shape[1])), y, Z)
     np.testing.assert_allclose(lazy.log_evidence, memory.log_evidence, rtol=1e-10, atol=1e-10)
     for name, g in memory.grads.items():
         np.testing.assert_allclose(lazy.grads[name], g, rtol=1e-9, atol=1e-10, err_msg=name)
