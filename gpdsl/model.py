@@ -123,6 +123,13 @@ class Model:
         not read X's columns as features (the last is the output index), inducing inputs that are
         not optimised in the long space (the output column is no parameter)."""
         P = self.output_count
+        parts = [(part, what) for part, what in ((self.mean, "mean"), (self.likelihood, "likelihood"))
+                 if getattr(part, "output_count", None) is not None]
+        for part, what in parts:
+            if part.output_count != P:
+                raise ValueError(f"Model: the {what} {part!r} has {part.output_count} outputs but the kernel "
+                                 f"{self.kernel.describe()} has {'none (one output)' if P is None else P}"
+                                 + ("" if P is not None else "; declare a multi-output kernel (gd.kernels.ICM, LMC)"))
         if P is None:
             return
         if not isinstance(P, (int, np.integer)) or isinstance(P, bool) or P < 1:

@@ -740,8 +740,9 @@ class Posterior:
         scaling_attrs = {}
         if self.standardization is not None:
             scaling = self.standardization
-            data["standardization_x_mean"] = ("feature", scaling.x_mean)
-            data["standardization_x_scale"] = ("feature", scaling.x_scale)
+            columns = layout["standardization"].variables["standardization_x_mean"][0]
+            data["standardization_x_mean"] = (columns, scaling.x_mean)
+            data["standardization_x_scale"] = (columns, scaling.x_scale)
             scaling_attrs = {"standardization_y_mean": scaling.y_mean, "standardization_y_scale": scaling.y_scale}
         attrs = {
             "format_version": FORMAT_VERSION,
@@ -769,7 +770,8 @@ class Posterior:
         if self.n_latent > 1:
             coords["class"] = np.arange(self.n_latent)
         if self.output_count is not None:
-            coords["output"] = np.arange(self.output_count)     # of the per-output hyperparameters (B's W, kappa)
+            # Z's long columns, the D inputs of the hyperparameters' dims, the outputs (B's W, kappa).
+            coords.update(column=np.arange(d), feature=np.arange(d - 1), output=np.arange(self.output_count))
         ds = xr.Dataset(data, coords=coords, attrs=attrs)
         ds.attrs["checksum"] = checksum(ds)
         return ds

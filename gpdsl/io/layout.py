@@ -178,18 +178,26 @@ CLASS_LAYOUT = {
 # A kernel per latent function (gpdsl.kernels.Separate) has one K_uu factor a class.
 SEPARATE_WHITENED = Part({**CLASS_LAYOUT["whitened"].variables,
                           "predictive_chol": (("class", "inducing", "inducing_bis"), "float")}, {})
-# A multi-output model (gpdsl.multioutput) has the coordinate of its per-output hyperparameters'
-# dimension "output" (0..P-1; B's W and kappa, a noise variance an output); its Z, q(u) and
-# predictive cache are over the long inducing rows (M P, D+1 for Z shared by the outputs) as
-# any model's over its inducing inputs, and "feature" counts the long rows' D+1 columns.
-OUTPUT_LAYOUT = Part({"output": (("output",), "index")}, {})
+# A multi-output model (gpdsl.multioutput): its Z, q(u) and predictive cache are over the long
+# inducing rows (M P for Z shared by the outputs) as any model's over its inducing inputs, and Z
+# and the standardisation are over the long rows' D+1 columns, dimension "column"; "feature" is
+# the D input columns the hyperparameters' dims name (an ARD length-scale), "output" (0..P-1) the
+# outputs (B's W and kappa, a noise variance an output).
+OUTPUT_LAYOUT = {
+    "common": Part({**LAYOUT["common"].variables, "column": (("column",), "index"),
+                    "Z": (("inducing", "column"), "float")}, LAYOUT["common"].attributes),
+    "standardization": Part({"standardization_x_mean": (("column",), "float"),
+                             "standardization_x_scale": (("column",), "float")},
+                            LAYOUT["standardization"].attributes),
+    "output": Part({"output": (("output",), "index")}, {}),
+}
 
 
 def model_layout(model):
     """The parts a posterior of ``model`` is written in: :data:`LAYOUT`, with :data:`CLASS_LAYOUT`'s
     for a likelihood of K > 1 latent functions, and :data:`SEPARATE_WHITENED` for a kernel of K
     outputs (one Cholesky factor a latent function: ``PredictiveState.chol`` (K, M, M)); a
-    multi-output kernel's (``output_count`` P) adds the part "output", :data:`OUTPUT_LAYOUT`.
+    multi-output kernel's (``output_count`` P), :data:`OUTPUT_LAYOUT`'s.
 
     Parameters
     ----------
@@ -201,7 +209,7 @@ def model_layout(model):
     dict of str to Part
     """
     if getattr(model.kernel, "output_count", None) is not None:
-        return {**LAYOUT, "output": OUTPUT_LAYOUT}
+        return {**LAYOUT, **OUTPUT_LAYOUT}
     if model.likelihood.n_latent == 1:
         return LAYOUT
     # The kernel's number of outputs, not the state, decides: a reader has only the model.
