@@ -216,7 +216,9 @@ def run_case(name, case, out_dir):
     path = os.path.join(out_dir, f"gpy_{name}.json")
     common.write_json(path, record)
     print(f"{name}: log ML {log_ml:.12f}  -dense {log_ml - dense_lml:.1e}  grad-FD {fd_abs:.1e} "
-          f"(rel {fd_rel:.1e}, transformed {fd_transformed:.1e})  grad-dense {record['self_check']['gradient_max_rel_diff_dense']:.1e}  f_cov-dense {record['self_check']['f_cov_max_abs_diff_dense']:.1e}")
+          f"(rel {fd_rel:.1e}, transformed {fd_transformed:.1e})  "
+          f"grad-dense {record['self_check']['gradient_max_rel_diff_dense']:.1e}  "
+          f"f_cov-dense {record['self_check']['f_cov_max_abs_diff_dense']:.1e}")
 
 
 def main():

@@ -249,7 +249,8 @@ def run_case(name, case, out_dir):
     path = os.path.join(out_dir, f"gpytorch_{name}.json")
     common.write_json(path, record)
     sc = record["self_check"]
-    print(f"{name}: log ML {lml:.12f}  -dense {sc['log_ml_minus_dense']:.1e}  mll*NP {sc['exact_mll_times_NP_minus_log_ml']:.1e}"
+    print(f"{name}: log ML {lml:.12f}  -dense {sc['log_ml_minus_dense']:.1e}"
+          f"  mll*NP {sc['exact_mll_times_NP_minus_log_ml']:.1e}"
           f"  grad-FD {fd_abs:.1e} (rel {fd_rel:.1e})  grad-dense {sc['gradient_max_rel_diff_dense']:.1e}"
           f"  f_mean/var/cov-dense {sc['f_mean_max_abs_diff_dense']:.1e}/{sc['f_var_max_abs_diff_dense']:.1e}"
           f"/{sc['f_cov_max_abs_diff_dense']:.1e}")

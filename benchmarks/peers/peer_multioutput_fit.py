@@ -112,7 +112,8 @@ def main():
               "global noise", lik64.noise.item(), "task noises", lik64.task_noises.numpy().round(6).tolist(),
               "B diag", np.diag(B).round(6).tolist(), "constant means",
               [m.constant.item() for m in model64.mean_module.base_means])
-    print(f"final exact log ML (float64, un-normalised): {lml:.6f}   (ExactMarginalLogLikelihood = {lml / (N * P):.6f})")
+    print(f"final exact log ML (float64, un-normalised): {lml:.6f}   "
+          f"(ExactMarginalLogLikelihood = {lml / (N * P):.6f})")
     print(f"load after: {os.getloadavg()}")
 
 
