@@ -994,3 +994,18 @@ def test_multi_output_long_rows_are_checked(tmp_path, capsys):
     path = write_model(tmp_path, MULTI_TOML)
     assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
     assert_one_line_error(capsys, str(path), "[data]", "[2] are all NaN")
+
+
+def test_multi_output_long_rows_take_an_offset_column(tmp_path):
+    """target + output + offset: the offset is split with the (input, output) rows."""
+    rows = write_outputs_csv(tmp_path / "outputs.csv", long=True)
+    with open(tmp_path / "outputs.csv", "w") as fh:
+        fh.write("x,task,shift,y\n" + "".join(f"{x:.17g},{int(p)},{0.1 * i:.17g},{y:.17g}\n"
+                                               for i, (x, p, y) in enumerate(rows)))
+    text = MULTI_TOML.replace('targets = ["a", "b", "c"]', 'target = "y"\noutput = "task"\noffset = "shift"')
+    _, (X, y, X_test, y_test, o_train, o_test), description, _, _ = cli.problem_from_toml(write_model(tmp_path, text))
+    train, test = cli.split_rows(len(rows), int(round(0.2 * len(rows))))
+    np.testing.assert_array_equal(o_train, 0.1 * train)
+    np.testing.assert_array_equal(o_test, 0.1 * test)
+    np.testing.assert_array_equal(X, rows[train, :2])
+    assert "offset 'shift'" in description and "features x;" in description
