@@ -196,6 +196,8 @@ def test_per_output_noise_and_mean_match_the_dense_conditional(data):
     ds = post.predict(X_new)
     np.testing.assert_allclose(ds.f_mean, mean.reshape(3, P), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(ds.y_var, (var + noise[stars[:, 1].astype(int)]).reshape(3, P), rtol=1e-9)
+    given = post.predict(X_new, noise_variance=np.full((3, P), 0.5))
+    np.testing.assert_allclose(given.y_var, var.reshape(3, P) + 0.5, rtol=1e-9)
     Y_new = mean.reshape(3, P) + 0.3
     np.testing.assert_allclose(post.log_predictive(X_new, Y_new), stats.norm.logpdf(
         Y_new.ravel(), mean, np.sqrt(var + noise[stars[:, 1].astype(int)])).reshape(3, P), rtol=1e-9)
@@ -227,14 +229,17 @@ def test_query_width_is_checked():
 
 
 # -- sparse: shared inducing inputs --------------------------------------------------------------
-def test_vfe_with_Z_equal_to_X_equals_exact(data):
+@pytest.mark.parametrize("method", [gd.inference.VFE, gd.inference.FITC, gd.inference.DTC])
+def test_collapsed_methods_with_Z_equal_to_X_equal_exact(data, method):
+    """Q_ff = K_ff when the training rows are among the inducing rows: VFE's trace term, FITC's
+    diagonal correction and DTC's difference from the exact GP vanish."""
     X, Y = data
     exact = _exact().fit(X, Y, optimize=False)
     X_long, y_long = _dense_long(X, Y)
     X_new = np.array([[-2.2], [0.1], [1.7]])
     for Z in (X, X_long):       # input space, shared by the outputs (12 x 3 rows); the long rows as they are
         vfe = gd.Model(_icm(), gd.likelihoods.Gaussian(NOISE), inducing=gd.inducing.Fixed(Z),
-                       inference=gd.inference.VFE(jitter=0.0)).fit(X, Y, optimize=False)
+                       inference=method(jitter=0.0)).fit(X, Y, optimize=False)
         assert vfe.state.Z.shape == ((36, 2) if Z is X else X_long.shape)
         # Measured: 7e-14 and 2e-13 apart (log evidence -28.0), predictions 2e-15, gradients 1e-12.
         assert vfe.log_evidence == pytest.approx(exact.log_evidence, rel=0, abs=1e-10)
@@ -286,6 +291,10 @@ def test_greedy_selection_picks_long_rows_and_refuses_optimised_rows(data):
                     inference=gd.inference.VFE()).fit(X, Y, optimize=False)
     assert post.state.Z.shape == (8, 2)
     np.testing.assert_array_equal(post.state.Z, X_long[post.selection.indices])
+    reselected = gd.Model(_icm(), gd.likelihoods.Gaussian(NOISE), inference=gd.inference.VFE(),
+                          inducing=gd.inducing.GreedyVariance(tol=1e-2, reinit=True, max_reinit=3)).fit(X, Y, max_iter=20)
+    assert reselected.reinit_stop is not None
+    np.testing.assert_array_equal(reselected.state.Z, X_long[reselected.selection.indices])
     with pytest.raises(ValueError, match=r"optimises Z selected among the long training rows"):
         gd.Model(_icm(), gd.likelihoods.Gaussian(NOISE), inducing=gd.inducing.Optimized(gd.inducing.GreedyVariance(m=8)),
                  inference=gd.inference.VFE())
@@ -390,14 +399,35 @@ def test_model_refuses_partners_that_do_not_fit_a_multi_output_kernel():
         gd.Model(SE(), gd.likelihoods.Gaussian(), mean=gd.means.PerOutput((gd.means.Zero(), gd.means.Zero())))
 
 
-@pytest.mark.parametrize("inference", [gd.inference.EP(), gd.inference.Laplace()], ids=["EP", "Laplace"])
-def test_non_gaussian_methods_run_on_a_coregionalised_kernel(inference):
-    """One Bernoulli likelihood shared by the outputs: EP and Laplace see ordinary rows."""
+def _binary_data():
     rng = np.random.default_rng(5)
     X = np.linspace(-3, 3, 15)[:, None]
     F = np.column_stack([np.sin(2 * X[:, 0]), np.sin(2 * X[:, 0]) + 0.3, -np.sin(2 * X[:, 0])])
     Y = (rng.random(F.shape) < 1 / (1 + np.exp(-3 * F))).astype(float)
     Y[[1, 6], 2] = np.nan
+    return X, Y
+
+
+@pytest.mark.parametrize("inference", [gd.inference.EP(), gd.inference.Laplace()], ids=["EP", "Laplace"])
+def test_sparse_non_gaussian_methods_sum_the_shared_z_gradient(inference):
+    """FITC-EP and FITC-Laplace with Z (M, D) shared by the outputs: dZ against central differences."""
+    X, Y = _binary_data()
+    Z = np.array([[-2.5], [-1.0], [0.2], [1.4], [2.6]])
+    model = gd.Model(_icm(), gd.likelihoods.Bernoulli(), inducing=gd.inducing.Optimized(Z), inference=inference)
+    X_long, y_long, _ = multioutput.long_data(X, Y, P)
+    y_coded = model.likelihood.coded_targets(y_long, len(y_long))
+    values = model.parameter_table(X_long, Z).values()
+    values.pop("inducing.Z")
+    ev = model.evaluate(values, X_long, y_coded, Z)
+    assert ev.dZ.shape == Z.shape
+    numeric = central_difference(lambda z: model.evaluate(values, X_long, y_coded, z, need_grad=False).log_evidence, Z)
+    np.testing.assert_allclose(ev.dZ, numeric, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("inference", [gd.inference.EP(), gd.inference.Laplace()], ids=["EP", "Laplace"])
+def test_non_gaussian_methods_run_on_a_coregionalised_kernel(inference):
+    """One Bernoulli likelihood shared by the outputs: EP and Laplace see ordinary rows."""
+    X, Y = _binary_data()
     model = gd.Model(_icm(), gd.likelihoods.Bernoulli(), inference=inference)
     X_long, y_long, _ = multioutput.long_data(X, Y, P)
     y_coded = model.likelihood.coded_targets(y_long, len(y_long))
