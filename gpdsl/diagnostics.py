@@ -118,7 +118,9 @@ def largest_gradient(table, grad, X):
         d objective / d u, u the optimiser's free vector (log of positive entries).
     X : ndarray or Dask array, shape (N, D)
         The training inputs: an inducing input's gradient is multiplied by its column's standard
-        deviation (so that it is per standard deviation moved, as the others are per e-fold).
+        deviation (so that it is per standard deviation moved, as the others are per e-fold).  A
+        multi-output model's X has the output index as an extra last column, which inducing
+        inputs shared by the outputs (M, D) do not have: their columns are X's first D.
 
     Returns
     -------
@@ -131,7 +133,7 @@ def largest_gradient(table, grad, X):
         g = np.abs(np.asarray(grad[offset:offset + e.size], dtype=float)).reshape(e.value.shape)
         offset += e.size
         if e.name == "inducing.Z":
-            g = g * np.asarray(np.std(X, axis=0), dtype=float)[None, :]
+            g = g * np.asarray(np.std(X[:, :g.shape[1]], axis=0), dtype=float)[None, :]
         top = float(np.max(g, initial=0.0))
         if not np.isfinite(top) or top > largest:
             largest, name = top, e.name
