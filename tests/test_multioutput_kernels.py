@@ -205,8 +205,8 @@ def test_output_column_must_hold_output_indices(bad, match):
     icm, lmc = _icm().bind(), _lmc().bind()
     for call in (lambda: icm.gram(X, X2), lambda: icm.diag(X), lambda: icm.vjp(X, X2, np.ones((9, 6))),
                  lambda: lmc.gram(X2, X), lambda: lmc.diag_vjp(X, np.ones(9)), lambda: _icm().parameters(X)):
-        with pytest.raises(ValueError, match=r"output index \(X's last column\) must hold integers in \[0, 3\), got "
-                                             + match + " in row 4"):
+        with pytest.raises(ValueError, match=r"the last column of X is the output index and must hold integers 0..2 "
+                                             r"\(one per output\), got " + match + " at row 4"):
             call()
     with pytest.raises(ValueError, match=r"ICM: X must hold the inputs and, as its last column, the output index"):
         icm.gram(X1[:, -1:], X1[:, -1:])

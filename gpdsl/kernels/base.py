@@ -448,8 +448,24 @@ class _Composite(Kernel):
         return f"{type(self).__name__}({', '.join(k.describe() for k in self.kernels)})"
 
 
+class _OutputsOfParts:
+    """A composite whose parts may be kernels of several outputs, all of one number P, which it
+    then has (a Sum or Product of ICMs)."""
+
+    combines_outputs = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        _common_output_count(self)
+
+    @property
+    def output_count(self):
+        """The parts' common number of outputs (None: one output)."""
+        return _common_output_count(self)
+
+
 @dataclass(frozen=True, eq=False)
-class Sum(_Composite):
+class Sum(_OutputsOfParts, _Composite):
     """Sum kernel k = k_0 + k_1 + ...; hyperparameters are named ``<i>.<field>`` under the kernel.
 
     Parameters
@@ -467,17 +483,6 @@ class Sum(_Composite):
     ValueError
         If the parts are kernels of different numbers of outputs (:attr:`output_count`).
     """
-
-    combines_outputs = True
-
-    def __post_init__(self):
-        super().__post_init__()
-        _common_output_count(self)
-
-    @property
-    def output_count(self):
-        """The parts' common number of outputs (None: one output)."""
-        return _common_output_count(self)
 
     def gram(self, X1, X2):
         return sum(k.gram(X1, X2) for k in self.kernels)
@@ -501,7 +506,7 @@ class Sum(_Composite):
 
 
 @dataclass(frozen=True, eq=False)
-class Product(_Composite):
+class Product(_OutputsOfParts, _Composite):
     """Product kernel k = k_0 * k_1 * ... (elementwise); the VJP of each factor sees G times the
     others.  Hyperparameters are named ``<i>.<field>`` under the kernel.
 
@@ -520,17 +525,6 @@ class Product(_Composite):
     ValueError
         If the parts are kernels of different numbers of outputs (:attr:`output_count`).
     """
-
-    combines_outputs = True
-
-    def __post_init__(self):
-        super().__post_init__()
-        _common_output_count(self)
-
-    @property
-    def output_count(self):
-        """The parts' common number of outputs (None: one output)."""
-        return _common_output_count(self)
 
     def gram(self, X1, X2):
         return np.prod([k.gram(X1, X2) for k in self.kernels], axis=0)

@@ -33,6 +33,7 @@ import numbers
 from dataclasses import dataclass
 import numpy as np
 
+from ..checks import output_indices
 from ..chunks import add_partial
 from ..components import Component, Parameter, bind_parts, part_parameters
 from ..parameters import check_hyperparameter, declared_value
@@ -43,7 +44,8 @@ _B_NAMES = ("W", "kappa")
 
 
 def output_index(owner, X, P):
-    """The output index of each row: X's last column as integers, checked.
+    """The output index of each row: X's last column as integers (:func:`gpdsl.checks.output_indices`),
+    with at least one input column before it.
 
     Parameters
     ----------
@@ -62,18 +64,10 @@ def output_index(owner, X, P):
     ValueError
         X has fewer than two columns, or a value of its last column is not an integer in [0, P).
     """
-    X = np.asarray(X)
-    if X.ndim != 2 or X.shape[1] < 2:
+    if np.ndim(X) == 2 and np.shape(X)[1] < 2:
         raise ValueError(f"{owner}: X must hold the inputs and, as its last column, the output index (shape "
-                         f"(n, D + 1) with D >= 1), got shape {X.shape}")
-    column = X[:, -1]
-    with np.errstate(invalid="ignore"):
-        bad = ~(np.isfinite(column) & (column == np.round(column)) & (column >= 0) & (column < P))
-    if np.any(bad):
-        row = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{owner}: the output index (X's last column) must hold integers in [0, {P}), got "
-                         f"{float(column[row])!r} in row {row}")
-    return column.astype(np.intp)
+                         f"(n, D + 1) with D >= 1), got shape {np.shape(X)}")
+    return output_indices(owner, X, P)
 
 
 def default_coregion(P, rank, shift=0.0):
