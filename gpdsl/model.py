@@ -21,7 +21,7 @@ from .inducing import InducingSpec
 from .inference import Inference
 from .inputs import check_fit_arguments, validate_inputs
 from .kernels import Kernel
-from .multioutput import _is_list_layout, fold_inducing_gradient, long_data, method_inducing, output_count
+from .multioutput import _is_list_layout, inducing_gradient, long_data, method_inducing, output_count
 from .likelihoods import Likelihood
 from .means import Mean
 from .parameters import Entry, ParameterTable
@@ -351,8 +351,7 @@ class Model:
                    + self.likelihood.entries("likelihood", X, fixed)
                    + ([] if self.mean is None else self.mean.entries("mean", X, fixed))
                    # A method's q(u) is over the inducing variables it sees (M P of shared Z).
-                   + self.inference.variational_entries(X.shape[0], Z if P is None else method_inducing(Z, X, P),
-                                                        fixed))
+                   + self.inference.variational_entries(X.shape[0], method_inducing(Z, X, P), fixed))
         if Z is not None and self.inducing is not None and self.inducing.optimize:
             entries.append(Entry("inducing.Z", np.array(Z), positive=False,
                                  fixed="inducing.Z" in fixed))
@@ -378,9 +377,9 @@ class Model:
             Training targets (as ``likelihood.prepare_targets`` returns them).
         Z : ndarray, shape (M, D) or None
             Inducing inputs (None for methods without).  A multi-output model's (M, D) in input
-            space are shared by the outputs (the method sees their M P long rows, and ``dZ`` is
-            summed over the copies: :func:`gpdsl.multioutput.method_inducing`); (M, D+1) are
-            taken as they are.
+            space are shared by the outputs: the method sees their M P long rows
+            (:func:`gpdsl.multioutput.method_inducing`) and ``dZ`` is summed over the copies
+            (:func:`~gpdsl.multioutput.inducing_gradient`); (M, D+1) are taken as they are.
         need_grad : bool, default True
             Compute the gradients of the log evidence.
         need_state : bool, default False
@@ -400,18 +399,16 @@ class Model:
         """
         self._require_inference("evaluate")
         P = self.output_count
-        if P is not None:
-            if _is_list_layout(X) or np.ndim(y) == 2:
-                X, y, offset = long_data(X, y, P, offset, owner="evaluate", every_output=False)
-                y = self.likelihood.coded_targets(y, X.shape[0])
-            Z_given, Z = Z, method_inducing(Z, X, P)
+        if P is not None and (_is_list_layout(X) or np.ndim(y) == 2):
+            X, y, offset = long_data(X, y, P, offset, owner="evaluate", every_output=False)
+            y = self.likelihood.coded_targets(y, X.shape[0])
         kernel, likelihood = self.bind(values)
-        evaluation = self.inference.evaluate(kernel, likelihood, values, X, y, Z, need_grad=need_grad,
-                                             need_state=need_state, warm=warm,
+        evaluation = self.inference.evaluate(kernel, likelihood, values, X, y, method_inducing(Z, X, P),
+                                             need_grad=need_grad, need_state=need_state, warm=warm,
                                              offset=self.latent_offset(values, X, offset))
-        if P is not None and Z is not Z_given and evaluation.dZ is not None:
+        if P is not None:
             # Z (M, D) shared by the outputs: its gradient sums over its P copies.
-            evaluation.dZ = fold_inducing_gradient(evaluation.dZ, P)
+            evaluation.dZ = inducing_gradient(evaluation.dZ, Z, P)
         # A mean function's gradients are made of d/d offset; without one, grads["offset"] stays
         # (the derivative in a known offset) and the parameter table ignores it.
         if self.mean is not None and evaluation.grads is not None and "offset" in evaluation.grads:

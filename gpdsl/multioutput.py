@@ -25,7 +25,7 @@ expanded POINT-MAJOR (each point's P outputs together), so that a long result (n
 Sparse methods share the inducing inputs across outputs: Z (M, D) in input space stands for
 Z x {0..P-1} (:func:`expand_inducing`, M P rows, output-major); a Z of D+1 columns is taken as
 the long inducing inputs it is.  Optimised Z's gradient is the sum over its P copies
-(:func:`fold_inducing_gradient`).
+(:func:`inducing_gradient`).
 """
 from __future__ import annotations
 
@@ -265,38 +265,47 @@ def expand_inducing(Z, P):
     return np.column_stack([np.tile(Z, (P, 1)), np.repeat(np.arange(P, dtype=float), Z.shape[0])])
 
 
-def fold_inducing_gradient(dZ_long, P):
-    """d/dZ (M, D) of shared inducing inputs from d/dZ_long (M P, D+1): the sum over Z's P
-    copies (chain rule through :func:`expand_inducing`; the output column is not a parameter).
+def inducing_gradient(dZ_method, Z, P):
+    """d/dZ of the inducing inputs Z as given, from d/dZ of those the method saw
+    (:func:`method_inducing`): for Z (M, D) shared by the outputs the sum over its P copies of
+    d/dZ_long (M P, D+1) (the chain rule through :func:`expand_inducing`; the output column is no
+    parameter); otherwise ``dZ_method`` as it is.
 
     Parameters
     ----------
-    dZ_long : ndarray, shape (M P, D+1)
-    P : int
+    dZ_method : ndarray of shape (M P, D+1) or of Z's shape, or None
+    Z : ndarray of shape (M, D) or (M', D+1), or None
+    P : int or None
+        The model's outputs (None: a single-output model, ``dZ_method`` returned).
 
     Returns
     -------
-    ndarray, shape (M, D)
+    ndarray of Z's shape, or None
     """
-    dZ_long = np.asarray(dZ_long)
-    return dZ_long[:, :-1].reshape(P, -1, dZ_long.shape[1] - 1).sum(axis=0)
+    if P is None or dZ_method is None or np.shape(dZ_method)[1] == np.shape(Z)[1]:
+        return dZ_method
+    dZ_method = np.asarray(dZ_method)
+    return dZ_method[:, :-1].reshape(P, -1, dZ_method.shape[1] - 1).sum(axis=0)
 
 
 def method_inducing(Z, X, P):
     """The inducing inputs a method sees: Z (M, D) expanded (:func:`expand_inducing`) where X is
-    long (D+1 columns), a Z of X's width (or None) as it is.
+    long (D+1 columns), a Z of X's width (or None) as it is.  A minibatch or other optimiser that
+    calls a method directly, not through ``Model.evaluate``, passes its Z through this and the
+    method's dZ back through :func:`inducing_gradient`.
 
     Parameters
     ----------
     Z : ndarray of shape (M, D) or (M', D+1), or None
     X : ndarray, shape (n, D+1)
-    P : int
+    P : int or None
+        The model's outputs (None: a single-output model, Z returned).
 
     Returns
     -------
     ndarray or None
     """
-    if Z is None or np.shape(Z)[1] == np.shape(X)[1]:
+    if P is None or Z is None or np.shape(Z)[1] == np.shape(X)[1]:
         return Z
     if np.shape(Z)[1] != np.shape(X)[1] - 1:
         raise ValueError(f"the inducing inputs Z have {np.shape(Z)[1]} columns; a multi-output model's are (M, D) in "
@@ -469,4 +478,4 @@ def query(X_new, D, P, owner="predict", name="X_new"):
 
 
 __all__ = ["output_count", "long_data", "check_outputs", "unique_inputs", "selection_inputs", "expand_inducing",
-           "fold_inducing_gradient", "method_inducing", "standardization", "draw_inputs", "Query", "query"]
+           "inducing_gradient", "method_inducing", "standardization", "draw_inputs", "Query", "query"]
