@@ -36,43 +36,50 @@ VARS_K = np.array([[0.4, 1.5, 0.02], [0.1, 0.9, 2.0], [1.0, 0.3, 0.6]])
 
 # -- kernels --------------------------------------------------------------------------------------
 def check_kernel_gram(kernel):
-    """Gram matrix symmetric positive semi-definite, ``diag`` its diagonal, K(X1, X2) = K(X2, X1)^T.
+    """Gram matrix symmetric positive semi-definite, ``diag`` its diagonal, K(X1, X2) = K(X2, X1)^T
+    (a kernel of P outputs at X1, X2 with the output column of :func:`inputs_for`).
 
     Parameters
     ----------
     kernel : gpdsl.kernels.Kernel
-        A kernel of one output.
+        A kernel of one latent function.
     """
     k = kernel.bind()
-    K = k.gram(X1, X1)
+    A, B = inputs_for(kernel, X1), inputs_for(kernel, X2)
+    K = k.gram(A, A)
     assert K.shape == (7, 7)
     np.testing.assert_allclose(K, K.T, rtol=1e-12, atol=1e-14)
     assert np.linalg.eigvalsh(K).min() >= -1e-10 * np.abs(K).max()
-    np.testing.assert_allclose(k.diag(X1), np.diag(K), rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(k.gram(X1, X2), k.gram(X2, X1).T, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(k.diag(A), np.diag(K), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(k.gram(A, B), k.gram(B, A).T, rtol=1e-12, atol=1e-14)
 
 
 def check_kernel_gradients(kernel):
-    """``vjp`` (hyperparameters and X1) and ``diag_vjp`` against central differences.
+    """``vjp`` (hyperparameters and X1) and ``diag_vjp`` against central differences; for a
+    kernel of P outputs d/dX1 of the output column (which holds integers) is 0.
 
     Parameters
     ----------
     kernel : gpdsl.kernels.Kernel
     """
     rng = np.random.default_rng(11)
-    values = _local_values(kernel, X1)
+    A, B = inputs_for(kernel, X1), inputs_for(kernel, X2)
+    values = _local_values(kernel, A)
     G = rng.normal(size=(7, 5))
     g = rng.normal(size=7)
-    grads, dX1 = kernel.bind(values).vjp(X1, X2, G)
-    dgrads = kernel.bind(values).diag_vjp(X1, g)
+    grads, dX1 = kernel.bind(values).vjp(A, B, G)
+    dgrads = kernel.bind(values).diag_vjp(A, g)
     assert set(grads) == set(values), "vjp must give a gradient for every parameter"
     for name, value in values.items():
-        fd = central_difference(lambda v: np.sum(G * kernel.bind({**values, name: v}).gram(X1, X2)), value)
+        fd = central_difference(lambda v: np.sum(G * kernel.bind({**values, name: v}).gram(A, B)), value)
         np.testing.assert_allclose(grads[name], fd, rtol=1e-5, atol=1e-8, err_msg=name)
-        fd = central_difference(lambda v: np.sum(g * kernel.bind({**values, name: v}).diag(X1)), value)
+        fd = central_difference(lambda v: np.sum(g * kernel.bind({**values, name: v}).diag(A)), value)
         np.testing.assert_allclose(dgrads.get(name, 0.0), fd, rtol=1e-5, atol=1e-8, err_msg=f"diag {name}")
-    fd = central_difference(lambda A: np.sum(G * kernel.bind(values).gram(A, X2)), X1)
-    np.testing.assert_allclose(dX1, fd, rtol=1e-5, atol=1e-8, err_msg="X1")
+    width = X1.shape[1]
+    fd = central_difference(lambda U: np.sum(G * kernel.bind(values).gram(np.column_stack([U, A[:, width:]]), B)),
+                            X1)
+    np.testing.assert_allclose(dX1[:, :width], fd, rtol=1e-5, atol=1e-8, err_msg="X1")
+    np.testing.assert_array_equal(dX1[:, width:], 0.0, err_msg="X1's output column")
 
 
 def check_kernel_fitted_model_round_trips(kernel):
@@ -85,12 +92,13 @@ def check_kernel_fitted_model_round_trips(kernel):
     """
     model = Model(kernel, Gaussian(0.1))
     y = np.sin(X1[:, 0]) + 0.1 * X1[:, 1]
-    post = model.fit(X1, y, max_iter=2)
+    post = model.fit(inputs_for(kernel, X1), y, max_iter=2)
+    X_new = inputs_for(kernel, X2)
     with tempfile.TemporaryDirectory() as folder:
         post.save(Path(folder) / "post.nc")
         back = load(Path(folder) / "post.nc")
         assert back.model == model
-        np.testing.assert_array_equal(back.predict(X2)["f_mean"].values, post.predict(X2)["f_mean"].values)
+        np.testing.assert_array_equal(back.predict(X_new)["f_mean"].values, post.predict(X_new)["f_mean"].values)
         toml = Path(folder) / "model.toml"
         model.to_toml(toml)
         assert Model.from_toml(toml) == model
@@ -99,23 +107,27 @@ def check_kernel_fitted_model_round_trips(kernel):
 def check_kernel_active_dims(kernel):
     """``active_dims`` (handled by the Kernel base class for every kernel) reads the named
     columns, in their order, and scatters d/dX1 back into X's width (to rounding: the selected
-    columns are a copy in another memory order).
+    columns are a copy in another memory order).  The wide inputs hold the last column first, an
+    unread column, then the others (``active_dims`` (2, 0) for two columns; a kernel of P outputs
+    has the output column of :func:`inputs_for` last).
 
     Parameters
     ----------
     kernel : gpdsl.kernels.Kernel
     """
     rng = np.random.default_rng(12)
-    wide1 = np.column_stack([X1[:, 1], rng.normal(size=7), X1[:, 0]])
-    wide2 = np.column_stack([X2[:, 1], rng.normal(size=5), X2[:, 0]])
-    masked = dataclasses.replace(kernel, active_dims=(2, 0)).bind()
+    A, B = inputs_for(kernel, X1), inputs_for(kernel, X2)
+    wide1 = np.column_stack([A[:, -1], rng.normal(size=7), A[:, :-1]])
+    wide2 = np.column_stack([B[:, -1], rng.normal(size=5), B[:, :-1]])
+    read = tuple(range(2, A.shape[1] + 1)) + (0,)
+    masked = dataclasses.replace(kernel, active_dims=read).bind()
     plain = kernel.bind()
-    np.testing.assert_allclose(masked.gram(wide1, wide2), plain.gram(X1, X2), rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(masked.diag(wide1), plain.diag(X1), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(masked.gram(wide1, wide2), plain.gram(A, B), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(masked.diag(wide1), plain.diag(A), rtol=1e-12, atol=1e-14)
     G = rng.normal(size=(7, 5))
     grads, dX = masked.vjp(wide1, wide2, G)
-    plain_grads, plain_dX = plain.vjp(X1, X2, G)
-    np.testing.assert_allclose(dX[:, [2, 0]], plain_dX, rtol=1e-12, atol=1e-13)
+    plain_grads, plain_dX = plain.vjp(A, B, G)
+    np.testing.assert_allclose(dX[:, list(read)], plain_dX, rtol=1e-12, atol=1e-13)
     np.testing.assert_array_equal(dX[:, 1], 0.0)
     for name, g in plain_grads.items():
         np.testing.assert_allclose(grads[name], g, rtol=1e-12, atol=1e-13)
