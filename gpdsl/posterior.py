@@ -242,7 +242,8 @@ class Posterior:
 
     @property
     def inducing_inputs(self):
-        """Z (M, D) in the data's units (``state.Z`` is in the fit's)."""
+        """Z (M, D) in the data's units (``state.Z`` is in the fit's); a multi-output model's long
+        inducing rows (M P, D+1 for Z shared by the outputs), the output index last."""
         scaling = self.standardization
         return self.state.Z if scaling is None else scaling.x_mean + scaling.x_scale * self.state.Z
 
