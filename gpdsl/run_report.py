@@ -203,7 +203,11 @@ def report(posterior, X, X_test, y_test, data_description, wall_time, offset_tes
     print(f"  optimiser        {state} after {posterior.n_iterations} iteration(s)")
     print(f"  diagnostics      {posterior.diagnostics.summary()}")
     print(f"  stopped by       {posterior.diagnostics.message}")
-    if model.sparse:
+    if model.sparse and model.output_count is not None:
+        Z = posterior.state.Z
+        print(f"  inducing points  {Z.shape[0]} (input, output) pairs at {np.unique(Z[:, :-1], axis=0).shape[0]} "
+              f"inputs")
+    elif model.sparse:
         print(f"  inducing points  {posterior.state.Z.shape[0]}")
     else:
         print(f"  inducing points  none ({inference} uses all {X.shape[0]} training points)")

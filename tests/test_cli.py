@@ -933,11 +933,23 @@ def test_multi_output_data_are_read_as_long_rows(tmp_path, long):
     assert ("output index 'task'" in description) == long
 
 
-def test_multi_output_run_fits_reports_and_saves(tmp_path, capsys):
+SPARSE_MULTI = MULTI_TOML.replace("[data]", """[inducing]
+type = "Optimized"
+init = {type = "KMeans", m = 8, seed = 0}
+[inference]
+type = "VFE"
+[data]""")
+
+
+@pytest.mark.parametrize("text", [MULTI_TOML, SPARSE_MULTI], ids=["Exact", "VFE"])
+def test_multi_output_run_fits_reports_and_saves(tmp_path, capsys, text):
+    """The run fits, reports rows, features and outputs, writes a posterior whose held-out
+    scores are the printed ones; VFE's inducing inputs are shared by the outputs (8 inputs)."""
     rows = write_outputs_csv(tmp_path / "outputs.csv")
     out = tmp_path / "out"
-    assert cli.main(["run", str(write_model(tmp_path, MULTI_TOML)), "--out", str(out)]) == 0
+    assert cli.main(["run", str(write_model(tmp_path, text)), "--out", str(out)]) == 0
     stdout = capsys.readouterr().out
+    assert ("inducing points  24 (input, output) pairs at 8 inputs" in stdout) == (text is SPARSE_MULTI)
     n_test = int(round(0.2 * len(rows)))
     assert f"{len(rows) - n_test} training / {n_test} held-out (input, output) rows, 1 feature(s), 3 outputs" in stdout
     assert "likelihood.variance" in stdout and "kernel.W" in stdout and "mean.1.constant" in stdout

@@ -292,3 +292,22 @@ def test_multi_output_models_round_trip_through_dicts_and_model_files(kernel, tm
     (tmp_path / "model.toml").write_text(model.to_toml())
     assert gd.Model.from_toml(tmp_path / "model.toml") == model
     assert gd.Model.from_toml(model.to_toml()) == model
+
+
+def test_standardized_fit_adds_each_outputs_noise_in_the_datas_units():
+    """standardize=True scales the targets by one y_scale: each output's noise is its fitted
+    variance times y_scale^2 in predict, log_predictive and noise_variance."""
+    from scipy import stats
+
+    model = gd.Model(ICM, gd.likelihoods.OutputGaussian(3, variance=VARIANCES), mean=gd.means.PerOutput(PARTS))
+    post = model.fit(X, 10.0 * Y + 3.0, max_iter=5, standardize=True)
+    scale = post.standardization.y_scale
+    assert scale != pytest.approx(1.0)
+    p = X_NEW[:, -1].astype(int)
+    noise = post.values["likelihood.variance"][p] * scale ** 2
+    np.testing.assert_allclose(post.noise_variance(X_NEW), noise, rtol=1e-12)
+    pred = post.predict(X_NEW)
+    np.testing.assert_allclose(pred["y_var"].values - pred["f_var"].values, noise, rtol=1e-10)
+    np.testing.assert_allclose(post.log_predictive(X_NEW, Y_NEW),
+                               stats.norm.logpdf(Y_NEW, pred["y_mean"].values, np.sqrt(pred["y_var"].values)),
+                               rtol=1e-10)
