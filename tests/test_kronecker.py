@@ -1,7 +1,7 @@
 """Exact's Kronecker path (gpdsl/methods/exact.py): an ICM on a full isotopic output-major grid
 with a noise of one value an output gives the general path's log evidence, every gradient and
-the latent offset's gradient to 1e-10 (per-output noise, a shared Gaussian, known per-row
-variances constant per output), its gradients match central differences of the dense formula
+the latent offset's gradient to 1e-10 (per-output noise: OutputGaussian; a shared Gaussian;
+known per-row variances constant per output), its gradients match central differences of the dense formula
 (tests/naive.py), and the general path runs wherever the structure is absent."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 import gpdsl as gd
 import naive
-from gpdsl.components import Bound, Parameter
+from gpdsl.components import Bound
 from gpdsl.methods import exact
 from naive import central_difference
 
@@ -24,26 +24,6 @@ Y = np.concatenate([np.sin(INPUTS[:, 0] + p) + 0.3 * INPUTS[:, 1] for p in range
 NOISE = np.array([0.05, 0.3, 0.12])
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class BlockNoise(gd.likelihoods.Likelihood):
-    """Test-local Gaussian noise of one variance per output (X's last column), with its gradient:
-    the per-output noise the Kronecker path takes, until gd.likelihoods.OutputGaussian exists."""
-
-    variance: object = None
-    hyperparameters = ("variance",)
-    observation_noise = True
-    target_kind = "real"
-
-    def parameters(self, X):
-        return [Parameter("variance", self.variance, shape=(len(self.variance),), dims=("output",))]
-
-    def noise(self, X):
-        return np.asarray(self.variance, float)[X[:, -1].astype(int)]
-
-    def noise_vjp(self, X, g):
-        return {"variance": np.bincount(X[:, -1].astype(int), weights=g, minlength=len(self.variance))}
-
-
 def _kernel(**kw):
     W = np.array([[0.9, -0.2], [0.4, 0.7], [-0.5, 0.3]])
     return gd.kernels.ICM(gd.kernels.Matern52(np.array([0.8, 1.4]), 1.2), P, rank=2, W=W,
@@ -51,7 +31,7 @@ def _kernel(**kw):
 
 
 LIKELIHOODS = [
-    pytest.param(lambda: BlockNoise(NOISE), id="per-output"),
+    pytest.param(lambda: gd.likelihoods.OutputGaussian(P, variance=NOISE), id="per-output"),
     pytest.param(lambda: gd.likelihoods.Gaussian(0.2), id="shared"),
     pytest.param(lambda: gd.likelihoods.HeteroscedasticGaussian(variance=np.repeat(NOISE, N)), id="known-rows"),
 ]
@@ -99,7 +79,7 @@ def test_kronecker_gradients_match_central_differences_of_the_dense_formula():
                                np.repeat(vals["noise"], N), Y)
 
     ev = exact.evaluate(Bound(kernel.bind({k: v for k, v in values.items() if k != "noise"}), "kernel"),
-                        Bound(BlockNoise(values["noise"]).bind(), "likelihood"), X, Y)
+                        Bound(gd.likelihoods.OutputGaussian(P, variance=values["noise"]).bind(), "likelihood"), X, Y)
     assert ev.state is None         # the Kronecker path
     np.testing.assert_allclose(ev.log_evidence, dense(values), rtol=1e-11)
     for name, value in values.items():
@@ -108,13 +88,16 @@ def test_kronecker_gradients_match_central_differences_of_the_dense_formula():
         np.testing.assert_allclose(ev.grads[key], fd, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
-def test_model_evaluation_and_predictions_equal_the_general_path():
-    """Through the model (shared Gaussian noise, a constant mean: the offset's gradient): Exact()
+@pytest.mark.parametrize("likelihood,noise", [
+    pytest.param(gd.likelihoods.Gaussian(0.15), np.full(N * P, 0.15), id="shared"),
+    pytest.param(gd.likelihoods.OutputGaussian(P, variance=NOISE), np.repeat(NOISE, N), id="per-output")])
+def test_model_evaluation_and_predictions_equal_the_general_path(likelihood, noise):
+    """Through the model (shared or per-output noise, a constant mean: the offset's gradient): Exact()
     and Exact(jitter=0.0) (which never takes the Kronecker path) agree to 1e-10 in the log
     evidence and every gradient; the fitted posterior's predictions at new inputs of every
     output equal the dense predictive formula (naive.exact_predict) to 1e-10."""
     mean = gd.means.Constant(0.3)
-    fast_model = gd.Model(_kernel(), gd.likelihoods.Gaussian(0.15), None, gd.inference.Exact(), mean=mean)
+    fast_model = gd.Model(_kernel(), likelihood, None, gd.inference.Exact(), mean=mean)
     general_model = dataclasses.replace(fast_model, inference=gd.inference.Exact(jitter=0.0))
     values = fast_model.parameter_table(X).values()
     fast = fast_model.evaluate(values, X, Y, None)
@@ -127,7 +110,7 @@ def test_model_evaluation_and_predictions_equal_the_general_path():
     new = naive.isotopic_grid(RNG.uniform(-2.0, 2.0, size=(4, 2)), P)
     f_mean, f_var = post.predict_f(new)
     k = _kernel().bind()
-    ref_mean, ref_var = naive.exact_predict(k.gram(X, X), k.gram(new, X), k.diag(new), np.full(N * P, 0.15), Y - 0.3)
+    ref_mean, ref_var = naive.exact_predict(k.gram(X, X), k.gram(new, X), k.diag(new), noise, Y - 0.3)
     np.testing.assert_allclose(np.ravel(f_mean), ref_mean + 0.3, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(np.ravel(f_var), ref_var, rtol=1e-10, atol=1e-12)
 
@@ -140,9 +123,9 @@ def _others():
     varying = np.repeat(NOISE, N)
     varying[4] *= 1.5
     return [
-        pytest.param(_kernel(), BlockNoise(NOISE), X[rows], Y[rows], id="missing-row"),
-        pytest.param(_kernel(), BlockNoise(NOISE), X[order], Y[order], id="input-major"),
-        pytest.param(lmc, BlockNoise(NOISE), X, Y, id="LMC"),
+        pytest.param(_kernel(), gd.likelihoods.OutputGaussian(P, variance=NOISE), X[rows], Y[rows], id="missing-row"),
+        pytest.param(_kernel(), gd.likelihoods.OutputGaussian(P, variance=NOISE), X[order], Y[order], id="input-major"),
+        pytest.param(lmc, gd.likelihoods.OutputGaussian(P, variance=NOISE), X, Y, id="LMC"),
         pytest.param(_kernel(), gd.likelihoods.HeteroscedasticGaussian(variance=varying), X, Y, id="noise-varies"),
     ]
 
@@ -162,7 +145,7 @@ def test_general_path_where_the_structure_is_absent(kernel, likelihood, X_, y):
 def test_state_and_fixed_jitter_take_the_general_path(monkeypatch):
     """need_state builds the general path's predictive state (its Cholesky factor of the N P x N P
     K), and a fixed jitter is the general path's; both with the Kronecker path's log evidence."""
-    kernel, likelihood = _bound(_kernel(), "kernel"), _bound(BlockNoise(NOISE), "likelihood")
+    kernel, likelihood = _bound(_kernel(), "kernel"), _bound(gd.likelihoods.OutputGaussian(P, variance=NOISE), "likelihood")
     fast = exact.evaluate(kernel, likelihood, X, Y)
     calls = []
     original = exact._evaluate
