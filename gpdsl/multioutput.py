@@ -434,8 +434,8 @@ class Query:
             return a
         a = as_float_array(owner, name, a)
         if a.shape != (self.n, self.P):
-            raise ValueError(f"{owner}: {name} must be a number or have shape ({self.n}, {self.P}) (a value a point "
-                             f"and output, as the results), got shape {a.shape}")
+            raise ValueError(f"{owner}: {name} must {'be a number or ' if scalar else ''}have shape ({self.n}, {self.P}) "
+                             f"(a value a point and output, as the results), got shape {a.shape}")
         return a.ravel()
 
 

@@ -494,7 +494,7 @@ class Posterior:
         q = self._query(X_new, "predict")
         X_new = validate_inputs(q.X, "X_new", self.n_features, lazy=self.n_latent == 1)
         noise_variance = q.rows("predict", "noise_variance", noise_variance)
-        offset = validate_offset(q.rows("predict", "offset", offset), X_new.shape[0], name="offset")
+        offset = validate_offset(q.rows("predict", "offset", offset, scalar=False), X_new.shape[0], name="offset")
         if self.n_latent > 1:
             if offset is not None:
                 raise ValueError(f"predict: offset is an offset of one latent function; "
@@ -624,11 +624,12 @@ class Posterior:
         """
         q = self._query(X_new, "log_predictive")
         if q.every_output:
-            y_rows, offset = q.rows("log_predictive", "y_new", y_new, scalar=False), q.rows("log_predictive", "offset", offset)
+            y_rows = q.rows("log_predictive", "y_new", y_new, scalar=False)
+            offset = q.rows("log_predictive", "offset", offset, scalar=False)
             observed, out = ~np.isnan(y_rows), np.full(y_rows.shape, np.nan)
             if observed.any():
                 out[observed] = self.log_predictive(q.X[observed], y_rows[observed],
-                                                    offset if np.ndim(offset) == 0 else offset[observed])
+                                                    None if offset is None else offset[observed])
             return q.wide(out)
         X_new = validate_inputs(q.X, "X_new", self.n_features)
         y_new = self.model.likelihood.coded_targets(y_new, X_new.shape[0], "y_new")

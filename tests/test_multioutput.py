@@ -196,8 +196,10 @@ def test_per_output_noise_and_mean_match_the_dense_conditional(data):
     ds = post.predict(X_new)
     np.testing.assert_allclose(ds.f_mean, mean.reshape(3, P), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(ds.y_var, (var + noise[stars[:, 1].astype(int)]).reshape(3, P), rtol=1e-9)
-    given = post.predict(X_new, noise_variance=np.full((3, P), 0.5))
+    shift = np.arange(3.0 * P).reshape(3, P)
+    given = post.predict(X_new, noise_variance=np.full((3, P), 0.5), offset=shift)
     np.testing.assert_allclose(given.y_var, var.reshape(3, P) + 0.5, rtol=1e-9)
+    np.testing.assert_allclose(given.y_mean, mean.reshape(3, P) + shift, rtol=1e-9)
     Y_new = mean.reshape(3, P) + 0.3
     np.testing.assert_allclose(post.log_predictive(X_new, Y_new), stats.norm.logpdf(
         Y_new.ravel(), mean, np.sqrt(var + noise[stars[:, 1].astype(int)])).reshape(3, P), rtol=1e-9)
@@ -225,6 +227,8 @@ def test_query_width_is_checked():
         post.predict(np.array([[0.0, 1.0], [0.0, -1.0]]))
     with pytest.raises(ValueError, match=r"log_predictive: y_new must .*shape \(2, 3\)"):
         post.log_predictive(np.zeros((2, 1)), np.zeros(2))
+    with pytest.raises(ValueError, match=r"predict: offset must .*shape \(2, 3\)"):
+        post.predict(np.zeros((2, 1)), offset=1.0)
     assert (post.output_count, post.input_dims, post.n_features) == (P, 1, 2)
 
 
