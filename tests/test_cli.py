@@ -1021,3 +1021,24 @@ def test_multi_output_long_rows_take_an_offset_column(tmp_path):
     np.testing.assert_array_equal(o_test, 0.1 * test)
     np.testing.assert_array_equal(X, rows[train, :2])
     assert "offset 'shift'" in description and "features x;" in description
+
+
+def test_multi_output_sample_table_samples_the_long_rows(tmp_path, capsys):
+    """[sample] with targets: NUTS over the per-output noise (3 values) and the base kernel, the
+    (input, output) rows held out are scored by the saved run's log_predictive."""
+    write_outputs_csv(tmp_path / "outputs.csv", n=12)
+    text = MULTI_TOML.replace('rank = 1\n', 'rank = 1\nW = {fixed = [[0.5], [0.5], [-0.5]]}\nkappa = {fixed = [0.5, 0.5, 0.5]}\n')
+    text = text.replace('type = "SquaredExponential"\n', 'type = "SquaredExponential"\n'
+                        'lengthscale = {prior = "LogNormal", mu = 0.0, sigma = 1.0}\n'
+                        'variance = {prior = "LogNormal", mu = 0.0, sigma = 1.0}\n')
+    text = text.replace("variance = 0.05", 'variance = {prior = "LogNormal", mu = -2.0, sigma = 1.0}')
+    text = text.split("[mean]")[0] + "[data]" + text.split("[data]")[1].split("[fit]")[0]
+    text += "standardize = false\n[sample]\ndraws = 20\ntune = 20\nchains = 1\nseed = 2\n"
+    path = write_model(tmp_path, text)
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 0
+    stdout = capsys.readouterr().out
+    assert "likelihood.variance[2]" in stdout and "held             kernel.W, kernel.kappa" in stdout
+    model, (X, y, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
+    back = gd.SampledPosterior.load(tmp_path / "o" / "posterior.nc", model)
+    assert back.result.draws.shape == (1, 20, 5)
+    assert f"MNLPD  {-np.mean(back.log_predictive(X_test, y_test)):.6g}" in stdout
