@@ -67,7 +67,8 @@ def long_data(X, y, P, offset=None, *, owner="fit", every_output=True):
         Inputs: isotopic (with a 2-D ``y`` of P columns), long (with a 1-D ``y``: the last
         column is the output index) or one array an output.
     y : array_like of shape (N, P) or (n,), or list of P arrays (n_p,)
-        Targets in the layout of X; in the isotopic layout NaN marks a missing entry.
+        Targets in the layout of X; in the isotopic layout NaN marks a missing entry.  A 2-D y
+        is isotopic (with P = 1 also (N, 1)); a 1-D y, or (n, 1) with P > 1, is long.
     P : int
         The kernel's number of outputs.
     offset : array_like or list, optional
