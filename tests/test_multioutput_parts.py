@@ -70,7 +70,8 @@ def test_output_gaussian_refuses_an_output_column_that_is_not_an_index(column, s
 
 
 @pytest.mark.parametrize("kwargs,error,match", [
-    ({}, ValueError, r"OutputGaussian: output_count must be a positive integer, got None"),
+    ({}, TypeError, r"missing 1 required positional argument: 'output_count'"),
+    ({"output_count": None}, ValueError, r"OutputGaussian: output_count must be a positive integer, got None"),
     ({"output_count": 0}, ValueError, r"output_count must be a positive integer, got 0"),
     ({"output_count": 2.0}, ValueError, r"output_count must be a positive integer, got 2.0"),
     ({"output_count": 3, "variance": [0.1, 0.2]}, ValueError, r"variance has 2 entries but output_count is 3"),
@@ -158,6 +159,8 @@ def test_parts_round_trip_through_the_model_codec():
     assert component_to_dict(lik) == {"type": "OutputGaussian", "output_count": 3,
                                       "variance": {"fixed": [0.2, 0.5, 1.1]}}
     assert component_from_dict("mean", component_to_dict(mean)) == mean
+    with pytest.raises(ValueError, match=r"likelihood \(OutputGaussian\): missing 'output_count'"):
+        component_from_dict("likelihood", {"type": "OutputGaussian", "variance": 0.1})
 
 
 # -- in a model -----------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ class OutputGaussian(_GaussianNoise):
         A ``variance`` that is not a number, an array, ``Fixed(...)`` or a prior.
     """
 
-    output_count: int = None
+    output_count: int
     variance: object = 1.0
     hyperparameters = ("variance",)
     # fit(standardize=True) may shift and scale the targets: y -> a + b y maps this model to
