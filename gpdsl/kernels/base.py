@@ -250,7 +250,7 @@ class Kernel(Component, family="kernel"):
         """
         return None
 
-    def kronecker_vjp(self, X, G_B, G_x):
+    def kronecker_vjp(self, X, G_B, G_x, K_x=None):
         """The gradients from the adjoints of the factors :meth:`kronecker_factors` gives, for a
         kernel that gives them.
 
@@ -261,6 +261,8 @@ class Kernel(Component, family="kernel"):
             d objective / d B.
         G_x : ndarray, shape (N, N)
             d objective / d K_x.
+        K_x : ndarray, shape (N, N), optional
+            The factor K_x when the caller has it.
 
         Returns
         -------

@@ -326,7 +326,7 @@ class ICM(Kernel):
         inputs = X[:N, :-1]
         return KroneckerFactors(self.coregion(), self.kernel.gram(inputs, inputs))
 
-    def kronecker_vjp(self, X, G_B, G_x):
+    def kronecker_vjp(self, X, G_B, G_x, K_x=None):
         """The gradients from the adjoints of the factors of :meth:`kronecker_factors`.
 
         Parameters
@@ -337,6 +337,8 @@ class ICM(Kernel):
             d objective / d B.
         G_x : ndarray, shape (N, N)
             d objective / d K_x.
+        K_x : ndarray, shape (N, N), optional
+            The factor K_x when the caller has it (passed to the base kernel's ``vjp``).
 
         Returns
         -------
@@ -352,7 +354,7 @@ class ICM(Kernel):
         if N is None:
             raise ValueError("ICM.kronecker_vjp: X is not a full isotopic output-major grid")
         inputs = X[:N, :-1]
-        grads, _ = self.kernel.vjp(inputs, inputs, G_x)
+        grads, _ = self.kernel.vjp(inputs, inputs, G_x, K_x)
         return {**_B_grads(self.W, G_B), **{f"kernel.{k}": v for k, v in grads.items()}}
 
     def _grid_size(self, X):

@@ -136,7 +136,7 @@ def _kronecker(kernel, likelihood, X, y, need_grad, offset_grad):
         G_B = 0.5 * (A @ K_x @ A.T - (U_t * (w @ s)) @ U_t.T)
         G_x = 0.5 * (A.T @ B @ A - (V * (lam @ w)) @ V.T)
         g = 0.5 * (A * A - (U_t * U_t) @ w @ (V * V).T)
-        grads = add_partial(kernel.kronecker_vjp(X, G_B, G_x), likelihood.noise_vjp(X, g.ravel()))
+        grads = add_partial(kernel.kronecker_vjp(X, G_B, G_x, K_x), likelihood.noise_vjp(X, g.ravel()))
         if offset_grad:
             grads["offset"] = A.ravel()
     return Evaluation(log_evidence=float(F), grads=grads, dZ=None, jitter=0.0, state=None,
