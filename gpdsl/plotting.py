@@ -94,7 +94,10 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None, *, offset=None, of
     0 and 1; 2-D inputs: a decision map (p over the input plane, its 0.5 contour, the points
     coloured by label, the inducing inputs); D > 2: p(y* = 1) against the observed label.  K
     classes, 2-D inputs: a map of the most probable class, faded as its probability falls, with
-    the class boundaries and the points; otherwise each point's p(y* = its label).  The
+    the class boundaries and the points; otherwise each point's p(y* = its label).  A
+    multi-output model of one input feature (X's rows (x, output index), no offset): a panel
+    per output, as the 1-D plots above with that output's rows (any other multi-output model
+    gets the scatter plots, each row predicted at its own output).  The
     D > 1 scatter plots show the held-out points when given, else the training points.  With
     an ``offset`` the plots over a grid of new inputs (1-D bands and curves, 2-D maps) are not
     drawn, since no offset is known between the rows: every D gets the scatter plot of the rows,
@@ -143,8 +146,19 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None, *, offset=None, of
     else:
         X_test = y_test = offset_test = None
 
-    fig = Figure(figsize=(9, 4.5), dpi=100, layout="constrained")
+    outputs = posterior.model.output_count
+    panels = outputs is not None and X.shape[1] == 2 and offset is None and \
+        target_kind(posterior.model.likelihood) in _OUTPUT_PANEL_KINDS
+    fig = Figure(figsize=(9, max(4.5, 2.2 * outputs) if panels else 4.5), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
+    inference = type(posterior.model.inference).__name__
+    title = (f"{inference}: {posterior.model.kernel.describe()}, "
+             f"{posterior.model.likelihood.describe()} — log evidence {posterior.log_evidence:.5g}")
+    if panels:
+        _plot_outputs_1d(fig, posterior, X, y, X_test, y_test)
+        fig.suptitle(title)
+        fig.savefig(path)
+        return path
     ax = fig.add_subplot()
     draw = PLOTS.get(target_kind(posterior.model.likelihood), _plot_regression)
     if offset is None:
@@ -156,9 +170,7 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None, *, offset=None, of
                                          else ("held-out", X_test, y_test, offset_test))
         scatter = _plot_probability_label if draw is _plot_classification else _plot_predicted_observed
         scatter(ax, posterior, X_rows, y_rows, which, offset=o_rows)
-    inference = type(posterior.model.inference).__name__
-    ax.set_title(f"{inference}: {posterior.model.kernel.describe()}, "
-                 f"{posterior.model.likelihood.describe()} — log evidence {posterior.log_evidence:.5g}")
+    ax.set_title(title)
     fig.savefig(path)
     return path
 
@@ -244,6 +256,47 @@ def _plot_1d(ax, posterior, X, y, X_test, y_test):
     ax.set_ylabel("y")
     # Outside the axes, so that it never hides data or the inducing marks.
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+
+
+def _plot_outputs_1d(fig, posterior, X, y, X_test, y_test):
+    """A multi-output model of one input feature (X's rows (x, output index)): a panel per
+    output, its predictive band of y (or p(y* = 1) for binary labels) over x from the prediction
+    of every output at a grid, and that output's training and held-out rows."""
+    from .inputs import target_kind
+
+    binary = target_kind(posterior.model.likelihood) == "binary"
+    grid = _grid_1d(X, X_test)
+    if binary:
+        def as01(labels):
+            return (posterior.model.likelihood.prepare_targets(labels) > 0).astype(float)
+
+        y, y_test = as01(y), None if y_test is None else as01(y_test)
+        curve = posterior.predict(grid[:, None])["p"].values
+    else:
+        mean, sd, what = _predictive(posterior, grid[:, None])
+    inducing = np.unique(posterior.inducing_inputs[:, 0]) if posterior.model.sparse else None
+    axes = np.atleast_1d(fig.subplots(posterior.model.output_count, 1, sharex=True))
+    for p, ax in enumerate(axes):
+        if binary:
+            ax.plot(grid, curve[:, p], color="C0", lw=2, label="p(y* = 1 | x)")
+            ax.axhline(0.5, ls="--", color="k", lw=1)
+            ax.set_ylim(-0.08, 1.08)
+        else:
+            ax.fill_between(grid, mean[:, p] - 2 * sd[:, p], mean[:, p] + 2 * sd[:, p], color="C0", alpha=0.2,
+                            label=f"mean ± 2 sd of {what}")
+            ax.plot(grid, mean[:, p], color="C0", lw=2, label="predictive mean")
+        rows = X[:, -1] == p
+        ax.plot(X[rows, 0], y[rows], "o", color="k", ms=3, alpha=0.6, label="training rows")
+        if X_test is not None:
+            rows = X_test[:, -1] == p
+            ax.plot(X_test[rows, 0], y_test[rows], "x", color="C3", ms=5, label="held-out rows")
+        if inducing is not None:
+            ax.plot(inducing, np.full_like(inducing, 0.03), "^", color="C1", ms=7, transform=ax.get_xaxis_transform(),
+                    label=f"inducing inputs ({inducing.size})")
+        ax.set_ylabel(f"output {p}")
+        ax.set_xlim(grid[0], grid[-1])
+    axes[-1].set_xlabel("x")
+    axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
 
 
 def _plot_predicted_observed(ax, posterior, X, y, which, offset=None):
@@ -381,6 +434,8 @@ def _plot_multiclass(fig, ax, posterior, X, y, X_test, y_test, n=120):
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize="small")
 
 
+# The kinds of targets a multi-output model of one input feature draws a panel per output of.
+_OUTPUT_PANEL_KINDS = ("real", "count", "binary")
 # kind of targets (gpdsl.inputs.target_kind) -> drawing function; a kind not listed gets the
 # regression plot (real targets and counts, whose predictive has y_mean and y_var).
 PLOTS = {"binary": _plot_classification, "categorical": _plot_multiclass}

@@ -1042,3 +1042,33 @@ def test_multi_output_sample_table_samples_the_long_rows(tmp_path, capsys):
     back = gd.SampledPosterior.load(tmp_path / "o" / "posterior.nc", model)
     assert back.result.draws.shape == (1, 20, 5)
     assert f"MNLPD  {-np.mean(back.log_predictive(X_test, y_test)):.6g}" in stdout
+
+
+def _png_size(path):
+    """(width, height) in pixels from a PNG's IHDR chunk."""
+    head = Path(path).read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+@needs_matplotlib
+@pytest.mark.parametrize("binary", [False, True])
+def test_plot_multi_output_of_one_feature_draws_a_panel_per_output(tmp_path, binary):
+    """A multi-output model of one input feature gets one panel per output (the figure 2.2 in
+    per output high at 100 dpi: 660 px for 3); with two features, the one scatter plot (450 px)."""
+    rows = write_outputs_csv(tmp_path / "outputs.csv")
+    X, y = rows[:, :2], rows[:, 2]
+    if binary:
+        y = (y > 0.2).astype(float)
+        likelihood, inference = gd.likelihoods.Bernoulli(), gd.inference.EP()
+    else:
+        likelihood, inference = gd.likelihoods.OutputGaussian(3, variance=0.05), gd.inference.Exact()
+    post = gd.Model(gd.kernels.ICM(gd.kernels.SquaredExponential(), 3), likelihood, inference=inference).fit(
+        X, y, optimize=False)
+    plot_fit(post, X[::2], y[::2], tmp_path / "panels.png", X_test=X[1::2], y_test=y[1::2])
+    assert _png_size(tmp_path / "panels.png") == (900, 660)
+    wide = np.column_stack([X[:, :1], np.cos(X[:, :1]), X[:, 1:]])
+    post = gd.Model(gd.kernels.ICM(gd.kernels.SquaredExponential(), 3), likelihood, inference=inference).fit(
+        wide, y, optimize=False)
+    plot_fit(post, wide, y, tmp_path / "scatter.png")
+    assert _png_size(tmp_path / "scatter.png") == (900, 450)
