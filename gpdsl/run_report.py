@@ -158,7 +158,8 @@ def _print_held_out(posterior, X_test, y_test, offset_test=None):
     if X_test.shape[0] == 0:
         print("\nheld-out: none (test_fraction = 0)")
         return False
-    print(f"\nheld-out ({X_test.shape[0]} points)")
+    unit = "points" if posterior.model.output_count is None else "(input, output) rows"
+    print(f"\nheld-out ({X_test.shape[0]} {unit})")
     metrics = held_out_metrics(posterior, X_test, y_test, offset_test)
     _, rows = HELD_OUT_METRICS[metrics_kind(posterior.model.likelihood)]
     width = max(len(name) for name, _ in rows)
@@ -167,6 +168,20 @@ def _print_held_out(posterior, X_test, y_test, offset_test=None):
             print(f"  {name:<{width}}  {metrics[name]:.6g}  ({meaning})")
         else:
             print(f"  {name:<{width}}  not available ({_UNAVAILABLE[name]})")
+    outputs = posterior.model.output_count
+    if outputs is not None:
+        # Each output's rows scored alone: outputs of other scales or noise weigh alike here.
+        index = X_test[:, -1].astype(int)
+        names = [name for name, _ in rows if name in metrics]
+        print(f"  by output ({', '.join(names)})")
+        for p in range(outputs):
+            held = np.flatnonzero(index == p)
+            if held.size == 0:
+                print(f"    output {p}  no held-out rows")
+                continue
+            part = held_out_metrics(posterior, X_test[held], y_test[held],
+                                    None if offset_test is None else offset_test[held])
+            print(f"    output {p}  {'  '.join(f'{part[name]:.6g}' for name in names)}  ({held.size} rows)")
     return True
 
 

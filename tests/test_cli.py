@@ -958,6 +958,15 @@ def test_multi_output_run_fits_reports_and_saves(tmp_path, capsys, text):
     assert printed_metric(stdout, "MNLPD") == pytest.approx(-np.mean(post.log_predictive(X_test, y_test)), rel=1e-6)
     assert printed_metric(stdout, "RMSE") == pytest.approx(
         np.sqrt(np.mean((post.predict(X_test)["y_mean"].values - y_test) ** 2)), rel=1e-6)
+    assert f"held-out ({n_test} (input, output) rows)" in stdout and "by output (RMSE, MNLPD)" in stdout
+    for p in range(3):
+        rows_p = X_test[:, -1] == p
+        line = next(line for line in stdout.splitlines() if line.strip().startswith(f"output {p}  "))
+        rmse, mnlpd = (float(v) for v in line.split()[2:4])
+        assert rmse == pytest.approx(np.sqrt(np.mean((post.predict(X_test[rows_p])["y_mean"].values
+                                                      - y_test[rows_p]) ** 2)), rel=1e-5)
+        assert mnlpd == pytest.approx(-np.mean(post.log_predictive(X_test[rows_p], y_test[rows_p])), rel=1e-5)
+        assert line.endswith(f"({int(rows_p.sum())} rows)")
 
 
 @pytest.mark.parametrize("edit, fragments", [
