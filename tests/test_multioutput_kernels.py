@@ -29,8 +29,8 @@ def _icm():
 
 def _lmc():
     parts = (gd.kernels.SquaredExponential(0.9, 1.1), gd.kernels.Matern32(np.array([1.3, 0.6]), 0.8, name="rough"))
-    W = (np.array([[0.6], [-0.4], [1.0]]), np.array([[0.2], [0.9], [0.5]]))
-    kappa = (np.array([0.1, 0.4, 0.3]), np.array([0.6, 0.2, 0.5]))
+    W = np.array([[[0.6], [-0.4], [1.0]], [[0.2], [0.9], [0.5]]])
+    kappa = np.array([[0.1, 0.4, 0.3], [0.6, 0.2, 0.5]])
     return gd.kernels.LMC(parts, P, W=W, kappa=kappa)
 
 
@@ -107,8 +107,7 @@ def test_lmc_of_one_output_is_the_single_output_kernel_scaled_by_B():
     """P = 1: B_q = w_q^2 + kappa_q, so the LMC is sum_q B_q k_q of the inputs: gram, diag and the
     base parameters' gradients are the single-output kernels' scaled by B_q (1e-13)."""
     k0, k1 = gd.kernels.SquaredExponential(0.8, 1.3), gd.kernels.Matern52(np.array([1.1, 0.5]), 0.7)
-    lmc = gd.kernels.LMC((k0, k1), 1, W=(np.array([[0.6]]), np.array([[-1.2]])), kappa=(np.array([0.5]),
-                                                                                     np.array([0.1]))).bind()
+    lmc = gd.kernels.LMC((k0, k1), 1, W=np.array([[[0.6]], [[-1.2]]]), kappa=np.array([[0.5], [0.1]])).bind()
     B = [0.6 ** 2 + 0.5, 1.2 ** 2 + 0.1]
     A, C = np.column_stack([X1[:, :2], np.zeros(9)]), np.column_stack([X2[:, :2], np.zeros(6)])
     x1, x2 = X1[:, :2], X2[:, :2]
@@ -224,14 +223,31 @@ def test_output_column_must_hold_output_indices(bad, match):
     (lambda se: gd.kernels.ICM(gd.kernels.ICM(se, 2), 2), ValueError, "ICM: the base kernel must be a kernel of one"),
     (lambda se: gd.kernels.LMC((se, gd.kernels.ICM(se, 2)), 2), ValueError,
      "LMC: a kernel of several outputs|LMC: each base kernel"),
-    (lambda se: gd.kernels.LMC((se, se), 2, W=(np.ones((2, 1)),)), ValueError,
-     r"LMC: W must hold one start per base kernel \(2\), got 1"),
-    (lambda se: gd.kernels.LMC((se, se), 2, kappa=(np.ones(2), -np.ones(2))), ValueError, "LMC: kappa must be positive"),
+    (lambda se: gd.kernels.LMC((se, se), 2, W=np.ones((1, 2, 1))), ValueError,
+     r"LMC: W must have shape \(2, 2, 1\) \(parts, outputs, rank\) or be a scalar, got shape \(1, 2, 1\)"),
+    (lambda se: gd.kernels.LMC((se, se), 2, kappa=np.array([[1.0, 1.0], [1.0, -1.0]])), ValueError,
+     "LMC: kappa must be positive"),
+    (lambda se: gd.kernels.LMC((se, se), 2, W=gd.Shared("w", 0.5)), TypeError, "LMC: W cannot be gd.Shared"),
     (lambda se: gd.kernels.LMC((se,), 2), TypeError, "LMC: kernels must be a tuple of at least two kernels"),
 ])
 def test_bad_declarations_are_refused_by_name(make, error, match):
     with pytest.raises(error, match=match):
         make(gd.kernels.SquaredExponential())
+
+
+def test_lmc_declarations_slice_by_part_and_round_trip_through_model_files():
+    """An LMC's W and kappa are one declared value each: part q's start is its slice (a Fixed
+    array's slice is Fixed), a prior is every part's; the model's dict and TOML give it back."""
+    se = gd.kernels.SquaredExponential()
+    kappa = gd.Fixed(np.array([[1.0, 0.5, 0.2], [0.3, 0.4, 0.6]]))
+    lmc = gd.kernels.LMC((se, gd.kernels.Matern32(0.7)), 3, W=gd.priors.Normal(0.0, 1.0), kappa=kappa)
+    entries = {e.name: e for e in lmc.entries("kernel", X1)}
+    assert entries["kernel.1.kappa"].fixed and not entries["kernel.1.W"].fixed
+    np.testing.assert_array_equal(entries["kernel.1.kappa"].value, [0.3, 0.4, 0.6])
+    assert entries["kernel.0.W"].prior is not None and entries["kernel.0.W"].value.shape == (3, 1)
+    model = gd.Model(lmc, gd.likelihoods.Gaussian(0.1))
+    assert gd.Model.from_dict(model.to_dict()) == model
+    assert gd.Model.from_toml(model.to_toml()) == model
 
 
 def test_describe():

@@ -36,7 +36,8 @@ import numpy as np
 from ..checks import output_indices
 from ..chunks import add_partial
 from ..components import Component, Parameter, bind_parts, part_parameters
-from ..parameters import check_hyperparameter, declared_value
+from ..parameters import Fixed, Shared, check_hyperparameter, declared_value
+from ..priors import as_prior
 from .base import Kernel, KroneckerFactors, _Composite
 
 # Field names of the coregionalisation matrix's parameters (an LMC part's base kernel must not use them).
@@ -108,6 +109,21 @@ def _check_B_spec(owner, name, spec, shape):
     if got not in ((), shape):
         raise ValueError(f"{owner}: {name} must have shape {shape} (outputs{', rank' if name == 'W' else ''}) or be "
                          f"a scalar, got shape {got}")
+
+
+def _part_spec(spec, q, default):
+    """Part q's declared value of an LMC's W or kappa: ``default`` for None, entry q of a bound
+    tuple or a declared array (its value inside a Fixed), a scalar or a prior as it is."""
+    if spec is None:
+        return default
+    if isinstance(spec, tuple):
+        return spec[q]
+    if isinstance(spec, Fixed):
+        value = declared_value(spec)
+        return Fixed(value[q] if value.ndim else value)
+    if as_prior(spec) is not None or np.ndim(spec) == 0:
+        return spec
+    return np.asarray(spec, dtype=float)[q]
 
 
 def _B_grads(W, G_B):
@@ -399,10 +415,11 @@ class LMC(_Composite):
         P >= 1, the number of outputs.
     rank : int, default 1
         Columns of every W_q, in [1, P].
-    W : sequence of Q arrays of shape (P, rank) (or Fixed, priors), or None
-        The starts of the W_q; None: the deterministic starts of the module docstring.
-    kappa : sequence of Q arrays of shape (P,) (or Fixed, priors), or None
-        The starts of the kappa_q; None: the defaults that go with the default W_q.
+    W : array of shape (Q, P, rank), float, Fixed, prior or None, default None
+        The starts of the W_q, W[q] part q's (a Fixed array fixes every part's, a prior is each
+        part's prior); None: the deterministic starts of the module docstring.
+    kappa : array of shape (Q, P), float, Fixed, prior or None, default None
+        The starts of the kappa_q, likewise; None: the defaults that go with the default W_q.
     active_dims, name : keyword only, optional
         As for every kernel (:class:`gpdsl.kernels.Kernel`); the last selected column is the
         output index.
@@ -431,23 +448,27 @@ class LMC(_Composite):
         object.__setattr__(self, "output_count", P)
         object.__setattr__(self, "rank", _check_count("LMC", "rank", self.rank, 1, P))
         Q = len(self.kernels)
-        for name, shape in (("W", (P, self.rank)), ("kappa", (P,))):
-            specs = getattr(self, name)
-            if specs is None:
+        for name, shape in (("W", (Q, P, self.rank)), ("kappa", (Q, P))):
+            spec = getattr(self, name)
+            if spec is None:
                 continue
-            if isinstance(specs, np.ndarray) or not isinstance(specs, (list, tuple)):
-                specs = list(np.asarray(specs, dtype=float)) if np.ndim(specs) == len(shape) + 1 else [specs]
-            if len(specs) != Q:
-                raise ValueError(f"LMC: {name} must hold one start per base kernel ({Q}), got {len(specs)}")
-            specs = tuple(np.asarray(s, dtype=float) if isinstance(s, list) else s for s in specs)
-            for s in specs:
-                _check_B_spec("LMC", name, s, shape)
-            object.__setattr__(self, name, specs)
+            if isinstance(spec, Shared):
+                raise TypeError(f"LMC: {name} cannot be gd.Shared (it holds one value per part); declare it as an "
+                                f"array, Fixed or a prior")
+            if isinstance(spec, list):
+                spec = np.asarray(spec, dtype=float)
+                object.__setattr__(self, name, spec)
+            check_hyperparameter("LMC", name, spec, positive=name == "kappa", ndim_max=len(shape))
+            got = declared_value(spec).shape
+            if got not in ((), shape):
+                raise ValueError(f"LMC: {name} must have shape {shape} (parts, outputs{', rank' if name == 'W' else ''}) "
+                                 f"or be a scalar, got shape {got}")
 
     def _starts(self, q):
-        """Part q's (W, kappa) as declared, None replaced by its default start."""
+        """Part q's declared (W, kappa): its slice of the declared arrays (a Fixed array's slice
+        is Fixed, a prior is every part's), None replaced by its default start."""
         W, kappa = default_coregion(self.output_count, self.rank, q / len(self.kernels))
-        return (W if self.W is None else self.W[q]), (kappa if self.kappa is None else self.kappa[q])
+        return _part_spec(self.W, q, W), _part_spec(self.kappa, q, kappa)
 
     def parameters(self, X):
         """Per part q: ``<q>.W`` (P, rank), ``<q>.kappa`` (P,) and the base kernel's on X[:, :-1].
@@ -516,8 +537,8 @@ class LMC(_Composite):
         parts = Kernel.registry
         return (cls((parts["SquaredExponential"](0.9, 1.1), parts["Matern32"](np.array([1.3, 0.6]), 0.8)), 3),
                 cls((parts["Matern52"](0.6, 0.7), parts["SquaredExponential"](1.4, 0.9, name="smooth")), 2, rank=2,
-                    W=(np.array([[0.5, -0.2], [0.3, 0.8]]), np.array([[1.1, 0.1], [-0.6, 0.4]])),
-                    kappa=(np.array([0.2, 0.5]), np.array([0.9, 0.3]))))
+                    W=np.array([[[0.5, -0.2], [0.3, 0.8]], [[1.1, 0.1], [-0.6, 0.4]]]),
+                    kappa=np.array([[0.2, 0.5], [0.9, 0.3]])))
 
     def coregions(self):
         """Each part's B_q = W_q W_q^T + diag(kappa_q) (bound).
