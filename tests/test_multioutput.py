@@ -120,6 +120,18 @@ def test_bad_layouts_are_refused_by_name(X_arg, y_arg, message):
         _exact().fit(X_arg, y_arg, optimize=False)
 
 
+def test_distinct_inputs_and_queries_keep_their_order():
+    X_long = np.array([[2.0, 0.0], [1.0, 0.0], [2.0, 1.0], [3.0, 1.0], [1.0, 2.0]])
+    np.testing.assert_array_equal(multioutput.unique_inputs(X_long), [[2.0], [1.0], [3.0]])
+    q = multioutput.query(np.array([[5.0], [6.0]]), 1, 3)
+    np.testing.assert_array_equal(q.X, [[5.0, 0], [5.0, 1], [5.0, 2], [6.0, 0], [6.0, 1], [6.0, 2]])
+    np.testing.assert_array_equal(q.wide(np.arange(6.0)), [[0, 1, 2], [3, 4, 5]])
+    cov = np.arange(36.0).reshape(6, 6)
+    assert q.wide_cov(cov)[1, 2, 0, 1] == cov[5, 1]
+    long_q = multioutput.query(X_long, 1, 3)
+    assert long_q.X is not None and not long_q.every_output and long_q.wide(cov) is cov
+
+
 def test_every_layout_gives_the_same_fit(data):
     X, Y = data
     X_long, y_long = _dense_long(X, Y)
