@@ -349,3 +349,53 @@ def test_a_documented_predictive_approximation_must_keep_the_predictive_moments(
     assert PoissonOfTheMean(link="square").predictive_approximation is not None
     with pytest.raises(AssertionError, match="y_var at q 0"):
         gt.check_likelihood_log_predictive(PoissonOfTheMean(link="square"))
+
+
+# -- every method with each multi-output kernel -----------------------------------------------------
+def _multi_output_cases(check):
+    """Each registered multi-output kernel variant (``output_count`` P) with each registered
+    method's first variant and the first of a few likelihoods it accepts (per-output Gaussian
+    noise first): the (multi-output kernel, method) pairs that are accepted, with ``check`` where
+    it applies to the pair (gpdsl.testing.pair_checks)."""
+    cases = []
+    for kernel_cls in gt.registered(Kernel):
+        for i, kernel in enumerate(kernel_cls.variants()):
+            P = getattr(kernel, "output_count", None)
+            if P is None:
+                continue
+            likelihoods = [gd.likelihoods.OutputGaussian(P, variance=0.2 + 0.1 * np.arange(P)),
+                           gd.likelihoods.Bernoulli("logit"), gd.likelihoods.Poisson(link="log")]
+            for method_cls in gt.registered(Inference):
+                method = gt.tight(method_cls.variants()[0])
+                lik = next((lik for lik in likelihoods if method.accepts(lik)), None)
+                if lik is not None and check in gt.pair_checks(lik, method):
+                    cases.append(pytest.param(kernel, lik, method,
+                                              id=f"{kernel_cls.__name__}-{i}-{type(lik).__name__}-{method_cls.__name__}"))
+    return cases
+
+
+@pytest.mark.parametrize("kernel,likelihood,inference", _multi_output_cases(gt.check_pair_gradients))
+def test_multi_output_kernel_gradients_with_every_method(kernel, likelihood, inference):
+    """Every method's objective with each multi-output kernel (long rows, inducing inputs shared by
+    the outputs): every gradient against central differences."""
+    gt.check_pair_gradients(likelihood, inference, kernel)
+
+
+@pytest.mark.parametrize("kernel,likelihood,inference", _multi_output_cases(gt.check_pair_fitted_model_round_trips))
+def test_multi_output_kernel_fits_round_trip_with_every_method(kernel, likelihood, inference):
+    """Each (multi-output kernel, method) fit saves and loads back with the same values and
+    per-row predictions to the bit, and round-trips through to_dict and its model file."""
+    gt.check_pair_fitted_model_round_trips(likelihood, inference, kernel)
+
+
+@pytest.mark.parametrize("kernel,likelihood,inference", _multi_output_cases(gt.check_pair_predictions))
+def test_multi_output_kernel_predictions_follow_the_likelihood(kernel, likelihood, inference):
+    """Each (multi-output kernel, method) fit predicts, scores and exports its long rows through
+    the likelihood's operations."""
+    gt.check_pair_predictions(likelihood, inference, kernel)
+
+
+@pytest.mark.parametrize("kernel,likelihood,inference", _multi_output_cases(gt.check_pair_dask_equals_in_memory))
+def test_multi_output_kernel_dask_equals_in_memory(kernel, likelihood, inference):
+    """A Dask X of long rows (chunks of 5) gives the in-memory objective and gradients."""
+    gt.check_pair_dask_equals_in_memory(likelihood, inference, kernel)

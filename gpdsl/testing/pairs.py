@@ -44,15 +44,18 @@ def tight(method):
     return dataclasses.replace(method, **{k: v for k, v in TIGHT.items() if k in fields})
 
 
-def pair_model(likelihood, inference):
-    """The pair checks' model: :data:`KERNEL` (for a likelihood of P outputs its ICM over them,
-    :func:`kernel_for`, on :data:`XP` with the output column of :func:`inputs_for`), optimised
-    inducing inputs from :data:`Z0` where the method takes them (shared by the outputs).
+def pair_model(likelihood, inference, kernel=None):
+    """The pair checks' model: ``kernel``, by default :data:`KERNEL` (for a likelihood of P
+    outputs its ICM over them, :func:`kernel_for`), optimised inducing inputs from :data:`Z0`
+    where the method takes them (shared by the outputs of a multi-output kernel, whose rows are
+    :data:`XP` with the output column of :func:`inputs_for`: :func:`pair_inputs`).
 
     Parameters
     ----------
     likelihood : gpdsl.likelihoods.Likelihood
     inference : gpdsl.inference.Inference
+    kernel : gpdsl.kernels.Kernel, optional
+        A kernel of two input features (and an output index, for a multi-output one).
 
     Returns
     -------
@@ -63,7 +66,21 @@ def pair_model(likelihood, inference):
         inference.check_inducing(likelihood, inducing)
     except ValueError:        # a method dense for this likelihood (multi-class Laplace)
         inducing = None
-    return Model(kernel_for(likelihood, KERNEL), likelihood, inducing, inference)
+    return Model(kernel_for(likelihood, KERNEL) if kernel is None else kernel, likelihood, inducing, inference)
+
+
+def pair_inputs(model):
+    """:data:`XP`, with the output index appended for a multi-output model (:func:`inputs_for`).
+
+    Parameters
+    ----------
+    model : gpdsl.Model
+
+    Returns
+    -------
+    ndarray, shape (N, 2) or (N, 3)
+    """
+    return inputs_for(model.kernel, XP)
 
 
 def pair_targets(likelihood):
@@ -127,7 +144,7 @@ def check_model_gradients(model, X, y, Z=None):
     return ev
 
 
-def check_pair_gradients(likelihood, inference):
+def check_pair_gradients(likelihood, inference, kernel=None):
     """Every gradient of the method's objective with the likelihood against central differences.
 
     Parameters
@@ -135,12 +152,14 @@ def check_pair_gradients(likelihood, inference):
     likelihood : gpdsl.likelihoods.Likelihood
     inference : gpdsl.inference.Inference
         A method that accepts the likelihood.
+    kernel : gpdsl.kernels.Kernel, optional
+        As :func:`pair_model`.
     """
-    check_model_gradients(pair_model(likelihood, inference), inputs_for(likelihood, XP),
-                          likelihood.prepare_targets(pair_targets(likelihood)), Z0)
+    model = pair_model(likelihood, inference, kernel)
+    check_model_gradients(model, pair_inputs(model), likelihood.prepare_targets(pair_targets(likelihood)), Z0)
 
 
-def check_pair_fitted_model_round_trips(likelihood, inference):
+def check_pair_fitted_model_round_trips(likelihood, inference, kernel=None):
     """A fitted model saves and loads back (same values and predictions to the bit) and
     round-trips through ``to_dict`` and its model file.
 
@@ -148,16 +167,18 @@ def check_pair_fitted_model_round_trips(likelihood, inference):
     ----------
     likelihood : gpdsl.likelihoods.Likelihood
     inference : gpdsl.inference.Inference
+    kernel : gpdsl.kernels.Kernel, optional
+        As :func:`pair_model`.
     """
-    model = pair_model(likelihood, inference)
-    post = model.fit(inputs_for(likelihood, XP), pair_targets(likelihood), max_iter=3)
+    model = pair_model(likelihood, inference, kernel)
+    post = model.fit(pair_inputs(model), pair_targets(likelihood), max_iter=3)
     with tempfile.TemporaryDirectory() as folder:
         post.save(Path(folder) / "post.nc")
         back = load(Path(folder) / "post.nc")
         assert back.model == model
         for name, value in post.values.items():
             np.testing.assert_array_equal(back.values[name], value, err_msg=name)
-        X_new = inputs_for(likelihood, XP[:4] + 0.1)
+        X_new = inputs_for(model.kernel, XP[:4] + 0.1)
         a, b = post.predict(X_new), back.predict(X_new)
         for name in a.data_vars:
             np.testing.assert_array_equal(b[name].values, a[name].values, err_msg=name)
@@ -167,7 +188,7 @@ def check_pair_fitted_model_round_trips(likelihood, inference):
         assert Model.from_toml(toml) == model
 
 
-def check_pair_predictions(likelihood, inference):
+def check_pair_predictions(likelihood, inference, kernel=None):
     """A fitted model predicts, scores and exports through the likelihood's operations: the
     predictive summaries are ``predictive`` at ``predict_f``'s moments, ``log_predictive`` is
     the likelihood's at them and finite, and ``to_inference_data`` records ``log_density`` of
@@ -178,10 +199,13 @@ def check_pair_predictions(likelihood, inference):
     likelihood : gpdsl.likelihoods.Likelihood
         One of one latent function without Gaussian observation noise.
     inference : gpdsl.inference.Inference
+    kernel : gpdsl.kernels.Kernel, optional
+        As :func:`pair_model`.
     """
     y = pair_targets(likelihood)
-    post = pair_model(likelihood, inference).fit(XP, y, max_iter=3)
-    X_new, y_new = XP[:5] + 0.1, y[:5]
+    model = pair_model(likelihood, inference, kernel)
+    post = model.fit(pair_inputs(model), y, max_iter=3)
+    X_new, y_new = inputs_for(model.kernel, XP[:5] + 0.1), y[:5]
     bound = bind(likelihood, post.values, "likelihood")
     mean, var = post.predict_f(X_new)
     with warnings.catch_warnings():
@@ -203,7 +227,7 @@ def check_pair_predictions(likelihood, inference):
     assert hasattr(idata, "posterior_predictive") == _draws_y(likelihood)
 
 
-def check_pair_dask_equals_in_memory(likelihood, inference):
+def check_pair_dask_equals_in_memory(likelihood, inference, kernel=None):
     """The objective and its gradients with a Dask X (chunks of 5 rows) equal the in-memory ones.
 
     Parameters
@@ -211,12 +235,14 @@ def check_pair_dask_equals_in_memory(likelihood, inference):
     likelihood : gpdsl.likelihoods.Likelihood
     inference : gpdsl.inference.Inference
         A method and likelihood that both support Dask chunks.
+    kernel : gpdsl.kernels.Kernel, optional
+        As :func:`pair_model`.
     """
     import dask.array as da
     chunked = dataclasses.replace(inference, chunk_size=5) if hasattr(inference, "chunk_size") else inference
-    model = pair_model(likelihood, chunked)
+    model = pair_model(likelihood, chunked, kernel)
     y = likelihood.prepare_targets(pair_targets(likelihood))
-    X = inputs_for(likelihood, XP)
+    X = pair_inputs(model)
     table = model.parameter_table(X, Z0 if model.sparse else None)
     values = table.values()
     Z = values.pop("inducing.Z", None)
