@@ -21,7 +21,7 @@ from .inducing import InducingSpec
 from .inference import Inference
 from .inputs import check_fit_arguments, validate_inputs
 from .kernels import Kernel
-from .multioutput import _is_list_layout, inducing_gradient, long_data, method_inducing, output_count
+from .multioutput import inducing_gradient, layout, long_data, method_inducing, output_count
 from .likelihoods import Likelihood
 from .means import Mean
 from .parameters import Entry, ParameterTable
@@ -148,6 +148,15 @@ class Model:
             raise ValueError(f"Model: {spec!r} optimises Z selected among the long training rows, whose output "
                              f"column is no parameter; optimise Z in input space (Optimized(KMeans(m)) or an (M, D) "
                              f"array: shared by the P = {P} outputs) or do not optimise the selection")
+
+    def _check_row_order(self, owner, X, y):
+        """A likelihood with per-row parameters (known noise variances) is refused data in a layout
+        that :func:`gpdsl.multioutput.long_data` reorders: its parameters follow the long rows."""
+        kind = layout(X, y, self.output_count)
+        if self.likelihood.per_row_parameters and kind != "long":
+            raise ValueError(f"{owner}: {self.likelihood.describe()} has a parameter a row, which follows the long rows "
+                             f"(n, D+1) the fit sees; data in the {kind} layout are reordered output-major, so give "
+                             f"X with the output column and a 1-D y in the order of those parameters")
 
     def resolved(self, X, seed=0, n_rows=None):
         """This model with the parts its declaration left to the data chosen for inputs X.
@@ -399,7 +408,7 @@ class Model:
         """
         self._require_inference("evaluate")
         P = self.output_count
-        if P is not None and (_is_list_layout(X) or np.ndim(y) == 2):
+        if P is not None and layout(X, y, P) != "long":
             X, y, offset = long_data(X, y, P, offset, owner="evaluate", every_output=False)
             y = self.likelihood.coded_targets(y, X.shape[0])
         kernel, likelihood = self.bind(values)
@@ -598,6 +607,7 @@ class Model:
 
         model = self
         if self.output_count is not None:
+            self._check_row_order("fit", X, y)
             X, y, offset = long_data(X, y, self.output_count, offset)
         if self.inference is None and defaults.chooses_inference(self.likelihood):
             max_iter = defaults.max_steps(max_iter)
@@ -676,6 +686,7 @@ class Model:
         """
         from .sampling import sample
         if self.output_count is not None:
+            self._check_row_order("sample", X, y)
             X, y, _ = long_data(X, y, self.output_count, owner="sample")
         return sample(self, X, y, draws=draws, tune=tune, chains=chains, seed=seed, target_accept=target_accept,
                       fixed=fixed, cores=cores, progress=progress, latent=latent)

@@ -53,9 +53,27 @@ def output_count(kernel):
     return getattr(kernel, "output_count", None)
 
 
-def _is_list_layout(X):
-    """The list layout: X a list or tuple of 2-D arrays (a nested list of rows is one array)."""
-    return isinstance(X, (list, tuple)) and len(X) > 0 and all(np.ndim(part) == 2 for part in X)
+def layout(X, y, P):
+    """Which layout data are in (:func:`long_data`): ``"lists"`` for X a list or tuple of 2-D
+    arrays (a nested list of rows is one array), ``"isotopic"`` for a 2-D y (N, P) (with P = 1 also
+    (N, 1)), else ``"long"``.
+
+    Parameters
+    ----------
+    X, y : object
+        As :func:`long_data` takes them.
+    P : int
+        The kernel's number of outputs.
+
+    Returns
+    -------
+    str
+    """
+    if isinstance(X, (list, tuple)) and len(X) > 0 and all(np.ndim(part) == 2 for part in X):
+        return "lists"
+    if np.ndim(y) == 2 and (np.shape(y)[1] != 1 or P == 1):
+        return "isotopic"
+    return "long"
 
 
 def long_data(X, y, P, offset=None, *, owner="fit", every_output=True):
@@ -93,9 +111,10 @@ def long_data(X, y, P, offset=None, *, owner="fit", every_output=True):
         columns disagree, an output index that is not an integer in 0..P-1, Y of another width
         than P, an output with no observation (``every_output``); the message names the argument.
     """
-    if _is_list_layout(X):
+    kind = layout(X, y, P)
+    if kind == "lists":
         return _from_lists(X, y, P, offset, owner)
-    if np.ndim(y) == 2 and (np.shape(y)[1] != 1 or P == 1):
+    if kind == "isotopic":
         return _from_isotopic(X, y, P, offset, owner, every_output)
     X = validate_inputs(X, "X")
     if X.shape[1] < 2:
@@ -478,5 +497,5 @@ def query(X_new, D, P, owner="predict", name="X_new"):
     return Query(X_long, n, P)
 
 
-__all__ = ["output_count", "long_data", "check_outputs", "unique_inputs", "selection_inputs", "expand_inducing",
+__all__ = ["output_count", "layout", "long_data", "check_outputs", "unique_inputs", "selection_inputs", "expand_inducing",
            "inducing_gradient", "method_inducing", "standardization", "draw_inputs", "Query", "query"]

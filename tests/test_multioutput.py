@@ -413,6 +413,13 @@ def test_model_refuses_partners_that_do_not_fit_a_multi_output_kernel():
         gd.Model(_icm(), gd.likelihoods.OutputGaussian(2))
     with pytest.raises(ValueError, match=r"mean PerOutput.* has 2 outputs but the kernel SquaredExponential.* none"):
         gd.Model(SE(), gd.likelihoods.Gaussian(), mean=gd.means.PerOutput((gd.means.Zero(), gd.means.Zero())))
+    # Known variances follow the long rows: a layout that is reordered is refused, the long one fits.
+    known = gd.Model(_icm(), gd.likelihoods.HeteroscedasticGaussian(variance=np.full(2 * P, 0.1)))
+    X, Y = np.array([[0.0], [1.0]]), np.ones((2, P))
+    with pytest.raises(ValueError, match=r"fit: HeteroscedasticGaussian.* isotopic layout are reordered"):
+        known.fit(X, Y, optimize=False)
+    X_long, y_long = _dense_long(X, Y)
+    assert np.isfinite(known.fit(X_long, y_long, optimize=False).log_evidence)
 
 
 def _binary_data():
