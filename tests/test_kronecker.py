@@ -45,7 +45,7 @@ def _bound(component, prefix):
 def test_kronecker_path_equals_the_general_path(make, monkeypatch):
     """Log evidence, every kernel and noise gradient and the offset gradient agree to 1e-10
     (relative to the largest entry); evaluate takes the Kronecker path (the general one is
-    not called)."""
+    not called), without a state where none is asked for."""
     kernel, likelihood = _bound(_kernel(), "kernel"), _bound(make(), "likelihood")
     general = exact._evaluate(kernel, likelihood, X, Y, None, True, False, True)
 
@@ -135,26 +135,41 @@ def test_general_path_where_the_structure_is_absent(kernel, likelihood, X_, y):
     """A missing row, another row order, an LMC, or a noise that varies within an output: no
     Kronecker path (None), and evaluate gives the general path's result exactly."""
     k, lik = _bound(kernel, "kernel"), _bound(likelihood, "likelihood")
-    assert exact._kronecker(k, lik, X_, y, True, False) is None
+    assert exact._kronecker(k, lik, X_, y, True, True, False) is None
     ev, general = exact.evaluate(k, lik, X_, y), exact._evaluate(k, lik, X_, y, None, True, False, False)
     assert ev.log_evidence == general.log_evidence
     for name, g in general.grads.items():
         np.testing.assert_array_equal(ev.grads[name], g)
 
 
-def test_state_and_fixed_jitter_take_the_general_path(monkeypatch):
-    """need_state builds the general path's predictive state (its Cholesky factor of the N P x N P
-    K), and a fixed jitter is the general path's; both with the Kronecker path's log evidence."""
+@pytest.mark.parametrize("make", LIKELIHOODS)
+def test_kronecker_predictive_state_equals_the_general_path(make, monkeypatch):
+    """need_state: the Kronecker path's state (the Cholesky factor of K, whitened weights, q_mean
+    and the posterior covariance at X from the factors) equals the general path's to 1e-10, and
+    so do the predictive moments at new inputs of every output; the general path is not called."""
+    kernel, likelihood = _bound(_kernel(), "kernel"), _bound(make(), "likelihood")
+    general = exact._evaluate(kernel, likelihood, X, Y, None, True, True, False)
+    monkeypatch.setattr(exact, "_evaluate", lambda *a: pytest.fail("the general path ran"))
+    fast = exact.evaluate(kernel, likelihood, X, Y, need_state=True)
+    np.testing.assert_allclose(fast.log_evidence, general.log_evidence, rtol=1e-12)
+    for name in ("Z", "weights", "correction", "q_mean", "q_cov", "chol"):
+        a, b = getattr(fast.state, name), getattr(general.state, name)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-10 * np.abs(b).max(), err_msg=name)
+    new = naive.isotopic_grid(RNG.uniform(-2.0, 2.0, size=(4, 2)), P)
+    moments = [ev.state.moments(ev.state.basis(kernel.gram(X, new)), kernel.diag(new)) for ev in (fast, general)]
+    for a, b in zip(*moments):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_fixed_jitter_takes_the_general_path(monkeypatch):
+    """A fixed jitter is the general path's (its K + jitter mean(diag K) I has no Kronecker form)."""
     kernel, likelihood = _bound(_kernel(), "kernel"), _bound(gd.likelihoods.OutputGaussian(P, variance=NOISE), "likelihood")
     fast = exact.evaluate(kernel, likelihood, X, Y)
     calls = []
     original = exact._evaluate
     monkeypatch.setattr(exact, "_evaluate", lambda *a: calls.append(a) or original(*a))
-    with_state = exact.evaluate(kernel, likelihood, X, Y, need_state=True)
-    assert with_state.state is not None and with_state.state.chol.shape == (N * P, N * P)
     fixed = exact.evaluate(kernel, likelihood, X, Y, jitter=1e-9)
-    assert len(calls) == 2
-    np.testing.assert_allclose(with_state.log_evidence, fast.log_evidence, rtol=1e-12)
+    assert len(calls) == 1
     np.testing.assert_allclose(fixed.log_evidence, fast.log_evidence, rtol=1e-7)
 
 
@@ -165,7 +180,7 @@ def test_near_singular_whitened_matrix_takes_the_general_path():
     grid = naive.isotopic_grid(inputs, P)
     y = RNG.normal(size=len(grid))
     kernel, likelihood = _bound(_kernel(), "kernel"), _bound(gd.likelihoods.Gaussian(1e-14), "likelihood")
-    assert exact._kronecker(kernel, likelihood, grid, y, True, False) is None
+    assert exact._kronecker(kernel, likelihood, grid, y, True, True, False) is None
     ev, general = exact.evaluate(kernel, likelihood, grid, y), exact._evaluate(kernel, likelihood, grid, y, None, True,
                                                                               False, False)
     assert ev.log_evidence == general.log_evidence

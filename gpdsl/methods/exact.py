@@ -9,9 +9,11 @@ an ICM on a full isotopic output-major grid of N inputs and P outputs, K_ff = B 
 noise is one value d_p per output block (Lambda = D kron I_N), the same log evidence and gradients
 come from the eigendecompositions of the P x P and N x N factors, O(N^3 + P^3) rather than
 O((N P)^3), with the N P x N P matrix never formed (Saatci (2012), ch. 5; Bonilla et al. (2008)):
-:func:`_kronecker`.  It is taken when the jitter is left to the ladder, no predictive state is
-asked for (the state's Cholesky factor of K is the general path's: a fit's last evaluation builds
-it once) and the whitened K below is well conditioned; otherwise the general path runs.
+:func:`_kronecker`.  It is taken when the jitter is left to the ladder and the whitened K is
+well conditioned; otherwise the general path runs.  A predictive state still needs the Cholesky
+factor of the N P x N P matrix K, which prediction whitens with (one (N P)^3 / 3 factorisation
+at a fit's end), but its posterior covariance at X comes from the factors
+(:func:`_kronecker_state`), where the general path takes three (N P)^3 products.
 """
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, jitter=None, chunk_size=None,
     need_grad : bool, default True
         Compute the gradients (kernel and noise hyperparameters).
     need_state : bool, default False
-        Build the predictive state (Z = X).
+        Build the predictive state (Z = X; on the Kronecker path from the factors but for the
+        Cholesky factor of K).
     offset_grad : bool, default False
         ``y`` is y - o for a latent offset o: with ``need_grad``, also ``grads["offset"]``,
         d log p / d o = alpha = K^-1 (y - o).
@@ -66,15 +69,16 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, jitter=None, chunk_size=None,
         log p(y) of R&W eq. 2.30, its gradients (eq. 5.9), the pseudo-data (1/noise, y/noise).
     """
     with threads.bulk(float(X.shape[0]) ** 3):
-        if jitter is None and not need_state:
-            fast = _kronecker(kernel, likelihood, X, y, need_grad, offset_grad)
+        if jitter is None:
+            fast = _kronecker(kernel, likelihood, X, y, need_grad, need_state, offset_grad)
             if fast is not None:
                 return fast
         return _evaluate(kernel, likelihood, X, y, jitter, need_grad, need_state, offset_grad)
 
 
-def _kronecker(kernel, likelihood, X, y, need_grad, offset_grad):
-    """The exact log evidence and gradients through Kronecker factors, or None where they do not apply.
+def _kronecker(kernel, likelihood, X, y, need_grad, need_state, offset_grad):
+    """The exact log evidence, gradients and predictive state through Kronecker factors, or None
+    where they do not apply.
 
     Rows in output-major order, y as the (P, N) matrix Y (row p: output p), vec row-major, so
     that (A kron C) vec(Y) = vec(A Y C^T).  With the noise D = diag(d_p) a block,
@@ -99,14 +103,15 @@ def _kronecker(kernel, likelihood, X, y, need_grad, offset_grad):
         g[pi] = 1/2 (A_pi^2 - sum_ak U~_pa^2 w_ak V_ik^2).
 
     G_B and G_x go to ``kernel.kronecker_vjp``, g to ``likelihood.noise_vjp`` (a noise of one
-    value an output block, checked on ``likelihood.noise(X)``).
+    value an output block, checked on ``likelihood.noise(X)``).  The predictive state is
+    :func:`_kronecker_state`'s.
 
     Returns
     -------
     gpdsl.methods.common.Evaluation or None
         None where the kernel gives no factors at X, the noise varies within an output block or
-        is not positive, or the whitened K's condition number exceeds
-        :data:`KRONECKER_MAX_CONDITION`; no predictive state.
+        is not positive, the whitened K's condition number exceeds
+        :data:`KRONECKER_MAX_CONDITION`, or (``need_state``) the Cholesky factor of K needs a jitter.
     """
     factors = kernel.kronecker_factors(X)
     if factors is None:
@@ -130,17 +135,54 @@ def _kronecker(kernel, likelihood, X, y, need_grad, offset_grad):
     Z_hat = Y_hat / E
     A = U_t @ Z_hat @ V.T
     F = -0.5 * np.sum(Y_hat * Z_hat) - 0.5 * (N * np.sum(np.log(d)) + np.sum(np.log(E))) - 0.5 * N * P * _LOG_2PI
+    w = 1.0 / E
+    state = None
+    if need_state:
+        state = _kronecker_state(X, B, K_x, noise, y, A, np.sqrt(d)[:, None] * U, lam, s, V, w)
+        if state is None:
+            return None
     grads = {}
     if need_grad:
-        w = 1.0 / E
         G_B = 0.5 * (A @ K_x @ A.T - (U_t * (w @ s)) @ U_t.T)
         G_x = 0.5 * (A.T @ B @ A - (V * (lam @ w)) @ V.T)
         g = 0.5 * (A * A - (U_t * U_t) @ w @ (V * V).T)
         grads = add_partial(kernel.kronecker_vjp(X, G_B, G_x, K_x), likelihood.noise_vjp(X, g.ravel()))
         if offset_grad:
             grads["offset"] = A.ravel()
-    return Evaluation(log_evidence=float(F), grads=grads, dZ=None, jitter=0.0, state=None,
+    return Evaluation(log_evidence=float(F), grads=grads, dZ=None, jitter=0.0, state=state,
                       pseudo_data=(1.0 / noise, y / noise))
+
+
+def _kronecker_state(X, B, K_x, noise, y, A, U_bar, lam, s, V, w):
+    """The general path's predictive state from the Kronecker factors (:func:`_kronecker`'s
+    notation, U^- = D^1/2 U): the Cholesky factor L of K = B kron K_x + diag(noise), which
+    prediction whitens with (one (N P)^3 / 3 factorisation), weights L^-1 y, and
+
+        q_mean = K_ff alpha = vec(B A K_x),
+        q_cov = K_ff - K_ff K^-1 K_ff = sum_a (U^-_a U^-_a^T) kron (V diag(lambda_a s w_a) V^T),
+
+    since K_ff = (U^- kron V) diag(lambda s) (U^- kron V)^T and K the same with lambda s + 1: each
+    eigenvalue lambda s / (lambda s + 1) of the posterior covariance in [0, 1), where the general
+    path forms K_ff - (L^-1 K_ff)^T (L^-1 K_ff) at three (N P)^3 products.
+
+    Returns
+    -------
+    gpdsl.methods.common.PredictiveState or None
+        Z = X; None where the Cholesky factor of K needs a jitter (the general path's ladder then runs).
+    """
+    P, N = A.shape
+    n = P * N
+    K = np.kron(B, K_x)
+    K[np.diag_indices(n)] += noise
+    L, jit = cholesky(K, None, what="K_ff + noise")
+    if jit:
+        return None
+    T = np.stack([(V * (lam[a] * s * w[a])) @ V.T for a in range(P)])            # (P, N, N)
+    pairs = (U_bar[:, None, :] * U_bar[None, :, :]).reshape(P * P, P)            # [(p, q), a]
+    q_cov = K                                           # its memory: K is factorised
+    q_cov.reshape(P, N, P, N)[...] = (pairs @ T.reshape(P, N * N)).reshape(P, P, N, N).transpose(0, 2, 1, 3)
+    return PredictiveState(Z=X, weights=solve_lower(L, y), correction=np.eye(n), q_mean=(B @ A @ K_x).ravel(),
+                           q_cov=0.5 * (q_cov + q_cov.T), chol=L)
 
 
 def _evaluate(kernel, likelihood, X, y, jitter, need_grad, need_state, offset_grad):
