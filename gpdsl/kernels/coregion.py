@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from dataclasses import dataclass
+
 import numpy as np
 
 from ..checks import output_indices
