@@ -401,6 +401,12 @@ def test_to_inference_data_has_an_output_dimension(data):
     # The log-likelihood is each draw's Gaussian density of the targets.
     want = stats.norm.logpdf(Y_new, f.values, np.sqrt(NOISE))
     np.testing.assert_allclose(idata.log_likelihood["y"].values, want, rtol=1e-12)
+    Y_new[0, 1] = np.nan
+    with pytest.raises(ValueError, match=r"to_inference_data: y_new \(n, P\) has missing entries"):
+        post.to_inference_data(X_new, Y_new, draws=5, chains=1)
+    rows = np.array([[-1.0, 0.0], [0.5, 2.0]])        # one output a row
+    assert post.to_inference_data(rows, np.array([0.1, 0.3]), draws=5, chains=1).posterior["f"].dims == (
+        "chain", "draw", "obs")
 
 
 # -- model checks, non-Gaussian methods ----------------------------------------------------------

@@ -68,8 +68,11 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
     """
     q = query(X_new, posterior.input_dims, posterior.output_count, "to_inference_data")
     X_rows = validate_inputs(q.X, "X_new", posterior.n_features)
-    y_new = posterior.model.likelihood.coded_targets(q.rows("to_inference_data", "y_new", y_new, scalar=False),
-                                                     X_rows.shape[0], "y_new")
+    y_rows = q.rows("to_inference_data", "y_new", y_new, scalar=False)
+    if q.every_output and np.any(np.isnan(y_rows)):
+        raise ValueError("to_inference_data: y_new (n, P) has missing entries (NaN); the draws of every output need "
+                         "every target: give X_new with the output index (n, D+1) and a 1-D y_new of the observed rows")
+    y_new = posterior.model.likelihood.coded_targets(y_rows, X_rows.shape[0], "y_new")
     check_positive_int("to_inference_data", "draws", draws)
     check_positive_int("to_inference_data", "chains", chains)
     # Checked here, not left to default_rng, whose error names neither the function nor seed.
