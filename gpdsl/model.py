@@ -21,9 +21,9 @@ from .inducing import InducingSpec
 from .inference import Inference
 from .inputs import check_fit_arguments, validate_inputs
 from .kernels import Kernel
-from .multioutput import inducing_gradient, layout, long_data, method_inducing, output_count
 from .likelihoods import Likelihood
 from .means import Mean
+from .multioutput import inducing_gradient, layout, long_data, method_inducing, output_count
 from .parameters import Entry, ParameterTable
 
 

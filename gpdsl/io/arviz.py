@@ -20,9 +20,9 @@ from ..checks import check_positive_int, check_seed
 from ..components import bind
 from ..inputs import validate_inputs
 from ..linalg import cholesky
+from ..likelihoods.gaussian import gaussian_log_density
 from ..multioutput import query
 from .layout import hyperparameter_entries
-from ..likelihoods.gaussian import gaussian_log_density
 
 
 def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
