@@ -14,8 +14,9 @@ A ``[data] offset`` column holds each row's offset of the latent input (log expo
 counts): the fit and the held-out metrics take it (``fit(offset=...)``, ``predict(offset=...)``).
 A multi-output model (a kernel of P outputs: ICM, LMC) reads ``[data] targets = [P columns]``
 (one column per output, a blank or ``NA`` cell unobserved) or ``target`` with ``output``, the
-column of each row's output index (:func:`gpdsl.run_data.load_table`); its rows, and the held-out
-ones among them, are (input, output) pairs.
+column of each row's output index (or name, with ``outputs`` listing the names in index order;
+:func:`gpdsl.run_data.load_table`); its rows, and the held-out ones among them, are (input,
+output) pairs, and the held-out metrics are also given by output.
 
 A ``[sample]`` table (keys ``draws``, ``tune``, ``chains``, ``seed``, ``target_accept``,
 ``cores``; an empty one takes Model.sample's defaults) makes ``gpdsl run`` draw the

@@ -444,7 +444,7 @@ def read_table(path, missing=()):
     return header, _numeric(header, body, path, range(len(header)))
 
 
-def read_labelled_table(path, label):
+def read_labelled_table(path, label, role="target"):
     """:func:`read_table` where column ``label`` may hold text labels (``setosa``): a classifier's
     target, kept as text when any of its cells is not a number, as a likelihood that takes labels
     (``Categorical``) takes them from ``Model.fit``.
@@ -455,6 +455,8 @@ def read_labelled_table(path, label):
         A CSV file with a header row; blank lines are skipped.
     label : str
         The column that may hold text.
+    role : str, default "target"
+        What the column is, for the message where it is missing.
 
     Returns
     -------
@@ -474,7 +476,7 @@ def read_labelled_table(path, label):
     """
     header, body = _read_rows(path)
     if label not in header:
-        raise ValueError(f"target column {label!r} not in {str(path)!r}; columns: {', '.join(header)}")
+        raise ValueError(f"{role} column {label!r} not in {str(path)!r}; columns: {', '.join(header)}")
     column = header.index(label)
     others = [j for j in range(len(header)) if j != column]
     data = np.full((len(body), len(header)), np.nan)

@@ -15,7 +15,8 @@ __all__ = ["UsageError", "DATA_KEYS", "DEFAULT_TEST_FRACTION", "load_table", "ch
 
 DEFAULT_TEST_FRACTION = 0.2
 # The [data] table's keys.
-DATA_KEYS = {"path", "target", "targets", "output", "features", "offset", "test_fraction", "seed", "standardize"}
+DATA_KEYS = {"path", "target", "targets", "output", "outputs", "features", "offset", "test_fraction", "seed",
+             "standardize"}
 
 
 class UsageError(Exception):
@@ -60,13 +61,14 @@ def load_table(data, output_count=None):
       (isotopic); a blank or ``NA`` cell is an unobserved entry.  The observed entries become
       the rows, output-major (all of output 0's, then output 1's, ...);
     * ``target`` and ``output``: one row per observation (heterotopic), ``output`` naming the
-      column of its output index (integers 0..P-1).
+      column of its output index (integers 0..P-1), or of its output's name where ``outputs``
+      lists the P names in the order of the output index (``outputs = ["DAX", "SMI", ...]``).
 
     Parameters
     ----------
     data : dict
         The ``[data]`` table: ``path`` and ``target`` (or ``targets``; strings), optional
-        ``output`` (a column name), ``features`` (a list of column names; default every column
+        ``output`` (a column name) and ``outputs`` (its labels), ``features`` (a list of column names; default every column
         but the target(s), the output and the offset), ``offset`` (the name of a column holding
         each row's offset of the latent input, e.g. log exposure; it is passed to
         ``Model.fit(offset=...)`` and to the held-out predictions; not with ``targets``),
@@ -108,8 +110,12 @@ def load_table(data, output_count=None):
     path = Path(data["path"])
     if not path.is_file():
         raise UsageError(f"data file not found: {path}")
+    output_names = _output_names(data, output_count)
     try:
-        if targets is None:
+        if output_names is not None:
+            # The output column holds names: it is the labelled column, the target a number.
+            header, table, y = read_labelled_table(path, data["output"], role="output")
+        elif targets is None:
             header, table, y = read_labelled_table(path, data["target"])
         else:
             header, table = read_table(path, missing=targets)
@@ -154,7 +160,9 @@ def load_table(data, output_count=None):
     described = (f"target {data['target']!r}" if targets is None
                  else f"targets {', '.join(map(repr, targets))} as outputs 0..{len(targets) - 1}")
     if output_count is not None:
-        X, y, described = _long_rows(data, output_count, table, header, X, y if targets is None else None, described)
+        X, y, described = _long_rows(data, output_count, output_names, table, header, X,
+                                     y if targets is None else None,
+                                     described)
     description = f"{path} ({described}; features {', '.join(features)}"
     if offset is None:
         return X, y, None, features, description + ")"
@@ -194,8 +202,26 @@ def _data_layout(data, output_count):
     return targets
 
 
-def _long_rows(data, output_count, table, header, X, y, described):
-    """(X_long, y_long, description) of a multi-output ``[data]`` table (:func:`load_table`)."""
+def _output_names(data, output_count):
+    """``[data] outputs``, the names the output column holds in the order of the output index,
+    checked (a list of P distinct strings, with ``output``), or None."""
+    names = data.get("outputs")
+    if names is None:
+        return None
+    if data.get("output") is None or output_count is None:
+        raise UsageError("[data]: outputs names the labels of the output column: it goes with output (and a kernel "
+                         "of several outputs)")
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+        raise UsageError(f"[data]: outputs must be a list of distinct names (strings), got {names!r}")
+    if len(names) != output_count:
+        raise UsageError(f"[data]: outputs names {len(names)} outputs but the kernel has {output_count}")
+    return names
+
+
+def _long_rows(data, output_count, names, table, header, X, y, described):
+    """(X_long, y_long, description) of a multi-output ``[data]`` table (:func:`load_table`): ``y``
+    None for ``targets``, else the target column, or with ``names`` (``[data] outputs``) the
+    output column's labels."""
     from .multioutput import long_data
 
     if y is None:
@@ -203,14 +229,31 @@ def _long_rows(data, output_count, table, header, X, y, described):
         observed = int(np.sum(~np.isnan(Y)))
         described += f", {observed} of {Y.size} entries observed"
         X, y = X, Y
-    else:
+    elif names is None:
         X = np.column_stack([X, table[:, header.index(data["output"])]])
         described += f"; output index {data['output']!r}"
+    else:
+        X = np.column_stack([X, _named_outputs(data["output"], names, y)])
+        y = table[:, header.index(data["target"])]
+        described += f"; outputs {', '.join(f'{name} = {p}' for p, name in enumerate(names))} from {data['output']!r}"
     try:
         X, y, _ = long_data(X, y, output_count, owner="[data]")
     except (ValueError, TypeError) as err:
         raise UsageError(str(err)) from err
     return X, y, described
+
+
+def _named_outputs(column, names, labels):
+    """The output index of each row from its output's name (``[data] outputs``), as floats."""
+    if labels.dtype.kind != "U":
+        raise UsageError(f"[data]: outputs names text labels, but the output column {column!r} holds numbers (the "
+                         "output indices themselves): leave outputs out")
+    known = {name: p for p, name in enumerate(names)}
+    unknown = [label for label in dict.fromkeys(labels.tolist()) if label not in known]
+    if unknown:
+        raise UsageError(f"[data]: the output column {column!r} holds {unknown[0]!r}, which outputs does not name "
+                         f"({', '.join(map(repr, names))})")
+    return np.array([known[label] for label in labels], dtype=float)
 
 
 def check_offset(model, offset, name):

@@ -1081,3 +1081,39 @@ def test_plot_multi_output_of_one_feature_draws_a_panel_per_output(tmp_path, bin
         wide, y, optimize=False)
     plot_fit(post, wide, y, tmp_path / "scatter.png")
     assert _png_size(tmp_path / "scatter.png") == (900, 450)
+
+
+def _named_outputs_csv(path, rows, names=("DAX", "SMI", "CAC")):
+    with open(path, "w") as fh:
+        fh.write("x,index,y\n" + "".join(f"{x:.17g},{names[int(p)]},{y:.17g}\n" for x, p, y in rows))
+
+
+def test_multi_output_output_column_of_names_in_the_order_outputs_gives(tmp_path):
+    """output = a column of names with outputs = [their order]: the same long rows as the indices."""
+    rows = write_outputs_csv(tmp_path / "outputs.csv", long=True)
+    _named_outputs_csv(tmp_path / "outputs.csv", rows)
+    text = MULTI_TOML.replace('targets = ["a", "b", "c"]', 'target = "y"\noutput = "index"\noutputs = ["DAX", "SMI", "CAC"]')
+    _, (X, y, X_test, y_test, _, _), description, _, _ = cli.problem_from_toml(write_model(tmp_path, text))
+    train, test = cli.split_rows(len(rows), int(round(0.2 * len(rows))))
+    np.testing.assert_array_equal(np.column_stack([X, y]), rows[train])
+    np.testing.assert_array_equal(np.column_stack([X_test, y_test]), rows[test])
+    assert "outputs DAX = 0, SMI = 1, CAC = 2 from 'index'" in description
+
+
+@pytest.mark.parametrize("keys, fragments", [
+    ('target = "y"\noutput = "index"\noutputs = ["DAX", "SMI"]', ("outputs names 2 outputs but the kernel has 3",)),
+    ('target = "y"\noutput = "index"\noutputs = ["DAX", "SMI", "FTSE"]',
+     ("the output column 'index' holds 'CAC', which outputs does not name ('DAX', 'SMI', 'FTSE')",)),
+    ('target = "y"\noutput = "index"\noutputs = ["DAX", "DAX", "CAC"]', ("outputs must be a list of distinct names",)),
+    ('targets = ["a", "b", "c"]\noutputs = ["DAX", "SMI", "CAC"]', ("outputs names the labels of the output column",)),
+    ('target = "y"\noutput = "task"\noutputs = ["DAX", "SMI", "CAC"]', ("output column 'task' not in",)),
+    ('target = "y"\noutput = "task"\noutputs = ["DAX", "SMI", "CAC"]',
+     ("outputs names text labels, but the output column 'task' holds numbers",)),
+])
+def test_multi_output_output_names_errors(tmp_path, capsys, keys, fragments):
+    rows = write_outputs_csv(tmp_path / "outputs.csv", long=True)
+    if "holds numbers" not in fragments[0]:          # the file of indices, else of names
+        _named_outputs_csv(tmp_path / "outputs.csv", rows)
+    path = write_model(tmp_path, MULTI_TOML.replace('targets = ["a", "b", "c"]', keys))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, str(path), *fragments)
