@@ -14,6 +14,11 @@ class Exact(Inference):
     """Dense GP regression, O(N^3): the reference, log N(y | 0, K_ff + sigma^2 I) (Rasmussen &
     Williams eq. 2.30; Titsias 2009 eq. 4), with gradients and the exact predictive (eq. 3).
 
+    An :class:`gpdsl.kernels.ICM` on isotopic data (every input at every output, no missing
+    entry) with a noise of one value an output (``Gaussian``, ``OutputGaussian``) is evaluated
+    through its Kronecker factors automatically, O(N^3 + P^3) rather than O((N P)^3), to the
+    same result (:mod:`gpdsl.methods.exact`).
+
     Parameters
     ----------
     jitter : float or None, default None
