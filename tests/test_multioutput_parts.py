@@ -314,3 +314,17 @@ def test_standardized_fit_adds_each_outputs_noise_in_the_datas_units():
     np.testing.assert_allclose(post.log_predictive(X_NEW, Y_NEW),
                                stats.norm.logpdf(Y_NEW, pred["y_mean"].values, np.sqrt(pred["y_var"].values)),
                                rtol=1e-10)
+
+
+def test_a_dask_X_of_long_rows_gives_the_in_memory_objective_with_per_output_parts():
+    """VFE with OutputGaussian and PerOutput on a Dask X (chunks of 4 long rows) equals in memory."""
+    da = pytest.importorskip("dask.array")
+    Z = FEATURES[:4]
+    model = gd.Model(ICM, gd.likelihoods.OutputGaussian(3, variance=VARIANCES), gd.inducing.Fixed(Z),
+                     gd.inference.VFE(chunk_size=4), mean=gd.means.PerOutput(PARTS))
+    values = model.parameter_table(X, Z).values()
+    memory = model.evaluate(values, X, Y, Z)
+    lazy = model.evaluate(values, da.from_array(X, chunks=(4, 3)), Y, Z)
+    np.testing.assert_allclose(lazy.log_evidence, memory.log_evidence, rtol=1e-12)
+    for name, g in memory.grads.items():
+        np.testing.assert_allclose(lazy.grads[name], g, rtol=1e-10, atol=1e-12, err_msg=name)
