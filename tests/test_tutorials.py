@@ -180,20 +180,23 @@ def check_results(name, ns):
         assert 0.11 < ns["held_out"].mean() < 0.13 and ns["held_out"].sum(axis=1).max() <= 2
         # Both coregionalised models beat the four independent GPs on the held-out NLPD by more
         # than 0.15 nats an entry (measured at the small size: ICM -0.737, LMC -0.733,
-        # independent -0.473; at full size -0.84, -0.83, -0.60 in the notebook).
+        # independent -0.473; at full size, in the notebook, -0.647, -0.679, -0.521) and on RMSE
+        # (small: 0.124, 0.124 against 0.140; full: 0.122, 0.121 against 0.149).
         scores = ns["scores"]
         for name_ in ("ICM", "LMC"):
             assert scores[name_]["NLPD"] < scores["independent"]["NLPD"] - 0.15, name_
-            assert scores[name_]["RMSE"] < 0.2, name_                   # standardised units
+            assert scores[name_]["RMSE"] < scores["independent"]["RMSE"], name_
         # The ICM's B as correlations is near the sample correlations of the log returns
-        # (measured: within 0.06 at the small size), all clearly positive.
+        # (measured: within 0.083 at the small size, 0.084 at full size; the smallest 0.67), all
+        # clearly positive.
         off = ~np.eye(4, dtype=bool)
         icm_corr = ns["shown"]["ICM"]
         assert np.all(icm_corr[off] > 0.4)
         assert np.max(np.abs(icm_corr - ns["shown"]["sample, returns"])) < 0.15
         # The joint predictive covariance at a day where DAX and CAC are both held out: (1, 4, 1, 4),
         # its diagonal predict's f_var (checked in the script), the two latent values positively
-        # correlated (measured 0.30), so the average's variance exceeds the diagonal-only one.
+        # correlated (measured 0.30; 0.24 at full size), so the average's variance exceeds the
+        # diagonal-only one (measured x 1.25).
         assert ns["f_cov"].shape == (1, 4, 1, 4) and ns["f_mean"].shape == (1, 4)
         assert np.allclose(ns["cov"], ns["cov"].T, rtol=0, atol=1e-12)
         assert ns["pair_correlation"] > 0.1
