@@ -502,7 +502,7 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
     result = None
     if optimize and table.size > 0:
         rng = np.random.default_rng(seed)
-        starts = [u0] + [_random_start(table, u0, X, rng) for _ in range(restarts)]
+        starts = [u0] + [_random_start(table, u0, X, rng, model.output_count) for _ in range(restarts)]
         for u_start in starts:
             # Each start from the same local state, and the best start's kept: a minibatch
             # method's q is its result (the posterior is evaluated at it as it stands).
@@ -656,15 +656,16 @@ def _stop_reason(result):
     return "line_search"
 
 
-def _random_start(table, u0, X, rng):
-    """Hyperparameters perturbed (log-space N(0, 1)), Z re-drawn from X; a method's variational
-    parameters keep their start, which does not depend on the hyperparameters."""
+def _random_start(table, u0, X, rng, output_count=None):
+    """Hyperparameters perturbed (log-space N(0, 1)), Z re-drawn from X (a multi-output model's by
+    :func:`gpdsl.multioutput.draw_inputs`); a method's variational parameters keep their start,
+    which does not depend on the hyperparameters."""
     values = table.unpack(u0)
     for e in table.free:
         if e.name.startswith("variational."):
             continue
         if e.name == "inducing.Z":
-            values[e.name] = multioutput.draw_inputs(X, *e.value.shape, rng)
+            values[e.name] = multioutput.draw_inputs(X, values[e.name], rng, output_count)
         elif e.bounds is not None:
             low, high = e.bounds
             logit = np.log(values[e.name] - low) - np.log(high - values[e.name])

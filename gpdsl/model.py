@@ -120,8 +120,7 @@ class Model:
 
     def _check_multi_output(self):
         """A multi-output kernel's partners: one latent function a row, a mean and likelihood that do
-        not read X's columns as features (the last is the output index), inducing inputs that are
-        not optimised in the long space (the output column is no parameter)."""
+        not read X's columns as features (the last is the output index)."""
         P = self.output_count
         parts = [(part, what) for part, what in ((self.mean, "mean"), (self.likelihood, "likelihood"))
                  if getattr(part, "output_count", None) is not None]
@@ -143,11 +142,6 @@ class Model:
                 raise ValueError(f"Model: the {what} {part!r} reads X's columns as features, but a multi-output "
                                  f"model's last column is the output index; wrap it per output "
                                  f"(gd.means.PerOutput for a mean)")
-        spec = self.inducing
-        if spec is not None and spec.optimize and spec.selects_training_rows:
-            raise ValueError(f"Model: {spec!r} optimises Z selected among the long training rows, whose output "
-                             f"column is no parameter; optimise Z in input space (Optimized(KMeans(m)) or an (M, D) "
-                             f"array: shared by the P = {P} outputs) or do not optimise the selection")
 
     def _check_row_order(self, owner, X, y):
         """A likelihood with per-row parameters (known noise variances) is refused data in a layout
@@ -388,7 +382,8 @@ class Model:
             Inducing inputs (None for methods without).  A multi-output model's (M, D) in input
             space are shared by the outputs: the method sees their M P long rows
             (:func:`gpdsl.multioutput.method_inducing`) and ``dZ`` is summed over the copies
-            (:func:`~gpdsl.multioutput.inducing_gradient`); (M, D+1) are taken as they are.
+            (:func:`~gpdsl.multioutput.inducing_gradient`); (M, D+1) are taken as they are, ``dZ``
+            0 in their output column.
         need_grad : bool, default True
             Compute the gradients of the log evidence.
         need_state : bool, default False

@@ -24,7 +24,9 @@ expanded POINT-MAJOR (each point's P outputs together), so that a long result (n
 
 Sparse methods share the inducing inputs across outputs: Z (M, D) in input space stands for
 Z x {0..P-1} (:func:`expand_inducing`, M P rows, output-major); a Z of D+1 columns is taken as
-the long inducing inputs it is.  Optimised Z's gradient is the sum over its P copies
+the long inducing inputs it is (an inducing variable of one output at one input: greedy
+selection's, or M rows spread over the outputs as the data are).  Optimised shared Z's gradient
+is the sum over its P copies; optimised long Z moves its input columns only
 (:func:`inducing_gradient`).
 """
 from __future__ import annotations
@@ -254,15 +256,7 @@ def selection_inputs(spec, X_long):
     -------
     ndarray, shape (n, D+1) or (U, D)
 
-    Raises
-    ------
-    ValueError
-        Z of D+1 columns given to be optimised: its output column is no parameter.
     """
-    if spec.given_columns() == X_long.shape[1] and spec.optimize:
-        raise ValueError(f"{type(spec).__name__}: optimised inducing inputs of a multi-output model are (M, D) in "
-                         f"input space, shared by the outputs; got Z of {X_long.shape[1]} columns, the output index "
-                         f"among them (give Z without it, or Fixed(Z) to hold it)")
     if spec.selects_training_rows or spec.given_columns() == X_long.shape[1]:
         return X_long
     return unique_inputs(X_long)
@@ -288,8 +282,9 @@ def expand_inducing(Z, P):
 def inducing_gradient(dZ_method, Z, P):
     """d/dZ of the inducing inputs Z as given, from d/dZ of those the method saw
     (:func:`method_inducing`): for Z (M, D) shared by the outputs the sum over its P copies of
-    d/dZ_long (M P, D+1) (the chain rule through :func:`expand_inducing`; the output column is no
-    parameter); otherwise ``dZ_method`` as it is.
+    d/dZ_long (M P, D+1) (the chain rule through :func:`expand_inducing`); for long Z (M, D+1)
+    ``dZ_method`` with its output column 0 (the index is no parameter: an optimiser whose gradient
+    there is always 0 never moves it, as L-BFGS-B does not).
 
     Parameters
     ----------
@@ -302,9 +297,12 @@ def inducing_gradient(dZ_method, Z, P):
     -------
     ndarray of Z's shape, or None
     """
-    if P is None or dZ_method is None or np.shape(dZ_method)[1] == np.shape(Z)[1]:
+    if P is None or dZ_method is None:
         return dZ_method
-    dZ_method = np.asarray(dZ_method)
+    dZ_method = np.array(dZ_method, dtype=float)
+    if dZ_method.shape[1] == np.shape(Z)[1]:
+        dZ_method[:, -1] = 0.0
+        return dZ_method
     return dZ_method[:, :-1].reshape(P, -1, dZ_method.shape[1] - 1).sum(axis=0)
 
 
@@ -352,23 +350,38 @@ def standardization(X_long, y=None):
     return Standardization(x_mean, x_scale, scaling.y_mean, scaling.y_scale)
 
 
-def draw_inputs(X, M, D, rng):
-    """M distinct inputs (M, D) drawn from X's rows without replacement: a restart's inducing
-    inputs.  A long X (D+1 columns) is drawn from its distinct inputs (:func:`unique_inputs`), so
-    that Z shared by the outputs has no input twice.
+def draw_inputs(X, Z, rng, P=None):
+    """A restart's inducing inputs in place of Z: rows of X drawn without replacement.
+
+    A single-output model's Z (M, D) is M rows of X.  A multi-output model's shared Z (M, D) is M
+    of its distinct inputs (:func:`unique_inputs`: no input twice); its long Z (M, D+1) keeps each
+    row's output and draws the inputs among the training rows of that output (the output index is
+    no parameter).
 
     Parameters
     ----------
-    X : ndarray, shape (N, D) or (n, D+1)
-    M, D : int
+    X : ndarray or Dask array, shape (N, D) or (n, D+1)
+        The training inputs (a multi-output model's long rows).
+    Z : ndarray, shape (M, D) or (M, D+1)
+        The inducing inputs to replace.
     rng : numpy.random.Generator
+    P : int, optional
+        The model's outputs (None: a single-output model).
 
     Returns
     -------
-    ndarray, shape (M, D)
+    ndarray of Z's shape
     """
-    pool = X if X.shape[1] == D else unique_inputs(X)
-    return np.asarray(pool[rng.choice(pool.shape[0], size=M, replace=False)])
+    if P is None:
+        return np.asarray(X[rng.choice(X.shape[0], size=Z.shape[0], replace=False)])
+    if Z.shape[1] != X.shape[1]:
+        pool = unique_inputs(X)
+        return pool[rng.choice(pool.shape[0], size=Z.shape[0], replace=False)]
+    drawn = np.array(Z, dtype=float)
+    for p in np.unique(Z[:, -1]):
+        rows, of_p = np.flatnonzero(X[:, -1] == p), Z[:, -1] == p
+        drawn[of_p, :-1] = X[rng.choice(rows, size=int(of_p.sum()), replace=False), :-1]
+    return drawn
 
 
 @dataclass(frozen=True)

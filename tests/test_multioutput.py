@@ -128,6 +128,14 @@ def test_distinct_inputs_and_queries_keep_their_order():
     np.testing.assert_array_equal(q.wide(np.arange(6.0)), [[0, 1, 2], [3, 4, 5]])
     cov = np.arange(36.0).reshape(6, 6)
     assert q.wide_cov(cov)[1, 2, 0, 1] == cov[5, 1]
+    rng = np.random.default_rng(0)
+    shared = multioutput.draw_inputs(X_long, np.zeros((3, 1)), rng, 3)
+    np.testing.assert_array_equal(np.sort(shared[:, 0]), [1.0, 2.0, 3.0])      # distinct inputs, all three
+    Z_long = np.array([[9.0, 1.0], [9.0, 0.0], [9.0, 1.0]])
+    drawn = multioutput.draw_inputs(X_long, Z_long, rng, 3)
+    np.testing.assert_array_equal(drawn[:, 1], Z_long[:, 1])
+    np.testing.assert_array_equal(np.sort(drawn[[0, 2], 0]), [2.0, 3.0])        # output 1's two rows
+    assert drawn[1, 0] in (1.0, 2.0)
     long_q = multioutput.query(X_long, 1, 3)
     assert long_q.X is not None and not long_q.every_output and long_q.wide(cov) is cov
 
@@ -300,7 +308,7 @@ def test_inducing_specs_choose_z_among_distinct_inputs(data):
                  inference=gd.inference.VFE()).fit(X, Y, optimize=False)
 
 
-def test_greedy_selection_picks_long_rows_and_refuses_optimised_rows(data):
+def test_greedy_selection_picks_long_rows(data):
     X, Y = data
     X_long, _ = _dense_long(X, Y)
     post = gd.Model(_icm(), gd.likelihoods.Gaussian(NOISE), inducing=gd.inducing.GreedyVariance(m=8),
@@ -311,12 +319,31 @@ def test_greedy_selection_picks_long_rows_and_refuses_optimised_rows(data):
                           inducing=gd.inducing.GreedyVariance(tol=1e-2, reinit=True, max_reinit=3)).fit(X, Y, max_iter=20)
     assert reselected.reinit_stop is not None
     np.testing.assert_array_equal(reselected.state.Z, X_long[reselected.selection.indices])
-    with pytest.raises(ValueError, match=r"optimises Z selected among the long training rows"):
-        gd.Model(_icm(), gd.likelihoods.Gaussian(NOISE), inducing=gd.inducing.Optimized(gd.inducing.GreedyVariance(m=8)),
-                 inference=gd.inference.VFE())
-    with pytest.raises(ValueError, match=r"Optimized: optimised inducing inputs of a multi-output model are \(M, D\)"):
-        gd.Model(_icm(), gd.likelihoods.Gaussian(NOISE), inducing=gd.inducing.Optimized(X_long[:5]),
-                 inference=gd.inference.VFE()).fit(X, Y, optimize=False)
+
+
+def test_optimised_long_inducing_rows_move_their_inputs_only(data):
+    """Z (M, D+1), one output a row (greedy's, or given): dZ is 0 in the output column, the
+    inputs' gradient is the evidence's (central differences), and the fit moves the inputs only."""
+    X, Y = data
+    X_long, y_long = _dense_long(X, Y)
+    Z = X_long[::4] + np.array([0.05, 0.0])
+    model = gd.Model(_icm(), gd.likelihoods.Gaussian(NOISE), inducing=gd.inducing.Optimized(Z),
+                     inference=gd.inference.VFE(jitter=0.0))
+    values = model.parameter_table(X_long, Z).values()
+    values.pop("inducing.Z")
+    ev = model.evaluate(values, X_long, y_long, Z)
+    assert ev.dZ.shape == Z.shape and np.all(ev.dZ[:, 1] == 0.0)
+
+    def lml(inputs):
+        return model.evaluate(values, X_long, y_long, np.column_stack([inputs, Z[:, 1]]), need_grad=False).log_evidence
+
+    np.testing.assert_allclose(ev.dZ[:, :1], central_difference(lml, Z[:, :1]), rtol=1e-6, atol=1e-8)
+    for spec in (gd.inducing.Optimized(Z), gd.inducing.Optimized(gd.inducing.GreedyVariance(m=8))):
+        post = gd.Model(_icm(), gd.likelihoods.Gaussian(NOISE), inducing=spec,
+                        inference=gd.inference.VFE()).fit(X, Y, max_iter=20, restarts=1)
+        start = Z if spec.init.given_columns() else X_long[post.selection.indices]
+        np.testing.assert_array_equal(post.state.Z[:, 1], start[:, 1])
+        assert not np.array_equal(post.state.Z[:, 0], start[:, 0])
 
 
 # -- standardize, subsample ------------------------------------------------------------------------
