@@ -113,7 +113,8 @@ class InducingSpec(Component, family="inducing"):
     A multi-output model (:mod:`gpdsl.multioutput`) gives a spec that does not select training
     rows the distinct inputs (U, D) without the output column: its Z (M, D) is shared by the P
     outputs (the methods see Z x {0..P-1}, M P rows).  A spec that selects training rows gets the
-    long rows (n, D+1) and picks (input, output) pairs: its Z (M, D+1) is taken as it is.
+    long rows (n, D+1) and picks (input, output) pairs: its Z (M, D+1) is taken as it is (and,
+    under ``Optimized``, only its input columns move), as is a ``Fixed`` Z of D+1 columns.
     """
 
     optimize = False
