@@ -285,8 +285,9 @@ class Posterior:
         mean : ndarray or dask.array.Array, shape (n,), or (n, K) for K latent functions
             Latent predictive mean, in the data's units (a component's mean is scaled, not
             shifted, by a standardisation: the targets' mean belongs to the whole f).  A K-class
-            likelihood has one column per class.
-        var : ndarray or dask.array.Array, shape (n,), or (n, K)
+            likelihood has one column per class, a multi-output posterior at X_new (n, D) one per
+            output, (n, P).
+        var : ndarray or dask.array.Array, shape (n,), or (n, K) or (n, P)
             Latent predictive variance (clipped at 0), in the data's units.
 
         Raises
