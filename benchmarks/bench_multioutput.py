@@ -161,9 +161,9 @@ def _fit_child():
         print(f"[fit] warning: {w.category.__name__}: {str(w.message)[:200]}")
     values = post.values
     B = values["kernel.W"] @ values["kernel.W"].T + np.diag(values["kernel.kappa"])
+    noise = np.round(values["likelihood.variance"], 6).tolist()
     print(f"[fit] fitted: lengthscale {float(values['kernel.kernel.lengthscale']):.6g}, variance "
-          f"{float(values['kernel.kernel.variance']):.6g}, noise {np.round(values['likelihood.variance'], 6).tolist()}, "
-          f"B diag x variance {np.round(np.diag(B) * values['kernel.kernel.variance'], 6).tolist()}, means "
+          f"{float(values['kernel.kernel.variance']):.6g}, noise {noise}, B diag x variance {np.round(np.diag(B) * values['kernel.kernel.variance'], 6).tolist()}, means "
           f"{[round(float(values[f'mean.{p}.constant']), 6) for p in range(P)]}")
     print(f"[fit] child's CPU from its data load to here {time.process_time() - c_start:.2f} s (the parent's line "
           f"adds the interpreter's start and imports)")
