@@ -163,7 +163,8 @@ def _fit_child():
     B = values["kernel.W"] @ values["kernel.W"].T + np.diag(values["kernel.kappa"])
     noise = np.round(values["likelihood.variance"], 6).tolist()
     print(f"[fit] fitted: lengthscale {float(values['kernel.kernel.lengthscale']):.6g}, variance "
-          f"{float(values['kernel.kernel.variance']):.6g}, noise {noise}, B diag x variance {np.round(np.diag(B) * values['kernel.kernel.variance'], 6).tolist()}, means "
+          f"{float(values['kernel.kernel.variance']):.6g}, noise {noise}, B diag x variance "
+          f"{np.round(np.diag(B) * values['kernel.kernel.variance'], 6).tolist()}, means "
           f"{[round(float(values[f'mean.{p}.constant']), 6) for p in range(P)]}")
     print(f"[fit] child's CPU from its data load to here {time.process_time() - c_start:.2f} s (the parent's line "
           f"adds the interpreter's start and imports)")
