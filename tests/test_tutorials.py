@@ -186,6 +186,8 @@ def check_results(name, ns):
         for name_ in ("ICM", "LMC"):
             assert scores[name_]["NLPD"] < scores["independent"]["NLPD"] - 0.15, name_
             assert scores[name_]["RMSE"] < scores["independent"]["RMSE"], name_
+        # The long layout (one (day, index) row a held-out entry) scores the same.
+        assert abs(ns["long_nlpd"] - scores["ICM"]["NLPD"]) < 1e-10
         # The ICM's B as correlations is near the sample correlations of the log returns
         # (measured: within 0.083 at the small size, 0.084 at full size; the smallest 0.67), all
         # clearly positive.

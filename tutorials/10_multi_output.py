@@ -235,6 +235,18 @@ for name, post_logp in (("ICM", icm.log_predictive(X, Y_held)), ("LMC", lmc.log_
           + " ".join(f"{v:6.2f}" for v in per_index))
 
 # %% [markdown]
+# The same scores from the long layout: the held-out entries as rows (day, index) of shape (n, 2),
+# whose last column is the output index, with a 1-D y. `log_predictive` then scores one output a
+# row.
+
+# %%
+rows, outputs = np.nonzero(held_out)
+X_long = np.column_stack([X[rows, 0], outputs])                  # (n, D + 1)
+long_nlpd = -icm.log_predictive(X_long, Y_all[rows, outputs]).mean()
+print(f"{len(rows)} held-out rows {X_long.shape}: ICM NLPD {long_nlpd:.6f} (isotopic: {scores['ICM']['NLPD']:.6f})")
+assert abs(long_nlpd - scores["ICM"]["NLPD"]) < 1e-10
+
+# %% [markdown]
 # Summed over the held-out entries the coregionalised models win, but not necessarily index by
 # index: on the days where the DAX and the CAC are both missing only the SMI and the FTSE inform
 # them, and a block over which an index happens to run straight favours the independent GP's
