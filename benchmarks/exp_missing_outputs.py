@@ -100,6 +100,8 @@ def scores(mean, var, y):
 
 
 def fit_coregionalised(kind, base, X, Y_train, X_test, y_test):
+    """Fit the ICM or the LMC (``kind``) on X (N, 1) and Y_train (N, P) with NaN; score the long
+    held-out rows X_test (n, 2), y_test (n,).  Returns the scores, seconds, log evidence, iterations."""
     P = Y_train.shape[1]
     if kind == "ICM":
         kernel = gd.kernels.ICM(base(), P, rank=2)
@@ -120,6 +122,8 @@ def fit_coregionalised(kind, base, X, Y_train, X_test, y_test):
 
 
 def fit_independent(base, X, Y_train, X_test, y_test):
+    """Fit one single-output GP per column of Y_train on its observed rows and score each output's
+    held-out rows; seconds, log evidences and iterations summed over the P fits."""
     P = Y_train.shape[1]
     mean, var = np.empty(len(y_test)), np.empty(len(y_test))
     seconds, log_evidence, iterations = 0.0, 0.0, 0
