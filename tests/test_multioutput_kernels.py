@@ -228,6 +228,8 @@ def test_output_column_must_hold_output_indices(bad, match):
     (lambda se: gd.kernels.LMC((se, se), 2, kappa=np.array([[1.0, 1.0], [1.0, -1.0]])), ValueError,
      "LMC: kappa must be positive"),
     (lambda se: gd.kernels.LMC((se, se), 2, W=gd.Shared("w", 0.5)), TypeError, "LMC: W cannot be gd.Shared"),
+    (lambda se: gd.kernels.LMC((se, se), 2, kappa=(gd.Fixed(np.ones(2)), np.ones(2))), TypeError,
+     r"LMC: kappa must be an array of shape \(2, 2\), Fixed\(...\) of one or a prior"),
     (lambda se: gd.kernels.LMC((se,), 2), TypeError, "LMC: kernels must be a tuple of at least two kernels"),
 ])
 def test_bad_declarations_are_refused_by_name(make, error, match):

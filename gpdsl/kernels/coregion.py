@@ -113,12 +113,10 @@ def _check_B_spec(owner, name, spec, shape):
 
 
 def _part_spec(spec, q, default):
-    """Part q's declared value of an LMC's W or kappa: ``default`` for None, entry q of a bound
-    tuple or a declared array (its value inside a Fixed), a scalar or a prior as it is."""
+    """Part q's declared value of an LMC's W or kappa: ``default`` for None, entry q of an array
+    (of the value inside a Fixed), a scalar or a prior as it is."""
     if spec is None:
         return default
-    if isinstance(spec, tuple):
-        return spec[q]
     if isinstance(spec, Fixed):
         value = declared_value(spec)
         return Fixed(value[q] if value.ndim else value)
@@ -456,8 +454,12 @@ class LMC(_Composite):
             if isinstance(spec, Shared):
                 raise TypeError(f"LMC: {name} cannot be gd.Shared (it holds one value per part); declare it as an "
                                 f"array, Fixed or a prior")
-            if isinstance(spec, list):
-                spec = np.asarray(spec, dtype=float)
+            if isinstance(spec, (list, tuple)):      # one array per part, as a model file lists them
+                try:
+                    spec = np.asarray(spec, dtype=float)
+                except (TypeError, ValueError):
+                    raise TypeError(f"LMC: {name} must be an array of shape {shape}, Fixed(...) of one or a prior; "
+                                    f"a list or tuple must hold numbers, got {spec!r}") from None
                 object.__setattr__(self, name, spec)
             check_hyperparameter("LMC", name, spec, positive=name == "kappa", ndim_max=len(shape))
             got = declared_value(spec).shape
@@ -503,7 +505,7 @@ class LMC(_Composite):
         return out
 
     def bind(self, values=None):
-        """A copy whose base kernels, W and kappa (tuples of Q arrays) hold natural-scale values.
+        """A copy whose base kernels, W (Q, P, rank) and kappa (Q, P) hold natural-scale values.
 
         Parameters
         ----------
@@ -520,8 +522,8 @@ class LMC(_Composite):
             # The part's names as its ICM's: W and kappa, the base kernel's under "kernel.".
             local = {k[len(label) + 1:]: v for k, v in values.items() if k.startswith(label + ".")}
             icms.append(self._icm(q).bind({k if k in _B_NAMES else f"kernel.{k}": v for k, v in local.items()}))
-        return dataclasses.replace(self, kernels=tuple(i.kernel for i in icms), W=tuple(i.W for i in icms),
-                                   kappa=tuple(i.kappa for i in icms))
+        return dataclasses.replace(self, kernels=tuple(i.kernel for i in icms), W=np.stack([i.W for i in icms]),
+                                   kappa=np.stack([i.kappa for i in icms]))
 
     def _icm(self, q):
         """Part q as an :class:`ICM` (bound where the LMC is)."""
