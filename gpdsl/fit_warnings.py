@@ -73,7 +73,7 @@ def warn_unconverged(model, diagnostics, fit, local, n):
                       ConvergenceWarning, stacklevel=5)
 
 
-def warn_ridge(name, start, end, how, cause):
+def warn_ridge(name, start, end, entry, how, cause):
     """One ConvergenceWarning for a run that ended on an evidence ridge.
 
     Parameters
@@ -81,15 +81,23 @@ def warn_ridge(name, start, end, how, cause):
     name : str
         The hyperparameter that ran away.
     start, end : float
-        Its value at the start and at the end of the run.
+        The value of its element that moved, at the start and at the end of the run.
+    entry : tuple of int or None
+        That element's index in an array hyperparameter (None for a scalar).
     how : str
         How the run ended (the optimiser's message).
     cause : str
-        The likelihood's usual cause (``Likelihood.ridge_cause``).
+        The likelihood's usual cause (``Likelihood.ridge_cause``), for a hyperparameter that grew.
     """
     prior = ("gd.priors.LogNormal(0.0, 2.0)" if start > 0 and end > 0
              else "gd.priors.ScipyPrior(scipy.stats.norm(0.0, 3.0), initial=0.0)")
-    warnings.warn(f"L-BFGS-B stopped on an evidence ridge ({how}): {name} ran from {start:.3g} to {end:.3g} "
+    label = name if entry is None else f"{name}[{', '.join(str(int(i)) for i in entry)}]"
+    if 0 < end < start:
+        # A positive hyperparameter collapsing (the ridge rule does not count a kernel variance or a
+        # length-scale moving that way) is a noise variance the latent function has absorbed.
+        cause = ("it fell towards 0: the latent function interpolates those targets (near-duplicate inputs, or "
+                 "an output that another output explains exactly), so the noise left is unidentified")
+    warnings.warn(f"L-BFGS-B stopped on an evidence ridge ({how}): {label} ran from {start:.3g} to {end:.3g} "
                   f"while the objective barely changed, and would keep running: {cause}. The fit is usable; to "
                   f"pin {name} down put a prior on it, e.g. {name.split('.')[-1]}={prior} (flagged ridge={name!r})",
                   ConvergenceWarning, stacklevel=6)

@@ -101,8 +101,9 @@ class FitResult:
         The method's local iterations over the fit (EP/QP sweeps, c updates, natural steps).
     ridge : str or None
         The hyperparameter that ran away along an evidence ridge.
-    ridge_move : tuple of float, or None
-        ``(start, end)`` of the ridge's hyperparameter.
+    ridge_move : tuple, or None
+        ``(start, end, entry)`` of the ridge's hyperparameter: the values of the element that
+        moved, and its index tuple in an array hyperparameter (None for a scalar).
     minibatch : bool
         The optimiser was a minibatch one (no full-batch gradient; q moved with its steps).
     objective_estimate : float or None
@@ -858,8 +859,9 @@ class _Objective:
         return result
 
     def _runaway(self, u0, u):
-        """``(name, start, end)`` of the free hyperparameter that moved furthest from its start, by
-        a factor above RUNAWAY_FACTOR (with its element's values at ``u0`` and ``u``), or None.
+        """``(name, start, end, entry)`` of the free hyperparameter that moved furthest from its
+        start, by a factor above RUNAWAY_FACTOR (with its element's values at ``u0`` and ``u``, and
+        the element's index tuple for an array, None for a scalar), or None.
 
         A positive hyperparameter's move is the factor it changed by.  A real one (a
         classifier's bias, which on an evidence ridge grows with the kernel variance: FITC-EP on
@@ -883,8 +885,10 @@ class _Objective:
             else:
                 log_ratio = 2.0 * np.log(np.maximum(np.abs(end[e.name]), 1.0) / np.maximum(np.abs(start[e.name]), 1.0))
             i = int(np.argmax(np.abs(np.ravel(log_ratio))))
+            # A vector's entry is named (a per-output noise variance: ``likelihood.variance[2]``).
+            entry = None if np.ndim(end[e.name]) == 0 else np.unravel_index(i, np.shape(end[e.name]))
             moves[e.name] = (float(np.abs(np.ravel(log_ratio)[i])), float(np.ravel(start[e.name])[i]),
-                             float(np.ravel(end[e.name])[i]))
+                             float(np.ravel(end[e.name])[i]), entry)
         name = max(moves, key=lambda k: moves[k][0], default=None)
         return (name, *moves[name][1:]) if name is not None and moves[name][0] > np.log(RUNAWAY_FACTOR) else None
 

@@ -198,3 +198,21 @@ def test_runaway_kernel_variance_warns_once_and_is_flagged(tmp_path):
         warnings.simplefilter("error", gd.ConvergenceWarning)
         held = gd.Model(SE(1.0, gd.priors.LogNormal(0.0, 2.0)), probit, inducing, gd.inference.EP()).fit(X, y)
     assert held.ridge is None and held.values["kernel.variance"] < 1e3
+
+
+def test_collapsing_noise_of_one_output_is_named_by_entry():
+    """A per-output noise variance that collapses (output 1 is noise-free, so the latent function
+    interpolates it) is reported as that entry, ``likelihood.variance[1]``, with the cause of a
+    collapse rather than the kernel-growth advice; the flagged name stays the parameter's."""
+    x = np.linspace(0, 5, 30)[:, None]
+    noisy = np.sin(x[:, 0]) + 0.1 * np.random.default_rng(0).standard_normal(30)
+    Y = np.column_stack([noisy, np.sin(x[:, 0])])
+    model = gd.Model(gd.kernels.ICM(SE(), 2), gd.likelihoods.OutputGaussian(2, variance=0.1),
+                     inference=gd.inference.Exact())
+    with pytest.warns(gd.ConvergenceWarning, match="evidence ridge") as record:
+        post = model.fit(x, Y)
+    message = next(str(w.message) for w in record if "evidence ridge" in str(w.message))
+    assert "likelihood.variance[1] ran from 0.1 to" in message and "fell towards 0" in message
+    assert "standardize" not in message
+    assert post.ridge == "likelihood.variance" and post.values["likelihood.variance"][1] < 1e-8
+    assert post.values["likelihood.variance"][0] > 1e-4
