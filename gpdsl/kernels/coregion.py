@@ -137,7 +137,10 @@ class ICM(Kernel):
 
     Parameters: ``W`` (dims ``("output", "rank")``), ``kappa`` (dims ``("output",)``) and the base
     kernel's, named ``kernel.<name>`` (in a model: ``kernel.W``, ``kernel.kappa``,
-    ``kernel.kernel.lengthscale``).
+    ``kernel.kernel.lengthscale``).  B's scale and a base kernel's variance multiply, so one of
+    them is a flat direction of every objective: GPy leaves both free (as here by default),
+    GPyTorch's ``MultitaskKernel`` has no base variance; ``kernel=SquaredExponential(variance=
+    gd.Fixed(1.0))`` does the same here and spares the optimiser that direction.
 
     Parameters
     ----------
