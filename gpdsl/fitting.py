@@ -157,7 +157,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
     labelled = model.likelihood.with_labels_of(y)
     if labelled is not model.likelihood:
         model = dataclasses.replace(model, likelihood=labelled)
-    y = model.likelihood.coded_targets(y, X.shape[0])
+    y = model.likelihood.for_rows(X).coded_targets(y, X.shape[0])     # each row's by its likelihood
     fixed = check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, callback)
     offset = validate_offset(offset, X.shape[0], model.inference)
     if offset is not None and model.likelihood.n_latent > 1:

@@ -405,7 +405,7 @@ class Model:
         P = self.output_count
         if P is not None and layout(X, y, P) != "long":
             X, y, offset = long_data(X, y, P, offset, owner="evaluate", every_output=False)
-            y = self.likelihood.coded_targets(y, X.shape[0])
+            y = self.likelihood.for_rows(X).coded_targets(y, X.shape[0])
         kernel, likelihood = self.bind(values)
         evaluation = self.inference.evaluate(kernel, likelihood, values, X, y, method_inducing(Z, X, P),
                                              need_grad=need_grad, need_state=need_state, warm=warm,

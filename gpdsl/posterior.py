@@ -348,9 +348,12 @@ class Posterior:
         label = labels[component] if isinstance(component, int) and 0 <= component < len(labels) else str(component)
         return bind(kernel.part(label), self.values, f"kernel.{label}")
 
-    def _likelihood(self):
-        """The model's likelihood bound to the fitted values (:class:`gpdsl.components.Bound`)."""
-        return bind(self.model.likelihood, self.values, "likelihood")
+    def _likelihood(self, X_rows=None):
+        """The model's likelihood bound to the fitted values (:class:`gpdsl.components.Bound`),
+        for the rows X_rows (n, D) where given (:meth:`gpdsl.likelihoods.Likelihood.for_rows`: a
+        likelihood per output reads each row's output there)."""
+        bound = bind(self.model.likelihood, self.values, "likelihood")
+        return bound if X_rows is None else bound.for_rows(X_rows)
 
     def _data_units(self, mean, var):
         """A latent mean and (co)variance from the fit's units to the data's."""
@@ -537,7 +540,7 @@ class Posterior:
             if noise is not None:
                 data["y_var"] = var + noise
         else:
-            data.update(self._likelihood().predictive(mean, var))
+            data.update(self._likelihood(X_block).predictive(mean, var))
         return data
 
     def _class_moments(self, X_block):
@@ -586,7 +589,11 @@ class Posterior:
         if self.gaussian:
             known = noise_given or not getattr(self.model.likelihood, "known", False)
             return ("f_mean", "f_var", "y_mean") + (("y_var",) if known else ())
-        probe = self._likelihood().predictive(np.zeros(1), np.ones(1))
+        # A probe row of each output (the summaries of a likelihood per output are their union).
+        probe_rows = np.zeros((self.output_count or 1, self.n_features))
+        if self.output_count is not None:
+            probe_rows[:, -1] = np.arange(self.output_count)
+        probe = self._likelihood(probe_rows).predictive(np.zeros(probe_rows.shape[0]), np.ones(probe_rows.shape[0]))
         return ("f_mean", "f_var") + tuple(probe)
 
     @property
@@ -633,7 +640,7 @@ class Posterior:
                                                     None if offset is None else offset[observed])
             return q.wide(out)
         X_new = validate_inputs(q.X, "X_new", self.n_features)
-        y_new = self.model.likelihood.coded_targets(y_new, X_new.shape[0], "y_new")
+        y_new = self._likelihood(X_new).coded_targets(y_new, X_new.shape[0], "y_new")
         if self.n_latent > 1:
             if offset is not None:
                 raise ValueError(f"log_predictive: offset is an offset of one latent function; "
@@ -654,7 +661,7 @@ class Posterior:
             with np.errstate(divide="ignore"):
                 log_total = np.logaddexp(np.log(var), log_noise)
             return gaussian_log_density(y_new, mean, log_total)
-        return self._likelihood().log_predictive(mean, var, y_new)
+        return self._likelihood(X_new).log_predictive(mean, var, y_new)
 
     @threads.managed
     def to_inference_data(self, X_new, y_new, draws=1000, seed=0, chains=4):

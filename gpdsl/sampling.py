@@ -763,7 +763,7 @@ def sample(model, X, y, *, draws=1000, tune=1000, chains=4, seed=0, target_accep
     check_priors(model.parameter_table(X, None, fixed))
     map_posterior = model.fit(X, y, fixed=fixed, seed=seed)
     model = map_posterior.model
-    y_coded = model.likelihood.coded_targets(y, X.shape[0])
+    y_coded = model.likelihood.for_rows(X).coded_targets(y, X.shape[0])
     Z = map_posterior.state.Z if model.sparse else None
     held = fixed + (("inducing.Z",) if model.sparse and model.inducing.optimize and "inducing.Z" not in fixed else ())
     table = model.parameter_table(X, Z, held)

@@ -80,6 +80,7 @@ class Laplace(Inference):
                                  "approximation, without inducing points or an offset")
             return laplace_multiclass.evaluate(kernel, likelihood, X, y, tol=self.tol, max_iter=self.max_iter,
                                                need_grad=need_grad, need_state=need_state, warm=warm)
-        return laplace.evaluate(kernel, shifted(likelihood, offset), X, y, Z, tol=self.tol, max_iter=self.max_iter,
-                                jitter=self.jitter, chunk_size=self.chunk_size, need_grad=need_grad,
+        # The likelihood of X's rows (a likelihood per output reads each row's output there).
+        return laplace.evaluate(kernel, shifted(likelihood.for_rows(X), offset), X, y, Z, tol=self.tol,
+                                max_iter=self.max_iter, jitter=self.jitter, chunk_size=self.chunk_size, need_grad=need_grad,
                                 need_state=need_state, offset_grad=offset is not None)

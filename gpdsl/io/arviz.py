@@ -17,7 +17,6 @@ import numpy as np
 from scipy.special import logsumexp
 
 from ..checks import check_positive_int, check_seed
-from ..components import bind
 from ..inputs import validate_inputs
 from ..linalg import cholesky
 from ..likelihoods.gaussian import gaussian_log_density
@@ -72,7 +71,7 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
     if q.every_output and np.any(np.isnan(y_rows)):
         raise ValueError("to_inference_data: y_new (n, P) has missing entries (NaN); the draws of every output need "
                          "every target: give X_new with the output index (n, D+1) and a 1-D y_new of the observed rows")
-    y_new = posterior.model.likelihood.coded_targets(y_rows, X_rows.shape[0], "y_new")
+    y_new = posterior._likelihood(X_rows).coded_targets(y_rows, X_rows.shape[0], "y_new")
     check_positive_int("to_inference_data", "draws", draws)
     check_positive_int("to_inference_data", "chains", chains)
     # Checked here, not left to default_rng, whose error names neither the function nor seed.
@@ -84,7 +83,7 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
     if posterior.gaussian:
         log_lik = gaussian_log_density(y_new, f, posterior._log_noise_variance(X_rows))
     else:
-        log_lik = bind(likelihood, posterior.values, "likelihood").log_density(y_new, f)
+        log_lik = posterior._likelihood(X_rows).log_density(y_new, f)
     X_new, y_dims = (np.asarray(X_new, dtype=float), ["obs", "output"]) if q.every_output else (X_rows, ["obs"])
     if q.every_output:
         # The draws over the long rows (point-major) as (..., n, P).
@@ -207,7 +206,7 @@ def predictive_draws(posterior, X_new, rng, size):
     if posterior.gaussian:
         return f, f + np.exp(0.5 * log_noise) * rng.standard_normal(f.shape), None, jitter
     try:
-        return f, bind(posterior.model.likelihood, posterior.values, "likelihood").sample(f, rng), None, jitter
+        return f, posterior._likelihood(X_new).sample(f, rng), None, jitter
     except NotImplementedError as missing:
         # A likelihood that cannot draw y (real-valued targets without ``sample``): the other
         # groups stand without the posterior-predictive one, which the attrs say is left out.

@@ -10,9 +10,11 @@ from .student_t import StudentT
 from .negative_binomial import NegativeBinomial
 from .categorical import Categorical
 from .output_gaussian import OutputGaussian
+from .per_output import PerOutput
 
 # The registry model files (TOML) and ``gpdsl.load`` read: every concrete likelihood, by class name.
 LIKELIHOODS = Likelihood.registry
 
 __all__ = ["Likelihood", "SiteModel", "Gaussian", "HeteroscedasticGaussian", "Bernoulli", "Poisson", "StudentT", "NegativeBinomial", "Categorical", "OutputGaussian",
+           "PerOutput",
            "LIKELIHOODS", "CAPABILITIES", "DERIVED_FROM_DENSITY", "expected_log_square", "gauss_hermite"]

@@ -27,7 +27,16 @@ operation                                 used by
 ``constant_model_log_likelihood(y)``      the constant-model flag of ``Model.fit``
 ``noise(X)`` / ``noise_vjp(X, g)``        the exact GP and the collapsed VFE / DTC / FITC engines
                                           (Gaussian-noise likelihoods, ``observation_noise``)
+``for_rows(X)``                           every method and prediction, once it has the rows it
+                                          evaluates: the likelihood of those rows (below)
 ========================================  ==========================================================
+
+The per-row operations see (y, f) only.  A likelihood whose density differs by row in a way X
+says (one likelihood per output of a multi-output model, :class:`gpdsl.likelihoods.PerOutput`)
+returns from ``for_rows(X)`` an object bound to X's rows, whose operations (and target coding)
+take arrays of those rows; every other likelihood returns itself.  A method calls it where it has
+the rows it will evaluate (the full X of a full-batch method, each minibatch of a stochastic one)
+and a prediction with its X_new rows, so that no method knows which likelihood it has.
 
 Gradients are keyed by the likelihood's own parameter names (``{"bias": ...}``); the model
 qualifies them (``"likelihood.bias"``, :class:`gpdsl.components.Bound`) for the operations in
@@ -67,7 +76,7 @@ import numpy as np
 from scipy import special
 
 from ..chunks import row_slices
-from ..components import Component, qualify_keys
+from ..components import Bound, Component, qualify_keys
 from ..inputs import validate_targets
 from .density_integrals import count_draws, count_moments, log_gaussian_integral
 
@@ -178,6 +187,12 @@ def _qualify_site_model(model, qualify):
     return model._replace(names=tuple(qualify(name) for name in model.names))
 
 
+def _qualify_rows(rows, qualify):
+    # The likelihood of the rows keeps the model's place of the one it came from (a Bound's
+    # qualify is "<prefix>.<name>"), so that its gradients are qualified as the Bound's were.
+    return Bound(rows, qualify("")[:-1])
+
+
 class Likelihood(Component, family="likelihood"):
     """Base class of the observation models: the operations of the module docstring.
 
@@ -194,7 +209,8 @@ class Likelihood(Component, family="likelihood"):
     gradient_outputs = {"log_density_param_derivatives": qualify_keys,
                         "variational_expectations": _qualify_expectations,
                         "noise_vjp": qualify_keys,
-                        "site_model": _qualify_site_model}
+                        "site_model": _qualify_site_model,
+                        "for_rows": _qualify_rows}
 
     # fit(standardize=True) may shift and scale the targets (gpdsl.scaling) when this is True.
     standardizes_targets = False
@@ -358,6 +374,24 @@ class Likelihood(Component, family="likelihood"):
             ``(cls(),)`` unless the class says otherwise.
         """
         return (cls(),)
+
+    def for_rows(self, X):
+        """This likelihood for the rows of X: what the per-row operations (and
+        :meth:`coded_targets`) of those rows run on.  ``self`` unless the density of a row depends
+        on what X says of it (:class:`gpdsl.likelihoods.PerOutput`: the output index); the
+        methods call it with the rows they evaluate, the posterior with X_new's.
+
+        Parameters
+        ----------
+        X : ndarray or Dask array, shape (n, D)
+            The rows' inputs (as the kernel sees them).
+
+        Returns
+        -------
+        Likelihood
+            A likelihood whose operations take arrays of n rows in X's order.
+        """
+        return self
 
     def prepare_targets(self, y):
         """Validated targets in the coding the other operations use.

@@ -281,6 +281,16 @@ class Shifted:
     def _shift(self, f):
         return f + (self.offset if np.ndim(f) == 1 else self.offset[:, None])
 
+    def for_rows(self, X):
+        """The likelihood of X's rows (:meth:`gpdsl.likelihoods.Likelihood.for_rows`), shifted alike.
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+            The rows ``offset`` is aligned with.
+        """
+        return Shifted(self.likelihood.for_rows(X), self.offset)
+
     def log_density(self, y, f):
         """log p(y | f + o).
 

@@ -110,8 +110,8 @@ def evaluate(kernel, likelihood, values, X, y, Z=None, *, jitter=None, need_grad
     with threads.bulk(float(X.shape[0]) ** 3):
         for attempt, rung in enumerate(rungs):
             try:
-                ev = _evaluate_at(kernel, shifted(likelihood, offset), values, X, y, rung, need_grad, need_state,
-                                  offset is not None)
+                ev = _evaluate_at(kernel, shifted(likelihood.for_rows(X), offset), values, X, y, rung, need_grad,
+                                  need_state, offset is not None)
                 break
             except (np.linalg.LinAlgError, FloatingPointError):
                 if attempt == len(rungs) - 1:
@@ -284,6 +284,7 @@ def optimise_q(kernel, likelihood, values, X, y, q=None, *, jitter=None, tol=1e-
     converged : bool
     """
     n = X.shape[0]
+    likelihood = likelihood.for_rows(X)         # the likelihood of X's rows (one per output reads each row's)
     if q is None:
         q = values if all(k in values for k in _Q_KEYS) else initial_values(n)
     alpha, lam = _checked_q(q, n)
