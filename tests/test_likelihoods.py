@@ -238,12 +238,17 @@ def test_capabilities_of_every_variant():
         "Categorical(3, robustmax)": ("variational_expectations",),
         "Categorical(3, logistic_softmax)": ("variational_expectations", "polya_gamma"),
         "OutputGaussian(3)": ("noise",),
+        # A likelihood per output: what every part provides; EP/QP's site code only where the parts
+        # share it and have no site parameters (gpdsl.likelihoods.per_output).
+        "PerOutput(Gaussian, Bernoulli(probit))": ("log_density_derivatives", "variational_expectations"),
+        "PerOutput(Gaussian, Gaussian)": ("log_density_derivatives", "variational_expectations", "noise"),
+        "PerOutput(Poisson(log), Poisson(log))": ("log_density_derivatives", "variational_expectations", "site_model"),
     }
     with pytest.raises(ValueError, match="unknown capability"):
         L.Gaussian().provides("laplace")
     own = [name for name, cls in L.LIKELIHOODS.items() if cls.__module__.startswith("gpdsl.")]
     assert own == ["Gaussian", "HeteroscedasticGaussian", "Bernoulli", "Poisson", "StudentT", "NegativeBinomial",
-                   "Categorical", "OutputGaussian"]
+                   "Categorical", "OutputGaussian", "PerOutput"]
 
 
 def test_bound_likelihood_qualifies_gradient_keys():
