@@ -15,9 +15,11 @@ Every layout the data allow: per-output lists and long rows (heterotopic and iso
 isotopic Y (N, P) for GPyTorch's cases.  Those (an ICM on a full output-major grid with one noise an
 output) take Exact's Kronecker path, observed by spying on ``gpdsl.methods.exact._kronecker`` (the
 path it returns is the one ``evaluate`` gives); the same rows in input-major order, and a fixed
-jitter, take the general path, and both equal the oracle.  VFE, FITC and DTC with every training row
-among the inducing rows (Z = X_long, or the distinct inputs shared by the outputs) have Q_ff = K_ff,
-so their bound equals the exact log ML as a function of the hyperparameters: value, gradients and
+jitter, take the general path, and both equal the oracle (log ML, gradients, and the predictions from
+each path's predictive state).
+
+VFE, FITC and DTC with every training row among the inducing rows (Z = X_long, or the distinct
+inputs shared by the outputs) have Q_ff = K_ff, so their bound equals the exact log ML as a function of the hyperparameters: value, gradients and
 predictions equal the oracle's where K_uu is invertible in float64; where it is numerically singular
 (the RBF cases with D = 1) the jitter the Cholesky factor needs moves them off by up to 6e-7, and the
 test asserts the method's dense formula at that jitter and a bound on the gap instead
@@ -211,6 +213,16 @@ def test_isotopic_cases_take_the_kronecker_path_and_both_paths_give_the_oracle(p
     fixed = _model(oracle, gd.inference.Exact(jitter=0.0)).evaluate(values, X_long, y_long, None)
     assert calls == [] and fixed.jitter == 0.0
     _assert_evaluation(fixed, oracle, model, f"{path.stem} [jitter=0, general]")
+    # The predictive state of each path: fit(optimize=False) builds it on the Kronecker path for Exact().
+    X, Y = np.asarray(oracle["data"]["X"], float), np.asarray(oracle["data"]["Y"], float)
+    calls.clear()
+    post = model.fit(X, Y, optimize=False)
+    assert calls and calls[-1] is not None and post.state is calls[-1].state, "state not from the Kronecker path"
+    _assert_predictions(post, oracle, f"{path.stem} [Kronecker state]")
+    calls.clear()
+    post = _model(oracle, gd.inference.Exact(jitter=0.0)).fit(X, Y, optimize=False)
+    assert calls == []
+    _assert_predictions(post, oracle, f"{path.stem} [general state]")
 
 
 # -- collapsed sparse methods with every training row an inducing row --------------------------------
