@@ -4,10 +4,10 @@ per output; GPyTorch's multitask model, isotopic ICM, float64; schema in tests/d
 rebuilt as ICM or LMC + OutputGaussian + Exact at the stored natural-scale parameters.
 
 Tolerances (measured agreement in brackets):
-- log marginal likelihood: absolute 1e-8 (the values are -28 to -224, so relative <= 4e-10) [<= 2e-13];
-- gradients, d log ML / d natural parameter: |diff| <= 1e-8 max(1, |g|) entrywise [<= 1e-11 relative];
+- log marginal likelihood: absolute 1e-8 (the values are -28 to -224, so relative <= 4e-10) [<= 5e-13];
+- gradients, d log ML / d natural parameter: |diff| <= 1e-8 max(1, |g|) entrywise [<= 6e-13];
 - latent f mean, variance and the (point, output) covariance at the oracle's test inputs: the same
-  |diff| <= 1e-8 max(1, |ref|) entrywise [<= 1e-14].
+  |diff| <= 1e-8 max(1, |ref|) entrywise [<= 2e-14].
 The gradients are checked twice: as ``Model.evaluate`` returns them (natural scale) and as the fit's
 objective sees them (d/du on the log scale of the positive parameters, divided back by the value).
 
@@ -19,11 +19,11 @@ jitter, take the general path, and both equal the oracle (log ML, gradients, and
 each path's predictive state).
 
 VFE, FITC and DTC with every training row among the inducing rows (Z = X_long, or the distinct
-inputs shared by the outputs) have Q_ff = K_ff, so their bound equals the exact log ML as a function of the hyperparameters: value, gradients and
-predictions equal the oracle's where K_uu is invertible in float64; where it is numerically singular
-(the RBF cases with D = 1) the jitter the Cholesky factor needs moves them off by up to 6e-7, and the
-test asserts the method's dense formula at that jitter and a bound on the gap instead
-(:func:`test_collapsed_methods_with_z_covering_x_equal_the_oracle`).
+inputs shared by the outputs) have Q_ff = K_ff, so their bound equals the exact log ML as a function
+of the hyperparameters: value, gradients and predictions equal the oracle's where K_uu is invertible
+in float64; where it is numerically singular (the RBF cases with D = 1) the jitter the Cholesky
+factor needs moves them off by up to 6e-7, and the test asserts the method's dense formula at that
+jitter and a bound on the gap instead (:func:`test_collapsed_methods_with_z_covering_x_equal_the_oracle`).
 """
 import json
 from pathlib import Path
