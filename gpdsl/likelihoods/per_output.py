@@ -369,7 +369,12 @@ class _Rows(Likelihood):
     """A bound :class:`PerOutput` for given rows (:meth:`PerOutput.for_rows`): its operations
     take arrays of those rows (on their last axis) and give each row its output's part's result;
     the gradients in the parts' hyperparameters are each part's over its rows, keyed
-    ``"<p>.<name>"``.  Not a component of a model (not registered).
+    ``"<p>.<name>"`` (every part's, 0 for a part without rows).  The likelihood of one row takes
+    any number of (y, f) of that row (its index broadcasts, as a length-1 axis does).  What it
+    says of its targets and density (``target_kind``, ``observation_noise``, ...; ``provides``
+    for the per-row operations) is what the parts of its rows share; ``noise`` and the site code
+    are the owner's, which read X themselves or run over every row.  Not a component of a model
+    (not registered).
 
     Parameters
     ----------
@@ -382,32 +387,46 @@ class _Rows(Likelihood):
     owner: PerOutput
     index: np.ndarray
 
-    def _groups(self):
-        return _groups(self.index, len(self.owner.likelihoods))
+    def _index(self, n):
+        """Each of n rows' output (one row's broadcast)."""
+        if self.index.shape[0] not in (1, n):
+            raise ValueError(f"PerOutput: the arrays have {n} rows but the likelihood is of {self.index.shape[0]} "
+                             "(for_rows(X) with X of these rows)")
+        return np.broadcast_to(self.index, (n,))
+
+    def _groups(self, n):
+        return _groups(self._index(n), len(self.owner.likelihoods))
 
     def _part(self, p):
         return self.owner.likelihoods[p]
 
     def _rows(self, shape, compute, count):
-        return _scatter(shape, self._groups(), compute, count)
+        return _scatter(shape, self._groups(shape[-1]), compute, count)
 
-    # What the owner says of the parts.
+    @property
+    def _present(self):
+        """The likelihood of the rows' own: PerOutput of the parts the rows have."""
+        return PerOutput(tuple(self._part(p) for p in np.unique(self.index)))
+
     def provides(self, capability):
-        """As :meth:`PerOutput.provides`.
+        """The per-row operations where the rows' parts all provide them; ``"noise"``,
+        ``"site_model"`` and ``"polya_gamma"`` as the owner (:meth:`PerOutput.provides`).
 
         Parameters
         ----------
         capability : str
         """
-        return self.owner.provides(capability)
+        if capability in ("noise", "site_model", "polya_gamma"):
+            return self.owner.provides(capability)
+        return self._present.provides(capability)
 
-    observation_noise = property(lambda self: self.owner.observation_noise)
-    standardizes_targets = property(lambda self: self.owner.standardizes_targets)
+    observation_noise = property(lambda self: self._present.observation_noise)
+    standardizes_targets = property(lambda self: self._present.standardizes_targets)
     supports_dask_chunks = property(lambda self: self.owner.supports_dask_chunks)
-    sign_symmetric = property(lambda self: self.owner.sign_symmetric)
-    log_concave = property(lambda self: self.owner.log_concave)
-    target_kind = property(lambda self: self.owner.target_kind)
-    predictive_approximation = property(lambda self: self.owner.predictive_approximation)
+    sign_symmetric = property(lambda self: self._present.sign_symmetric)
+    log_concave = property(lambda self: self._present.log_concave)
+    target_kind = property(lambda self: self._present.target_kind)
+    predictive_approximation = property(lambda self: self._present.predictive_approximation)
 
     def describe(self):
         """The owner's description."""
@@ -482,8 +501,8 @@ class _Rows(Likelihood):
             Targets invalid for a row's part (its own message), or y of other than n rows.
         """
         y = np.asarray(y, dtype=float)
-        if y.shape != self.index.shape:
-            raise ValueError(f"PerOutput: y has shape {y.shape} but the rows are {self.index.shape[0]}")
+        if y.ndim != 1:
+            raise ValueError(f"PerOutput: y must be 1-D (a target a row), got shape {y.shape}")
         return self._rows(y.shape, lambda p, rows: (self._part(p).prepare_targets(y[rows]),), 1)[0]
 
     def log_density(self, y, f):
@@ -534,7 +553,9 @@ class _Rows(Likelihood):
         shape = np.broadcast_shapes(np.shape(y), np.shape(f))
         y, f = np.broadcast_to(y, shape), np.broadcast_to(f, shape)
         out = {}
-        for p, rows in self._groups():
+        index = self._index(shape[-1])
+        for p in range(len(self.owner.likelihoods)):
+            rows = np.flatnonzero(index == p)       # (none: the part's names, at 0)
             given = None if derivatives is None else tuple(np.broadcast_to(d, shape)[..., rows] for d in derivatives)
             for name, parts in self._part(p).log_density_param_derivatives(y[..., rows], f[..., rows],
                                                                            derivatives=given).items():
@@ -557,6 +578,7 @@ class _Rows(Likelihood):
         ve, d_mean, d_var : ndarray, shape (n,)
         param_grads : dict of str to ndarray
         """
+        y, mean, var = (np.asarray(a, dtype=float) for a in (y, mean, var))
         grads = {}
 
         def compute(p, rows):
@@ -564,7 +586,11 @@ class _Rows(Likelihood):
             grads.update(_named(p, part))
             return ve, d_mean, d_var
 
-        return tuple(self._rows(np.shape(mean), compute, 3)) + (grads,)
+        out = self._rows(mean.shape, compute, 3)
+        none = np.zeros(0)
+        for p in set(range(len(self.owner.likelihoods))) - {p for p, _ in self._groups(mean.shape[-1])}:
+            compute(p, none.astype(np.intp))        # a part without rows: its sums over none, 0
+        return tuple(out) + (grads,)
 
     def conditional_moments(self, f):
         """Each row's part's E[y | f] and Var[y | f] (rows on the last axis of f).
@@ -594,7 +620,7 @@ class _Rows(Likelihood):
         dict of str to ndarray
         """
         out = {}
-        for p, rows in self._groups():
+        for p, rows in self._groups(np.shape(f_mean)[-1]):
             for name, value in self._part(p).predictive(np.asarray(f_mean)[rows], np.asarray(f_var)[rows]).items():
                 out.setdefault(name, np.full(np.shape(f_mean), np.nan))[rows] = value
         return out

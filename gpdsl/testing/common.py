@@ -2,6 +2,8 @@
 quadrature, the registries' classes, the inputs and latent values the checks run at."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy import integrate
 
@@ -148,14 +150,16 @@ def _local_values(component, X):
     return {p.name: e.value for p, e in zip(component.parameters(X), component.entries("c", X))}
 
 
-def _targets(likelihood, f, seed=0):
-    """Targets drawn from the likelihood at f (or f plus noise for one that draws none)."""
+def _targets(likelihood, f, seed=0, X=None):
+    """Targets drawn from the likelihood at f (or f plus noise for one that draws none), at the
+    rows X where given (:meth:`~gpdsl.likelihoods.Likelihood.for_rows`), coded."""
     r = np.random.default_rng(seed)
+    lik = likelihood.bind() if X is None else likelihood.bind().for_rows(X)
     try:
-        y = likelihood.bind().sample(f, r)
+        y = lik.sample(f, r)
     except NotImplementedError:
         y = f + 0.3 * r.standard_normal(f.shape)
-    return likelihood.prepare_targets(np.asarray(y, dtype=float))
+    return lik.prepare_targets(np.asarray(y, dtype=float))
 
 
 def _has_density(likelihood):
@@ -165,3 +169,80 @@ def _has_density(likelihood):
 def _draws_y(likelihood):
     """Whether the likelihood draws y (its own ``sample`` or the default's for binary and count targets)."""
     return likelihood.defines("sample") or likelihood.target_kind in ("binary", "count")
+
+
+class _RowView:
+    """A likelihood whose density depends on the row (one that defines ``for_rows``: a likelihood
+    per output) seen at one row of X, in its place in the likelihood checks: ``bind(values)`` is
+    the bound likelihood of that row (whose operations take any number of (y, f) of it); its
+    declaration (``parameters``, ``entries``, ``output_count``) is the likelihood's; everything
+    else is the bound row's.
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+    row : ndarray, shape (D,)
+    """
+
+    def __init__(self, likelihood, row):
+        self.likelihood, self.row = likelihood, row
+
+    def bind(self, values=None):
+        return self.likelihood.bind(values).for_rows(self.row[None, :])
+
+    def parameters(self, X):
+        return self.likelihood.parameters(X)
+
+    def entries(self, prefix, X, fixed_names=()):
+        return self.likelihood.entries(prefix, X, fixed_names)
+
+    @property
+    def output_count(self):
+        return getattr(self.likelihood, "output_count", None)
+
+    def describe(self):
+        return f"{self.likelihood.describe()} at row {self.row.tolist()}"
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.bind(), name)
+
+
+def row_views(likelihood):
+    """The likelihood at each of the first rows of its check inputs (one of each output for a
+    likelihood of P outputs: :func:`inputs_for`), or None for a likelihood whose density is the
+    same at every row (it does not define ``for_rows``).
+
+    Parameters
+    ----------
+    likelihood : gpdsl.likelihoods.Likelihood
+
+    Returns
+    -------
+    list of _RowView or None
+    """
+    if isinstance(likelihood, _RowView) or not likelihood.defines("for_rows"):
+        return None
+    rows = inputs_for(likelihood, X1)[: getattr(likelihood, "output_count", None) or 2]
+    return [_RowView(likelihood, row) for row in rows]
+
+
+def at_each_row(check):
+    """A likelihood check run at each of :func:`row_views` of a likelihood whose density depends
+    on the row, else on the likelihood itself (decorator).
+
+    Parameters
+    ----------
+    check : callable
+        ``check(likelihood)``.
+
+    Returns
+    -------
+    callable
+    """
+    @functools.wraps(check)
+    def run(likelihood):
+        for view in row_views(likelihood) or (likelihood,):
+            check(view)
+    return run

@@ -16,8 +16,8 @@ from ..inputs import target_kind
 from ..kernels import SquaredExponential
 from ..likelihoods import Gaussian
 from ..likelihoods import Likelihood
-from .common import (X1, X2, _draws_y, _has_density, _local_values, _targets, central_difference, expect,
-                     inputs_for, kernel_for)
+from .common import (X1, X2, _draws_y, _has_density, _local_values, _targets, at_each_row, central_difference,
+                     expect, inputs_for, kernel_for, row_views)
 from .limits import LIMIT_TARGET_KINDS, check_likelihood_limits
 
 # Latent values, Gaussian q(f) = N(MEANS, VARS) and EP cavities the likelihood checks run at.
@@ -195,6 +195,7 @@ def _d_at(lik, y, f):
     return lik.log_density_derivatives(np.atleast_1d(y), np.atleast_1d(f))
 
 
+@at_each_row
 def check_likelihood_derivatives(likelihood):
     """``log_density_derivatives``: its first term equal to ``log_density``, d1..d3 against
     central differences of the term below; ``log_density_param_derivatives`` for every
@@ -223,6 +224,7 @@ def check_likelihood_derivatives(likelihood):
             np.testing.assert_allclose(np.sum(params[name][k]), fd, rtol=1e-5, atol=1e-7, err_msg=f"{name} {k}")
 
 
+@at_each_row
 def check_likelihood_variational_expectations(likelihood):
     """E_q[log p(y | f)] against adaptive quadrature of ``log_density``; its derivatives in the
     mean and variance and in every hyperparameter against central differences of itself.
@@ -321,6 +323,7 @@ def _check_predictive_moments(lik, summary, label):
         np.testing.assert_allclose(var, ref_var, rtol=1e-6, err_msg=f"y_var {where}")
 
 
+@at_each_row
 def check_likelihood_log_predictive(likelihood):
     """log E[p(y | f)] against adaptive quadrature of ``log_density``, at q(f) = N(MEANS, VARS) and
     at :data:`PREDICTIVE_TAILS` (the quadrature split at the tilted mode).  A documented
@@ -350,6 +353,7 @@ def check_likelihood_log_predictive(likelihood):
         np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-8, err_msg=f"log_predictive at q = N({m}, {v}), y = {yi[0]}")
 
 
+@at_each_row
 def check_likelihood_predictive(likelihood):
     """``predictive`` against 40,000 draws of ``sample`` at draws of f: ``p`` to 5 standard
     errors plus 1e-3, ``y_mean`` and ``y_var`` to 5 standard errors (the variance's from the
@@ -398,6 +402,7 @@ def check_likelihood_predictive(likelihood):
                                            err_msg=f"{key} against the summed pmfs of log_density")
 
 
+@at_each_row
 def check_likelihood_noise(likelihood):
     """Gaussian observation noise: ``log_density(y, f)`` is the normal log density of variance
     ``noise(X)`` (where the likelihood has a density: its noise is then the same at every row),
@@ -414,11 +419,14 @@ def check_likelihood_noise(likelihood):
     lam = lik.noise(X)
     assert lam.shape == (X.shape[0],) and np.all(lam > 0), f"noise(X) must be positive, shape (n,): {lam}"
     if _has_density(likelihood):
-        np.testing.assert_allclose(lam, lam[0], rtol=1e-12, err_msg="a density of (y, f) has one noise variance")
+        # Row r's density (for_rows: the same at every row for a density of (y, f) alone, which
+        # then has one noise variance) is the normal one of variance noise(X)[r].
         y = F + np.linspace(-1.0, 1.5, F.size)
-        want = -0.5 * (y - F) ** 2 / lam[0] - 0.5 * np.log(2 * np.pi * lam[0])
-        np.testing.assert_allclose(lik.log_density(y, F), want, rtol=1e-12, atol=1e-12,
-                                   err_msg="log_density must be the normal density of variance noise(X)")
+        for r in range(X.shape[0]):
+            want = -0.5 * (y - F) ** 2 / lam[r] - 0.5 * np.log(2 * np.pi * lam[r])
+            np.testing.assert_allclose(lik.for_rows(X[r:r + 1]).log_density(y, F), want, rtol=1e-12, atol=1e-12,
+                                       err_msg=f"log_density at row {r} must be the normal density of variance "
+                                               f"noise(X)[{r}] = {lam[r]}")
     g = np.random.default_rng(14).normal(size=X.shape[0])
     grads = lik.noise_vjp(X, g)
     for name, value in values.items():
@@ -426,6 +434,7 @@ def check_likelihood_noise(likelihood):
         np.testing.assert_allclose(grads.get(name, 0.0), fd, rtol=1e-6, atol=1e-9, err_msg=f"noise_vjp {name}")
 
 
+@at_each_row
 def check_likelihood_site_model(likelihood):
     """EP's tilted moments (log Z, mean, variance) against adaptive quadrature of the tilted
     distribution cavity x p(y | f) of ``log_density``; QP's variance not above EP's (Zhang et
@@ -538,6 +547,11 @@ def likelihood_checks(likelihood):
     list of callable
         Each takes the likelihood.
     """
+    views = row_views(likelihood)
+    if views is not None:
+        # A density that depends on the row: the checks that apply at each row (run at each).
+        listed = [likelihood_checks(view) for view in views]
+        return [check for check in listed[0] if all(check in other for other in listed[1:])]
     if likelihood.n_latent > 1:
         return ([check_likelihood_multi_latent_expectations] if likelihood.provides("variational_expectations") else []) \
             + ([check_likelihood_multi_latent_predictive] if likelihood.defines("predictive") else [])

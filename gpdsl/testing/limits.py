@@ -10,7 +10,7 @@ import numpy as np
 from scipy import integrate
 
 from ..inputs import target_kind
-from .common import _local_values, label
+from .common import _local_values, at_each_row, label
 
 EPS = np.finfo(float).eps
 
@@ -111,6 +111,7 @@ def _agrees(analytic, fn, x, h):
     return ok | ~np.isfinite(best)
 
 
+@at_each_row
 def check_likelihood_limits(likelihood):
     """A likelihood's density and derivatives over extreme but valid values: each hyperparameter at
     its own value and moved far (positive ones times 1e-8 ... 1e8, real ones +-30), latent values

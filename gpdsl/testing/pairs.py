@@ -84,7 +84,8 @@ def pair_inputs(model):
 
 
 def pair_targets(likelihood):
-    """Targets at :data:`XP` drawn from the likelihood at a smooth latent function.
+    """Targets at :data:`XP` (its rows for the likelihood: :func:`inputs_for`) drawn from the
+    likelihood at a smooth latent function.
 
     Parameters
     ----------
@@ -101,7 +102,7 @@ def pair_targets(likelihood):
         # One latent function a class, each its own phase of the same pattern.
         f = np.column_stack([np.sin(1.3 * XP[:, 0] + 2.0 * k) + 0.3 * k * XP[:, 1]
                              for k in range(likelihood.n_latent)])
-    return _targets(likelihood, f, seed=6)
+    return _targets(likelihood, f, seed=6, X=inputs_for(likelihood, XP))
 
 
 def check_model_gradients(model, X, y, Z=None):
@@ -156,7 +157,8 @@ def check_pair_gradients(likelihood, inference, kernel=None):
         As :func:`pair_model`.
     """
     model = pair_model(likelihood, inference, kernel)
-    check_model_gradients(model, pair_inputs(model), likelihood.prepare_targets(pair_targets(likelihood)), Z0)
+    X = pair_inputs(model)
+    check_model_gradients(model, X, likelihood.for_rows(X).prepare_targets(pair_targets(likelihood)), Z0)
 
 
 def check_pair_fitted_model_round_trips(likelihood, inference, kernel=None):
@@ -206,7 +208,7 @@ def check_pair_predictions(likelihood, inference, kernel=None):
     model = pair_model(likelihood, inference, kernel)
     post = model.fit(pair_inputs(model), y, max_iter=3)
     X_new, y_new = inputs_for(model.kernel, XP[:5] + 0.1), y[:5]
-    bound = bind(likelihood, post.values, "likelihood")
+    bound = bind(likelihood, post.values, "likelihood").for_rows(X_new)
     mean, var = post.predict_f(X_new)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)       # a predictive of f alone says so
@@ -216,15 +218,15 @@ def check_pair_predictions(likelihood, inference, kernel=None):
         np.testing.assert_allclose(predicted[name].values, value, rtol=1e-12, atol=1e-14, err_msg=name)
     scores = post.log_predictive(X_new, y_new)
     assert np.all(np.isfinite(scores))
-    np.testing.assert_allclose(scores, bound.log_predictive(mean, var, likelihood.prepare_targets(y_new)),
+    np.testing.assert_allclose(scores, bound.log_predictive(mean, var, bound.prepare_targets(y_new)),
                                rtol=1e-12, atol=1e-14)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)       # a likelihood that draws no y says so
         idata = post.to_inference_data(X_new, y_new, draws=20, chains=1)
     f = idata.posterior["f"].values
     np.testing.assert_allclose(idata.log_likelihood["y"].values,
-                               bound.log_density(likelihood.prepare_targets(y_new), f), rtol=1e-12, atol=1e-14)
-    assert hasattr(idata, "posterior_predictive") == _draws_y(likelihood)
+                               bound.log_density(bound.prepare_targets(y_new), f), rtol=1e-12, atol=1e-14)
+    assert hasattr(idata, "posterior_predictive") == _draws_y(bound)
 
 
 def check_pair_dask_equals_in_memory(likelihood, inference, kernel=None):
@@ -241,8 +243,8 @@ def check_pair_dask_equals_in_memory(likelihood, inference, kernel=None):
     import dask.array as da
     chunked = dataclasses.replace(inference, chunk_size=5) if hasattr(inference, "chunk_size") else inference
     model = pair_model(likelihood, chunked, kernel)
-    y = likelihood.prepare_targets(pair_targets(likelihood))
     X = pair_inputs(model)
+    y = likelihood.for_rows(X).prepare_targets(pair_targets(likelihood))
     table = model.parameter_table(X, Z0 if model.sparse else None)
     values = table.values()
     Z = values.pop("inducing.Z", None)
