@@ -168,12 +168,14 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
         check_positive_int("fit", "subsample", subsample)
     scaling = None
     if standardize:
-        # A multi-output model's output column is an index, not a feature: left unscaled.
-        scaling = (Standardization.of if model.output_count is None else multioutput.standardization)(
-            X, y if model.likelihood.standardizes_targets else None)
-        X, y = scaling.inputs(X), scaling.targets(y)
+        # A multi-output model's output column is an index, not a feature: left unscaled; its
+        # targets are standardised per output (multioutput.standardization).
+        targets = y if model.likelihood.standardizes_targets else None
+        scaling = (Standardization.of(X, targets) if model.output_count is None
+                   else multioutput.standardization(X, targets, model.output_count))
+        X, y = scaling.inputs(X), scaling.targets(y, X)
         if offset is not None and model.likelihood.standardizes_targets:
-            offset = offset / scaling.y_scale     # an offset in y's units, as the targets are scaled
+            offset = offset / scaling.target_scale(X)     # an offset in y's units, as the targets are scaled
     rows = None
     if subsample is not None and subsample >= X.shape[0]:
         raise ValueError(f"fit: subsample = {subsample} must be smaller than the number of rows, "
@@ -225,7 +227,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
     history = None
     if model.sparse and model.inducing.reinit:
         history = [{"M": int(r.Z.shape[0]), "objective": float(r.objective)} for _, r in rounds]
-    jacobian = scaling.log_jacobian(y.size) if scaling is not None else 0.0
+    jacobian = scaling.log_jacobian(X) if scaling is not None else 0.0
     # A minibatch fit's full-data bound waits until it is read (PendingEvaluation).
     log_evidence = ((lambda: evaluation.log_evidence + jacobian) if evaluation.pending
                     else evaluation.log_evidence + jacobian)

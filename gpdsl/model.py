@@ -569,8 +569,12 @@ class Model:
         deviation 1 and, for the ``Gaussian`` likelihood, the targets too (a constant mean); the
         hyperparameters and Z are then in those units, while the posterior predicts, and reports
         its log evidence, in the data's (:mod:`gpdsl.scaling`).  A multi-output model's output
-        column is not scaled, and its outputs' targets share one mean and scale (the pooled
-        long targets'; per-output scales are then the kernel's and the noise's to learn).
+        column is not scaled, and each output's targets are standardised by the mean and
+        standard deviation of its own training entries (scikit-learn's ``normalize_y`` per
+        target column; ``Posterior.standardization.y_mean``/``y_scale`` (P,)): every result maps
+        back per row, y_mean[p] + y_scale[p] f.  A shared ``Gaussian`` noise sigma^2 is then
+        sigma^2 y_scale[p]^2 in output p's data units, proportional to its variance;
+        ``OutputGaussian``'s variances are per output anyway.
 
         X and y may be Dask arrays (or xarray objects backed by them; ``pip install
         "gpdsl[dask]"``).  VFE, FITC, Pólya-Gamma, FITC-Laplace and FITC-EP/QP on the parallel

@@ -37,7 +37,7 @@ import numpy as np
 
 from .checks import as_float_array, output_indices
 from .inputs import validate_inputs
-from .scaling import Standardization
+from .scaling import Standardization, _scale
 
 
 def output_count(kernel):
@@ -331,23 +331,37 @@ def method_inducing(Z, X, P):
     return expand_inducing(Z, P)
 
 
-def standardization(X_long, y=None):
+def standardization(X_long, y, P):
     """:meth:`gpdsl.scaling.Standardization.of` of long inputs, with the output column left as it is
-    (mean 0, scale 1); the targets of every output share one mean and scale.
+    (mean 0, scale 1), and the targets standardised per output: output p's rows by the mean and
+    standard deviation of its own training targets (scikit-learn's ``normalize_y`` per target
+    column; a constant output keeps scale 1), so that outputs in different units enter the fit on
+    one scale.
 
     Parameters
     ----------
-    X_long : ndarray, shape (n, D+1)
-    y : ndarray of shape (n,), optional
+    X_long : ndarray or Dask array, shape (n, D+1)
+    y : ndarray of shape (n,) or None
+        The targets (None: left as they are).
+    P : int
+        The model's outputs (with ``y`` every output has a row: :func:`long_data`).
 
     Returns
     -------
     gpdsl.scaling.Standardization
+        ``y_mean`` and ``y_scale`` (P,): without ``y`` zeros and ones (targets left as they are).
     """
-    scaling = Standardization.of(X_long, y)
+    scaling = Standardization.of(X_long)
     x_mean, x_scale = scaling.x_mean.copy(), scaling.x_scale.copy()
     x_mean[-1], x_scale[-1] = 0.0, 1.0
-    return Standardization(x_mean, x_scale, scaling.y_mean, scaling.y_scale)
+    if y is None:
+        return Standardization(x_mean, x_scale, np.zeros(P), np.ones(P))
+    index = np.asarray(X_long[:, -1]).astype(np.intp)
+    y = np.asarray(y, dtype=float)
+    count = np.bincount(index, minlength=P)
+    y_mean = np.bincount(index, y, minlength=P) / count
+    sd = np.sqrt(np.bincount(index, (y - y_mean[index]) ** 2, minlength=P) / count)
+    return Standardization(x_mean, x_scale, y_mean, _scale(sd))
 
 
 def draw_inputs(X, Z, rng, P=None):

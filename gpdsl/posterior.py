@@ -299,7 +299,7 @@ class Posterior:
         kernel, q = self._kernel(component), self._query(X_new, "predict_f")
         mean, var = self._latent(self._fit_inputs(q.X, lazy=self.n_latent == 1), kernel, with_mean=component is None)
         if component is not None and self.standardization is not None:
-            mean = mean - self.standardization.mean(0.0)      # a part carries no share of the targets' mean
+            mean = mean - self.standardization.mean(0.0, q.X)      # a part carries no share of the targets' mean
         return q.wide(mean), q.wide(var)
 
     def _latent(self, X_new, kernel=None, with_mean=True):
@@ -308,7 +308,7 @@ class Posterior:
         block = partial(self._latent_block, kernel=kernel, with_mean=with_mean)
         if is_chunked((X_new,)):
             out = lazy_rows(block, (X_new,), ("mean", "var"))
-            return self._data_units(out["mean"], out["var"])
+            return self._data_units(out["mean"], out["var"], X_new)
 
         def chunk(X_block):
             out = block(X_block)
@@ -316,7 +316,7 @@ class Posterior:
 
         n, m = X_new.shape[0], self.state.Z.shape[0]
         _, (mean, var) = map_rows(chunk, (X_new,), default_chunk_size(n, m), width=m)
-        return self._data_units(mean, var)
+        return self._data_units(mean, var, X_new)
 
     def _latent_block(self, X_block, kernel=None, with_mean=True):
         """{"mean", "var"}: the latent predictive mean and variance (n,) in the fit's units at a
@@ -355,10 +355,11 @@ class Posterior:
         bound = bind(self.model.likelihood, self.values, "likelihood")
         return bound if X_rows is None else bound.for_rows(X_rows)
 
-    def _data_units(self, mean, var):
-        """A latent mean and (co)variance from the fit's units to the data's."""
+    def _data_units(self, mean, var, X):
+        """A latent mean and (co)variance at the rows X from the fit's units to the data's (a
+        multi-output model's targets are scaled per output: X's last column)."""
         scaling = self.standardization
-        return (mean, var) if scaling is None else (scaling.mean(mean), scaling.variance(var))
+        return (mean, var) if scaling is None else (scaling.mean(mean, X), scaling.variance(var, X))
 
     @threads.managed
     def predict_f_full_cov(self, X_new):
@@ -394,7 +395,7 @@ class Posterior:
             if self.n_latent > 1:
                 return state.mean(b), self._class_covariance(kernel.gram(X_new, X_new), b)
             cov = kernel.gram(X_new, X_new) - b.T @ state.correction @ b
-        mean, cov = self._data_units(state.mean(b) + self._prior_mean(X_new), 0.5 * (cov + cov.T))
+        mean, cov = self._data_units(state.mean(b) + self._prior_mean(X_new), 0.5 * (cov + cov.T), X_new)
         return q.wide(mean), q.wide_cov(cov)
 
     def _class_covariance(self, prior, b):
@@ -419,16 +420,19 @@ class Posterior:
     def noise_variance(self, X_new, noise_variance=None):
         """Observation-noise variances at X_new (the data's units), or None when they cannot be known.
 
+        A multi-output posterior takes X_new as :meth:`predict_f` does: (n, D) gives every
+        output's, (n, P), and (n, D+1) the output each row names, (n,).
+
         Parameters
         ----------
         X_new : ndarray, shape (n, D)
-            Checked new inputs in the data's units.
+            New inputs in the data's units.
         noise_variance : float or array_like of shape (n,), optional
-            Variances to use as they are (checked and broadcast to (n,)).
+            Variances to use as they are (checked and broadcast to (n,); (n, P) for every output).
 
         Returns
         -------
-        ndarray, shape (n,), or None
+        ndarray, shape (n,) or (n, P), or None
             ``noise_variance`` if given; None for ``HeteroscedasticGaussian`` with known
             training variances (they say nothing about new inputs); else the likelihood's noise
             at X_new.
@@ -436,8 +440,11 @@ class Posterior:
         Raises
         ------
         TypeError, ValueError
-            A ``noise_variance`` that is not numeric, of another shape, negative or not finite.
+            Invalid inputs; a ``noise_variance`` that is not numeric, of another shape, negative or
+            not finite.
         """
+        q = self._query(X_new, "noise_variance")
+        X_new, noise_variance = q.X, q.rows("predict", "noise_variance", noise_variance)
         if noise_variance is not None:
             nv = as_float_array("predict", "noise_variance", noise_variance, allow_bool=False,
                                 expected="a number or an (n_new,) array of variances")
@@ -446,11 +453,11 @@ class Posterior:
                                  f"(one per row of X_new), got shape {nv.shape}")
             if not np.all(np.isfinite(nv)) or np.any(nv < 0):
                 raise ValueError("predict: noise_variance must be finite and non-negative")
-            return np.broadcast_to(nv, (X_new.shape[0],))
+            return q.wide(np.broadcast_to(nv, (X_new.shape[0],)))
         if getattr(self.model.likelihood, "known", False):
             return None   # known training variances say nothing about new inputs
         noise = self._likelihood().noise(self._fit_inputs(X_new))
-        return noise if self.standardization is None else self.standardization.variance(noise)
+        return q.wide(noise if self.standardization is None else self.standardization.variance(noise, X_new))
 
     def _log_noise_variance(self, X_new):
         """log of :meth:`noise_variance` (X_new checked, in the data's units), or None where that is
@@ -459,7 +466,8 @@ class Posterior:
         if getattr(self.model.likelihood, "known", False):
             return None
         log_noise = self._likelihood().log_noise(self._fit_inputs(X_new))
-        return log_noise if self.standardization is None else log_noise + 2.0 * np.log(self.standardization.y_scale)
+        scaling = self.standardization
+        return log_noise if scaling is None else log_noise + 2.0 * np.log(scaling.target_scale(X_new))
 
     @threads.managed
     def predict(self, X_new, noise_variance=None, offset=None):
@@ -753,7 +761,12 @@ class Posterior:
             columns = layout["standardization"].variables["standardization_x_mean"][0]
             data["standardization_x_mean"] = (columns, scaling.x_mean)
             data["standardization_x_scale"] = (columns, scaling.x_scale)
-            scaling_attrs = {"standardization_y_mean": scaling.y_mean, "standardization_y_scale": scaling.y_scale}
+            # Per output (a multi-output layout's): variables over "output"; else attributes.
+            for name, value in (("standardization_y_mean", scaling.y_mean), ("standardization_y_scale", scaling.y_scale)):
+                if name in layout["standardization"].variables:
+                    data[name] = (layout["standardization"].variables[name][0], value)
+                else:
+                    scaling_attrs[name] = value
         attrs = {
             "format_version": FORMAT_VERSION,
             "inference": type(self.model.inference).__name__,

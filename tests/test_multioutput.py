@@ -347,24 +347,73 @@ def test_optimised_long_inducing_rows_move_their_inputs_only(data):
 
 
 # -- standardize, subsample ------------------------------------------------------------------------
-def test_standardize_leaves_the_output_column_alone(data):
+def test_standardize_scales_each_outputs_targets_by_its_own(data, tmp_path):
+    """standardize=True standardises each output's targets by its own training mean and standard
+    deviation (scikit-learn's normalize_y per target column), the output column not at all: the
+    fit is the fit to targets standardised per output by hand, and every result maps back per
+    row, y_mean[p] + y_scale[p] f and y_scale[p] y_scale[q] cov; the log densities gain the
+    Jacobian -log y_scale[p] per target.  Outputs in units 1000 and 0.01 apart (a pooled scale
+    fitted the small one as noise)."""
     X, Y = data
     X = 10.0 * X + 3.0
-    Y = 5.0 * Y - 2.0
+    scale, shift = np.array([1000.0, 1.0, 0.05]), np.array([1e5, 0.0, -2.0])
+    Y = Y * scale + shift
     model = gd.Model(ICM(SE(LENGTHSCALE, VARIANCE), P, rank=1, W=W, kappa=KAPPA), gd.likelihoods.Gaussian(NOISE))
-    post = model.fit(X, Y, standardize=True, optimize=False)
-    scaling = post.standardization
-    assert (scaling.x_mean[-1], scaling.x_scale[-1]) == (0.0, 1.0)
     X_long, y_long = _dense_long(X, Y)
-    assert scaling.x_mean[0] == pytest.approx(X_long[:, 0].mean()) and scaling.y_mean == pytest.approx(y_long.mean())
-    # The same model on data standardised by hand, mapped back.
-    Xs = (X - scaling.x_mean[0]) / scaling.x_scale[0]
-    manual = model.fit(Xs, (Y - scaling.y_mean) / scaling.y_scale, optimize=False)
-    X_new = np.array([[0.0], [5.0]])
-    m, v = manual.predict_f((X_new - scaling.x_mean[0]) / scaling.x_scale[0])
-    f_mean, f_var = post.predict_f(X_new)
-    np.testing.assert_allclose(f_mean, scaling.y_mean + scaling.y_scale * m, rtol=1e-10)
-    np.testing.assert_allclose(f_var, scaling.y_scale ** 2 * v, rtol=1e-10)
+    # By hand: each output's observed entries, by loops.
+    mu = np.array([np.mean([y for x, y in zip(X_long, y_long) if x[-1] == p]) for p in range(P)])
+    sd = np.array([np.std([y for x, y in zip(X_long, y_long) if x[-1] == p]) for p in range(P)])
+    x_mu, x_sd = X_long[:, 0].mean(), X_long[:, 0].std()     # the inputs: over the long rows
+    Xs, Ys = (X - x_mu) / x_sd, (Y - mu) / sd
+    X_new = np.array([[0.0], [5.0], [12.0]])
+    Xs_new = (X_new - x_mu) / x_sd
+    Y_new = np.array([[1e5 + 300.0, 0.2, -2.01], [1e5 - 500.0, -0.4, -1.97], [1e5, 1.0, -2.0]])
+    for optimize in (False, True):
+        post = model.fit(X, Y, standardize=True, optimize=optimize, max_iter=15)
+        manual = model.fit(Xs, Ys, optimize=optimize, max_iter=15)
+        scaling = post.standardization
+        np.testing.assert_array_equal([scaling.x_mean[-1], scaling.x_scale[-1]], [0.0, 1.0])
+        np.testing.assert_allclose([scaling.x_mean[0], scaling.x_scale[0]], [x_mu, x_sd], rtol=1e-13)
+        np.testing.assert_allclose(scaling.y_mean, mu, rtol=1e-13)
+        np.testing.assert_allclose(scaling.y_scale, sd, rtol=1e-13)
+        tol = 1e-10 if not optimize else 1e-6           # two L-BFGS-B runs on data equal to rounding
+        for name, value in manual.values.items():
+            np.testing.assert_allclose(post.values[name], value, rtol=tol, err_msg=name)
+        n_p = np.array([np.sum(~np.isnan(Y[:, p])) for p in range(P)])
+        assert post.log_evidence == pytest.approx(manual.log_evidence - n_p @ np.log(sd), rel=tol)
+        m, v = manual.predict_f(Xs_new)
+        f_mean, f_var = post.predict_f(X_new)
+        np.testing.assert_allclose(f_mean, mu + sd * m, rtol=tol)
+        np.testing.assert_allclose(f_var, sd ** 2 * v, rtol=tol)
+        m_full, c_full = manual.predict_f_full_cov(Xs_new)
+        got_mean, got_cov = post.predict_f_full_cov(X_new)
+        np.testing.assert_allclose(got_mean, mu + sd * m_full, rtol=tol)
+        np.testing.assert_allclose(got_cov, sd[None, :, None, None] * c_full * sd[None, None, None, :], rtol=tol,
+                                   atol=tol * np.max(np.abs(got_cov)))
+        # A shared noise in standardised units is output p's noise times y_scale[p]^2 in the data's.
+        np.testing.assert_allclose(post.noise_variance(X_new), np.tile(manual.values["likelihood.variance"] * sd ** 2,
+                                                                         (3, 1)), rtol=tol)
+        np.testing.assert_allclose(post.predict(X_new)["y_var"].values, sd ** 2 * manual.predict(Xs_new)["y_var"].values,
+                                   rtol=tol)
+        np.testing.assert_allclose(post.log_predictive(X_new, Y_new),
+                                   manual.log_predictive(Xs_new, (Y_new - mu) / sd) - np.log(sd), rtol=tol)
+        rows = np.array([[5.0, 2.0], [0.0, 0.0]])   # long rows: each its output's pair
+        np.testing.assert_allclose(post.predict_f(rows)[0], mu[[2, 0]] + sd[[2, 0]] * m[[1, 0], [2, 0]], rtol=tol)
+    # ArviZ draws from the same seed: the by-hand draws mapped back per output.
+    idata = post.to_inference_data(X_new, Y_new, draws=20, chains=1)
+    hand = manual.to_inference_data(Xs_new, (Y_new - mu) / sd, draws=20, chains=1)
+    np.testing.assert_allclose(idata.posterior["f"].values, mu + sd * hand.posterior["f"].values, rtol=1e-6)
+    np.testing.assert_allclose(idata.posterior_predictive["y"].values,
+                               mu + sd * hand.posterior_predictive["y"].values, rtol=1e-6)
+    np.testing.assert_allclose(idata.log_likelihood["y"].values, hand.log_likelihood["y"].values - np.log(sd),
+                               rtol=1e-6)
+    # Saved per output, over the dimension "output", and read back.
+    ds = post.to_xarray()
+    assert ds["standardization_y_scale"].dims == ("output",) and "standardization_y_scale" not in ds.attrs
+    post.save(tmp_path / "standardized.nc")
+    loaded = gd.load(tmp_path / "standardized.nc")
+    np.testing.assert_array_equal(loaded.standardization.y_scale, scaling.y_scale)
+    np.testing.assert_array_equal(loaded.predict(X_new)["y_var"].values, post.predict(X_new)["y_var"].values)
 
 
 def test_subsample_draws_long_rows_and_finishes_on_all(data):

@@ -298,22 +298,47 @@ def test_multi_output_models_round_trip_through_dicts_and_model_files(kernel, tm
 
 
 def test_standardized_fit_adds_each_outputs_noise_in_the_datas_units():
-    """standardize=True scales the targets by one y_scale: each output's noise is its fitted
-    variance times y_scale^2 in predict, log_predictive and noise_variance."""
+    """standardize=True scales each output's targets by their own mean and scale (the fit to
+    targets standardised per output by hand): output p's noise is its fitted variance times
+    y_scale[p]^2 in predict, log_predictive and noise_variance."""
     from scipy import stats
 
     model = gd.Model(ICM, gd.likelihoods.OutputGaussian(3, variance=VARIANCES), mean=gd.means.PerOutput(PARTS))
-    post = model.fit(X, 10.0 * Y + 3.0, max_iter=5, standardize=True)
-    scale = post.standardization.y_scale
-    assert scale != pytest.approx(1.0)
+    scale, shift = np.array([10.0, 0.1, 300.0]), np.array([3.0, -1.0, 50.0])
+    y = Y * scale[INDEX] + shift[INDEX]
+    post = model.fit(X, y, max_iter=5, standardize=True)
+    mu = np.array([y[INDEX == p].mean() for p in range(3)])
+    sd = np.array([y[INDEX == p].std() for p in range(3)])
+    np.testing.assert_allclose(post.standardization.y_mean, mu, rtol=1e-13)
+    np.testing.assert_allclose(post.standardization.y_scale, sd, rtol=1e-13)
+    x_mu, x_sd = FEATURES.mean(axis=0), FEATURES.std(axis=0)
+    manual = model.fit(np.column_stack([(FEATURES - x_mu) / x_sd, INDEX]), (y - mu[INDEX]) / sd[INDEX], max_iter=5)
+    for name, value in manual.values.items():
+        np.testing.assert_allclose(post.values[name], value, rtol=1e-8, err_msg=name)
     p = X_NEW[:, -1].astype(int)
-    noise = post.values["likelihood.variance"][p] * scale ** 2
+    noise = post.values["likelihood.variance"][p] * sd[p] ** 2
     np.testing.assert_allclose(post.noise_variance(X_NEW), noise, rtol=1e-12)
     pred = post.predict(X_NEW)
     np.testing.assert_allclose(pred["y_var"].values - pred["f_var"].values, noise, rtol=1e-10)
+    X_hand = np.column_stack([(X_NEW[:, :-1] - x_mu) / x_sd, p])
+    np.testing.assert_allclose(pred["y_mean"].values, mu[p] + sd[p] * manual.predict(X_hand)["y_mean"].values,
+                               rtol=1e-8)
     np.testing.assert_allclose(post.log_predictive(X_NEW, Y_NEW),
                                stats.norm.logpdf(Y_NEW, pred["y_mean"].values, np.sqrt(pred["y_var"].values)),
                                rtol=1e-10)
+
+
+def test_noise_variance_takes_the_inputs_predict_f_takes():
+    """noise_variance at inputs (n, D) gives every output's, (n, P), as predict_f; at long rows
+    (n, D+1) each row's output's; given variances are (n, P) there, and another shape is refused."""
+    post = gd.Model(ICM, gd.likelihoods.OutputGaussian(3, variance=VARIANCES)).fit(X, Y, optimize=False)
+    np.testing.assert_array_equal(post.noise_variance(FEATURES[:4]), np.tile(VARIANCES, (4, 1)))
+    assert post.noise_variance(FEATURES[:4]).shape == post.predict_f(FEATURES[:4])[1].shape
+    np.testing.assert_array_equal(post.noise_variance(X_NEW), VARIANCES[X_NEW[:, -1].astype(int)])
+    given = np.arange(1.0, 7.0).reshape(2, 3)
+    np.testing.assert_array_equal(post.noise_variance(FEATURES[:2], given), given)
+    with pytest.raises(ValueError, match=r"predict: noise_variance must be a number or have shape \(2, 3\)"):
+        post.noise_variance(FEATURES[:2], np.ones(2))
 
 
 def test_a_dask_X_of_long_rows_gives_the_in_memory_objective_with_per_output_parts():

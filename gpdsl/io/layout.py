@@ -180,15 +180,18 @@ SEPARATE_WHITENED = Part({**CLASS_LAYOUT["whitened"].variables,
                           "predictive_chol": (("class", "inducing", "inducing_bis"), "float")}, {})
 # A multi-output model (gpdsl.multioutput): its Z, q(u) and predictive cache are over the long
 # inducing rows (M P for Z shared by the outputs) as any model's over its inducing inputs, and Z
-# and the standardisation are over the long rows' D+1 columns, dimension "column"; "feature" is
-# the D input columns the hyperparameters' dims name (an ARD length-scale), "output" (0..P-1) the
-# outputs (B's W and kappa, a noise variance an output).
+# and the inputs' standardisation are over the long rows' D+1 columns, dimension "column";
+# "feature" is the D input columns the hyperparameters' dims name (an ARD length-scale), "output"
+# (0..P-1) the outputs (B's W and kappa, a noise variance an output, the targets' mean and scale:
+# a multi-output fit standardises each output's targets by its own, so they are variables over
+# "output", not the single-output layout's two attributes).
 OUTPUT_LAYOUT = {
     "common": Part({**LAYOUT["common"].variables, "column": (("column",), "index"),
                     "Z": (("inducing", "column"), "float")}, LAYOUT["common"].attributes),
     "standardization": Part({"standardization_x_mean": (("column",), "float"),
-                             "standardization_x_scale": (("column",), "float")},
-                            LAYOUT["standardization"].attributes),
+                             "standardization_x_scale": (("column",), "float"),
+                             "standardization_y_mean": (("output",), "float"),
+                             "standardization_y_scale": (("output",), "float")}, {}),
     "output": Part({"output": (("output",), "index")}, {}),
 }
 

@@ -180,9 +180,12 @@ def _standardization(ds, source):
     """The Standardization in ``ds`` (validated by :func:`_validated`), or None."""
     if "standardization_x_mean" not in ds:
         return None
+    # A multi-output posterior's target mean and scale are variables over "output" (one an output).
+    y = {name: ds[name].values if name in ds.variables else ds.attrs[name]
+         for name in ("standardization_y_mean", "standardization_y_scale")}
     try:
         return Standardization(ds["standardization_x_mean"].values, ds["standardization_x_scale"].values,
-                               ds.attrs["standardization_y_mean"], ds.attrs["standardization_y_scale"])
+                               y["standardization_y_mean"], y["standardization_y_scale"])
     except ValueError as err:
         raise _error(source, "variables and attributes 'standardization_*'", str(err)) from err
 
