@@ -225,6 +225,8 @@ def test_each_part_codes_and_checks_its_own_targets():
         model.fit(X, np.r_[Y_GAUSS[:N // 2], F[N // 2:]])          # real values on the Bernoulli output
     with pytest.raises(NotImplementedError, match=r"PerOutput.prepare_targets: .*for_rows\(X\)"):
         likelihood.prepare_targets(Y_BINARY)
+    with pytest.raises(NotImplementedError, match=r"PerOutput.log_predictive: .*for_rows\(X\)"):
+        likelihood.bind().log_predictive(np.zeros(2), np.ones(2), np.zeros(2))
 
 
 def test_refusals_are_named():

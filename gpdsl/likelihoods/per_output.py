@@ -50,6 +50,17 @@ def _scatter(shape, groups, compute, count):
     return out
 
 
+def _refused(operation):
+    """A :class:`PerOutput` operation of (y, f) rows, which is its rows' (:meth:`PerOutput.for_rows`)."""
+    def refuse(self, *args, **kwargs):
+        raise NotImplementedError(f"PerOutput.{operation}: each row's {operation} is its output's likelihood's; "
+                                  "call for_rows(X) with the rows' inputs (the output index last) and ask that")
+    refuse.__name__ = refuse.__qualname__ = operation
+    refuse.__doc__ = (f"Refused (NotImplementedError): each row's ``{operation}`` is its output's likelihood's, "
+                      "asked of ``for_rows(X)``.")
+    return refuse
+
+
 @dataclass(frozen=True, eq=False)
 class PerOutput(Likelihood):
     """p(y_n | f_n) = p_{p_n}(y_n | f_n): row n's likelihood is its output's part
@@ -323,36 +334,16 @@ class PerOutput(Likelihood):
                 "their own (a per-row dispatch inside the jitted sweeps would be needed); use Laplace, VGP or SVGP")
         return site
 
-    # -- operations that need the rows ---------------------------------------------------------
-    def _needs_rows(self, operation):
-        return NotImplementedError(f"PerOutput.{operation}: each row's {operation} is its output's likelihood's; "
-                                   "call for_rows(X) with the rows' inputs (the output index last) and ask that")
-
-    def prepare_targets(self, y):
-        """Refused: each row's target is coded by its output's part (``for_rows(X).coded_targets(y, n)``).
-
-        Parameters
-        ----------
-        y : ndarray, shape (N,)
-
-        Raises
-        ------
-        NotImplementedError
-        """
-        raise self._needs_rows("prepare_targets")
-
-    def log_density_derivatives(self, y, f):
-        """Refused: needs the rows (:meth:`for_rows`).
-
-        Parameters
-        ----------
-        y, f : ndarray
-
-        Raises
-        ------
-        NotImplementedError
-        """
-        raise self._needs_rows("log_density_derivatives")
+    # -- operations that need the rows: each is its rows' (for_rows(X)), refused here ----------
+    prepare_targets = _refused("prepare_targets")
+    log_density = _refused("log_density")
+    log_density_derivatives = _refused("log_density_derivatives")
+    log_density_param_derivatives = _refused("log_density_param_derivatives")
+    variational_expectations = _refused("variational_expectations")
+    conditional_moments = _refused("conditional_moments")
+    predictive = _refused("predictive")
+    log_predictive = _refused("log_predictive")
+    sample = _refused("sample")
 
     def describe(self):
         """``PerOutput(Gaussian, Bernoulli(probit))``.
