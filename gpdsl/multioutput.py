@@ -369,8 +369,11 @@ def draw_inputs(X, Z, rng, P=None):
 
     A single-output model's Z (M, D) is M rows of X.  A multi-output model's shared Z (M, D) is M
     of its distinct inputs (:func:`unique_inputs`: no input twice); its long Z (M, D+1) keeps each
-    row's output and draws the inputs among the training rows of that output (the output index is
-    no parameter).
+    row's output (the output index is no parameter) and draws the inputs of output p's m_p rows
+    among the training rows of that output, or, where it has fewer than m_p, among the distinct
+    inputs of every output (an inducing variable of output p needs no observation of p at its
+    input, as shared Z's do not; drawn with replacement, two rows of one output at one input
+    would make K_zz singular).
 
     Parameters
     ----------
@@ -385,16 +388,31 @@ def draw_inputs(X, Z, rng, P=None):
     Returns
     -------
     ndarray of Z's shape
+
+    Raises
+    ------
+    ValueError
+        A multi-output Z with more rows (of one output) than the data have distinct inputs.
     """
     if P is None:
         return np.asarray(X[rng.choice(X.shape[0], size=Z.shape[0], replace=False)])
+    pool = unique_inputs(X)
+
+    def draw(candidates, size, which):
+        if size > candidates.shape[0]:
+            raise ValueError(f"fit: restarts draw the inducing inputs anew among the training inputs, but Z has "
+                             f"{size} rows{which} and the data only {candidates.shape[0]} distinct inputs; fit with "
+                             f"restarts=0 or give Z fewer rows")
+        return candidates[rng.choice(candidates.shape[0], size=size, replace=False)]
+
     if Z.shape[1] != X.shape[1]:
-        pool = unique_inputs(X)
-        return pool[rng.choice(pool.shape[0], size=Z.shape[0], replace=False)]
+        return draw(pool, Z.shape[0], "")
     drawn = np.array(Z, dtype=float)
     for p in np.unique(Z[:, -1]):
-        rows, of_p = np.flatnonzero(X[:, -1] == p), Z[:, -1] == p
-        drawn[of_p, :-1] = X[rng.choice(rows, size=int(of_p.sum()), replace=False), :-1]
+        of_p, own = Z[:, -1] == p, np.asarray(X[X[:, -1] == p, :-1])
+        size = int(of_p.sum())
+        drawn[of_p, :-1] = draw(own if own.shape[0] >= size else pool, size, f" of output {int(p)} (which has "
+                                f"{own.shape[0]} training rows)")
     return drawn
 
 

@@ -346,6 +346,32 @@ def test_optimised_long_inducing_rows_move_their_inputs_only(data):
         assert not np.array_equal(post.state.Z[:, 0], start[:, 0])
 
 
+def test_restarts_draw_long_z_of_a_sparse_output_among_every_outputs_inputs():
+    """A restart redraws output p's rows of long Z among p's training inputs, or, where p has fewer
+    training rows than Z rows, among the distinct inputs of every output (distinct: K_zz stays
+    regular); more Z rows than distinct inputs is refused by name (it was NumPy's "Cannot take a
+    larger sample than population")."""
+    X = np.linspace(0.0, 5.0, 30)[:, None]
+    Y = np.column_stack([np.sin(X[:, 0]), np.full(30, np.nan)])
+    Y[:3, 1] = [0.1, 0.2, 0.3]
+    X_long, _ = _dense_long(X, Y)
+    Z = np.column_stack([np.r_[np.linspace(0, 5, 4), np.linspace(0, 5, 5)], np.r_[np.zeros(4), np.ones(5)]])
+    for seed in range(5):
+        drawn = multioutput.draw_inputs(X_long, Z, np.random.default_rng(seed), 2)
+        np.testing.assert_array_equal(drawn[:, -1], Z[:, -1])
+        assert set(drawn[:4, 0]) <= set(X[:, 0]) and len(set(drawn[:4, 0])) == 4
+        assert set(drawn[4:, 0]) <= set(X[:, 0]) and len(set(drawn[4:, 0])) == 5
+    post = gd.Model(ICM(SE(1.0, 1.0), 2), gd.likelihoods.OutputGaussian(2), inference=gd.inference.VFE(),
+                    inducing=gd.inducing.Optimized(Z)).fit(X, Y, restarts=1, max_iter=10)
+    assert np.isfinite(post.log_evidence)
+    too_long = np.column_stack([np.linspace(0, 5, 31), np.ones(31)])
+    with pytest.raises(ValueError, match=r"fit: restarts draw .* Z has 31 rows of output 1 \(which has 3 training "
+                                         r"rows\) and the data only 30 distinct inputs"):
+        multioutput.draw_inputs(X_long, too_long, np.random.default_rng(0), 2)
+    with pytest.raises(ValueError, match=r"Z has 31 rows and the data only 30 distinct inputs"):
+        multioutput.draw_inputs(X_long, too_long[:, :1], np.random.default_rng(0), 2)
+
+
 # -- standardize, subsample ------------------------------------------------------------------------
 def test_standardize_scales_each_outputs_targets_by_its_own(data, tmp_path):
     """standardize=True standardises each output's targets by its own training mean and standard
