@@ -32,15 +32,17 @@ import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.metrics import r2_score
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_array, check_consistent_length, check_is_fitted
 
 from . import defaults
 from . import inducing as _inducing
 from . import inference as _inference
 from . import kernels as _kernels
 from . import likelihoods as _likelihoods
+from . import multioutput as _multioutput
 from .checks import check_seed
 from .inputs import target_kind
 from .methods.common import ConvergenceWarning
@@ -50,6 +52,8 @@ try:                                     # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _sk_validate_data
 except ImportError:                      # pragma: no cover - older scikit-learn
     _sk_validate_data = None
+#: check_array's keyword for finiteness (renamed in scikit-learn 1.6).
+_FINITE = "ensure_all_finite" if _sk_validate_data is not None else "force_all_finite"
 
 __all__ = ["GPRegressor", "GPClassifier", "choose_link"]
 
@@ -259,6 +263,23 @@ class GPRegressor(RegressorMixin, _GPEstimator):
         Seed of the restarts' draws and of the default k-means start (None: fresh draws for the
         restarts, seed 0 for k-means).
 
+    Notes
+    -----
+    Multi-output regression: with a kernel of P outputs (``kernel=gd.kernels.ICM(k, P)``, ``LMC``;
+    :mod:`gpdsl.multioutput`), ``fit`` takes the isotopic layout, X (N, D) and Y (N, P) with NaN
+    marking a missing entry (scikit-learn's multi-output regressors' shape; ``n_features_in_`` is
+    D), or the heterotopic ones: long rows X (n, D+1) whose last column is the output index with y
+    (n,) (``n_features_in_`` is D+1), or lists of P arrays ``[X_0, ...]``, ``[y_0, ...]`` (taken as
+    long rows).  Either fit predicts at X (n, D), every output: ``predict`` gives (n, P), its std
+    (n, P) and its covariance (n, P, n, P), ``sample_y`` (n, P, n_samples); and at X (n, D+1), the
+    output each row names: (n,).  ``score`` is R² averaged over the outputs, missing entries left
+    out (:meth:`score`); ``scoring="r2"`` in a model selection cannot take NaN targets, the default
+    scoring (``score``) can.  The isotopic layout is the one for ``Pipeline``, ``GridSearchCV``
+    and ``cross_val_score`` (a fold's rows are points, every output with them); in a ``Pipeline``
+    on long rows a scaler must leave the output column as it is
+    (``ColumnTransformer([("x", StandardScaler(), slice(0, D))], remainder="passthrough")`` keeps
+    it last), and ``fit`` refuses an output column that is no longer integer-valued.
+
     Attributes
     ----------
     model_ : gpdsl.Model
@@ -272,7 +293,13 @@ class GPRegressor(RegressorMixin, _GPEstimator):
         The fitted hyperparameters by name (``"kernel.lengthscale"``, ...).
     n_iter_ : int
         L-BFGS-B iterations of the fit (0 with ``optimize=False``).
+    n_outputs_ : int
+        P, the kernel's outputs (1 for a kernel of one output).
+    layout_ : str or None
+        A multi-output fit's layout, ``"isotopic"`` or ``"long"`` (lists are long); None for one
+        output.
     n_features_in_ : int
+        D; D+1 for a multi-output fit on long rows.
     feature_names_in_ : ndarray of str
         Only when X has string column names (a DataFrame).
     """
@@ -305,20 +332,85 @@ class GPRegressor(RegressorMixin, _GPEstimator):
                      inference=inference, mean=self.mean)
 
     def fit(self, X, y):
-        """Fit the model to X (N, D) and real targets y (N,).
+        """Fit the model to X (N, D) and real targets y (N,); with a multi-output kernel also to
+        Y (N, P) with NaN for a missing entry, or long rows (class docstring).
 
         Parameters
         ----------
-        X : array_like, shape (N, D)
-        y : array_like, shape (N,)
+        X : array_like, shape (N, D) or (n, D+1), or list of P arrays (n_p, D)
+            The inputs; (n, D+1) and the list are a multi-output kernel's heterotopic layouts
+            (the last column the output index 0..P-1; one array an output).
+        y : array_like, shape (N,) or (N, P), or list of P arrays (n_p,)
+            The targets; (N, P) with X (N, D) is a multi-output kernel's isotopic layout (NaN
+            marks a missing entry).
 
         Returns
         -------
         self
+
+        Raises
+        ------
+        ValueError
+            For a multi-output kernel: Y of a width other than P, an all-NaN column, inf in Y,
+            an output index that is not an integer in 0..P-1 (a scaler applied to the output
+            column), an output with no row, list lengths other than P.
         """
-        X, y = _validate_data(self, X, y, dtype=np.float64, y_numeric=True)
-        self._fit_posterior(self._build_model(X.shape[0]), X, np.asarray(y, dtype=float), _seed(self.random_state))
+        P = self._output_count()
+        self.n_outputs_ = 1 if P is None else P
+        self.layout_ = None
+        if P is None:
+            shape = np.shape(np.asarray(y)) if y is not None else ()
+            if len(shape) == 2 and shape[1] > 1:
+                raise ValueError(f"GPRegressor.fit: y has shape {shape}; targets of several outputs need a "
+                                 f"multi-output kernel (kernel=gd.kernels.ICM(k, {shape[1]}) or LMC)")
+            X, y = _validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+            y = np.asarray(y, dtype=float)
+        else:
+            X, y = self._long_data(X, y, P)
+        self._fit_posterior(self._build_model(X.shape[0]), X, y, _seed(self.random_state))
         return self
+
+    def _output_count(self):
+        """P of the estimator's kernel, or None for a kernel of one output (or no kernel)."""
+        return None if self.kernel is None else _multioutput.output_count(self.kernel)
+
+    def _long_data(self, X, y, P):
+        """A multi-output fit's data checked and in the long layout (X_long (n, D+1), y_long (n,));
+        records ``layout_`` and, as scikit-learn's validation does, ``n_features_in_`` (D for the
+        isotopic layout, D+1 for the long one) and ``feature_names_in_``."""
+        owner = "GPRegressor.fit"
+        if _multioutput.layout(X, y, P) == "lists":
+            X, y, _ = _multioutput.long_data(X, y, P, owner=owner)
+        if _multioutput.layout(X, y, P) == "isotopic":
+            self.layout_ = "isotopic"
+            X = _validate_data(self, X, dtype=np.float64)
+            # scikit-learn's y checks refuse NaN, here the mark of a missing entry (long_data
+            # refuses inf, naming the estimator).
+            Y = check_array(y, dtype=np.float64, input_name="y", **{_FINITE: False})
+            check_consistent_length(X, Y)
+            X_long, y_long, _ = _multioutput.long_data(X, Y, P, owner=owner)
+            return X_long, y_long
+        self.layout_ = "long"
+        X, y = _validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        X_long, y_long, _ = _multioutput.long_data(X, y, P, owner=owner)
+        return X_long, np.asarray(y_long, dtype=float)
+
+    def _checked_inputs(self, X):
+        """X checked for prediction; a multi-output fit takes (n, D) (every output) and (n, D+1)
+        (the output index last) whichever layout it was fitted in."""
+        check_is_fitted(self, "posterior_")
+        P = self.posterior_.output_count
+        if P is None or np.ndim(X) == 2 and np.shape(X)[1] == self.n_features_in_:
+            return _validate_data(self, X, reset=False, dtype=np.float64)
+        X = check_array(X, dtype=np.float64, input_name="X")
+        D = self.posterior_.input_dims
+        if X.shape[1] == D + 1:
+            _multioutput.check_outputs("GPRegressor.predict", "X", X, P, every_output=False)
+        elif X.shape[1] != D:
+            raise ValueError(f"GPRegressor.predict: X has {X.shape[1]} features; this multi-output fit takes "
+                             f"(n, D={D}) inputs (every output predicted, results (n, {P})) or (n, D+1={D + 1}) "
+                             f"with the output index last (one output a row)")
+        return X
 
     def _moments(self, X):
         """Predictive mean, latent variance and the observation's extra variance at checked X."""
@@ -336,7 +428,9 @@ class GPRegressor(RegressorMixin, _GPEstimator):
 
         Parameters
         ----------
-        X : array_like, shape (n, D)
+        X : array_like, shape (n, D), or (n, D+1) for a multi-output fit
+            For a multi-output fit, (n, D) predicts every output and (n, D+1) the output named
+            by each row's last column.
         return_std : bool, default False
             Also return the predictive standard deviation (of f, or of y with ``include_noise``).
         return_cov : bool, default False
@@ -344,11 +438,11 @@ class GPRegressor(RegressorMixin, _GPEstimator):
 
         Returns
         -------
-        y_mean : ndarray, shape (n,)
-        y_std : ndarray, shape (n,)
+        y_mean : ndarray, shape (n,), or (n, P) for a multi-output fit at X (n, D)
+        y_std : ndarray, shape of y_mean
             With ``return_std``.
-        y_cov : ndarray, shape (n, n)
-            With ``return_cov``.
+        y_cov : ndarray, shape (n, n), or (n, P, n, P) for a multi-output fit at X (n, D)
+            With ``return_cov``; ``y_cov[i, p, j, q]`` = Cov(y_p(x_i), y_q(x_j)).
 
         Raises
         ------
@@ -363,7 +457,9 @@ class GPRegressor(RegressorMixin, _GPEstimator):
             _, cov = self.posterior_.predict_f_full_cov(X)
             cov = np.array(cov, dtype=float)
             if self.include_noise:
-                cov[np.diag_indices_from(cov)] += extra
+                # The noise is independent across (point, output) pairs: the flattened diagonal.
+                flat = cov.reshape(extra.size, extra.size)
+                flat[np.diag_indices_from(flat)] += extra.ravel()
             return mean, cov
         if return_std:
             return mean, np.sqrt(f_var + extra if self.include_noise else f_var)
@@ -373,21 +469,83 @@ class GPRegressor(RegressorMixin, _GPEstimator):
         """Joint draws of the predictive at X (of f, or of y with ``include_noise``).
 
         As scikit-learn's ``GaussianProcessRegressor.sample_y``: ``rng.multivariate_normal(mean,
-        cov, n_samples).T`` with ``rng = check_random_state(random_state)``.
+        cov, n_samples).T`` with ``rng = check_random_state(random_state)``; for a multi-output
+        fit at X (n, D) one joint draw over the n P (point, output) pairs, point-major.
 
         Parameters
         ----------
-        X : array_like, shape (n, D)
+        X : array_like, shape (n, D), or (n, D+1) for a multi-output fit
         n_samples : int, default 1
         random_state : int, RandomState instance or None, default 0
 
         Returns
         -------
-        ndarray, shape (n, n_samples)
+        ndarray, shape (n, n_samples), or (n, P, n_samples) for a multi-output fit at X (n, D)
+            (scikit-learn's shape for several targets).
         """
         mean, cov = self.predict(X, return_cov=True)
         rng = check_random_state(random_state)
-        return rng.multivariate_normal(mean, cov, n_samples).T
+        draws = rng.multivariate_normal(mean.ravel(), cov.reshape(mean.size, mean.size), n_samples).T
+        return draws.reshape(mean.shape + (n_samples,))
+
+    def score(self, X, y, sample_weight=None):
+        """The coefficient of determination R² of ``predict(X)``.
+
+        One output: scikit-learn's ``RegressorMixin.score``.  A multi-output fit: R² of each
+        output on its observed targets, averaged over the outputs with equal weights
+        (scikit-learn's ``multioutput="uniform_average"``), whether X is (n, D) with Y (n, P)
+        (NaN entries left out) or long rows (n, D+1) with y (n,) (each output's rows); so both
+        layouts of one data set score the same.  An output with fewer than two targets in the
+        data scored is left out of the average.
+
+        Parameters
+        ----------
+        X : array_like, shape (n, D), or (n, D+1) for a multi-output fit
+        y : array_like, shape (n,), or (n, P) with X (n, D) for a multi-output fit
+        sample_weight : array_like of shape (n,), optional
+            A weight a row of X.
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        ValueError
+            For a multi-output fit: y of another shape than the predictions, or no output with
+            two targets.
+        """
+        check_is_fitted(self, "posterior_")
+        if self.posterior_.output_count is None:
+            return super().score(X, y, sample_weight=sample_weight)
+        X = self._checked_inputs(X)
+        pred = self.predict(X)
+        y = check_array(y, dtype=np.float64, input_name="y", ensure_2d=False, **{_FINITE: "allow-nan"})
+        if y.shape != pred.shape and not (pred.ndim == 1 and y.shape == pred.shape + (1,)):
+            what = "(n, P), NaN where an entry is missing" if pred.ndim == 2 else "(n,), one target a row"
+            raise ValueError(f"GPRegressor.score: y must have shape {pred.shape} for X of shape {X.shape} ({what}), "
+                             f"got {y.shape}")
+        weight = np.ones(X.shape[0]) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+        check_consistent_length(X, weight)
+        if pred.ndim == 2:
+            columns = [(y[:, p], pred[:, p], weight) for p in range(pred.shape[1])]
+        else:
+            y, outputs = y.reshape(-1), X[:, -1]
+            columns = [(y[outputs == p], pred[outputs == p], weight[outputs == p]) for p in np.unique(outputs)]
+        scores = []
+        for target, predicted, w in columns:
+            seen = ~np.isnan(target)
+            if seen.sum() >= 2:
+                scores.append(r2_score(target[seen], predicted[seen], sample_weight=w[seen]))
+        if not scores:
+            raise ValueError("GPRegressor.score: no output has two observed targets in y to score")
+        return float(np.mean(scores))
+
+    def __sklearn_tags__(self):
+        """scikit-learn's tags; a multi-output kernel's regressor takes targets (N, P)."""
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = self._output_count() is not None
+        return tags
 
 
 def choose_link(X, codes, n_classes, kernel, *, seed=0, standardize=False):
