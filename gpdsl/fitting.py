@@ -184,7 +184,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
         _check_subsample(model)
         if model.sparse:
             model.inducing.check_subsample(subsample, X.shape[0])
-        rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], size=subsample, replace=False))
+        rows = multioutput.subsample_rows(X, subsample, np.random.default_rng(seed), model.output_count)
     # A subsample's rows are read into memory (of a Dask X, those rows only).
     X_fit, y_fit = (X, y) if rows is None else (np.array(X[rows]), y[rows])
     offset_fit = offset if rows is None or offset is None else offset[rows]

@@ -364,6 +364,48 @@ def standardization(X_long, y, P):
     return Standardization(x_mean, x_scale, y_mean, _scale(sd))
 
 
+def subsample_rows(X_long, size, rng, P=None):
+    """``fit(subsample=size)``'s rows: a single-output model's drawn at random; a multi-output
+    model's stratified by output, output p's share proportional to its n_p rows and at least one
+    (largest remainders fill the rest), so that no output is left without a row (the subsample
+    fit would not inform its B row and column, nor its noise).
+
+    Parameters
+    ----------
+    X_long : ndarray or Dask array, shape (n, D+1)
+        The long rows (every output has one: :func:`long_data`); a single-output model's X (N, D).
+    size : int
+        The number of rows, smaller than n.
+    rng : numpy.random.Generator
+    P : int, optional
+        The model's outputs (None: a single-output model).
+
+    Returns
+    -------
+    ndarray of intp, shape (size,)
+        Sorted row indices.
+
+    Raises
+    ------
+    ValueError
+        ``size`` smaller than P.
+    """
+    if P is None:
+        return np.sort(rng.choice(X_long.shape[0], size=size, replace=False))
+    if size < P:
+        raise ValueError(f"fit: subsample = {size} rows cannot hold a row of each of the P = {P} outputs")
+    index = np.asarray(X_long[:, -1]).astype(np.intp)
+    count = np.bincount(index, minlength=P)
+    share = size * count / count.sum()
+    quota = np.maximum(1, np.floor(share).astype(np.intp))
+    while quota.sum() < size:            # the largest remainders among outputs with rows to spare
+        quota[np.argmax(np.where(quota < count, share - quota, -np.inf))] += 1
+    while quota.sum() > size:            # the minimum of one row took more than the shares
+        quota[np.argmax(np.where(quota > 1, quota - share, -np.inf))] -= 1
+    return np.sort(np.concatenate([rng.choice(np.flatnonzero(index == p), size=quota[p], replace=False)
+                                   for p in range(P)]))
+
+
 def draw_inputs(X, Z, rng, P=None):
     """A restart's inducing inputs in place of Z: rows of X drawn without replacement.
 
@@ -543,4 +585,4 @@ def query(X_new, D, P, owner="predict", name="X_new"):
 
 
 __all__ = ["output_count", "layout", "long_data", "check_outputs", "unique_inputs", "selection_inputs", "expand_inducing",
-           "inducing_gradient", "method_inducing", "standardization", "draw_inputs", "Query", "query"]
+           "inducing_gradient", "method_inducing", "standardization", "subsample_rows", "draw_inputs", "Query", "query"]

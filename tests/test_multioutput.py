@@ -451,6 +451,32 @@ def test_subsample_draws_long_rows_and_finishes_on_all(data):
     assert post.log_evidence == pytest.approx(full.log_evidence, rel=1e-12)
 
 
+def test_subsample_is_stratified_by_output_with_a_row_of_each():
+    """subsample=n draws each output's share of n (proportional, largest remainders) and at least
+    one row of an output with few rows (a plain draw of 8 of these 43 rows missed output 1's 3)."""
+    X = np.linspace(0.0, 5.0, 40)[:, None]
+    Y = np.column_stack([np.sin(X[:, 0]), np.full(40, np.nan)])
+    Y[:3, 1] = [0.1, 0.2, 0.3]
+    X_long, _ = _dense_long(X, Y)
+    outputs = X_long[:, -1]
+    # (counts, n, each output's rows): shares 7.44/0.56 -> 7 + the minimum 1; 2.33 each -> 2, 2, 2 + 1.
+    for X_rows, size, want in ((X_long, 8, [7, 1]), (np.column_stack([np.zeros(30), np.repeat([0.0, 1, 2], 10)]), 7,
+                                                     [3, 2, 2])):
+        for seed in range(10):
+            rows = multioutput.subsample_rows(X_rows, size, np.random.default_rng(seed), len(want))
+            assert rows.size == size and np.unique(rows).size == size and np.all(np.diff(rows) > 0)
+            np.testing.assert_array_equal(np.bincount(X_rows[rows, -1].astype(int)), want)
+    with pytest.raises(ValueError, match=r"fit: subsample = 1 rows cannot hold a row of each of the P = 2 outputs"):
+        multioutput.subsample_rows(X_long, 1, np.random.default_rng(0), 2)
+    model = gd.Model(ICM(SE(1.0, 1.0), 2), gd.likelihoods.OutputGaussian(2, variance=np.array([0.1, 0.1])))
+    rows = multioutput.subsample_rows(X_long, 8, np.random.default_rng(0), 2)
+    # The subsample fit is the fit to those rows (the same seed draws them).
+    post = model.fit(X, Y, subsample=8, seed=0, max_iter=10)
+    alone = model.fit(X_long[rows], _dense_long(X, Y)[1][rows], seed=0, max_iter=10)
+    assert post.subsample["objective"] == pytest.approx(alone.log_evidence, rel=1e-10)
+    assert outputs[rows].tolist().count(1.0) == 1
+
+
 def test_sample_takes_the_layouts_as_fit():
     """NUTS on the isotopic layout draws what it draws on the long rows (the same seed)."""
     pr = gd.priors
