@@ -11,6 +11,9 @@ every gpdsl view of the fit (``posterior_.to_xarray()``, ``to_inference_data``, 
 hand.  They work in ``Pipeline``, ``GridSearchCV`` and ``cross_val_score`` and pass
 ``sklearn.utils.estimator_checks.check_estimator`` (``tests/test_sklearn.py``).
 
+With a multi-output kernel (:mod:`gpdsl.multioutput`) ``GPRegressor`` is a multi-output regressor:
+Y (N, P) with NaN for a missing entry, or long rows with the output index last; its Notes.
+
 Nested parameters: ``get_params(deep=True)`` lists each dataclass field of a part as
 ``"<part>__<field>"`` (``kernel__lengthscale``, ``inference__damping``; deeper for a part held
 by a part, ``kernel__base__lengthscale``), and ``set_params`` replaces the part by
