@@ -89,6 +89,27 @@ def test_isotopic_fit_equals_model_fit(data):
                                np.diag(np.diag(cov.reshape(7 * P, 7 * P))), **TOL)
 
 
+def test_lmc_and_the_sparse_default_equal_model_fit(data):
+    """An LMC kernel, and the VFE + k-means default above ``exact_max_n`` long rows, fit as
+    ``Model.fit`` does on the same data."""
+    X, Y, X_test = data
+    lmc = gd.kernels.LMC((gd.kernels.SquaredExponential(), gd.kernels.Matern32(lengthscale=3.0)), P)
+    est = quiet(GPRegressor(lmc, gd.likelihoods.OutputGaussian(P), max_iter=20, random_state=0).fit, X, Y)
+    post = quiet(gd.Model(lmc, gd.likelihoods.OutputGaussian(P)).fit, X, Y, seed=0, max_iter=20)
+    f_mean, f_var = post.predict_f(X_test)
+    mean, std = est.predict(X_test, return_std=True)
+    np.testing.assert_allclose(mean, f_mean, **TOL)
+    np.testing.assert_allclose(std, np.sqrt(f_var), **TOL)
+    sparse = regressor(optimize=False)
+    sparse.exact_max_n, sparse.default_inducing = 20, 10
+    sparse.fit(X, Y)
+    assert isinstance(sparse.model_.inference, gd.inference.VFE)
+    assert sparse.model_.inducing == gd.inducing.KMeans(10, seed=0)
+    post = gd.Model(icm(), gd.likelihoods.OutputGaussian(P, [0.05, 0.1]), gd.inducing.KMeans(10, seed=0),
+                    gd.inference.VFE()).fit(X, Y, optimize=False)
+    np.testing.assert_allclose(sparse.predict(X_test), post.predict_f(X_test)[0], **TOL)
+
+
 def test_isotopic_with_nan_equals_a_dense_gp_on_the_observed_entries(data):
     """At the declared hyperparameters, the (n, D) predictions are the dense GP's on the long rows of
     the observed entries only: NaN entries are left out, not imputed."""
