@@ -146,7 +146,7 @@ class Model:
     def _check_row_order(self, owner, X, y):
         """A likelihood with per-row parameters (known noise variances) is refused data in a layout
         that :func:`gpdsl.multioutput.long_data` reorders: its parameters follow the long rows."""
-        kind = layout(X, y, self.output_count)
+        kind = layout(X, y, self.output_count, owner)
         if self.likelihood.per_row_parameters and kind != "long":
             raise ValueError(f"{owner}: {self.likelihood.describe()} has a parameter a row, which follows the long rows "
                              f"(n, D+1) the fit sees; data in the {kind} layout are reordered output-major, so give "
@@ -403,7 +403,7 @@ class Model:
         """
         self._require_inference("evaluate")
         P = self.output_count
-        if P is not None and layout(X, y, P) != "long":
+        if P is not None and layout(X, y, P, "evaluate") != "long":
             X, y, offset = long_data(X, y, P, offset, owner="evaluate", every_output=False)
             y = self.likelihood.for_rows(X).coded_targets(y, X.shape[0])
         kernel, likelihood = self.bind(values)
@@ -592,7 +592,8 @@ class Model:
         the fit on the n rows, and the posterior is then computed on all N rows at them, with no
         further optimisation (for VFE and FITC one pass; for PolyaGamma its c iteration, for EP
         its sweeps, over all N).  A multi-output model draws n of its long rows (input, output
-        pairs).  ``Posterior.subsample`` records n and the subsample fit's
+        pairs), stratified by output: each output's share of n in proportion to its rows, and at
+        least one (:func:`gpdsl.multioutput.subsample_rows`).  ``Posterior.subsample`` records n and the subsample fit's
         objective; ``log_evidence`` is the full data's.  None (default) fits on all rows; n >= N
         is refused (ValueError), since it would silently mean all rows.  Greedy selection's
         ``indices`` refer to rows of X; ``standardize=True`` scales by

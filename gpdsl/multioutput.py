@@ -15,8 +15,8 @@ one output, :func:`output_count`).  Its methods see ordinary rows (X, y) in the 
   the NaN entries dropped: with no NaN, K_long = B (x) K_x for an intrinsic coregionalisation
   kernel (the Kronecker structure of Bonilla et al. (2008)).
 * heterotopic, long: X (n, D+1) with the output column and y (n,), taken as they are.
-* heterotopic, lists: ``[X_0, ..., X_{P-1}]`` ((n_p, D) each) and ``[y_0, ..., y_{P-1}]``,
-  concatenated output-major.
+* heterotopic, lists: ``[X_0, ..., X_{P-1}]`` ((n_p, D) each, or 1-D NumPy arrays (n_p,) for
+  D = 1) and ``[y_0, ..., y_{P-1}]``, concatenated output-major.
 
 Predictions go the other way (:class:`Query`): new inputs (n, D) ask for every output and are
 expanded POINT-MAJOR (each point's P outputs together), so that a long result (n P,) reshapes to
@@ -55,10 +55,14 @@ def output_count(kernel):
     return getattr(kernel, "output_count", None)
 
 
-def layout(X, y, P):
+def layout(X, y, P, owner="fit"):
     """Which layout data are in (:func:`long_data`): ``"lists"`` for X a list or tuple of 2-D
-    arrays (a nested list of rows is one array), ``"isotopic"`` for a 2-D y (N, P) (with P = 1 also
-    (N, 1)), else ``"long"``.
+    arrays (a nested list of rows is one array), or of 1-D NumPy arrays with y a list or tuple of P
+    target arrays (one input column, D = 1); ``"isotopic"`` for a 2-D y (N, P) (with P = 1 also
+    (N, 1)); else ``"long"``.
+
+    With P = 1, y (n, 1) and X's last column all 0, X reads as long rows (n, D+1) whose output
+    index is that column as well as isotopic inputs (N, D) with a constant last input: refused.
 
     Parameters
     ----------
@@ -66,14 +70,30 @@ def layout(X, y, P):
         As :func:`long_data` takes them.
     P : int
         The kernel's number of outputs.
+    owner : str, default "fit"
+        The function the data are given to, for messages.
 
     Returns
     -------
     str
+
+    Raises
+    ------
+    ValueError
+        The ambiguous P = 1 layout above.
     """
-    if isinstance(X, (list, tuple)) and len(X) > 0 and all(np.ndim(part) == 2 for part in X):
-        return "lists"
+    if isinstance(X, (list, tuple)) and len(X) > 0:
+        if all(np.ndim(part) == 2 for part in X):
+            return "lists"
+        if (all(isinstance(part, np.ndarray) and part.ndim == 1 for part in X) and isinstance(y, (list, tuple))
+                and len(y) == P):
+            return "lists"
     if np.ndim(y) == 2 and (np.shape(y)[1] != 1 or P == 1):
+        last = (X[:, -1] if hasattr(X, "shape") else np.asarray(X)[:, -1]) if np.ndim(X) == 2 else None
+        if P == 1 and last is not None and np.shape(X)[1] >= 2 and not np.any(np.asarray(last)):
+            raise ValueError(f"{owner}: with P = 1 output, y of shape {np.shape(y)} and X's last column all 0, X reads "
+                             f"as long rows (n, D+1) with that column the output index and as isotopic inputs (N, D) "
+                             f"with a constant last input; give a 1-D y for long rows, or drop the constant column")
         return "isotopic"
     return "long"
 
@@ -83,9 +103,9 @@ def long_data(X, y, P, offset=None, *, owner="fit", every_output=True):
 
     Parameters
     ----------
-    X : array_like of shape (N, D) or (n, D+1), or list of P arrays (n_p, D)
+    X : array_like of shape (N, D) or (n, D+1), or list of P arrays (n_p, D) or (n_p,)
         Inputs: isotopic (with a 2-D ``y`` of P columns), long (with a 1-D ``y``: the last
-        column is the output index) or one array an output.
+        column is the output index) or one array an output (1-D NumPy arrays: D = 1).
     y : array_like of shape (N, P) or (n,), or list of P arrays (n_p,)
         Targets in the layout of X; in the isotopic layout NaN marks a missing entry.  A 2-D y
         is isotopic (with P = 1 also (N, 1)); a 1-D y, or (n, 1) with P > 1, is long.
@@ -113,7 +133,7 @@ def long_data(X, y, P, offset=None, *, owner="fit", every_output=True):
         columns disagree, an output index that is not an integer in 0..P-1, Y of another width
         than P, an output with no observation (``every_output``); the message names the argument.
     """
-    kind = layout(X, y, P)
+    kind = layout(X, y, P, owner)
     if kind == "lists":
         return _from_lists(X, y, P, offset, owner)
     if kind == "isotopic":
@@ -206,7 +226,8 @@ def _from_lists(Xs, ys, P, offset, owner):
         offsets = [np.ravel(as_float_array(owner, f"offset[{p}]", o)) for p, o in enumerate(offset)]
     parts, targets = [], []
     for p, (X_p, y_p) in enumerate(zip(Xs, ys)):
-        X_p = validate_inputs(X_p, f"X[{p}]")
+        # A 1-D NumPy array is the one input column of its output's rows (layout's rule).
+        X_p = validate_inputs(X_p[:, None] if isinstance(X_p, np.ndarray) and X_p.ndim == 1 else X_p, f"X[{p}]")
         if parts and X_p.shape[1] != parts[0].shape[1] - 1:
             raise ValueError(f"{owner}: X[{p}] has {X_p.shape[1]} columns but X[0] has {parts[0].shape[1] - 1}")
         y_p = np.asarray(y_p)

@@ -94,6 +94,36 @@ def test_list_layout_and_long_layout_give_the_same_rows(data):
         np.testing.assert_array_equal(y_long, want_y)
 
 
+def test_lists_of_one_dimensional_inputs_are_one_input_column(data):
+    """X a list of 1-D NumPy arrays with y a list of P arrays is the list layout with D = 1, also
+    when each has P entries (it read as an isotopic X (P, 2) and Y (P, 2))."""
+    X2, y2 = [np.array([0.1, 0.5]), np.array([1.0, 2.0])], [np.array([1.0, 2.0]), np.array([3.0, 4.0])]
+    assert multioutput.layout(X2, y2, 2) == "lists"
+    X_long, y_long, _ = multioutput.long_data(X2, y2, 2)
+    np.testing.assert_array_equal(X_long, [[0.1, 0.0], [0.5, 0.0], [1.0, 1.0], [2.0, 1.0]])
+    np.testing.assert_array_equal(y_long, [1.0, 2.0, 3.0, 4.0])
+    X, Y = data
+    Xs = [X[~np.isnan(Y[:, p]), 0] for p in range(P)]
+    ys = [Y[~np.isnan(Y[:, p]), p] for p in range(P)]
+    np.testing.assert_array_equal(multioutput.long_data(Xs, ys, P)[0], _dense_long(X, Y)[0])
+    # A nested list of rows stays one array (isotopic with a 2-D y).
+    assert multioutput.layout([[0.1], [0.5]], np.zeros((2, 2)), 2) == "isotopic"
+
+
+def test_one_output_with_a_zero_last_column_and_a_column_y_is_refused_as_ambiguous():
+    """P = 1, y (n, 1) and X's last column all 0: long rows (n, D+1) or isotopic inputs with a
+    constant column; refused by name (it was read as isotopic).  A nonzero last column is no
+    output index of one output: isotopic."""
+    x = np.linspace(0.0, 5.0, 10)[:, None]
+    X_long, y = np.column_stack([x, np.zeros(10)]), np.sin(x)
+    with pytest.raises(ValueError, match=r"fit: with P = 1 output, y of shape \(10, 1\) and X's last column all 0"):
+        multioutput.long_data(X_long, y, 1)
+    with pytest.raises(ValueError, match=r"evaluate: with P = 1 output"):
+        gd.Model(ICM(SE(1.0, 1.0), 1), gd.likelihoods.Gaussian(0.1)).evaluate({}, X_long, y, None)
+    assert multioutput.layout(X_long, y[:, 0], 1) == "long"
+    assert multioutput.layout(np.column_stack([x, x]), y, 1) == "isotopic"
+
+
 def test_offset_follows_the_layout_of_y(data):
     X, Y = data
     offset = np.arange(Y.size, dtype=float).reshape(Y.shape)
