@@ -65,6 +65,12 @@ def check_bool(owner, name, value, error=ValueError):
         raise error(f"{owner}: {name} must be True or False, got {value!r}")
 
 
+class IntegerTypeError(TypeError, ValueError):
+    """A value that must be an integer is of another type (2.0, True, None): a TypeError, as
+    scikit-learn's parameter validation raises for a wrong type (its ``InvalidParameterError`` is
+    both too), and a ValueError, which gpdsl's integer checks raised before and callers catch."""
+
+
 def check_positive_int(owner, name, value):
     """Raise unless ``value`` is an integer >= 1 (not a bool).
 
@@ -79,10 +85,14 @@ def check_positive_int(owner, name, value):
 
     Raises
     ------
+    IntegerTypeError
+        If ``value`` is not an integer (a TypeError and a ValueError).
     ValueError
-        If ``value`` is not a positive integer.
+        If it is an integer below 1.
     """
-    if not is_integer(value) or value < 1:
+    if not is_integer(value):
+        raise IntegerTypeError(f"{owner}: {name} must be a positive integer, got {value!r}")
+    if value < 1:
         raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import defaults, fitting, threads
 from . import inference as inf
-from .checks import check_seed
+from .checks import check_positive_int, check_seed
 from .components import bind, trusted_modules
 from .inducing import InducingSpec
 from .inference import Inference
@@ -131,9 +131,7 @@ class Model:
                                  + ("" if P is not None else "; declare a multi-output kernel (gd.kernels.ICM, LMC)"))
         if P is None:
             return
-        if not isinstance(P, (int, np.integer)) or isinstance(P, bool) or P < 1:
-            raise TypeError(f"Model: kernel {self.kernel.describe()} has output_count {P!r}; it must be None or a "
-                            f"positive int")
+        check_positive_int("Model", "kernel.output_count", P)     # None (one output) returned above
         if self.likelihood.n_latent > 1:
             raise ValueError(f"Model: a multi-output kernel ({self.kernel.describe()}, P = {P}) gives one latent "
                              f"function a row; {self.likelihood.describe()} needs {self.likelihood.n_latent}")
@@ -354,7 +352,8 @@ class Model:
                    + self.likelihood.entries("likelihood", X, fixed)
                    + ([] if self.mean is None else self.mean.entries("mean", X, fixed))
                    # A method's q(u) is over the inducing variables it sees (M P of shared Z).
-                   + self.inference.variational_entries(X.shape[0], method_inducing(Z, X, P), fixed))
+                   + self.inference.variational_entries(X.shape[0], method_inducing(Z, X, P, "parameter_table"),
+                                                        fixed))
         if Z is not None and self.inducing is not None and self.inducing.optimize:
             entries.append(Entry("inducing.Z", np.array(Z), positive=False,
                                  fixed="inducing.Z" in fixed))

@@ -147,6 +147,7 @@ def long_data(X, y, P, offset=None, *, owner="fit", every_output=True):
     y = np.asarray(y)
     if y.ndim == 2:                                   # (n, 1)
         y = y[:, 0]
+    _refuse_nan(owner, "y", y)
     offset = None if offset is None else np.ravel(as_float_array(owner, "offset", offset))
     return X, y, offset
 
@@ -184,6 +185,15 @@ def check_outputs(owner, name, X_long, P, every_output=True):
             raise ValueError(f"{owner}: {name} has no row of output(s) {missing.tolist()} of the kernel's P = {P}; "
                              f"every output needs an observation (or declare the kernel with fewer outputs)")
     return index
+
+
+def _refuse_nan(owner, name, y):
+    """Refuse NaN targets of the long and list layouts, where a row is an observation (NaN marks a
+    missing entry only in the isotopic Y (N, P))."""
+    if y.dtype.kind == "f" and np.any(np.isnan(y)):
+        raise ValueError(f"{owner}: {name} has NaN at row(s) {np.flatnonzero(np.isnan(y))[:5].tolist()}; NaN marks a "
+                         f"missing entry only in the isotopic layout Y (N, P), while each row of the long and list "
+                         f"layouts is an observation: leave the unobserved rows out")
 
 
 def _from_isotopic(X, Y, P, offset, owner, every_output):
@@ -236,6 +246,7 @@ def _from_lists(Xs, ys, P, offset, owner):
         if y_p.shape != (X_p.shape[0],):
             raise ValueError(f"{owner}: y[{p}] must be 1-D with one target per row of X[{p}] ({X_p.shape[0]}), got "
                              f"shape {y_p.shape}")
+        _refuse_nan(owner, f"y[{p}]", y_p)
         if offsets[p] is not None and offsets[p].shape != y_p.shape:
             raise ValueError(f"{owner}: offset[{p}] must have y[{p}]'s shape {y_p.shape}, got {offsets[p].shape}")
         parts.append(np.column_stack([X_p, np.full(X_p.shape[0], float(p))]))
@@ -327,7 +338,7 @@ def inducing_gradient(dZ_method, Z, P):
     return dZ_method[:, :-1].reshape(P, -1, dZ_method.shape[1] - 1).sum(axis=0)
 
 
-def method_inducing(Z, X, P):
+def method_inducing(Z, X, P, owner="evaluate"):
     """The inducing inputs a method sees: Z (M, D) expanded (:func:`expand_inducing`) where X is
     long (D+1 columns), a Z of X's width (or None) as it is.  A minibatch or other optimiser that
     calls a method directly, not through ``Model.evaluate``, passes its Z through this and the
@@ -339,16 +350,24 @@ def method_inducing(Z, X, P):
     X : ndarray, shape (n, D+1)
     P : int or None
         The model's outputs (None: a single-output model, Z returned).
+    owner : str, default "evaluate"
+        The function Z is given to, for messages.
 
     Returns
     -------
     ndarray or None
+
+    Raises
+    ------
+    ValueError
+        Z of a width other than D or D+1.
     """
     if P is None or Z is None or np.shape(Z)[1] == np.shape(X)[1]:
         return Z
     if np.shape(Z)[1] != np.shape(X)[1] - 1:
-        raise ValueError(f"the inducing inputs Z have {np.shape(Z)[1]} columns; a multi-output model's are (M, D) in "
-                         f"input space or (M, D+1) with the output index last, and X has D+1 = {np.shape(X)[1]}")
+        raise ValueError(f"{owner}: the inducing inputs Z have {np.shape(Z)[1]} columns; a multi-output model's are "
+                         f"(M, D) in input space or (M, D+1) with the output index last, and X has D+1 = "
+                         f"{np.shape(X)[1]}")
     return expand_inducing(Z, P)
 
 

@@ -144,10 +144,24 @@ def test_offset_follows_the_layout_of_y(data):
     ([np.zeros((2, 1))] * 3, np.zeros(6), r"y must be a list of P target arrays, got ndarray"),
     ([np.zeros((2, 1))] * 3, [np.zeros(2), np.zeros(3), np.zeros(2)], r"y\[1\] must be 1-D .* \(2\)"),
     ([np.zeros((2, 1)), np.zeros((2, 2)), np.zeros((2, 1))], [np.zeros(2)] * 3, r"X\[1\] has 2 columns"),
+    (np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]]), np.array([0.0, np.nan, 1.0]),
+     r"fit: y has NaN at row\(s\) \[1\]; NaN marks a missing entry only in the isotopic layout Y \(N, P\)"),
+    ([np.zeros((2, 1))] * 3, [np.zeros(2), np.array([0.0, np.nan]), np.zeros(2)],
+     r"fit: y\[1\] has NaN at row\(s\) \[1\]; NaN marks a missing entry only in the isotopic layout"),
 ])
 def test_bad_layouts_are_refused_by_name(X_arg, y_arg, message):
     with pytest.raises(ValueError, match=message):
         _exact().fit(X_arg, y_arg, optimize=False)
+
+
+def test_inducing_inputs_of_another_width_are_refused_by_the_caller():
+    X_long = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
+    model = gd.Model(_icm(), gd.likelihoods.Gaussian(NOISE), inference=gd.inference.VFE(),
+                     inducing=gd.inducing.Fixed(np.zeros((2, 1))))
+    for call, owner in ((lambda Z: model.evaluate({}, X_long, np.zeros(3), Z), "evaluate"),
+                        (lambda Z: model.parameter_table(X_long, Z), "parameter_table")):
+        with pytest.raises(ValueError, match=rf"{owner}: the inducing inputs Z have 3 columns; a multi-output"):
+            call(np.zeros((2, 3)))
 
 
 def test_distinct_inputs_and_queries_keep_their_order():

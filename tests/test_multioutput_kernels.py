@@ -212,10 +212,11 @@ def test_output_column_must_hold_output_indices(bad, match):
 
 
 @pytest.mark.parametrize("make,error,match", [
-    (lambda se: gd.kernels.ICM(se, 3, rank=4), ValueError, r"ICM: rank must be in \[1, 3\], got 4"),
-    (lambda se: gd.kernels.ICM(se, 0), ValueError, "ICM: output_count must be >= 1, got 0"),
-    (lambda se: gd.kernels.ICM(se, 2.0), TypeError, "ICM: output_count must be an int, got 2.0"),
-    (lambda se: gd.kernels.ICM(se), TypeError, "ICM: output_count must be an int, got None"),
+    (lambda se: gd.kernels.ICM(se, 3, rank=4), ValueError, r"ICM: rank must be in \[1, 3\] \(at most output_count\), got 4"),
+    (lambda se: gd.kernels.ICM(se, 0), ValueError, "ICM: output_count must be a positive integer, got 0"),
+    (lambda se: gd.kernels.ICM(se, 2.0), TypeError, "ICM: output_count must be a positive integer, got 2.0"),
+    (lambda se: gd.kernels.ICM(se), TypeError, "ICM: output_count must be a positive integer, got None"),
+    (lambda se: gd.kernels.LMC((se, se), 2, rank=1.0), TypeError, "LMC: rank must be a positive integer, got 1.0"),
     (lambda se: gd.kernels.ICM("se", 2), TypeError, "ICM: kernel must be a gpdsl kernel"),
     (lambda se: gd.kernels.ICM(se, 3, W=np.ones((3, 2))), ValueError,
      r"ICM: W must have shape \(3, 1\) \(outputs, rank\) or be a scalar, got shape \(3, 2\)"),
@@ -235,6 +236,26 @@ def test_output_column_must_hold_output_indices(bad, match):
 def test_bad_declarations_are_refused_by_name(make, error, match):
     with pytest.raises(error, match=match):
         make(gd.kernels.SquaredExponential())
+
+
+def test_every_output_count_is_checked_alike():
+    """ICM, LMC, OutputGaussian and the Model check P by one rule (gpdsl.checks.check_positive_int):
+    a non-integer is one error, a TypeError (scikit-learn's type for a wrong type) that is also a
+    ValueError (what gpdsl's integer checks raised before), with one message form."""
+    from gpdsl.checks import IntegerTypeError
+
+    se = gd.kernels.SquaredExponential()
+    icm = gd.kernels.ICM(se, 2)
+    object.__setattr__(icm, "output_count", 2.0)          # a kernel whose P is not an int
+    calls = {"ICM": lambda: gd.kernels.ICM(se, 2.0), "LMC": lambda: gd.kernels.LMC((se, se), 2.0),
+             "OutputGaussian": lambda: gd.likelihoods.OutputGaussian(2.0),
+             "Model": lambda: gd.Model(icm, gd.likelihoods.Gaussian(0.1))}
+    for owner, call in calls.items():
+        with pytest.raises(IntegerTypeError, match=rf"{owner}: (kernel\.)?output_count must be a positive integer, "
+                                                   rf"got 2\.0") as info:
+            call()
+        assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+    assert not hasattr(gd.kernels.LMC, "coregions")     # dead (no caller): each part's B is ICM.coregion()
 
 
 def test_lmc_declarations_slice_by_part_and_round_trip_through_model_files():

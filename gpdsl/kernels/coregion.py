@@ -29,12 +29,11 @@ symmetric in q stays symmetric).
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import output_indices
+from ..checks import check_positive_int, output_indices
 from ..chunks import add_partial
 from ..components import Component, Parameter, bind_parts, part_parameters
 from ..parameters import Fixed, Shared, check_hyperparameter, declared_value
@@ -94,13 +93,14 @@ def default_coregion(P, rank, shift=0.0):
     return W, 1.0 - np.einsum("pr,pr->p", W, W)
 
 
-def _check_count(owner, name, value, low, high=None):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{owner}: {name} must be an int, got {value!r}")
-    if value < low or (high is not None and value > high):
-        where = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{owner}: {name} must be {where}, got {value!r}")
-    return int(value)
+def _check_counts(owner, P, rank):
+    """The output count P and the rank, checked: positive integers (gpdsl.checks.check_positive_int,
+    as every part that takes P) and rank at most P.  Returns them as ints."""
+    check_positive_int(owner, "output_count", P)
+    check_positive_int(owner, "rank", rank)
+    if rank > P:
+        raise ValueError(f"{owner}: rank must be in [1, {P}] (at most output_count), got {rank!r}")
+    return int(P), int(rank)
 
 
 def _check_B_spec(owner, name, spec, shape):
@@ -182,9 +182,9 @@ class ICM(Kernel):
         if self.kernel.output_count is not None or self.kernel.n_outputs != 1:
             raise ValueError(f"ICM: the base kernel must be a kernel of one output and one latent function, got "
                              f"{self.kernel.describe()}")
-        P = _check_count("ICM", "output_count", self.output_count, 1)
+        P, rank = _check_counts("ICM", self.output_count, self.rank)
         object.__setattr__(self, "output_count", P)
-        object.__setattr__(self, "rank", _check_count("ICM", "rank", self.rank, 1, P))
+        object.__setattr__(self, "rank", rank)
         for name, shape in (("W", (P, self.rank)), ("kappa", (P,))):
             if getattr(self, name) is not None:
                 _check_B_spec("ICM", name, getattr(self, name), shape)
@@ -446,9 +446,9 @@ class LMC(_Composite):
         wide = [k.describe() for k in self.kernels if k.output_count is not None or k.n_outputs != 1]
         if wide:
             raise ValueError(f"LMC: each base kernel must be a kernel of one output, got {wide[0]}")
-        P = _check_count("LMC", "output_count", self.output_count, 1)
+        P, rank = _check_counts("LMC", self.output_count, self.rank)
         object.__setattr__(self, "output_count", P)
-        object.__setattr__(self, "rank", _check_count("LMC", "rank", self.rank, 1, P))
+        object.__setattr__(self, "rank", rank)
         Q = len(self.kernels)
         for name, shape in (("W", (Q, P, self.rank)), ("kappa", (Q, P))):
             spec = getattr(self, name)
@@ -545,15 +545,6 @@ class LMC(_Composite):
                 cls((parts["Matern52"](0.6, 0.7), parts["SquaredExponential"](1.4, 0.9, name="smooth")), 2, rank=2,
                     W=np.array([[[0.5, -0.2], [0.3, 0.8]], [[1.1, 0.1], [-0.6, 0.4]]]),
                     kappa=np.array([[0.2, 0.5], [0.9, 0.3]])))
-
-    def coregions(self):
-        """Each part's B_q = W_q W_q^T + diag(kappa_q) (bound).
-
-        Returns
-        -------
-        ndarray, shape (Q, P, P)
-        """
-        return np.stack([self._icm(q).coregion() for q in range(len(self.kernels))])
 
     def gram(self, X1, X2):
         """sum_q B_q[p1, p2] * k_q(X1[:, :-1], X2[:, :-1]).
