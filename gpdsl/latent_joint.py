@@ -167,7 +167,8 @@ class JointLogPosterior(LogPosterior):
         K = kernel.gram(self.X, self.X)
         L, _ = cholesky(K, JITTER, what="K(theta) + jitter (latent='joint')")
         m = self.model.latent_offset(values, self.X)
-        return kernel, likelihood, L, np.zeros(self.X.shape[0]) if m is None else m
+        # The likelihood of X's rows (a likelihood per output reads each row's output there).
+        return kernel, likelihood.for_rows(self.X), L, np.zeros(self.X.shape[0]) if m is None else m
 
     def latent(self, w):
         """f = m(X) + L(theta) v at each w.

@@ -259,3 +259,20 @@ def test_single_output_likelihoods_are_their_own_rows():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert rows.describe() == "PerOutput(Gaussian, Bernoulli(probit))"
+
+
+def test_joint_latent_log_posterior_gradient_matches_central_differences():
+    """Model.sample(latent="joint")'s target with a Gaussian and a Bernoulli output: the
+    likelihood of the training rows (for_rows) inside the joint log posterior; its gradient in the
+    hyperparameters and the latent whitened values equals central differences."""
+    from gpdsl.latent_joint import JointLogPosterior
+    _, y_raw, _ = CASES["bernoulli"]
+    likelihood = L.PerOutput((L.Gaussian(gd.priors.HalfNormal(1.0)), L.Bernoulli(bias=gd.priors.Normal(0.0, 1.0))))
+    model = gd.Model(ICM, likelihood, inference=gd.inference.Laplace())
+    table = model.parameter_table(X, None, ("kernel.W", "kernel.kappa", "kernel.kernel.lengthscale",
+                                            "kernel.kernel.variance"))
+    logp = JointLogPosterior(model, table, X, likelihood.for_rows(X).coded_targets(y_raw, N))
+    w = logp.start() + np.random.default_rng(3).uniform(-0.5, 0.5, logp.size)
+    value, grad = logp(w)
+    assert np.isfinite(value)
+    np.testing.assert_allclose(grad, central_difference(lambda v: logp(v)[0], w, step=1e-6), rtol=1e-5, atol=1e-6)
