@@ -144,7 +144,7 @@ class Model:
     def _check_row_order(self, owner, X, y):
         """A likelihood with per-row parameters (known noise variances) is refused data in a layout
         that :func:`gpdsl.multioutput.long_data` reorders: its parameters follow the long rows."""
-        kind = layout(X, y, self.output_count, owner)
+        kind = layout(X, y, self.output_count, owner, self.kernel)
         if self.likelihood.per_row_parameters and kind != "long":
             raise ValueError(f"{owner}: {self.likelihood.describe()} has a parameter a row, which follows the long rows "
                              f"(n, D+1) the fit sees; data in the {kind} layout are reordered output-major, so give "
@@ -402,8 +402,8 @@ class Model:
         """
         self._require_inference("evaluate")
         P = self.output_count
-        if P is not None and layout(X, y, P, "evaluate") != "long":
-            X, y, offset = long_data(X, y, P, offset, owner="evaluate", every_output=False)
+        if P is not None and layout(X, y, P, "evaluate", self.kernel) != "long":
+            X, y, offset = long_data(X, y, P, offset, owner="evaluate", every_output=False, kernel=self.kernel)
             y = self.likelihood.for_rows(X).coded_targets(y, X.shape[0])
         kernel, likelihood = self.bind(values)
         evaluation = self.inference.evaluate(kernel, likelihood, values, X, y, method_inducing(Z, X, P),
@@ -607,7 +607,7 @@ class Model:
         model = self
         if self.output_count is not None:
             self._check_row_order("fit", X, y)
-            X, y, offset = long_data(X, y, self.output_count, offset)
+            X, y, offset = long_data(X, y, self.output_count, offset, kernel=self.kernel)
         if self.inference is None and defaults.chooses_inference(self.likelihood):
             max_iter = defaults.max_steps(max_iter)
         if max_iter is None:
@@ -686,7 +686,7 @@ class Model:
         from .sampling import sample
         if self.output_count is not None:
             self._check_row_order("sample", X, y)
-            X, y, _ = long_data(X, y, self.output_count, owner="sample")
+            X, y, _ = long_data(X, y, self.output_count, owner="sample", kernel=self.kernel)
         return sample(self, X, y, draws=draws, tune=tune, chains=chains, seed=seed, target_accept=target_accept,
                       fixed=fixed, cores=cores, progress=progress, latent=latent)
 

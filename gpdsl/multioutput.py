@@ -55,14 +55,16 @@ def output_count(kernel):
     return getattr(kernel, "output_count", None)
 
 
-def layout(X, y, P, owner="fit"):
+def layout(X, y, P, owner="fit", kernel=None):
     """Which layout data are in (:func:`long_data`): ``"lists"`` for X a list or tuple of 2-D
     arrays (a nested list of rows is one array), or of 1-D NumPy arrays with y a list or tuple of P
     target arrays (one input column, D = 1); ``"isotopic"`` for a 2-D y (N, P) (with P = 1 also
     (N, 1)); else ``"long"``.
 
     With P = 1, y (n, 1) and X's last column all 0, X reads as long rows (n, D+1) whose output
-    index is that column as well as isotopic inputs (N, D) with a constant last input: refused.
+    index is that column as well as isotopic inputs (N, D) with a constant last input: the
+    ``kernel``, where given, decides by the width it takes (an ARD length-scale's D); where it
+    takes both or is not given, refused.
 
     Parameters
     ----------
@@ -72,6 +74,8 @@ def layout(X, y, P, owner="fit"):
         The kernel's number of outputs.
     owner : str, default "fit"
         The function the data are given to, for messages.
+    kernel : gpdsl.kernels.Kernel, optional
+        The model's kernel, for the P = 1 case above.
 
     Returns
     -------
@@ -91,14 +95,29 @@ def layout(X, y, P, owner="fit"):
     if np.ndim(y) == 2 and (np.shape(y)[1] != 1 or P == 1):
         last = (X[:, -1] if hasattr(X, "shape") else np.asarray(X)[:, -1]) if np.ndim(X) == 2 else None
         if P == 1 and last is not None and np.shape(X)[1] >= 2 and not np.any(np.asarray(last)):
+            # The long rows the kernel would see: X as it is, or the isotopic X with the index appended.
+            widths = {"long": np.shape(X)[1], "isotopic": np.shape(X)[1] + 1}
+            taken = [kind for kind, width in widths.items() if kernel is not None and _takes_width(kernel, width)]
+            if len(taken) == 1:
+                return taken[0]
             raise ValueError(f"{owner}: with P = 1 output, y of shape {np.shape(y)} and X's last column all 0, X reads "
                              f"as long rows (n, D+1) with that column the output index and as isotopic inputs (N, D) "
-                             f"with a constant last input; give a 1-D y for long rows, or drop the constant column")
+                             f"with a constant last input{', and the kernel takes both' if kernel is not None else ''}; "
+                             f"give a 1-D y for long rows, or drop the constant column")
         return "isotopic"
     return "long"
 
 
-def long_data(X, y, P, offset=None, *, owner="fit", every_output=True):
+def _takes_width(kernel, width):
+    """Whether ``kernel`` declares its parameters for long rows of ``width`` columns."""
+    try:
+        kernel.entries("kernel", np.zeros((1, width)))
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def long_data(X, y, P, offset=None, *, owner="fit", every_output=True, kernel=None):
     """The long layout (X_long (n, D+1), y_long (n,), offset_long) of data given in any layout.
 
     Parameters
@@ -118,6 +137,8 @@ def long_data(X, y, P, offset=None, *, owner="fit", every_output=True):
         The function the data are given to, for messages.
     every_output : bool, default True
         Refuse data without a row of some output (a fit's data must inform every output).
+    kernel : gpdsl.kernels.Kernel, optional
+        The model's kernel (:func:`layout`'s one ambiguous case).
 
     Returns
     -------
@@ -133,7 +154,7 @@ def long_data(X, y, P, offset=None, *, owner="fit", every_output=True):
         columns disagree, an output index that is not an integer in 0..P-1, Y of another width
         than P, an output with no observation (``every_output``); the message names the argument.
     """
-    kind = layout(X, y, P, owner)
+    kind = layout(X, y, P, owner, kernel)
     if kind == "lists":
         return _from_lists(X, y, P, offset, owner)
     if kind == "isotopic":

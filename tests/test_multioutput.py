@@ -110,16 +110,23 @@ def test_lists_of_one_dimensional_inputs_are_one_input_column(data):
     assert multioutput.layout([[0.1], [0.5]], np.zeros((2, 2)), 2) == "isotopic"
 
 
-def test_one_output_with_a_zero_last_column_and_a_column_y_is_refused_as_ambiguous():
+def test_one_output_with_a_zero_last_column_and_a_column_y_is_read_by_the_kernels_width():
     """P = 1, y (n, 1) and X's last column all 0: long rows (n, D+1) or isotopic inputs with a
-    constant column; refused by name (it was read as isotopic).  A nonzero last column is no
-    output index of one output: isotopic."""
+    constant column (it was read as isotopic).  A kernel whose parameters fit one width only (an
+    ARD length-scale) decides; one that takes both, or none given, is refused by name.  A nonzero
+    last column is no output index of one output: isotopic."""
     x = np.linspace(0.0, 5.0, 10)[:, None]
     X_long, y = np.column_stack([x, np.zeros(10)]), np.sin(x)
     with pytest.raises(ValueError, match=r"fit: with P = 1 output, y of shape \(10, 1\) and X's last column all 0"):
         multioutput.long_data(X_long, y, 1)
-    with pytest.raises(ValueError, match=r"evaluate: with P = 1 output"):
+    with pytest.raises(ValueError, match=r"evaluate: with P = 1 output.*and the kernel takes both"):
         gd.Model(ICM(SE(1.0, 1.0), 1), gd.likelihoods.Gaussian(0.1)).evaluate({}, X_long, y, None)
+    for lengthscale, kind, inputs in ((np.ones(1), "long", x), (np.ones(2), "isotopic", X_long)):
+        model = gd.Model(ICM(SE(lengthscale, 1.0), 1), gd.likelihoods.Gaussian(0.1))
+        assert multioutput.layout(X_long, y, 1, kernel=model.kernel) == kind
+        # The fit of the rows so read: the kernel's inputs x (D = 1), or x and the zero column (D = 2).
+        want = model.fit(np.column_stack([inputs, np.zeros(10)]), y[:, 0], optimize=False).log_evidence
+        assert model.fit(X_long, y, optimize=False).log_evidence == pytest.approx(want, rel=1e-12)
     assert multioutput.layout(X_long, y[:, 0], 1) == "long"
     assert multioutput.layout(np.column_stack([x, x]), y, 1) == "isotopic"
 
