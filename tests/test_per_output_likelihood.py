@@ -155,10 +155,11 @@ def test_gaussian_parts_equal_output_gaussian_under_exact():
         np.testing.assert_allclose(ea.grads[f"likelihood.{p}.variance"], eb.grads["likelihood.variance"][p], rtol=1e-10)
     for name in ("kernel.W", "kernel.kappa", "kernel.kernel.lengthscale"):
         np.testing.assert_allclose(ea.grads[name], eb.grads[name], rtol=1e-10, err_msg=name)
-    a = per.fit(X, y, optimize=False).predict(X[::5])
-    b = one.fit(X, y, optimize=False).predict(X[::5])
-    for name in ("f_mean", "f_var", "y_var"):
-        np.testing.assert_allclose(a[name].values, b[name].values, rtol=1e-10, err_msg=name)
+    for standardize in (False, True):       # (the targets of both outputs share one shift and scale)
+        a = per.fit(X, y, optimize=False, standardize=standardize).predict(X[::5])
+        b = one.fit(X, y, optimize=False, standardize=standardize).predict(X[::5])
+        for name in ("f_mean", "f_var", "y_var"):
+            np.testing.assert_allclose(a[name].values, b[name].values, rtol=1e-10, err_msg=f"{name} {standardize}")
 
 
 @pytest.fixture(scope="module")

@@ -396,8 +396,9 @@ class _Rows(Likelihood):
 
     @property
     def _present(self):
-        """The likelihood of the rows' own: PerOutput of the parts the rows have."""
-        return PerOutput(tuple(self._part(p) for p in np.unique(self.index)))
+        """The likelihood of the rows' own: PerOutput of the parts the rows have (the owner for none)."""
+        present = np.unique(self.index)
+        return PerOutput(tuple(self._part(p) for p in present)) if present.size else self.owner
 
     def provides(self, capability):
         """The per-row operations where the rows' parts all provide them; ``"noise"``,
