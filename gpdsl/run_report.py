@@ -231,7 +231,8 @@ def report(posterior, X, X_test, y_test, data_description, wall_time, offset_tes
     scaling = posterior.standardization
     units = "" if scaling is None else (
         " (in standardised units: inputs" + (" and targets" if model.likelihood.standardizes_targets else "")
-        + " scaled to mean 0, sd 1; predictions and metrics in the data's units)")
+        + " scaled to mean 0, sd 1" + (", each output's targets by its own" if posterior.output_count else "")
+        + "; predictions and metrics in the data's units)")
     print(f"\nhyperparameters{units}")
     width = max(len(name) for name in posterior.values) if posterior.values else 0
     for name, value in posterior.values.items():
