@@ -8,6 +8,7 @@ full objective (gpdsl.testing.central_difference); the finish's result against t
 SVGP fit of the same model (the same optimum); its stop, cap and refusals.
 """
 import dataclasses
+import functools
 import warnings
 
 import numpy as np
@@ -44,29 +45,33 @@ def _check(model, X, y, Z):
     return objective, lambda u, q: stochastic.full_pass_check(objective, u, q, full_batch)
 
 
+@pytest.mark.parametrize("transported", [False, True], ids=["whitened", "transported"])
 @pytest.mark.parametrize("link", ["softmax", "robustmax"])
-def test_the_coordinates_gradient_is_the_central_difference(link):
-    """dF/dx of the coordinates (dF/dz_k = R0_k^T dF/dm_k, dF/dT_k = lower(R0_k^T dF/dR_k), u as it
-    is; F the negative full objective) against central differences of F(x) over every entry of x,
-    at a point away from the start (z and T random) and off-optimum hyperparameters, Z optimised,
-    3 classes, M = 5 of 60 rows (K_uu well conditioned at no jitter).  Steps of 1e-6 relative:
-    truncation ~1e-12 and rounding ~1e-16 |F| / 1e-6 ~ 1e-8 (|F| ~ 100): rtol 1e-5, atol 1e-6."""
+def test_the_coordinates_gradient_is_the_central_difference(link, transported):
+    """dF/dx of the coordinates (dF/dz_k = B_k^T dF/dm_k, dF/dT_k = lower(B_k^T dF/dR_k), and for q
+    carried in u-space (stochastic._transport) dF/du less the pullback of Phi = -sum_k (g_k m_k^T +
+    G_k R_k^T) through K_uu's Cholesky factor; F the negative full objective) against central
+    differences of F(x) over every entry of x, at a point away from the start (u, z and T moved),
+    off-optimum hyperparameters, Z optimised, 3 classes, M = 5 of 60 rows (K_uu well conditioned
+    at no jitter).  Steps of 1e-6 relative: truncation ~1e-12 and rounding ~1e-16 |F| / 1e-6 ~
+    1e-8 (|F| ~ 100): rtol 1e-5, atol 1e-6."""
     rng = np.random.default_rng(3)
     X, y = _classes(60)
     Z = X[::12]
     model = gd.Model(SE(1.3, 2.0), gd.likelihoods.Categorical(3, link), gd.inducing.Optimized(Z),
                      gd.inference.SVGP(batch_size=20, jitter=0.0))
     objective, check = _check(model, X, y, Z)
+    full_batch = dataclasses.replace(model.inference, batch_size=None)
+    transport = functools.partial(stochastic._transport, objective, full_batch) if transported else None
     u0 = objective.table.pack(objective.table.values()) + 0.2 * rng.standard_normal(objective.table.size)
-    coordinates = svgp_finish.Coordinates(u0, _random_q(rng, 5, 3))
-    x = coordinates.start()
-    x[coordinates.P:] += 0.1 * rng.standard_normal(x.size - coordinates.P)
+    coordinates = svgp_finish.Coordinates(u0, _random_q(rng, 5, 3), transport)
+    x = coordinates.start() + 0.1 * rng.standard_normal(coordinates.start().size)
 
     def F(x_):
         return -check(*coordinates.point(x_)).objective
 
     point = check(*coordinates.point(x))
-    analytic = coordinates.gradient(point.gradient, point.q_gradient)
+    analytic = coordinates.gradient(x, point.gradient, point.q_gradient)
     np.testing.assert_allclose(analytic, central_difference(F, x), rtol=1e-5, atol=1e-6)
 
 
@@ -93,11 +98,12 @@ def test_a_softmax_minibatch_fit_finishes_at_the_full_batch_optimum():
     tolerance, the joint finish takes the fit to a point within it (converged=True, the message
     names the finish), and that point is the full-batch SVGP fit's optimum (fitted from the
     declared start, q moved by natural steps at every L-BFGS-B evaluation).  Measured: the finish
-    -194.672 after 284 evaluations (largest gradient 0.27 against the tolerance 1e-3 N = 0.3), the
-    full-batch fit -194.637 (plateau rule, hyperparameters' gradient 0.02; its posterior's q polish
-    does not reach 1e-10 nats in q_max_iter, the warning ignored here), length-scale 4.031 against
-    4.026, variance 31.11 against 31.07: the tolerance leaves some hundredths of a nat in the flat
-    directions.  Asserted: bounds within 0.1 nats, length-scale and variance within 2 %."""
+    -194.645 after 218 evaluations (largest gradient 0.26 against the tolerance 1e-3 N = 0.3; q
+    carried in u-space; -194.672 after 284 with whitened q held), the full-batch fit -194.637
+    (plateau rule, hyperparameters' gradient 0.02; its posterior's q polish does not reach 1e-10
+    nats in q_max_iter, the warning ignored here), length-scale 4.008 against 4.026, variance 30.64
+    against 31.07: the tolerance leaves some hundredths of a nat in the flat directions.
+    Asserted: bounds within 0.1 nats, length-scale and variance within 2 %."""
     X, y = _classes(300)
     Z = gd.inducing.KMeans(10, seed=0).initial_Z(X, y)
     model = gd.Model(SE(), gd.likelihoods.Categorical(3, "softmax"), gd.inducing.Fixed(Z),

@@ -123,14 +123,15 @@ test NLPD from 0.392 to 0.405; so "auto" polishes where N K is at most
 :data:`POLISH_AUTO_MAX_ROWS` (:func:`polishes`), which leaves out the 3-class rows above.  The
 multi-class SVGP polishes above stopped at their first evaluation (0 iterations), q's natural
 steps not converging there; they are now the joint finish (:mod:`gpdsl.methods.svgp_finish`),
-which on the 1,000-row, 3-class softmax fit ends within the tolerance after 518 evaluations (2.2 s,
-+9.4 nats) and on robust-max runs to its 1,000-evaluation cap (8.1 s, +119.5 nats, gradient 43
+which on the 1,000-row, 3-class softmax fit ends within the tolerance after 148 evaluations (1.0 s,
++10.2 nats) and on robust-max runs to its 1,000-evaluation cap (6.9 s, +128.9 nats, gradient 6.5
 against 1).  On the acceptance sets of issue 46 (``benchmarks/exp_finish.py``, ``benchmarks/HISTORY.md``)
-it needed 1,944 evaluations on digits (robust-max, 1,437 rows x 10 classes, 156 CPU s at load 7)
-and ended at a worse test NLPD (0.132 against the steps' end's 0.087); on iris (150 rows, 3
-classes, M = 100, ``GPClassifier()`` in a Pipeline) it took the fit from 6.3 to 10.2 CPU s for
-0.2 nats, and tests/test_sklearn.py's 5-fold cross-validation on iris to 336 s (wall, load 6-8).
-So ``"auto"`` does not run it: ``polish=True`` does.  (Binary Pólya-Gamma at 2,000 rows under the default max_iter ran out of its 1,000 steps
+it needed 339 evaluations on digits (robust-max, 1,437 rows x 10 classes: 20.1 CPU s after the
+steps' 19, load 4) and ended at a worse test NLPD (0.134 against the steps' end's 0.087); on iris
+(150 rows, 3 classes, M = 100, ``GPClassifier()`` in a Pipeline) it took the fit from 6.3 to 10.2
+CPU s for 0.2 nats, and tests/test_sklearn.py's 5-fold cross-validation on iris to 336 s (wall,
+load 6-8; both before q was carried in u-space).  So ``"auto"`` does not run it: ``polish=True``
+does.  (Binary Pólya-Gamma at 2,000 rows under the default max_iter ran out of its 1,000 steps
 of 256 rows before the rule fired: no check, no polish.)  Every polish above reached the
 tolerance but the constant
 mean's at 10^4 (28 against 10).  At twonorm N = 10^5 (M = 64, B = 256, SVGP) the polish took 16
@@ -568,7 +569,8 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
                 # converge slowly, so q and the hyperparameters move together (svgp_finish); only
                 # where asked for, by its cost (the module docstring).
                 done = svgp_finish.finish(functools.partial(_checked_at, objective, full_batch, expectations),
-                                          result.x, q, max_iter)
+                                          result.x, q, max_iter,
+                                          transport=functools.partial(_transport, objective, full_batch))
                 u_polished, q_polished, iterations, sweeps = done.u, done.q, done.evaluations, 0
                 how, polished = f"joint L-BFGS-B on the hyperparameters and q, {done.how}", done.point
             else:
@@ -706,6 +708,29 @@ def full_pass_check(objective, u, q, full_batch, expectations=None):
 def _checked_at(objective, full_batch, expectations, u, q):
     """:func:`full_pass_check` at (u, q), as :func:`gpdsl.methods.svgp_finish.finish` calls it."""
     return full_pass_check(objective, u, q, full_batch, expectations)
+
+
+def _transport(objective, full_batch, u):
+    """K_uu's factors at u and the pullback through them, for the joint finish's q carried in
+    u-space (:class:`gpdsl.methods.svgp_finish.Coordinates`): ``(Li, pullback)``, Li (G, M, M) the
+    inverses of L_g = chol(K_uu^g + jitter) as the full pass forms them, ``pullback(Phi)`` the
+    gradient on u of the objective through L alone for Phi = L^T Lbar (G, M, M), by the Cholesky
+    adjoint of :func:`gpdsl.methods.svgp._gradients` (the kernel's and Z's entries; 0 for the
+    likelihood's)."""
+    table = objective.table
+    values = table.unpack(u)
+    Z = values.pop("inducing.Z", objective.Z0)
+    kernel, _ = objective.model.bind(values)
+    factors = svgp._factors(kernel, Z, full_batch.jitter)
+
+    def pullback(Phi):
+        grads, dZ = svgp._gradients(kernel, Z, factors, None, None, None, Phi, {}, np.zeros_like(Z))
+        natural = {**values, "inducing.Z": Z}
+        complete = {name: np.zeros(np.shape(natural[name])) for name in table.names()}
+        complete.update({name: g for name, g in grads.items() if name in complete})
+        complete["inducing.Z"] = dZ
+        return table.chain(natural, complete)
+    return factors.Li, pullback
 
 
 def _polish(objective, u, q, full_batch, expectations, max_iter, progress, callback, steps):

@@ -11,20 +11,24 @@ hyperparameters: one evaluation is one pass over the N rows (:func:`gpdsl.method
 with its gradient in q_mu and the packed q_sqrt), and every evaluated point is a point of the
 objective, with no inner iteration whose path the line search could see.
 
-The coordinates.  The whitened q_k = N(m_k, R_k R_k^T) is moved as
+The coordinates.  q is carried along the hyperparameters: with L = chol(K_uu + jitter) at u (one
+factor per kernel block) and L0 at the start, q is held in u-space, mu_k = L0 m0_k and C_k =
+L0 R0_k, and moved from there as
 
-    m_k = m0_k + R0_k z_k,        R_k = R0_k T_k,
+    m_k = L^-1 mu0_k + B_k z_k,        R_k = B_k T_k,        B_k = L^-1 C_k,
 
-z_k in R^M and T_k lower-triangular (from T_k = I), R0 the run's q_sqrt at the start.  Near q's
-optimum S_k^-1 = I + A W_k A^T, so in z the bound's curvature is R0_k^T S_k^-1 R0_k, about I where
-the steps' S is near the optimum's: the data-informed directions of m (curvature up to N per
-unit) are on the scale of the prior-dominated ones.  The chain rule gives
-
-    dF/dz_k = R0_k^T dF/dm_k,     dF/dT_k = lower(R0_k^T dF/dR_k),
-
-F the negative objective.  The diagonal of T is bounded below by :data:`DIAGONAL_FLOOR` (log|R_ii|
-enters the KL: R_ii = 0 is a barrier the line search must not cross); the hyperparameters are the
-fit's free log-space vector u.
+z_k in R^M and T_k lower-triangular (from z = 0, T = I: the run's m0, R0).  In the whitened (m, R)
+a change of the kernel changes L and so every row's latent mean at fixed m: the length-scale and
+q are strongly coupled, and L-BFGS-B zig-zags between them (below).  Held in u-space, q(u) stays
+the distribution it was when the kernel moves.  Near q's optimum S_k^-1 = I + A W A^T, so in z the
+bound's curvature is B^T S^-1 B, about I where the steps' S is near the optimum's: the
+data-informed directions of m (curvature up to N per unit) are on the scale of the prior-dominated
+ones.  The chain rule (:meth:`Coordinates.gradient`) gives dF/dz_k = B_k^T dF/dm_k,
+dF/dT_k = lower(B_k^T dF/dR_k), and dF/du at fixed whitened q plus the pullback through L of its
+adjoint Lbar = -L^-T sum_k (g_k m_k^T + G_k R_k^T) (F the negative objective, g and G its
+objective's gradient in m and R; the Cholesky adjoint of :func:`gpdsl.methods.svgp._gradients`).
+The diagonal of T is bounded below by :data:`DIAGONAL_FLOOR` (log|R_ii| enters the KL: R_ii = 0 is
+a barrier the line search must not cross); the hyperparameters are the fit's free log-space vector u.
 
 The stop.  The finish stops at the first evaluated point whose largest gradient entry, as
 :func:`gpdsl.methods.stochastic.full_pass_check` measures it (the hyperparameters per e-fold, Z
@@ -35,16 +39,13 @@ it returns the evaluated point of the largest objective after ``max_evaluations`
 Measured (issue 46; ``benchmarks/exp_finish.py``, ``benchmarks/HISTORY.md``; robust-max
 ``GPClassifier()`` declarations, M = 100 optimised, one thread, on a shared 2-core machine at load
 2-8): from the steps' end on digits (1,437 rows, K = 10: 58,300 variables; objective -719.8,
-largest gradient 125 against 1.44) the finish reached the tolerance after 550 to 1,944 evaluations
-of 0.05-0.08 CPU s, +142 nats, test NLPD 0.132 against the steps' end's 0.087; on penbased (9,892
-rows) after 824 evaluations of about 0.3 s, NLPD 0.0096 against 0.0115.  Each block alone
-converges in about ten evaluations (digits: q at fixed hyperparameters, 53 nats; hyperparameters
-at fixed q, 22 nats), but alternating them zig-zags (15 rounds of both, 390 evaluations: -589.4,
-gradient still 14): the length-scale and the whitened q are strongly coupled, since a change of
-the kernel changes L and so every row's latent mean at fixed m.  q_mu and q_sqrt as they are (no
-R0) took 840 evaluations on digits, the preconditioned coordinates 550 to 590 in the same
-experiment; the test's maximum over some 10^4 entries is reached at a dip of a noisy tail, so the
-count varies from run to run.
+largest gradient 125 against 1.44) q carried in u-space reached the tolerance after 313 to 339
+evaluations of about 0.06 CPU s (+140 nats; test NLPD 0.134 against the steps' end's 0.087); with
+the whitened q held (z, T about R0 alone) 550 to 1,944, and with q_mu and q_sqrt as they are 840.
+Each block alone converges in about ten evaluations (q at fixed hyperparameters, 53 nats;
+hyperparameters at fixed q, 22 nats), but alternating them zig-zags (15 rounds of both, 390
+evaluations: -589.4, gradient still 14).  The test's maximum over some 10^4 entries is reached
+at a dip of a noisy tail, so the count varies from run to run.
 """
 from __future__ import annotations
 
@@ -52,10 +53,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-#: The lower bound on the diagonal of T (R = R0 T keeps the sign of R0's diagonal and stays off 0).
+#: The lower bound on the diagonal of T (R = B T keeps the sign of B's diagonal and stays off 0).
 DIAGONAL_FLOOR = 1e-6
-#: L-BFGS-B's memory (pairs kept): 10 and 50 took 590 and 550 evaluations on digits (20: 1,874 in a
-#: whole fit; 10: 1,944), no clear gain from more.
+#: L-BFGS-B's memory (pairs kept): with the whitened q held, 10 and 50 took 590 and 550 evaluations
+#: on digits (20: 1,874 in a whole fit; 10: 1,944), no clear gain from more.
 MEMORY = 10
 
 
@@ -86,7 +87,8 @@ class FinishPoint(NamedTuple):
 
 class Coordinates:
     """The finish's coordinates x = (u, z, T) around a start (u0, q0), K latent functions of M
-    inducing values (the module docstring).
+    inducing values (the module docstring), with q carried along the hyperparameters where
+    ``transport`` is given.
 
     Parameters
     ----------
@@ -94,20 +96,35 @@ class Coordinates:
         The hyperparameters' free log-space vector at the start.
     q0 : dict of str to ndarray
         ``variational.q_mu`` (M, K) and ``variational.q_sqrt`` (K, M (M + 1) / 2) at the start.
+    transport : callable, optional
+        ``transport(u) -> (Li, pullback)``: Li (G, M, M) the inverses of the factors L_g of K_uu
+        at u (G = 1 for a kernel shared by the classes, K for one each), and ``pullback(Phi)``
+        the gradient on u of the objective through L alone for Phi = L^T Lbar (G, M, M), Lbar
+        its adjoint.  None: L = I, q's whitened (m, R) held when u moves.
     """
 
-    def __init__(self, u0, q0):
+    def __init__(self, u0, q0, transport=None):
         self.u0 = np.array(u0, dtype=float)
-        self.m0 = np.array(q0["variational.q_mu"], dtype=float)
-        self.M, self.K = self.m0.shape
+        m0 = np.array(q0["variational.q_mu"], dtype=float)
+        self.M, self.K = m0.shape
         self.rows, self.cols = np.tril_indices(self.M)
-        self.R0 = self._unpacked(np.asarray(q0["variational.q_sqrt"], dtype=float))
+        R0 = self._unpacked(np.asarray(q0["variational.q_sqrt"], dtype=float))
         self.P, self.n_z = self.u0.size, self.M * self.K
+        self.transport = transport
+        # q in u-space, mu_k = L0 m0_k and C_k = L0 R0_k, held while u moves.
+        L0 = np.eye(self.M)[None] if transport is None else np.linalg.inv(transport(self.u0)[0])
+        self.mu0 = np.einsum("kij,jk->ik", self._blocks(L0), m0)
+        self.C0 = self._blocks(L0) @ R0
+        self._at = None
 
     def _unpacked(self, packed):
         R = np.zeros((self.K, self.M, self.M))
         R[:, self.rows, self.cols] = packed
         return R
+
+    def _blocks(self, stack):
+        """A (G, M, M) stack as one (M, M) block a class (K, M, M)."""
+        return np.broadcast_to(stack, (self.K, self.M, self.M)) if stack.shape[0] == 1 else stack
 
     def start(self):
         """x at (u0, q0): z = 0, T = I.
@@ -132,7 +149,7 @@ class Coordinates:
                 + [(DIAGONAL_FLOOR, None) if d else (None, None) for d in diagonal])
 
     def point(self, x):
-        """(u, q) at x.
+        """(u, q) at x: m_k = L_k^-1 mu0_k + B_k z_k, R_k = B_k T_k, B_k = L_k^-1 C0_k, L at u.
 
         Parameters
         ----------
@@ -143,19 +160,33 @@ class Coordinates:
         u : ndarray, shape (P,)
         q : dict of str to ndarray
         """
+        u = x[:self.P].copy()
+        Li, pullback = (np.eye(self.M)[None], None) if self.transport is None else self.transport(u)
+        shared = Li.shape[0] == 1
+        Li = self._blocks(Li)
         z = x[self.P:self.P + self.n_z].reshape(self.K, self.M)
         T = self._unpacked(x[self.P + self.n_z:].reshape(self.K, -1))
-        m = self.m0 + np.einsum("kij,kj->ik", self.R0, z)
-        R = self.R0 @ T
-        return x[:self.P].copy(), {"variational.q_mu": m, "variational.q_sqrt": R[:, self.rows, self.cols]}
+        B = Li @ self.C0
+        m = np.einsum("kij,jk->ik", Li, self.mu0) + np.einsum("kij,kj->ik", B, z)
+        R = B @ T
+        self._at = (x.copy(), B, m, R, pullback, shared)
+        return u, {"variational.q_mu": m, "variational.q_sqrt": R[:, self.rows, self.cols]}
 
-    def gradient(self, du, q_gradient):
-        """dF/dx from F's gradient d F / du and the objective's in q (F = -objective).
+    def gradient(self, x, du, q_gradient):
+        """dF/dx at x (the point last mapped by :meth:`point`) from F's gradient dF/du at fixed
+        whitened q and the objective's in q (F = -objective):
+
+            dF/dz_k = B_k^T dF/dm_k,   dF/dT_k = lower(B_k^T dF/dR_k),
+            dF/du  += -pullback(Phi),  Phi_g = -sum_k (g_mk m_k^T + G_Rk R_k^T)
+
+        (g, G the objective's gradient in m_k and R_k, the sum over the classes of block g): with
+        m = L^-1 mu and R = L^-1 C, dm = -L^-1 dL m, so Lbar = -L^-T (g m^T + G R^T).
 
         Parameters
         ----------
+        x : ndarray
         du : ndarray, shape (P,)
-            dF/du.
+            dF/du at fixed whitened q.
         q_gradient : dict of str to ndarray
             d objective / d ``variational.q_mu`` and d objective / d ``variational.q_sqrt``.
 
@@ -163,11 +194,18 @@ class Coordinates:
         -------
         ndarray, the shape of x
         """
-        dm = -np.asarray(q_gradient["variational.q_mu"], dtype=float)                  # (M, K)
-        dR = self._unpacked(-np.asarray(q_gradient["variational.q_sqrt"], dtype=float))
-        dz = np.einsum("kij,ik->kj", self.R0, dm)
-        dT = np.transpose(self.R0, (0, 2, 1)) @ dR
-        return np.concatenate([np.asarray(du, dtype=float), dz.ravel(), dT[:, self.rows, self.cols].ravel()])
+        at, B, m, R, pullback, shared = self._at
+        if not np.array_equal(at, x):
+            raise ValueError("Coordinates.gradient: x is not the point last mapped by point()")
+        g_m = np.asarray(q_gradient["variational.q_mu"], dtype=float)                  # (M, K)
+        G_R = self._unpacked(np.asarray(q_gradient["variational.q_sqrt"], dtype=float))
+        dz = -np.einsum("kij,ik->kj", B, g_m)
+        dT = -np.transpose(B, (0, 2, 1)) @ G_R
+        du = np.array(du, dtype=float)
+        if pullback is not None:
+            Phi = -(np.einsum("ik,jk->kij", g_m, m) + G_R @ np.transpose(R, (0, 2, 1)))
+            du -= pullback(Phi.sum(axis=0, keepdims=True) if shared else Phi)
+        return np.concatenate([du, dz.ravel(), dT[:, self.rows, self.cols].ravel()])
 
 
 class FinishResult(NamedTuple):
@@ -199,7 +237,7 @@ class _Converged(Exception):
     """Raised out of L-BFGS-B at the first point within the tolerance."""
 
 
-def finish(check, u0, q0, max_evaluations, callback=None):
+def finish(check, u0, q0, max_evaluations, callback=None, transport=None):
     """L-BFGS-B on the hyperparameters and q together from (u0, q0) until an evaluated point's
     largest gradient entry is within the tolerance or ``max_evaluations`` passes are spent (the
     module docstring).
@@ -217,6 +255,8 @@ def finish(check, u0, q0, max_evaluations, callback=None):
         The cap on the passes (at least 1).
     callback : callable, optional
         Called after each finite evaluation with ``{"evaluation", "objective", "largest"}``.
+    transport : callable, optional
+        As :class:`Coordinates`': q carried along the hyperparameters (held in u-space).
 
     Returns
     -------
@@ -227,7 +267,7 @@ def finish(check, u0, q0, max_evaluations, callback=None):
 
     if int(max_evaluations) < 1:
         raise ValueError(f"finish: max_evaluations must be at least 1, got {max_evaluations!r}")
-    coordinates = Coordinates(u0, q0)
+    coordinates = Coordinates(u0, q0, transport)
     best, count = {}, [0]
 
     def negative(x):
@@ -245,7 +285,7 @@ def finish(check, u0, q0, max_evaluations, callback=None):
             best.update(u=u, q=q, point=point)
         if point.largest <= point.tolerance:
             raise _Converged
-        return -point.objective, coordinates.gradient(point.gradient, point.q_gradient)
+        return -point.objective, coordinates.gradient(x, point.gradient, point.q_gradient)
 
     try:
         run = sp_optimize.minimize(negative, coordinates.start(), jac=True, method="L-BFGS-B",
