@@ -184,7 +184,8 @@ def test_predictions_are_each_parts_on_its_rows(fitted):
             np.testing.assert_allclose(pred[name].values[rows], value, rtol=1e-13, err_msg=name)
         np.testing.assert_allclose(scores[rows], part.log_predictive(mean[rows], var[rows],
                                                                      part.prepare_targets(y_new[rows])), rtol=1e-13)
-    assert np.all(np.isnan(pred["p"].values[X_new[:, -1] == 0])) and np.all(np.isnan(pred["y_var"].values[X_new[:, -1] == 1]))
+    gaussian_rows = X_new[:, -1] == 0
+    assert np.all(np.isnan(pred["p"].values[gaussian_rows])) and np.all(np.isnan(pred["y_var"].values[~gaussian_rows]))
     wide = post.predict(X_new[:3, :1])
     assert wide["p"].shape == (3, 2)
     second = np.column_stack([X_new[:3, 0], np.ones(3)])
@@ -194,8 +195,8 @@ def test_predictions_are_each_parts_on_its_rows(fitted):
     codes = post.model.likelihood.for_rows(X_new).coded_targets(y_new, 6)
     for p, part in enumerate(parts):
         rows = X_new[:, -1] == p
-        np.testing.assert_allclose(idata.log_likelihood["y"].values[..., rows], part.log_density(codes[rows], f[..., rows]),
-                                   rtol=1e-13)
+        np.testing.assert_allclose(idata.log_likelihood["y"].values[..., rows],
+                                   part.log_density(codes[rows], f[..., rows]), rtol=1e-13)
     draws = idata.posterior_predictive["y"].values
     assert set(np.unique(draws[..., X_new[:, -1] == 1])) <= {-1.0, 1.0}
     assert len(np.unique(draws[..., X_new[:, -1] == 0])) == draws[..., X_new[:, -1] == 0].size   # real-valued
@@ -253,7 +254,8 @@ def test_single_output_likelihoods_are_their_own_rows():
     """for_rows is the identity of every other likelihood, and a Bound keeps its prefix."""
     lik = L.Bernoulli()
     assert lik.for_rows(X) is lik
-    rows = bind(CASES["bernoulli"][0], {"likelihood.0.variance": 0.2, "likelihood.1.bias": 0.1}, "likelihood").for_rows(X)
+    values = {"likelihood.0.variance": 0.2, "likelihood.1.bias": 0.1}
+    rows = bind(CASES["bernoulli"][0], values, "likelihood").for_rows(X)
     grads = rows.log_density_param_derivatives(np.ones(N), np.zeros(N))
     assert set(grads) == {"likelihood.0.variance", "likelihood.1.bias"}
     np.testing.assert_array_equal(grads["likelihood.1.bias"][0][:N // 2], 0.0)
