@@ -444,7 +444,7 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
         U = stacked([lower_product(R_k, A[g_k], transpose=True) for R_k, g_k in zip(R, block)])   # R_k^T A
         mean = _project(A, m)
         var = residual.T + np.einsum("kmn,kmn->nk", U, U)
-        rows_likelihood = shifted(likelihood, offset_block)
+        rows_likelihood = shifted(likelihood.for_rows(X_block), offset_block)
         if K == 1:
             ve, g, d, lik_grads = rows_likelihood.variational_expectations(y_block, mean[:, 0], var[:, 0])
             g, d = g[:, None], d[:, None]
