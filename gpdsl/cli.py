@@ -397,7 +397,7 @@ def problem_from_toml(path, trust=None):
     try:
         data = config["data"]
         X, y, offset, _, description = load_table(data, output_count(model.kernel))
-        check_targets(model, y, data["target"] if data.get("targets") is None else "targets")
+        check_targets(model, X, y, data["target"] if data.get("targets") is None else "targets")
         check_offset(model, offset, data.get("offset"))
         n_test = held_out_size(data, X.shape[0])
         seed = data.get("seed", SPLIT_SEED)

@@ -279,23 +279,28 @@ def check_offset(model, offset, name):
         raise UsageError(f"[data]: {err}") from err
 
 
-def check_targets(model, y, target):
+def check_targets(model, X, y, target):
     """Raise a UsageError unless the whole target column suits the model's likelihood.
 
     The fit checks only the training rows; checking the column before the split means that a
     value the likelihood cannot take (a label 2 for ``Bernoulli``) is reported whether it falls
-    into the training or the held-out rows, before any time is spent fitting.
+    into the training or the held-out rows, before any time is spent fitting.  Each row is coded
+    as the fit codes it (:func:`gpdsl.fitting.fit`): by the likelihood of its row
+    (``for_rows(X)``), which for :class:`gpdsl.likelihoods.PerOutput` is its output's part.
 
     Parameters
     ----------
     model : gpdsl.Model
+    X : numpy.ndarray
+        The rows' inputs, shape (n, D) (a multi-output model's long rows: (n, D + 1), the
+        output index last).
     y : numpy.ndarray
         The target column, shape (n,).
     target : str
         Its name, for the message.
     """
     try:
-        model.likelihood.with_labels_of(y).coded_targets(y, y.shape[0], f"target column {target!r}")
+        model.likelihood.with_labels_of(y).for_rows(X).coded_targets(y, y.shape[0], f"target column {target!r}")
     except (ValueError, TypeError) as err:
         raise UsageError(f"[data]: target column {target!r}: {err}") from err
 

@@ -1117,3 +1117,67 @@ def test_multi_output_output_names_errors(tmp_path, capsys, keys, fragments):
     path = write_model(tmp_path, MULTI_TOML.replace('targets = ["a", "b", "c"]', keys))
     assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
     assert_one_line_error(capsys, str(path), *fragments)
+
+
+# -- a likelihood per output (PerOutput) ---------------------------------------------------------
+MIXED_TOML = """\
+[kernel]
+type = "ICM"
+output_count = 2
+rank = 1
+[kernel.kernel]
+type = "SquaredExponential"
+
+[likelihood]
+type = "PerOutput"
+likelihoods = [{type = "Gaussian", variance = 0.05}, {type = "Bernoulli"}]
+
+[inference]
+type = "Laplace"
+
+[data]
+path = "mixed.csv"
+targets = ["level", "label"]
+test_fraction = 0.25
+
+[fit]
+max_iter = 60
+"""
+
+
+def write_mixed_csv(path, n=40):
+    """A real output (``level``) and a binary one (``label``, 0/1) of one latent sine; every fifth
+    ``level`` blank, every fifth ``label`` NA.  Returns the table (NaN where unobserved)."""
+    rng = np.random.default_rng(1)
+    x = np.linspace(-2.0, 2.0, n)
+    f = np.sin(2.0 * x)
+    level = np.where(np.arange(n) % 5 == 1, np.nan, f + 0.1 * rng.standard_normal(n))
+    label = np.where(np.arange(n) % 5 == 3, np.nan, (f + 0.3 * rng.standard_normal(n) > 0).astype(float))
+    with open(path, "w") as fh:
+        fh.write("x,level,label\n")
+        for xi, a, b in zip(x, level, label):
+            fh.write(f"{xi:.17g},{'' if np.isnan(a) else f'{a:.17g}'},{'NA' if np.isnan(b) else f'{b:g}'}\n")
+    return np.column_stack([x, level, label])
+
+
+def test_per_output_targets_are_each_checked_by_their_output(tmp_path, capsys, monkeypatch):
+    """Each row of a PerOutput model is checked by its output's part before any fit: real levels
+    (not 0/1) pass on the Gaussian output; a label 2 on the Bernoulli output is refused, naming it."""
+    table = write_mixed_csv(tmp_path / "mixed.csv")
+    path = write_model(tmp_path, MIXED_TOML)
+    model, (X, y, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
+    rows = np.vstack([X, X_test])
+    assert rows.shape[0] == np.sum(~np.isnan(table[:, 1:]))
+    assert np.all(np.isin(np.concatenate([y, y_test])[np.concatenate([X, X_test])[:, -1] == 1], [0.0, 1.0]))
+    lines = (tmp_path / "mixed.csv").read_text().splitlines()
+    lines[6] = lines[6].rsplit(",", 1)[0] + ",2"          # row 5's label (observed: 5 % 5 != 3)
+    (tmp_path / "mixed.csv").write_text("\n".join(lines) + "\n")
+
+    @functools.wraps(gd.Model.fit)
+    def fit(*args, **kwargs):
+        raise AssertionError("the model was fitted before the label was refused")
+    monkeypatch.setattr(gd.Model, "fit", fit)
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, str(path), "target column 'targets'", "Bernoulli: y must be binary",
+                          "[0.0, 1.0, 2.0]")
+    assert not (tmp_path / "o").exists()
