@@ -227,7 +227,9 @@ class SVGP(_Variational):
     posterior is then the full-batch bound (``log_evidence``) and prediction at that q, one
     O(N M^2) pass.  A stop of the rule is confirmed by the full objective's gradient from one
     pass over the data, and polished by the full-batch fit where that is not small and N is at
-    most 2,000 rows (``polish``).
+    most 2,000 rows (``polish``); for K latent functions ``polish=True`` runs instead the joint
+    finish of :mod:`gpdsl.methods.svgp_finish` (L-BFGS-B on the hyperparameters and q together,
+    at most ``max_iter`` passes).
     Needs ``q_updates="natural"``.
     """ + _Q_PARAMETERS + """chunk_size : int or None, default None
         Rows per O(N M^2) chunk.
