@@ -182,8 +182,10 @@ def target_kind(likelihood):
     """What kind of targets a likelihood models: its class attribute ``target_kind`` (``"real"``,
     ``"binary"``, ``"count"`` or ``"categorical"``), or for a likelihood that declares none, ``"real"`` for Gaussian
     observation noise (``observation_noise``), else ``"binary"`` where its predictive is ``p``
-    (p(y* = 1)) and ``"real"`` otherwise.  The CLI's held-out scores and the
-    plots are chosen by it.
+    (p(y* = 1)) and ``"real"`` otherwise.  A likelihood whose rows differ and that declares no
+    one kind (:class:`gpdsl.likelihoods.PerOutput` of parts of several kinds, which defines
+    ``for_rows``) has none: None, and each output's kind is that of ``for_rows(X_p)`` with X_p
+    rows of that output.  The CLI's held-out scores and the plots are chosen by it.
 
     Parameters
     ----------
@@ -192,13 +194,17 @@ def target_kind(likelihood):
 
     Returns
     -------
-    str
+    str or None
+        None for a likelihood of rows of several kinds.
     """
     kind = getattr(likelihood, "target_kind", None)
     if kind is not None:
         return kind
     if likelihood.observation_noise:       # Gaussian noise: the posterior adds it; no predictive of its own
         return "real"
+    if likelihood.defines("for_rows"):
+        # Its operations are its rows' (the declared PerOutput refuses them): no probe of one row.
+        return None
     probe = bind(likelihood, {}, "likelihood").predictive(np.zeros(1), np.ones(1))
     return "binary" if "p" in probe else "real"
 

@@ -34,7 +34,8 @@ def _regression_metrics(posterior, X_test, y_test, offset=None):
 
 def _classification_metrics(posterior, X_test, y_test, offset=None):
     """Error rate of the label p(y* = 1) > 0.5, mean log p(y* | x*) and the Brier score."""
-    positive = posterior.model.likelihood.prepare_targets(y_test) > 0   # labels may be 0/1, -1/+1, bool
+    # Labels may be 0/1, -1/+1, bool: coded by the rows' likelihood (a PerOutput's by their output's).
+    positive = posterior.model.likelihood.for_rows(X_test).prepare_targets(y_test) > 0
     p = posterior.predict(X_test, offset=offset)["p"].values
     return {"error rate": float(np.mean((p > 0.5) != positive)),
             "mean log predictive": float(np.mean(posterior.log_predictive(X_test, y_test, offset=offset))),
@@ -60,6 +61,14 @@ def _mean_and_log_predictive_metrics(posterior, X_test, y_test, offset=None):
             "mean log predictive": float(np.mean(posterior.log_predictive(X_test, y_test, offset=offset)))}
 
 
+def _pooled_metrics(posterior, X_test, y_test, offset=None):
+    """Rows of several kinds (a likelihood per output of different families): the mean of
+    -log p(y* | x*) over every row, each row's by its own output's likelihood (a density of real
+    targets, a probability of labels and counts).  It is the one score defined for every row;
+    the RMSE of labels or the error rate of real targets is not."""
+    return {"MNLPD": -float(np.mean(posterior.log_predictive(X_test, y_test, offset=offset)))}
+
+
 # kind of scores (:func:`metrics_kind`) -> (metrics function, the rows the report prints:
 # (metric, what it is)).  A metrics function is called as f(posterior, X_test, y_test, offset)
 # with the held-out rows' offset (None without ``[data] offset``).  Each kind of target gets the
@@ -83,13 +92,20 @@ HELD_OUT_METRICS = {
     "count": (_mean_and_log_predictive_metrics, (
         ("RMSE", "root mean squared error of the predictive mean count"),
         ("mean log predictive", "mean of log p(y* | x*), the likelihood's predictive of counts"))),
+    "mixed": (_pooled_metrics, (
+        ("MNLPD", "mean of -log p(y* | x*) over every row, each by its output's likelihood: densities of real "
+                  "targets and probabilities of labels or counts pooled, the one score every row has; each "
+                  "output's own scores below"),)),
 }
 
 
 def metrics_kind(likelihood):
     """The key of :data:`HELD_OUT_METRICS` for a likelihood: its kind of targets
-    (:func:`gpdsl.inputs.target_kind`), with real
-    targets under Gaussian observation noise (``observation_noise``) as ``"gaussian"``.
+    (:func:`gpdsl.inputs.target_kind`), with real targets under Gaussian observation noise
+    (``observation_noise``) as ``"gaussian"`` and rows of several kinds (a
+    :class:`~gpdsl.likelihoods.PerOutput` of different families) as ``"mixed"``.  Ask it of the
+    likelihood of the scored rows, ``likelihood.for_rows(X_test)``: one output's rows are of
+    that output's kind.
 
     Parameters
     ----------
@@ -102,14 +118,16 @@ def metrics_kind(likelihood):
     from .inputs import target_kind
 
     kind = target_kind(likelihood)
+    if kind is None:
+        return "mixed"
     return "gaussian" if kind == "real" and likelihood.observation_noise else kind
 # Why a reported metric can be missing from the dict its function returns.
 _UNAVAILABLE = {"MNLPD": "the noise variance at new inputs is unknown"}
 
 
 def held_out_metrics(posterior, X_test, y_test, offset=None):
-    """Held-out scores of a fitted posterior, chosen by its likelihood's kind of targets
-    (:func:`metrics_kind`, :data:`HELD_OUT_METRICS`).
+    """Held-out scores of a fitted posterior, chosen by the kind of targets of its likelihood
+    of X_test's rows (:func:`metrics_kind` of ``for_rows(X_test)``, :data:`HELD_OUT_METRICS`).
 
     Parameters
     ----------
@@ -128,10 +146,17 @@ def held_out_metrics(posterior, X_test, y_test, offset=None):
         Metric name -> float.  Gaussian likelihoods: ``RMSE`` of y_mean and ``MNLPD`` (left out
         where the noise variance at new inputs is unknown); ``Bernoulli`` and ``Categorical``:
         ``error rate``, ``mean log predictive`` and ``Brier score``; ``Poisson``: ``RMSE`` of the predictive
-        mean count and ``mean log predictive``.
+        mean count and ``mean log predictive``; rows of several kinds (a ``PerOutput`` likelihood
+        of different families over outputs): ``MNLPD``, the pooled mean of -log p(y* | x*), each
+        output's rows scored in their own kind by calling this with those rows.
     """
-    compute, _ = HELD_OUT_METRICS[metrics_kind(posterior.model.likelihood)]
+    compute, _ = HELD_OUT_METRICS[_rows_kind(posterior, X_test)]
     return compute(posterior, X_test, y_test, offset)
+
+
+def _rows_kind(posterior, X_rows):
+    """:func:`metrics_kind` of the posterior's likelihood of the rows X_rows."""
+    return metrics_kind(posterior.model.likelihood.for_rows(X_rows))
 
 
 # Arrays longer than this (a method's variational parameters) are summarised, not printed.
@@ -161,28 +186,41 @@ def _print_held_out(posterior, X_test, y_test, offset_test=None):
     unit = "points" if posterior.model.output_count is None else "(input, output) rows"
     print(f"\nheld-out ({X_test.shape[0]} {unit})")
     metrics = held_out_metrics(posterior, X_test, y_test, offset_test)
-    _, rows = HELD_OUT_METRICS[metrics_kind(posterior.model.likelihood)]
+    kind = _rows_kind(posterior, X_test)
+    _print_metrics(metrics, HELD_OUT_METRICS[kind][1], "  ")
+    outputs = posterior.model.output_count
+    if outputs is None:
+        return True
+    # Each output's rows scored alone: outputs of other scales or noise weigh alike here.
+    index = X_test[:, -1].astype(int)
+    mixed = kind == "mixed"
+    names = [name for name, _ in HELD_OUT_METRICS[kind][1] if name in metrics]
+    print("  by output (each in its own kind's scores)" if mixed else f"  by output ({', '.join(names)})")
+    for p in range(outputs):
+        held = np.flatnonzero(index == p)
+        if held.size == 0:
+            print(f"    output {p}  no held-out rows")
+            continue
+        part = held_out_metrics(posterior, X_test[held], y_test[held],
+                                None if offset_test is None else offset_test[held])
+        if mixed:
+            # Outputs of different kinds: each line names its scores (those of its kind's report).
+            print(f"    output {p}  ({_rows_kind(posterior, X_test[held])}, {held.size} rows)")
+            _print_metrics(part, HELD_OUT_METRICS[_rows_kind(posterior, X_test[held])][1], "      ")
+        else:
+            print(f"    output {p}  {'  '.join(f'{part[name]:.6g}' for name in names)}  ({held.size} rows)")
+    return True
+
+
+def _print_metrics(metrics, rows, indent):
+    """One line a reported metric (:data:`HELD_OUT_METRICS`' rows): its value and what it is, or
+    why it is not available."""
     width = max(len(name) for name, _ in rows)
     for name, meaning in rows:
         if name in metrics:
-            print(f"  {name:<{width}}  {metrics[name]:.6g}  ({meaning})")
+            print(f"{indent}{name:<{width}}  {metrics[name]:.6g}  ({meaning})")
         else:
-            print(f"  {name:<{width}}  not available ({_UNAVAILABLE[name]})")
-    outputs = posterior.model.output_count
-    if outputs is not None:
-        # Each output's rows scored alone: outputs of other scales or noise weigh alike here.
-        index = X_test[:, -1].astype(int)
-        names = [name for name, _ in rows if name in metrics]
-        print(f"  by output ({', '.join(names)})")
-        for p in range(outputs):
-            held = np.flatnonzero(index == p)
-            if held.size == 0:
-                print(f"    output {p}  no held-out rows")
-                continue
-            part = held_out_metrics(posterior, X_test[held], y_test[held],
-                                    None if offset_test is None else offset_test[held])
-            print(f"    output {p}  {'  '.join(f'{part[name]:.6g}' for name in names)}  ({held.size} rows)")
-    return True
+            print(f"{indent}{name:<{width}}  not available ({_UNAVAILABLE[name]})")
 
 
 def report(posterior, X, X_test, y_test, data_description, wall_time, offset_test=None):

@@ -1152,7 +1152,7 @@ def write_mixed_csv(path, n=40):
     x = np.linspace(-2.0, 2.0, n)
     f = np.sin(2.0 * x)
     level = np.where(np.arange(n) % 5 == 1, np.nan, f + 0.1 * rng.standard_normal(n))
-    label = np.where(np.arange(n) % 5 == 3, np.nan, (f + 0.3 * rng.standard_normal(n) > 0).astype(float))
+    label = np.where(np.arange(n) % 5 == 3, np.nan, (f + 0.8 * rng.standard_normal(n) > 0).astype(float))
     with open(path, "w") as fh:
         fh.write("x,level,label\n")
         for xi, a, b in zip(x, level, label):
@@ -1181,3 +1181,55 @@ def test_per_output_targets_are_each_checked_by_their_output(tmp_path, capsys, m
     assert_one_line_error(capsys, str(path), "target column 'targets'", "Bernoulli: y must be binary",
                           "[0.0, 1.0, 2.0]")
     assert not (tmp_path / "o").exists()
+
+
+def test_per_output_run_reports_each_output_in_its_own_kind(tmp_path, capsys):
+    """A run of PerOutput(Gaussian, Bernoulli) under Laplace: the pooled line is the mean of
+    -log p(y* | x*) over every held-out row; output 0's RMSE and MNLPD, output 1's error rate,
+    mean log predictive and Brier score, each recomputed from the saved posterior's predict and
+    log_predictive on that output's rows."""
+    write_mixed_csv(tmp_path / "mixed.csv")
+    path = write_model(tmp_path, MIXED_TOML)
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    _, (_, _, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
+    post = gd.load(out / "posterior.nc")
+    log_pred = post.log_predictive(X_test, y_test)
+    assert printed_metric(stdout, "MNLPD") == pytest.approx(-np.mean(log_pred), rel=1e-5)     # 6 digits printed
+    assert "over every row, each by its output's likelihood" in stdout
+    assert "by output (each in its own kind's scores)" in stdout
+    block = stdout.split("by output (each in its own kind's scores)\n")[1].split("\n\n")[0]
+    parts = block.split("    output ")[1:]
+    assert [part.splitlines()[0] for part in parts] == [
+        f"{p}  ({kind}, {int(np.sum(X_test[:, -1] == p))} rows)" for p, kind in ((0, "gaussian"), (1, "binary"))]
+
+    def printed(part, name):
+        line = next(line.strip() for line in part.splitlines()[1:] if line.strip().startswith(name + " "))
+        return float(line[len(name):].split()[0])
+
+    level, label = X_test[:, -1] == 0, X_test[:, -1] == 1
+    assert level.any() and label.any()
+    pred = post.predict(X_test)
+    assert printed(parts[0], "RMSE") == pytest.approx(
+        np.sqrt(np.mean((pred["y_mean"].values[level] - y_test[level]) ** 2)), rel=1e-5)
+    assert printed(parts[0], "MNLPD") == pytest.approx(-np.mean(log_pred[level]), rel=1e-5)
+    p = pred["p"].values[label]
+    assert printed(parts[1], "error rate") == pytest.approx(np.mean((p > 0.5) != (y_test[label] == 1)), abs=1e-12)
+    assert printed(parts[1], "mean log predictive") == pytest.approx(np.mean(log_pred[label]), rel=1e-5)
+    assert printed(parts[1], "Brier score") == pytest.approx(np.mean((p - y_test[label]) ** 2), rel=1e-5)
+    # The label rows' log predictive is log p(y* | x*) = log p or log(1 - p).
+    np.testing.assert_allclose(np.exp(log_pred[label]), np.where(y_test[label] == 1, p, 1 - p), rtol=1e-10)
+    assert (out / "fit.png").is_file() == HAS_MATPLOTLIB
+
+
+def test_target_kind_of_a_likelihood_per_output_is_its_rows():
+    """Parts of several kinds have no one kind (None, "mixed" scores); one output's rows have its part's."""
+    from gpdsl.inputs import target_kind
+    from gpdsl.run_report import metrics_kind
+
+    lik = gd.likelihoods.PerOutput((gd.likelihoods.Gaussian(), gd.likelihoods.Bernoulli(), gd.likelihoods.Poisson()))
+    X = np.array([[0.1, 0.0], [0.2, 1.0], [0.3, 2.0], [0.4, 1.0]])
+    assert target_kind(lik) is None and metrics_kind(lik) == "mixed" and metrics_kind(lik.for_rows(X)) == "mixed"
+    assert [metrics_kind(lik.for_rows(X[X[:, -1] == p])) for p in range(3)] == ["gaussian", "binary", "count"]
+    assert target_kind(gd.likelihoods.PerOutput((gd.likelihoods.Gaussian(), gd.likelihoods.Gaussian(0.3)))) == "real"
