@@ -1233,3 +1233,22 @@ def test_target_kind_of_a_likelihood_per_output_is_its_rows():
     assert target_kind(lik) is None and metrics_kind(lik) == "mixed" and metrics_kind(lik.for_rows(X)) == "mixed"
     assert [metrics_kind(lik.for_rows(X[X[:, -1] == p])) for p in range(3)] == ["gaussian", "binary", "count"]
     assert target_kind(gd.likelihoods.PerOutput((gd.likelihoods.Gaussian(), gd.likelihoods.Gaussian(0.3)))) == "real"
+
+
+@pytest.mark.parametrize("inference", ["EP", "QP"])
+def test_per_output_of_several_families_with_ep_says_why_it_is_refused(tmp_path, capsys, inference):
+    """EP and QP refuse PerOutput(Gaussian, Bernoulli) with the reason site_model gives (one jitted
+    site code over every row), in one line, before reading the data."""
+    write_mixed_csv(tmp_path / "mixed.csv")
+    path = write_model(tmp_path, MIXED_TOML.replace('type = "Laplace"', f'type = "{inference}"'))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys, str(path), f"Model: {inference} (which needs 'site_model'): "
+                          "PerOutput(Gaussian, Bernoulli(probit)) does not provide EP/QP tilted moments: the jitted "
+                          "site sweeps run one site code with one parameter tuple over every row",
+                          "use Laplace, VGP or SVGP", "it takes e.g. PerOutput(likelihoods=(Poisson(link='log')")
+    with pytest.raises(NotImplementedError) as reason:
+        gd.likelihoods.PerOutput((gd.likelihoods.Gaussian(), gd.likelihoods.Bernoulli())).bind().site_model()
+    with pytest.raises(ValueError, match=f"Model: {inference} \\(which needs 'site_model'\\): ") as refused:
+        gd.Model(gd.kernels.ICM(gd.kernels.SquaredExponential(), 2), gd.likelihoods.PerOutput(
+            (gd.likelihoods.Gaussian(), gd.likelihoods.Bernoulli())), inference=getattr(gd.inference, inference)())
+    assert str(reason.value) in str(refused.value)

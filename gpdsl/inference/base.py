@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import numpy as np
 
@@ -126,13 +127,20 @@ class Inference(Component, family="inference"):
         Raises
         ------
         ValueError
-            The pair is not supported: where another variant of the likelihood's class would be
-            (another link), the message names it; otherwise it lists the supported pairs.
+            The pair is not supported: where the likelihood's class defines the operation the
+            method requires but refuses it for these settings (``PerOutput``'s ``site_model`` for
+            parts of several families), the message gives its reason (and a variant it would
+            take); else where another variant of the likelihood's class would be (another link),
+            the message names it; otherwise it lists the supported pairs.
         """
         if self.accepts(likelihood):
             return
         name = type(self).__name__
         others = [v for v in type(likelihood).variants() if self.accepts(v)]
+        reason = _refusal(likelihood, self.requires)
+        if reason is not None:
+            example = f"; it takes e.g. {_variant_text(others[0], likelihood)}" if others else ""
+            raise ValueError(f"Model: {name} (which needs {self.requires!r}): {reason}{example}")
         if others:
             wanted = " or ".join(_variant_text(v, likelihood) for v in others)
             raise ValueError(f"Model: {name} needs {wanted}, got {_variant_text(likelihood, others[0])}")
@@ -324,6 +332,22 @@ _STOCHASTIC_STOP_PARAMETERS = """stop_tol : float, default 1e-3
         8 fits by more than 0.003) and within 0.0017 on twonorm.
         ``benchmarks/exp_stop_window.py`` reruns these fits.
 """
+
+
+def _refusal(likelihood, operation):
+    """Why ``likelihood`` refuses ``operation`` where its class defines it, takes no arguments,
+    and raises NotImplementedError for these settings (the error's message); else None."""
+    if not callable(vars(Likelihood).get(operation)) or not likelihood.defines(operation):
+        return None
+    bound = likelihood.bind()
+    call = getattr(bound, operation)
+    if any(p.default is inspect.Parameter.empty for p in inspect.signature(call).parameters.values()):
+        return None         # an operation of rows or arguments: nothing to ask without them
+    try:
+        call()
+    except NotImplementedError as err:
+        return str(err)
+    return None
 
 
 def _variant_text(variant, other):
