@@ -147,15 +147,23 @@ def plot_fit(posterior, X, y, path, X_test=None, y_test=None, *, offset=None, of
         X_test = y_test = offset_test = None
 
     outputs = posterior.model.output_count
+    kinds = None if outputs is None else [_output_kind(posterior, X, p) for p in range(outputs)]
     panels = outputs is not None and X.shape[1] == 2 and offset is None and \
-        target_kind(posterior.model.likelihood) in _OUTPUT_PANEL_KINDS
-    fig = Figure(figsize=(9, max(4.5, 2.2 * outputs) if panels else 4.5), dpi=100, layout="constrained")
+        all(kind in _OUTPUT_PANEL_KINDS for kind in kinds)
+    # Outputs of several kinds (a likelihood per output) without the 1-D panels: a scatter panel each.
+    mixed = outputs is not None and not panels and target_kind(posterior.model.likelihood) is None
+    height = max(4.5, 2.2 * outputs) if panels else (max(4.5, 3.2 * outputs) if mixed else 4.5)
+    fig = Figure(figsize=(9, height), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     inference = type(posterior.model.inference).__name__
     title = (f"{inference}: {posterior.model.kernel.describe()}, "
              f"{posterior.model.likelihood.describe()} — log evidence {posterior.log_evidence:.5g}")
-    if panels:
-        _plot_outputs_1d(fig, posterior, X, y, X_test, y_test)
+    if panels or mixed:
+        if panels:
+            _plot_outputs_1d(fig, posterior, X, y, X_test, y_test, kinds)
+        else:
+            _plot_outputs_scatter(fig, posterior, kinds, *((X, y, offset, "training") if X_test is None
+                                                           else (X_test, y_test, offset_test, "held-out")))
         fig.suptitle(title)
         fig.savefig(path)
         return path
@@ -199,12 +207,8 @@ def _plot_regression(fig, ax, posterior, X, y, X_test, y_test):
 
 def _plot_classification(fig, ax, posterior, X, y, X_test, y_test):
     """Binary labels: p(y* = 1) along x (1-D), a decision map (2-D) or against the label (D > 2)."""
-    # Labels as 0/1 whatever their coding (0/1, -1/+1, bool), so that they sit on the p axis.
-    def as01(labels):
-        return (posterior.model.likelihood.prepare_targets(labels) > 0).astype(float)
-
-    y = as01(y)
-    y_test = None if y_test is None else as01(y_test)
+    y = _as01(posterior, X, y)
+    y_test = None if y_test is None else _as01(posterior, X_test, y_test)
     if X.shape[1] == 1:
         _plot_probability_1d(ax, posterior, X, y, X_test, y_test)
     elif X.shape[1] == 2:
@@ -258,45 +262,74 @@ def _plot_1d(ax, posterior, X, y, X_test, y_test):
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
 
 
-def _plot_outputs_1d(fig, posterior, X, y, X_test, y_test):
-    """A multi-output model of one input feature (X's rows (x, output index)): a panel per
-    output, its predictive band of y (or p(y* = 1) for binary labels) over x from the prediction
-    of every output at a grid, and that output's training and held-out rows."""
+def _output_kind(posterior, X, p):
+    """Output p's kind of targets: that of the likelihood of a row of output p (X's first row
+    moved to it; ``for_rows``: a likelihood per output gives its part's)."""
     from .inputs import target_kind
 
-    binary = target_kind(posterior.model.likelihood) == "binary"
-    grid = _grid_1d(X, X_test)
-    if binary:
-        def as01(labels):
-            return (posterior.model.likelihood.prepare_targets(labels) > 0).astype(float)
+    row = np.asarray(X[:1], dtype=float).copy()
+    row[:, -1] = p
+    return target_kind(posterior.model.likelihood.for_rows(row))
 
-        y, y_test = as01(y), None if y_test is None else as01(y_test)
-        curve = posterior.predict(grid[:, None])["p"].values
-    else:
+
+def _as01(posterior, X, labels):
+    """Binary labels of the rows X as 0/1 whatever their coding (0/1, -1/+1, bool), coded by the
+    rows' likelihood, so that they sit on the p axis."""
+    return (posterior.model.likelihood.for_rows(X).prepare_targets(labels) > 0).astype(float)
+
+
+def _plot_outputs_1d(fig, posterior, X, y, X_test, y_test, kinds):
+    """A multi-output model of one input feature (X's rows (x, output index)): a panel per
+    output, its predictive band of y (or p(y* = 1) for an output of binary labels, ``kinds``:
+    each output's kind of targets) over x from the prediction of every output at a grid, and
+    that output's training and held-out rows."""
+    grid = _grid_1d(X, X_test)
+    pred = posterior.predict(grid[:, None])
+    if any(kind != "binary" for kind in kinds):
         mean, sd, what = _predictive(posterior, grid[:, None])
     inducing = np.unique(posterior.inducing_inputs[:, 0]) if posterior.model.sparse else None
     axes = np.atleast_1d(fig.subplots(posterior.model.output_count, 1, sharex=True))
     for p, ax in enumerate(axes):
-        if binary:
-            ax.plot(grid, curve[:, p], color="C0", lw=2, label="p(y* = 1 | x)")
+        rows, rows_test = X[:, -1] == p, None if X_test is None else X_test[:, -1] == p
+        y_p, y_test_p = y[rows], None if X_test is None else y_test[rows_test]
+        if kinds[p] == "binary":
+            y_p = _as01(posterior, X[rows], y_p)
+            y_test_p = None if X_test is None else _as01(posterior, X_test[rows_test], y_test_p)
+            ax.plot(grid, pred["p"].values[:, p], color="C0", lw=2, label="p(y* = 1 | x)")
             ax.axhline(0.5, ls="--", color="k", lw=1)
             ax.set_ylim(-0.08, 1.08)
         else:
             ax.fill_between(grid, mean[:, p] - 2 * sd[:, p], mean[:, p] + 2 * sd[:, p], color="C0", alpha=0.2,
                             label=f"mean ± 2 sd of {what}")
             ax.plot(grid, mean[:, p], color="C0", lw=2, label="predictive mean")
-        rows = X[:, -1] == p
-        ax.plot(X[rows, 0], y[rows], "o", color="k", ms=3, alpha=0.6, label="training rows")
+        ax.plot(X[rows, 0], y_p, "o", color="k", ms=3, alpha=0.6, label="training rows")
         if X_test is not None:
-            rows = X_test[:, -1] == p
-            ax.plot(X_test[rows, 0], y_test[rows], "x", color="C3", ms=5, label="held-out rows")
+            ax.plot(X_test[rows_test, 0], y_test_p, "x", color="C3", ms=5, label="held-out rows")
         if inducing is not None:
             ax.plot(inducing, np.full_like(inducing, 0.03), "^", color="C1", ms=7, transform=ax.get_xaxis_transform(),
                     label=f"inducing inputs ({inducing.size})")
         ax.set_ylabel(f"output {p}")
         ax.set_xlim(grid[0], grid[-1])
+        if p == 0 or kinds[p] != kinds[0]:       # the legend of each kind's first panel
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     axes[-1].set_xlabel("x")
-    axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+
+
+def _plot_outputs_scatter(fig, posterior, kinds, X, y, offset, which):
+    """Outputs of several kinds (a likelihood per output) where no 1-D panels are drawn: a panel
+    per output of its rows, predicted against observed (real targets, counts) or p(y* = 1)
+    against the label (binary), each row at its own offset."""
+    axes = np.atleast_1d(fig.subplots(posterior.model.output_count, 1))
+    for p, ax in enumerate(axes):
+        rows = X[:, -1] == p
+        o_rows = None if offset is None else offset[rows]
+        ax.set_title(f"output {p}" + ("" if rows.any() else f": no {which} rows"), fontsize="small")
+        if not rows.any():
+            ax.set_axis_off()
+        elif kinds[p] == "binary":
+            _plot_probability_label(ax, posterior, X[rows], _as01(posterior, X[rows], y[rows]), which, offset=o_rows)
+        else:
+            _plot_predicted_observed(ax, posterior, X[rows], y[rows], which, offset=o_rows)
 
 
 def _plot_predicted_observed(ax, posterior, X, y, which, offset=None):
@@ -360,8 +393,8 @@ def _plot_decision_map(fig, ax, posterior, X, y, X_test, y_test, n=120):
 
 
 def _plot_probability_label(ax, posterior, X, y, which, offset=None):
-    if offset is not None:      # the labels as 0/1, as _plot_classification makes them
-        y = (posterior.model.likelihood.prepare_targets(y) > 0).astype(float)
+    if offset is not None:      # the labels as 0/1, as _plot_classification makes them (0/1 stay)
+        y = _as01(posterior, X, y)
     p = posterior.predict(X, offset=offset)["p"].values
     # A seeded horizontal jitter spreads the points of each label, so that the plot does not
     # change from run to run.

@@ -1252,3 +1252,52 @@ def test_per_output_of_several_families_with_ep_says_why_it_is_refused(tmp_path,
         gd.Model(gd.kernels.ICM(gd.kernels.SquaredExponential(), 2), gd.likelihoods.PerOutput(
             (gd.likelihoods.Gaussian(), gd.likelihoods.Bernoulli())), inference=getattr(gd.inference, inference)())
     assert str(reason.value) in str(refused.value)
+
+
+@needs_matplotlib
+def test_plot_per_output_draws_each_output_in_its_own_kind(tmp_path, monkeypatch):
+    """PerOutput(Gaussian, Bernoulli, Poisson) of one feature: output 0's panel draws y's
+    predictive mean, output 1's p(y* = 1 | x), output 2's the mean count, each equal to
+    predict's column at the grid, with that output's training rows (labels at 0/1); with two
+    features, a scatter panel per output (predicted against observed, p against the label)."""
+    import matplotlib.figure
+
+    drawn, save = [], matplotlib.figure.Figure.savefig
+
+    def savefig(fig, *args, **kwargs):
+        drawn.append(fig)
+        return save(fig, *args, **kwargs)
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    rng = np.random.default_rng(2)
+    x = np.tile(np.linspace(-2.0, 2.0, 15), 3)
+    index = np.repeat([0.0, 1.0, 2.0], 15)
+    f = np.sin(2.0 * x)
+    y = np.where(index == 0, f + 0.1 * rng.standard_normal(45), np.where(
+        index == 1, (f + 0.5 * rng.standard_normal(45) > 0).astype(float), rng.poisson(np.exp(f))))
+    L = gd.likelihoods
+    likelihood = L.PerOutput((L.Gaussian(0.05), L.Bernoulli(), L.Poisson(link="log")))
+    model = gd.Model(gd.kernels.ICM(gd.kernels.SquaredExponential(), 3), likelihood, inference=gd.inference.Laplace())
+    X = np.column_stack([x, index])
+    post = model.fit(X, y, optimize=False)
+    plot_fit(post, X, y, tmp_path / "panels.png")
+    assert _png_size(tmp_path / "panels.png") == (900, 660)
+    axes = [ax for ax in drawn[-1].axes]
+    grid = axes[0].lines[0].get_xdata()
+    pred = post.predict(grid[:, None])
+    for p, name in ((0, "y_mean"), (1, "p"), (2, "y_mean")):
+        np.testing.assert_allclose(axes[p].lines[0].get_ydata(), pred[name].values[:, p], rtol=1e-12)
+        points = next(line for line in axes[p].lines if line.get_label() == "training rows")
+        np.testing.assert_array_equal(points.get_xdata(), x[index == p])
+        np.testing.assert_array_equal(points.get_ydata(), y[index == p])
+    assert axes[1].get_ylim() == (-0.08, 1.08) and np.all(np.isfinite(pred["p"].values[:, 1]))
+
+    wide = np.column_stack([x, np.cos(x), index])
+    post = model.fit(wide, y, optimize=False)
+    plot_fit(post, wide, y, tmp_path / "scatter.png")
+    assert _png_size(tmp_path / "scatter.png") == (900, 960)
+    axes = drawn[-1].axes
+    assert [ax.get_title() for ax in axes] == ["output 0", "output 1", "output 2"]
+    assert axes[1].get_xlabel() == "observed label y" and axes[2].get_xlabel() == "observed y"
+    p = post.predict(wide[index == 1])["p"].values
+    np.testing.assert_allclose(np.sort(np.concatenate([c.get_offsets()[:, 1] for c in axes[1].collections])),
+                               np.sort(p), rtol=1e-12)
