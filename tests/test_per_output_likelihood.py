@@ -233,7 +233,7 @@ def test_each_part_codes_and_checks_its_own_targets():
 
 def test_refusals_are_named():
     mixed = CASES["bernoulli"][0]
-    with pytest.raises(ValueError, match="EP needs PerOutput"):
+    with pytest.raises(ValueError, match=r"EP \(which needs .site_model.\).*per-row dispatch inside the jitted sweeps"):
         gd.Model(ICM, mixed, inference=gd.inference.EP())
     with pytest.raises(NotImplementedError, match="per-row dispatch inside the jitted sweeps"):
         mixed.bind().site_model()
