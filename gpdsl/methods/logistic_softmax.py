@@ -573,6 +573,23 @@ class LogisticSoftmaxExpectations:
     def __getattr__(self, name):
         return getattr(self.likelihood, name)
 
+    def for_rows(self, X):
+        """These expectations, for any rows: they are the augmentation's of one likelihood, whose
+        density does not depend on the row (:meth:`gpdsl.likelihoods.Likelihood.for_rows`; the
+        wrapped likelihood's own ``for_rows`` would hand back the likelihood without the
+        augmentation).
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+            The rows (not read).
+
+        Returns
+        -------
+        same type as self
+        """
+        return self
+
     def variational_expectations(self, y, mean, var):
         """(l (n,), dl/dmean (n, K), dl/dvar (n, K), {}): module docstring, l_i.
 

@@ -150,6 +150,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..diagnostics import gradient_tolerance, largest_gradient
+from ..multioutput import inducing_gradient, method_inducing, output_count
 from . import svgp, svgp_finish
 from .common import VariationalState, shifted
 from .svgp import CarriedQ, initial_values, minibatch_update
@@ -477,7 +478,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
     rng = np.random.default_rng(spec.seed)
     u = np.array(u0, dtype=float)
     values = table.unpack(u)
-    Z = values.get("inducing.Z", objective.Z0)
+    _, Z = _method_inducing(objective, dict(values))
     q = initial_values(Z.shape[0], model.likelihood.n_latent)
     # A re-selection round (the inducing spec's reinit loop) may have changed M: its q then
     # does not fit, and the steps start from the prior, as a fresh fit does.
@@ -495,7 +496,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
     for step in range(1, max_iter + 1):
         rows = rng.choice(n, size=batch, replace=False)
         values = table.unpack(u)
-        Z = values.pop("inducing.Z", objective.Z0)
+        Z_declared, Z = _method_inducing(objective, values)
         # The latent offset of the batch: the mean function's value there plus the known offset.
         X_batch = X[rows]
         kernel, likelihood, latent = _bound(model, values, X_batch, None if offset is None else offset[rows],
@@ -519,8 +520,8 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
         if carry is not None:
             carry.correct(grads)
         if "inducing.Z" in table.names():
-            grads["inducing.Z"] = dZ
-            values["inducing.Z"] = Z
+            grads["inducing.Z"] = inducing_gradient(dZ, Z_declared, output_count(model.kernel))
+            values["inducing.Z"] = Z_declared
         log_prior, prior_grads = table.log_prior(values)
         table.check_gradients(type(spec).__name__, grads)
         for name, g in prior_grads.items():
@@ -637,6 +638,15 @@ class FullPassCheck(NamedTuple):
                 f"(tolerance {self.tolerance:.3g})")
 
 
+def _method_inducing(objective, values):
+    """``(Z_declared, Z)``: the inducing inputs popped from ``values`` (the run's selection where
+    they are not fitted) and the method's: a multi-output model's Z shared by the outputs (M, D)
+    as its M P long rows (:func:`gpdsl.multioutput.method_inducing`; ``dZ`` goes back through
+    :func:`~gpdsl.multioutput.inducing_gradient`), any other Z as it is."""
+    Z = values.pop("inducing.Z", objective.Z0)
+    return Z, method_inducing(Z, objective.X, output_count(objective.model.kernel))
+
+
 def full_pass_check(objective, u, q, full_batch, expectations=None):
     """The full objective's gradient at the end of a minibatch run, from one pass over all N rows.
 
@@ -685,14 +695,15 @@ def full_pass_check(objective, u, q, full_batch, expectations=None):
     """
     model, table, X = objective.model, objective.table, objective.X
     values = table.unpack(u)
-    Z = values.pop("inducing.Z", objective.Z0)
+    Z_declared, Z = _method_inducing(objective, values)
     kernel, likelihood, latent = _bound(model, values, X, objective.offset, expectations)
     ev = svgp.evaluate(kernel, likelihood, {**values, **q}, X, objective.y, Z, jitter=full_batch.jitter,
                        chunk_size=full_batch.chunk_size, offset=latent, need_grad=True)
     q_gradient = {k: ev.grads.pop(k) for k in list(ev.grads) if k.startswith("variational.")}
     _mean_gradients(model, values, X, ev.grads)
     if "inducing.Z" in table.names():
-        values["inducing.Z"] = Z
+        values["inducing.Z"] = Z_declared
+        ev.dZ = inducing_gradient(ev.dZ, Z_declared, output_count(model.kernel))
     else:
         ev.dZ = None
     value, gradient = objective.negated(values, ev)
@@ -719,16 +730,16 @@ def _transport(objective, full_batch, u):
     likelihood's)."""
     table = objective.table
     values = table.unpack(u)
-    Z = values.pop("inducing.Z", objective.Z0)
+    Z_declared, Z = _method_inducing(objective, values)
     kernel, _ = objective.model.bind(values)
     factors = svgp._factors(kernel, Z, full_batch.jitter)
 
     def pullback(Phi):
         grads, dZ = svgp._gradients(kernel, Z, factors, None, None, None, Phi, {}, np.zeros_like(Z))
-        natural = {**values, "inducing.Z": Z}
+        natural = {**values, "inducing.Z": Z_declared}
         complete = {name: np.zeros(np.shape(natural[name])) for name in table.names()}
         complete.update({name: g for name, g in grads.items() if name in complete})
-        complete["inducing.Z"] = dZ
+        complete["inducing.Z"] = inducing_gradient(dZ, Z_declared, output_count(objective.model.kernel))
         return table.chain(natural, complete)
     return factors.Li, pullback
 
@@ -803,7 +814,7 @@ def _polish(objective, u, q, full_batch, expectations, max_iter, progress, callb
     if not best:
         return u, q, iterations, how + " (no evaluation was finite: the steps' end kept)", run.total_sweeps
     values = table.unpack(best["u"])
-    Z = values.pop("inducing.Z", objective.Z0)
+    _, Z = _method_inducing(objective, values)
     kernel, likelihood, latent = _bound(objective.model, values, objective.X, objective.offset, expectations)
     q, final_steps, _ = full_batch._optimise_q(kernel, likelihood, values, objective.X, objective.y, Z, best["q"],
                                                polish=True, offset=latent)
@@ -812,11 +823,14 @@ def _polish(objective, u, q, full_batch, expectations, max_iter, progress, callb
 
 def _full_batch_evaluation(model, full_batch, expectations, values, X, y, Z, warm=None, offset=None):
     """The full-batch bound at ``values`` with q moved to its optimum from ``warm`` (``full_batch``'s
-    evaluation), as :meth:`gpdsl.Model.evaluate` gives it, on ``expectations`` of the likelihood
-    where given."""
+    evaluation), as :meth:`gpdsl.Model.evaluate` gives it (a multi-output model's shared Z expanded,
+    its dZ summed back), on ``expectations`` of the likelihood where given."""
     kernel, likelihood, latent = _bound(model, values, X, offset, expectations)
-    ev = full_batch.evaluate(kernel, likelihood, values, X, y, Z, need_grad=True, need_state=False, warm=warm,
-                             offset=latent)
+    P = output_count(model.kernel)
+    ev = full_batch.evaluate(kernel, likelihood, values, X, y, method_inducing(Z, X, P), need_grad=True,
+                             need_state=False, warm=warm, offset=latent)
+    if ev.dZ is not None:
+        ev.dZ = inducing_gradient(ev.dZ, Z, P)
     _mean_gradients(model, values, X, ev.grads)
     return ev
 

@@ -90,6 +90,23 @@ class PolyaGammaExpectations:
     def __init__(self, likelihood):
         self.likelihood = likelihood
 
+    def for_rows(self, X):
+        """These expectations, for any rows: they are the augmentation's of one likelihood, whose
+        density does not depend on the row (:meth:`gpdsl.likelihoods.Likelihood.for_rows`; the
+        wrapped likelihood's own ``for_rows`` would hand back the likelihood without the
+        augmentation).
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+            The rows (not read).
+
+        Returns
+        -------
+        same type as self
+        """
+        return self
+
     def variational_expectations(self, y, mean, var):
         """(bound, d_mean, d_var, {bias: d sum_n bound_n / d bias}) for labels y (n,) and
         q(f_n) = N(mean_n, var_n), arrays (n,): as the likelihood's own method, with the
