@@ -305,7 +305,11 @@ _POLISH_PARAMETER = """    polish : bool or "auto", default "auto"
         minibatch is chosen for (one thread, M = 64, B = 256: twonorm, binary Pólya-Gamma 1.2 s
         of steps then 12.7 s of polish at N = 5,000, 0.6 s then 23 s at 10^4; probit SVGP
         0.7 s then 1.6 s at 5,000 and 0.6 s then 6.5 s at 3 x 10^4; 0.7 s then 22 s at 10^5;
-        the table in :mod:`gpdsl.methods.stochastic`).
+        the table in :mod:`gpdsl.methods.stochastic`).  For K latent functions True runs the joint
+        finish instead (:mod:`gpdsl.methods.svgp_finish`: L-BFGS-B over the hyperparameters and q
+        together, one full pass an evaluation, stopped by the rule that sets ``converged``), which
+        "auto" does not choose: it needed 339 to over 2,000 passes on the multi-class benchmark
+        sets (``benchmarks/HISTORY.md``, issue 46).
 """
 # The minibatch stopping rule's fields (gpdsl.methods.stochastic), shared by SVGP and PolyaGamma.
 _STOCHASTIC_STOP_PARAMETERS = """stop_tol : float, default 1e-3
