@@ -219,7 +219,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
                                                                   fixed=fixed, max_iter=max_iter, offset=offset)
     evaluation = result.evaluation
     # The constant model is f = 0 without an offset or a mean function; with one there is no such reference.
-    constant_model = offset is None and model.mean is None and _no_better_than_constant(model, y, result)
+    constant_model = offset is None and model.mean is None and _no_better_than_constant(model, X, y, result)
     diagnostics = _diagnostics(model, result, rounds, reinit_stop, selection, subsample_record, constant_model,
                                small_m_replaced)
     # The rows the hyperparameters were fitted on (a subsample's) decide the minibatch remedies.
@@ -401,7 +401,7 @@ def _best_round(rounds):
     return rounds[0] if len(rounds) == 1 else max(rounds, key=lambda r: r[1].objective)
 
 
-def _no_better_than_constant(model, y, fit):
+def _no_better_than_constant(model, X, y, fit):
     """Warn (ConvergenceWarning) and return True when the objective of ``fit`` (a FitResult) is
     within CONSTANT_MODEL_TOL nats of the constant model's (the likelihood's
     ``constant_model_log_likelihood``), which every method here reaches exactly as the kernel
@@ -414,7 +414,7 @@ def _no_better_than_constant(model, y, fit):
     CONSTANT_SCREEN_SHARE of its size is not flagged without its full-data bound (on twonorm at
     N = 10^6, minibatch SVGP: estimate -65,822 against the bound's -65,434, constant -693,147)."""
     values, evaluation = fit.values, fit.evaluation
-    constant = bind(model.likelihood, values, "likelihood").constant_model_log_likelihood(y)
+    constant = bind(model.likelihood, values, "likelihood").for_rows(X).constant_model_log_likelihood(y)
     if constant is None:
         return False
     if evaluation.pending and fit.objective_estimate is not None:
@@ -595,7 +595,7 @@ def _final_evaluation(model, values, X, y, Z, warm, optimize, need_grad=False, o
     def checked(complete):
         try:
             evaluation = complete()
-            _check_evidence_bound(model.likelihood, values, y, evaluation.log_evidence)
+            _check_evidence_bound(model.likelihood, values, X, y, evaluation.log_evidence)
         except FloatingPointError as err:
             raise cannot(err) from err
         return finite(evaluation)
@@ -606,19 +606,19 @@ def _final_evaluation(model, values, X, y, Z, warm, optimize, need_grad=False, o
                                         offset=offset)
             if evaluation.pending:
                 return evaluation.then(checked)
-            _check_evidence_bound(model.likelihood, values, y, evaluation.log_evidence)
+            _check_evidence_bound(model.likelihood, values, X, y, evaluation.log_evidence)
             return finite(evaluation)
         except FloatingPointError as err:
             failure = err
     raise cannot(failure) from failure
 
 
-def _check_evidence_bound(likelihood, values, y, log_evidence):
+def _check_evidence_bound(likelihood, values, X, y, log_evidence):
     """FloatingPointError when ``log_evidence`` exceeds the likelihood's upper bound on any marginal
     likelihood (``Likelihood.log_density_bound``) by more than EVIDENCE_BOUND_SLACK_PER_POINT per
     row plus one nat: no approximation comes near that, only arithmetic that lost its precision
     (EP with Student-t sites at a prior variance of 5e-42: 3e8 on 31 points, bound 14)."""
-    bound = bind(likelihood, values, "likelihood").log_density_bound(y)
+    bound = bind(likelihood, values, "likelihood").for_rows(X).log_density_bound(y)
     if bound is not None and log_evidence > bound + EVIDENCE_BOUND_SLACK_PER_POINT * y.size + 1.0:
         raise FloatingPointError(f"the log evidence {log_evidence:.6g} is above sum_n max_f log p(y_n | f) = "
                                  f"{bound:.6g}, which no marginal likelihood can exceed: the method lost its precision")
@@ -744,7 +744,7 @@ class _Objective:
         # An offset is passed only where there is one: a fixed-site or test objective need not take it.
         extra = {} if self.offset is None else {"offset": self.offset}
         ev = self.evaluate(values, self.X, self.y, Z, warm=warm, **extra)
-        _check_evidence_bound(self.model.likelihood, values, self.y, ev.log_evidence)
+        _check_evidence_bound(self.model.likelihood, values, self.X, self.y, ev.log_evidence)
         return ev
 
     def _evaluate_from_warm_or_cold(self, values, Z):

@@ -534,6 +534,9 @@ class GPRegressor(RegressorMixin, _GPEstimator):
             columns = [(y[:, p], pred[:, p], weight) for p in range(pred.shape[1])]
         else:
             y, outputs = y.reshape(-1), X[:, -1]
+            if np.isnan(y).any():
+                raise ValueError("GPRegressor.score: y holds NaN, which marks a missing entry only in the isotopic "
+                                 "layout Y (n, P); long rows are the observed (input, output) pairs")
             columns = [(y[outputs == p], pred[outputs == p], weight[outputs == p]) for p in np.unique(outputs)]
         scores = []
         for target, predicted, w in columns:

@@ -279,3 +279,30 @@ def test_joint_latent_log_posterior_gradient_matches_central_differences():
     value, grad = logp(w)
     assert np.isfinite(value)
     np.testing.assert_allclose(grad, central_difference(lambda v: logp(v)[0], w, step=1e-6), rtol=1e-5, atol=1e-6)
+
+
+def test_fit_checks_read_the_rows_parts():
+    """The fit's constant-model flag and its evidence-bound check ask the rows' likelihood
+    (for_rows): each part's constant model and sum_n max_f log p on its own rows, summed. Parts
+    all alike give the shared likelihood's numbers, the flag is raised for a fit that collapsed to
+    f = 0 as it is for the shared likelihood, and mixed parts sum their own by rows."""
+    Y = (np.random.default_rng(0).uniform(size=(40, 2)) < 0.5).astype(float)
+    X1 = np.random.default_rng(1).uniform(0, 10, (40, 1))
+    flat = gd.kernels.ICM(gd.kernels.SquaredExponential(1.0, 1e-6), 2, W=np.full((2, 1), 1e-3),
+                          kappa=np.full(2, 1e-6))
+    for likelihood in (L.Bernoulli("probit"), L.PerOutput((L.Bernoulli("probit"), L.Bernoulli("probit")))):
+        with pytest.warns(gd.ConvergenceWarning, match="no better than the constant model"):
+            post = gd.Model(flat, likelihood, inference=gd.inference.Laplace()).fit(X1, Y, optimize=False)
+        assert post.constant_model
+    counts = np.array([1.0, 0.0, 3.0, 2.0, 0.0, 5.0])
+    rows = np.column_stack([np.arange(6.0), [0, 0, 0, 1, 1, 1]])
+    poisson = L.Poisson(link="log").bind()
+    both = L.PerOutput((L.Poisson(link="log"), L.Poisson(link="log"))).bind().for_rows(rows)
+    assert both.log_density_bound(counts) == pytest.approx(poisson.log_density_bound(counts), rel=1e-14)
+    mixed = L.PerOutput((L.Gaussian(0.5), L.Poisson(link="log"))).bind().for_rows(rows)
+    gaussian = L.Gaussian(0.5).bind()
+    for operation in ("log_density_bound", "constant_model_log_likelihood"):
+        parts = [getattr(gaussian, operation)(counts[:3]), getattr(poisson, operation)(counts[3:])]
+        expected = None if None in parts else sum(parts)
+        assert getattr(mixed, operation)(counts) == (pytest.approx(expected, rel=1e-14) if expected is not None
+                                                     else None)

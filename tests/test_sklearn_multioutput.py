@@ -287,5 +287,10 @@ def test_predict_and_score_refusals(data):
     none[0] = 1.0
     with pytest.raises(ValueError, match="GPRegressor.score: no output has two observed targets"):
         est.score(X, none)
+    long_X = np.column_stack([np.repeat(X, 2, axis=0), np.tile([0.0, 1.0], X.shape[0])])
+    long_y = Y.reshape(-1).copy()
+    long_y[0] = np.nan
+    with pytest.raises(ValueError, match=r"GPRegressor.score: y holds NaN, .*only in the isotopic layout"):
+        est.score(long_X, long_y)
     with pytest.raises(sklearn.exceptions.NotFittedError):
         regressor().predict(X_test)

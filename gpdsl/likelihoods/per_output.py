@@ -475,6 +475,48 @@ class _Rows(Likelihood):
         """
         return self.owner.surrogate(X, y)
 
+    def _summed_over_parts(self, operation, y):
+        """The sum over the outputs of part p's ``operation`` (a sum over rows) on its rows'
+        targets, or None where a part with rows gives None."""
+        y = np.asarray(y, dtype=float)
+        total = 0.0
+        for p, rows in self._groups(y.shape[-1]):
+            value = getattr(self._part(p), operation)(y[rows])
+            if value is None:
+                return None
+            total += value
+        return total
+
+    def log_density_bound(self, y):
+        """sum_n max_f log p_{p_n}(y_n | f): each part's bound on its rows, summed (None where a part
+        gives none); ``Model.fit``'s check of a lost evidence.
+
+        Parameters
+        ----------
+        y : ndarray, shape (n,)
+            The rows' targets, coded.
+
+        Returns
+        -------
+        float or None
+        """
+        return self._summed_over_parts("log_density_bound", y)
+
+    def constant_model_log_likelihood(self, y):
+        """The constant model's objective: each part's on its rows, summed (None where a part
+        gives none); ``Model.fit``'s constant-model flag.
+
+        Parameters
+        ----------
+        y : ndarray, shape (n,)
+            The rows' targets, coded.
+
+        Returns
+        -------
+        float or None
+        """
+        return self._summed_over_parts("constant_model_log_likelihood", y)
+
     # Per-row operations.
     def prepare_targets(self, y):
         """Each row's target coded (and checked) by its output's part.
