@@ -47,6 +47,7 @@ from .inputs import check_fit_arguments, validate_inputs
 from .io.files import check_path, sigint_deferred, write_replacing
 from .io.layout import variable_dims
 from .log_posterior import LogPosterior, check_priors
+from .multioutput import output_count, query
 from .io.xarray_import import xarray
 from .methods.common import ConvergenceWarning
 from .posterior import Posterior
@@ -546,7 +547,15 @@ class SampledPosterior:
         observed = xr.Dataset({"y": ("obs", np.asarray(self.y))}, coords={"obs": np.arange(np.size(self.y))})
         if X_new is None:
             return inference_data(posterior=self.draws, sample_stats=self.sample_stats, observed_data=observed)
-        X_new = validate_inputs(X_new, "X_new", self.X.shape[1])
+        P = output_count(self.model.kernel)
+        if P is None:
+            X_new = validate_inputs(X_new, "X_new", self.X.shape[1])
+            points, asked = X_new, None
+        else:
+            # A multi-output run's (n, D) asks for every output: drawn at its long rows, labelled (x_new, output).
+            asked = query(X_new, self.X.shape[1] - 1, P, "SampledPosterior.to_inference_data")
+            points = validate_inputs(X_new, "X_new") if asked.every_output else asked.X
+            X_new = asked.X
         check_seed("SampledPosterior.to_inference_data", seed)
         kept = self.kept_draws(max_draws)
         rng = np.random.default_rng(seed)
@@ -559,19 +568,25 @@ class SampledPosterior:
                 jitter = max(jitter, jitter_s)
         shape = (self.result.lp.shape[0], kept.size)
         f = np.reshape(f, shape + f[0].shape)
-        x_new = {"x_new": np.arange(X_new.shape[0])}
+        x_new = {"x_new": np.arange(points.shape[0])}
         f_dims, f_coords = ("chain", "draw", "x_new"), dict(x_new)
-        if f.ndim == 4:
+        rows, y_shape, y_coords = ("x_new",), shape + (X_new.shape[0],), dict(x_new)
+        if asked is not None and asked.every_output:
+            rows, y_shape = ("x_new", "output"), shape + (points.shape[0], P)
+            f = f.reshape(y_shape)
+            y_coords["output"] = np.arange(P)
+            f_dims, f_coords = f_dims + ("output",), {**f_coords, "output": np.arange(P)}
+        if f.ndim > len(f_dims):                 # K latent functions: a class axis last
             f_coords["class"] = self.model.likelihood.class_labels()
             f_dims += ("class",)
         posterior = self.draws.isel(draw=kept).assign(f_new=(f_dims, f)).assign_coords(f_coords)
         groups = {"posterior": posterior, "sample_stats": self.sample_stats.isel(draw=kept),
                   "observed_data": observed,
-                  "constant_data": xr.Dataset({"X_new": (("x_new", "feature"), X_new)}, coords=x_new)}
+                  "constant_data": xr.Dataset({"X_new": (("x_new", "feature"), points)}, coords=x_new)}
         if omitted is None:
             groups["posterior_predictive"] = xr.Dataset(
-                {"y_new": (("chain", "draw", "x_new"), np.reshape(y, shape + (X_new.shape[0],)))},
-                coords={"chain": posterior["chain"].values, "draw": kept, **x_new})
+                {"y_new": (("chain", "draw") + rows, np.reshape(y, y_shape))},
+                coords={"chain": posterior["chain"].values, "draw": kept, **y_coords})
         else:
             warnings.warn(f"SampledPosterior.to_inference_data: no posterior_predictive group: {omitted}",
                           UserWarning, stacklevel=2)

@@ -544,6 +544,18 @@ def test_sample_takes_the_layouts_as_fit():
     for name in model.parameter_table(X_long).names():
         np.testing.assert_array_equal(draws[0].draws[name], draws[1].draws[name], err_msg=name)
     assert draws[0].predict(X[:2]).f_mean.dims == ("obs", "output")
+    # ArviZ export of the run at new inputs: (n, D) asks for every output, point-major long rows
+    # drawn from the same generator, so the same draws as the long query of those rows.
+    X_new = np.array([[-1.0], [0.5], [1.5]])
+    every = draws[0].to_inference_data(X_new, max_draws=4, seed=3)
+    rows = np.column_stack([np.repeat(X_new, 2, axis=0), np.tile([0.0, 1.0], 3)])
+    each = draws[0].to_inference_data(rows, max_draws=4, seed=3)
+    assert every.posterior["f_new"].dims == ("chain", "draw", "x_new", "output")
+    assert every.posterior["f_new"].shape == (1, 4, 3, 2) and each.posterior["f_new"].shape == (1, 4, 6)
+    np.testing.assert_array_equal(every.posterior["f_new"].values.reshape(1, 4, 6), each.posterior["f_new"].values)
+    np.testing.assert_array_equal(every.posterior_predictive["y_new"].values.reshape(1, 4, 6),
+                                  each.posterior_predictive["y_new"].values)
+    assert every.constant_data["X_new"].shape == (3, 1) and each.constant_data["X_new"].shape == (6, 2)
 
 
 # -- files, ArviZ ------------------------------------------------------------------------------
