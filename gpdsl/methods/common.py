@@ -258,6 +258,28 @@ class PendingEvaluation:
         return self._completed().pseudo_data
 
 
+class RowIndependentExpectations:
+    """Base of the closed-form expectation wrappers of an augmentation (Pólya-Gamma's, the
+    logistic-softmax's), which :mod:`gpdsl.methods.svgp` integrates by in place of the likelihood:
+    one likelihood whose density does not depend on the row."""
+
+    def for_rows(self, X):
+        """These expectations, for any rows (:meth:`gpdsl.likelihoods.Likelihood.for_rows`; the
+        wrapped likelihood's own ``for_rows`` would hand back the likelihood without the
+        augmentation).
+
+        Parameters
+        ----------
+        X : ndarray, shape (n, D)
+            The rows (not read).
+
+        Returns
+        -------
+        same type as self
+        """
+        return self
+
+
 class Shifted:
     """A bound likelihood whose latent input is shifted by a per-row offset o: p(y_n | f_n + o_n),
     the GLM's offset (log exposure for counts).  The per-point operations of the methods see

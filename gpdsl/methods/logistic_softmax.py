@@ -106,7 +106,7 @@ from .._jit.logistic_softmax import ls_expectations, ls_local_terms, ls_local_up
 from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower
 from . import collapsed
-from .common import Evaluation, LocalStateFormat, PredictiveState
+from .common import Evaluation, LocalStateFormat, PredictiveState, RowIndependentExpectations
 
 _BLOCK_DOUBLES = 2 ** 22    # rows per block: the (K, M, rows) stack of L_Bk^-1 A of 32 MB
 # The mean steps (_optimise_means) stop on the change of the means, not on the bound's: F is nearly
@@ -553,7 +553,7 @@ def _collapsed_gradients(kernel, X, codes, Z, L, jit, point, beta, weights, B_in
 # method's optimal q(u_k) at those locals.
 
 
-class LogisticSoftmaxExpectations:
+class LogisticSoftmaxExpectations(RowIndependentExpectations):
     """The closed-form per-row bound of the augmentation at its local optimum, in the multi-latent
     likelihood interface (``variational_expectations(y (n,), mean (n, K), var (n, K))``): what turns a
     K-class SVGP's passes into this method's, as
@@ -572,23 +572,6 @@ class LogisticSoftmaxExpectations:
 
     def __getattr__(self, name):
         return getattr(self.likelihood, name)
-
-    def for_rows(self, X):
-        """These expectations, for any rows: they are the augmentation's of one likelihood, whose
-        density does not depend on the row (:meth:`gpdsl.likelihoods.Likelihood.for_rows`; the
-        wrapped likelihood's own ``for_rows`` would hand back the likelihood without the
-        augmentation).
-
-        Parameters
-        ----------
-        X : ndarray, shape (n, D)
-            The rows (not read).
-
-        Returns
-        -------
-        same type as self
-        """
-        return self
 
     def variational_expectations(self, y, mean, var):
         """(l (n,), dl/dmean (n, K), dl/dvar (n, K), {}): module docstring, l_i.

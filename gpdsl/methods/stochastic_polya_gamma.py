@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit.polya_gamma import pg_theta
+from .common import RowIndependentExpectations
 
 
 def jaakkola_jordan_expectations(y, shifted_mean, var):
@@ -70,7 +71,7 @@ def jaakkola_jordan_expectations(y, shifted_mean, var):
     return half_gap - np.log1p(np.exp(-c)), 0.5 * y - theta * shifted_mean, -0.5 * theta
 
 
-class PolyaGammaExpectations:
+class PolyaGammaExpectations(RowIndependentExpectations):
     """The closed-form expectations (1)-(3) of a ``Bernoulli("logit")`` likelihood, in the
     likelihood interface that :mod:`gpdsl.methods.svgp` integrates by
     (``variational_expectations``): what turns SVGP's passes into the Pólya-Gamma method's.
@@ -89,23 +90,6 @@ class PolyaGammaExpectations:
 
     def __init__(self, likelihood):
         self.likelihood = likelihood
-
-    def for_rows(self, X):
-        """These expectations, for any rows: they are the augmentation's of one likelihood, whose
-        density does not depend on the row (:meth:`gpdsl.likelihoods.Likelihood.for_rows`; the
-        wrapped likelihood's own ``for_rows`` would hand back the likelihood without the
-        augmentation).
-
-        Parameters
-        ----------
-        X : ndarray, shape (n, D)
-            The rows (not read).
-
-        Returns
-        -------
-        same type as self
-        """
-        return self
 
     def variational_expectations(self, y, mean, var):
         """(bound, d_mean, d_var, {bias: d sum_n bound_n / d bias}) for labels y (n,) and
