@@ -330,16 +330,17 @@ def _common_output_count(composite):
     """The parts' common number of outputs (None for parts of one output), or ValueError naming
     two parts that differ: a kernel of several outputs reads X's last column as the output index,
     which a kernel of one output would read as an input feature."""
+    # Each part's count once: a part's own count is its parts' (nested Sums), so asking twice a
+    # level took 2^depth calls (49 nested Sums of a model file never finished).
     counts = [k.output_count for k in composite.kernels]
-    for k in composite.kernels[1:]:
-        if k.output_count != counts[0]:
-            def what(kernel):
-                n = kernel.output_count
+    for k, n in zip(composite.kernels[1:], counts[1:]):
+        if n != counts[0]:
+            def what(kernel, n):
                 return f"{kernel.describe()} ({'one output' if n is None else f'{n} outputs'})"
             raise ValueError(f"{type(composite).__name__}: the parts must all be kernels of the same number of "
-                             f"outputs, got {what(composite.kernels[0])} and {what(k)}; a kernel of several outputs "
-                             f"reads X's last column as the output index, so put a kernel of the inputs inside "
-                             f"it (gd.kernels.ICM(k, P)) rather than beside it")
+                             f"outputs, got {what(composite.kernels[0], counts[0])} and {what(k, n)}; a kernel of "
+                             f"several outputs reads X's last column as the output index, so put a kernel of the "
+                             f"inputs inside it (gd.kernels.ICM(k, P)) rather than beside it")
     return counts[0]
 
 
