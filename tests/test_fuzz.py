@@ -248,8 +248,16 @@ def test_variants_cover_every_supported_pair():
         if form is not None:
             assert {f for _, _, f in forms} == {form}, variant
         built |= forms
-    assert {f"{l} + {i}" for l, i, _ in built} == set(gd.inference.supported_pairs())
-    own = [cls for cls in gd.likelihoods.LIKELIHOODS.values() if cls.__module__.startswith("gpdsl.")]
+    # The fuzz cases draw single-output data; the likelihoods of a multi-output model (an
+    # output_count: OutputGaussian, PerOutput) read the output column of long rows and are checked
+    # by the conformance suite's multi-output pairs and tests/test_multioutput*.py instead (not fuzzed
+    # yet: issue 48's note).
+    multi_output = {name for name, cls in gd.likelihoods.LIKELIHOODS.items()
+                    if any(getattr(v, "output_count", None) for v in cls.variants())}
+    assert {f"{l} + {i}" for l, i, _ in built} == {pair for pair in gd.inference.supported_pairs()
+                                                   if pair.split(" + ")[0] not in multi_output}
+    own = [cls for cls in gd.likelihoods.LIKELIHOODS.values()
+           if cls.__module__.startswith("gpdsl.") and cls.__name__ not in multi_output]
     for name, cls in gd.inference.INFERENCE.items():
         method = cls()
         for likelihood_cls in own:

@@ -291,12 +291,14 @@ def test_probit_derivatives_match_mpmath_from_z_minus_1e3_to_40():
 def test_every_likelihood_with_a_density_is_covered():
     """gpdsl.testing runs the limits check on every registered likelihood of one latent function
     with a density; only those without a density of their own (a per-row noise model) or of
-    several latent functions (Categorical: its own check below) are left out."""
+    several latent functions (Categorical: its own check below) are left out; OutputGaussian is a
+    noise model of the output column as HeteroscedasticGaussian is of x."""
+    noise_models = {"HeteroscedasticGaussian", "OutputGaussian"}
     left_out = {type(v).__name__ for cls in gt.registered(Likelihood) for v in cls.variants()
                 if gt.check_likelihood_limits not in gt.likelihood_checks(v)}
-    assert left_out <= {"HeteroscedasticGaussian", "Categorical"}, left_out
+    assert left_out <= noise_models | {"Categorical"}, left_out
     assert all(not _has_density(v) for cls in gt.registered(Likelihood) for v in cls.variants()
-               if type(v).__name__ == "HeteroscedasticGaussian")
+               if type(v).__name__ in noise_models)
 
 
 @pytest.mark.parametrize("likelihood", LIMIT_CASES)

@@ -38,6 +38,10 @@ class GPflowProbit:
     (gpflow.likelihoods.utils), a floor that gpdsl's Bernoulli does not have.  Expectations by the
     oracle's 200-point Gauss-Hermite rule, labels +-1; only the value is used."""
 
+    def for_rows(self, X):
+        # The same density at every row (the likelihood interface's hook, which SVGP's pass calls).
+        return self
+
     def variational_expectations(self, y, mean, var):
         nodes, weights = np.polynomial.hermite_e.hermegauss(200)
         f = mean[:, None] + np.sqrt(var)[:, None] * nodes[None, :]

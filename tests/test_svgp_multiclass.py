@@ -204,6 +204,10 @@ class _ClippedCurvature:
     def __init__(self, likelihood):
         self.likelihood, self.n_latent = likelihood, likelihood.n_latent
 
+    def for_rows(self, X):
+        # The same density at every row (the likelihood interface's hook, which SVGP's pass calls).
+        return self
+
     def variational_expectations(self, y, mean, var):
         ve, g, d, grads = self.likelihood.variational_expectations(y, mean, var)
         return ve, g, np.minimum(d, 0.0), grads
