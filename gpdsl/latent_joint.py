@@ -201,13 +201,13 @@ class JointLogPosterior(LogPosterior):
         Returns
         -------
         gpdsl.methods.common.PredictiveState
-            Z = X, chol L, whitened weights v = L^-1 (f - m), correction I; q(f) the point mass at f
-            (q_cov 0).
+            Z = X, chol L, whitened weights v = L^-1 (f - m), correction I (None, not stored); q(f)
+            the point mass at f (q_cov 0).
         """
         u, v = self.split(w)
         _, _, L, m = self._factor(self.table.unpack(u))
         n = v.size
-        return PredictiveState(Z=self.X, weights=v.copy(), correction=np.eye(n), q_mean=m + L @ v,
+        return PredictiveState(Z=self.X, weights=v.copy(), correction=None, q_mean=m + L @ v,
                                q_cov=np.zeros((n, n)), chol=L)
 
     def posterior(self, w):

@@ -85,10 +85,12 @@ class Posterior:
         The fitted model's declaration.
     values : dict of str to array_like
         The fitted natural hyperparameters by name (``"kernel.lengthscale"``, ...).
-    state : gpdsl.methods.common.PredictiveState
+    state : gpdsl.methods.common.PredictiveState or gpdsl.methods.kronecker_state.KroneckerState
         What prediction needs: Z (M, D), whitened weights (M,) and correction (M, M), q(u), the
         Cholesky factor (M, M), or one a latent function (K, M, M) for a kernel of K outputs
-        (:class:`gpdsl.kernels.Separate`).
+        (:class:`gpdsl.kernels.Separate`); or the Kronecker factors of Exact's Kronecker path.
+        Prediction asks it only for its whitened basis, weights and correction
+        (:class:`gpdsl.methods.common.WhitenedPrediction`), a save for its ``saved_arrays``.
     log_evidence : float or callable
         The exact LML (Exact), the collapsed bound (VFE, Titsias (2009) eq. 16), FITC's
         approximate LML, EP's approximation (EP, and QP, whose hyperparameters maximise EP's
@@ -260,7 +262,8 @@ class Posterior:
         For a Dask X_new (or an xarray object backed by one) they are lazily evaluated Dask
         arrays, one task per row block of X_new.
 
-        With b_* = L^-1 K_z* (L the state's Cholesky factor): mean m(x_*) + b_*^T weights and
+        With b_* = L^-1 K_z* (L the state's Cholesky factor; the Kronecker form's W^T K_z*,
+        :mod:`gpdsl.methods.kronecker_state`): mean m(x_*) + b_*^T weights and
         variance k_** - b_*^T correction b_* (:class:`gpdsl.methods.common.PredictiveState`;
         with a kernel per latent function, latent function k's own L_k, K^k_z* and k^k_**);
         for VFE this is Titsias (2009) eq. 17's phi(f_m) carried to f_*.  One additive part f_c
@@ -394,8 +397,8 @@ class Posterior:
             b = state.basis(kernel.gram(state.Z, X_new))
             if self.n_latent > 1:
                 return state.mean(b), self._class_covariance(kernel.gram(X_new, X_new), b)
-            cov = kernel.gram(X_new, X_new) - b.T @ state.correction @ b
-        mean, cov = self._data_units(state.mean(b) + self._prior_mean(X_new), 0.5 * (cov + cov.T), X_new)
+            cov = state.covariance(b, kernel.gram(X_new, X_new))
+        mean, cov = self._data_units(state.mean(b) + self._prior_mean(X_new), cov, X_new)
         return q.wide(mean), q.wide_cov(cov)
 
     def _class_covariance(self, prior, b):
@@ -722,16 +725,12 @@ class Posterior:
 
         state = self.state
         m, d = state.Z.shape
-        layout = model_layout(self.model)
+        layout = model_layout(self.model, state.form)
         # Kept so that a loaded posterior predicts with the very same arithmetic.  The whitened
         # state has its own names, so that a reader that knows only the natural-basis ones of
-        # earlier versions fails on it rather than predicting with it.
-        arrays = {"Z": state.Z, "q_mean": state.q_mean, "q_cov": state.q_cov, "predictive_whitened_weights": state.weights,
-                  "predictive_whitened_correction": state.correction, "predictive_chol": state.chol}
-        if state.coupling is not None:
-            arrays["predictive_whitened_coupling"] = state.coupling
+        # earlier versions fails on it rather than predicting with it; so has the Kronecker form's.
         dims = {**layout["common"].variables, **layout["whitened"].variables, **layout["coupling"].variables}
-        data = {name: (dims[name][0], value) for name, value in arrays.items()}
+        data = {name: (dims[name][0], value) for name, value in state.saved_arrays().items()}
         try:
             declared = {e.name: e.dims for e in hyperparameter_entries(self.model, state.Z)}
         except ValueError:
@@ -789,12 +788,18 @@ class Posterior:
             **selection_attrs,
             **scaling_attrs,
         }
-        coords = {"inducing": np.arange(m), "inducing_bis": np.arange(m), "feature": np.arange(d)}
+        # "inducing_bis" only where the state has (M, M) arrays (not the Kronecker form).
+        coords = {name: np.arange(m) for name in ("inducing", "inducing_bis") if name in layout["common"].variables}
+        coords["feature"] = np.arange(d)
         if self.n_latent > 1:
             coords["class"] = np.arange(self.n_latent)
         if self.output_count is not None:
             # Z's long columns, the D inputs of the hyperparameters' dims, the outputs (B's W, kappa).
             coords.update(column=np.arange(d), feature=np.arange(d - 1), output=np.arange(self.output_count))
+        # The state's own index dimensions (the Kronecker form's eigenbases), sized by its arrays.
+        sizes = {dim: size for dims_, value in data.values() for dim, size in zip(dims_, np.shape(value))}
+        coords.update({name: np.arange(sizes[name]) for name, (_, kind) in layout["whitened"].variables.items()
+                       if kind == "index"})
         ds = xr.Dataset(data, coords=coords, attrs=attrs)
         ds.attrs["checksum"] = checksum(ds)
         return ds

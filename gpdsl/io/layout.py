@@ -194,25 +194,59 @@ OUTPUT_LAYOUT = {
                              "standardization_y_scale": (("output",), "float")}, {}),
     "output": Part({"output": (("output",), "index")}, {}),
 }
+# The Kronecker form of a multi-output Exact fit's predictive state
+# (gpdsl.methods.kronecker_state.KroneckerState): no q_cov, correction or Cholesky factor, each
+# (N P, N P), but the factors they come from -- the noise variance of each output, the
+# eigenvectors (columns) and eigenvalues of B~ = D^-1/2 B D^-1/2 over "output" x "output_eigen",
+# and of K_x over "point" x "point_eigen" (the N inputs of the grid) -- beside the whitened weights.
+# It replaces OUTPUT_LAYOUT's "common" (without q_cov and "inducing_bis") and LAYOUT's "whitened";
+# a reader that knows only those refuses such a file (q_cov missing) rather than misreading it.
+KRONECKER_LAYOUT = {
+    "common": Part({name: rule for name, rule in OUTPUT_LAYOUT["common"].variables.items()
+                    if name not in ("q_cov", "inducing_bis")}, LAYOUT["common"].attributes),
+    "whitened": Part({"predictive_whitened_weights": (("inducing",), "float"),
+                      "output_eigen": (("output_eigen",), "index"), "point": (("point",), "index"),
+                      "point_eigen": (("point_eigen",), "index"),
+                      "predictive_kronecker_noise": (("output",), "float"),
+                      "predictive_kronecker_output_vectors": (("output", "output_eigen"), "float"),
+                      "predictive_kronecker_output_values": (("output_eigen",), "float"),
+                      "predictive_kronecker_input_vectors": (("point", "point_eigen"), "float"),
+                      "predictive_kronecker_input_values": (("point_eigen",), "float")}, {}),
+}
+# The forms of a predictive state (its ``form``) and the parts each replaces.
+STATE_FORMS = {"whitened": {}, "kronecker": KRONECKER_LAYOUT}
 
 
-def model_layout(model):
+def model_layout(model, form="whitened"):
     """The parts a posterior of ``model`` is written in: :data:`LAYOUT`, with :data:`CLASS_LAYOUT`'s
     for a likelihood of K > 1 latent functions, and :data:`SEPARATE_WHITENED` for a kernel of K
     outputs (one Cholesky factor a latent function: ``PredictiveState.chol`` (K, M, M)); a
-    multi-output kernel's (``output_count`` P), :data:`OUTPUT_LAYOUT`'s.
+    multi-output kernel's (``output_count`` P), :data:`OUTPUT_LAYOUT`'s, and with the state
+    ``form`` "kronecker" :data:`KRONECKER_LAYOUT`'s.
 
     Parameters
     ----------
     model : gpdsl.Model
         The posterior's model.
+    form : {"whitened", "kronecker"}, default "whitened"
+        The ``form`` of the posterior's predictive state (a key of :data:`STATE_FORMS`).
 
     Returns
     -------
     dict of str to Part
+
+    Raises
+    ------
+    ValueError
+        An unknown ``form``, or "kronecker" for a model whose kernel has no outputs.
     """
+    if form not in STATE_FORMS:
+        raise ValueError(f"model_layout: form must be one of {sorted(STATE_FORMS)}, got {form!r}")
     if getattr(model.kernel, "output_count", None) is not None:
-        return {**LAYOUT, **OUTPUT_LAYOUT}
+        return {**LAYOUT, **OUTPUT_LAYOUT, **STATE_FORMS[form]}
+    if form != "whitened":
+        raise ValueError(f"model_layout: a {form!r} predictive state needs a multi-output kernel, and the model's "
+                         f"kernel is {model.kernel.describe()}")
     if model.likelihood.n_latent == 1:
         return LAYOUT
     # The kernel's number of outputs, not the state, decides: a reader has only the model.
@@ -221,4 +255,5 @@ def model_layout(model):
 
 
 __all__ = ["FORMAT_VERSION", "HYPERPARAMETERS_SINCE", "PosteriorFileError", "checksum", "hyperparameter_entries", "variable_dims", "LAYOUT",
-           "CLASS_LAYOUT", "SEPARATE_WHITENED", "OUTPUT_LAYOUT", "OPTIONAL_PARTS", "model_layout"]
+           "CLASS_LAYOUT", "SEPARATE_WHITENED", "OUTPUT_LAYOUT", "KRONECKER_LAYOUT", "STATE_FORMS", "OPTIONAL_PARTS",
+           "model_layout"]

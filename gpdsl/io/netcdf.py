@@ -20,13 +20,17 @@ from ..components import UntrustedTypeError, trusted_modules
 from ..diagnostics import FitDiagnostics
 from ..inducing import Selection
 from ..methods.common import PredictiveState
+from ..methods.kronecker_state import KroneckerState
 from ..model import Model
 from ..posterior import FitRecord, Posterior
 from ..scaling import Standardization
 from .files import check_path
 from .xarray_import import xarray
-from .layout import (FORMAT_VERSION, HYPERPARAMETERS_SINCE, LAYOUT, OPTIONAL_PARTS, Part, PosteriorFileError, checksum,
-                     hyperparameter_entries, model_layout, variable_dims)
+from .layout import (FORMAT_VERSION, HYPERPARAMETERS_SINCE, KRONECKER_LAYOUT, LAYOUT, OPTIONAL_PARTS, Part,
+                     PosteriorFileError, checksum, hyperparameter_entries, model_layout, variable_dims)
+
+# The predictive state of each form (gpdsl.io.layout.STATE_FORMS), rebuilt by its ``from_saved``.
+_STATES = {"whitened": PredictiveState, "kronecker": KroneckerState}
 
 
 def _error(source, item, problem):
@@ -126,13 +130,11 @@ def load(path, *, trust=None):
 
 def _posterior_from(ds, source, trust):
     """The :class:`Posterior` in ``ds`` (read from ``source``), after :func:`_validated`."""
-    model, local, names, held = _validated(ds, source, trust)
-    state = PredictiveState(Z=ds["Z"].values, weights=ds["predictive_whitened_weights"].values,
-                            correction=ds["predictive_whitened_correction"].values,
-                            q_mean=ds["q_mean"].values, q_cov=ds["q_cov"].values,
-                            chol=ds["predictive_chol"].values,
-                            coupling=ds["predictive_whitened_coupling"].values
-                            if "predictive_whitened_coupling" in ds else None)
+    model, local, names, held, form = _validated(ds, source, trust)
+    try:
+        state = _STATES[form].from_saved({name: variable.values for name, variable in ds.variables.items()})
+    except ValueError as err:       # the Kronecker factors' shapes and noise (KroneckerState's checks)
+        raise _error(source, "variables 'predictive_kronecker_*'", str(err)) from err
     sites, total_sweeps = local.load(ds) if local is not None else (None, 0)
     selection = None
     if "selected_index" in ds:
@@ -193,7 +195,9 @@ def _standardization(ds, source):
 def _validated(ds, source, trust):
     """Check ``ds`` as :func:`from_xarray` describes; return ``(model, its LocalStateFormat or
     None, the names of the hyperparameters in ds, {name: declared value} of those the model gained
-    after the file's version (layout.HYPERPARAMETERS_SINCE))`` or raise :class:`PosteriorFileError`."""
+    after the file's version (layout.HYPERPARAMETERS_SINCE), the predictive state's form (a key of
+    layout.STATE_FORMS: "kronecker" where a variable of the Kronecker form is there))`` or raise
+    :class:`PosteriorFileError`."""
     attrs = ds.attrs
     version = attrs.get("format_version")
     if version is None:
@@ -217,7 +221,15 @@ def _validated(ds, source, trust):
     except (TypeError, ValueError, KeyError) as err:
         raise _error(source, "attribute 'model_spec'", f"does not describe a model: {err}") from err
     local = model.inference.local_state_for(model.likelihood)
-    layout = {**model_layout(model),
+    # The form is what the file holds: a variable of the Kronecker form's own makes it that form.
+    kronecker = sorted((set(KRONECKER_LAYOUT["whitened"].variables) - set(LAYOUT["whitened"].variables))
+                       & set(ds.variables))
+    form = "kronecker" if kronecker else "whitened"
+    try:
+        state_layout = model_layout(model, form)
+    except ValueError as err:
+        raise _error(source, f"variable {kronecker[0]!r}", f"unexpected: {err}") from err
+    layout = {**state_layout,
               **({local.name: Part(local.variables, local.attributes)} if local is not None else {})}
     # Version 2 added the fit's record ("diagnostics"); a version-1 file has none.
     parts = (["common", "whitened"] + (["diagnostics"] if version >= 2 else [])
@@ -250,7 +262,7 @@ def _validated(ds, source, trust):
     for name, (dims, kind) in expected_vars.items():
         _variable(ds, source, name, dims, kind)
     m = ds.sizes["inducing"]
-    if ds.sizes["inducing_bis"] != m:
+    if "inducing_bis" in expected_vars and ds.sizes["inducing_bis"] != m:
         raise _error(source, "dimension 'inducing_bis'", f"has size {ds.sizes['inducing_bis']}, expected {m} "
                      "(the size of 'inducing')")
     if attrs["M"] != m:
@@ -289,7 +301,7 @@ def _validated(ds, source, trust):
         if unknown:
             raise _error(source, f"attribute {name!r}",
                          f"names {unknown!r}, which are not hyperparameters of this model")
-    return model, local, names, held
+    return model, local, names, held, form
 
 
 def _hyperparameter_entries(model, Z, source):

@@ -12,59 +12,19 @@ from ..likelihoods import Gaussian, HeteroscedasticGaussian
 from ..linalg import whiten
 
 
-@dataclass
-class PredictiveState:
-    """What prediction needs, in one form for every Gaussian method.
+class WhitenedPrediction:
+    """The predictive algebra every predictive state shares, over the whitened basis its
+    ``basis`` gives: with b_* = basis(K_z*) (M, n) at n new points,
 
-    With b_* = chol^-1 K_z*: f_* | y ~ N(b_*^T weights, k_** - b_*^T correction b_*).
+        mean_* = b_*^T weights,        cov_* = k_** - b_*^T correction b_*,
 
-    * Sparse methods: Z are the inducing inputs, ``chol`` the Cholesky factor L of K_uu (+ the
-      jitter used) and the whitened ``weights = B^-1 L^-1 K_uf Lambda^-1 y``,
-      ``correction = I - B^-1`` with B = I + L^-1 K_uf Lambda^-1 K_fu L^-T (thesis eq. C.2 for
-      PGPR).  In the natural basis these are Sigma^-1 K_uf Lambda^-1 y and K_uu^-1 - Sigma^-1,
-      whose entries grow as cond(K_uu) while the predictions do not: at the near-linear
-      optimum of twonorm (cond K_uu ~ 1e16) that form lost every digit of the variance.
-    * Exact GP (and dense EP / QP, through their pseudo-regression): Z = X, ``chol`` the Cholesky
-      factor L of K + Lambda, ``weights = L^-1 y`` and ``correction = I``, so that
-      var_* = k_** - |b_*|^2 never exceeds the prior variance (the natural form k_*^T (K + Lambda)^-1 k_*
-      reached 1000x the kernel variance once the fitted noise fell to ~1e-29).
-
-    ``q_mean`` (M,) and ``q_cov`` (M, M) are the Gaussian q(u) (for Exact: the posterior of f at X).
-
-    Parameters
-    ----------
-    Z : ndarray, shape (M, D)
-        Inducing inputs (X for the dense methods, M = N).
-    weights : ndarray, shape (M,)
-        Whitened predictive weights.
-    correction : ndarray, shape (M, M)
-        Whitened variance correction (I - B^-1, or I for the dense methods).
-    q_mean : ndarray, shape (M,)
-        Mean of q(u).
-    q_cov : ndarray, shape (M, M)
-        Covariance of q(u).
-    chol : ndarray, shape (M, M), or (K, M, M)
-        Lower Cholesky factor L that whitens K_z*; K latent functions with one kernel each
-        (:class:`gpdsl.kernels.Separate`): one factor L_k a latent function.
-    coupling : ndarray, shape (K, M, M), or None
-        K latent functions only, where the posterior couples them (multi-class Laplace).
-
-    With K latent functions (a K-class likelihood) ``weights`` is (M, K), ``correction``,
-    ``q_cov`` are (K, M, M) and ``q_mean`` (M, K), one per latent function sharing Z; the
-    latent functions at a point are independent unless ``coupling`` is given, whose rows
-    G_k b_* give the cross-covariances: cov_*(k, k') = delta_kk' (k_** - b_*^T correction[k] b_*)
-    + (G_k b_*)^T (G_k' b_*).  A shared kernel has one ``chol`` (M, M) and one basis b_* (M, n)
-    for all K; a kernel per latent function has ``chol`` (K, M, M), and latent function k's
-    weights, correction, q and coupling are in its own basis b_*k = L_k^-1 K^k_z* (K, M, n).
+    where a ``correction`` of None stands for the identity I (the dense methods' and the Kronecker
+    state's, single latent function only), so that cov_* = k_** - b_*^T b_* without an (M, M) array.
+    A state provides ``weights`` (M,) or (M, K), ``correction``, ``coupling`` (or None) and
+    ``basis``; :class:`PredictiveState` and :class:`gpdsl.methods.kronecker_state.KroneckerState`
+    differ only in the basis (a triangular solve with a Cholesky factor, or the Kronecker
+    eigenbases) and in what they store.
     """
-
-    Z: np.ndarray
-    weights: np.ndarray
-    correction: np.ndarray
-    q_mean: np.ndarray
-    q_cov: np.ndarray
-    chol: np.ndarray
-    coupling: np.ndarray | None = None
 
     @property
     def n_latent(self):
@@ -91,7 +51,7 @@ class PredictiveState:
         Parameters
         ----------
         b : ndarray, shape (M, n), or (K, M, n) with one factor a latent function
-            The whitened basis b_* = chol^-1 K_z* (:meth:`basis`).
+            The whitened basis (:meth:`basis`).
         prior_var : ndarray, shape (n,), or (K, n) with one kernel a latent function
             The prior variances k_**.
         full : bool, default False
@@ -105,7 +65,8 @@ class PredictiveState:
         """
         mean = self.mean(b)
         if self.n_latent == 1:
-            return mean, np.maximum(prior_var - np.einsum("ij,ij->j", b, self.correction @ b), 0.0)
+            corrected = b if self.correction is None else self.correction @ b
+            return mean, np.maximum(prior_var - np.einsum("ij,ij->j", b, corrected), 0.0)
         prior = prior_var.T if prior_var.ndim == 2 else prior_var[:, None]
         if b.ndim == 3:
             # Batched products: one GEMM a latent function, where a four-index einsum would loop.
@@ -120,6 +81,83 @@ class PredictiveState:
         idx = np.arange(self.n_latent)
         cov[:, idx, idx] = np.maximum(cov[:, idx, idx] + var, 0.0)
         return mean, (cov if full else cov[:, idx, idx].copy())
+
+    def covariance(self, b, prior):
+        """The joint latent predictive covariance k_** - b_*^T correction b_* of one latent
+        function at n points of whitened basis b, symmetrised.
+
+        Parameters
+        ----------
+        b : ndarray, shape (M, n)
+            The whitened basis (:meth:`basis`).
+        prior : ndarray, shape (n, n)
+            The prior covariance K_** of the n points.
+
+        Returns
+        -------
+        ndarray, shape (n, n)
+        """
+        cov = prior - (b.T @ b if self.correction is None else b.T @ self.correction @ b)
+        return 0.5 * (cov + cov.T)
+
+
+@dataclass
+class PredictiveState(WhitenedPrediction):
+    """What prediction needs, in one form for every Gaussian method.
+
+    With b_* = chol^-1 K_z*: f_* | y ~ N(b_*^T weights, k_** - b_*^T correction b_*)
+    (:class:`WhitenedPrediction`).
+
+    * Sparse methods: Z are the inducing inputs, ``chol`` the Cholesky factor L of K_uu (+ the
+      jitter used) and the whitened ``weights = B^-1 L^-1 K_uf Lambda^-1 y``,
+      ``correction = I - B^-1`` with B = I + L^-1 K_uf Lambda^-1 K_fu L^-T (thesis eq. C.2 for
+      PGPR).  In the natural basis these are Sigma^-1 K_uf Lambda^-1 y and K_uu^-1 - Sigma^-1,
+      whose entries grow as cond(K_uu) while the predictions do not: at the near-linear
+      optimum of twonorm (cond K_uu ~ 1e16) that form lost every digit of the variance.
+    * Exact GP (and dense EP / QP, through their pseudo-regression): Z = X, ``chol`` the Cholesky
+      factor L of K + Lambda, ``weights = L^-1 y`` and ``correction`` None (the identity, not
+      stored), so that var_* = k_** - |b_*|^2 never exceeds the prior variance (the natural form
+      k_*^T (K + Lambda)^-1 k_* reached 1000x the kernel variance once the fitted noise fell to ~1e-29).
+
+    ``q_mean`` (M,) and ``q_cov`` (M, M) are the Gaussian q(u) (for Exact: the posterior of f at X).
+
+    Parameters
+    ----------
+    Z : ndarray, shape (M, D)
+        Inducing inputs (X for the dense methods, M = N).
+    weights : ndarray, shape (M,)
+        Whitened predictive weights.
+    correction : ndarray, shape (M, M), or None
+        Whitened variance correction (I - B^-1); None for the identity (one latent function only).
+    q_mean : ndarray, shape (M,)
+        Mean of q(u).
+    q_cov : ndarray, shape (M, M)
+        Covariance of q(u).
+    chol : ndarray, shape (M, M), or (K, M, M)
+        Lower Cholesky factor L that whitens K_z*; K latent functions with one kernel each
+        (:class:`gpdsl.kernels.Separate`): one factor L_k a latent function.
+    coupling : ndarray, shape (K, M, M), or None
+        K latent functions only, where the posterior couples them (multi-class Laplace).
+
+    With K latent functions (a K-class likelihood) ``weights`` is (M, K), ``correction``,
+    ``q_cov`` are (K, M, M) and ``q_mean`` (M, K), one per latent function sharing Z; the
+    latent functions at a point are independent unless ``coupling`` is given, whose rows
+    G_k b_* give the cross-covariances: cov_*(k, k') = delta_kk' (k_** - b_*^T correction[k] b_*)
+    + (G_k b_*)^T (G_k' b_*).  A shared kernel has one ``chol`` (M, M) and one basis b_* (M, n)
+    for all K; a kernel per latent function has ``chol`` (K, M, M), and latent function k's
+    weights, correction, q and coupling are in its own basis b_*k = L_k^-1 K^k_z* (K, M, n).
+    """
+
+    Z: np.ndarray
+    weights: np.ndarray
+    correction: np.ndarray | None
+    q_mean: np.ndarray
+    q_cov: np.ndarray
+    chol: np.ndarray
+    coupling: np.ndarray | None = None
+
+    # The layout part of its file variables (gpdsl.io.layout.model_layout's ``form``).
+    form = "whitened"
 
     def basis(self, Kzs):
         """The whitened basis b_* = chol^-1 K_z*, one a latent function where ``chol`` is.
@@ -146,6 +184,52 @@ class PredictiveState:
         want = "(M, n)" if self.chol.ndim == 2 else f"({len(self.chol)}, M, n)"
         raise ValueError(f"PredictiveState.basis: Kzs must have shape {want} for chol of shape {self.chol.shape}, "
                          f"got shape {np.shape(Kzs)} (a kernel of another number of latent functions)")
+
+    def saved_arrays(self):
+        """The arrays a posterior file holds of this state, by variable name
+        (:data:`gpdsl.io.layout.LAYOUT`'s "common" and "whitened" parts, and "coupling").
+
+        A ``correction`` of None is written as the identity (M, M) it stands for, so that the file
+        is the one every earlier version wrote and reads.
+
+        Returns
+        -------
+        dict of str to ndarray
+        """
+        correction = np.eye(self.weights.shape[0]) if self.correction is None else self.correction
+        arrays = {"Z": self.Z, "q_mean": self.q_mean, "q_cov": self.q_cov, "predictive_whitened_weights": self.weights,
+                  "predictive_whitened_correction": correction, "predictive_chol": self.chol}
+        if self.coupling is not None:
+            arrays["predictive_whitened_coupling"] = self.coupling
+        return arrays
+
+    @classmethod
+    def from_saved(cls, arrays):
+        """The state of :meth:`saved_arrays` (a file's variables, checked by :func:`gpdsl.load`).
+
+        A correction (M, M) that is exactly the identity becomes None again: it predicts the very
+        same numbers (I b = b in floating point) without the M^2 array.
+
+        Parameters
+        ----------
+        arrays : mapping of str to ndarray
+            By variable name, as :meth:`saved_arrays` names them.
+
+        Returns
+        -------
+        PredictiveState
+        """
+        correction = arrays["predictive_whitened_correction"]
+        if correction.ndim == 2 and _is_identity(correction):
+            correction = None
+        return cls(Z=arrays["Z"], weights=arrays["predictive_whitened_weights"], correction=correction,
+                   q_mean=arrays["q_mean"], q_cov=arrays["q_cov"], chol=arrays["predictive_chol"],
+                   coupling=arrays.get("predictive_whitened_coupling"))
+
+
+def _is_identity(A):
+    """Whether the square matrix A is exactly the identity (one pass, no identity formed)."""
+    return np.count_nonzero(A) == A.shape[0] and bool(np.all(np.diagonal(A) == 1.0))
 
 
 @dataclass

@@ -10,10 +10,11 @@ noise is one value d_p per output block (Lambda = D kron I_N), the same log evid
 come from the eigendecompositions of the P x P and N x N factors, O(N^3 + P^3) rather than
 O((N P)^3), with the N P x N P matrix never formed (Saatci (2012), ch. 5; Bonilla et al. (2008)):
 :func:`_kronecker`.  It is taken when the jitter is left to the ladder and the whitened K is
-well conditioned; otherwise the general path runs.  A predictive state still needs the Cholesky
-factor of the N P x N P matrix K, which prediction whitens with (one (N P)^3 / 3 factorisation
-at a fit's end), but its posterior covariance at X comes from the factors
-(:func:`_kronecker_state`), where the general path takes three (N P)^3 products.
+well conditioned; otherwise the general path runs.  Its predictive state keeps the factors
+(:class:`gpdsl.methods.kronecker_state.KroneckerState`: eigenvectors and eigenvalues of the
+P x P and N x N factors, the whitened weights and q_mean), so that no N P x N P array is formed
+from the fit through prediction, saving and loading; the general path's state holds the
+Cholesky factor of K and the posterior covariance at X, (N P)^2 each.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from .. import threads
 from ..chunks import add_partial
 from ..linalg import cholesky, inverse_from_cholesky, jitter_adjoint, solve_lower
 from .common import Evaluation, PredictiveState
+from .kronecker_state import KroneckerState
 
 _LOG_2PI = np.log(2.0 * np.pi)
 # The Kronecker path's largest condition number of the whitened K (B~ kron K_x + I): beyond it the
@@ -57,8 +59,8 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, jitter=None, chunk_size=None,
     need_grad : bool, default True
         Compute the gradients (kernel and noise hyperparameters).
     need_state : bool, default False
-        Build the predictive state (Z = X; on the Kronecker path from the factors but for the
-        Cholesky factor of K).
+        Build the predictive state (Z = X; on the Kronecker path a
+        :class:`~gpdsl.methods.kronecker_state.KroneckerState`, of the factors).
     offset_grad : bool, default False
         ``y`` is y - o for a latent offset o: with ``need_grad``, also ``grads["offset"]``,
         d log p / d o = alpha = K^-1 (y - o).
@@ -103,15 +105,15 @@ def _kronecker(kernel, likelihood, X, y, need_grad, need_state, offset_grad):
         g[pi] = 1/2 (A_pi^2 - sum_ak U~_pa^2 w_ak V_ik^2).
 
     G_B and G_x go to ``kernel.kronecker_vjp``, g to ``likelihood.noise_vjp`` (a noise of one
-    value an output block, checked on ``likelihood.noise(X)``).  The predictive state is
-    :func:`_kronecker_state`'s.
+    value an output block, checked on ``likelihood.noise(X)``).  The predictive state is a
+    :class:`~gpdsl.methods.kronecker_state.KroneckerState` of the factors, with q_mean = K_ff alpha =
+    vec(B A K_x).
 
     Returns
     -------
     gpdsl.methods.common.Evaluation or None
         None where the kernel gives no factors at X, the noise varies within an output block or
-        is not positive, the whitened K's condition number exceeds
-        :data:`KRONECKER_MAX_CONDITION`, or (``need_state``) the Cholesky factor of K needs a jitter.
+        is not positive, or the whitened K's condition number exceeds :data:`KRONECKER_MAX_CONDITION`.
     """
     factors = kernel.kronecker_factors(X)
     if factors is None:
@@ -138,9 +140,7 @@ def _kronecker(kernel, likelihood, X, y, need_grad, need_state, offset_grad):
     w = 1.0 / E
     state = None
     if need_state:
-        state = _kronecker_state(X, B, K_x, noise, y, A, np.sqrt(d)[:, None] * U, lam, s, V, w)
-        if state is None:
-            return None
+        state = KroneckerState.from_targets(X, y, (B @ A @ K_x).ravel(), d, U, lam, V, s)
     grads = {}
     if need_grad:
         G_B = 0.5 * (A @ K_x @ A.T - (U_t * (w @ s)) @ U_t.T)
@@ -151,38 +151,6 @@ def _kronecker(kernel, likelihood, X, y, need_grad, need_state, offset_grad):
             grads["offset"] = A.ravel()
     return Evaluation(log_evidence=float(F), grads=grads, dZ=None, jitter=0.0, state=state,
                       pseudo_data=(1.0 / noise, y / noise))
-
-
-def _kronecker_state(X, B, K_x, noise, y, A, U_bar, lam, s, V, w):
-    """The general path's predictive state from the Kronecker factors (:func:`_kronecker`'s
-    notation, U^- = D^1/2 U): the Cholesky factor L of K = B kron K_x + diag(noise), which
-    prediction whitens with (one (N P)^3 / 3 factorisation), weights L^-1 y, and
-
-        q_mean = K_ff alpha = vec(B A K_x),
-        q_cov = K_ff - K_ff K^-1 K_ff = sum_a (U^-_a U^-_a^T) kron (V diag(lambda_a s w_a) V^T),
-
-    since K_ff = (U^- kron V) diag(lambda s) (U^- kron V)^T and K the same with lambda s + 1: each
-    eigenvalue lambda s / (lambda s + 1) of the posterior covariance in [0, 1), where the general
-    path forms K_ff - (L^-1 K_ff)^T (L^-1 K_ff) at three (N P)^3 products.
-
-    Returns
-    -------
-    gpdsl.methods.common.PredictiveState or None
-        Z = X; None where the Cholesky factor of K needs a jitter (the general path's ladder then runs).
-    """
-    P, N = A.shape
-    n = P * N
-    K = np.kron(B, K_x)
-    K[np.diag_indices(n)] += noise
-    L, jit = cholesky(K, None, what="K_ff + noise")
-    if jit:
-        return None
-    T = np.stack([(V * (lam[a] * s * w[a])) @ V.T for a in range(P)])            # (P, N, N)
-    pairs = (U_bar[:, None, :] * U_bar[None, :, :]).reshape(P * P, P)            # [(p, q), a]
-    q_cov = K                                           # its memory: K is factorised
-    q_cov.reshape(P, N, P, N)[...] = (pairs @ T.reshape(P, N * N)).reshape(P, P, N, N).transpose(0, 2, 1, 3)
-    return PredictiveState(Z=X, weights=solve_lower(L, y), correction=np.eye(n), q_mean=(B @ A @ K_x).ravel(),
-                           q_cov=0.5 * (q_cov + q_cov.T), chol=L)
 
 
 def _evaluate(kernel, likelihood, X, y, jitter, need_grad, need_state, offset_grad):
@@ -208,7 +176,8 @@ def _evaluate(kernel, likelihood, X, y, jitter, need_grad, need_state, offset_gr
         # kernel variance) once the fitted noise fell to ~1e-29 and cond(K) to ~1e17.
         A = solve_lower(L, Kff)
         q_cov = Kff - A.T @ A
-        state = PredictiveState(Z=X, weights=solve_lower(L, y), correction=np.eye(n), q_mean=Kff @ alpha,
+        # correction None: the identity, not stored (PredictiveState).
+        state = PredictiveState(Z=X, weights=solve_lower(L, y), correction=None, q_mean=Kff @ alpha,
                                 q_cov=0.5 * (q_cov + q_cov.T), chol=L)
     return Evaluation(log_evidence=float(F), grads=grads, dZ=None, jitter=jit, state=state,
                       pseudo_data=(1.0 / noise, y / noise))
