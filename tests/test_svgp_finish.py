@@ -99,11 +99,12 @@ def test_a_softmax_minibatch_fit_finishes_at_the_full_batch_optimum():
     names the finish), and that point is the full-batch SVGP fit's optimum (fitted from the
     declared start, q moved by natural steps at every L-BFGS-B evaluation).  Measured: the finish
     -194.645 after 218 evaluations (largest gradient 0.26 against the tolerance 1e-3 N = 0.3; q
-    carried in u-space; -194.672 after 284 with whitened q held), the full-batch fit -194.637
-    (plateau rule, hyperparameters' gradient 0.02; its posterior's q polish does not reach 1e-10
-    nats in q_max_iter, the warning ignored here), length-scale 4.008 against 4.026, variance 30.64
-    against 31.07: the tolerance leaves some hundredths of a nat in the flat directions.
-    Asserted: bounds within 0.1 nats, length-scale and variance within 2 %."""
+    carried in u-space; -194.672 after 284 with whitened q held), the full-batch fit -194.631
+    (plateau rule, hyperparameters' gradient 0.005, 666 extrapolated natural steps in all, 4,563
+    plain ones for -194.637; its posterior's q polish does not reach 1e-10 nats in q_max_iter, the
+    warning ignored here), length-scale 4.008 against 4.039, variance 30.64 against 31.56: the
+    tolerance leaves some hundredths of a nat in the flat directions (a few per cent of the
+    variance).  Asserted: bounds within 0.1 nats, length-scale and variance within 5 %."""
     X, y = _classes(300)
     Z = gd.inducing.KMeans(10, seed=0).initial_Z(X, y)
     model = gd.Model(SE(), gd.likelihoods.Categorical(3, "softmax"), gd.inducing.Fixed(Z),
@@ -119,7 +120,7 @@ def test_a_softmax_minibatch_fit_finishes_at_the_full_batch_optimum():
         full = dataclasses.replace(model, inference=gd.inference.SVGP()).fit(X, y)
     assert abs(post.log_evidence - full.log_evidence) < 0.1
     for name in ("kernel.lengthscale", "kernel.variance"):
-        assert post.values[name] == pytest.approx(full.values[name], rel=0.02)
+        assert post.values[name] == pytest.approx(full.values[name], rel=0.05)
 
 
 def test_a_capped_finish_keeps_its_best_point_and_says_unconverged():

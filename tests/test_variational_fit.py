@@ -44,7 +44,11 @@ def test_fitted_svgp_q_is_stationary_and_svgp_with_z_at_x_is_vgp(sine, link):
     """Issue 15: after a converged fit with the default q_tol, q(u) satisfies its ELBO's
     optimality condition: gradient in q_mu and q_sqrt below 1e-6 (measured 8.0e-8 probit, 2.1e-8
     logit: the posterior's q is polished to a small fixed-point residual, not only to a small
-    gain of the bound, which is quadratic in it).  SVGP with Z = X fits the same bound as VGP (1e-6)."""
+    gain of the bound, which is quadratic in it).  SVGP with Z = X fits the same bound as VGP (1e-5:
+    two L-BFGS-B runs on bounds whose q is moved to a gain below q_tol = 1e-6 nats at each
+    evaluation stop a few 1e-6 apart: measured 0.9e-6 and 0.5e-6 with the plain natural steps,
+    2.8e-6 and 2.2e-6 with the extrapolated ones, the same bound at the same hyperparameters to
+    1e-10 in tests/test_vgp.py)."""
     X, y = sine[0][:60], (sine[1][:60] > 0).astype(float)
     lik = gd.likelihoods.Bernoulli(link)
     fits = {}
@@ -57,7 +61,7 @@ def test_fitted_svgp_q_is_stationary_and_svgp_with_z_at_x_is_vgp(sine, link):
                        jitter=1e-8)
     for name in post.sites.q:
         assert np.max(np.abs(ev.grads[name])) < 1e-6, name
-    assert fits["svgp"].log_evidence == pytest.approx(fits["vgp"].log_evidence, abs=1e-6)
+    assert fits["svgp"].log_evidence == pytest.approx(fits["vgp"].log_evidence, abs=1e-5)
 
 
 def test_joint_q_updates_optimise_q_with_the_hyperparameters(sine):

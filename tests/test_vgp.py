@@ -303,7 +303,9 @@ def test_optimise_q_clips_negative_site_precisions():
     q, steps, converged = vgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, jitter=0.0, tol=1e-10)
     lam = q["variational.lambda"]
     floor = np.sqrt(vgp.MIN_SITE_PRECISION / np.mean(np.diag(bind(kernel, values, "kernel").gram(X, X))))
-    assert converged and np.all(lam > 0) and np.any(np.isclose(lam, floor, rtol=1e-9, atol=0.0))
+    # At the floor to the rounding of an extrapolated step (a weighted sum of floored iterates whose
+    # weights sum to 1: measured 4e-8 relative; the plain steps' rho = 1 put it there exactly).
+    assert converged and np.all(lam > 0) and np.any(np.isclose(lam, floor, rtol=1e-6, atol=0.0))
     bound = vgp.evaluate(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0, need_grad=False).log_evidence
     qs, _, _ = svgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, X, jitter=0.0, tol=1e-10)
     assert start < bound <= svgp.elbo_terms(*bound_pair(kernel, likelihood, {**values, **qs}), {**values, **qs}, X, y, X, jitter=0.0).elbo + 1e-9

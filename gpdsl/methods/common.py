@@ -595,6 +595,11 @@ NATGRAD_RESIDUAL_PER_TOL = 10.0
 # A step of at most this size that loses less than the bound's tolerance is rounding: the steps
 # stop converged there even when the residual is above its tolerance (ill-conditioned K_uu).
 NATGRAD_ROUNDING_STEP = 2.0 ** -3
+# Anderson's extrapolation of the natural steps (:func:`damped_natural_steps`): differences kept,
+# and the most bytes their history may hold (2 vectors a difference).  Memory 10 converged all 42
+# evaluations of the 3-class softmax problem in its docstring; 5 left 3 of 52 at the cap.
+NATGRAD_ANDERSON_MEMORY = 10
+NATGRAD_ANDERSON_BYTES = 2 ** 28
 
 
 def _relative_size(residual, natural):
@@ -729,19 +734,34 @@ class Anderson:
         return out
 
 
-def damped_natural_steps(natural, target, elbo, at, tol, max_iter, polish=False):
+def damped_natural_steps(natural, target, elbo, at, tol, max_iter, polish=False, project=None):
     """Damped fixed-point steps on a variational bound in natural parameters (SVGP's and VGP's
-    natural-gradient q updates): from ``natural`` (a tuple of arrays) with the fixed-point map's
-    value ``target`` there and the bound ``elbo``, try natural <- (1 - rho) natural + rho target;
-    ``at(candidate) -> (elbo, target, point)`` evaluates a candidate (raising LinAlgError or
-    FloatingPointError where it cannot).  A step is taken when it does not lower the bound (so the
-    bound never decreases); otherwise rho is halved, and below :data:`NATGRAD_MIN_STEP` the steps
-    stop unconverged.  They stop converged when a step gains less than ``tol`` nats (with ``polish``:
-    and leaves a fixed-point residual below :data:`NATGRAD_RESIDUAL_PER_TOL` ``tol``, relative to
-    the largest natural parameter; the gain is quadratic in the residual, so a gain test alone
-    leaves a gradient of order sqrt(tol) in q, measured 1e-5 at tol = 1e-10), or loses less than ``tol`` (rounding
-    at the optimum; that step is not taken); after a step the next rho is
-    :func:`next_step_size`.
+    natural-gradient q updates), accelerated by Anderson's extrapolation: from ``natural`` (a
+    tuple of arrays) with the fixed-point map's value ``target`` there and the bound ``elbo``, try
+    natural <- (1 - rho) natural + rho target; ``at(candidate) -> (elbo, target, point)``
+    evaluates a candidate (raising LinAlgError or FloatingPointError where it cannot).  A step is
+    taken when it does not lower the bound (so the bound never decreases); otherwise rho is
+    halved, and below :data:`NATGRAD_MIN_STEP` the steps stop unconverged.  They stop converged
+    when a step gains less than ``tol`` nats (with ``polish``: and leaves a fixed-point residual
+    below :data:`NATGRAD_RESIDUAL_PER_TOL` ``tol``, relative to the largest natural parameter; the
+    gain is quadratic in the residual, so a gain test alone leaves a gradient of order sqrt(tol)
+    in q, measured 1e-5 at tol = 1e-10), or loses less than ``tol`` (rounding at the optimum; that
+    step is not taken); after a plain step the next rho is :func:`next_step_size`.
+
+    The acceleration.  The plain map contracts slowly along directions the sites barely see: a
+    K-class softmax's q(f_k) takes a site from the diagonal of the likelihood's Hessian
+    diag(p) - p p^T, which misses its null direction (every f_k shifted alike), so along it each
+    step closes only prior / (site + prior) of the gap.  On 200 banana rows, 3 classes, M = 10,
+    the gain per step fell by ~2 % a step and every one of 63 evaluations' steps ran to its cap
+    of 100.  So once two iterates of the damped map x <- x + rho r(x) are held, the next
+    candidate is Anderson's extrapolation of them (:class:`Anderson`, type II, memory
+    :data:`NATGRAD_ANDERSON_MEMORY`), taken under the same test as a plain step: a proposal
+    that lowers the bound, or whose precision does not factorise, is dropped and a plain step
+    follows, so every step still raises the bound.  A change of rho starts a new history (its
+    differences belong to another map).  Measured there (``benchmarks/HISTORY.md``): 606 steps,
+    all evaluations converged, against 6,300 at the cap.  The history holds 2 memory vectors of
+    the natural parameters' length; where that exceeds :data:`NATGRAD_ANDERSON_BYTES` the memory
+    shrinks, to no acceleration below two.
 
     Parameters
     ----------
@@ -756,9 +776,13 @@ def damped_natural_steps(natural, target, elbo, at, tol, max_iter, polish=False)
     tol : float
         Gain (nats) below which the steps are converged.
     max_iter : int
-        Most steps taken.
+        Most steps taken (accepted plain or extrapolated steps; a dropped proposal is not one).
     polish : bool, default False
         Also require the fixed-point residual below ``NATGRAD_RESIDUAL_PER_TOL * tol``.
+    project : callable, optional
+        ``project(natural) -> natural`` onto the domain of ``at`` (e.g. VGP's site precisions
+        at their floor), applied to an extrapolated candidate: a damped step between two points
+        of the domain stays in it, an extrapolation need not.
 
     Returns
     -------
@@ -768,36 +792,59 @@ def damped_natural_steps(natural, target, elbo, at, tol, max_iter, polish=False)
         Steps taken.
     converged : bool
     """
+    shapes = [np.shape(a) for a in natural]
+    bounds = np.cumsum([0] + [int(np.size(a)) for a in natural])
+
     def flat(parts):
         return np.concatenate([np.ravel(p) for p in parts])
 
+    def parts(vector):
+        return tuple(vector[a:b].reshape(shape) for a, b, shape in zip(bounds[:-1], bounds[1:], shapes))
+
+    memory = min(NATGRAD_ANDERSON_MEMORY, NATGRAD_ANDERSON_BYTES // max(1, 16 * int(bounds[-1])))
     rho, n_steps, converged, point = 1.0, 0, False, None
     residual_tol = NATGRAD_RESIDUAL_PER_TOL * tol if polish else np.inf
-    # The flattened natural parameters and fixed-point residual at the current point, formed once
-    # a step taken (they were formed up to four times a step: a K-class SVGP fit takes thousands).
-    flat_natural = flat(natural)
-    residual = flat(target) - flat_natural
+    x = flat(natural)
+    residual = flat(target) - x
+
+    def fresh_history():
+        history = Anderson(memory)
+        history.push(x, x + rho * residual)
+        return history
+
+    history, extrapolate = fresh_history(), False
     while n_steps < max_iter:
-        candidate = tuple((1.0 - rho) * a + rho * b for a, b in zip(natural, target))
+        extrapolate = extrapolate and rho == 1.0 and memory >= 2 and len(history) >= 2
+        candidate = x + rho * residual
+        if extrapolate:
+            candidate = history.proposal() if project is None else flat(project(parts(history.proposal())))
         try:
-            elbo_c, target_c, point_c = at(candidate)
+            elbo_c, target_c, point_c = at(parts(candidate))
         except (np.linalg.LinAlgError, FloatingPointError):
             elbo_c = -np.inf
         gain = elbo_c - elbo if np.isfinite(elbo_c) else -np.inf
         if gain >= 0.0:
-            natural, target, elbo, point = candidate, target_c, elbo_c, point_c
-            n_steps += 1
-            before, flat_natural = residual, flat(natural)
-            residual = flat(target) - flat_natural
-            if gain < tol and _relative_size(residual, flat_natural) < residual_tol:
+            elbo, point, n_steps = elbo_c, point_c, n_steps + 1
+            before, x = residual, candidate
+            residual = flat(target_c) - x
+            if gain < tol and _relative_size(residual, x) < residual_tol:
                 converged = True
                 break
-            rho = next_step_size(rho, before, residual)
-        elif gain > -tol and (rho <= NATGRAD_ROUNDING_STEP or _relative_size(residual, flat_natural) < residual_tol):
+            if not extrapolate:
+                new_rho = next_step_size(rho, before, residual)
+                if new_rho != rho:
+                    rho, history = new_rho, fresh_history()
+                    continue
+            history.push(x, x + rho * residual)
+            extrapolate = True
+        elif extrapolate:
+            extrapolate = False                # a plain step from the same point next
+        elif gain > -tol and (rho <= NATGRAD_ROUNDING_STEP or _relative_size(residual, x) < residual_tol):
             converged = True
             break
         else:
             rho *= 0.5
             if rho < NATGRAD_MIN_STEP:
                 break
+            history = fresh_history()
     return point, n_steps, converged

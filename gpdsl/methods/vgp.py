@@ -319,7 +319,9 @@ def optimise_q(kernel, likelihood, values, X, y, q=None, *, jitter=None, tol=1e-
             return elbo_c, step_targets(mean_c, g_c, d_c), (alpha_c, lam_c)
 
         moved, n_steps, converged = damped_natural_steps((lam * lam, alpha + lam * lam * mean),
-                                                         step_targets(mean, g, d), elbo, at, tol, max_iter, polish)
+                                                         step_targets(mean, g, d), elbo, at, tol, max_iter, polish,
+                                                         project=lambda natural: (np.maximum(natural[0], floor),
+                                                                                  natural[1]))
         alpha, lam = moved if moved is not None else (alpha, lam)
     return {"variational.alpha": alpha, "variational.lambda": lam}, n_steps, converged
 
