@@ -89,7 +89,7 @@ class KroneckerState(WhitenedPrediction):
         self._root_w = 1.0 / np.sqrt(np.outer(self.output_values, self.input_values) + 1.0)   # w^1/2 (P, N)
 
     @property
-    def shape(self):
+    def grid(self):
         """(P, N): the outputs and the inputs of the grid."""
         return self._root_w.shape
 
@@ -111,7 +111,7 @@ class KroneckerState(WhitenedPrediction):
         ValueError
             If Kzs is not (N P, n).
         """
-        P, N = self.shape
+        P, N = self.grid
         if np.ndim(Kzs) != 2 or len(Kzs) != N * P:
             raise ValueError(f"KroneckerState.basis: Kzs must have shape ({N * P}, n), got shape {np.shape(Kzs)}")
         n = Kzs.shape[1]
@@ -133,7 +133,7 @@ class KroneckerState(WhitenedPrediction):
         -------
         ndarray, shape (N P, N P)
         """
-        P, N = self.shape
+        P, N = self.grid
         U_bar = np.sqrt(self.noise)[:, None] * self.output_vectors
         V, s = self.input_vectors, self.input_values
         ls = np.outer(self.output_values, s)
