@@ -361,3 +361,41 @@ def isotopic_grid(x, P):
     """The long layout of every input row of x (N, D) at every output, output-major: (N P, D + 1)."""
     x = np.asarray(x, float)
     return np.column_stack([np.tile(x, (P, 1)), np.repeat(np.arange(P), len(x)).astype(float)])
+
+
+# --------------------------------------------------------------------------- robust-max
+# gpdsl.likelihoods.categorical's NumPy form of GPflow's RobustMax.prob_is_largest, as it was before
+# the jitted kernel (gpdsl._jit.robustmax) replaced it: (n, K, nodes) arrays, one formula a line.
+ROBUSTMAX_SQUASH = 1e-6
+
+
+def robustmax_largest(codes, mean, var, rule, need_grad=False):
+    """P_n = sum_q w_q prod_{j != y} C(z_njq), z_njq = (m_y + s_y x_q - m_j) / s_j,
+    C(z) = Phi(z) (1 - 2 SQUASH) + SQUASH, s = sqrt(max(var, 1e-10)); with ``need_grad``
+    T_njq = w_q (prod_q / C_njq) C'(z_njq) / s_j (j != y), dP/dm_j = -sum_q T_njq,
+    dP/dm_y = sum_jq T_njq, dP/ds_j = -sum_q T_njq z_njq, dP/ds_y = sum_jq T_njq x_q,
+    dP/dvar = dP/ds / (2 s), 0 at and below the clip.  ``(P,)`` or ``(P, dP/dmean, dP/dvar)``."""
+    nodes, weights = rule
+    rows = np.arange(codes.size)
+    s = np.sqrt(np.maximum(var, 1e-10))
+    var_y = var[rows, codes]
+    s_y = np.sqrt(np.maximum(var_y, 1e-10))
+    f = mean[rows, codes][:, None] + s_y[:, None] * nodes
+    z = (f[:, None, :] - mean[:, :, None]) / s[:, :, None]
+    C = special.ndtr(z) * (1.0 - 2.0 * ROBUSTMAX_SQUASH) + ROBUSTMAX_SQUASH
+    C[rows, codes] = 1.0
+    prod = np.prod(C, axis=1)
+    P = prod @ weights
+    if not need_grad:
+        return (P,)
+    T = (weights * prod)[:, None, :] / C * ((1.0 - 2.0 * ROBUSTMAX_SQUASH) * np.exp(-0.5 * z * z)
+                                           / np.sqrt(2.0 * np.pi))
+    T /= s[:, :, None]
+    T[rows, codes] = 0.0
+    per_class = T.sum(axis=2)
+    d_mean = -per_class
+    d_mean[rows, codes] = per_class.sum(axis=1)
+    d_sd = -np.einsum("nkq,nkq->nk", T, z)
+    d_var = np.where(var > 1e-10, d_sd / (2.0 * s), 0.0)
+    d_var[rows, codes] = np.where(var_y > 1e-10, (T.sum(axis=1) @ nodes) / (2.0 * s_y), 0.0)
+    return P, d_mean, d_var

@@ -25,6 +25,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
+from .._jit.robustmax import robustmax_largest
 from .._jit.special import logit_normal_logp_many
 from ..checks import is_integer, is_number
 from ..chunks import row_slices
@@ -94,32 +95,13 @@ def _robustmax_largest(codes, mean, var, rule, need_grad=False):
     With ``need_grad`` also dP/dmean and dP/dvar (n, K), the exact derivatives of the sum: with
     T_njq = w_q (prod_q / C_njq) C'(z_njq) / s_j (j != y; C' = (1 - 2 SQUASH) phi; dividing by
     C is safe, C >= SQUASH), dP/dm_j = -sum_q T_njq, dP/dm_y = sum_jq T_njq,
-    dP/ds_j = -sum_q T_njq z_njq, dP/ds_y = sum_jq T_njq x_q, and dP/dvar = dP/ds / (2 s), 0 below
-    the clip.  Returns ``(P,)`` or ``(P, dP/dmean, dP/dvar)``.
+    dP/ds_j = -sum_q T_njq z_njq, dP/ds_y = sum_jq T_njq x_q, and dP/dvar = dP/ds / (2 s), 0 at
+    and below the clip.  Returns ``(P,)`` or ``(P, dP/dmean, dP/dvar)``.  One jitted pass over rows, nodes
+    and classes (:mod:`gpdsl._jit.robustmax`; the NumPy form, with its (n, K, nodes) temporaries,
+    is ``tests/naive.py``'s ``robustmax_largest``).
     """
     nodes, weights = rule
-    rows = np.arange(codes.size)
-    s = np.sqrt(np.maximum(var, 1e-10))
-    var_y = _picked(var, codes)
-    s_y = np.sqrt(np.maximum(var_y, 1e-10))
-    f = _picked(mean, codes)[:, None] + s_y[:, None] * nodes
-    z = (f[:, None, :] - mean[:, :, None]) / s[:, :, None]
-    C = special.ndtr(z) * (1.0 - 2.0 * SQUASH) + SQUASH
-    C[rows, codes] = 1.0
-    prod = np.prod(C, axis=1)
-    P = prod @ weights
-    if not need_grad:
-        return (P,)
-    T = (weights * prod)[:, None, :] / C * ((1.0 - 2.0 * SQUASH) * np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi))
-    T /= s[:, :, None]
-    T[rows, codes] = 0.0
-    per_class = T.sum(axis=2)
-    d_mean = -per_class
-    d_mean[rows, codes] = per_class.sum(axis=1)
-    d_sd = -np.einsum("nkq,nkq->nk", T, z)
-    d_var = np.where(var > 1e-10, d_sd / (2.0 * s), 0.0)
-    d_var[rows, codes] = np.where(var_y > 1e-10, (T.sum(axis=1) @ nodes) / (2.0 * s_y), 0.0)
-    return P, d_mean, d_var
+    return robustmax_largest(codes, mean, var, nodes, weights, SQUASH, need_grad)
 
 
 def _robustmax_expectations(codes, mean, var, epsilon, rule):
