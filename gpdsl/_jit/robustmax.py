@@ -26,6 +26,11 @@ from .special import _ERF_SMALL, _INV_SQRT2, _INV_SQRT2PI, _erf_small, _erfcx_ta
 
 # The variance clip of every class: s = sqrt(max(var, VAR_FLOOR)), derivative 0 at and below it.
 VAR_FLOOR = 1e-10
+# Above it Phi(-z) < 2^-54 and 1 - Phi(-z) rounds to 1: P's factor is exactly that of Phi = 1, with
+# no exponential (most factors of a fitted model's rows, where the other classes lie far below the
+# labelled one).  Only without derivatives: phi(z) is not 0 there, and dP/dm_j of a class far below
+# is a sum of such terms alone.
+_SATURATED = 8.5
 
 
 @njit(cache=True)
@@ -96,8 +101,13 @@ def robustmax_pass(codes, mean, var, nodes, weights, squash, need_grad, P, d_mea
                 f = m_y + s_y * nodes[q]
                 prod = 1.0
                 for j in range(K):
-                    if j != y:
-                        cdf, _ = _cdf_pdf((f - mean[i, j]) * scale[j])
+                    if j == y:
+                        continue
+                    zj = (f - mean[i, j]) * scale[j]
+                    if zj > _SATURATED:
+                        prod *= squeeze + squash
+                    else:
+                        cdf, _ = _cdf_pdf(zj)
                         prod *= cdf * squeeze + squash
                 total += weights[q] * prod
             P[i] = total
