@@ -11,7 +11,7 @@ temporaries (z, C, T and their products) and took 1.5 of the 4.2 s of a 200-row,
 full-batch robust-max SVGP fit (issue 46); here each node's K values of C and C' live in
 length-K scratch arrays.  The leave-one-out products prod_{l != y, j} C_l are prefix times
 suffix products rather than the full product divided by C_j: no division, and exact where a
-product would underflow.
+product would underflow.  Without derivatives, factors whose Phi rounds to 1 skip the exponential.
 
 One specialisation: the wrapper (:func:`robustmax_largest`) passes int64 codes, C-ordered
 writable float64 arrays, a float and a bool, and allocates the outputs (0-row derivative arrays
@@ -26,7 +26,7 @@ from .special import _ERF_SMALL, _INV_SQRT2, _INV_SQRT2PI, _erf_small, _erfcx_ta
 
 # The variance clip of every class: s = sqrt(max(var, VAR_FLOOR)), derivative 0 at and below it.
 VAR_FLOOR = 1e-10
-# Above it Phi(-z) < 2^-54 and 1 - Phi(-z) rounds to 1: P's factor is exactly that of Phi = 1, with
+# Above z = 8.5, Phi(-z) < 2^-54 and 1 - Phi(-z) rounds to 1: P's factor is exactly that of Phi = 1, with
 # no exponential (most factors of a fitted model's rows, where the other classes lie far below the
 # labelled one).  Only without derivatives: phi(z) is not 0 there, and dP/dm_j of a class far below
 # is a sum of such terms alone.
