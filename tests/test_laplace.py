@@ -185,7 +185,7 @@ def _predict(state, values, X_test):
     """f_* | y from a PredictiveState (its documented form)."""
     kern = SE(values["kernel.lengthscale"], values["kernel.variance"])
     b = state.basis(bind(kern, values, "kernel").gram(state.Z, X_test))
-    return b.T @ state.weights, bind(kern, values, "kernel").diag(X_test) - np.einsum("ij,ij->j", b, state.correction @ b)
+    return b.T @ state.weights, bind(kern, values, "kernel").diag(X_test) - np.einsum("ij,ij->j", b, b if state.correction is None else state.correction @ b)
 
 
 def _fitc(likelihood, values, X, y, Z, **options):

@@ -23,7 +23,7 @@ def predict_f(kernel, values, state, Xs):
     """Latent mean and variance at Xs from a PredictiveState, written out independently of
     Posterior.predict_f: b = chol^-1 K_z*, mean b^T weights, variance k_** - b^T correction b."""
     b = state.basis(bind(kernel, values, "kernel").gram(state.Z, Xs))
-    return b.T @ state.weights, bind(kernel, values, "kernel").diag(Xs) - np.einsum("ij,ij->j", b, state.correction @ b)
+    return b.T @ state.weights, bind(kernel, values, "kernel").diag(Xs) - np.einsum("ij,ij->j", b, b if state.correction is None else state.correction @ b)
 
 
 class Counting:

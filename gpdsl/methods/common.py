@@ -817,7 +817,16 @@ def damped_natural_steps(natural, target, elbo, at, tol, max_iter, polish=False,
         extrapolate = extrapolate and rho == 1.0 and memory >= 2 and len(history) >= 2
         candidate = x + rho * residual
         if extrapolate:
-            candidate = history.proposal() if project is None else flat(project(parts(history.proposal())))
+            try:
+                proposal = history.proposal()
+            except np.linalg.LinAlgError:
+                # Least squares on residuals of a step that overflowed (large counts: Poisson
+                # targets in the thousands) found no SVD: no extrapolation from this history.
+                proposal, history = None, fresh_history()
+            if proposal is None or not np.all(np.isfinite(proposal)):
+                extrapolate = False
+            else:
+                candidate = proposal if project is None else flat(project(parts(proposal)))
         try:
             elbo_c, target_c, point_c = at(parts(candidate))
         except (np.linalg.LinAlgError, FloatingPointError):
