@@ -18,6 +18,13 @@ one output, :func:`output_count`).  Its methods see ordinary rows (X, y) in the 
 * heterotopic, lists: ``[X_0, ..., X_{P-1}]`` ((n_p, D) each, or 1-D NumPy arrays (n_p,) for
   D = 1) and ``[y_0, ..., y_{P-1}]``, concatenated output-major.
 
+Outputs have names where the data give them (:func:`data_output_names`): a pandas DataFrame Y's
+columns, the keys of a dict layout ``{name: X_p}`` with ``{name: y_p}`` (or ``{name: (X_p, y_p)}``
+with y None), or the names of per-output pandas Series in the list layout.  A fitted posterior
+keeps them as ``output_names`` (None: unnamed) and every labelled result takes its ``output``
+coordinate from :func:`output_labels`, the names or 0..P-1; the long rows' output index stays the
+position 0..P-1 in either case.
+
 Predictions go the other way (:class:`Query`): new inputs (n, D) ask for every output and are
 expanded POINT-MAJOR (each point's P outputs together), so that a long result (n P,) reshapes to
 (n, P) and a covariance (n P, n P) to (n, P, n, P); new inputs (n, D+1) ask for one output a row.
@@ -86,6 +93,8 @@ def layout(X, y, P, owner="fit", kernel=None):
     ValueError
         The ambiguous P = 1 layout above.
     """
+    if isinstance(X, dict):
+        return "lists"
     if isinstance(X, (list, tuple)) and len(X) > 0:
         if all(np.ndim(part) == 2 for part in X):
             return "lists"
@@ -244,6 +253,8 @@ def _from_isotopic(X, Y, P, offset, owner, every_output):
 
 def _from_lists(Xs, ys, P, offset, owner):
     """The long layout of one (X_p, y_p) an output, concatenated output-major."""
+    if isinstance(Xs, dict):
+        Xs, ys, offset = _dict_lists(Xs, ys, offset, owner)
     if len(Xs) != P:
         raise ValueError(f"{owner}: X is a list of {len(Xs)} arrays but the kernel has P = {P} outputs (one "
                          f"(n_p, D) array an output)")
@@ -274,6 +285,159 @@ def _from_lists(Xs, ys, P, offset, owner):
         targets.append(y_p)
     return (np.concatenate(parts), np.concatenate(targets),
             None if offset is None else np.concatenate(offsets))
+
+
+def _dict_lists(Xs, ys, offset, owner):
+    """The lists layout of a dict layout, in the dict's key order: ``{name: X_p}`` with ``ys`` a
+    dict of the same keys (and ``offset`` one too, if given), or ``{name: (X_p, y_p)}`` with
+    ``ys`` None."""
+    keys = list(Xs)
+    if ys is None:
+        if not all(isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in Xs.values()):
+            raise ValueError(f"{owner}: with y None, X must be a dict {{name: (X_p, y_p)}} of one (inputs, targets) "
+                             f"pair an output")
+        Xs, ys = {k: pair[0] for k, pair in Xs.items()}, {k: pair[1] for k, pair in Xs.items()}
+    for name, given in (("y", ys), ("offset", offset)):
+        if given is not None and (not isinstance(given, dict) or list(given) != keys):
+            raise ValueError(f"{owner}: with X a dict of outputs {keys}, {name} must be a dict of the same keys in "
+                             f"the same order, got "
+                             f"{list(given) if isinstance(given, dict) else type(given).__name__}")
+    return ([Xs[k] for k in keys], [ys[k] for k in keys],
+            None if offset is None else [offset[k] for k in keys])
+
+
+def check_output_names(owner, name, names, P):
+    """Output names, checked: P of them, distinct, all strings or all integers.
+
+    Parameters
+    ----------
+    owner, name : str
+        The function and the argument the names come from, for messages.
+    names : sequence
+    P : int
+        The model's outputs.
+
+    Returns
+    -------
+    tuple of str, or tuple of int
+
+    Raises
+    ------
+    ValueError
+        Not P names, a name that is neither a string nor an integer (bool included), a mix of
+        the two, or a name given twice.
+    """
+    names = list(names)
+    if len(names) != P:
+        raise ValueError(f"{owner}: {name} gives {len(names)} output names but the kernel has P = {P} outputs")
+    ints = [isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in names]
+    strings = [isinstance(v, str) for v in names]
+    if not (all(ints) or all(strings)):
+        bad = next((v for v, i, s in zip(names, ints, strings) if not (i or s)), None)
+        raise ValueError(f"{owner}: {name} must be output names that are all strings or all integers, got "
+                         + (f"{bad!r} ({type(bad).__name__})" if bad is not None else f"a mix: {names!r}"))
+    names = tuple(int(v) for v in names) if all(ints) else tuple(names)
+    seen = set()
+    for v in names:
+        if v in seen:
+            raise ValueError(f"{owner}: {name} names output {v!r} twice; output names must be distinct")
+        seen.add(v)
+    return names
+
+
+def data_output_names(X, y, P, owner="fit"):
+    """The output names data carry (module docstring), checked, or None for unnamed data.
+
+    Parameters
+    ----------
+    X, y : object
+        As :func:`long_data` takes them.
+    P : int
+    owner : str, default "fit"
+        For messages.
+
+    Returns
+    -------
+    tuple of str or int, or None
+
+    Raises
+    ------
+    ValueError
+        As :func:`check_output_names`.
+    """
+    if isinstance(X, dict):
+        return check_output_names(owner, "X's keys", X.keys(), P)
+    if isinstance(y, (list, tuple)) and len(y) > 0 and all(hasattr(part, "name") and np.ndim(part) == 1
+                                                            for part in y):
+        named = [part.name for part in y]
+        if any(v is not None for v in named):
+            return check_output_names(owner, "the names of y's Series", named, P)
+        return None
+    columns = getattr(y, "columns", None)
+    if columns is not None and np.ndim(y) == 2 and layout(X, y, P, owner) == "isotopic":
+        return check_output_names(owner, "Y's columns", columns, P)
+    return None
+
+
+def output_labels(names, P):
+    """The ``output`` coordinate of a labelled result: the names, or 0..P-1 for unnamed outputs.
+
+    Parameters
+    ----------
+    names : tuple or None
+    P : int
+
+    Returns
+    -------
+    ndarray, shape (P,)
+    """
+    return np.arange(P) if names is None else np.asarray(names)
+
+
+def saved_output_names(labels, P):
+    """Output names read back from a file's ``output`` coordinate: None for 0..P-1 (or no
+    coordinate: files written before names existed), else the names.
+
+    Parameters
+    ----------
+    labels : array_like of shape (P,), or None
+    P : int
+
+    Returns
+    -------
+    tuple or None
+
+    Raises
+    ------
+    ValueError
+        As :func:`check_output_names`.
+    """
+    if labels is None:
+        return None
+    labels = np.asarray(labels)
+    if labels.dtype.kind in "iu" and np.array_equal(labels, np.arange(P)):
+        return None
+    values = labels.tolist() if labels.dtype.kind in "iu" else [str(v) for v in labels.tolist()]
+    return check_output_names("load", "the 'output' coordinate", values, P)
+
+
+def name_outputs(result, names):
+    """``result`` (a fitted or sampled posterior) with its ``output_names`` set, and its MAP
+    posterior's where it has one; returned for chaining.
+
+    Parameters
+    ----------
+    result : gpdsl.Posterior or gpdsl.SampledPosterior
+    names : tuple or None
+
+    Returns
+    -------
+    ``result``
+    """
+    result.output_names = names
+    if getattr(result, "map_posterior", None) is not None:
+        result.map_posterior.output_names = names
+    return result
 
 
 def unique_inputs(X_long):
@@ -645,5 +809,6 @@ def query(X_new, D, P, owner="predict", name="X_new"):
     return Query(X_long, n, P)
 
 
-__all__ = ["output_count", "layout", "long_data", "check_outputs", "unique_inputs", "selection_inputs", "expand_inducing",
+__all__ = ["output_count", "layout", "long_data", "check_outputs", "check_output_names", "data_output_names",
+           "output_labels", "saved_output_names", "name_outputs", "unique_inputs", "selection_inputs", "expand_inducing",
            "inducing_gradient", "method_inducing", "standardization", "subsample_rows", "draw_inputs", "Query", "query"]

@@ -345,7 +345,9 @@ class GPRegressor(RegressorMixin, _GPEstimator):
             (the last column the output index 0..P-1; one array an output).
         y : array_like, shape (N,) or (N, P), or list of P arrays (n_p,)
             The targets; (N, P) with X (N, D) is a multi-output kernel's isotopic layout (NaN
-            marks a missing entry).
+            marks a missing entry).  A pandas DataFrame Y's columns (or a dict layout's keys)
+            name the outputs: ``posterior_.output_names``, the ``output`` coordinate of
+            ``posterior_``'s labelled results.
 
         Returns
         -------
@@ -369,8 +371,12 @@ class GPRegressor(RegressorMixin, _GPEstimator):
             X, y = _validate_data(self, X, y, dtype=np.float64, y_numeric=True)
             y = np.asarray(y, dtype=float)
         else:
+            # Names the data give (a DataFrame Y's columns, a dict's keys): the posterior's output_names.
+            names = _multioutput.data_output_names(X, y, P, owner="GPRegressor.fit")
             X, y = self._long_data(X, y, P)
         self._fit_posterior(self._build_model(X.shape[0]), X, y, _seed(self.random_state))
+        if P is not None:
+            _multioutput.name_outputs(self.posterior_, names)
         return self
 
     def _output_count(self):
