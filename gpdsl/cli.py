@@ -47,7 +47,7 @@ import numpy as np
 # The [data] table's reader (and UsageError) and held_out_metrics stay importable from here, where
 # they were first defined.
 from .run_data import (DEFAULT_TEST_FRACTION, UsageError, check_offset, check_table_keys, check_targets,  # noqa: F401
-                       held_out_size, load_table)
+                       held_out_size, load_table, run_output_names)
 from .run_report import held_out_metrics, report, report_sampled  # noqa: F401
 
 
@@ -372,7 +372,8 @@ def problem_from_toml(path, trust=None):
     options : dict
         Keyword arguments of ``Model.fit`` (``standardize`` from ``[data]``, default True),
         without ``offset`` (pass ``data``'s); with a ``[sample]`` table, ``{"sample": keyword
-        arguments of Model.sample}`` (:func:`sample_options`).
+        arguments of Model.sample}`` (:func:`sample_options`); and ``output_names``, the
+        outputs' names where the file gives them (:func:`gpdsl.run_data.run_output_names`).
     names : dict
         Output file names, ``posterior`` and ``plot``.
 
@@ -415,6 +416,9 @@ def problem_from_toml(path, trust=None):
         else:
             options = {**fit_options(config["fit"]), "standardize": standardize}
             check_subsample(options, X.shape[0] - n_test, n_test)
+        outputs = run_output_names(data, output_count(model.kernel))
+        if outputs is not None:      # the posterior's output_names (run pops them before the fit)
+            options["output_names"] = outputs
         train, test = split_rows(X.shape[0], n_test, seed)
         offsets = (None, None) if offset is None else (offset[train], offset[test])
         rows = (X[train], y[train], X[test], y[test]) + offsets
@@ -454,12 +458,17 @@ def run(args):
     else:
         model, (X, y, X_test, y_test, offset, offset_test), description, options, names = \
             problem_from_toml(args.model, trust)
+    from .multioutput import name_outputs
+
     out = Path(args.out)
     check_output_paths(out, names)
+    outputs = options.pop("output_names", None)
     if "sample" in options:
-        return run_sampled(model, (X, y, X_test, y_test), description, options["sample"], out, names, args.model)
+        return run_sampled(model, (X, y, X_test, y_test), description, options["sample"], out, names, args.model,
+                           outputs)
 
-    posterior, wall_time = _timed(lambda: model.fit(X, y, offset=offset, **options), "fit", args.model)
+    posterior, wall_time = _timed(lambda: name_outputs(model.fit(X, y, offset=offset, **options), outputs), "fit",
+                                  args.model)
     _make_out(out)
     report(posterior, X, X_test, y_test, description, wall_time, offset_test=offset_test)
 
@@ -531,7 +540,7 @@ def _make_out(out):
         raise RunError(f"cannot create the output directory {out}: {err}") from err
 
 
-def run_sampled(model, rows, description, options, out, names, model_path):
+def run_sampled(model, rows, description, options, out, names, model_path, output_names=None):
     """The ``run`` command for a model file with a ``[sample]`` table: Model.sample, the report
     (:func:`report_sampled`) and the saved run (:meth:`gpdsl.SampledPosterior.save`) in ``out``.
     No plot is drawn (``az.plot_trace`` on ``SampledPosterior.to_inference_data()`` draws one).
@@ -549,6 +558,8 @@ def run_sampled(model, rows, description, options, out, names, model_path):
         The output file names (``posterior``: the saved run).
     model_path : str
         The model file, for messages.
+    output_names : tuple, optional
+        The outputs' names (the saved run's ``output`` coordinate).
 
     Returns
     -------
@@ -563,8 +574,11 @@ def run_sampled(model, rows, description, options, out, names, model_path):
     RunError
         A numerical failure, or an output that cannot be written.
     """
+    from .multioutput import name_outputs
+
     X, y, X_test, y_test = rows
-    sampled, wall_time = _timed(lambda: model.sample(X, y, **options), "sampling", model_path)
+    sampled, wall_time = _timed(lambda: name_outputs(model.sample(X, y, **options), output_names), "sampling",
+                                model_path)
     _make_out(out)
     report_sampled(sampled, X, X_test, y_test, description, wall_time)
     print()

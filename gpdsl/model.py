@@ -23,7 +23,8 @@ from .inputs import check_fit_arguments, validate_inputs
 from .kernels import Kernel
 from .likelihoods import Likelihood
 from .means import Mean
-from .multioutput import inducing_gradient, layout, long_data, method_inducing, output_count
+from .multioutput import (data_output_names, inducing_gradient, layout, long_data, method_inducing, name_outputs,
+                          output_count)
 from .parameters import Entry, ParameterTable
 
 
@@ -491,7 +492,10 @@ class Model:
             :mod:`gpdsl.multioutput`) takes X (N, D) with Y (N, P) (NaN where an entry is
             missing), X (n, D+1) whose last column is the output index with a 1-D y, or a list of
             P arrays (n_p, D) with a list of P target arrays; it fits on the long rows (n, D+1),
-            output-major, in memory.
+            output-major, in memory.  Data that name the outputs -- Y a pandas DataFrame (its
+            columns), X a dict {name: X_p} with y {name: y_p} (or {name: (X_p, y_p)} with y None),
+            y a list of named pandas Series -- give the posterior's ``output_names``, the
+            ``output`` coordinate of its labelled results (:mod:`gpdsl.multioutput`).
         y : array_like, shape (N,)
             Training targets: reals for ``Gaussian``/``StudentT``, labels for ``Bernoulli``,
             counts for ``Poisson``; (N, P) or a list for a multi-output model, as X.
@@ -604,9 +608,10 @@ class Model:
         or below it warns ``ConvergenceWarning`` and is flagged ``constant_model=True``.
         """
 
-        model = self
+        model, names = self, None
         if self.output_count is not None:
             self._check_row_order("fit", X, y)
+            names = data_output_names(X, y, self.output_count)
             X, y, offset = long_data(X, y, self.output_count, offset, kernel=self.kernel)
         if self.inference is None and defaults.chooses_inference(self.likelihood):
             max_iter = defaults.max_steps(max_iter)
@@ -616,9 +621,9 @@ class Model:
             # fit's arguments checked before the choice reads seed (a bad one is fit's error, not KMeans').
             check_fit_arguments(optimize, fixed, restarts, seed, max_iter, progress, callback)
             model = self.resolved(X, seed, subsample)
-        return fitting.fit(model, X, y, optimize=optimize, fixed=fixed, restarts=restarts, seed=seed, max_iter=max_iter,
-                           progress=progress, callback=callback, standardize=standardize, subsample=subsample,
-                           offset=offset, start=start)
+        return name_outputs(fitting.fit(model, X, y, optimize=optimize, fixed=fixed, restarts=restarts, seed=seed,
+                                        max_iter=max_iter, progress=progress, callback=callback, standardize=standardize,
+                                        subsample=subsample, offset=offset, start=start), names)
 
     @threads.managed
     def sample(self, X, y, *, draws=1000, tune=1000, chains=4, seed=0, target_accept=0.8, fixed=(), cores=None,
@@ -684,11 +689,14 @@ class Model:
             E-BFMI below 0.3, or transitions at the tree-depth cap.
         """
         from .sampling import sample
+        names = None
         if self.output_count is not None:
             self._check_row_order("sample", X, y)
+            names = data_output_names(X, y, self.output_count, owner="sample")
             X, y, _ = long_data(X, y, self.output_count, owner="sample", kernel=self.kernel)
-        return sample(self, X, y, draws=draws, tune=tune, chains=chains, seed=seed, target_accept=target_accept,
-                      fixed=fixed, cores=cores, progress=progress, latent=latent)
+        return name_outputs(sample(self, X, y, draws=draws, tune=tune, chains=chains, seed=seed,
+                                   target_accept=target_accept, fixed=fixed, cores=cores, progress=progress,
+                                   latent=latent), names)
 
     def _chunks_dask(self):
         """Whether this model's fit runs its O(N M^2) passes as Dask tasks when X is a Dask array:

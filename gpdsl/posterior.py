@@ -27,7 +27,7 @@ from .inputs import validate_inputs, validate_offset
 from .io.files import check_path, sigint_deferred, write_replacing
 from .kernels import Sum
 from .likelihoods.gaussian import gaussian_log_density
-from .multioutput import output_count, query
+from .multioutput import output_count, output_labels, query
 from .io.layout import FORMAT_VERSION, checksum, hyperparameter_entries, model_layout, variable_dims
 from .io.xarray_import import coordinate, xarray
 
@@ -110,6 +110,9 @@ class Posterior:
         How the fit went (diagnostics, priors, fixed names, the method's local state, the
         selection, the re-selection history, the subsample); default: ``FitRecord()``, a
         posterior that was not optimised.
+    output_names : tuple of str or int, optional
+        A multi-output model's output names (:func:`gpdsl.multioutput.data_output_names`), the
+        ``output`` coordinate of its labelled results; None: 0..P-1.
 
     Notes
     -----
@@ -117,7 +120,8 @@ class Posterior:
     and ``total_sweeps`` are read-only views of ``diagnostics``.
     """
 
-    def __init__(self, model, values, state, log_evidence, log_prior=0.0, standardization=None, record=None):
+    def __init__(self, model, values, state, log_evidence, log_prior=0.0, standardization=None, record=None,
+                 output_names=None):
         self.model = model
         self.values = {k: np.asarray(v, dtype=float) for k, v in values.items()}
         self.state = state
@@ -125,6 +129,7 @@ class Posterior:
         self.log_prior = float(log_prior)
         self.standardization = standardization
         self.record = FitRecord() if record is None else record
+        self.output_names = output_names
 
     @property
     def log_evidence(self):
@@ -237,6 +242,11 @@ class Posterior:
     def input_dims(self):
         """int: D, the input columns (the long rows' without the output index)."""
         return self.n_features - (self.output_count is not None)
+
+    @property
+    def output_labels(self):
+        """ndarray (P,): the ``output`` coordinate of labelled results, ``output_names`` or 0..P-1."""
+        return output_labels(self.output_names, self.output_count)
 
     def _query(self, X_new, owner):
         """X_new as :func:`gpdsl.multioutput.query` takes it for this posterior's D and P."""
@@ -529,7 +539,7 @@ class Posterior:
             data = self._predict_block(X_new, noise_variance, offset)
         if q.every_output:
             return xr.Dataset({name: (("obs", "output"), q.wide(value)) for name, value in data.items()},
-                              coords={"obs": coordinate(range(q.n)), "output": coordinate(range(q.P))},
+                              coords={"obs": coordinate(range(q.n)), "output": coordinate(self.output_labels)},
                               attrs={"inference": type(self.model.inference).__name__})
         return xr.Dataset({name: ("obs", value) for name, value in data.items()},
                           coords={"obs": coordinate(range(X_new.shape[0]))},
@@ -795,7 +805,7 @@ class Posterior:
             coords["class"] = np.arange(self.n_latent)
         if self.output_count is not None:
             # Z's long columns, the D inputs of the hyperparameters' dims, the outputs (B's W, kappa).
-            coords.update(column=np.arange(d), feature=np.arange(d - 1), output=np.arange(self.output_count))
+            coords.update(column=np.arange(d), feature=np.arange(d - 1), output=self.output_labels)
         # The state's own index dimensions (the Kronecker form's eigenbases), sized by its arrays.
         sizes = {dim: size for dims_, value in data.values() for dim, size in zip(dims_, np.shape(value))}
         coords.update({name: np.arange(sizes[name]) for name, (_, kind) in layout["whitened"].variables.items()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["UsageError", "DATA_KEYS", "DEFAULT_TEST_FRACTION", "load_table", "check_offset", "check_targets",
+__all__ = ["UsageError", "DATA_KEYS", "DEFAULT_TEST_FRACTION", "load_table", "run_output_names", "check_offset", "check_targets",
            "held_out_size"]
 
 DEFAULT_TEST_FRACTION = 0.2
@@ -200,6 +200,29 @@ def _data_layout(data, output_count):
         raise UsageError("[data]: offset is one value a row, and targets make a row of every output: give the data "
                          "one observation a row (target and output) with its offset column")
     return targets
+
+
+def run_output_names(data, output_count):
+    """The output names a multi-output ``[data]`` table gives, in the order of the output index:
+    ``targets``' column names (isotopic) or ``outputs`` (the output column's labels); None where
+    it gives none (an output column of indices) or for a model of one output.  The fitted
+    posterior carries them (``Posterior.output_names``: the ``output`` coordinate of its saved
+    file and labelled results).
+
+    Parameters
+    ----------
+    data : dict
+        The ``[data]`` table, as :func:`load_table` has checked it.
+    output_count : int or None
+
+    Returns
+    -------
+    tuple of str, or None
+    """
+    if output_count is None:
+        return None
+    names = data.get("targets") if data.get("targets") is not None else data.get("outputs")
+    return None if names is None else tuple(names)
 
 
 def _output_names(data, output_count):

@@ -47,7 +47,7 @@ from .inputs import check_fit_arguments, validate_inputs
 from .io.files import check_path, sigint_deferred, write_replacing
 from .io.layout import variable_dims
 from .log_posterior import LogPosterior, check_priors
-from .multioutput import output_count, query
+from .multioutput import output_count, output_labels, query, saved_output_names
 from .io.xarray_import import xarray
 from .methods.common import ConvergenceWarning
 from .posterior import Posterior
@@ -272,6 +272,7 @@ class SampledPosterior:
         self.X, self.y, self.Z = X, y, Z
         self.map_posterior = map_posterior
         self.latent = latent
+        self._output_names = None
         # latent="joint": each draw is w = (u, v), v the whitened f (gpdsl.latent_joint, which imports this module).
         from .latent_joint import JointLogPosterior
         self._joint = JointLogPosterior(model, table, X, y) if latent == "joint" else None
@@ -280,6 +281,25 @@ class SampledPosterior:
         self.diagnostics = diagnose(self.draws, result)
         self.fixed = {e.name: e.value.copy() for e in table.entries if e.fixed}
         self._posteriors = {}
+
+    @property
+    def output_names(self):
+        """tuple or None: a multi-output run's output names (:attr:`gpdsl.Posterior.output_names`),
+        the ``output`` coordinate of its draws and predictions; None: 0..P-1."""
+        return self._output_names
+
+    @output_names.setter
+    def output_names(self, names):
+        self._output_names = names
+        for posterior in self._posteriors.values():
+            posterior.output_names = names
+        if "output" in self.draws.dims:
+            self.draws = self.draws.assign_coords(output=self.output_labels)
+
+    @property
+    def output_labels(self):
+        """ndarray (P,): the ``output`` coordinate, ``output_names`` or 0..P-1."""
+        return output_labels(self._output_names, output_count(self.model.kernel))
 
     @property
     def target(self):
@@ -366,6 +386,7 @@ class SampledPosterior:
                                     warm=None)
                 posterior = Posterior(model=self.model, values=at.values, state=at.evaluation.state,
                                       log_evidence=at.evaluation.log_evidence, log_prior=at.log_prior)
+            posterior.output_names = self._output_names
             if len(self._posteriors) >= POSTERIOR_CACHE:
                 # Bounded: a dense method's state is ~3 N^2 doubles (N = 2,000 at 200 draws: ~19 GB).
                 self._posteriors.pop(next(iter(self._posteriors)))
@@ -574,8 +595,8 @@ class SampledPosterior:
         if asked is not None and asked.every_output:
             rows, y_shape = ("x_new", "output"), shape + (points.shape[0], P)
             f = f.reshape(y_shape)
-            y_coords["output"] = np.arange(P)
-            f_dims, f_coords = f_dims + ("output",), {**f_coords, "output": np.arange(P)}
+            y_coords["output"] = self.output_labels
+            f_dims, f_coords = f_dims + ("output",), {**f_coords, "output": self.output_labels}
         if f.ndim > len(f_dims):                 # K latent functions: a class axis last
             f_coords["class"] = self.model.likelihood.class_labels()
             f_dims += ("class",)
@@ -697,7 +718,10 @@ class SampledPosterior:
         result = nuts.NUTSResult(draws=ds["unconstrained_draws"].values, **stats, adapted_step_size=ds["adapted_step_size"].values,
                                  inverse_metric=ds["inverse_metric"].values,
                                  max_tree_depth=int(ds.attrs["max_tree_depth"]))
-        return cls(model, table, result, X, y, Z, latent=ds.attrs.get("latent", "marginalised"))
+        run = cls(model, table, result, X, y, Z, latent=ds.attrs.get("latent", "marginalised"))
+        if "output" in ds.variables:      # the draws' output coordinate: the run's names (none before they existed)
+            run.output_names = saved_output_names(ds["output"].values, ds.sizes["output"])
+        return run
 
 
 def _mixture(means, variances):

@@ -100,7 +100,7 @@ def to_inference_data(posterior, X_new, y_new, draws=1000, seed=0, chains=4):
         coords["class"] = likelihood.class_labels()
         f_dims = ["obs", "class"]
     if posterior.output_count is not None:
-        coords["output"] = np.arange(posterior.output_count)
+        coords["output"] = posterior.output_labels
     groups = {"posterior": {"f": f}, "posterior_predictive": None if y_rep is None else {"y": y_rep},
               "log_likelihood": {"y": log_lik}, "observed_data": {"y": y_new}, "constant_data": {"X": X_new, **hyper}}
     dims = {"f": f_dims, "y": y_dims, "X": ["obs", "feature"], **_hyperparameter_dims(posterior)}

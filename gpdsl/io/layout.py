@@ -59,6 +59,9 @@ def checksum(ds):
                 kind, payload = "int", np.ascontiguousarray(array, dtype="<i8")
             elif array.dtype.kind == "f":
                 kind, payload = "float", np.ascontiguousarray(array, dtype="<f8")
+            elif array.dtype.kind in "UO" and all(isinstance(v, str) for v in array.ravel().tolist()):
+                # Names (the "output" coordinate): "<U3" written, object read back from netCDF-3.
+                kind, payload = "str", json.dumps(array.tolist()).encode("utf-8")
             else:   # never written by to_xarray; hashed so that a file holding one fails the check
                 kind, payload = array.dtype.str, repr(array.tolist()).encode("utf-8")
             shape = array.shape
@@ -182,7 +185,7 @@ SEPARATE_WHITENED = Part({**CLASS_LAYOUT["whitened"].variables,
 # inducing rows (M P for Z shared by the outputs) as any model's over its inducing inputs, and Z
 # and the inputs' standardisation are over the long rows' D+1 columns, dimension "column";
 # "feature" is the D input columns the hyperparameters' dims name (an ARD length-scale), "output"
-# (0..P-1) the outputs (B's W and kappa, a noise variance an output, the targets' mean and scale:
+# the outputs, labelled 0..P-1 or by the fit's output names (distinct strings or integers) (B's W and kappa, a noise variance an output, the targets' mean and scale:
 # a multi-output fit standardises each output's targets by its own, so they are variables over
 # "output", not the single-output layout's two attributes).
 OUTPUT_LAYOUT = {
@@ -192,7 +195,7 @@ OUTPUT_LAYOUT = {
                              "standardization_x_scale": (("column",), "float"),
                              "standardization_y_mean": (("output",), "float"),
                              "standardization_y_scale": (("output",), "float")}, {}),
-    "output": Part({"output": (("output",), "index")}, {}),
+    "output": Part({"output": (("output",), "labels")}, {}),
 }
 # The Kronecker form of a multi-output Exact fit's predictive state
 # (gpdsl.methods.kronecker_state.KroneckerState): no q_cov, correction or Cholesky factor, each

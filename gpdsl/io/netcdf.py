@@ -22,6 +22,7 @@ from ..inducing import Selection
 from ..methods.common import PredictiveState
 from ..methods.kronecker_state import KroneckerState
 from ..model import Model
+from ..multioutput import saved_output_names
 from ..posterior import FitRecord, Posterior
 from ..scaling import Standardization
 from .files import check_path
@@ -149,7 +150,9 @@ def _posterior_from(ds, source, trust):
                                   if "subsample_rows" in ds.attrs else None))
     return Posterior(model=model, values={**{name: ds[name].values for name in names}, **held}, state=state,
                      log_evidence=ds.attrs["log_evidence"], log_prior=ds.attrs["log_prior"],
-                     standardization=standardization, record=record)
+                     standardization=standardization, record=record,
+                     output_names=(saved_output_names(ds["output"].values, ds.sizes["output"])
+                                   if "output" in ds.variables else None))
 
 
 def _diagnostics(ds, source, total_sweeps):
@@ -368,6 +371,9 @@ _VARIABLE_KINDS = {
     "count": lambda v: None if v.dtype.kind in "iu" and np.all(v >= 0) else "expected non-negative integers",
     "index": lambda v: (None if v.dtype.kind in "iu" and np.array_equal(v, np.arange(v.size))
                         else "expected the integers 0, 1, ..., n - 1"),
+    # Output names (gpdsl.multioutput.saved_output_names): distinct integers or strings.
+    "labels": lambda v: (None if (v.dtype.kind in "iu" or all(isinstance(x, str) for x in v.tolist()))
+                         and len(set(v.tolist())) == v.size else "expected distinct integers or strings"),
 }
 
 
