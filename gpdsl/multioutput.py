@@ -440,6 +440,27 @@ def name_outputs(result, names):
     return result
 
 
+def output_groups(index, P, empty=False):
+    """The rows of each output: (p, rows of output p) for p = 0..P-1, the row indices ascending;
+    outputs without rows left out unless ``empty`` (a per-output part whose sums over no rows
+    are 0, e.g. a mean's gradient).  The per-output parts (``gd.likelihoods.PerOutput``,
+    ``gd.means.PerOutput``) dispatch their rows by it.
+
+    Parameters
+    ----------
+    index : ndarray of int, shape (n,)
+        Each row's output (:func:`gpdsl.checks.output_indices`).
+    P : int
+    empty : bool, default False
+
+    Returns
+    -------
+    list of (int, ndarray of intp)
+    """
+    groups = [(p, np.flatnonzero(index == p)) for p in range(P)]
+    return groups if empty else [(p, rows) for p, rows in groups if rows.size]
+
+
 def unique_inputs(X_long):
     """The distinct input rows of X_long (n, D+1) without the output column, in order of first
     appearance: the candidates of the inducing specs that choose Z in input space (an input
@@ -809,6 +830,6 @@ def query(X_new, D, P, owner="predict", name="X_new"):
     return Query(X_long, n, P)
 
 
-__all__ = ["output_count", "layout", "long_data", "check_outputs", "check_output_names", "data_output_names",
+__all__ = ["output_count", "layout", "long_data", "check_outputs", "output_groups", "check_output_names", "data_output_names",
            "output_labels", "saved_output_names", "name_outputs", "unique_inputs", "selection_inputs", "expand_inducing",
            "inducing_gradient", "method_inducing", "standardization", "subsample_rows", "draw_inputs", "Query", "query"]

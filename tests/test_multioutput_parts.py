@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import gpdsl as gd
+from gpdsl import multioutput
 from gpdsl.checks import output_indices
 from naive import central_difference
 
@@ -353,3 +354,13 @@ def test_a_dask_X_of_long_rows_gives_the_in_memory_objective_with_per_output_par
     np.testing.assert_allclose(lazy.log_evidence, memory.log_evidence, rtol=1e-12)
     for name, g in memory.grads.items():
         np.testing.assert_allclose(lazy.grads[name], g, rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def test_output_groups_are_each_outputs_rows():
+    """multioutput.output_groups, which both PerOutput parts dispatch by: each output's rows in
+    order, outputs without rows left out unless asked for (then empty)."""
+    index = np.array([2, 0, 2, 2, 0])
+    assert [(p, rows.tolist()) for p, rows in multioutput.output_groups(index, 4)] == [(0, [1, 4]), (2, [0, 2, 3])]
+    every = multioutput.output_groups(index, 4, empty=True)
+    assert [p for p, _ in every] == [0, 1, 2, 3] and every[1][1].size == every[3][1].size == 0
+    assert all(rows.dtype == np.intp for _, rows in every)

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..checks import output_indices
 from ..components import bind_parts, part_parameters
+from ..multioutput import output_groups
 from .base import CAPABILITIES, Likelihood
 
 
@@ -33,11 +34,6 @@ def _labels(count):
 def _named(p, grads):
     """A part's gradients keyed ``"<p>.<name>"``."""
     return {f"{p}.{name}": value for name, value in grads.items()}
-
-
-def _groups(index, count):
-    """(p, rows of output p) for each output with rows."""
-    return [(p, rows) for p in range(count) for rows in (np.flatnonzero(index == p),) if rows.size]
 
 
 def _scatter(shape, groups, compute, count):
@@ -254,7 +250,7 @@ class PerOutput(Likelihood):
     # -- operations that read X themselves -----------------------------------------------------
     def _by_rows(self, X, compute, count):
         index = self._index(X)
-        return _scatter((X.shape[0],), _groups(index, len(self.likelihoods)), compute, count)
+        return _scatter((X.shape[0],), output_groups(index, len(self.likelihoods)), compute, count)
 
     def noise(self, X):
         """Part p's noise at the input columns of its rows (every part Gaussian noise).
@@ -295,7 +291,7 @@ class PerOutput(Likelihood):
         dict of str to ndarray
         """
         grads = {}
-        for p, rows in _groups(self._index(X), len(self.likelihoods)):
+        for p, rows in output_groups(self._index(X), len(self.likelihoods)):
             grads.update(_named(p, self.likelihoods[p].noise_vjp(X[rows, :-1], np.asarray(g)[rows])))
         return grads
 
@@ -386,7 +382,7 @@ class _Rows(Likelihood):
         return np.broadcast_to(self.index, (n,))
 
     def _groups(self, n):
-        return _groups(self._index(n), len(self.owner.likelihoods))
+        return output_groups(self._index(n), len(self.owner.likelihoods))
 
     def _part(self, p):
         return self.owner.likelihoods[p]

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..checks import output_indices
 from ..components import bind_parts, part_parameters
+from ..multioutput import output_groups
 from .base import Mean
 
 
@@ -72,9 +73,9 @@ class PerOutput(Mean):
         return dataclasses.replace(self, means=bind_parts(self._labels, self.means, values))
 
     def _rows(self, X):
-        """(p, rows of output p) for each output that has rows in X."""
-        index = output_indices("PerOutput", X, len(self.means))
-        return [(p, np.flatnonzero(index == p)) for p in range(len(self.means))]
+        """(p, rows of output p) for each output, with or without rows in X (a part's gradient is
+        0 then)."""
+        return output_groups(output_indices("PerOutput", X, len(self.means)), len(self.means), empty=True)
 
     def value(self, X):
         """m_{p_n}(X[n, :-1]) for each row n.
