@@ -388,7 +388,8 @@ class SampledPosterior:
                                       log_evidence=at.evaluation.log_evidence, log_prior=at.log_prior)
             posterior.output_names = self._output_names
             if len(self._posteriors) >= POSTERIOR_CACHE:
-                # Bounded: a dense method's state is ~3 N^2 doubles (N = 2,000 at 200 draws: ~19 GB).
+                # Bounded: a dense method's state is 2 N^2 doubles (Exact, VGP: chol and q_cov; the
+                # correction is the identity, None) or 3 N^2 (Laplace's): N = 2,000 at 200 draws, 13-19 GB.
                 self._posteriors.pop(next(iter(self._posteriors)))
             self._posteriors[key] = posterior
         return self._posteriors[key]

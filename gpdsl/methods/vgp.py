@@ -177,7 +177,7 @@ def _evaluate_at(kernel, likelihood, values, X, y, jitter, need_grad, need_state
         # Regression with noise Lam^-2 and targets t = (K + Lam^-2) alpha: (K + Lam^-2)^-1 t = alpha,
         # so the whitened weights L^-1 t are L^T alpha, with no division by lambda^2.
         L, _ = cholesky(K + np.diag(1.0 / (lam * lam)), 0.0, what="K + Lam^-2")
-        state = PredictiveState(Z=X, weights=L.T @ alpha, correction=np.eye(n), q_mean=mean,
+        state = PredictiveState(Z=X, weights=L.T @ alpha, correction=None, q_mean=mean,
                                 q_cov=0.5 * (Sigma + Sigma.T), chol=L)
     w = lam * lam
     return Evaluation(log_evidence=elbo, grads=grads, dZ=None, jitter=jitter, state=state,
