@@ -21,11 +21,11 @@ from . import threads
 from ._version import __version__
 from .checks import as_float_array
 from .chunks import default_chunk_size, is_chunked, lazy_rows, map_rows
-from .components import bind
+from .components import Bound, bind
 from .diagnostics import FitDiagnostics
 from .inputs import validate_inputs, validate_offset
 from .io.files import check_path, sigint_deferred, write_replacing
-from .kernels import Sum
+from .kernels import LMC, Sum
 from .likelihoods.gaussian import gaussian_log_density
 from .multioutput import output_count, output_labels, query
 from .io.layout import FORMAT_VERSION, checksum, hyperparameter_entries, model_layout, variable_dims
@@ -280,7 +280,8 @@ class Posterior:
         of a sum kernel (``component``) has the same posterior with k_c in place of k in K_z*
         and k_** (its cross-covariance with the inducing variables; the parts are independent
         a priori), and no prior mean (Rasmussen & Williams (2006) §5.4.3, Duvenaud's additive
-        decompositions).
+        decompositions); so has one latent part f_q of an LMC, with B_q (x) k_q
+        (:meth:`gpdsl.kernels.LMC.part_kernel`; GPflow's LinearCoregionalization parts).
 
         A multi-output posterior (:mod:`gpdsl.multioutput`) predicts every output at X_new (n, D),
         results (n, P), or at X_new (n, D+1) the output each row names (its last column).
@@ -290,8 +291,8 @@ class Posterior:
         X_new : array_like, shape (n, D)
             New inputs in the data's units.
         component : str or int, optional
-            The label of one part of the model's ``Sum`` kernel (its ``name``, or its index):
-            that part's posterior alone.  None (default) predicts f whole, prior mean included.
+            The label of one part of the model's ``Sum`` or ``LMC`` kernel (its ``name``, or its
+            index): that part's posterior alone.  None (default) predicts f whole, prior mean included.
 
         Returns
         -------
@@ -307,7 +308,7 @@ class Posterior:
         ------
         TypeError, ValueError
             Invalid inputs or a number of features other than the fit's; a ``component`` that
-            is not the label of a part of a ``Sum`` kernel.
+            is not the label of a part of a ``Sum`` or ``LMC`` kernel.
         """
         kernel, q = self._kernel(component), self._query(X_new, "predict_f")
         mean, var = self._latent(self._fit_inputs(q.X, lazy=self.n_latent == 1), kernel, with_mean=component is None)
@@ -354,11 +355,13 @@ class Posterior:
         kernel = self.model.kernel
         if not isinstance(component, (str, int)) or isinstance(component, bool):
             raise TypeError(f"predict_f: component must be a part's name or index, got {component!r}")
-        if not isinstance(kernel, Sum):
-            raise ValueError(f"predict_f: component={component!r} needs a Sum kernel (k1 + k2), and the model's "
-                             f"kernel is {kernel.describe()}")
+        if not isinstance(kernel, (Sum, LMC)):
+            raise ValueError(f"predict_f: component={component!r} needs a Sum kernel (k1 + k2) or an LMC, and the "
+                             f"model's kernel is {kernel.describe()}")
         labels = kernel.labels()
         label = labels[component] if isinstance(component, int) and 0 <= component < len(labels) else str(component)
+        if isinstance(kernel, LMC):     # part q's B_q (x) k_q, of the LMC's fitted values
+            return Bound(bind(kernel, self.values, "kernel").component.part_kernel(label), f"kernel.{label}")
         return bind(kernel.part(label), self.values, f"kernel.{label}")
 
     def _likelihood(self, X_rows=None):

@@ -528,6 +528,32 @@ class LMC(_Composite):
         return dataclasses.replace(self, kernels=tuple(i.kernel for i in icms), W=np.stack([i.W for i in icms]),
                                    kappa=np.stack([i.kappa for i in icms]))
 
+    def part_kernel(self, label):
+        """Part ``label``'s kernel B_q (x) k_q as an :class:`ICM` of this LMC's W_q, kappa_q and
+        base kernel (bound where the LMC is): the prior covariance of the latent part f_q, the
+        parts independent a priori (f = sum_q f_q), whose posterior
+        ``Posterior.predict_f(component=label)`` gives through its cross-covariance B_q (x) k_q
+        with the training or inducing rows.
+
+        Parameters
+        ----------
+        label : str or int
+            The part's base kernel's ``name``, or its index (as text or int).
+
+        Returns
+        -------
+        ICM
+
+        Raises
+        ------
+        ValueError
+            No part has that label.
+        """
+        labels = self.labels()
+        if str(label) not in labels:
+            raise ValueError(f"LMC: no part labelled {label!r}; the parts are {labels}")
+        return self._icm(labels.index(str(label)))
+
     def _icm(self, q):
         """Part q as an :class:`ICM` (bound where the LMC is)."""
         W, kappa = self._starts(q)
