@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import threads
 from ..linalg import JITTER_LADDER, add_jitter, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t
-from .common import Evaluation, PredictiveState, damped_natural_steps, shifted
+from .common import Evaluation, PredictiveState, damped_natural_steps, extrapolates, shifted
 
 
 def initial_values(N):
@@ -321,7 +321,8 @@ def optimise_q(kernel, likelihood, values, X, y, q=None, *, jitter=None, tol=1e-
         moved, n_steps, converged = damped_natural_steps((lam * lam, alpha + lam * lam * mean),
                                                          step_targets(mean, g, d), elbo, at, tol, max_iter, polish,
                                                          project=lambda natural: (np.maximum(natural[0], floor),
-                                                                                  natural[1]))
+                                                                                  natural[1]),
+                                                         extrapolate=extrapolates(likelihood))
         alpha, lam = moved if moved is not None else (alpha, lam)
     return {"variational.alpha": alpha, "variational.lambda": lam}, n_steps, converged
 
