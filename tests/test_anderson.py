@@ -82,3 +82,37 @@ def test_anderson_proposal_needs_two_iterates():
     with pytest.raises(ValueError, match="two iterates"):
         history.proposal()
 
+
+
+def test_anderson_refuses_residual_differences_that_overflowed(capfd):
+    """Residuals whose differences overflow give no least squares: a LinAlgError of its own
+    (damped_natural_steps then takes the plain step), before LAPACK prints to stderr."""
+    history = Anderson(5)
+    history.push(np.zeros(3), np.ones(3))
+    history.push(np.ones(3), np.full(3, np.inf))
+    with pytest.raises(np.linalg.LinAlgError, match="not finite"):
+        history.proposal()
+    assert "DLASCL" not in capfd.readouterr().err
+
+
+def test_natural_steps_without_extrapolation_keep_no_history(monkeypatch):
+    """extrapolate=False (robust-max) or a history over NATGRAD_ANDERSON_BYTES builds no Anderson
+    history (it would hold ~4 vectors of the natural parameters' length a step), and still
+    reaches the fixed point of x <- (x + 1) / 2 by plain steps on a concave bound."""
+    from gpdsl.methods import common
+
+    def forbidden(memory):
+        raise AssertionError("an Anderson history was built")
+
+    def at(candidate):
+        x = candidate[0]
+        return -float(np.sum((x - 1.0) ** 2)), ((x + 1.0) / 2.0,), x
+
+    x0 = np.zeros(4)
+    monkeypatch.setattr(common, "Anderson", forbidden)
+    for options in ({"extrapolate": False}, {}):
+        if not options:
+            monkeypatch.setattr(common, "NATGRAD_ANDERSON_BYTES", 16 * 4 - 1)   # memory 0 for 4 entries
+        point, steps, converged = common.damped_natural_steps((x0,), (np.full(4, 0.5),), -4.0, at, 1e-12, 200,
+                                                              **options)
+        assert converged and np.allclose(point, 1.0, atol=1e-5) and steps > 1

@@ -722,6 +722,10 @@ class Anderson:
         """
         if not self._d_residuals:
             raise ValueError("Anderson: a proposal needs two iterates or more")
+        if not (np.all(np.isfinite(self._gram)) and np.all(np.isfinite(self._rhs))):
+            # Residuals that overflowed: LAPACK's least squares would print its own complaint to
+            # stderr (DLASCL) before failing.
+            raise np.linalg.LinAlgError("Anderson: the residual differences are not finite")
         # The Gram matrix's entries round at about sqrt(P) eps of its largest (P the iterates'
         # length), so its singular values below 1e-12 of the largest (those of dR below 1e-6) are
         # rounding, not directions: the default cut-off (10 eps) let them steer the proposal, and
@@ -834,13 +838,16 @@ def damped_natural_steps(natural, target, elbo, at, tol, max_iter, polish=False,
     residual = target_x - x
 
     def fresh_history():
+        # None without extrapolation: its history would hold (and push) ~4 vectors a step.
+        if memory < 2:
+            return None
         history = Anderson(memory)
         history.push(x, x + rho * residual)
         return history
 
     history, extrapolate = fresh_history(), False
     while n_steps < max_iter:
-        extrapolate = extrapolate and rho == 1.0 and memory >= 2 and len(history) >= 2
+        extrapolate = extrapolate and rho == 1.0 and history is not None and len(history) >= 2
         # The damped step as (1 - rho) x + rho T(x), which at rho = 1 is T(x) to the last bit: a
         # robust-max fit's polish stopped on iris where x + rho (T(x) - x) left its steps at the cap.
         candidate = (1.0 - rho) * x + rho * target_x
@@ -848,8 +855,8 @@ def damped_natural_steps(natural, target, elbo, at, tol, max_iter, polish=False,
             try:
                 proposal = history.proposal()
             except np.linalg.LinAlgError:
-                # Least squares on residuals of a step that overflowed (large counts: Poisson
-                # targets in the thousands) found no SVD: no extrapolation from this history.
+                # Residuals of a step that overflowed (large counts: Poisson targets in the
+                # thousands) or a least squares without an SVD: no extrapolation from this history.
                 proposal, history = None, fresh_history()
             if proposal is None or not np.all(np.isfinite(proposal)):
                 extrapolate = False
@@ -872,7 +879,8 @@ def damped_natural_steps(natural, target, elbo, at, tol, max_iter, polish=False,
                 if new_rho != rho:
                     rho, history = new_rho, fresh_history()
                     continue
-            history.push(x, x + rho * residual)
+            if history is not None:
+                history.push(x, x + rho * residual)
             extrapolate = True
         elif extrapolate:
             extrapolate = False                # a plain step from the same point next
