@@ -404,6 +404,9 @@ class _Composite(Kernel):
         Returns
         -------
         Kernel
+            The part on the columns of X it reads inside this kernel (:meth:`_on_own_columns`:
+            this kernel's ``active_dims`` carried into the part's), so that its Gram matrix on X is
+            the part's term of this kernel's.
 
         Raises
         ------
@@ -413,7 +416,40 @@ class _Composite(Kernel):
         labels = self.labels()
         if str(label) not in labels:
             raise ValueError(f"{type(self).__name__}: no part labelled {label!r}; the parts are {labels}")
-        return self.kernels[labels.index(str(label))]
+        return self._on_own_columns(self.kernels[labels.index(str(label))])
+
+    def _on_own_columns(self, part):
+        """``part`` on the columns of X it reads inside this composite, as a kernel of its own.
+
+        The composite's methods select its ``active_dims`` columns of X and hand them to the part,
+        which selects its own ``active_dims`` among those: the part alone reads columns
+        ``self.active_dims[part.active_dims]`` of X (``self.active_dims`` where the part has none).
+
+        Parameters
+        ----------
+        part : Kernel
+            One of :attr:`kernels` (or a kernel built from one, such as an LMC part's ICM).
+
+        Returns
+        -------
+        Kernel
+            ``part`` itself where this composite reads every column.
+
+        Raises
+        ------
+        ValueError
+            If the part's ``active_dims`` name a column beyond the composite's.
+        """
+        outer = self.active_dims
+        if outer is None:
+            return part
+        if part.active_dims is None:
+            return dataclasses.replace(part, active_dims=outer)
+        if max(part.active_dims) >= len(outer):
+            raise ValueError(f"{type(self).__name__}: part {part.describe()}'s active_dims {part.active_dims} name a "
+                             f"column beyond the {len(outer)} the {type(self).__name__.lower()} reads "
+                             f"(active_dims {outer})")
+        return dataclasses.replace(part, active_dims=tuple(outer[d] for d in part.active_dims))
 
     def parameters(self, X):
         """Every part's parameters, named ``"<label>.<name>"`` (part 0 first; the label is the

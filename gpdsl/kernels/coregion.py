@@ -543,6 +543,8 @@ class LMC(_Composite):
         Returns
         -------
         ICM
+            On the columns of X this LMC reads (its ``active_dims``, :meth:`_on_own_columns`), so
+            that its Gram matrix on X is part q's term of the LMC's.
 
         Raises
         ------
@@ -552,7 +554,7 @@ class LMC(_Composite):
         labels = self.labels()
         if str(label) not in labels:
             raise ValueError(f"LMC: no part labelled {label!r}; the parts are {labels}")
-        return self._icm(labels.index(str(label)))
+        return self._on_own_columns(self._icm(labels.index(str(label))))
 
     def _icm(self, q):
         """Part q as an :class:`ICM` (bound where the LMC is)."""
