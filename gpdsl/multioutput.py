@@ -306,6 +306,10 @@ def _dict_lists(Xs, ys, offset, owner):
             None if offset is None else [offset[k] for k in keys])
 
 
+# The integers a netCDF-3 file (every gpdsl save) holds: output names are written as its output coordinate.
+_INT32 = np.iinfo(np.int32)
+
+
 def check_output_names(owner, name, names, P):
     """Output names, checked: P of them, distinct, all strings or all integers.
 
@@ -314,8 +318,8 @@ def check_output_names(owner, name, names, P):
     owner, name : str
         The function and the argument the names come from, for messages.
     names : sequence
-    P : int
-        The model's outputs.
+    P : int or None
+        The model's outputs (None: a kernel of one output, which takes no names).
 
     Returns
     -------
@@ -324,9 +328,13 @@ def check_output_names(owner, name, names, P):
     Raises
     ------
     ValueError
-        Not P names, a name that is neither a string nor an integer (bool included), a mix of
-        the two, or a name given twice.
+        Names for a kernel of one output, not P names, a name that is neither a string nor an integer (bool included), a mix of
+        the two, an integer outside int32 (a saved posterior's netCDF-3 file holds no wider
+        integers), or a name given twice.
     """
+    if P is None:
+        raise ValueError(f"{owner}: {name} names outputs, but the kernel has one output (output names are a "
+                         f"multi-output model's)")
     names = list(names)
     if len(names) != P:
         raise ValueError(f"{owner}: {name} gives {len(names)} output names but the kernel has P = {P} outputs")
@@ -337,6 +345,10 @@ def check_output_names(owner, name, names, P):
         raise ValueError(f"{owner}: {name} must be output names that are all strings or all integers, got "
                          + (f"{bad!r} ({type(bad).__name__})" if bad is not None else f"a mix: {names!r}"))
     names = tuple(int(v) for v in names) if all(ints) else tuple(names)
+    wide = [v for v in names if all(ints) and not _INT32.min <= v <= _INT32.max]
+    if wide:
+        raise ValueError(f"{owner}: {name} names output {wide[0]!r}, outside int32 ({_INT32.min} to {_INT32.max}), "
+                         f"which a saved posterior cannot hold; name the outputs by strings")
     seen = set()
     for v in names:
         if v in seen:
@@ -428,12 +440,19 @@ def name_outputs(result, names):
     Parameters
     ----------
     result : gpdsl.Posterior or gpdsl.SampledPosterior
-    names : tuple or None
+    names : sequence of str or int, or None
 
     Returns
     -------
     ``result``
+
+    Raises
+    ------
+    ValueError
+        As :func:`check_output_names`, for ``result``'s kernel.
     """
+    if names is not None:
+        names = check_output_names("name_outputs", "names", names, output_count(result.model.kernel))
     result.output_names = names
     if getattr(result, "map_posterior", None) is not None:
         result.map_posterior.output_names = names

@@ -27,7 +27,7 @@ from .inputs import validate_inputs, validate_offset
 from .io.files import check_path, sigint_deferred, write_replacing
 from .kernels import LMC, Sum
 from .likelihoods.gaussian import gaussian_log_density
-from .multioutput import output_count, output_labels, query
+from .multioutput import check_output_names, output_count, output_labels, query
 from .io.layout import FORMAT_VERSION, checksum, hyperparameter_entries, model_layout, variable_dims
 from .io.xarray_import import coordinate, xarray
 
@@ -112,7 +112,8 @@ class Posterior:
         posterior that was not optimised.
     output_names : tuple of str or int, optional
         A multi-output model's output names (:func:`gpdsl.multioutput.data_output_names`), the
-        ``output`` coordinate of its labelled results; None: 0..P-1.
+        ``output`` coordinate of its labelled results; None: 0..P-1.  Checked as
+        :func:`gpdsl.multioutput.check_output_names` (ValueError).
 
     Notes
     -----
@@ -129,7 +130,8 @@ class Posterior:
         self.log_prior = float(log_prior)
         self.standardization = standardization
         self.record = FitRecord() if record is None else record
-        self.output_names = output_names
+        self.output_names = (None if output_names is None else
+                             check_output_names("Posterior", "output_names", output_names, self.output_count))
 
     @property
     def log_evidence(self):

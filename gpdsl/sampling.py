@@ -70,7 +70,7 @@ START_TRIES = 10
 # posterior by default: each costs one evaluation of the evidence.
 PREDICT_DRAWS = 200
 # posterior_at keeps at most this many draws' posteriors (oldest dropped first): each holds the
-# method's state at its draw, ~3 N^2 doubles for a dense method.
+# method's state at its draw: 2 N^2 doubles for Exact or VGP, 3 N^2 for Laplace.
 POSTERIOR_CACHE = 8
 # The ``format`` attribute of a saved run (SampledPosterior.save).
 SAVE_FORMAT = "gpdsl.SampledPosterior/1"
@@ -620,8 +620,8 @@ class SampledPosterior:
     # -- files -------------------------------------------------------------------------------------
     def to_xarray(self):
         """The run as one xarray.Dataset: ``posterior.<name>`` (the draws), ``sample_stats.<name>``,
-        the unconstrained draws u, X, y, Z, each chain's adapted step size and inverse metric, and
-        the model in the attrs.
+        the unconstrained draws u, X, y, Z, each chain's adapted step size and inverse metric, the
+        model in the attrs, and a multi-output run's ``output`` coordinate (its names, or 0..P-1).
 
         Returns
         -------
@@ -639,9 +639,12 @@ class SampledPosterior:
         metric = self.result.inverse_metric
         data["inverse_metric"] = (("chain", "parameter") + (("parameter_bis",) if metric.ndim == 3 else ()), metric)
         held = [e.name for e in self.table.entries if e.fixed]
+        # A multi-output run's names always go in the output coordinate, which the draws have
+        # only where a drawn parameter has an output axis (not with W and kappa held).
+        coords = {} if output_count(self.model.kernel) is None else {"output": self.output_labels}
         attrs = {"format": SAVE_FORMAT, "gpdsl_version": __version__, "model_spec": json.dumps(self.model.to_dict()),
                  "held": json.dumps(held), "max_tree_depth": self.result.max_tree_depth, "latent": self.latent}
-        return xr.Dataset(data, attrs=attrs)
+        return xr.Dataset(data, coords=coords, attrs=attrs)
 
     def save(self, path, *, follow_symlinks=True):
         """Write the run to netCDF (scipy backend), replacing ``path`` whole (as :meth:`gpdsl.Posterior.save`).
@@ -720,7 +723,7 @@ class SampledPosterior:
                                  inverse_metric=ds["inverse_metric"].values,
                                  max_tree_depth=int(ds.attrs["max_tree_depth"]))
         run = cls(model, table, result, X, y, Z, latent=ds.attrs.get("latent", "marginalised"))
-        if "output" in ds.variables:      # the draws' output coordinate: the run's names (none before they existed)
+        if "output" in ds.variables:      # the output coordinate: the run's names (none before they existed)
             run.output_names = saved_output_names(ds["output"].values, ds.sizes["output"])
         return run
 

@@ -100,6 +100,45 @@ def test_check_output_names_and_saved_names():
     assert multioutput.saved_output_names(np.array(["x", "y"], dtype=object), 2) == ("x", "y")
     with pytest.raises(ValueError, match=r"load: the 'output' coordinate names output 'x' twice"):
         multioutput.saved_output_names(np.array(["x", "x"]), 2)
+    # int32's ends pass (a saved file's coordinate holds them); beyond them refused, by owner and argument.
+    ends = (np.iinfo(np.int32).min, np.iinfo(np.int32).max)
+    assert multioutput.check_output_names("f", "names", ends, 2) == ends
+    for wide in (2**31, -2**31 - 1, np.int64(2**40)):
+        with pytest.raises(ValueError, match=rf"f: names names output {int(wide)}, outside int32 "
+                                             r"\(-2147483648 to 2147483647\)"):
+            multioutput.check_output_names("f", "names", [0, wide], 2)
+
+
+def test_names_beyond_int32_are_refused_at_fit_and_int32_ends_round_trip(tmp_path):
+    """The review's "big ints": 2**40 as a column name had fitted and then failed at save
+    inside xarray (could not cast int64 to int32); now fit refuses it, and int32's ends save."""
+    X, Y = _data(missing=False)
+    with pytest.raises(ValueError, match=r"fit: Y's columns names output 1099511627776, outside int32"):
+        _model().fit(X, pd.DataFrame(Y, columns=[2**40, 1, 2]), optimize=False)
+    ends = [np.iinfo(np.int32).min, 0, np.iinfo(np.int32).max]
+    post = _model().fit(X, pd.DataFrame(Y, columns=ends), optimize=False)
+    post.save(tmp_path / "p.nc")
+    back = gd.load(tmp_path / "p.nc")
+    assert back.output_names == tuple(ends) and list(back.predict(X[:1]).output.values) == ends
+
+
+def test_posterior_and_name_outputs_check_the_names_they_are_given():
+    """The review's reproducer: Posterior(output_names=) took two names for three outputs (an
+    xarray size error at predict) and a name twice (saved, then refused at load)."""
+    X, Y = _data(missing=False)
+    post = _model().fit(X, Y, optimize=False)
+    args = (post.model, post.values, post.state, post.log_evidence)
+    with pytest.raises(ValueError, match=r"Posterior: output_names gives 2 output names but the kernel has P = 3"):
+        gd.Posterior(*args, output_names=("a", "b"))
+    with pytest.raises(ValueError, match=r"Posterior: output_names names output 'a' twice"):
+        gd.Posterior(*args, output_names=("a", "a", "b"))
+    named = gd.Posterior(*args, output_names=np.array([7, 8, 9]))
+    assert named.output_names == (7, 8, 9) and all(type(v) is int for v in named.output_names)
+    with pytest.raises(ValueError, match=r"name_outputs: names names output 2147483648, outside int32"):
+        multioutput.name_outputs(post, [0, 1, 2**31])
+    single = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1)).fit(X, Y[:, 0], optimize=False)
+    with pytest.raises(ValueError, match=r"Posterior: output_names names outputs, but the kernel has one output"):
+        gd.Posterior(single.model, single.values, single.state, single.log_evidence, output_names=("a",))
 
 
 def test_gpregressor_fitted_on_a_dataframe_carries_the_names():
@@ -129,6 +168,28 @@ def test_sampled_run_labels_its_draws_and_keeps_them_in_its_file(tmp_path):
     run.save(tmp_path / "run.nc")
     back = gd.SampledPosterior.load(tmp_path / "run.nc", model)
     assert back.output_names == ("up", "down") and list(back.draws["output"].values) == ["up", "down"]
+
+
+@pytest.mark.parametrize("columns", [["up", "down"], None], ids=["named", "unnamed"])
+def test_sampled_run_without_an_output_axis_keeps_its_names_in_its_file(tmp_path, columns):
+    """W and kappa held: no draw has an output axis, and the file still carries the output
+    coordinate (the review's reproducer: the names came back None, predictions labelled 0, 1)."""
+    pr = gd.priors
+    X = np.linspace(-2, 2, 6)[:, None]
+    Y = pd.DataFrame(np.column_stack([np.sin(X[:, 0]), np.cos(X[:, 0])]), columns=columns)
+    model = gd.Model(gd.kernels.ICM(SE(pr.LogNormal(0.0, 1.0), pr.LogNormal(0.0, 1.0)), 2,
+                                    W=gd.Fixed(np.array([[0.9], [0.4]])), kappa=gd.Fixed(np.array([0.2, 0.3]))),
+                     gd.likelihoods.Gaussian(pr.LogNormal(-3.0, 1.0)))
+    with pytest.warns(gd.SamplingWarning):
+        run = model.sample(X, Y, draws=6, tune=6, chains=1, cores=1)
+    assert "output" not in run.draws.dims
+    run.save(tmp_path / "run.nc")
+    back = gd.SampledPosterior.load(tmp_path / "run.nc", model)
+    labels = ["up", "down"] if columns else [0, 1]
+    assert back.output_names == (tuple(columns) if columns else None)
+    before, after = run.predict(X[:2]), back.predict(X[:2])
+    assert list(after.output.values) == list(before.output.values) == labels
+    np.testing.assert_array_equal(after["f_mean"].values, before["f_mean"].values)
 
 
 @pytest.mark.parametrize("heterotopic", [False, True])
