@@ -231,6 +231,23 @@ def test_inconsistent_kronecker_files_are_refused():
         gd.from_xarray(extra)
 
 
+def test_kronecker_files_with_eigenvalues_that_give_no_w_are_refused():
+    """The review's reproducer: input eigenvalues made negative (lambda s + 1 < 0) had loaded and
+    predicted NaN (w^1/2 the root of a negative number); now PosteriorFileError, with lambda_a s_k
+    named; a file at the edge a fit can give (s_k ~ -1e-15, rounding) still loads and predicts."""
+    fast, _ = _fits("rank-1")
+    ds = fast.to_xarray()
+    s = ds["predictive_kronecker_input_values"].values
+    with pytest.raises(gd.PosteriorFileError, match=r"predictive_kronecker_\*'.*KroneckerState: output_values and "
+                                                     r"input_values must have lambda_a s_k \+ 1 > 0"):
+        gd.from_xarray(_resaved(ds, predictive_kronecker_input_values=("point_eigen", -np.abs(s) - 5.0)))
+    edge = s.copy()
+    edge[np.argmin(s)] = -1e-15
+    mean, var = gd.from_xarray(_resaved(ds, predictive_kronecker_input_values=("point_eigen", edge))).predict_f(
+        INPUTS[:5] + 0.1)
+    assert np.all(np.isfinite(mean)) and np.all(np.isfinite(var))
+
+
 def test_kronecker_state_checks_its_arguments():
     """Inconsistent shapes, a non-positive noise, or a K_z* of another number of rows: ValueError
     naming the class and the argument."""
@@ -242,6 +259,16 @@ def test_kronecker_state_checks_its_arguments():
         KroneckerState(**{**fields, "noise": np.array([0.1, 0.0, 0.2])})
     with pytest.raises(ValueError, match="KroneckerState: Z must have"):
         KroneckerState(**{**fields, "Z": fields["Z"][:-1]})
+    vectors = fields["input_vectors"].copy()
+    vectors[2, 5] = np.nan
+    with pytest.raises(ValueError, match=r"KroneckerState: input_vectors must be finite, got 1 NaN or infinite"):
+        KroneckerState(**{**fields, "input_vectors": vectors})
+    for s_3, product in ((-0.5, "-1.0"), (-1.5, "-3.0")):             # lambda_1 s_3 + 1 = 0 (w infinite), < 0
+        lam, s = np.array([0.25, 2.0, 1.0]), fields["input_values"].copy()          # the least lambda s at a = 1
+        s[3] = s_3
+        with pytest.raises(ValueError, match=rf"lambda_a s_k \+ 1 > 0 .*got {product} at a = 1, k = 3 "
+                                             rf"\(lambda_a = 2\.0, s_k = {s_3}\)"):
+            KroneckerState(**{**fields, "output_values": lam, "input_values": s})
     with pytest.raises(ValueError, match=r"KroneckerState.basis: Kzs must have shape \(90, n\)"):
         fast.state.basis(np.ones((N, 4)))
 

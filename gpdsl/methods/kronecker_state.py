@@ -16,7 +16,7 @@ is b_* = W^T K_z* (N P, n), and the general path's predictive formulas hold unch
 
 b_* costs P^2 N n + P N^2 n flops (two products along the output and the input axis of K_z*
 reshaped (P, N, n)), against (N P)^2 n for the Cholesky factor's triangular solve, and the state
-holds P^2 + N^2 + O(N P) numbers against 3 (N P)^2.  The posterior covariance at X, q(u)'s
+holds P^2 + N^2 + O(N P) numbers against the dense state's 2 (N P)^2.  The posterior covariance at X, q(u)'s
 covariance, is formed only when asked for (:attr:`KroneckerState.q_cov`).
 """
 from __future__ import annotations
@@ -54,7 +54,9 @@ class KroneckerState(WhitenedPrediction):
     Raises
     ------
     ValueError
-        Arrays of inconsistent shapes, or a noise variance that is not positive.
+        Arrays of inconsistent shapes, values that are not finite, a noise variance that is not
+        positive, or eigenvalues with lambda_a s_k + 1 <= 0 (no w^1/2: B~ and K_x are positive
+        semi-definite, so a fit's have lambda_a s_k >= 0 up to rounding).
     """
 
     Z: np.ndarray
@@ -82,11 +84,22 @@ class KroneckerState(WhitenedPrediction):
                                  f"inputs), got shape {np.shape(getattr(self, name))}")
         if np.ndim(self.Z) != 2 or len(self.Z) != N * P:
             raise ValueError(f"KroneckerState: Z must have N P = {N * P} rows, got shape {np.shape(self.Z)}")
+        for name in shapes:
+            bad = np.size(getattr(self, name)) - np.count_nonzero(np.isfinite(getattr(self, name)))
+            if bad:
+                raise ValueError(f"KroneckerState: {name} must be finite, got {bad} NaN or infinite value(s)")
         if not np.all(self.noise > 0):
             raise ValueError(f"KroneckerState: noise must be positive, got {self.noise!r}")
+        denominator = np.outer(self.output_values, self.input_values) + 1.0                  # 1 / w (P, N)
+        if not np.all(denominator > 0):
+            a, k = np.unravel_index(np.argmin(denominator), denominator.shape)
+            raise ValueError(f"KroneckerState: output_values and input_values must have lambda_a s_k + 1 > 0 (the "
+                             f"eigenvalues of positive semi-definite B~ and K_x), got {float(denominator[a, k]) - 1.0!r} "
+                             f"at a = {a}, k = {k} (lambda_a = {float(self.output_values[a])!r}, "
+                             f"s_k = {float(self.input_values[k])!r})")
         # Derived once, deterministically, so that a loaded state predicts with the very same numbers.
         self._scaled_vectors = self.output_vectors / np.sqrt(self.noise)[:, None]            # U~ (P, P)
-        self._root_w = 1.0 / np.sqrt(np.outer(self.output_values, self.input_values) + 1.0)   # w^1/2 (P, N)
+        self._root_w = 1.0 / np.sqrt(denominator)                                             # w^1/2 (P, N)
 
     @property
     def grid(self):
