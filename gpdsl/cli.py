@@ -371,11 +371,15 @@ def problem_from_toml(path, trust=None):
     description : str
     options : dict
         Keyword arguments of ``Model.fit`` (``standardize`` from ``[data]``, default True),
-        without ``offset`` (pass ``data``'s); with a ``[sample]`` table, ``{"sample": keyword
-        arguments of Model.sample}`` (:func:`sample_options`); and ``output_names``, the
-        outputs' names where the file gives them (:func:`gpdsl.run_data.run_output_names`).
+        without ``offset`` (pass ``data``'s): ``model.fit(X, y, offset=offset, **options)``;
+        with a ``[sample]`` table, ``{"sample": keyword arguments of Model.sample}``
+        (:func:`sample_options`).
     names : dict
         Output file names, ``posterior`` and ``plot``.
+    outputs : tuple or None
+        A multi-output model's output names where the file gives them
+        (:func:`gpdsl.run_data.run_output_names`; the rows' output index counts them in this
+        order), for the posterior (:func:`gpdsl.multioutput.name_outputs`); else None.
 
     Raises
     ------
@@ -417,12 +421,10 @@ def problem_from_toml(path, trust=None):
             options = {**fit_options(config["fit"]), "standardize": standardize}
             check_subsample(options, X.shape[0] - n_test, n_test)
         outputs = run_output_names(data, output_count(model.kernel))
-        if outputs is not None:      # the posterior's output_names (run pops them before the fit)
-            options["output_names"] = outputs
         train, test = split_rows(X.shape[0], n_test, seed)
         offsets = (None, None) if offset is None else (offset[train], offset[test])
         rows = (X[train], y[train], X[test], y[test]) + offsets
-        return model, rows, description, options, output_names(config["output"])
+        return model, rows, description, options, output_names(config["output"]), outputs
     except UsageError as err:
         raise UsageError(f"{path}: {err}") from err
 
@@ -453,16 +455,15 @@ def run(args):
     if args.model is None:
         model, (X, y, X_test, y_test), description = default_problem()
         offset = offset_test = None
-        options, names = {}, {"posterior": DEFAULT_POSTERIOR, "plot": DEFAULT_PLOT}
+        options, names, outputs = {}, {"posterior": DEFAULT_POSTERIOR, "plot": DEFAULT_PLOT}, None
         description += " (embedded)"
     else:
-        model, (X, y, X_test, y_test, offset, offset_test), description, options, names = \
+        model, (X, y, X_test, y_test, offset, offset_test), description, options, names, outputs = \
             problem_from_toml(args.model, trust)
     from .multioutput import name_outputs
 
     out = Path(args.out)
     check_output_paths(out, names)
-    outputs = options.pop("output_names", None)
     if "sample" in options:
         return run_sampled(model, (X, y, X_test, y_test), description, options["sample"], out, names, args.model,
                            outputs)

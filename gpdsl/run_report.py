@@ -188,27 +188,27 @@ def _print_held_out(posterior, X_test, y_test, offset_test=None):
     metrics = held_out_metrics(posterior, X_test, y_test, offset_test)
     kind = _rows_kind(posterior, X_test)
     _print_metrics(metrics, HELD_OUT_METRICS[kind][1], "  ")
-    outputs = posterior.model.output_count
-    if outputs is None:
+    if posterior.model.output_count is None:
         return True
     # Each output's rows scored alone: outputs of other scales or noise weigh alike here.
     index = X_test[:, -1].astype(int)
     mixed = kind == "mixed"
     names = [name for name, _ in HELD_OUT_METRICS[kind][1] if name in metrics]
     print("  by output (each in its own kind's scores)" if mixed else f"  by output ({', '.join(names)})")
-    for p in range(outputs):
+    # Each output by its name (the posterior's output_labels: the file's names, else its index).
+    for p, label in enumerate(posterior.output_labels.tolist()):
         held = np.flatnonzero(index == p)
         if held.size == 0:
-            print(f"    output {p}  no held-out rows")
+            print(f"    output {label}  no held-out rows")
             continue
         part = held_out_metrics(posterior, X_test[held], y_test[held],
                                 None if offset_test is None else offset_test[held])
         if mixed:
             # Outputs of different kinds: each line names its scores (those of its kind's report).
-            print(f"    output {p}  ({_rows_kind(posterior, X_test[held])}, {held.size} rows)")
+            print(f"    output {label}  ({_rows_kind(posterior, X_test[held])}, {held.size} rows)")
             _print_metrics(part, HELD_OUT_METRICS[_rows_kind(posterior, X_test[held])][1], "      ")
         else:
-            print(f"    output {p}  {'  '.join(f'{part[name]:.6g}' for name in names)}  ({held.size} rows)")
+            print(f"    output {label}  {'  '.join(f'{part[name]:.6g}' for name in names)}  ({held.size} rows)")
     return True
 
 

@@ -338,7 +338,7 @@ def test_toml_classification_held_out(tmp_path, capsys, likelihood, inference, l
     assert "RMSE" not in captured.out and "MNLPD" not in captured.out
 
     # Recompute the metrics with numpy / scipy from the saved posterior's latent predictions.
-    _, (_, _, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
+    _, (_, _, X_test, y_test, _, _), _, _, _, _ = cli.problem_from_toml(path)
     post = gd.load(out / "posterior.nc")
     pred = post.predict(X_test)
     p = probability_of_one(link, post.values["likelihood.bias"], pred["f_mean"].values, pred["f_var"].values)
@@ -387,7 +387,7 @@ test_fraction = 0.25
     path = write_model(tmp_path, text)
     assert cli.main(["run", str(path), "--out", str(tmp_path / "out")]) == 0
     stdout = capsys.readouterr().out
-    _, (_, _, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
+    _, (_, _, X_test, y_test, _, _), _, _, _, _ = cli.problem_from_toml(path)
     pred = gd.load(tmp_path / "out" / "posterior.nc").predict(X_test)
     m2, v = pred["f_mean"].values ** 2, pred["f_var"].values
     # The negative binomial matched to g = f^2 (QP paper, Appendix H): mean m^2 + v.
@@ -584,7 +584,7 @@ def test_toml_offset_held_out(tmp_path, capsys):
     assert np.mean(post.log_predictive(X[test], counts[test])) < expected - 1.0
 
     # The saved posterior and problem_from_toml agree with the rows above.
-    _, (_, _, X_test, y_test, o_train, o_test), _, options, _ = cli.problem_from_toml(path)
+    _, (_, _, X_test, y_test, o_train, o_test), _, options, _, _ = cli.problem_from_toml(path)
     np.testing.assert_array_equal(o_train, log_exposure[train])
     np.testing.assert_array_equal(o_test, log_exposure[test])
     assert "offset" not in options
@@ -676,7 +676,7 @@ def test_toml_three_classes_held_out(tmp_path, capsys, likelihood, inference):
     assert cli.main(["run", str(path), "--out", str(out)]) == 0
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err
-    _, (_, _, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
+    _, (_, _, X_test, y_test, _, _), _, _, _, _ = cli.problem_from_toml(path)
     post = gd.load(out / "posterior.nc")
     assert post.model.likelihood.classes == (1.0, 2.0, 3.0)
     p = post.predict(X_test)["p"].values
@@ -713,7 +713,7 @@ def test_toml_one_kernel_per_class(tmp_path, capsys):
     assert "Traceback" not in captured.err
     post = gd.load(out / "posterior.nc")
     assert post.model.kernel.n_outputs == 3 and post.state.chol.shape == (3, 10, 10)
-    _, (_, _, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
+    _, (_, _, X_test, y_test, _, _), _, _, _, _ = cli.problem_from_toml(path)
     p = post.predict(X_test)["p"].values
     error = np.mean(np.argmax(p, axis=1) != (y_test - 1).astype(int))
     assert printed_metric(captured.out, "error rate") == pytest.approx(error, rel=1e-5, abs=1e-9)
@@ -816,7 +816,7 @@ def test_sample_table_runs_model_sample_and_writes_the_run(tmp_path, capsys):
     for text in ("sampled by NUTS", "chains x draws   2 x 40", "divergences", "max R-hat", "E-BFMI",
                  "kernel.lengthscale", "kernel.variance", "likelihood.variance", "r_hat", "run.nc"):
         assert text in stdout, text
-    model, (X, y, X_test, y_test, _, _), _, options, _ = cli.problem_from_toml(path)
+    model, (X, y, X_test, y_test, _, _), _, options, _, _ = cli.problem_from_toml(path)
     assert options == {"sample": {"draws": 40, "tune": 40, "chains": 2, "seed": 5, "target_accept": 0.85, "cores": 1}}
     back = gd.SampledPosterior.load(tmp_path / "o" / "run.nc", model)
     # The held-out rows are scored by the predictions integrated over the draws.
@@ -837,7 +837,7 @@ def test_sample_table_with_fixed_and_defaults_applies_them(tmp_path):
     write_sine_csv(tmp_path / "sine.csv", n=24)
     text = SAMPLE_TOML.replace("draws = 40\ntune = 40\nchains = 2\nseed = 5\ntarget_accept = 0.85\ncores = 1\n", "")
     text = text.replace("[sample]", "[fit]\nfixed = [\"likelihood.variance\"]\n\n[sample]")
-    _, _, _, options, _ = cli.problem_from_toml(write_model(tmp_path, text))
+    _, _, _, options, _, _ = cli.problem_from_toml(write_model(tmp_path, text))
     assert options == {"sample": {"fixed": ("likelihood.variance",)}}
 
 
@@ -923,7 +923,7 @@ def test_multi_output_data_are_read_as_long_rows(tmp_path, long):
     rows, output-major; the held-out split is over those (input, output) rows."""
     rows = write_outputs_csv(tmp_path / "outputs.csv", long=long)
     text = MULTI_TOML.replace('targets = ["a", "b", "c"]', 'target = "y"\noutput = "task"') if long else MULTI_TOML
-    model, (X, y, X_test, y_test, offset, _), description, _, _ = cli.problem_from_toml(write_model(tmp_path, text))
+    model, (X, y, X_test, y_test, offset, _), description, _, _, _ = cli.problem_from_toml(write_model(tmp_path, text))
     assert offset is None and X.shape[1] == X_test.shape[1] == 2
     n_test = int(round(0.2 * len(rows)))
     train, test = cli.split_rows(len(rows), n_test)
@@ -941,6 +941,31 @@ type = "VFE"
 [data]""")
 
 
+@pytest.mark.parametrize("long", [False, True], ids=["named", "indices"])
+def test_problem_options_fit_a_named_multi_output_model(tmp_path, capsys, long):
+    """problem_from_toml's options are Model.fit keywords for a named multi-output file too (its
+    output names come back on their own, the review's TypeError: fit(output_names=...)), and
+    fit(**options) named by them is the posterior gpdsl run saves, whose report lists each
+    output by name (index where the file gives none)."""
+    write_outputs_csv(tmp_path / "outputs.csv", long=long)
+    text = MULTI_TOML.replace("max_iter = 60", "max_iter = 3")
+    if long:
+        text = text.replace('targets = ["a", "b", "c"]', 'target = "y"\noutput = "task"')
+    path = write_model(tmp_path, text)
+    model, (X, y, X_test, _, offset, _), _, options, _, outputs = cli.problem_from_toml(path)
+    assert "output_names" not in options and outputs == (None if long else ("a", "b", "c"))
+    with pytest.warns(gd.ConvergenceWarning):                 # max_iter = 3, as the run's
+        post = gd.multioutput.name_outputs(model.fit(X, y, offset=offset, **options), outputs)
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "out")]) == 0
+    saved = gd.load(tmp_path / "out" / "posterior.nc")
+    assert saved.output_names == post.output_names == outputs
+    np.testing.assert_allclose(saved.predict(X_test)["y_mean"].values, post.predict(X_test)["y_mean"].values,
+                               rtol=1e-12)
+    block = capsys.readouterr().out.split("by output (RMSE, MNLPD)\n")[1].split("\n\n")[0]
+    labels = ["0", "1", "2"] if long else ["a", "b", "c"]
+    assert [line.split()[1] for line in block.splitlines()] == labels
+
+
 @pytest.mark.parametrize("text", [MULTI_TOML, SPARSE_MULTI], ids=["Exact", "VFE"])
 def test_multi_output_run_fits_reports_and_saves(tmp_path, capsys, text):
     """The run fits, reports rows, features and outputs, writes a posterior whose held-out
@@ -954,14 +979,14 @@ def test_multi_output_run_fits_reports_and_saves(tmp_path, capsys, text):
     assert f"{len(rows) - n_test} training / {n_test} held-out (input, output) rows, 1 feature(s), 3 outputs" in stdout
     assert "likelihood.variance" in stdout and "kernel.W" in stdout and "mean.1.constant" in stdout
     post = gd.load(out / "posterior.nc")
-    _, (_, _, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(tmp_path / "model.toml")
+    _, (_, _, X_test, y_test, _, _), _, _, _, _ = cli.problem_from_toml(tmp_path / "model.toml")
     assert printed_metric(stdout, "MNLPD") == pytest.approx(-np.mean(post.log_predictive(X_test, y_test)), rel=1e-6)
     assert printed_metric(stdout, "RMSE") == pytest.approx(
         np.sqrt(np.mean((post.predict(X_test)["y_mean"].values - y_test) ** 2)), rel=1e-6)
     assert f"held-out ({n_test} (input, output) rows)" in stdout and "by output (RMSE, MNLPD)" in stdout
-    for p in range(3):
+    for p, name in enumerate(["a", "b", "c"]):          # each output by its name, the targets' column
         rows_p = X_test[:, -1] == p
-        line = next(line for line in stdout.splitlines() if line.strip().startswith(f"output {p}  "))
+        line = next(line for line in stdout.splitlines() if line.strip().startswith(f"output {name}  "))
         rmse, mnlpd = (float(v) for v in line.split()[2:4])
         assert rmse == pytest.approx(np.sqrt(np.mean((post.predict(X_test[rows_p])["y_mean"].values
                                                       - y_test[rows_p]) ** 2)), rel=1e-5)
@@ -1024,7 +1049,7 @@ def test_multi_output_long_rows_take_an_offset_column(tmp_path):
         fh.write("x,task,shift,y\n" + "".join(f"{x:.17g},{int(p)},{0.1 * i:.17g},{y:.17g}\n"
                                                for i, (x, p, y) in enumerate(rows)))
     text = MULTI_TOML.replace('targets = ["a", "b", "c"]', 'target = "y"\noutput = "task"\noffset = "shift"')
-    _, (X, y, X_test, y_test, o_train, o_test), description, _, _ = cli.problem_from_toml(write_model(tmp_path, text))
+    _, (X, y, X_test, y_test, o_train, o_test), description, _, _, _ = cli.problem_from_toml(write_model(tmp_path, text))
     train, test = cli.split_rows(len(rows), int(round(0.2 * len(rows))))
     np.testing.assert_array_equal(o_train, 0.1 * train)
     np.testing.assert_array_equal(o_test, 0.1 * test)
@@ -1048,7 +1073,7 @@ def test_multi_output_sample_table_samples_the_long_rows(tmp_path, capsys):
     stdout = capsys.readouterr().out
     # The outputs are named by the targets' columns: the summary labels per-output entries by them.
     assert "likelihood.variance[c]" in stdout and "held             kernel.W, kernel.kappa" in stdout
-    model, (X, y, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
+    model, (X, y, X_test, y_test, _, _), _, _, _, _ = cli.problem_from_toml(path)
     back = gd.SampledPosterior.load(tmp_path / "o" / "posterior.nc", model)
     assert back.result.draws.shape == (1, 20, 5)
     assert f"MNLPD  {-np.mean(back.log_predictive(X_test, y_test)):.6g}" in stdout
@@ -1094,7 +1119,7 @@ def test_multi_output_output_column_of_names_in_the_order_outputs_gives(tmp_path
     rows = write_outputs_csv(tmp_path / "outputs.csv", long=True)
     _named_outputs_csv(tmp_path / "outputs.csv", rows)
     text = MULTI_TOML.replace('targets = ["a", "b", "c"]', 'target = "y"\noutput = "index"\noutputs = ["DAX", "SMI", "CAC"]')
-    _, (X, y, X_test, y_test, _, _), description, _, _ = cli.problem_from_toml(write_model(tmp_path, text))
+    _, (X, y, X_test, y_test, _, _), description, _, _, _ = cli.problem_from_toml(write_model(tmp_path, text))
     train, test = cli.split_rows(len(rows), int(round(0.2 * len(rows))))
     np.testing.assert_array_equal(np.column_stack([X, y]), rows[train])
     np.testing.assert_array_equal(np.column_stack([X_test, y_test]), rows[test])
@@ -1166,7 +1191,7 @@ def test_per_output_targets_are_each_checked_by_their_output(tmp_path, capsys, m
     (not 0/1) pass on the Gaussian output; a label 2 on the Bernoulli output is refused, naming it."""
     table = write_mixed_csv(tmp_path / "mixed.csv")
     path = write_model(tmp_path, MIXED_TOML)
-    model, (X, y, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
+    model, (X, y, X_test, y_test, _, _), _, _, _, _ = cli.problem_from_toml(path)
     rows = np.vstack([X, X_test])
     assert rows.shape[0] == np.sum(~np.isnan(table[:, 1:]))
     assert np.all(np.isin(np.concatenate([y, y_test])[np.concatenate([X, X_test])[:, -1] == 1], [0.0, 1.0]))
@@ -1194,7 +1219,7 @@ def test_per_output_run_reports_each_output_in_its_own_kind(tmp_path, capsys):
     out = tmp_path / "out"
     assert cli.main(["run", str(path), "--out", str(out)]) == 0
     stdout = capsys.readouterr().out
-    _, (_, _, X_test, y_test, _, _), _, _, _ = cli.problem_from_toml(path)
+    _, (_, _, X_test, y_test, _, _), _, _, _, _ = cli.problem_from_toml(path)
     post = gd.load(out / "posterior.nc")
     log_pred = post.log_predictive(X_test, y_test)
     assert printed_metric(stdout, "MNLPD") == pytest.approx(-np.mean(log_pred), rel=1e-5)     # 6 digits printed
@@ -1203,7 +1228,8 @@ def test_per_output_run_reports_each_output_in_its_own_kind(tmp_path, capsys):
     block = stdout.split("by output (each in its own kind's scores)\n")[1].split("\n\n")[0]
     parts = block.split("    output ")[1:]
     assert [part.splitlines()[0] for part in parts] == [
-        f"{p}  ({kind}, {int(np.sum(X_test[:, -1] == p))} rows)" for p, kind in ((0, "gaussian"), (1, "binary"))]
+        f"{name}  ({kind}, {int(np.sum(X_test[:, -1] == p))} rows)"
+        for p, name, kind in ((0, "level", "gaussian"), (1, "label", "binary"))]
 
     def printed(part, name):
         line = next(line.strip() for line in part.splitlines()[1:] if line.strip().startswith(name + " "))

@@ -209,7 +209,7 @@ def test_model_file_without_inference_fits_the_chosen_method(tmp_path):
     np.savetxt(tmp_path / "d.csv", np.column_stack([X, y]), delimiter=",", header="a,b,y", comments="")
     (tmp_path / "m.toml").write_text('[kernel]\ntype = "SquaredExponential"\n\n[likelihood]\ntype = "Categorical"\n'
                                      'K = 3\n\n[data]\npath = "d.csv"\ntarget = "y"\n\n[fit]\nmax_iter = 5\n')
-    model, (X_train, y_train, *_), _, options, _ = cli.problem_from_toml(tmp_path / "m.toml")
+    model, (X_train, y_train, *_), _, options, _, _ = cli.problem_from_toml(tmp_path / "m.toml")
     assert model.inference is None and options["max_iter"] == 5
     post = quietly(model.fit, X_train, y_train, **options)
     n = X_train.shape[0]

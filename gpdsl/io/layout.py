@@ -185,9 +185,10 @@ SEPARATE_WHITENED = Part({**CLASS_LAYOUT["whitened"].variables,
 # inducing rows (M P for Z shared by the outputs) as any model's over its inducing inputs, and Z
 # and the inputs' standardisation are over the long rows' D+1 columns, dimension "column";
 # "feature" is the D input columns the hyperparameters' dims name (an ARD length-scale), "output"
-# the outputs, labelled 0..P-1 or by the fit's output names (distinct strings or integers) (B's W and kappa, a noise variance an output, the targets' mean and scale:
-# a multi-output fit standardises each output's targets by its own, so they are variables over
-# "output", not the single-output layout's two attributes).
+# the outputs, labelled 0..P-1 or by the fit's output names (distinct strings, or integers within
+# int32), over which are B's W and kappa, a noise variance an output, and the targets' mean and
+# scale (a multi-output fit standardises each output's targets by its own, so they are variables
+# over "output", not the single-output layout's two attributes).
 OUTPUT_LAYOUT = {
     "common": Part({**LAYOUT["common"].variables, "column": (("column",), "index"),
                     "Z": (("inducing", "column"), "float")}, LAYOUT["common"].attributes),
