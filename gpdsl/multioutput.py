@@ -441,6 +441,7 @@ def name_outputs(result, names):
     ----------
     result : gpdsl.Posterior or gpdsl.SampledPosterior
     names : sequence of str or int, or None
+        None leaves ``result`` as it is (unnamed: a fresh fit or run).
 
     Returns
     -------
@@ -451,8 +452,9 @@ def name_outputs(result, names):
     ValueError
         As :func:`check_output_names`, for ``result``'s kernel.
     """
-    if names is not None:
-        names = check_output_names("name_outputs", "names", names, output_count(result.model.kernel))
+    if names is None:
+        return result                   # a fresh fit's or run's own None stands
+    names = check_output_names("name_outputs", "names", names, output_count(result.model.kernel))
     result.output_names = names
     if getattr(result, "map_posterior", None) is not None:
         result.map_posterior.output_names = names
