@@ -554,9 +554,8 @@ class Categorical(Likelihood):
             return _picked(mean, codes) - normaliser, d_mean, -0.5 * p, {}
         rule = gauss_hermite(self.quadrature_points)
         if self.link == "robustmax":
-            ve, d_mean, d_var, d_epsilon = _by_row_blocks(
-                lambda s: _robustmax_expectations(codes[s], mean[s], var[s], self.epsilon_value, rule),
-                codes.size, self.n_classes * rule[0].size)
+            # All rows in one call: the jitted pass keeps no (rows, K, nodes) temporaries to bound.
+            ve, d_mean, d_var, d_epsilon = _robustmax_expectations(codes, mean, var, self.epsilon_value, rule)
             return ve, d_mean, d_var, {"epsilon": np.array(np.sum(d_epsilon))}
         return (*_logistic_softmax_expectations(codes, mean, var, rule), {})
 
@@ -630,9 +629,7 @@ class Categorical(Likelihood):
         """P(f_y is the largest) of each row, GPflow's rule (:meth:`variational_expectations`) with
         ``prediction_points`` nodes."""
         rule = gauss_hermite(self.prediction_points)
-        var = np.asarray(var, dtype=float)
-        return _by_row_blocks(lambda s: (_robustmax_largest(codes[s], mean[s], var[s], rule)[0],), codes.size,
-                              self.n_classes * rule[0].size)[0]
+        return _robustmax_largest(codes, mean, var, rule)[0]
 
     def _qmc_log_probabilities(self, mean, var, codes=None):
         """log of the Sobol-rule mean of p(y = k | f) (n, K), or of p(y = codes_n | f) (n, 1)."""
