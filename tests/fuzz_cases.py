@@ -61,6 +61,7 @@ from gpdsl.components import bind
 from gpdsl.diagnostics import GRADIENT_FREE_STOPS, gradient_tolerance, largest_gradient
 from gpdsl.inducing import NoCandidateError
 from gpdsl.inputs import target_kind
+from gpdsl.multioutput import expand_inducing, long_data, output_count, query
 
 _LOCAL_ITERATION_METHODS = (gd.inference.EP, gd.inference.QP, gd.inference.PolyaGamma, gd.inference.SVGP,
                             gd.inference.VGP)
@@ -148,6 +149,37 @@ VARIANT_FORMS = {
 # their cases carry a per-row offset of the latent input (log exposure) in half the draws.
 OFFSET_VARIANTS = tuple(v for v in VARIANT_FORMS if v.startswith(("poisson_log_", "negbin_")))
 
+# Variant -> ``build(variant, seed, rng)``, the function that draws the whole Case of a variant
+# another module registers (:func:`register_variants`: tests/fuzz_multioutput.py's, issue 48).
+CASE_BUILDERS = {}
+
+
+def register_variants(forms, build):
+    """Add variants whose cases another module draws: appended to :data:`VARIANTS` (after every
+    variant here, so that no earlier variant's seeds change) and to :data:`VARIANT_FORMS`; their
+    :func:`make_case` is ``build(variant, seed, rng)`` with ``rng =
+    numpy.random.default_rng([seed, variant index])``, returning a :class:`Case`.
+
+    Parameters
+    ----------
+    forms : dict
+        ``{variant: (likelihood class, inference class, form)}`` as :data:`VARIANT_FORMS`.
+    build : callable
+
+    Raises
+    ------
+    ValueError
+        A variant name that is registered already.
+    """
+    global VARIANTS
+    taken = sorted(set(forms) & set(VARIANTS))
+    if taken:
+        raise ValueError(f"register_variants: variants {taken} are registered already")
+    VARIANTS = VARIANTS + tuple(forms)
+    VARIANT_FORMS.update(forms)
+    CASE_BUILDERS.update(dict.fromkeys(forms, build))
+
+
 # Relative slack of f_var over the prior variance k(x, x): rounding of k(x, x) - b^T C b only.
 PRIOR_VARIANCE_RTOL = 1e-9
 
@@ -193,6 +225,8 @@ class Case:
     notes: dict = field(default_factory=dict)
     offset: np.ndarray | None = None
     offset_test: np.ndarray | None = None
+    # Properties of the posterior checked after POSTERIOR_PROPERTIES (a registered variant's own).
+    properties: tuple = ()
 
 
 @dataclass
@@ -473,6 +507,8 @@ def make_case(variant, seed):
         The model, the data and the fit's options.
     """
     rng = np.random.default_rng([seed, VARIANTS.index(variant)])
+    if variant in CASE_BUILDERS:
+        return CASE_BUILDERS[variant](variant, seed, rng)
     n, d = int(rng.integers(10, 61)), int(rng.integers(1, 4))
     X, input_mode = _inputs(rng, n, d)
     model, y, notes = _model(variant, rng, X)
@@ -522,16 +558,19 @@ def _prior_bounds_variance(model):
     near 0; the robust max, a step in f) under Laplace (negative W at outliers, R&W section 3.4) or SVGP (the optimal q's
     precision is K_uu^-1 plus the expected negative Hessian, which can then be negative), nor for
     SVGP with ``q_updates="joint"``, whose q_sqrt is free and is stopped by L-BFGS-B anywhere.
+    A likelihood per output (``PerOutput``) is judged by its parts: one part that is not
+    log-concave is enough.
     """
-    inference, likelihood = model.inference, model.likelihood
+    inference = model.inference
     if isinstance(inference, gd.inference.SVGP) and inference.q_updates == "joint":
         return False
-    not_log_concave = (isinstance(likelihood, gd.likelihoods.StudentT)
-                       or isinstance(likelihood, gd.likelihoods.Poisson) and likelihood.link == "square"
-                       or isinstance(likelihood, gd.likelihoods.Categorical) and likelihood.link == "robustmax")
+    parts = getattr(model.likelihood, "likelihoods", (model.likelihood,))
+    not_log_concave = any(isinstance(lik, gd.likelihoods.StudentT)
+                          or isinstance(lik, gd.likelihoods.Poisson) and lik.link == "square"
+                          or isinstance(lik, gd.likelihoods.Categorical) and lik.link == "robustmax" for lik in parts)
     # SVGP's logistic-softmax rule: its Jensen term -log sum_j E[sigma(f_j)] can rise with a
     # variance, so a site's precision can be negative (PolyaGamma's augmented sites are not).
-    jensen_rises = isinstance(likelihood, gd.likelihoods.Categorical) and likelihood.link == "logistic_softmax"
+    jensen_rises = any(isinstance(lik, gd.likelihoods.Categorical) and lik.link == "logistic_softmax" for lik in parts)
     return not ((not_log_concave or jensen_rises) and isinstance(inference, (gd.inference.Laplace, gd.inference.SVGP)))
 
 
@@ -549,6 +588,12 @@ def _undefined_moment_allowed(post, name, X):
 _LOG_FLOAT_MAX = math.log(np.finfo(float).max)
 
 
+def _log_link_counts(lik):
+    """Whether a likelihood of one output is a log-link count likelihood."""
+    return isinstance(lik, gd.likelihoods.NegativeBinomial) or (
+        isinstance(lik, gd.likelihoods.Poisson) and lik.link == "log")
+
+
 def _overflowing_moment(post, name, pred, offset, X):
     """Where an inf predictive moment is the float64 rounding of its exact value: a log-link count
     likelihood's (Poisson(link="log"), NegativeBinomial) y_mean = E[exp g] = exp(m + v/2) and
@@ -556,30 +601,83 @@ def _overflowing_moment(post, name, pred, offset, X):
     float64's range when v is large (a held-out point far from the data under a kernel variance of
     ~1e3); so does the heteroscedastic Gaussian's y_var = f_var + exp(features(x) @ coefficients)
     where the fitted log variance, a polynomial, reaches ~709 at a far held-out point.  A mask of
-    the rows where the exact moment is above ~1.8e308 / e, or None; NaN is never allowed."""
+    the rows where the exact moment is above ~1.8e308 / e, or None; NaN is never allowed.  A
+    likelihood per output's rows are judged by their parts (a log-link count part's rows only)."""
     lik = post.model.likelihood
     if isinstance(lik, gd.likelihoods.HeteroscedasticGaussian) and name == "y_var" and not lik.known:
         coefficients = np.asarray(post.values["likelihood.coefficients"], dtype=float)
         return lik.features(X) @ coefficients > _LOG_FLOAT_MAX - 1.0
-    log_link = isinstance(lik, gd.likelihoods.NegativeBinomial) or (
-        isinstance(lik, gd.likelihoods.Poisson) and lik.link == "log")
-    if not log_link or name not in ("y_mean", "y_var"):
+    if name not in ("y_mean", "y_var"):
         return None
     m = pred["f_mean"].values + (0.0 if offset is None else offset)
+    rows = query(X, post.input_dims, post.output_count).X
+    log_link = _per_output(lik, rows, _log_link_counts)
+    if log_link is None:
+        if not _log_link_counts(lik):
+            return None
+        dispersion = float(post.values.get("likelihood.dispersion", 0.0))
+    else:
+        log_link = log_link.reshape(m.shape)
+        each = np.array([float(post.values.get(f"likelihood.{p}.dispersion", 0.0)) for p in range(len(lik.likelihoods))])
+        dispersion = each[rows[:, -1].astype(np.intp)].reshape(m.shape)
     v = pred["f_var"].values
     log_mean = m + 0.5 * v
     if name == "y_mean":
-        return log_mean > _LOG_FLOAT_MAX - 1.0
-    dispersion = float(post.values.get("likelihood.dispersion", 0.0))
+        return log_link & (log_mean > _LOG_FLOAT_MAX - 1.0)
     # (1 + a) E[exp 2g] - E[exp g]^2 = exp(2m + v) ((1 + a) e^v - 1) = exp(2m + 2v) (1 + a - e^-v)
     with np.errstate(divide="ignore"):
         log_spread = 2.0 * m + 2.0 * v + np.log(1.0 + dispersion - np.exp(-v))
-    return np.logaddexp(log_mean, log_spread) > _LOG_FLOAT_MAX - 1.0
+    return log_link & (np.logaddexp(log_mean, log_spread) > _LOG_FLOAT_MAX - 1.0)
+
+
+def long_rows(model, X, y):
+    """The training rows (X, y) as a model's methods see them: a multi-output model's in the long
+    layout (``gpdsl.multioutput.long_data``: X (n, D+1) with the output index last, y (n,), an
+    isotopic Y's NaN entries left out), a single-output model's as given.
+
+    Parameters
+    ----------
+    model : gd.Model
+    X, y : ndarray
+        In any layout the model's fit takes.
+
+    Returns
+    -------
+    X, y : ndarray
+    """
+    P = output_count(model.kernel)
+    if P is None:
+        return X, y
+    X_long, y_long, _ = long_data(X, y, P, kernel=model.kernel)
+    return X_long, y_long
+
+
+def _per_output(likelihood, rows, test):
+    """A mask of the long ``rows`` (n, D+1) of a likelihood per output (``PerOutput``): whether
+    ``test(part)`` holds for each row's output's part; None for a likelihood whose every row is alike."""
+    parts = getattr(likelihood, "likelihoods", None)
+    if parts is None:
+        return None
+    return np.array([bool(test(part)) for part in parts])[np.asarray(rows)[:, -1].astype(np.intp)]
+
+
+def _summary_absent(post, rows, name):
+    """Where a likelihood per output documents NaN for the predictive summary ``name``
+    (``PerOutput.predictive``: a summary only some parts give is NaN at the others' rows): the
+    rows whose part gives no ``name``; None for another likelihood."""
+    if name in ("f_mean", "f_var"):
+        return None
+    return _per_output(post.model.likelihood, rows,
+                       lambda part: name not in part.bind().predictive(np.zeros(1), np.ones(1)))
 
 
 def _check_predictions(post, X, y, where, offset=None):
     """The properties of predict() and log_predictive() at inputs X (targets y, per-row offset of the
-    latent input ``offset``); None if they hold."""
+    latent input ``offset``); None if they hold.  A multi-output posterior's results at X (n, D)
+    are (n, P), over the long rows of its query (point-major), at X (n, D+1) one a row; an isotopic
+    y's NaN entries (missing) have a NaN log_predictive, and a likelihood per output's summaries
+    are NaN at the rows of the parts that do not give them (:func:`_summary_absent`)."""
+    rows = query(X, post.input_dims, post.output_count).X       # X itself for a single-output posterior
     pred = post.predict(X, offset=offset)
     for name in pred.data_vars:
         if _undefined_moment_allowed(post, name, X):
@@ -588,12 +686,16 @@ def _check_predictions(post, X, y, where, offset=None):
         overflow = _overflowing_moment(post, name, pred, offset, X)
         if overflow is not None:
             values = np.where(overflow & np.isposinf(values), 0.0, values)
+        absent = _summary_absent(post, rows, name)
+        if absent is not None:
+            values = np.where(absent.reshape(values.shape) & np.isnan(values), 0.0, values)
         bad = _nonfinite(f"{name} ({where})", values)
         if bad:
             return bad
-    # K latent functions: one column a class, each under the same prior variance.
-    f_var = pred["f_var"].values.reshape(X.shape[0], -1)
-    prior = np.broadcast_to(bind(post.model.kernel, post.values, "kernel").diag(X)[:, None], f_var.shape)
+    # K latent functions: one column a class, each under the same prior variance; P outputs: one
+    # long row a (point, output) pair.
+    f_var = pred["f_var"].values.reshape(rows.shape[0], -1)
+    prior = np.broadcast_to(bind(post.model.kernel, post.values, "kernel").diag(rows)[:, None], f_var.shape)
     if np.any(f_var < 0):
         return Outcome("failure: f_var < 0", f"{where}: min f_var {f_var.min():.3g}")
     excess = f_var - prior * (1.0 + PRIOR_VARIANCE_RTOL)
@@ -606,15 +708,20 @@ def _check_predictions(post, X, y, where, offset=None):
         if np.any((p < 0) | (p > 1)):
             return Outcome("failure: p outside [0, 1]", f"{where}: p in [{p.min():.17g}, {p.max():.17g}]")
         # Class probabilities sum to 1 (robust-max's 100-node quadrature to within 5e-3: 1.3e-3 seen).
-        if p.ndim == 2 and np.any(np.abs(p.sum(axis=1) - 1.0) > 5e-3):
+        if post.n_latent > 1 and np.any(np.abs(p.sum(axis=1) - 1.0) > 5e-3):
             return Outcome("failure: class probabilities do not sum to 1",
                            f"{where}: sums in [{p.sum(axis=1).min():.17g}, {p.sum(axis=1).max():.17g}]")
     log_predictive = post.log_predictive(X, y, offset=offset)
-    bad = _nonfinite(f"log_predictive ({where})", log_predictive)
-    if bad is None and target_kind(post.model.likelihood) in DISCRETE_TARGETS and np.any(log_predictive > LOG_PMF_SLACK):
-        i = int(np.argmax(log_predictive))
+    missing = np.isnan(np.asarray(y, dtype=float))
+    bad = _nonfinite(f"log_predictive ({where})", np.where(missing, 0.0, log_predictive))
+    discrete = _per_output(post.model.likelihood, rows, lambda part: target_kind(part) in DISCRETE_TARGETS)
+    discrete = (target_kind(post.model.likelihood) in DISCRETE_TARGETS if discrete is None
+                else discrete.reshape(log_predictive.shape))
+    above = discrete & ~missing & (log_predictive > LOG_PMF_SLACK)
+    if bad is None and np.any(above):
+        i = np.unravel_index(int(np.argmax(np.where(above, log_predictive, -np.inf))), log_predictive.shape)
         bad = Outcome("failure: log_predictive > 0 for discrete targets",
-                      f"{where}: log p(y_{i} = {y[i]:.6g}) = {log_predictive[i]:.17g}")
+                      f"{where}: log p(y_{i} = {np.asarray(y)[i]:.6g}) = {log_predictive[i]:.17g}")
     return bad
 
 
@@ -649,7 +756,7 @@ def check_case(case):
             if name is not None:
                 return Outcome(f"accepted: {name}", str(err)[:200])
             return Outcome(f"failure: fit raised {type(err).__name__}", str(err)[:300])
-    for check in POSTERIOR_PROPERTIES:
+    for check in POSTERIOR_PROPERTIES + case.properties:
         bad = check(case, post, caught)
         if bad:
             return bad
@@ -682,9 +789,10 @@ def _check_evidence_bound(case, post, caught):
     """No marginal likelihood exceeds sum_n max_f log p(y_n | f); the fit refuses an evidence 0.1
     nats per row above it (gpdsl.fitting.EVIDENCE_BOUND_SLACK_PER_POINT), which only lost
     precision gives."""
-    lik = post.model.likelihood
-    bound = bind(lik, post.values, "likelihood").log_density_bound(lik.prepare_targets(case.y))
-    if bound is not None and post.log_evidence > bound + 0.1 * case.y.size + 1.0:
+    X, y = long_rows(post.model, case.X, case.y)
+    rows = bind(post.model.likelihood, post.values, "likelihood").for_rows(X)
+    bound = rows.log_density_bound(rows.prepare_targets(y))
+    if bound is not None and post.log_evidence > bound + 0.1 * y.size + 1.0:
         return Outcome("failure: log evidence above the likelihood's bound",
                        f"log evidence {post.log_evidence:.6g} > sum_n max_f log p(y_n | f) = {bound:.6g}")
     return None
@@ -724,10 +832,12 @@ LOCAL_ITERATION_GRADIENT_FACTOR = 2.0
 def final_gradient(model, values, Z, X, y, warm=None, offset=None):
     """max |d (objective + log prior) / d u| at ``values`` by a fresh evaluation (from the local state
     ``warm``, with the fit's per-row ``offset``), u the optimiser's free vector (log of positive
-    entries, Z per input column sd); tests/test_diagnostics.py uses it too."""
+    entries, Z per input column sd); tests/test_diagnostics.py uses it too.  X and y in any layout
+    the model's fit takes (:func:`long_rows`)."""
+    X, y = long_rows(model, X, y)
     table = model.parameter_table(X, Z)
     full = {**values, **({"inducing.Z": Z} if "inducing.Z" in table.names() else {})}
-    ev = model.evaluate(values, X, model.likelihood.prepare_targets(y), Z, warm=warm, offset=offset)
+    ev = model.evaluate(values, X, model.likelihood.for_rows(X).prepare_targets(y), Z, warm=warm, offset=offset)
     grads = dict(ev.grads)
     if ev.dZ is not None:
         grads["inducing.Z"] = ev.dZ
@@ -756,13 +866,26 @@ def _evaluated_model(case, post):
     Pólya-Gamma c is not a minibatch run's state).  A dense method's state may hold X as its Z (for
     prediction): evaluate passes Z only to a sparse model, else a dense method would be evaluated
     as its FITC form with Z = X."""
-    Z = post.state.Z if post.model.inducing is not None else None
+    Z = fitted_inducing(post) if post.model.inducing is not None else None
     full = full_batch_model(post.model)
     if full is None:
         local = isinstance(post.model.inference, _LOCAL_ITERATION_METHODS)
         return post.model, post.sites if local else None, Z, post.diagnostics.grad_tol
     takes_q = "q_updates" in {f.name for f in dataclasses.fields(full.inference)}
     return full, post.sites if takes_q else None, Z, gradient_tolerance(case.X.shape[0])
+
+
+def fitted_inducing(post):
+    """The inducing inputs as the fit declared and moved them: ``post.state.Z``, except a
+    multi-output model's Z shared by its P outputs, whose state holds the long expansion (M P rows,
+    output-major: ``gpdsl.multioutput.expand_inducing``) and whose parameter and gradient are
+    those of the (M, D) shared rows (the sum over the P copies).  A long Z that happens to equal
+    an expansion evaluates alike either way."""
+    Z, P = post.state.Z, post.output_count
+    if P is None or Z.shape[0] % P:
+        return Z
+    shared = Z[: Z.shape[0] // P, :-1]
+    return shared if np.array_equal(expand_inducing(shared, P), Z) else Z
 
 
 def _check_final_gradient(case, post, caught):
@@ -821,8 +944,9 @@ def _check_stochastic_q(case, post, caught):
     if not post.converged or d.stop_reason != "stochastic_rule":
         return None
     model, warm, Z, tolerance = _evaluated_model(case, post)
+    X, y = long_rows(model, case.X, case.y)
     try:
-        best = model.evaluate(post.values, case.X, model.likelihood.prepare_targets(case.y), Z, need_grad=False,
+        best = model.evaluate(post.values, X, model.likelihood.for_rows(X).prepare_targets(y), Z, need_grad=False,
                               warm=warm, offset=case.offset).log_evidence
     except Exception as err:  # noqa: BLE001 -- a converged posterior's objective must evaluate
         return Outcome(f"failure: full-batch evaluation raised {type(err).__name__}", str(err)[:300])
@@ -931,3 +1055,7 @@ def reproduction(case):
             f"case = make_case({case.variant!r}, {case.seed})\n"
             "print(check_case(case))\n"
             "post = case.model.fit(case.X, case.y, optimize=case.optimize, max_iter=case.max_iter, offset=case.offset)")
+
+
+# The variants drawn by other modules register themselves here on import (register_variants).
+import fuzz_multioutput  # noqa: E402,F401 -- issue 48's multi-output variants
