@@ -233,11 +233,10 @@ def test_each_part_codes_and_checks_its_own_targets():
 
 def test_refusals_are_named():
     mixed = CASES["bernoulli"][0]
-    with pytest.raises(ValueError, match=r"EP \(which needs .site_model.\).*per-row dispatch inside the jitted sweeps"):
-        gd.Model(ICM, mixed, inference=gd.inference.EP())
-    with pytest.raises(NotImplementedError, match="per-row dispatch inside the jitted sweeps"):
-        mixed.bind().site_model()
-    assert not L.PerOutput((L.Bernoulli(), L.Bernoulli())).provides("site_model")      # a bias each
+    with pytest.raises(NotImplementedError, match=r"PerOutput.site_model: .*call for_rows\(X\)"):
+        mixed.bind().site_model()           # each row's site code is its part's (tests/test_per_output_sites.py)
+    with pytest.raises(ValueError, match=r"EP \(which needs .site_model.\).*part 1, HeteroscedasticGaussian.*has no site model"):
+        gd.Model(ICM, L.PerOutput((L.Gaussian(), L.HeteroscedasticGaussian(degree=1))), inference=gd.inference.EP())
     with pytest.raises(ValueError, match=r"PerOutput: part 1, Categorical.*3 latent functions"):
         L.PerOutput((L.Gaussian(), L.Categorical(3)))
     with pytest.raises(ValueError, match="PerOutput: part 0, OutputGaussian"):

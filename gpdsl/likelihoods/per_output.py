@@ -24,7 +24,8 @@ import numpy as np
 from ..checks import output_indices
 from ..components import bind_parts, part_parameters
 from ..multioutput import output_groups
-from .base import CAPABILITIES, Likelihood
+from .._jit.mixed_sites import mixed_sites
+from .base import CAPABILITIES, Likelihood, SiteModel
 
 
 def _labels(count):
@@ -72,11 +73,12 @@ class PerOutput(Likelihood):
     take parts with log-density derivatives or variational expectations, each row's operations
     dispatched through :meth:`for_rows`; the exact and collapsed methods take parts that are all
     Gaussian noise (``noise(X)`` per row, so that it does :class:`OutputGaussian`'s work and a
-    noise model per output besides); EP and QP take parts that share one jitted site code and
-    have no site parameters (Poisson parts): their sweeps run one site function with one
-    parameter tuple over every row, so parts of several families, or with parameters of their own
-    (a Bernoulli bias per output), would need a per-row dispatch inside the jitted sweeps, which
-    they do not have.
+    noise model per output besides); EP and QP (dense, FITC, DTC) take parts that all provide a
+    site model: rows of parts that share one jitted site code without parameters (log-link
+    Poisson outputs) run that code (:meth:`site_model`), and other rows a site model of the rows
+    (:meth:`for_rows` then ``site_model``) whose jitted functions send each row (p_n, y_n, o_n)
+    to its part's code with its part's parameters (:mod:`gpdsl._jit.mixed_sites`), so that the
+    evidence gradients go to ``<p>.<name>`` (a Bernoulli output's ``1.bias``).
 
     Targets are coded by each row's part (:meth:`for_rows` then ``coded_targets``): a Bernoulli
     output's labels 0/1 become -1/+1 there, a Poisson output's must be counts, a Gaussian
@@ -125,8 +127,9 @@ class PerOutput(Likelihood):
 
     @classmethod
     def variants(cls):
-        """A Gaussian and a probit Bernoulli output (Laplace, VGP, SVGP); two Gaussian outputs
-        (the exact and collapsed methods too); two log-link Poisson outputs (EP and QP too).
+        """A Gaussian and a probit Bernoulli output with its bias (Laplace, VGP, SVGP, EP and QP
+        by a site model of rows); two Gaussian outputs (the exact and collapsed methods too); two
+        log-link Poisson outputs (EP and QP with the parts' shared site code).
 
         Returns
         -------
@@ -139,9 +142,8 @@ class PerOutput(Likelihood):
 
     # -- what the parts share ------------------------------------------------------------------
     def provides(self, capability):
-        """What every part provides (:meth:`Likelihood.provides`), except ``"site_model"``:
-        only where the parts share one jitted site code and have no site parameters (class
-        docstring), and ``"polya_gamma"``: never (the augmentation reads one bias).
+        """What every part provides (:meth:`Likelihood.provides`), except ``"polya_gamma"``:
+        never (the augmentation reads one bias).
 
         Parameters
         ----------
@@ -156,14 +158,12 @@ class PerOutput(Likelihood):
             raise ValueError(f"PerOutput: unknown capability {capability!r}; known: {list(CAPABILITIES)}")
         if capability == "polya_gamma":
             return False
-        if not all(lik.provides(capability) for lik in self.likelihoods):
-            return False
-        return capability != "site_model" or self._shared_site() is not None
+        return all(lik.provides(capability) for lik in self.likelihoods)
 
-    def _shared_site(self):
-        """The parts' one site model where they share its jitted code and have no site
+    @staticmethod
+    def _shared_site(sites):
+        """The parts' one site model where their ``sites`` share jitted code and have no site
         parameters, else None."""
-        sites = [lik.bind().site_model() for lik in self.likelihoods]
         if any(site.params for site in sites) or any(site.functions != sites[0].functions for site in sites):
             return None
         return sites[0]
@@ -311,7 +311,9 @@ class PerOutput(Likelihood):
         return self._by_rows(X, lambda p, rows: self.likelihoods[p].surrogate(X[rows, :-1], y[rows]), 2)
 
     def site_model(self):
-        """The parts' shared site model (EP, QP; parts of one site code without site parameters).
+        """The parts' shared site model where they share one jitted site code without site
+        parameters (EP, QP at every row); otherwise each row's is its part's, of
+        ``for_rows(X).site_model()``.
 
         Returns
         -------
@@ -320,15 +322,34 @@ class PerOutput(Likelihood):
         Raises
         ------
         NotImplementedError
-            Parts of several families or with site parameters (class docstring).
+            A part without a site model (named), or parts of several site codes or with site
+            parameters (then the rows' site model is ``for_rows(X).site_model()``).
         """
-        site = self._shared_site() if all(lik.provides("site_model") for lik in self.likelihoods) else None
+        site = self._shared_site(self._site_parts())
         if site is None:
             raise NotImplementedError(
-                f"{self.describe()} does not provide EP/QP tilted moments: the jitted site sweeps run one site code "
-                "with one parameter tuple over every row, and these parts have several families or parameters of "
-                "their own (a per-row dispatch inside the jitted sweeps would be needed); use Laplace, VGP or SVGP")
+                f"PerOutput.site_model: the parts of {self.describe()} have several site codes or parameters of their "
+                "own, so each row's site code is its output's part's: call for_rows(X) with the rows' inputs (the "
+                "output index last) and ask that")
         return site
+
+    def _site_parts(self):
+        """Each part's site model, or NotImplementedError naming a part without one."""
+        for p, lik in enumerate(self.likelihoods):
+            if not lik.provides("site_model"):
+                raise NotImplementedError(f"{self.describe()} does not provide EP/QP tilted moments: part {p}, "
+                                          f"{lik.describe()}, has no site model; use Laplace, VGP or SVGP")
+        return [lik.bind().site_model() for lik in self.likelihoods]
+
+    def _rows_site_model(self, index):
+        """The site model of rows of outputs ``index`` (:meth:`_Rows.site_model`)."""
+        sites = self._site_parts()
+        shared = self._shared_site(sites)
+        if shared is not None:
+            return shared
+        functions = mixed_sites(tuple(site.functions for site in sites), tuple(len(site.params) for site in sites))
+        return SiteModel(functions, sum((tuple(site.params) for site in sites), ()),
+                         tuple(f"{p}.{name}" for p, site in enumerate(sites) for name in site.names), parts=index)
 
     # -- operations that need the rows: each is its rows' (for_rows(X)), refused here ----------
     prepare_targets = _refused("prepare_targets")
@@ -359,8 +380,8 @@ class _Rows(Likelihood):
     ``"<p>.<name>"`` (every part's, 0 for a part without rows).  The likelihood of one row takes
     any number of (y, f) of that row (its index broadcasts, as a length-1 axis does).  What it
     says of its targets and density (``target_kind``, ``observation_noise``, ...; ``provides``
-    for the per-row operations) is what the parts of its rows share; ``noise`` and the site code
-    are the owner's, which read X themselves or run over every row.  Not a component of a model
+    for the per-row operations) is what the parts of its rows share; ``noise`` is the owner's,
+    which reads X itself, and the site model sends each row to its part's site code.  Not a component of a model
     (not registered).
 
     Parameters
@@ -430,8 +451,22 @@ class _Rows(Likelihood):
         return self.owner.for_rows(X)
 
     def site_model(self):
-        """The owner's (shared) site model."""
-        return self.owner.site_model()
+        """The site model of these rows: the owner's where its parts share one site code without
+        parameters (:meth:`PerOutput.site_model`), else one of rows (p_n, y_n, o_n)
+        (``SiteModel.targets``) whose functions run each row's part's code with its parameters
+        (:func:`gpdsl._jit.mixed_sites.mixed_sites`): ``params`` the parts' concatenated,
+        ``names`` ``"<p>.<name>"``.
+
+        Returns
+        -------
+        SiteModel
+
+        Raises
+        ------
+        NotImplementedError
+            A part without a site model (named).
+        """
+        return self.owner._rows_site_model(self.index)
 
     def noise(self, X):
         """The owner's noise at X.

@@ -623,7 +623,10 @@ def log_evidence(prior, state, log_z, tau_cav, nu_cav, mean):
 
 def _with_offset(site, y, offset):
     """The site model and targets for a per-row latent offset (:func:`gpdsl._jit.projections.with_offset`):
-    targets as rows (y, o) and the likelihood's site functions wrapped to read them."""
+    targets as rows (y, o) and the likelihood's site functions wrapped to read them; a site model
+    of parts (a likelihood per output's rows) takes rows (part, y, o) itself (``SiteModel.targets``)."""
+    if site.parts is not None:
+        return site, site.targets(y, offset)
     if offset is None:
         return site, y
     return site._replace(functions=with_offset(site.functions)), np.column_stack([y, offset])
@@ -669,7 +672,7 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=Tru
     bias); Zhang et al. (2020), eq. 4 (QP's hyperparameters by EP's evidence formula).
     """
     start = site_start(shifted(likelihood, offset), X, y)
-    site, y = _with_offset(likelihood.site_model(), y, offset)
+    site, y = _with_offset(likelihood.for_rows(X).site_model(), y, offset)
     prior = _prior(kernel, X, Z, spec)
     # The evidence and its gradients are EP's for QP too (Zhang et al. fit hyperparameters with
     # EP's evidence): the gradient identity needs the moment-matching fixed point.

@@ -45,7 +45,7 @@ def qp_sites(kernel, likelihood, X, y, Z=None, *, spec, warm=None, offset=None):
     SiteState
     """
     start = site_start(shifted(likelihood, offset), X, y)
-    site, y = _with_offset(likelihood.site_model(), y, offset)
+    site, y = _with_offset(likelihood.for_rows(X).site_model(), y, offset)
     return run_sites(_prior(kernel, X, Z, spec), y, site, spec, warm, quantile=True, start=start)
 
 

@@ -438,8 +438,8 @@ def check_likelihood_noise(likelihood):
 def check_likelihood_site_model(likelihood):
     """EP's tilted moments (log Z, mean, variance) against adaptive quadrature of the tilted
     distribution cavity x p(y | f) of ``log_density``; QP's variance not above EP's (Zhang et
-    al. Theorem 2); d log Z / d theta against central differences; the offset wrapper equal to
-    the shifted cavity.
+    al. Theorem 2); d log Z / d theta against central differences; the offset wrapper (the
+    offset column of a site model of rows, ``SiteModel.targets``) equal to the shifted cavity.
 
     Parameters
     ----------
@@ -450,8 +450,9 @@ def check_likelihood_site_model(likelihood):
     site = lik.site_model()
     y = _targets(likelihood, np.array([m for m, _ in CAVITIES]), seed=7)
     values = _local_values(likelihood, X1)
-    for (mu, var), yi in zip(CAVITIES, y):
-        log_z, mean, variance = site.functions.project(yi, mu, var, site.params, None, None, None)
+    rows = y if site.parts is None else site.targets(y)        # what the sweeps pass
+    for (mu, var), yi, row in zip(CAVITIES, y, rows):
+        log_z, mean, variance = site.functions.project(row, mu, var, site.params, None, None, None)
         density = lambda f: float(np.exp(lik.log_density(np.array([yi]), np.array([f]))[0]))  # noqa: E731
         z = expect(density, mu, var)
         m1 = expect(lambda f: f * density(f), mu, var) / z
@@ -460,18 +461,22 @@ def check_likelihood_site_model(likelihood):
         np.testing.assert_allclose(log_z, np.log(z), rtol=1e-9, atol=1e-9, err_msg=f"log Z at {where}")
         np.testing.assert_allclose(mean, m1, rtol=1e-8, atol=1e-9 * np.sqrt(var), err_msg=f"tilted mean at {where}")
         np.testing.assert_allclose(variance, m2, rtol=1e-7, err_msg=f"tilted variance at {where}")
-        qp_variance = site.functions.project(yi, mu, var, site.params, True, None, None)[2]
+        qp_variance = site.functions.project(row, mu, var, site.params, True, None, None)[2]
         assert 0.0 < qp_variance <= variance * (1.0 + 1e-10), (qp_variance, variance)
-        grads = site.functions.log_z_gradient(yi, mu, var, site.params)
+        grads = site.functions.log_z_gradient(row, mu, var, site.params)
         assert len(grads) == len(site.params) == len(site.names)
         for k, name in enumerate(site.names):
             def log_z_at(v, name=name):
                 moved = likelihood.bind({**values, name: v}).site_model()
-                return moved.functions.project(yi, mu, var, moved.params, None, None, None)[0]
+                return moved.functions.project(row, mu, var, moved.params, None, None, None)[0]
             np.testing.assert_allclose(grads[k], central_difference(log_z_at, values[name]), rtol=1e-6, atol=1e-8,
                                        err_msg=name)
-        shifted = with_offset(site.functions).project(np.array([yi, 0.3]), mu - 0.3, var, site.params, None, None,
-                                                      None)
+        if site.parts is None:
+            shifted = with_offset(site.functions).project(np.array([yi, 0.3]), mu - 0.3, var, site.params, None,
+                                                          None, None)
+        else:
+            shifted = site.functions.project(site.targets([yi], [0.3])[0], mu - 0.3, var, site.params, None, None,
+                                             None)
         np.testing.assert_allclose(shifted, (log_z, mean - 0.3, variance), rtol=1e-12, atol=1e-12)
 
 

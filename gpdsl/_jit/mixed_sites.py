@@ -1,0 +1,149 @@
+"""The site functions of a likelihood per output (:class:`gpdsl.likelihoods.PerOutput`) whose
+parts have several site codes or parameters of their own: one :class:`SiteFunctions` that sends
+each row to its part's jitted code, so that EP's and QP's sweeps (:mod:`gpdsl._jit.ep_sweeps`),
+which call one ``project(y[i], mu, var, params, quantile, table, grid)`` over every row, need no
+change.
+
+With P parts, part p of parameter tuple theta_p (length c_p) and site functions
+(project_p, log_z_gradient_p):
+
+* the targets are rows (p_i, y_i, o_i) (``SiteModel.targets``), so that ``y[i]`` carries the
+  row's part and its latent offset o_i (0 without one: the part sees f + o_i, as
+  :func:`gpdsl._jit.projections.with_offset`'s rows say);
+* ``params`` is the parts' tuples concatenated, theta = theta_0 + ... + theta_{P-1} (length
+  C = sum_p c_p, as the sweeps' ``summed_log_z_gradient`` sums ``len(params)`` gradients), and
+  part p reads its slice theta[s_p : s_p + c_p], s_p = c_0 + ... + c_{p-1};
+* ``project((p, y, o), mu, var, theta, ...)`` = project_p(y, mu + o, var, theta_p, ...) with o
+  taken off the tilted mean (the cavity N(mu, var) in f is N(mu + o, var) in f + o);
+* ``log_z_gradient((p, y, o), mu, var, theta)`` = (0,) * s_p + log_z_gradient_p(y, mu + o, var,
+  theta_p) + (0,) * (C - s_p - c_p): row i's log Z_i depends on its part's parameters only, so
+  the sum over rows gives each part's gradient over its own rows.
+
+The dispatch is a chain of jitted closures, one a part: the closure of part p returns part p's
+value where the row's part is p and calls the closure of part p + 1 otherwise (the last calls its
+part unconditionally).  Each closure is named from its position and the parts' function names
+(:func:`_cached_by_name`), so that a later process rebuilds the same function types, finds the
+closures in Numba's disk cache and the sweeps compiled for them.
+"""
+import hashlib
+
+from numba import njit
+
+from .projections import SiteFunctions, _named
+
+try:
+    from numba.core.caching import FunctionCache
+except ImportError:         # a Numba without it: the closures compile once per process
+    FunctionCache = None
+
+_MIXED_SITES = {}
+
+
+def _identifier(dispatcher):
+    function = getattr(dispatcher, "py_func", dispatcher)      # a plain function under NUMBA_DISABLE_JIT=1
+    return f"{function.__module__}.{function.__qualname__}"
+
+
+def mixed_sites(parts, counts):
+    """The site functions of rows (part, target, offset) over ``parts`` (module docstring).  Built once
+    per tuple of part functions and parameter counts.
+
+    Parameters
+    ----------
+    parts : tuple of SiteFunctions
+        Part p's site functions, P >= 1 of them.
+    counts : tuple of int
+        Part p's parameter count c_p (the length of its ``SiteModel.params``).
+
+    Returns
+    -------
+    SiteFunctions
+        Its ``lookup_table`` is the parts' one table where exactly one table function is among
+        them (the probit's; the other parts ignore ``table``), else None (QP then computes
+        sigma* directly).
+    """
+    key = tuple((f.project, f.log_z_gradient, c) for f, c in zip(parts, counts))
+    if key not in _MIXED_SITES:
+        name = ",".join(f"{_identifier(f.project)}/{c}" for f, c in zip(parts, counts))
+        project, gradient = _chain(parts, counts, 0, 0, name)
+        tables = {f.lookup_table for f in parts if f.lookup_table is not None}
+        _MIXED_SITES[key] = SiteFunctions(project, gradient, tables.pop() if len(tables) == 1 else None)
+    return _MIXED_SITES[key]
+
+
+def _chain(parts, counts, p, start, name):
+    """(project, log_z_gradient) of rows of parts p, p + 1, ... (module docstring); part p's
+    parameters start at ``start``."""
+    project_p, gradient_p = _part(parts[p], start, start + counts[p], sum(counts), f"{p}:{name}")
+    if p == len(parts) - 1:
+        return project_p, gradient_p
+    project_rest, gradient_rest = _chain(parts, counts, p + 1, start + counts[p], name)
+
+    @njit(cache=True)
+    def project(y, mu, var, params, quantile, table, grid):
+        if y[0] == p:
+            return project_p(y, mu, var, params, quantile, table, grid)
+        return project_rest(y, mu, var, params, quantile, table, grid)
+
+    @njit(cache=True)
+    def log_z_gradient(y, mu, var, params):
+        if y[0] == p:
+            return gradient_p(y, mu, var, params)
+        return gradient_rest(y, mu, var, params)
+
+    _cached_by_name(project, f"mixed-project[{p}]:{name}")
+    _cached_by_name(log_z_gradient, f"mixed-log-z-gradient[{p}]:{name}")
+    return project, log_z_gradient
+
+
+def _part(functions, start, stop, total, name):
+    """(project, log_z_gradient) of rows (p, y, o) of one part, whose parameters are
+    params[start:stop] of ``total``."""
+    part_project, part_gradient = functions.project, functions.log_z_gradient
+    before, after = (0.0,) * start, (0.0,) * (total - stop)
+
+    @njit(cache=True)
+    def project(y, mu, var, params, quantile, table, grid):
+        log_z, mean, variance = part_project(y[1], mu + y[2], var, params[start:stop], quantile, table, grid)
+        return log_z, mean - y[2], variance
+
+    @njit(cache=True)
+    def log_z_gradient(y, mu, var, params):
+        return before + part_gradient(y[1], mu + y[2], var, params[start:stop]) + after
+
+    _cached_by_name(project, f"mixed-part-project[{name}]")
+    _cached_by_name(log_z_gradient, f"mixed-part-log-z-gradient[{name}]")
+    return project, log_z_gradient
+
+
+def _cached_by_name(dispatcher, name):
+    """Give a jitted closure the identifier ``name`` (:func:`gpdsl._jit.projections._named`) and
+    a disk cache keyed by that name instead of by its cells.
+
+    Numba keys a closure's cache entries by a hash of its pickled cells, and a cell that holds a
+    dispatcher pickles its Python function by value with the functions it calls, each with the
+    random identifier of its process: the key differs in every process, so the closure would
+    compile again in each (and add an entry to the cache).  ``name`` determines the cells here
+    (the parts' functions and their parameter counts), so it keys them as well.  (Private Numba
+    structures: where they are missing the closure compiles once per process, correct but slower.)
+    """
+    _named(dispatcher, name)
+    if FunctionCache is None or getattr(dispatcher, "_cache", None) is None:
+        return
+    try:
+        dispatcher._cache = _NamedCache(dispatcher.py_func, name)
+    except Exception:       # noqa: BLE001 -- a cache Numba cannot set up here: its own (per process)
+        pass
+
+
+if FunctionCache is not None:
+    class _NamedCache(FunctionCache):
+        """Numba's function cache with the cells' hash replaced by a hash of ``name``."""
+
+        def __init__(self, py_func, name):
+            self._cells = hashlib.sha256(name.encode()).hexdigest()
+            super().__init__(py_func)
+
+        def _index_key(self, sig, codegen):
+            code = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
+            return sig, codegen.magic_tuple(), (code, self._cells)
