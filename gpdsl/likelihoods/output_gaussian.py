@@ -1,17 +1,27 @@
 """Gaussian observation noise of one variance per output (:class:`OutputGaussian`) for
 multi-output models, whose inputs carry the output index in their last column
 (:mod:`gpdsl.multioutput`'s long layout).
+
+Its constant model (``Model.fit``'s flag of a fit no better than f = 0) is per output: with f = 0
+each output's best noise is s_p^2 = mean(y_p^2) over its rows, so the baseline is
+
+    sum_p log N(y_p | 0, s_p^2 I) = -1/2 sum_p n_p (log(2 pi s_p^2) + 1),
+
+the sum of each output's Gaussian constant, which needs the rows' outputs: the likelihood of
+given rows (:meth:`OutputGaussian.for_rows`, :class:`_OutputRows`) has it.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..checks import check_positive_int, output_indices
 from ..components import Parameter
+from ..multioutput import output_groups
 from ..parameters import check_hyperparameter, declared_value
-from .gaussian import _GaussianNoise
+from .gaussian import Gaussian, _GaussianNoise
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,6 +134,27 @@ class OutputGaussian(_GaussianNoise):
         index = output_indices("OutputGaussian", X, self.output_count)
         return {"variance": np.bincount(index, weights=np.asarray(g, dtype=float), minlength=self.output_count)}
 
+    def for_rows(self, X):
+        """This noise for the rows of X (:class:`_OutputRows`): the same likelihood, which knows
+        each row's output for its constant model (the module docstring).
+
+        Parameters
+        ----------
+        X : ndarray or Dask array, shape (n, D + 1)
+            The rows' inputs, the output index last (only that column is read).
+
+        Returns
+        -------
+        _OutputRows
+
+        Raises
+        ------
+        ValueError
+            An output index that is not an integer in 0..P-1.
+        """
+        index = output_indices("OutputGaussian", np.asarray(X[:, -1:]), self.output_count)
+        return _OutputRows(self.output_count, self.variance, index=index)
+
     def describe(self):
         """``OutputGaussian(P)``.
 
@@ -132,6 +163,48 @@ class OutputGaussian(_GaussianNoise):
         str
         """
         return f"OutputGaussian({self.output_count})"
+
+
+@dataclass(frozen=True, eq=False)
+class _OutputRows(OutputGaussian):
+    """An :class:`OutputGaussian` for given rows (:meth:`OutputGaussian.for_rows`): the same noise,
+    with each row's output, which its :meth:`constant_model_log_likelihood` reads.  Not a
+    component of a model (not registered).
+
+    Parameters
+    ----------
+    output_count, variance : object
+        The owner's.
+    index : ndarray of intp, shape (n,), keyword only
+        Each row's output.
+    """
+
+    index: np.ndarray = dataclasses.field(default=None, kw_only=True)
+
+    def constant_model_log_likelihood(self, y):
+        """The constant model f = 0 at each output's best noise s_p^2 = mean(y_p^2):
+        sum_p -1/2 n_p (log(2 pi s_p^2) + 1), each output's Gaussian constant on its rows.
+
+        Parameters
+        ----------
+        y : ndarray, shape (n,)
+            The rows' targets, coded.
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        ValueError
+            ``y`` of another length than the rows'.
+        """
+        y = np.asarray(y, dtype=float)
+        if y.shape != self.index.shape:
+            raise ValueError(f"OutputGaussian: y has shape {y.shape} but the likelihood is of {self.index.shape[0]} "
+                             "rows (for_rows(X) with X of these rows)")
+        return sum(Gaussian().constant_model_log_likelihood(y[rows])
+                   for _, rows in output_groups(self.index, self.output_count))
 
 
 __all__ = ["OutputGaussian"]
