@@ -615,6 +615,7 @@ def _overflowing_moment(post, name, pred, offset, X):
     if log_link is None:
         if not _log_link_counts(lik):
             return None
+        log_link = True
         dispersion = float(post.values.get("likelihood.dispersion", 0.0))
     else:
         log_link = log_link.reshape(m.shape)
