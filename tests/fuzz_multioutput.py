@@ -192,8 +192,9 @@ def make_case(variant, seed, rng):
         input_mode, n = "per output", X.shape[0]
     inducing = None
     if form != "dense":
-        # K-means picks its M among the distinct inputs (shared Z), greedy selection among the rows.
-        distinct = np.unique(X if isotopic else X[:, :-1], axis=0).shape[0]
+        # K-means picks its M among the distinct inputs of the observed rows (shared Z), greedy
+        # selection among the rows.
+        distinct = gd.multioutput.unique_inputs(gd.multioutput.long_data(X, y, P)[0]).shape[0]
         inducing = _greedy(rng, n) if rng.random() < 0.25 else _kmeans(rng, distinct)
     inference = _inference(rng, inference_name, form, likelihood, n)
     X_test, y_test = _held_out(rng, X, y, P, isotopic)
