@@ -58,7 +58,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gpdsl as gd  # noqa: E402
 from bench_large_n import kmeans_start  # noqa: E402
 from profile_passes import BLAS, OTHER, cpu_median, print_steps, whitened_block  # noqa: E402
-from gpdsl.methods import svgp  # noqa: E402
+from gpdsl.methods import svgp, svgp_classes  # noqa: E402
 
 
 def gemm_rate(M, B, repeats=200):
@@ -117,7 +117,7 @@ def minibatch_steps_alone(X, y, Z, kernel, likelihood, B, scale, repeats=200):
     U = gd.linalg.lower_product(R, A, transpose=True)
     P = gd.linalg.weighted_gram(A, d)
     G, Phi = lifted @ operand, rng.standard_normal((M, M))
-    Lam_hat = svgp._prior_plus(-2.0 * P[None], scale)
+    Lam_hat = svgp_classes.prior_plus(-2.0 * P[None], scale)
     eta = rng.standard_normal((1, M))
     mean, var = rng.standard_normal(B) * 3.0, np.full(B, 0.4 ** 2)
     steps = [
@@ -140,8 +140,8 @@ def minibatch_steps_alone(X, y, Z, kernel, likelihood, B, scale, repeats=200):
         ("kernel VJP of K_nn", OTHER, lambda: kernel.diag_vjp(Xb, d)),
         ("K_uu adjoint L^-T Phi L^-1 (two M^3 DGEMMs)", BLAS, lambda: Li.T @ Phi @ Li),
         ("kernel VJP of K_uu", OTHER, lambda: kernel.vjp(Z, Z, Phi, K=Kuu)),
-        ("natural step: Cholesky factor, R, m (svgp._from_natural)", BLAS,
-         lambda: svgp._from_natural(Lam_hat, eta)),
+        ("natural step: Cholesky factor, R, m (svgp_classes.from_natural)", BLAS,
+         lambda: svgp_classes.from_natural(Lam_hat, eta)),
     ]
     return [(name, kind, cpu_median(fn, repeats)) for name, kind, fn in steps]
 

@@ -48,3 +48,19 @@ def test_subsample_draws_distinct_training_rows_reproducibly():
     assert all(any(np.array_equal(z, x) for x in X) for z in Z)
     np.testing.assert_array_equal(Z, gd.inducing.Subsample(7, seed=3).initial_Z(X, None))
     assert not np.array_equal(Z, gd.inducing.Subsample(7, seed=4).initial_Z(X, None))
+
+
+def test_kmeans_squared_distances_are_the_dense_ones():
+    """The Lloyd steps' distances, formed in place on X C^T: the dense sum of squared differences
+    to rounding (atol 1e-10 on distances ~10-100), never negative, and the same bits as the
+    expression they replaced, |x|^2 - 2 x.c + |c|^2 clipped at 0 (so k-means takes the same steps)."""
+    from gpdsl.inducing.simple import _squared_distances
+    rng = np.random.default_rng(7)
+    X, C = 3.0 * rng.standard_normal((300, 4)), 3.0 * rng.standard_normal((9, 4))
+    C[2] = X[5]                                      # a distance that cancels to 0
+    x_sq = np.sum(X * X, 1)
+    D = _squared_distances(X, C)
+    np.testing.assert_allclose(D, ((X[:, None, :] - C[None, :, :]) ** 2).sum(-1), rtol=0, atol=1e-10)
+    assert D.min() >= 0.0
+    assert np.array_equal(D, np.maximum(x_sq[:, None] - 2.0 * X @ C.T + np.sum(C * C, 1)[None, :], 0.0))
+    assert np.array_equal(_squared_distances(X, C, x_sq), D)

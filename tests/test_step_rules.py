@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gpdsl as gd
-from gpdsl.methods import stochastic, svgp
+from gpdsl.methods import stochastic, svgp, svgp_classes
 
 
 def _classes(n=10, K=3, seed=0):
@@ -159,7 +159,7 @@ def test_the_carried_mean_gradient_is_the_bounds_along_the_carried_direction():
     rows = np.arange(10)
     rng = np.random.default_rng(4)
     state = _random_q(rng, Z.shape[0], 1)
-    state = svgp.CarriedQ(state.m, state.R, svgp._natural(state.m, state.R))
+    state = svgp.CarriedQ(state.m, state.R, svgp_classes.natural(state.m, state.R))
 
     def estimate(c, q):
         vals = {**values, "mean.constant": np.array(c)}

@@ -9,7 +9,7 @@ from scipy import special
 
 import gpdsl as gd
 from gpdsl.components import bind
-from gpdsl.methods import collapsed, common, svgp
+from gpdsl.methods import collapsed, common, svgp, svgp_classes
 
 from conftest import shared_path
 from naive import bound_pair, central_difference
@@ -421,18 +421,18 @@ def test_optimise_q_start_chunking_and_tolerance():
 
 def test_from_natural_inverts_natural_and_refuses_an_indefinite_precision():
     """q's (m, R) from its natural parameters (dpotrf on the reversed S^-1, called directly since
-    issue 46) round-trips _natural to rounding, and an S^-1 that is not positive definite raises
+    issue 46) round-trips natural to rounding, and an S^-1 that is not positive definite raises
     LinAlgError, which the damped natural steps count as a step that failed."""
     rng = np.random.default_rng(2)
     K, M = 3, 6
     R = np.tril(rng.standard_normal((K, M, M)), -1) * 0.3 + np.eye(M) * rng.uniform(0.5, 1.5, (K, 1, M))
     m = rng.standard_normal((M, K))
-    m_back, R_back = svgp._from_natural(*svgp._natural(m, R))
+    m_back, R_back = svgp_classes.from_natural(*svgp_classes.natural(m, R))
     S, S_back = R @ np.swapaxes(R, 1, 2), R_back @ np.swapaxes(R_back, 1, 2)
     np.testing.assert_allclose(S_back, S, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(m_back, m, rtol=1e-10, atol=1e-12)
     assert np.all(np.triu(R_back, 1) == 0.0)
-    Lam, eta = svgp._natural(m, R)
+    Lam, eta = svgp_classes.natural(m, R)
     Lam[1] -= 20.0 * np.eye(M)
     with pytest.raises(np.linalg.LinAlgError):
-        svgp._from_natural(Lam, eta)
+        svgp_classes.from_natural(Lam, eta)

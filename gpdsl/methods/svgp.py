@@ -41,13 +41,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from scipy.linalg import lapack
 
 from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
-from ..linalg import (JITTER_LADDER, inverse_from_cholesky, inverse_lower, jitter_adjoint, lower_product, stacked,
-                      weighted_gram)
+from ..linalg import JITTER_LADDER, inverse_lower, jitter_adjoint, lower_product, stacked, weighted_gram
 from .collapsed import factor_blocks, whitened_blocks
 from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps, extrapolates, shifted
+from .svgp_classes import class_products, from_natural, natural, prior_plus, subtract_class_products, weighted_grams
 
 
 class ElboTerms(NamedTuple):
@@ -441,7 +440,7 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
         offset_block = rest[0] if offset is not None else None
         Kuf, A, residual = rest[-1] if carried is not None else _whitened(kernel, X_block, Z, L, Li)
         block = [0] * K if G == 1 else range(K)                      # latent function k's kernel block
-        U = stacked([lower_product(R_k, A[g_k], transpose=True) for R_k, g_k in zip(R, block)])   # R_k^T A
+        U = class_products(R, A, block)                              # R_k^T A
         mean = _project(A, m)
         var = residual.T + np.einsum("kmn,kmn->nk", U, U)
         rows_likelihood = shifted(likelihood.for_rows(X_block), offset_block)
@@ -464,11 +463,13 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
 
         if "natural" in outputs:
             w = np.maximum(-2.0 * d, 0.0) if clip else -2.0 * d
-            wT = np.ascontiguousarray(w.T)
-            # Where the clip left w_k = -2 d_k (d_k <= 0: every log-concave likelihood), A W_k A^T is -2 P_k.
-            AWA = np.empty((K, M, M))       # filled in place: no np.stack of K (M, M) arrays
-            for k, g_k in enumerate(block):
-                AWA[k] = -2.0 * weighted_d(k) if not clip or np.all(dT[k] <= 0.0) else weighted_gram(A[g_k], wT[k])
+            # Where the clip left w_k = -2 d_k (d_k <= 0: every log-concave likelihood), A W_k A^T is -2 P_k;
+            # the other classes take their clipped w_k's gram.  One stack of grams either way.
+            unclipped = dT.max(axis=1) <= 0.0 if clip else np.ones(K, dtype=bool)
+            grams = weighted_grams(A, np.where(unclipped[:, None], dT, w.T), block)
+            AWA = np.where(unclipped, -2.0, 1.0)[:, None, None] * grams
+            for k in np.flatnonzero(unclipped):
+                P[k] = grams[k]
             out += [AWA, _gather(A, g + w * mean).T]
         if "grad" in outputs:
             Ag = _gather(A, g)
@@ -480,9 +481,7 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
                     Phi[k] += 2.0 * (complement[k] @ weighted_d(k))
             else:
                 # One kernel block, K classes: W = sum_k A D_k - R_k U_k D_k.
-                W = A[0] * dT.sum(axis=0)
-                for k in range(K):
-                    W -= lower_product(R[k], U[k] * dT[k])
+                W = subtract_class_products(A[0] * dT.sum(axis=0), R, np.multiply(U, dT[:, None, :], out=U))
                 G_uf = lower_product(Li[0], m @ g.T - 2.0 * W, transpose=True)[None]
                 Phi[0] += 2.0 * (W @ A[0].T)
             kgrads, dZ = kernel.vjp(Z, X_block, _unstacked(G_uf, G), K=_unstacked(Kuf, G))
@@ -658,7 +657,7 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
         elbo = float(ell - _kl(m, R))
         if not np.isfinite(elbo):
             raise FloatingPointError("SVGP: non-finite bound")
-        return elbo, _prior_plus(AWA), Ar
+        return elbo, prior_plus(AWA), Ar
 
     rungs = JITTER_LADDER if jitter is None else (float(jitter),)
     for attempt, rung in enumerate(rungs):
@@ -672,12 +671,12 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
                 raise
 
     def at(natural):
-        m_c, R_c = _from_natural(*natural)
+        m_c, R_c = from_natural(*natural)
         elbo_c, Lam_hat_c, eta_hat_c = natural_pass(factors, m_c, R_c)
         return elbo_c, (Lam_hat_c, eta_hat_c), (m_c, R_c)
 
     # One step size for all classes: the bound couples them through the likelihood.
-    moved, n_steps, converged = damped_natural_steps(_natural(m, R), (Lam_hat, eta_hat), elbo, at, tol, max_iter,
+    moved, n_steps, converged = damped_natural_steps(natural(m, R), (Lam_hat, eta_hat), elbo, at, tol, max_iter,
                                                      polish, extrapolate=extrapolates(likelihood))
     return _q_dict(*(moved if moved is not None else (m, R))), n_steps, converged
 
@@ -830,12 +829,12 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
         # The second pass, at the new q, reuses this one's K_uf and A (same Z and hyperparameters).
         factors, ((_, AWA, Ar), _, kept) = _batch_pass(kernel, likelihood, X, y, Z, m, R, jitter, ("natural",),
                                                        offset, keep=True, clip=True)
-    Lam_hat = _prior_plus(AWA, scale)
-    Lam, eta = state.natural if state.natural is not None else _natural(m, R)
+    Lam_hat = prior_plus(AWA, scale)
+    Lam, eta = state.natural if state.natural is not None else natural(m, R)
     while True:
         try:
-            natural = ((1.0 - rho) * Lam + rho * Lam_hat, (1.0 - rho) * eta + rho * scale * Ar)
-            m, R = _from_natural(*natural)
+            moved = ((1.0 - rho) * Lam + rho * Lam_hat, (1.0 - rho) * eta + rho * scale * Ar)
+            m, R = from_natural(*moved)
             break
         except np.linalg.LinAlgError:
             rho *= 0.5
@@ -849,7 +848,7 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
                                d_offset=None if offset is None else g[:, 0])
     if not np.isfinite(elbo):
         raise FloatingPointError("SVGP: non-finite bound")
-    return CarriedQ(m, R, natural), elbo, {k: scale * g_k for k, g_k in grads.items()}, scale * dZ, factors.jitter
+    return CarriedQ(m, R, moved), elbo, {k: scale * g_k for k, g_k in grads.items()}, scale * dZ, factors.jitter
 
 
 def _batch_pass(kernel, likelihood, X, y, Z, m, R, jitter, outputs, offset, **options):
@@ -867,34 +866,3 @@ def _batch_pass(kernel, likelihood, X, y, Z, m, R, jitter, outputs, offset, **op
         except (np.linalg.LinAlgError, FloatingPointError):
             if attempt == len(rungs) - 1:
                 raise
-
-
-def _prior_plus(AWA, scale=1.0):
-    """I + scale sym(A W A^T) (per class for a (K, M, M) stack): the sites' natural precision of
-    q(v) with the prior's."""
-    Lam_hat = scale * 0.5 * (AWA + np.swapaxes(AWA, -1, -2))
-    M = AWA.shape[-1]
-    Lam_hat.reshape(-1, M * M)[:, ::M + 1] += 1.0       # each diagonal (Lam_hat is a new C-ordered array)
-    return Lam_hat
-
-
-def _natural(m, R):
-    """q's natural parameters (S_k^-1 (K, M, M), (S_k^-1 m_k) (K, M)) from the stacked (m, R)."""
-    Lam = np.stack([inverse_from_cholesky(R_k) for R_k in R])     # S^-1
-    return Lam, np.einsum("kij,jk->ki", Lam, m)
-
-
-def _from_natural(Lam, eta):
-    """The stacked (m (M, K), R (K, M, M)) with R_k R_k^T = S_k = Lam_k^-1, R_k lower-triangular,
-    m_k = S_k eta_k.  Lam_k = U U^T with U upper (the reversed Cholesky factor), so R_k = U^-T with
-    no inverse of Lam_k formed."""
-    R = np.empty_like(Lam)
-    for k, Lam_k in enumerate(Lam):
-        # LAPACK's dpotrf as scipy.linalg.cholesky calls it (clean: the other triangle zeroed), without
-        # that wrapper's checks: 9 of its 11 us at M = 10, K times a natural step of a K-class fit.
-        U, info = lapack.dpotrf(Lam_k[::-1, ::-1], lower=1, clean=1)
-        if info != 0:
-            raise np.linalg.LinAlgError(f"SVGP: S^-1 of latent function {k} is not positive definite "
-                                        f"(dpotrf info {info})")
-        R[k] = inverse_lower(np.ascontiguousarray(U[::-1, ::-1].T))
-    return np.einsum("kij,kj->ik", R, np.einsum("kji,kj->ki", R, eta)), R

@@ -1,0 +1,199 @@
+"""The per-class products of a K-class SVGP pass, written into one (K, ...) stack, and q's natural
+parameters (:mod:`gpdsl.methods.svgp`).
+
+A pass over n rows with M inducing points and K latent functions forms, for each class k, the
+triangular products U_k = R_k^T A (M, n) and R_k (U_k D_k), the weighted grams A D_k A^T (M, M),
+and each natural step refactorises K precisions.  Each of these is one BLAS or LAPACK call of
+O(M^2 n) or O(M^3) a class; what this module saves is the copying around those calls, which at
+letter's shape (K = 26, M = 100, n = 256) cost about as much as the products themselves:
+
+* SciPy's wrappers copy an operand that they overwrite (``overwrite_b=0``) and a C-ordered
+  triangle that LAPACK reads in Fortran order; here each U_k is written into its slot of the stack
+  (the slot filled with A first, then multiplied in place), R_k is handed over as the
+  Fortran-ordered view of R_k^T (an upper triangle), and the K results need no ``np.stack``;
+* the weighted grams' rank-n updates each leave one triangle, made symmetric once for the stack
+  rather than once a class;
+* the natural step's triangular inverse works in place on the reversed Cholesky factor.
+
+Every function returns the same numbers, to the last bit, as the one-class-at-a-time form it
+replaces (:func:`gpdsl.linalg.lower_product`, :func:`gpdsl.linalg.weighted_gram`,
+:func:`gpdsl.linalg.inverse_lower`: the same BLAS and LAPACK routines on the same operands;
+tests/test_svgp_classes.py), so a fit takes the same steps.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import blas, lapack
+
+from ..linalg import inverse_from_cholesky, weighted_gram
+
+
+def class_products(R, A, block):
+    """U_k = R_k^T A_{g_k} for every class k, stacked: (K, M, n).
+
+    Parameters
+    ----------
+    R : ndarray, shape (K, M, M)
+        Lower-triangular R_k (C-ordered; the upper triangle is not read).
+    A : ndarray, shape (G, M, n)
+        A = L^-1 K_uf per kernel block.
+    block : sequence of int
+        g_k, class k's kernel block (all 0 for a kernel shared by the classes).
+
+    Returns
+    -------
+    ndarray, shape (K, M, n)
+        C-ordered.
+    """
+    U = np.empty((R.shape[0],) + A.shape[1:])
+    for k, g_k in enumerate(block):
+        U[k] = A[g_k]
+        # (U_k^T R_k), i.e. U_k = R_k^T A, in place on the Fortran-ordered view U_k^T; R_k^T is
+        # R_k's Fortran-ordered view, an upper triangle (no copy).
+        blas.dtrmm(1.0, R[k].T, U[k].T, side=1, lower=0, trans_a=1, overwrite_b=1)
+    return U
+
+
+def subtract_class_products(W, R, V):
+    """W -= sum_k R_k V_k, the classes taken in order, with V overwritten (V_k <- R_k V_k).
+
+    Parameters
+    ----------
+    W : ndarray, shape (M, n)
+        Updated in place.
+    R : ndarray, shape (K, M, M)
+        Lower-triangular R_k.
+    V : ndarray, shape (K, M, n)
+        C-ordered; overwritten by the products R_k V_k.
+
+    Returns
+    -------
+    ndarray, shape (M, n)
+        W.
+    """
+    for k in range(R.shape[0]):
+        blas.dtrmm(1.0, R[k].T, V[k].T, side=1, lower=0, trans_a=0, overwrite_b=1)
+        W -= V[k]
+    return W
+
+
+def weighted_grams(A, V, block):
+    """A_{g_k} diag(v_k) A_{g_k}^T for every class k, stacked: (K, M, M), each exactly
+    :func:`gpdsl.linalg.weighted_gram`'s, whose rank-n updates (v_k of one sign, not constant) are
+    made symmetric here for the whole stack at once; its other cases are its own.
+
+    Parameters
+    ----------
+    A : ndarray, shape (G, M, n)
+        Per kernel block.
+    V : ndarray, shape (K, n)
+        Class k's weights v_k.
+    block : sequence of int
+        g_k, class k's kernel block.
+
+    Returns
+    -------
+    ndarray, shape (K, M, M)
+        Symmetric to the last bit.
+    """
+    K, M, n = V.shape[0], A.shape[1], A.shape[2]
+    out = np.zeros((K, M, M))
+    if n == 0:
+        return out
+    low, high = V.min(axis=1), V.max(axis=1)
+    # A NaN weight fails both sign tests, as in weighted_gram: that class takes its general product.
+    ranked = (low != high) & ((low >= 0.0) | (high <= 0.0))
+    for k in np.flatnonzero(ranked):
+        sign, root = (1.0, np.sqrt(V[k])) if low[k] >= 0.0 else (-1.0, np.sqrt(-V[k]))
+        # The lower triangle of the Fortran-ordered result is the upper one of its C-ordered transpose.
+        out[k] = blas.dsyrk(sign, (A[block[k]] * root).T, trans=1, lower=1).T
+    symmetric = out + np.swapaxes(out, 1, 2)
+    diagonal = np.arange(M)
+    symmetric[:, diagonal, diagonal] = out[:, diagonal, diagonal]
+    for k in np.flatnonzero(~ranked):
+        symmetric[k] = weighted_gram(A[block[k]], V[k])
+    return symmetric
+
+
+def natural(m, R):
+    """q's natural parameters (S_k^-1 (K, M, M), S_k^-1 m_k (K, M)) from the stacked m (M, K) and
+    R (K, M, M), S_k = R_k R_k^T.
+
+    Parameters
+    ----------
+    m : ndarray, shape (M, K)
+    R : ndarray, shape (K, M, M)
+        Lower-triangular.
+
+    Returns
+    -------
+    Lam : ndarray, shape (K, M, M)
+    eta : ndarray, shape (K, M)
+    """
+    Lam = np.stack([inverse_from_cholesky(R_k) for R_k in R])     # S^-1
+    return Lam, np.einsum("kij,jk->ki", Lam, m)
+
+
+def from_natural(Lam, eta):
+    """The stacked (m (M, K), R (K, M, M)) with R_k R_k^T = S_k = Lam_k^-1, R_k lower-triangular,
+    m_k = S_k eta_k: the inverse of :func:`natural`.
+
+    Lam_k = U U^T with U = J C J upper (C the Cholesky factor of the reversed J Lam_k J, J the
+    reversal), so R_k = U^-T with no inverse of Lam_k formed: U^-1 by LAPACK's triangular inverse
+    in place on a Fortran-ordered copy of U (the operand :func:`gpdsl.linalg.inverse_lower` hands
+    it, without that function's two further copies and mask).
+
+    Parameters
+    ----------
+    Lam : ndarray, shape (K, M, M)
+        S_k^-1, symmetric positive definite (only its upper triangle is read).
+    eta : ndarray, shape (K, M)
+        S_k^-1 m_k.
+
+    Returns
+    -------
+    m : ndarray, shape (M, K)
+    R : ndarray, shape (K, M, M)
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError
+        Some Lam_k is not positive definite.
+    """
+    R = np.empty_like(Lam)
+    U = np.empty(Lam.shape[1:], order="F")
+    for k, Lam_k in enumerate(Lam):
+        # LAPACK's dpotrf as scipy.linalg.cholesky calls it (clean: the other triangle zeroed), without
+        # that wrapper's checks: 9 of its 11 us at M = 10, K times a natural step of a K-class fit.
+        C, info = lapack.dpotrf(Lam_k[::-1, ::-1], lower=1, clean=1)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"SVGP: S^-1 of latent function {k} is not positive definite "
+                                        f"(dpotrf info {info})")
+        U[...] = C[::-1, ::-1]
+        _, info = lapack.dtrtri(U, lower=0, overwrite_c=1)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"SVGP: the Cholesky factor of S^-1 of latent function {k} is singular "
+                                        f"(dtrtri info {info})")
+        R[k] = U.T
+    return np.einsum("kij,kj->ik", R, np.einsum("kji,kj->ki", R, eta)), R
+
+
+def prior_plus(AWA, scale=1.0):
+    """I + scale A W A^T (per class for a (K, M, M) stack): the sites' natural precision of q(v)
+    with the prior's.  A W A^T must be symmetric to the last bit, as :func:`gpdsl.methods.svgp`'s
+    passes form it (each class's rank-n update made symmetric, the chunks' sums entry by entry).
+
+    Parameters
+    ----------
+    AWA : ndarray, shape (K, M, M)
+    scale : float, default 1.0
+
+    Returns
+    -------
+    ndarray, shape (K, M, M)
+        A new C-ordered array.
+    """
+    Lam_hat = scale * AWA
+    M = AWA.shape[-1]
+    Lam_hat.reshape(-1, M * M)[:, ::M + 1] += 1.0       # each diagonal
+    return Lam_hat
