@@ -25,6 +25,7 @@ part unconditionally).  Each closure is named from its position and the parts' f
 (:func:`_cached_by_name`), so that a later process rebuilds the same function types, finds the
 closures in Numba's disk cache and the sweeps compiled for them.
 """
+import collections
 import hashlib
 
 from numba import njit
@@ -35,6 +36,22 @@ try:
     from numba.core.caching import FunctionCache
 except ImportError:         # a Numba without it: the closures compile once per process
     FunctionCache = None
+try:
+    from numba.core.dispatcher import _MemoMixin
+except ImportError:
+    _MemoMixin = None
+
+# A sweep's cache index holds an entry per function type it was compiled for, these closures (and
+# projections.with_offset's) among them.  Reading the index (before every compile, and the
+# compile notice's look-up) rebuilds the dispatchers of closures this process has not made, each
+# with the helpers its pickled Python function calls, and Numba keeps them alive only in
+# _MemoMixin._recent, its last 128; the index's types hold weak references.  A process that
+# rebuilt more (five sweeps' indexes of a few dozen entries each rebuilt 150) lost the oldest,
+# and its next compile of that sweep failed saving the index (ReferenceError: underlying object
+# has vanished).  Unbounded, the deque keeps what the indexes rebuild (a few hundred small objects).
+if _MemoMixin is not None and isinstance(getattr(_MemoMixin, "_recent", None), collections.deque) \
+        and _MemoMixin._recent.maxlen is not None:
+    _MemoMixin._recent = collections.deque(_MemoMixin._recent)
 
 _MIXED_SITES = {}
 
