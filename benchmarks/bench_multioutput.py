@@ -25,6 +25,8 @@ Parts (``--parts``, default all three):
            M P long inducing rows).  One evaluation (value + gradient) timed, then the fit with
            ``--max-iter`` (default: gpdsl's) and its CPU s; ``--rows`` smaller gives the iterations
            a fit needs where the full one would pass 10 minutes.  Target: <= 60 s on 2 cores.
+           ``--export DIR`` writes the inducing inputs and the start to DIR for the nearest peer,
+           GPy's collapsed ``SparseGPCoregionalizedRegression`` (``benchmarks/peers/peer_multioutput_sparse.py``).
 
 Every line carries the 1-minute load average (``os.getloadavg``) at its measurement: the machine
 this was written for has 2 cores shared with other jobs.
@@ -38,6 +40,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -49,7 +52,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+
 import gpdsl as gd  # noqa: E402
+from lmc_data import lmc_data  # noqa: E402
 from gpdsl.methods import exact  # noqa: E402
 
 INDICES = ["DAX", "SMI", "CAC", "FTSE"]
@@ -187,29 +193,7 @@ def part_fit():
           f"{usage.children_user + usage.children_system:.2f} s; {load()}")
 
 
-def lmc_data(rows, P, D, seed=0):
-    """Heterotopic long rows (rows, D + 1) output-major and targets: f_p = sum_q a_qp g_q with g_q
-    random-Fourier draws of an SE (lengthscale 0.2), Matern52 (0.4), Matern32 (0.8) process."""
-    rng = np.random.default_rng(seed)
-    counts = np.full(P, rows // P)
-    counts[: rows - counts.sum()] += 1
-    X = np.vstack([np.column_stack([rng.uniform(size=(n, D)), np.full(n, p)]) for p, n in enumerate(counts)])
-    F = 500
-    g = []
-    for ls, nu in ((0.2, None), (0.4, 2.5), (0.8, 1.5)):
-        # Spectral draws: Gaussian for the SE, Student t with 2 nu degrees of freedom for Matern nu.
-        omega = rng.standard_normal((F, D)) / ls
-        if nu is not None:
-            omega /= np.sqrt(rng.chisquare(2 * nu, size=(F, 1)) / (2 * nu))
-        phase, w = rng.uniform(0, 2 * np.pi, F), rng.standard_normal(F)
-        g.append(np.sqrt(2.0 / F) * np.cos(X[:, :-1] @ omega.T + phase) @ w)
-    A = rng.standard_normal((3, P))
-    p_idx = X[:, -1].astype(int)
-    f = sum(A[q, p_idx] * g[q] for q in range(3))
-    return X, f + np.sqrt(0.05) * rng.standard_normal(rows)
-
-
-def part_sparse(rows, P, D, M, max_iter):
+def part_sparse(rows, P, D, M, max_iter, export=None):
     X, y = lmc_data(rows, P, D)
     kernels = (gd.kernels.SquaredExponential(), gd.kernels.Matern52(), gd.kernels.Matern32())
     model = gd.Model(gd.kernels.LMC(kernels, P, rank=1), gd.likelihoods.OutputGaussian(P),
@@ -220,6 +204,12 @@ def part_sparse(rows, P, D, M, max_iter):
     Z = model.inducing.initial_Z(np.unique(X[:, :-1], axis=0), None)
     print(f"[sparse] KMeans Z: CPU {time.process_time() - c0:.2f} s, wall {time.perf_counter() - w0:.2f} s")
     values = model.parameter_table(X, Z).values()
+    if export:
+        # The inducing inputs and the start, for the nearest peer (benchmarks/peers/peer_multioutput_sparse.py).
+        os.makedirs(export, exist_ok=True)
+        np.save(os.path.join(export, "Z.npy"), Z)
+        with open(os.path.join(export, "start.json"), "w") as f:
+            json.dump({name: np.asarray(value).tolist() for name, value in values.items()}, f)
     before = load()
     cpu, wall, ev = timed(lambda: model.evaluate(values, X, y, Z), 2)
     print(f"[sparse] one bound + gradient at the start: CPU {cpu:.2f} s, wall {wall:.2f} s (median of 2 after "
@@ -262,6 +252,7 @@ def main():
     ap.add_argument("--dims", type=int, default=2)
     ap.add_argument("--inducing", type=int, default=256)
     ap.add_argument("--max-iter", type=int, default=None)
+    ap.add_argument("--export", default=None, help="sparse part: write Z.npy and start.json here for the GPy peer")
     args = ap.parse_args()
     parts = args.parts.split(",")
     if parts == ["_fit_child"]:
@@ -274,7 +265,7 @@ def main():
     if "fit" in parts:
         part_fit()
     if "sparse" in parts:
-        part_sparse(args.rows, args.outputs, args.dims, args.inducing, args.max_iter)
+        part_sparse(args.rows, args.outputs, args.dims, args.inducing, args.max_iter, args.export)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,59 @@ def _B_grads(W, G_B):
     return {"W": (G_B + G_B.T) @ W, "kappa": np.diag(G_B).copy()}
 
 
+def _distinct_inputs(X):
+    """The distinct rows of X's input columns and each row's position among them (None where the
+    rows are all distinct).
+
+    Parameters
+    ----------
+    X : ndarray, shape (n, D + 1)
+
+    Returns
+    -------
+    inputs : ndarray, shape (u, D)
+    position : ndarray of intp, shape (n,), or None
+    """
+    inputs = X[:, :-1]
+    if inputs.shape[0] < 2:
+        return inputs, None
+    distinct, position = np.unique(inputs, axis=0, return_inverse=True)
+    if distinct.shape[0] == inputs.shape[0]:
+        return inputs, None
+    return distinct, position.reshape(-1)
+
+
+def input_gram(kernel, X1, X2):
+    """k(X1[:, :-1], X2[:, :-1]) with the base kernel evaluated once per distinct input.
+
+    The long layout repeats an input once per output it is observed at: inducing inputs shared by
+    P outputs are P copies of M inputs, an isotopic grid P copies of N, so evaluating on the
+    distinct inputs and copying the entries saves up to (P - 1)/P of each side's kernel work (a
+    heterotopic 10^5-row LMC's collapsed bound: K_uf at 768 long inducing rows from 256 inputs,
+    benchmarks/HISTORY.md).  The entries are those of the direct evaluation up to the rounding
+    of the base kernel's pairwise distances.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+        The base kernel, of the input columns.
+    X1 : ndarray, shape (n1, D + 1)
+    X2 : ndarray, shape (n2, D + 1)
+
+    Returns
+    -------
+    ndarray, shape (n1, n2)
+    """
+    inputs1, position1 = _distinct_inputs(X1)
+    inputs2, position2 = (inputs1, position1) if X2 is X1 else _distinct_inputs(X2)
+    K = kernel.gram(inputs1, inputs2)
+    if position1 is not None:
+        K = K[position1]
+    if position2 is not None:
+        K = K[:, position2]
+    return K
+
+
 @dataclass(frozen=True, eq=False)
 class ICM(Kernel):
     """Intrinsic coregionalisation model k((x, p), (x', p')) = B[p, p'] k(x, x'), B = W W^T +
@@ -261,7 +314,7 @@ class ICM(Kernel):
         ndarray, shape (n1, n2)
         """
         p1, p2 = output_index("ICM", X1, self.output_count), output_index("ICM", X2, self.output_count)
-        K = self.kernel.gram(X1[:, :-1], X2[:, :-1])
+        K = input_gram(self.kernel, X1, X2)
         K *= self.coregion()[np.ix_(p1, p2)]
         return K
 
@@ -299,7 +352,7 @@ class ICM(Kernel):
         """
         P = self.output_count
         p1, p2 = output_index("ICM", X1, P), output_index("ICM", X2, P)
-        K_x = self.kernel.gram(X1[:, :-1], X2[:, :-1])
+        K_x = input_gram(self.kernel, X1, X2)
         grads, d_inputs = self.kernel.vjp(X1[:, :-1], X2[:, :-1], G * self.coregion()[np.ix_(p1, p2)], K_x)
         # Block sums of G * K_x by one-hot products: (P, n1) @ (n1, n2) @ (n2, P).
         G_B = (np.eye(P)[p1].T @ (G * K_x)) @ np.eye(P)[p2]
