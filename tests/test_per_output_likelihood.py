@@ -235,8 +235,9 @@ def test_refusals_are_named():
     mixed = CASES["bernoulli"][0]
     with pytest.raises(NotImplementedError, match=r"PerOutput.site_model: .*call for_rows\(X\)"):
         mixed.bind().site_model()           # each row's site code is its part's (tests/test_per_output_sites.py)
-    with pytest.raises(ValueError, match=r"EP \(which needs .site_model.\).*part 1, HeteroscedasticGaussian.*has no site model"):
-        gd.Model(ICM, L.PerOutput((L.Gaussian(), L.HeteroscedasticGaussian(degree=1))), inference=gd.inference.EP())
+    no_sites = L.PerOutput((L.Gaussian(), L.HeteroscedasticGaussian(degree=1)))
+    with pytest.raises(ValueError, match=r"EP \(which needs .site_model.\).*part 1, Heteroscedastic.*no site model"):
+        gd.Model(ICM, no_sites, inference=gd.inference.EP())
     with pytest.raises(ValueError, match=r"PerOutput: part 1, Categorical.*3 latent functions"):
         L.PerOutput((L.Gaussian(), L.Categorical(3)))
     with pytest.raises(ValueError, match="PerOutput: part 0, OutputGaussian"):

@@ -18,6 +18,7 @@ from scipy import special
 
 import gpdsl as gd
 from gpdsl._jit.likelihoods import bernoulli as probit_code
+from gpdsl._jit.mixed_sites import site_rows
 from naive import central_difference, dense_ep, grid_tilted_moments, icm_gram, stationary_point
 
 L = gd.likelihoods
@@ -102,7 +103,7 @@ def test_each_row_runs_its_parts_site_code(quantile):
     cavities = np.column_stack([rng.normal(0.0, 1.0, N), rng.uniform(0.2, 2.0, N)])
     slots = {0: slice(0, 1), 1: slice(1, 2), 2: slice(2, 2)}
     for offset in (None, rng.normal(0.0, 0.5, N)):
-        rows = site.targets(Y, offset)
+        rows = site_rows(site.parts, Y, offset)
         o = np.zeros(N) if offset is None else offset
         for i, (p, (mu, var)) in enumerate(zip(OUT, cavities)):
             own = parts[p].functions

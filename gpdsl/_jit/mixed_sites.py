@@ -7,7 +7,7 @@ change.
 With P parts, part p of parameter tuple theta_p (length c_p) and site functions
 (project_p, log_z_gradient_p):
 
-* the targets are rows (p_i, y_i, o_i) (``SiteModel.targets``), so that ``y[i]`` carries the
+* the targets are rows (p_i, y_i, o_i) (:func:`site_rows`), so that ``y[i]`` carries the
   row's part and its latent offset o_i (0 without one: the part sees f + o_i, as
   :func:`gpdsl._jit.projections.with_offset`'s rows say);
 * ``params`` is the parts' tuples concatenated, theta = theta_0 + ... + theta_{P-1} (length
@@ -28,6 +28,7 @@ closures in Numba's disk cache and the sweeps compiled for them.
 import collections
 import hashlib
 
+import numpy as np
 from numba import njit
 
 from .projections import SiteFunctions, _named
@@ -54,6 +55,27 @@ if _MemoMixin is not None and isinstance(getattr(_MemoMixin, "_recent", None), c
     _MemoMixin._recent = collections.deque(_MemoMixin._recent)
 
 _MIXED_SITES = {}
+
+
+def site_rows(parts, y, offset=None):
+    """The sweeps' targets of a site model of ``parts`` (``SiteModel.parts``): rows (p_n, y_n, o_n).
+
+    Parameters
+    ----------
+    parts : ndarray, shape (n,) or (1,)
+        Each row's part (one row's broadcast).
+    y : array_like, shape (n,)
+        Coded targets.
+    offset : array_like, shape (n,), optional
+        Per-row offset of the latent input (the part's likelihood sees f + o_n); 0 without one.
+
+    Returns
+    -------
+    ndarray, shape (n, 3)
+    """
+    y = np.asarray(y, dtype=float)
+    o = np.zeros(y.shape) if offset is None else np.asarray(offset, dtype=float)
+    return np.column_stack([np.broadcast_to(parts, y.shape).astype(float), y, o])
 
 
 def _identifier(dispatcher):

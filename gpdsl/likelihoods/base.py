@@ -124,43 +124,15 @@ class SiteModel(NamedTuple):
     names : tuple of str
         The hyperparameter names the evidence gradients go to (local names on the likelihood,
         qualified by :class:`gpdsl.components.Bound`).
-    parts : ndarray, shape (n,) or (1,), optional
-        Each row's part where the functions take rows (part, target, offset) (a likelihood per
-        output's rows of several site codes, :mod:`gpdsl._jit.mixed_sites`; :meth:`targets`
-        builds them), else None: the functions take each row's target.
+    parts : ndarray, shape (n,), optional
+        Each row's part where the functions take rows (part, target, offset)
+        (:func:`gpdsl._jit.mixed_sites.site_rows`), else None.
     """
 
     functions: tuple
     params: tuple
     names: tuple
     parts: np.ndarray | None = None
-
-    def targets(self, y, offset=None):
-        """The sweeps' rows of a site model of ``parts``: (p_n, y_n, o_n), o_n the latent offset
-        (0 without one; the part's likelihood sees f + o_n).
-
-        Parameters
-        ----------
-        y : ndarray, shape (n,)
-            Coded targets.
-        offset : ndarray, shape (n,), optional
-            Per-row offset of the latent input.
-
-        Returns
-        -------
-        ndarray, shape (n, 3)
-
-        Raises
-        ------
-        ValueError
-            A site model without ``parts`` (its functions take the targets themselves).
-        """
-        if self.parts is None:
-            raise ValueError("SiteModel.targets: this site model has no parts (parts=None): its functions take "
-                             "each row's target itself")
-        y = np.asarray(y, dtype=float)
-        o = np.zeros(y.shape) if offset is None else np.asarray(offset, dtype=float)
-        return np.column_stack([np.broadcast_to(self.parts, y.shape).astype(float), y, o])
 
 
 def _check_real_targets(owner, y):

@@ -453,7 +453,7 @@ class _Rows(Likelihood):
     def site_model(self):
         """The site model of these rows: the owner's where its parts share one site code without
         parameters (:meth:`PerOutput.site_model`), else one of rows (p_n, y_n, o_n)
-        (``SiteModel.targets``) whose functions run each row's part's code with its parameters
+        (:func:`~gpdsl._jit.mixed_sites.site_rows`) whose functions run each row's part's code with its parameters
         (:func:`gpdsl._jit.mixed_sites.mixed_sites`): ``params`` the parts' concatenated,
         ``names`` ``"<p>.<name>"``.
 

@@ -34,6 +34,7 @@ from functools import partial
 import numpy as np
 
 from .._jit import announce_compilation, ep_sweeps
+from .._jit.mixed_sites import site_rows
 from .._jit.projections import with_offset
 from ..chunks import default_chunk_size, is_chunked, map_rows
 from ..linalg import cholesky, inverse_from_cholesky, solve_lower, solve_upper_t
@@ -624,9 +625,10 @@ def log_evidence(prior, state, log_z, tau_cav, nu_cav, mean):
 def _with_offset(site, y, offset):
     """The site model and targets for a per-row latent offset (:func:`gpdsl._jit.projections.with_offset`):
     targets as rows (y, o) and the likelihood's site functions wrapped to read them; a site model
-    of parts (a likelihood per output's rows) takes rows (part, y, o) itself (``SiteModel.targets``)."""
+    of parts (a likelihood per output's rows) takes rows (part, y, o) itself
+    (:func:`gpdsl._jit.mixed_sites.site_rows`)."""
     if site.parts is not None:
-        return site, site.targets(y, offset)
+        return site, site_rows(site.parts, y, offset)
     if offset is None:
         return site, y
     return site._replace(functions=with_offset(site.functions)), np.column_stack([y, offset])

@@ -11,6 +11,7 @@ import numpy as np
 from scipy import integrate, optimize
 
 from .. import Model, load
+from .._jit.mixed_sites import site_rows
 from .._jit.projections import with_offset
 from ..inputs import target_kind
 from ..kernels import SquaredExponential
@@ -439,7 +440,8 @@ def check_likelihood_site_model(likelihood):
     """EP's tilted moments (log Z, mean, variance) against adaptive quadrature of the tilted
     distribution cavity x p(y | f) of ``log_density``; QP's variance not above EP's (Zhang et
     al. Theorem 2); d log Z / d theta against central differences; the offset wrapper (the
-    offset column of a site model of rows, ``SiteModel.targets``) equal to the shifted cavity.
+    offset column of a site model of rows, :func:`gpdsl._jit.mixed_sites.site_rows`) equal to
+    the shifted cavity.
 
     Parameters
     ----------
@@ -450,7 +452,7 @@ def check_likelihood_site_model(likelihood):
     site = lik.site_model()
     y = _targets(likelihood, np.array([m for m, _ in CAVITIES]), seed=7)
     values = _local_values(likelihood, X1)
-    rows = y if site.parts is None else site.targets(y)        # what the sweeps pass
+    rows = y if site.parts is None else site_rows(site.parts, y)        # what the sweeps pass
     for (mu, var), yi, row in zip(CAVITIES, y, rows):
         log_z, mean, variance = site.functions.project(row, mu, var, site.params, None, None, None)
         density = lambda f: float(np.exp(lik.log_density(np.array([yi]), np.array([f]))[0]))  # noqa: E731
@@ -475,7 +477,7 @@ def check_likelihood_site_model(likelihood):
             shifted = with_offset(site.functions).project(np.array([yi, 0.3]), mu - 0.3, var, site.params, None,
                                                           None, None)
         else:
-            shifted = site.functions.project(site.targets([yi], [0.3])[0], mu - 0.3, var, site.params, None, None,
+            shifted = site.functions.project(site_rows(site.parts, [yi], [0.3])[0], mu - 0.3, var, site.params, None, None,
                                              None)
         np.testing.assert_allclose(shifted, (log_z, mean - 0.3, variance), rtol=1e-12, atol=1e-12)
 
