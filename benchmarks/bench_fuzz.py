@@ -11,7 +11,8 @@ per distinct failure kind.  Case ``i`` of a variant uses seed ``--seed + i``.
 checks seed ``--seed + r`` of every variant in turn, so the first variants take the remainder and
 a run cut short still covers every variant (issue 45: a run that went variant by variant left 13 of
 65 unreached).  ``--seconds`` ends the run after the round in which that much time has passed.
-``--variants`` restricts the run to some variants.  The exit status is 1 when any case failed or
+``--variants`` restricts the run to some variants (issue 48's multi-output variants, ``mo_*``, are
+registered by ``tests/fuzz_multioutput.py`` when ``fuzz_cases`` is imported).  The exit status is 1 when any case failed or
 any variant was not reached.
 """
 import argparse

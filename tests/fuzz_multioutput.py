@@ -11,7 +11,10 @@ stops) and by two more of a multi-output posterior's own (:data:`PROPERTIES`):
   is ``predict``'s f_mean and its diagonal ``predict``'s f_var (within :data:`DIAGONAL_RTOL` of
   the prior variance: two computations of k - b^T C b);
 * the posterior saved (``save``) and read back (``gd.load``) predicts exactly as before
-  (``predict`` and ``predict_f_full_cov`` at the held-out inputs, bit for bit).
+  (``predict`` and ``predict_f_full_cov`` at the held-out inputs, bit for bit);
+* ``constant_model`` is set, with its ConvergenceWarning, exactly where a Gaussian fit's
+  objective is within ``gpdsl.fitting.CONSTANT_MODEL_TOL`` of the constant model's, each output at
+  its best noise (f = 0, s_p^2 = mean(y_p^2)), computed here by the dense density.
 
 A case is drawn from ``numpy.random.default_rng([seed, variant index])`` (``fuzz_cases.make_case``):
 P = 2..4 outputs, D = 1..2 input columns with the duplicated and single-point inputs of
@@ -38,11 +41,13 @@ import os
 import tempfile
 
 import numpy as np
+from scipy import stats
 
 import fuzz_cases
 import gpdsl as gd
 from fuzz_cases import (Case, Outcome, _counts, _greedy, _inputs, _kernel, _kmeans, _labels, _log_uniform,
-                        _nonfinite, _regression_targets, _variational, OPTIMIZE_FRACTION)
+                        _nonfinite, _regression_targets, _variational, long_rows, OPTIMIZE_FRACTION)
+from gpdsl.fitting import CONSTANT_MODEL_TOL
 
 # What each variant fits, as fuzz_cases.VARIANT_FORMS: (likelihood class, inference class, form).
 # Registered after every single-output variant; appending keeps every earlier variant's seeds.
@@ -263,7 +268,43 @@ def _check_save_load(case, post, caught):
     return None
 
 
+def _gaussian_constant(case):
+    """The constant model's objective of an all-Gaussian multi-output likelihood (OutputGaussian, or
+    PerOutput of Gaussians), by the dense density: f = 0 and each output's best noise mean(y_p^2),
+    sum_p log N(y_p | 0, mean(y_p^2) I); None for another likelihood."""
+    likelihood = case.model.likelihood
+    parts = getattr(likelihood, "likelihoods", None)
+    if not isinstance(likelihood, gd.likelihoods.OutputGaussian) and not (
+            parts and all(type(part) is gd.likelihoods.Gaussian for part in parts)):
+        return None
+    X, y = long_rows(case.model, case.X, case.y)
+    index = X[:, -1].astype(int)
+    return sum(float(np.sum(stats.norm(0.0, np.sqrt(np.mean(y[index == p] ** 2))).logpdf(y[index == p])))
+               for p in np.unique(index))
+
+
+def _check_constant_model_flag(case, post, caught):
+    """A multi-output Gaussian fit is flagged ``constant_model`` exactly where its objective is within
+    ``gpdsl.fitting.CONSTANT_MODEL_TOL`` of the constant model's (:func:`_gaussian_constant`; a
+    gap within 1e-9 of its size of the tolerance is left undecided: rounding), and a flagged fit of
+    any likelihood warned so."""
+    flagged_warning = any(issubclass(w.category, gd.ConvergenceWarning) and "constant model" in str(w.message)
+                          for w in caught)
+    if post.constant_model and not flagged_warning:
+        return Outcome("failure: constant_model=True without its ConvergenceWarning",
+                       f"warnings: {[str(w.message)[:80] for w in caught]}")
+    constant = _gaussian_constant(case)
+    if constant is None:
+        return None
+    gap = post.log_evidence - constant - CONSTANT_MODEL_TOL
+    if abs(gap) > 1e-9 * abs(constant) and post.constant_model != (gap < 0):
+        return Outcome("failure: constant_model flag disagrees with the constant model",
+                       f"log evidence {post.log_evidence:.12g}, constant model {constant:.12g}, "
+                       f"flagged {post.constant_model}")
+    return None
+
+
 # The multi-output posterior's properties, checked after fuzz_cases.POSTERIOR_PROPERTIES.
-PROPERTIES = (_check_full_covariance, _check_save_load)
+PROPERTIES = (_check_full_covariance, _check_save_load, _check_constant_model_flag)
 
 fuzz_cases.register_variants(FORMS, make_case)

@@ -2,6 +2,8 @@
 add or generalise: registration after the single-output variants, the layouts and parts the cases
 draw, and each property shown to fail on a posterior that breaks it (the seeded cases themselves
 run in ``tests/test_fuzz.py``)."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -145,3 +147,19 @@ def test_evidence_bound_is_checked_on_the_long_rows():
     assert fuzz_cases._check_evidence_bound(case, post, []) is None
     above = _Altered(post, log_evidence=1e6)
     assert fuzz_cases._check_evidence_bound(case, above, []).kind == "failure: log evidence above the likelihood's bound"
+
+
+@pytest.mark.parametrize("flagged", [True, False])
+def test_constant_model_property_fails_on_a_wrong_flag(flagged):
+    """A multi-output Gaussian fit whose constant_model flag says otherwise than the dense constant
+    model fails, and so does a flag without its warning; fits of both kinds occur among the seeds."""
+    case, post = _fitted("mo_exact", want=lambda p: p.constant_model == flagged)
+    said = [warnings.WarningMessage(gd.ConvergenceWarning("Exact: ... no better than the constant model's ..."),
+                                    gd.ConvergenceWarning, __file__, 0)]
+    assert fuzz_multioutput._check_constant_model_flag(case, post, said if flagged else []) is None
+    wrong = _Altered(post, constant_model=not flagged)
+    outcome = fuzz_multioutput._check_constant_model_flag(case, wrong, said)
+    assert outcome.kind == "failure: constant_model flag disagrees with the constant model"
+    if flagged:
+        outcome = fuzz_multioutput._check_constant_model_flag(case, post, [])
+        assert outcome.kind == "failure: constant_model=True without its ConvergenceWarning"
