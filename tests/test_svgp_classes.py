@@ -142,3 +142,47 @@ def test_classifier_reads_its_log_evidence_when_asked():
     value = clf.log_marginal_likelihood_value_
     assert not clf.posterior_.log_evidence_pending
     assert value == clf.posterior_.log_evidence and np.isfinite(value)
+
+
+def test_scratch_keeps_one_array_per_name_and_shape():
+    """Scratch.array hands back the same array for the same name and shape, a new one for a new shape."""
+    scratch = svgp_classes.Scratch()
+    a = scratch.array("U", (2, 3, 4))
+    assert scratch.array("U", (2, 3, 4)) is a and a.flags.c_contiguous and a.dtype == np.float64
+    b = scratch.array("U", (2, 3, 5))
+    assert b.shape == (2, 3, 5) and scratch.array("U", (2, 3, 5)) is b
+    assert scratch.array("grams", (2, 3, 3)) is not b
+
+
+@pytest.mark.parametrize("link", ["softmax", "robustmax"])
+def test_steps_with_a_carried_scratch_are_the_steps_without(link):
+    """Minibatch steps (natural and Adam's batch gradient) that reuse one Scratch from step to step
+    give the same q, bound and gradients to the last bit as steps that allocate afresh; the batch
+    gradient's P_k R_k is the dense (A D_k A^T) R_k (rtol 1e-10)."""
+    from gpdsl.methods import stochastic
+    rng = np.random.default_rng(8)
+    K, M, B, D = 3, 5, 20, 2
+    X, Z = rng.standard_normal((3 * B, D)), rng.standard_normal((M, D))
+    y = rng.integers(0, K, 3 * B).astype(float)
+    kernel, likelihood = bound_pair(gd.kernels.SquaredExponential(1.1, 1.5), gd.likelihoods.Categorical(K, link), {})
+    start = svgp.CarriedQ(0.3 * rng.standard_normal((M, K)), _factors(rng, K, M))
+    fresh, carried = start, start._replace(scratch=svgp_classes.Scratch())
+    for step in range(3):
+        rows = slice(step * B, (step + 1) * B)
+        fresh, *a = svgp.minibatch_update(kernel, likelihood, X[rows], y[rows], Z, fresh._replace(scratch=None),
+                                          scale=3.0, rho=0.3, jitter=1e-8)
+        carried, *b = svgp.minibatch_update(kernel, likelihood, X[rows], y[rows], Z, carried, scale=3.0, rho=0.3,
+                                            jitter=1e-8)
+        assert carried.scratch is not None and np.array_equal(fresh.R, carried.R) and np.array_equal(fresh.m, carried.m)
+        assert a[0] == b[0] and np.array_equal(a[2], b[2]) and all(np.array_equal(a[1][k], b[1][k]) for k in a[1])
+        g_fresh = stochastic.batch_gradient(kernel, likelihood, X[rows], y[rows], Z, fresh._replace(scratch=None),
+                                            scale=3.0, jitter=1e-8)
+        g_carried = stochastic.batch_gradient(kernel, likelihood, X[rows], y[rows], Z, carried, scale=3.0, jitter=1e-8)
+        assert g_fresh[0] == g_carried[0]
+        for name in g_fresh[3]:
+            assert np.array_equal(g_fresh[3][name], g_carried[3][name])
+    factors = svgp._factors(kernel, Z, 1e-8)
+    (_, PR), (_, _, d) = svgp._data_pass(kernel, likelihood, X[:B], y[:B], Z, factors, carried.m, carried.R, B,
+                                         ("q_grad",), scratch=carried.scratch)
+    A = np.linalg.solve(factors.L[0], kernel.gram(Z, X[:B]))
+    np.testing.assert_allclose(PR, np.einsum("mn,nk,ln,klj->kmj", A, d, A, carried.R), rtol=1e-10, atol=1e-12)

@@ -154,6 +154,7 @@ from ..multioutput import inducing_gradient, method_inducing, output_count
 from . import svgp, svgp_finish
 from .common import VariationalState, shifted
 from .svgp import CarriedQ, initial_values, minibatch_update
+from .svgp_classes import Scratch
 
 _ADAM_BETA1, _ADAM_BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
 # Where q moves by Adam (q_steps), the hyperparameters' Adam steps take this share of learning_rate:
@@ -238,7 +239,7 @@ def batch_gradient(kernel, likelihood, X, y, Z, state, *, scale, jitter=None, of
     """
     m, R = state.m, state.R
     factors, ((ell, Ag, Phi, grads, dZ, PR), (_, g, _)) = svgp._batch_pass(
-        kernel, likelihood, X, y, Z, m, R, jitter, ("grad", "q_grad"), offset)
+        kernel, likelihood, X, y, Z, m, R, jitter, ("grad", "q_grad"), offset, scratch=state.scratch)
     elbo = scale * float(ell) - svgp._kl(m, R)
     if not np.isfinite(elbo):
         raise FloatingPointError("SVGP: non-finite bound")
@@ -277,9 +278,9 @@ class _MeanCarry:
         shift = self.Li @ (self.model.latent_offset(new_values, self.Z) - self.model.latent_offset(self.values, self.Z))
         m = q.m - shift[:, None]
         if q.natural is None:
-            return CarriedQ(m, q.R)
+            return CarriedQ(m, q.R, scratch=q.scratch)
         Lam, eta = q.natural
-        return CarriedQ(m, q.R, (Lam, eta - np.einsum("kij,j->ki", Lam, shift)))
+        return CarriedQ(m, q.R, (Lam, eta - np.einsum("kij,j->ki", Lam, shift)), q.scratch)
 
 
 def _moved_q(q, q_grads, adam):
@@ -292,7 +293,7 @@ def _moved_q(q, q_grads, adam):
     size = np.size(current[keys[0]])
     M, K = q.m.shape
     return CarriedQ.of({keys[0]: moved[:size].reshape(np.shape(current[keys[0]])),
-                        keys[1]: moved[size:].reshape(np.shape(current[keys[1]]))}, M, K)
+                        keys[1]: moved[size:].reshape(np.shape(current[keys[1]]))}, M, K)._replace(scratch=q.scratch)
 
 
 def q_steps(spec, likelihood):
@@ -487,7 +488,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
     elif model.likelihood.sign_symmetric:
         kernel, likelihood = model.bind(values)
         q = spec.surrogate_q(kernel, shifted(likelihood, model.latent_offset(values, X, offset)), X, y, Z)
-    q = CarriedQ.of(q, Z.shape[0], model.likelihood.n_latent)
+    q = CarriedQ.of(q, Z.shape[0], model.likelihood.n_latent)._replace(scratch=Scratch())
     trail = []               # per-step batch estimates of the negative objective, per data point
     first_order = q_steps(spec, model.likelihood) == "adam"
     q_adam = Adam(getattr(spec, "q_learning_rate", spec.learning_rate)) if first_order else None

@@ -46,7 +46,8 @@ from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
 from ..linalg import JITTER_LADDER, inverse_lower, jitter_adjoint, lower_product, stacked, weighted_gram
 from .collapsed import factor_blocks, whitened_blocks
 from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps, extrapolates, shifted
-from .svgp_classes import class_products, from_natural, natural, prior_plus, subtract_class_products, weighted_grams
+from .svgp_classes import (Scratch, class_products, from_natural, natural, prior_plus, subtract_class_products,
+                           weighted_grams)
 
 
 class ElboTerms(NamedTuple):
@@ -388,7 +389,7 @@ def state_at(kernel, likelihood, values, Z, *, jitter=None):
 
 
 def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offset=None, keep=False, carried=None,
-               clip=False):
+               clip=False, scratch=None):
     """sum_n E_q[log p(y_n | f_n)] and the partial sums of what ``outputs`` asks for.
 
     m (M, K), R (K, M, M) stacked (see :func:`_checked_q`); ``factors`` the :class:`_Factors` of K_uu
@@ -428,6 +429,8 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
     for the ``outputs`` given; the per-row arrays (N, K) for the pseudo-data) and, with ``keep``,
     the blocks' (K_uf, A, k_nn - |a_n|^2) for a later pass at the same Z and hyperparameters
     (``carried``).  ``offset`` (N,) shifts each row's latent input (:class:`Shifted`; K = 1 only).
+    ``scratch`` (:class:`gpdsl.methods.svgp_classes.Scratch`, one chunk only: a minibatch step's
+    pass) holds the stacks U, the grams, A W A^T and P R; the last two are then returned in it.
     """
     L, Li = factors.L, factors.Li
     G, K, M = L.shape[0], m.shape[1], Z.shape[0]
@@ -440,7 +443,7 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
         offset_block = rest[0] if offset is not None else None
         Kuf, A, residual = rest[-1] if carried is not None else _whitened(kernel, X_block, Z, L, Li)
         block = [0] * K if G == 1 else range(K)                      # latent function k's kernel block
-        U = class_products(R, A, block)                              # R_k^T A
+        U = class_products(R, A, block, _kept(scratch, "U", (K,) + A.shape[1:]))    # R_k^T A
         mean = _project(A, m)
         var = residual.T + np.einsum("kmn,kmn->nk", U, U)
         rows_likelihood = shifted(likelihood.for_rows(X_block), offset_block)
@@ -466,8 +469,10 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
             # Where the clip left w_k = -2 d_k (d_k <= 0: every log-concave likelihood), A W_k A^T is -2 P_k;
             # the other classes take their clipped w_k's gram.  One stack of grams either way.
             unclipped = dT.max(axis=1) <= 0.0 if clip else np.ones(K, dtype=bool)
-            grams = weighted_grams(A, np.where(unclipped[:, None], dT, w.T), block)
-            AWA = np.where(unclipped, -2.0, 1.0)[:, None, None] * grams
+            grams = weighted_grams(A, np.where(unclipped[:, None], dT, w.T), block,
+                                   _kept(scratch, "grams", (K, M, M)))
+            AWA = np.multiply(np.where(unclipped, -2.0, 1.0)[:, None, None], grams,
+                              out=_kept(scratch, "AWA", (K, M, M)))
             for k in np.flatnonzero(unclipped):
                 P[k] = grams[k]
             out += [AWA, _gather(A, g + w * mean).T]
@@ -489,7 +494,9 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
             grads = add_partial(add_partial(kgrads, kernel.diag_vjp(X_block, d_diag)), lik_grads)
             out += [Ag, Phi, grads, dZ]
         if "q_grad" in outputs:
-            out.append(np.stack([weighted_d(k) @ R[k] for k in range(K)]))
+            grams = (weighted_grams(A, dT, block, _kept(scratch, "grams", (K, M, M))) if all(p is None for p in P)
+                     else np.stack([weighted_d(k) for k in range(K)]))
+            out.append(np.matmul(grams, R, out=_kept(scratch, "PR", (K, M, M))))
         return (tuple(out), (mean, g, d)) + (((Kuf, A, residual),) if keep else ())
 
     rows = (X, y) if offset is None else (X, y, offset)
@@ -498,6 +505,11 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
     # products, and OpenBLAS's second thread spinning beside it made the pass slower: twonorm
     # full-batch probit fit 30.6 s CPU / 15.5 s wall with two threads, 10.2 / 10.2 with one.
     return map_rows(chunk_pass, rows, chunk, width=Z.shape[0], carried=carried, keep=keep)
+
+
+def _kept(scratch, name, shape):
+    """``scratch``'s array ``name`` of ``shape``, or None (a new array) without a scratch."""
+    return None if scratch is None else scratch.array(name, shape)
 
 
 def _on_top(row, A, scale):
@@ -763,11 +775,14 @@ class CarriedQ(NamedTuple):
     R : ndarray, shape (K, M, M)
     natural : tuple of ndarray, or None
         (S^-1, S^-1 m) of (m, R), or None (formed when needed).
+    scratch : gpdsl.methods.svgp_classes.Scratch or None
+        The run's reused batch-pass arrays, handed on from step to step (None: a step takes a new one).
     """
 
     m: np.ndarray
     R: np.ndarray
     natural: tuple | None = None
+    scratch: Scratch | None = None
 
     @classmethod
     def of(cls, q, M, K):
@@ -819,16 +834,17 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
     jitter : float
     """
     m, R = state.m, state.R
+    scratch = state.scratch if state.scratch is not None else Scratch()
     if one_pass:
         factors, ((ell, AWA, Ar, Ag, Phi, grads, dZ), (_, g, _)) = _batch_pass(
-            kernel, likelihood, X, y, Z, m, R, jitter, ("natural", "grad"), offset, clip=True)
+            kernel, likelihood, X, y, Z, m, R, jitter, ("natural", "grad"), offset, clip=True, scratch=scratch)
         elbo = scale * float(ell) - _kl(m, R)
         grads, dZ = _gradients(kernel, Z, factors, m, R, Ag, Phi, grads, dZ,
                                d_offset=None if offset is None else g[:, 0])
     else:
         # The second pass, at the new q, reuses this one's K_uf and A (same Z and hyperparameters).
         factors, ((_, AWA, Ar), _, kept) = _batch_pass(kernel, likelihood, X, y, Z, m, R, jitter, ("natural",),
-                                                       offset, keep=True, clip=True)
+                                                       offset, keep=True, clip=True, scratch=scratch)
     Lam_hat = prior_plus(AWA, scale)
     Lam, eta = state.natural if state.natural is not None else natural(m, R)
     while True:
@@ -842,13 +858,14 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
                 raise FloatingPointError("SVGP: no natural-gradient step keeps S positive definite") from None
     if not one_pass:
         (ell, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, factors, m, R, X.shape[0],
-                                                          ("grad",), offset, carried=kept)
+                                                          ("grad",), offset, carried=kept, scratch=scratch)
         elbo = scale * float(ell) - _kl(m, R)
         grads, dZ = _gradients(kernel, Z, factors, m, R, Ag, Phi, grads, dZ,
                                d_offset=None if offset is None else g[:, 0])
     if not np.isfinite(elbo):
         raise FloatingPointError("SVGP: non-finite bound")
-    return CarriedQ(m, R, moved), elbo, {k: scale * g_k for k, g_k in grads.items()}, scale * dZ, factors.jitter
+    grads = {k: scale * g_k for k, g_k in grads.items()}
+    return CarriedQ(m, R, moved, scratch), elbo, grads, scale * dZ, factors.jitter
 
 
 def _batch_pass(kernel, likelihood, X, y, Z, m, R, jitter, outputs, offset, **options):

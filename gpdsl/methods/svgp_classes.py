@@ -28,7 +28,42 @@ from scipy.linalg import blas, lapack
 from ..linalg import inverse_from_cholesky, weighted_gram
 
 
-def class_products(R, A, block):
+class Scratch:
+    """Arrays that a run of minibatch steps reuses from step to step, by name: the stacks of a
+    batch pass (U, the weighted grams, A W A^T), which are dead once the step has used them.
+
+    Why: a step's (K, M, B) and (K, M, M) temporaries, 5.3 and 2.1 MB at letter's shape, were
+    fresh pages each step (the C library hands the freed top of its heap back to the system and
+    faults it in again: ~1,000 page faults a step), 4 of the 30 CPU s of letter's
+    ``GPClassifier()`` (benchmarks/HISTORY.md, "letter's step").  One Scratch serves one run in
+    one thread (:class:`gpdsl.methods.svgp.CarriedQ` carries it); a full-batch pass over row
+    chunks, whose sums outlive a chunk, takes none.
+    """
+
+    def __init__(self):
+        self._arrays = {}
+
+    def array(self, name, shape):
+        """The array kept under ``name``, (re)allocated where its shape is not ``shape``; its
+        contents are whatever the last user left.
+
+        Parameters
+        ----------
+        name : str
+        shape : tuple of int
+
+        Returns
+        -------
+        ndarray
+            C-ordered float64.
+        """
+        kept = self._arrays.get(name)
+        if kept is None or kept.shape != tuple(shape):
+            kept = self._arrays[name] = np.empty(shape)
+        return kept
+
+
+def class_products(R, A, block, out=None):
     """U_k = R_k^T A_{g_k} for every class k, stacked: (K, M, n).
 
     Parameters
@@ -39,13 +74,15 @@ def class_products(R, A, block):
         A = L^-1 K_uf per kernel block.
     block : sequence of int
         g_k, class k's kernel block (all 0 for a kernel shared by the classes).
+    out : ndarray, shape (K, M, n), optional
+        C-ordered; written (a new array where None).
 
     Returns
     -------
     ndarray, shape (K, M, n)
-        C-ordered.
+        C-ordered (``out`` where given).
     """
-    U = np.empty((R.shape[0],) + A.shape[1:])
+    U = np.empty((R.shape[0],) + A.shape[1:]) if out is None else out
     for k, g_k in enumerate(block):
         U[k] = A[g_k]
         # (U_k^T R_k), i.e. U_k = R_k^T A, in place on the Fortran-ordered view U_k^T; R_k^T is
@@ -77,10 +114,10 @@ def subtract_class_products(W, R, V):
     return W
 
 
-def weighted_grams(A, V, block):
+def weighted_grams(A, V, block, out=None):
     """A_{g_k} diag(v_k) A_{g_k}^T for every class k, stacked: (K, M, M), each exactly
-    :func:`gpdsl.linalg.weighted_gram`'s, whose rank-n updates (v_k of one sign, not constant) are
-    made symmetric here for the whole stack at once; its other cases are its own.
+    :func:`gpdsl.linalg.weighted_gram`'s: its rank-n updates (v_k of one sign, not constant) of A
+    scaled in one buffer, made symmetric in their slots; its other cases are its own.
 
     Parameters
     ----------
@@ -90,29 +127,36 @@ def weighted_grams(A, V, block):
         Class k's weights v_k.
     block : sequence of int
         g_k, class k's kernel block.
+    out : ndarray, shape (K, M, M), optional
+        C-ordered; written (a new array where None).
 
     Returns
     -------
     ndarray, shape (K, M, M)
-        Symmetric to the last bit.
+        Symmetric to the last bit (``out`` where given).
     """
     K, M, n = V.shape[0], A.shape[1], A.shape[2]
-    out = np.zeros((K, M, M))
+    out = np.empty((K, M, M)) if out is None else out
     if n == 0:
+        out[...] = 0.0
         return out
     low, high = V.min(axis=1), V.max(axis=1)
     # A NaN weight fails both sign tests, as in weighted_gram: that class takes its general product.
     ranked = (low != high) & ((low >= 0.0) | (high <= 0.0))
-    for k in np.flatnonzero(ranked):
+    scaled = np.empty((M, n))
+    for k in range(K):
+        if not ranked[k]:
+            out[k] = weighted_gram(A[block[k]], V[k])
+            continue
         sign, root = (1.0, np.sqrt(V[k])) if low[k] >= 0.0 else (-1.0, np.sqrt(-V[k]))
-        # The lower triangle of the Fortran-ordered result is the upper one of its C-ordered transpose.
-        out[k] = blas.dsyrk(sign, (A[block[k]] * root).T, trans=1, lower=1).T
-    symmetric = out + np.swapaxes(out, 1, 2)
-    diagonal = np.arange(M)
-    symmetric[:, diagonal, diagonal] = out[:, diagonal, diagonal]
-    for k in np.flatnonzero(~ranked):
-        symmetric[k] = weighted_gram(A[block[k]], V[k])
-    return symmetric
+        P = out[k]
+        # The Fortran-ordered result's lower triangle is the upper one of its transpose (the other 0);
+        # each entry then the sum of its pair, as weighted_gram's lower + lower^T, the diagonal kept.
+        P[...] = blas.dsyrk(sign, np.multiply(A[block[k]], root, out=scaled).T, trans=1, lower=1).T
+        diagonal = P.diagonal().copy()
+        P += P.T
+        P.flat[::M + 1] = diagonal
+    return out
 
 
 def natural(m, R):
