@@ -119,6 +119,33 @@ def test_each_row_runs_its_parts_site_code(quantile):
                                        rtol=1e-14, atol=1e-15)
 
 
+def test_parts_of_several_parameters_read_their_own_slices():
+    """Parts of two site parameters each (Student-t: df, scale; negative binomial) around a
+    probit of one: each row's dispatch and gradient equal its part's own code with its own
+    parameters (1e-14), the gradient in the part's slots of the concatenated tuple, 0 elsewhere."""
+    likelihood = L.PerOutput((L.StudentT(df=4.0, scale=0.5), L.Bernoulli("probit", bias=-0.2),
+                              L.NegativeBinomial(dispersion=2.5)))
+    y_raw = np.select([OUT == 0, OUT == 1], [F, (F > 0).astype(float)], np.round(np.exp(F)))
+    rows_likelihood = likelihood.for_rows(X)
+    site = rows_likelihood.site_model()
+    parts = [part.site_model() for part in likelihood.likelihoods]
+    counts = [len(part.params) for part in parts]
+    assert site.params == sum((part.params for part in parts), ())
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    y = rows_likelihood.coded_targets(y_raw, N)
+    rows = site_rows(site.parts, y)
+    rng = np.random.default_rng(8)
+    for i, p in enumerate(OUT):
+        mu, var = rng.normal(), rng.uniform(0.2, 2.0)
+        own = parts[p].functions
+        np.testing.assert_allclose(site.functions.project(rows[i], mu, var, site.params, None, None, None),
+                                   own.project(y[i], mu, var, parts[p].params, None, None, None), rtol=1e-14)
+        grad = np.zeros(len(site.params))
+        grad[starts[p]:starts[p + 1]] = own.log_z_gradient(y[i], mu, var, parts[p].params)
+        np.testing.assert_allclose(site.functions.log_z_gradient(rows[i], mu, var, site.params), grad,
+                                   rtol=1e-14, atol=1e-15)
+
+
 def test_ep_fixed_point_evidence_and_gradients_match_dense_numpy_ep():
     """EP's sites and evidence equal a dense NumPy EP whose tilted moments are each row's
     quadrature of its own density (1e-11; 1e-14 reached), and every gradient (the ICM's,

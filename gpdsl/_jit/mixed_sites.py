@@ -49,10 +49,15 @@ except ImportError:
 # _MemoMixin._recent, its last 128; the index's types hold weak references.  A process that
 # rebuilt more (five sweeps' indexes of a few dozen entries each rebuilt 150) lost the oldest,
 # and its next compile of that sweep failed saving the index (ReferenceError: underlying object
-# has vanished).  Unbounded, the deque keeps what the indexes rebuild (a few hundred small objects).
+# has vanished).  The deque is lengthened to _RECENT_DISPATCHERS (a few thousand small objects at
+# most, kept for the process's life): every index entry of every part combination cached so far is
+# rebuilt, so an unbounded deque would grow with the cache's age, and the user's own functions that
+# Numba gives an identifier would stay alive too.  A process-wide change to Numba, documented in
+# the guide's Development section.
+_RECENT_DISPATCHERS = 4096
 if _MemoMixin is not None and isinstance(getattr(_MemoMixin, "_recent", None), collections.deque) \
-        and _MemoMixin._recent.maxlen is not None:
-    _MemoMixin._recent = collections.deque(_MemoMixin._recent)
+        and _MemoMixin._recent.maxlen is not None and _MemoMixin._recent.maxlen < _RECENT_DISPATCHERS:
+    _MemoMixin._recent = collections.deque(_MemoMixin._recent, maxlen=_RECENT_DISPATCHERS)
 
 _MIXED_SITES = {}
 
@@ -162,8 +167,10 @@ def _cached_by_name(dispatcher, name):
     Numba keys a closure's cache entries by a hash of its pickled cells, and a cell that holds a
     dispatcher pickles its Python function by value with the functions it calls, each with the
     random identifier of its process: the key differs in every process, so the closure would
-    compile again in each (and add an entry to the cache).  ``name`` determines the cells here
-    (the parts' functions and their parameter counts), so it keys them as well.  (Private Numba
+    compile again in each (and add an entry to the cache).  ``name`` names the cells here
+    (the parts' functions and their parameter counts), so it keys them as well; like Numba's own
+    keys it does not see an edit of a part's code (the guide's Development section: delete the
+    ``__pycache__`` directories after editing a jitted module that another imports).  (Private Numba
     structures: where they are missing the closure compiles once per process, correct but slower.)
     """
     _named(dispatcher, name)
