@@ -69,7 +69,9 @@ def _probit_log_density(x, loc, scale2, power, log_norm):
 _probit_wasserstein_sd = wasserstein_rule(_probit_log_density)
 
 
-@njit(cache=True)
+# inline="always" here and on probit_log_z_bias_gradient: small helpers of the EP path, each a
+# dispatcher less to compile in a fresh process (issue 46).
+@njit(cache=True, inline="always")
 def _probit_ratio(z):
     """(r, delta) with r = phi(z) / Phi(z) and delta = 1 - r (z + r) in (0, 1].
 
@@ -205,7 +207,7 @@ def probit_project(y, mu, var, bias, qp):
     return log_z, mean, var_t
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def probit_log_z_bias_gradient(y, mu, var, bias):
     """d log Z / d bias of the probit site: y r / sqrt(1 + var), r = phi(z) / Phi(z) (the same as
     d log Z / d mu)."""
