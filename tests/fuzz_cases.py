@@ -42,6 +42,15 @@ The properties are functions of the case (:data:`MODEL_PROPERTIES`, checked befo
 the case, its posterior and the fit's warnings (:data:`POSTERIOR_PROPERTIES`), each returning a
 failure :class:`Outcome` or None: a new property is one more function in one of those tuples.
 
+Other modules register variants of their own (:func:`register_variants`, :data:`CASE_BUILDERS`):
+``tests/fuzz_multioutput.py``'s multi-output cases (issue 48), appended to :data:`VARIANTS` on
+import, whose Case lists properties of its own (``Case.properties``).  The properties above read
+a multi-output case in the long layout its methods see (:func:`long_rows`; the evidence bound and
+the targets' coding are the likelihood's ``for_rows(X)``'s, the predictions are over (point,
+output) pairs), and a likelihood per output (``PerOutput``) by each row's part: its summaries NaN
+at the rows of the parts that do not give them, log p <= 0 at discrete parts' rows, its parts'
+log concavity for f_var <= k(x, x).
+
 Documented exceptions: a Student-t's y_mean is NaN for df <= 1 and its y_var inf for df <= 2, a
 log-link count likelihood's y_mean and y_var are inf where their exact values exceed float64's range
 (:func:`_overflowing_moment`), and f_var <= k(x, x) is checked only where the posterior guarantees it
@@ -619,7 +628,8 @@ def _overflowing_moment(post, name, pred, offset, X):
         dispersion = float(post.values.get("likelihood.dispersion", 0.0))
     else:
         log_link = log_link.reshape(m.shape)
-        each = np.array([float(post.values.get(f"likelihood.{p}.dispersion", 0.0)) for p in range(len(lik.likelihoods))])
+        each = np.array([float(post.values.get(f"likelihood.{p}.dispersion", 0.0))
+                         for p in range(len(lik.likelihoods))])
         dispersion = each[rows[:, -1].astype(np.intp)].reshape(m.shape)
     v = pred["f_var"].values
     log_mean = m + 0.5 * v

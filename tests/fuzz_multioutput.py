@@ -108,7 +108,8 @@ def _part(rng, family, inference_name):
     if family == "gaussian":
         return gd.likelihoods.Gaussian(variance=float(_log_uniform(rng, 1e-6, 1e1)))
     if family == "bernoulli":
-        return gd.likelihoods.Bernoulli(str(rng.choice(["probit", "logit"])), bias=float(rng.choice([0.0, rng.normal()])))
+        link = str(rng.choice(["probit", "logit"]))
+        return gd.likelihoods.Bernoulli(link, bias=float(rng.choice([0.0, rng.normal()])))
     link = "log" if inference_name == "Laplace" else str(rng.choice(["log", "square"]))
     return gd.likelihoods.Poisson(link=link)
 

@@ -146,7 +146,8 @@ def test_evidence_bound_is_checked_on_the_long_rows():
     case, post = _fitted("mo_vgp", seeds=_seeds_with("mo_vgp", lambda m: "Gaussian" not in _parts(m)))
     assert fuzz_cases._check_evidence_bound(case, post, []) is None
     above = _Altered(post, log_evidence=1e6)
-    assert fuzz_cases._check_evidence_bound(case, above, []).kind == "failure: log evidence above the likelihood's bound"
+    outcome = fuzz_cases._check_evidence_bound(case, above, [])
+    assert outcome.kind == "failure: log evidence above the likelihood's bound"
 
 
 @pytest.mark.parametrize("flagged", [True, False])
