@@ -99,6 +99,8 @@ def test_prior_plus_adds_the_prior_precision():
     out = svgp_classes.prior_plus(AWA, 3.7)
     np.testing.assert_allclose(out, np.eye(5) + 3.7 * AWA, rtol=1e-15)
     assert np.array_equal(out, 3.7 * 0.5 * (AWA + np.swapaxes(AWA, 1, 2)) + np.eye(5))
+    in_place = AWA.copy()
+    assert svgp_classes.prior_plus(in_place, 3.7, out=in_place) is in_place and np.array_equal(in_place, out)
 
 
 @pytest.mark.parametrize("link", ["softmax", "robustmax"])

@@ -845,11 +845,13 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
         # The second pass, at the new q, reuses this one's K_uf and A (same Z and hyperparameters).
         factors, ((_, AWA, Ar), _, kept) = _batch_pass(kernel, likelihood, X, y, Z, m, R, jitter, ("natural",),
                                                        offset, keep=True, clip=True, scratch=scratch)
-    Lam_hat = prior_plus(AWA, scale)
+    Lam_hat = prior_plus(AWA, scale, out=AWA)              # this step's own array (the scratch's)
     Lam, eta = state.natural if state.natural is not None else natural(m, R)
     while True:
         try:
-            moved = ((1.0 - rho) * Lam + rho * Lam_hat, (1.0 - rho) * eta + rho * scale * Ar)
+            moved_Lam = np.multiply(Lam, 1.0 - rho)             # carried on: a new array
+            moved_Lam += np.multiply(Lam_hat, rho, out=scratch.array("rho Lam_hat", Lam_hat.shape))
+            moved = (moved_Lam, (1.0 - rho) * eta + rho * scale * Ar)
             m, R = from_natural(*moved)
             break
         except np.linalg.LinAlgError:

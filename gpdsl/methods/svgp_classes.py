@@ -222,7 +222,7 @@ def from_natural(Lam, eta):
     return np.einsum("kij,kj->ik", R, np.einsum("kji,kj->ki", R, eta)), R
 
 
-def prior_plus(AWA, scale=1.0):
+def prior_plus(AWA, scale=1.0, out=None):
     """I + scale A W A^T (per class for a (K, M, M) stack): the sites' natural precision of q(v)
     with the prior's.  A W A^T must be symmetric to the last bit, as :func:`gpdsl.methods.svgp`'s
     passes form it (each class's rank-n update made symmetric, the chunks' sums entry by entry).
@@ -231,13 +231,15 @@ def prior_plus(AWA, scale=1.0):
     ----------
     AWA : ndarray, shape (K, M, M)
     scale : float, default 1.0
+    out : ndarray, shape (K, M, M), optional
+        C-ordered, where to write (may be ``AWA`` itself); None: a new array.
 
     Returns
     -------
     ndarray, shape (K, M, M)
-        A new C-ordered array.
+        C-ordered (``out`` where given).
     """
-    Lam_hat = scale * AWA
+    Lam_hat = np.multiply(AWA, scale, out=out)
     M = AWA.shape[-1]
-    Lam_hat.reshape(-1, M * M)[:, ::M + 1] += 1.0       # each diagonal
+    Lam_hat.reshape(-1, M * M)[:, ::M + 1] += 1.0       # each diagonal (a view: Lam_hat is C-ordered)
     return Lam_hat
