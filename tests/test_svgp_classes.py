@@ -188,3 +188,21 @@ def test_steps_with_a_carried_scratch_are_the_steps_without(link):
                                          ("q_grad",), scratch=carried.scratch)
     A = np.linalg.solve(factors.L[0], kernel.gram(Z, X[:B]))
     np.testing.assert_allclose(PR, np.einsum("mn,nk,ln,klj->kmj", A, d, A, carried.R), rtol=1e-10, atol=1e-12)
+
+
+def test_a_pass_over_several_blocks_takes_no_scratch():
+    """A pass over several row blocks sums its blocks' A W A^T: a scratch given to it is not used
+    (each block's array would be the next one's), so its sums are those of the pass without it."""
+    rng = np.random.default_rng(9)
+    K, M, n = 3, 4, 20
+    X, Z, y = rng.standard_normal((n, 2)), rng.standard_normal((M, 2)), rng.integers(0, K, n).astype(float)
+    kernel, likelihood = bound_pair(gd.kernels.SquaredExponential(1.0, 1.0), gd.likelihoods.Categorical(K), {})
+    m, R = 0.2 * rng.standard_normal((M, K)), _factors(rng, K, M)
+    factors = svgp._factors(kernel, Z, 1e-8)
+    plain = svgp._data_pass(kernel, likelihood, X, y, Z, factors, m, R, 7, ("natural", "q_grad"))
+    given = svgp._data_pass(kernel, likelihood, X, y, Z, factors, m, R, 7, ("natural", "q_grad"),
+                            scratch=svgp_classes.Scratch())
+    for a, b in zip(plain[0], given[0]):
+        assert np.array_equal(a, b)
+    whole = svgp._data_pass(kernel, likelihood, X, y, Z, factors, m, R, n, ("natural",))
+    np.testing.assert_allclose(plain[0][1], whole[0][1], rtol=1e-12, atol=1e-12)

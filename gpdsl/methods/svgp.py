@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
+from ..chunks import add_partial, cache_bytes, default_chunk_size, is_chunked, map_rows
 from ..linalg import JITTER_LADDER, inverse_lower, jitter_adjoint, lower_product, stacked, weighted_gram
 from .collapsed import factor_blocks, whitened_blocks
 from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps, extrapolates, shifted
@@ -429,8 +429,9 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
     for the ``outputs`` given; the per-row arrays (N, K) for the pseudo-data) and, with ``keep``,
     the blocks' (K_uf, A, k_nn - |a_n|^2) for a later pass at the same Z and hyperparameters
     (``carried``).  ``offset`` (N,) shifts each row's latent input (:class:`Shifted`; K = 1 only).
-    ``scratch`` (:class:`gpdsl.methods.svgp_classes.Scratch`, one chunk only: a minibatch step's
-    pass) holds the stacks U, the grams, A W A^T and P R; the last two are then returned in it.
+    ``scratch`` (:class:`gpdsl.methods.svgp_classes.Scratch`) holds the stacks U, the grams,
+    A W A^T and P R (the last two then returned in it) where the pass is one in-memory block (a
+    minibatch step's); it is ignored otherwise.
     """
     L, Li = factors.L, factors.Li
     G, K, M = L.shape[0], m.shape[1], Z.shape[0]
@@ -500,6 +501,8 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
         return (tuple(out), (mean, g, d)) + (((Kuf, A, residual),) if keep else ())
 
     rows = (X, y) if offset is None else (X, y, offset)
+    if is_chunked(rows) or chunk < X.shape[0]:
+        scratch = None          # blocks whose sums outlive them, or Dask's, which may run at once
     # One BLAS thread unless gd.set_num_threads asked for more (gpdsl.threads): the chunks'
     # elementwise work (K_uf's exp, the likelihood's quadrature) is as large as their BLAS-3
     # products, and OpenBLAS's second thread spinning beside it made the pass slower: twonorm
