@@ -403,10 +403,10 @@ def _best_round(rounds):
 
 def _no_better_than_constant(model, X, y, fit):
     """Warn (ConvergenceWarning) and return True when the objective of ``fit`` (a FitResult) is
-    within CONSTANT_MODEL_TOL nats of the constant model's (the likelihood's
-    ``constant_model_log_likelihood``), which every method here reaches exactly as the kernel
-    variance goes to 0.  That is a true optimum (the Pólya-Gamma bound falls
-    into it on crabs with K-means Z, 5 of 50 splits; raw Boston housing, targets ~22 and
+    within CONSTANT_MODEL_TOL nats of the constant model's (``constant_model_log_likelihood`` of the
+    rows' likelihood ``for_rows(X)``: per output for OutputGaussian, PerOutput), which every method
+    here reaches exactly as the kernel variance goes to 0.  That is a true optimum (the Pólya-Gamma
+    bound falls into it on crabs with K-means Z, 5 of 50 splits; raw Boston housing, targets ~22 and
     inputs up to ~700, fits noise 584 and predicts 0) and the right answer for targets that
     do not depend on X, but usually a poor one: it predicts the same everywhere.
 
