@@ -8,6 +8,7 @@ cache matters, so that neither this process's compiled kernels nor the package's
 the outcome.
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 from numba import njit, types
 
 from gpdsl._jit import announce_compilation
+from gpdsl._jit.projections import late_bound
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,6 +107,21 @@ def test_probit_ep_and_qp_fits_share_their_kernels_and_ep_compiles_no_quadrature
     assert {name: after_qp[name] for name in shared} == {name: after_ep[name] for name in shared} == dict.fromkeys(
         shared, 1)
     assert after_qp["_probit_wasserstein_sd"] == 1          # compiled by the QP fit alone
+
+
+def _hypot(a, b):
+    return math.hypot(a, b)
+
+
+def test_late_bound_calls_through_its_slot_and_outlives_a_second_registration():
+    """``late_bound``'s call compiles the function on its first use and returns its value; a second
+    registration under the same name (a module reloaded) leaves code linked to the first valid."""
+    first = late_bound("test_hypot", _hypot, 2)
+    use_first = njit(lambda a, b: first((a, b)))
+    assert use_first(3.0, 4.0) == 5.0 and use_first(5.0, 12.0) == 13.0
+    second = late_bound("test_hypot", _hypot, 2)
+    use_second = njit(lambda a, b: second((a, b)))
+    assert use_second(6.0, 8.0) == 10.0 and use_first(8.0, 15.0) == 17.0
 
 
 def test_late_bound_sigma_star_equals_the_direct_call_bit_for_bit():

@@ -136,6 +136,8 @@ def late_bound(name, function, n_args):
     a C callback (``numba.cfunc``, cached on disk like the kernels; ``function`` a module-level
     Python function that calls the jitted code), points the slot at it and returns its value.
     The arithmetic is the jitted function's own, so results equal a direct call's bit for bit.
+    ``function`` must not raise (a C callback cannot pass an exception on): it returns nan for
+    what it cannot compute, as the projections do.
 
     Parameters
     ----------
@@ -167,7 +169,9 @@ def late_bound(name, function, n_args):
     trampoline = ctypes.CFUNCTYPE(ctypes.c_double, *([ctypes.c_double] * n_args))(first_call)
     slot.value = ctypes.cast(trampoline, ctypes.c_void_p).value
     _llvm.add_symbol(symbol, ctypes.addressof(slot))
-    _LATE_BOUND[symbol] = (slot, trampoline, compiled)      # kept alive for the process
+    # Kept alive for the process (a second registration, a module reloaded, leaves the code linked
+    # to the first slot valid).
+    _LATE_BOUND.append((slot, trampoline, compiled))
 
     @intrinsic
     def call(typingctx, args):
@@ -185,7 +189,7 @@ def late_bound(name, function, n_args):
     return call
 
 
-_LATE_BOUND = {}
+_LATE_BOUND = []
 
 
 def _named(dispatcher, name):
