@@ -31,7 +31,8 @@ one kernel each).  No latent offset with K > 1.  For K = 1 the shapes are the si
 
 :func:`minibatch_step` (what ``SVGP(batch_size=B)`` runs; :func:`minibatch_update` with q carried
 between steps) is profiled against its flop bound in ``benchmarks/profile_multiclass_step.py`` (K
-classes) and ``benchmarks/profile_minibatch_step.py`` (binary, with GPyTorch's step beside it).
+classes) and ``benchmarks/profile_minibatch_step.py`` (binary, with GPyTorch's step beside it); its
+K classes' products are written into stacks that a run reuses (:mod:`gpdsl.methods.svgp_classes`).
 
 :func:`optimise_q` moves q(v) to its optimum at fixed hyperparameters and Z by damped natural-
 gradient steps (Khan & Lin 2017; Salimbeni, Eleftheriadis & Hensman 2018), one O(N M^2) pass each.
