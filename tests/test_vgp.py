@@ -309,3 +309,33 @@ def test_optimise_q_clips_negative_site_precisions():
     bound = vgp.evaluate(*bound_pair(kernel, likelihood, {**values, **q}), {**values, **q}, X, y, jitter=0.0, need_grad=False).log_evidence
     qs, _, _ = svgp.optimise_q(*bound_pair(kernel, likelihood, values), values, X, y, X, jitter=0.0, tol=1e-10)
     assert start < bound <= svgp.elbo_terms(*bound_pair(kernel, likelihood, {**values, **qs}), {**values, **qs}, X, y, X, jitter=0.0).elbo + 1e-9
+
+
+def test_an_unconverged_warm_start_below_the_cold_start_is_redone_cold():
+    """A q carried from another point (here one far from any optimum) whose capped steps end
+    unconverged below the cold start's bound is replaced by the cold start's run: the result is
+    the cold evaluation's bit for bit; a warm start from a good q is kept (fewer steps, the same
+    optimum within the steps' tolerance)."""
+    from gpdsl.methods.common import VariationalState
+
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-1.0, 1.0, (20, 1))
+    y = np.where(np.sin(3.0 * X[:, 0]) + 0.3 * rng.standard_normal(20) > 0, 1.0, -1.0)
+    kernel, likelihood = gd.kernels.SquaredExponential(0.5, 1.5).bind(), gd.likelihoods.Bernoulli("probit").bind()
+    inference = gd.inference.VGP(q_max_iter=1)
+    values = {}
+
+    def run(warm):
+        return inference.evaluate(kernel, likelihood, values, X, y, None, need_grad=True, need_state=False, warm=warm)
+
+    cold = run(None)
+    far = VariationalState({"variational.alpha": np.full(20, 40.0), "variational.lambda": np.full(20, 1e-3)},
+                           sweeps=3, converged=False)
+    redone = run(far)
+    assert redone.log_evidence == cold.log_evidence
+    for name in cold.warm.q:
+        np.testing.assert_array_equal(redone.warm.q[name], cold.warm.q[name])
+    assert redone.warm.sweeps > cold.warm.sweeps            # both runs counted
+    good = VariationalState(run(None).warm.q, sweeps=3, converged=True)
+    kept = run(good)
+    assert kept.warm.sweeps == 1 and kept.log_evidence >= cold.log_evidence - 1e-9
