@@ -208,8 +208,11 @@ class _GPEstimator(BaseEstimator):
 
     def _fit_posterior(self, model, X, y, seed):
         """Model.fit with the estimator's fit options and ``seed`` (:func:`_seed` of ``random_state``,
-        drawn once a fit); records model_, posterior_ and the fit's numbers (the log evidence is read
-        from the posterior when asked for: :attr:`log_marginal_likelihood_value_`)."""
+        drawn once a fit); records model_, posterior_ and the fit's numbers.  The log evidence is
+        read at the fit, as scikit-learn's estimators record theirs: a minibatch fit's bound is one
+        more pass over the training rows (:class:`gpdsl.methods.common.PendingEvaluation`, 0.2 of
+        letter's ~22 CPU s), read from the rows as they are now, not after the caller has changed
+        X in place."""
         posterior = model.fit(X, y, optimize=self.optimize, fixed=self.fixed, restarts=self.restarts,
                               seed=seed, max_iter=self.max_iter, standardize=self.standardize)
         # A model left open (K > 2 classes) is the one its fit chose.
@@ -218,15 +221,8 @@ class _GPEstimator(BaseEstimator):
         self.hyperparameters_ = {name: np.array(value) for name, value in posterior.values.items()
                                  if not name.startswith("variational.")}
         self.n_iter_ = int(posterior.n_iterations)
+        self.log_marginal_likelihood_value_ = float(posterior.log_evidence)
         return posterior
-
-    @property
-    def log_marginal_likelihood_value_(self):
-        """float: ``posterior_.log_evidence``, read when first asked for: a minibatch fit's bound
-        is one more pass over the training rows (:class:`gpdsl.methods.common.PendingEvaluation`),
-        which a fit that only predicts need not take (letter's ``GPClassifier()``: 0.5-1 of its
-        ~30 CPU s)."""
-        return float(self.posterior_.log_evidence)
 
     def _checked_inputs(self, X):
         check_is_fitted(self, "posterior_")

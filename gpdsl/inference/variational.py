@@ -11,7 +11,8 @@ import numpy as np
 from ..checks import check_bool, check_positive_int, check_positive_number
 from ..linalg import check_jitter
 from ..methods import stochastic, svgp, vgp
-from ..methods.common import PendingEvaluation, VariationalState, gaussian_noise, shifted, variational_state_format
+from ..methods.common import VariationalState, gaussian_noise, shifted, variational_state_format
+from ..methods.pending import PendingEvaluation
 from ..parameters import entry
 from .base import (_POLISH_PARAMETER, _STOCHASTIC_STOP_PARAMETERS, Inference, _check_chunk,
                    _check_minibatch_options)
@@ -171,7 +172,7 @@ class _Variational(Inference):
             if not need_state:
                 return complete()
             state, jitter = svgp.state_at(kernel, likelihood, at, Z, jitter=self.jitter)
-            return PendingEvaluation(complete, state=state, jitter=jitter, warm=local)
+            return PendingEvaluation(complete, state=state, jitter=jitter, warm=local, data=(X, y, offset))
         if likelihood.sign_symmetric:
             # Not from the previous q: one that an extreme line-search point (a tiny prior
             # variance) drew towards 0 stays near the saddle there (coal mining: ELBO -290.7

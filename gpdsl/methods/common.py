@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable
 
 import numpy as np
 
-from .. import threads
 from ..components import Bound
 from ..likelihoods import Gaussian, HeteroscedasticGaussian
 from ..linalg import whiten
@@ -276,74 +274,6 @@ class Evaluation:
     # Whether log_evidence and pseudo_data still wait for their pass over the data (see
     # PendingEvaluation); an Evaluation has them.
     pending = False
-
-
-class PendingEvaluation:
-    """An :class:`Evaluation` whose data-dependent parts, ``log_evidence`` and ``pseudo_data``, are
-    computed by ``complete()`` (one O(N M^2) pass over the data) when first read; the predictive
-    state, the jitter and the local state are known without that pass.
-
-    A minibatch fit's posterior is q as its steps left it, so its predictions need no pass over
-    the N rows; only its full-data bound does.  Deferring that pass until something reads the
-    bound took 1.9 of the 4.4 s of a minibatch SVGP fit of twonorm at N = 10^6 (M = 128) out of
-    a fit whose user only predicts.
-
-    Parameters
-    ----------
-    complete : callable
-        ``complete() -> Evaluation``: the evaluation with its pass over the data; called once.
-    state : PredictiveState
-        The predictive state.
-    jitter : float
-        Multiple of mean(diag K_uu) the state's factor was formed with.
-    warm : object, optional
-        The local state (q).
-    """
-
-    def __init__(self, complete, *, state, jitter, warm=None):
-        self._complete, self.state, self.jitter, self.warm = complete, state, jitter, warm
-        self.grads, self.dZ = {}, None      # no gradients: a minibatch fit's optimiser had its own
-        self._evaluation = None
-
-    @property
-    def pending(self):
-        """bool: whether the pass over the data has not run yet."""
-        return self._evaluation is None
-
-    def _completed(self):
-        if self._evaluation is None:
-            # Read after the fit, outside its one-BLAS-thread region (gpdsl.threads): managed here
-            # too.  Letter's GPClassifier() bound (45 blocks of 400 rows, K = 26) took 6-10 CPU s
-            # with OpenBLAS's default two threads on the shared 2-core machine, 0.2 s with one.
-            self._evaluation = threads.managed(self._complete)()
-            self._complete = None       # not kept: it holds the data
-        return self._evaluation
-
-    def then(self, check):
-        """This evaluation with its completion run through ``check``.
-
-        Parameters
-        ----------
-        check : callable
-            ``check(complete) -> Evaluation``: calls ``complete()`` itself (so that it can catch
-            what the pass raises), checks the evaluation and returns it.
-
-        Returns
-        -------
-        PendingEvaluation
-            Of the same state, jitter and local state.
-        """
-        return PendingEvaluation(partial(check, self._completed), state=self.state, jitter=self.jitter, warm=self.warm)
-
-    @property
-    def log_evidence(self):
-        """float: the method's log evidence or bound (runs the pass over the data once)."""
-        return self._completed().log_evidence
-
-    @property
-    def pseudo_data(self):
-        """tuple of ndarray: as :class:`Evaluation`'s (runs the pass over the data once)."""
-        return self._completed().pseudo_data
 
 
 class RowIndependentExpectations:
