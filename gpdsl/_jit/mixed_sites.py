@@ -31,7 +31,7 @@ import hashlib
 import numpy as np
 from numba import njit
 
-from .projections import SiteFunctions, _named
+from .projections import SiteFunctions, _named, identifier
 
 try:
     from numba.core.caching import FunctionCache
@@ -83,11 +83,6 @@ def site_rows(parts, y, offset=None):
     return np.column_stack([np.broadcast_to(parts, y.shape).astype(float), y, o])
 
 
-def _identifier(dispatcher):
-    function = getattr(dispatcher, "py_func", dispatcher)      # a plain function under NUMBA_DISABLE_JIT=1
-    return f"{function.__module__}.{function.__qualname__}"
-
-
 def mixed_sites(parts, counts):
     """The site functions of rows (part, target, offset) over ``parts`` (module docstring).  Built once
     per tuple of part functions and parameter counts.
@@ -105,13 +100,16 @@ def mixed_sites(parts, counts):
         Its ``lookup_table`` is the parts' one table where exactly one table function is among
         them (the probit's; the other parts ignore ``table``), else None (QP then computes
         sigma* directly).
+        ``shared_qp`` is True where every part's is (their EP code holds no QP code).
     """
     key = tuple((f.project, f.log_z_gradient, c) for f, c in zip(parts, counts))
     if key not in _MIXED_SITES:
-        name = ",".join(f"{_identifier(f.project)}/{c}" for f, c in zip(parts, counts))
+        name = ",".join(f"{identifier(f.project)}/{c}" for f, c in zip(parts, counts))
         project, gradient = _chain(parts, counts, 0, 0, name)
         tables = {f.lookup_table for f in parts if f.lookup_table is not None}
-        _MIXED_SITES[key] = SiteFunctions(project, gradient, tables.pop() if len(tables) == 1 else None)
+        # EP may pass quantile=False (and share QP's kernels) only where every part's False code holds no QP code.
+        _MIXED_SITES[key] = SiteFunctions(project, gradient, tables.pop() if len(tables) == 1 else None,
+                                          all(f.shared_qp for f in parts))
     return _MIXED_SITES[key]
 
 

@@ -76,9 +76,25 @@ def site_function(dispatcher):
     so the cached machine code is found.  (A private Numba method: if it is missing, caching of
     these kernels falls back to compiling once per process, which is slower but correct.)
     """
-    function = getattr(dispatcher, "py_func", dispatcher)      # a plain function under NUMBA_DISABLE_JIT=1
-    _named(dispatcher, f"{function.__module__}.{function.__qualname__}")
+    _named(dispatcher, identifier(dispatcher))
     return dispatcher
+
+
+def identifier(dispatcher):
+    """``module.qualname`` of a jitted function (of the plain function under NUMBA_DISABLE_JIT=1):
+    the stable part of the names :func:`site_function`, :func:`with_offset` and
+    :mod:`gpdsl._jit.mixed_sites` give their dispatchers.
+
+    Parameters
+    ----------
+    dispatcher : numba dispatcher or function
+
+    Returns
+    -------
+    str
+    """
+    function = getattr(dispatcher, "py_func", dispatcher)
+    return f"{function.__module__}.{function.__qualname__}"
 
 
 _OFFSET_SITES = {}
@@ -115,8 +131,7 @@ def with_offset(functions):
         return gradient(y[0], mu + y[1], var, params)
 
     for wrapper, inner in ((project_offset, project), (log_z_gradient_offset, gradient)):
-        function = getattr(inner, "py_func", inner)
-        _named(wrapper, f"offset:{function.__module__}.{function.__qualname__}")
+        _named(wrapper, f"offset:{identifier(inner)}")
     made = SiteFunctions(project_offset, log_z_gradient_offset, functions.lookup_table, functions.shared_qp)
     _OFFSET_SITES[key] = made
     return made
