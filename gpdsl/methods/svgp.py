@@ -470,7 +470,7 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
             w = np.maximum(-2.0 * d, 0.0) if clip else -2.0 * d
             # Where the clip left w_k = -2 d_k (d_k <= 0: every log-concave likelihood), A W_k A^T is -2 P_k;
             # the other classes take their clipped w_k's gram.  One stack of grams either way.
-            unclipped = dT.max(axis=1) <= 0.0 if clip else np.ones(K, dtype=bool)
+            unclipped = np.all(dT <= 0.0, axis=1) if clip else np.ones(K, dtype=bool)     # (True on a chunk of no rows)
             grams = weighted_grams(A, np.where(unclipped[:, None], dT, w.T), block,
                                    _kept(scratch, "grams", (K, M, M)))
             AWA = np.multiply(np.where(unclipped, -2.0, 1.0)[:, None, None], grams,
