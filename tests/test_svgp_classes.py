@@ -130,19 +130,18 @@ def test_a_minibatch_steps_natural_precision_is_exactly_symmetric(link):
 
 
 @pytest.mark.filterwarnings("ignore::gpdsl.ConvergenceWarning")
-def test_classifier_reads_its_log_evidence_when_asked():
-    """GPClassifier's K-class default leaves the minibatch fit's full-data bound pending (one more
-    pass over the rows) until log_marginal_likelihood_value_ is read; the value is the posterior's,
-    and an unfitted classifier has no such attribute."""
+def test_classifier_records_its_log_evidence_at_the_fit():
+    """GPClassifier's K-class default (a minibatch fit, whose full-data bound is pending in the
+    posterior) reads the bound at the fit, as scikit-learn's estimators record theirs: the value
+    is the posterior's, and an unfitted classifier has no such attribute."""
     rng = np.random.default_rng(6)
     X = np.concatenate([rng.normal(c, 0.6, (20, 2)) for c in ((0, 0), (3, 0), (0, 3))])
     y = np.repeat([0, 1, 2], 20)
     clf = GPClassifier(max_iter=30)
     assert not hasattr(clf, "log_marginal_likelihood_value_")
     clf.fit(X, y)
-    assert clf.posterior_.log_evidence_pending
-    value = clf.log_marginal_likelihood_value_
     assert not clf.posterior_.log_evidence_pending
+    value = clf.log_marginal_likelihood_value_
     assert value == clf.posterior_.log_evidence and np.isfinite(value)
 
 
