@@ -1,7 +1,8 @@
 """Cold start (issues 13, 46): what ``import gpdsl`` loads, the one-line notice before compiling,
 which of the FITC-EP sweep's helpers a fit compiles on their own, that probit EP and QP fits share
-their kernels (QP's sigma* late-bound), and that the logistic-softmax kernels copy arrays element
-by element (no slice assignments, whose broadcasting code compiles slowly).
+their kernels (QP's sigma* late-bound), that the logistic-softmax kernels copy arrays element
+by element (no slice assignments, whose broadcasting code compiles slowly), and that a later
+process loads a latent offset's site code from the cache.
 
 The subprocess tests run a fresh interpreter, with a fresh ``NUMBA_CACHE_DIR`` where the Numba
 cache matters, so that neither this process's compiled kernels nor the package's cache decide
@@ -48,9 +49,9 @@ for likelihood, inference in ((gd.likelihoods.Bernoulli("probit"), gd.inference.
 """
 
 
-def _python(code, **env):
+def _python(code, args=(), **env):
     environ = {**os.environ, "PYTHONPATH": str(REPO), **env}
-    proc = subprocess.run([sys.executable, "-c", code], env=environ, cwd=REPO, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", code, *args], env=environ, cwd=REPO, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr
     return proc
@@ -207,3 +208,51 @@ def test_kernels_on_every_fits_path_allocate_without_np_zeros():
             "summed_log_z_gradient": _numpy_functions(ep_sweeps.summed_log_z_gradient, np.sign(rows - 0.5), rows,
                                                       rows, (0.0,), probit_site_gradient)}
     assert {name: np.zeros in found for name, found in used.items()} == dict.fromkeys(used, False)
+
+
+OFFSET_FIT = r"""
+import json, sys, warnings
+warnings.simplefilter("ignore")
+import numpy as np
+import gpdsl as gd
+from numba.core.registry import CPUDispatcher
+from gpdsl._jit import ep_sweeps, projections
+from gpdsl._jit.likelihoods import negative_binomial
+rng = np.random.default_rng(17)
+X = rng.uniform(-2, 2, size=(40, 1))
+exposure = rng.uniform(1.0, 20.0, size=40)
+y = rng.poisson(exposure * np.exp(np.sin(2 * X[:, 0]))).astype(float)
+gd.Model(gd.kernels.SquaredExponential(1.0, 1.0), gd.likelihoods.NegativeBinomial(dispersion=0.3),
+         gd.inducing.KMeans(5, seed=0) if sys.argv[1] == "fitc" else None,
+         gd.inference.EP()).fit(X, y, offset=np.log(exposure), max_iter=3)
+project, gradient = projections.with_offset(negative_binomial.SITE)[:2]
+row, mu, var, params = np.array([4.0, 1.5]), 0.2, 0.7, (0.3,)
+misses = lambda kernels: sum(sum(k.stats.cache_misses.values()) for k in kernels)
+print(json.dumps({"sweeps": misses([d for d in vars(ep_sweeps).values() if isinstance(d, CPUDispatcher)]),
+                  "offset": misses([project, gradient]),
+                  "project": [project(row, mu, var, params, None, None, None),
+                              negative_binomial.site(4.0, mu + 1.5, var, params, None, None, None)],
+                  "gradient": [gradient(row, mu, var, params),
+                               negative_binomial.site_gradient(4.0, mu + 1.5, var, params)]}))
+"""
+
+
+def test_a_later_process_loads_the_offset_site_code_from_the_cache(tmp_path):
+    """Issue 46: ``projections.with_offset``'s wrappers (a fit with a latent offset) are closures
+    keyed in Numba's cache by their name, not by their cells, whose pickles differ in every
+    process.  A negative-binomial EP fit with an offset on a fresh cache compiles them; a later
+    process's FITC fit compiles the FITC sweep, whose typing reads the wrappers, and calls them
+    directly: it loads them from the cache (keyed by their cells, each process compiled them again
+    and added an entry to the cache).  The wrappers' values are the inner functions' at mu + o, with
+    o taken off the tilted mean (to rounding: the inner code inlined or not)."""
+    cache = {"NUMBA_CACHE_DIR": str(tmp_path)}
+    dense = json.loads(_python(OFFSET_FIT, **cache, args=("dense",)).stdout.splitlines()[-1])
+    entries = sorted(path.name for path in tmp_path.rglob("*offset*.nbc"))
+    fitc = json.loads(_python(OFFSET_FIT, **cache, args=("fitc",)).stdout.splitlines()[-1])
+    assert dense["sweeps"] > 0 and dense["offset"] == 2, dense
+    assert fitc["sweeps"] > 0 and fitc["offset"] == 0, fitc
+    assert len(entries) == 2 and sorted(path.name for path in tmp_path.rglob("*offset*.nbc")) == entries
+    for run in (dense, fitc):
+        (log_z, mean, variance), (log_z_in, mean_in, variance_in) = run["project"]
+        np.testing.assert_allclose([log_z, mean + 1.5, variance], [log_z_in, mean_in, variance_in], rtol=1e-12)
+        np.testing.assert_allclose(*run["gradient"], rtol=1e-12)

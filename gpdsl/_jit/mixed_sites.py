@@ -22,21 +22,16 @@ With P parts, part p of parameter tuple theta_p (length c_p) and site functions
 The dispatch is a chain of jitted closures, one a part: the closure of part p returns part p's
 value where the row's part is p and calls the closure of part p + 1 otherwise (the last calls its
 part unconditionally).  Each closure is named from its position and the parts' function names
-(:func:`_cached_by_name`), so that a later process rebuilds the same function types, finds the
-closures in Numba's disk cache and the sweeps compiled for them.
+(:func:`gpdsl._jit.projections._cached_by_name`), so that a later process rebuilds the same
+function types, finds the closures in Numba's disk cache and the sweeps compiled for them.
 """
 import collections
-import hashlib
 
 import numpy as np
 from numba import njit
 
-from .projections import SiteFunctions, _named, identifier
+from .projections import SiteFunctions, _cached_by_name, identifier
 
-try:
-    from numba.core.caching import FunctionCache
-except ImportError:         # a Numba without it: the closures compile once per process
-    FunctionCache = None
 try:
     from numba.core.dispatcher import _MemoMixin
 except ImportError:
@@ -156,38 +151,3 @@ def _part(functions, start, stop, total, name):
     _cached_by_name(project, f"mixed-part-project[{name}]")
     _cached_by_name(log_z_gradient, f"mixed-part-log-z-gradient[{name}]")
     return project, log_z_gradient
-
-
-def _cached_by_name(dispatcher, name):
-    """Give a jitted closure the identifier ``name`` (:func:`gpdsl._jit.projections._named`) and
-    a disk cache keyed by that name instead of by its cells.
-
-    Numba keys a closure's cache entries by a hash of its pickled cells, and a cell that holds a
-    dispatcher pickles its Python function by value with the functions it calls, each with the
-    random identifier of its process: the key differs in every process, so the closure would
-    compile again in each (and add an entry to the cache).  ``name`` names the cells here
-    (the parts' functions and their parameter counts), so it keys them as well; like Numba's own
-    keys it does not see an edit of a part's code (the guide's Development section: delete the
-    ``__pycache__`` directories after editing a jitted module that another imports).  (Private Numba
-    structures: where they are missing the closure compiles once per process, correct but slower.)
-    """
-    _named(dispatcher, name)
-    if FunctionCache is None or getattr(dispatcher, "_cache", None) is None:
-        return
-    try:
-        dispatcher._cache = _NamedCache(dispatcher.py_func, name)
-    except Exception:       # noqa: BLE001 -- a cache Numba cannot set up here: its own (per process)
-        pass
-
-
-if FunctionCache is not None:
-    class _NamedCache(FunctionCache):
-        """Numba's function cache with the cells' hash replaced by a hash of ``name``."""
-
-        def __init__(self, py_func, name):
-            self._cells = hashlib.sha256(name.encode()).hexdigest()
-            super().__init__(py_func)
-
-        def _index_key(self, sig, codegen):
-            code = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
-            return sig, codegen.magic_tuple(), (code, self._cells)

@@ -28,6 +28,7 @@ code for False holds no quadrature, and EP fits pass False too: a process that f
 compiles the sweeps once.
 """
 import ctypes
+import hashlib
 import math
 from typing import Callable, NamedTuple, Optional
 
@@ -35,6 +36,11 @@ import llvmlite.binding as _llvm
 from llvmlite import ir
 from numba import cfunc, config, njit, types
 from numba.extending import intrinsic
+
+try:
+    from numba.core.caching import FunctionCache
+except ImportError:         # a Numba without it: the closures compile once per process
+    FunctionCache = None
 
 
 class SiteFunctions(NamedTuple):
@@ -106,7 +112,8 @@ def with_offset(functions):
     ``project(y[i], ...)``, pass both.  The cavity N(mu, var) in f is N(mu + o, var) in f + o,
     whose tilted mean less o is the tilted mean in f; log Z, the variance and the parameter
     gradients are the same.  Built once per likelihood (the wrappers are jitted closures over
-    its functions, cached under their own identifiers).
+    its functions, named and disk-cached by the inner functions' identifiers,
+    :func:`_cached_by_name`, so that a later process loads them rather than compiling them again).
 
     Parameters
     ----------
@@ -131,7 +138,7 @@ def with_offset(functions):
         return gradient(y[0], mu + y[1], var, params)
 
     for wrapper, inner in ((project_offset, project), (log_z_gradient_offset, gradient)):
-        _named(wrapper, f"offset:{identifier(inner)}")
+        _cached_by_name(wrapper, f"offset:{identifier(inner)}")
     made = SiteFunctions(project_offset, log_z_gradient_offset, functions.lookup_table, functions.shared_qp)
     _OFFSET_SITES[key] = made
     return made
@@ -212,6 +219,44 @@ def _named(dispatcher, name):
         dispatcher._set_uuid(f"gpdsl-site-function:{name}")
     except (AttributeError, AssertionError):
         pass
+
+
+def _cached_by_name(dispatcher, name):
+    """Give a jitted closure the identifier ``name`` (:func:`_named`) and a disk cache keyed by
+    that name instead of by its cells (:func:`with_offset`'s wrappers, the dispatch closures of
+    :mod:`gpdsl._jit.mixed_sites`).
+
+    Numba keys a closure's cache entries by a hash of its pickled cells, and a cell that holds a
+    dispatcher pickles its Python function by value with the functions it calls, each with the
+    random identifier of its process: the key differs in every process, so the closure would
+    compile again in each (and add an entry to the cache).  ``name`` must name everything the
+    cells hold (the wrapped functions' identifiers; for the mixed sites the parts' functions and
+    their parameter counts), so that it keys them as well; like Numba's own keys it does not see
+    an edit of a wrapped function's code (the guide's Development section: delete the
+    ``__pycache__`` directories after editing a jitted module that another imports).  (Private
+    Numba structures: where they are missing the closure compiles once per process, correct but
+    slower.)
+    """
+    _named(dispatcher, name)
+    if FunctionCache is None or getattr(dispatcher, "_cache", None) is None:
+        return
+    try:
+        dispatcher._cache = _NamedCache(dispatcher.py_func, name)
+    except Exception:       # noqa: BLE001 -- a cache Numba cannot set up here: its own (per process)
+        pass
+
+
+if FunctionCache is not None:
+    class _NamedCache(FunctionCache):
+        """Numba's function cache with the cells' hash replaced by a hash of ``name``."""
+
+        def __init__(self, py_func, name):
+            self._cells = hashlib.sha256(name.encode()).hexdigest()
+            super().__init__(py_func)
+
+        def _index_key(self, sig, codegen):
+            code = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
+            return sig, codegen.magic_tuple(), (code, self._cells)
 
 
 @njit(cache=True)
