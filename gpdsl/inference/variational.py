@@ -187,44 +187,39 @@ class _Variational(Inference):
         # N = 40, 6.7 on twonorm).
         q, steps, converged = self._optimise_q(kernel, likelihood, values, X, y, Z, start, polish=need_state,
                                                offset=offset)
-        if warm_fits and start is warm.q and not converged:
-            q, steps, converged = self._cold_unless_warm_is_better(kernel, likelihood, values, X, y, Z, q, steps,
-                                                                   converged, need_state, offset)
         ev = self._evaluate(kernel, likelihood, {**values, **q}, X, y, Z, need_grad=need_grad, need_state=need_state,
                             offset=offset)
+        if warm_fits and start is warm.q and not converged:
+            cold = self._cold_start_if_better(kernel, likelihood, values, X, y, Z, ev.log_evidence, offset)
+            if cold is not None:
+                q, cold_steps, converged = self._optimise_q(kernel, likelihood, values, X, y, Z, cold,
+                                                            polish=need_state, offset=offset)
+                steps += cold_steps
+                ev = self._evaluate(kernel, likelihood, {**values, **q}, X, y, Z, need_grad=need_grad,
+                                    need_state=need_state, offset=offset)
         # At q's optimum the bound is stationary in q: its gradient in the hyperparameters is the
         # partial one (the q entries of ev.grads are ~0 and not hyperparameters here).
         ev.grads = {k: v for k, v in ev.grads.items() if not k.startswith("variational.")}
         ev.warm = VariationalState(q, sweeps=steps, converged=converged)
         return ev
 
-    def _cold_unless_warm_is_better(self, kernel, likelihood, values, X, y, Z, q, steps, converged, polish,
-                                    offset):
-        """q from the cold start where the warm-started steps ended unconverged below the cold
-        start's own bound; else the warm result.  A q carried from an extreme line-search point can
-        sit far below the optimum at the next point (fuzz, VGP on Gaussian, probit and Poisson
-        outputs: -2.8e157 from the previous point's q against -9.35 from the cold start at the
-        same hyperparameters, which ended the fit as non-finite); one bound at the cold start,
-        O(one natural step), tells the two apart, so that an ordinary unconverged warm start (a
-        step cap) costs no second optimisation.
+    def _cold_start_if_better(self, kernel, likelihood, values, X, y, Z, warm_bound, offset):
+        """The cold start of q where the warm-started steps, ended unconverged, left the bound
+        ``warm_bound`` below the cold start's own (or not finite); else None.  A q carried from an
+        extreme line-search point can sit far below the optimum at the next point (fuzz, VGP on
+        Gaussian, probit and Poisson outputs: -2.8e157 from the previous point's q against -9.35
+        from the cold start at the same hyperparameters, which ended the fit as non-finite); one
+        bound at the cold start, the cost of about one natural step, tells the two apart, so that
+        an ordinary unconverged warm start (a step cap) takes no second optimisation.
 
         Returns
         -------
-        q : dict of str to ndarray
-        steps : int
-            The natural steps taken, both runs counted.
-        converged : bool
+        dict of str to ndarray, or None
         """
         cold = self._initial_q(X.shape[0], Z, likelihood.n_latent)
-        warm_bound = self._evaluate(kernel, likelihood, {**values, **q}, X, y, Z, need_grad=False, need_state=False,
-                                    offset=offset).log_evidence
         cold_bound = self._evaluate(kernel, likelihood, {**values, **cold}, X, y, Z, need_grad=False,
                                     need_state=False, offset=offset).log_evidence
-        if np.isfinite(warm_bound) and not cold_bound > warm_bound:
-            return q, steps, converged
-        q_cold, steps_cold, converged_cold = self._optimise_q(kernel, likelihood, values, X, y, Z, cold,
-                                                              polish=polish, offset=offset)
-        return q_cold, steps + steps_cold, converged_cold
+        return cold if not np.isfinite(warm_bound) or cold_bound > warm_bound else None
 
 
 # SVGP(one_pass=None) takes one pass a step up to this natural step (for one latent function): the
