@@ -51,10 +51,10 @@ output) pairs), and a likelihood per output (``PerOutput``) by each row's part: 
 at the rows of the parts that do not give them, log p <= 0 at discrete parts' rows, its parts'
 log concavity for f_var <= k(x, x).
 
-Documented exceptions: a Student-t's y_mean is NaN for df <= 1 and its y_var inf for df <= 2, a
-log-link count likelihood's y_mean and y_var are inf where their exact values exceed float64's range
-(:func:`_overflowing_moment`), and f_var <= k(x, x) is checked only where the posterior guarantees it
-(:func:`_prior_bounds_variance`).
+Documented exceptions: a Student-t's y_mean is NaN for df <= 1 and its y_var inf for df <= 2 (at a
+Student-t part's rows by its own df: :func:`_undefined_moment`), a log-link count likelihood's y_mean
+and y_var are inf where their exact values exceed float64's range (:func:`_overflowing_moment`), and
+f_var <= k(x, x) is checked only where the posterior guarantees it (:func:`_prior_bounds_variance`).
 """
 from __future__ import annotations
 
@@ -583,13 +583,23 @@ def _prior_bounds_variance(model):
     return not ((not_log_concave or jensen_rises) and isinstance(inference, (gd.inference.Laplace, gd.inference.SVGP)))
 
 
-def _undefined_moment_allowed(post, name, X):
+def _undefined_moment(post, name, rows):
     """Where a non-finite predictive moment is the documented answer: the Student-t's y_mean is NaN
-    for df <= 1 (no mean) and its y_var inf for df <= 2 (StudentT.predictive)."""
-    if not isinstance(post.model.likelihood, gd.likelihoods.StudentT):
+    for df <= 1 (no mean) and its y_var inf for df <= 2 (StudentT.predictive).  A mask of the
+    (long) ``rows``, or None: a likelihood per output's rows are judged by their parts (a Student-t
+    part's rows, at its own df)."""
+    lik = post.model.likelihood
+    limit = {"y_mean": 1.0, "y_var": 2.0}.get(name)
+    if limit is None:
         return None
-    df = float(post.values["likelihood.df"])
-    return {"y_mean": df <= 1.0, "y_var": df <= 2.0}.get(name)
+    if isinstance(lik, gd.likelihoods.StudentT):
+        return np.full(rows.shape[0], float(post.values["likelihood.df"]) <= limit)
+    parts = getattr(lik, "likelihoods", None)
+    if parts is None:
+        return None
+    each = np.array([isinstance(part, gd.likelihoods.StudentT) and float(post.values[f"likelihood.{p}.df"]) <= limit
+                     for p, part in enumerate(parts)])
+    return each[np.asarray(rows)[:, -1].astype(np.intp)]
 
 
 # log of the largest float64: a log-normal moment whose log exceeds this less a nat of slack (the
@@ -691,9 +701,10 @@ def _check_predictions(post, X, y, where, offset=None):
     rows = query(X, post.input_dims, post.output_count).X       # X itself for a single-output posterior
     pred = post.predict(X, offset=offset)
     for name in pred.data_vars:
-        if _undefined_moment_allowed(post, name, X):
-            continue
         values = pred[name].values
+        undefined = _undefined_moment(post, name, rows)
+        if undefined is not None:
+            values = np.where(undefined.reshape(values.shape) & ~np.isfinite(values), 0.0, values)
         overflow = _overflowing_moment(post, name, pred, offset, X)
         if overflow is not None:
             values = np.where(overflow & np.isposinf(values), 0.0, values)

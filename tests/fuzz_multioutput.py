@@ -32,11 +32,18 @@ The likelihoods: ``OutputGaussian`` (one noise variance an output, log-uniform i
 K-means Z shared by the outputs, or greedy selection's long rows), ``PerOutput`` of mixed families
 (Gaussian, Bernoulli with either link and a bias, Poisson: every family in some output where
 P >= 3) for Laplace (dense and FITC; Poisson's log link: Laplace needs log-density derivatives),
-VGP and SVGP (full batch and minibatch).  EP and QP, which take a ``PerOutput`` of parts that share
-one site code only, are not among them (their mixed-family form is being added separately).
+VGP and SVGP (full batch and minibatch), and for EP and QP (``mo_ep``, ``mo_qp``: the site models
+of rows (part, target, offset), :mod:`gpdsl._jit.mixed_sites`), where each Gaussian output is
+Student-t (heavy-tailed targets) and each count output negative binomial with probability
+:data:`HEAVY_FRACTION`, a Poisson output has either link; EP and QP are dense in half the cases,
+else sparse (inducing inputs as above) with FITC's or DTC's prior (``approximation``), their sweep
+schedule and QP's Algorithm 1 drawn as for ``fuzz_cases``' single-output EP/QP variants, and in
+half the cases the model has a mean per output (``gd.means.PerOutput`` of constants N(0, 3^2) or
+zero), which the site code sees as each row's latent offset.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 
@@ -45,8 +52,9 @@ from scipy import stats
 
 import fuzz_cases
 import gpdsl as gd
-from fuzz_cases import (Case, Outcome, _counts, _greedy, _inputs, _kernel, _kmeans, _labels, _log_uniform,
-                        _nonfinite, _regression_targets, _variational, long_rows, OPTIMIZE_FRACTION)
+from fuzz_cases import (Case, Outcome, _counts, _greedy, _heavy_tailed_targets, _inputs, _kernel, _kmeans, _labels,
+                        _log_uniform, _nonfinite, _regression_targets, _site_inference, _student_t, _variational,
+                        long_rows, OPTIMIZE_FRACTION)
 from gpdsl.fitting import CONSTANT_MODEL_TOL
 
 # What each variant fits, as fuzz_cases.VARIANT_FORMS: (likelihood class, inference class, form).
@@ -59,11 +67,17 @@ FORMS = {
     "mo_laplace_dense": ("PerOutput", "Laplace", "dense"), "mo_laplace_fitc": ("PerOutput", "Laplace", "sparse"),
     "mo_vgp": ("PerOutput", "VGP", "dense"), "mo_svgp": ("PerOutput", "SVGP", "sparse"),
     "mo_svgp_minibatch": ("PerOutput", "SVGP", "minibatch"),
+    # EP and QP with a PerOutput of mixed families: dense, FITC or DTC at random (form None).
+    "mo_ep": ("PerOutput", "EP", None), "mo_qp": ("PerOutput", "QP", None),
 }
 
-# The (likelihood, method) pairs of multi-output likelihoods left to the conformance suite and
-# tests/test_multioutput*.py: EP and QP (the module docstring).
-UNFUZZED_PAIRS = ("PerOutput + EP", "PerOutput + QP")
+# The methods of site models (EP, QP), whose variants draw their sparse approximation, Student-t and
+# negative binomial parts, and per-output means.
+SITE_METHODS = ("EP", "QP")
+# Fraction of an EP/QP case's Gaussian outputs that are Student-t, and of its count outputs that
+# are negative binomial (their sweeps cost ~10 times a Gaussian's or Poisson's: few keep the
+# suite's seeds quick).
+HEAVY_FRACTION = 0.2
 
 # predict_f_full_cov's diagonal against predict's f_var, relative to the prior variance k(x, x):
 # both are k - b^T C b, by different products, so they differ by the rounding of b^T C b, which
@@ -103,10 +117,21 @@ def _families(rng, P, gaussian_only):
     return [str(f) for f in rng.permutation(drawn)]
 
 
+def _site_families(rng, families):
+    """An EP/QP case's families: each Gaussian output Student-t, and each count output negative
+    binomial, with probability :data:`HEAVY_FRACTION`."""
+    heavier = {"gaussian": "studentt", "poisson": "negbin"}
+    return [heavier[f] if f in heavier and rng.random() < HEAVY_FRACTION else f for f in families]
+
+
 def _part(rng, family, inference_name):
     """The likelihood of one output of ``family``."""
     if family == "gaussian":
         return gd.likelihoods.Gaussian(variance=float(_log_uniform(rng, 1e-6, 1e1)))
+    if family == "studentt":
+        return _student_t(rng)
+    if family == "negbin":
+        return gd.likelihoods.NegativeBinomial(dispersion=float(_log_uniform(rng, 1e-3, 1e2)))
     if family == "bernoulli":
         link = str(rng.choice(["probit", "logit"]))
         return gd.likelihoods.Bernoulli(link, bias=float(rng.choice([0.0, rng.normal()])))
@@ -118,6 +143,8 @@ def _targets(rng, family, X):
     """Targets of one output at X (n, D): (y, mode) from fuzz_cases' generator of its family."""
     if family == "gaussian":
         return _regression_targets(rng, X)
+    if family == "studentt":
+        return _heavy_tailed_targets(rng, X)
     if family == "bernoulli":
         return _labels(rng, X)
     return _counts(rng, X)
@@ -158,11 +185,24 @@ def _held_out(rng, X, y, P, isotopic):
 
 
 def _inference(rng, name, form, likelihood, n):
-    """The method of the variant: plain, or SVGP/VGP as fuzz_cases draws them (natural or joint q
-    updates, minibatch steps)."""
+    """The method of the variant: plain, SVGP/VGP as fuzz_cases draws them (natural or joint q
+    updates, minibatch steps), or EP/QP as fuzz_cases draws them (sweep schedule, QP's Algorithm
+    1), sparse with FITC's or DTC's prior at random."""
     if name in ("SVGP", "VGP"):
         return _variational(rng, getattr(gd.inference, name), likelihood, form == "minibatch", n)
+    if name in SITE_METHODS:
+        inference = _site_inference(rng, getattr(gd.inference, name))
+        if form == "dense":
+            return inference
+        return dataclasses.replace(inference, approximation=str(rng.choice(["fitc", "dtc"])))
     return getattr(gd.inference, name)()
+
+
+def _means(rng, P):
+    """A mean per output (``gd.means.PerOutput``): a constant N(0, 3^2) or zero (one in four),
+    which EP's and QP's site code sees as each row's latent offset."""
+    return gd.means.PerOutput(tuple(gd.means.Constant(float(rng.normal(0.0, 3.0))) if rng.random() < 0.75
+                                    else gd.means.Zero() for _ in range(P)))
 
 
 def make_case(variant, seed, rng):
@@ -181,8 +221,11 @@ def make_case(variant, seed, rng):
     fuzz_cases.Case
     """
     likelihood_name, inference_name, form = FORMS[variant]
+    sites = inference_name in SITE_METHODS
     P, d = int(rng.integers(2, 5)), int(rng.integers(1, 3))
-    families = _families(rng, P, gaussian_only=inference_name not in ("Laplace", "VGP", "SVGP"))
+    families = _families(rng, P, gaussian_only=inference_name not in ("Laplace", "VGP", "SVGP") + SITE_METHODS)
+    if sites:
+        families = _site_families(rng, families)
     kernel = _coregion(rng, _base_kernels(rng, d), P)
     if likelihood_name == "OutputGaussian":
         likelihood = gd.likelihoods.OutputGaussian(P, variance=_log_uniform(rng, 1e-6, 1e1, P))
@@ -196,6 +239,9 @@ def make_case(variant, seed, rng):
     else:
         X, y = _heterotopic(rng, families, d)
         input_mode, n = "per output", X.shape[0]
+    if form is None:
+        # EP and QP: dense or sparse (FITC or DTC, drawn with the method), as fuzz_cases' logit_ep.
+        form = "dense" if rng.random() < 0.5 else "sparse"
     inducing = None
     if form != "dense":
         # K-means picks its M among the distinct inputs of the observed rows (shared Z), greedy
@@ -209,9 +255,11 @@ def make_case(variant, seed, rng):
         max_iter = int(rng.choice([int(rng.integers(2, 16)), int(rng.integers(20, 121))]))
     else:
         max_iter = int(rng.integers(30, 201)) if rng.random() < 0.3 else int(rng.integers(2, 16))
-    model = gd.Model(kernel=kernel, likelihood=likelihood, inducing=inducing, inference=inference)
+    # EP/QP: a mean per output in half the cases (drawn last: the other variants' draws are as they were).
+    mean = _means(rng, P) if sites and rng.random() < 0.5 else None
+    model = gd.Model(kernel=kernel, likelihood=likelihood, inducing=inducing, inference=inference, mean=mean)
     notes = {"P": P, "D": d, "rows": n, "layout": "isotopic" if isotopic else "heterotopic", "inputs": input_mode,
-             "families": "+".join(families)}
+             "families": "+".join(families), **({"mean": "per output"} if mean is not None else {})}
     return Case(variant=variant, seed=seed, model=model, X=X, y=y, X_test=X_test, y_test=y_test, optimize=optimize,
                 max_iter=max_iter, notes=notes, properties=PROPERTIES)
 

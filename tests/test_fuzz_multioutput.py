@@ -184,3 +184,75 @@ def test_vgp_fit_of_mixed_outputs_on_unit_scale_data():
         warnings.simplefilter("ignore", gd.ConvergenceWarning)
         post = model.fit(X, Y, max_iter=5)
     assert np.isfinite(post.log_evidence)
+
+
+def _site_draws(case):
+    """What an EP/QP case drew: its form, parts (Bernoulli with its link and whether it has a
+    bias, Poisson with its link), mean, layout, schedule and QP's hyperparameter rule."""
+    model = case.model
+    inference = model.inference
+    drawn = {("form", "dense" if model.inducing is None else inference.approximation),
+             ("layout", case.notes["layout"]), ("mean", type(model.mean).__name__),
+             ("schedule", inference.schedule), ("kernel", type(model.kernel).__name__)}
+    if isinstance(inference, gd.inference.QP):
+        drawn.add(("hyperparameters", inference.hyperparameters))
+    for part in model.likelihood.likelihoods:
+        name = type(part).__name__
+        if isinstance(part, gd.likelihoods.Bernoulli):
+            name += f"({part.link}, bias {'0' if part.bias == 0.0 else 'drawn'})"
+        elif isinstance(part, gd.likelihoods.Poisson):
+            name += f"({part.link})"
+        drawn.add(("part", name))
+    return drawn
+
+
+@pytest.mark.parametrize("variant", ["mo_ep", "mo_qp"])
+def test_site_method_cases_draw_every_form_part_and_mean(variant):
+    """Over 60 seeds an EP/QP case draws the dense form and the sparse form with FITC's and DTC's
+    prior, every family with a site model (Bernoulli probit and logit with a drawn bias, Poisson
+    of either link, Student-t, negative binomial) beside Gaussian outputs, a mean per output and
+    none, both layouts, both schedules, ICM and LMC, and QP's Algorithm 1; the parts are mixed
+    (two families at least) and a mean per output has one part an output."""
+    seen = set()
+    for seed in range(60):
+        case = make_case(variant, seed)
+        P = case.model.kernel.output_count
+        parts = case.model.likelihood.likelihoods
+        assert isinstance(case.model.likelihood, gd.likelihoods.PerOutput) and len(parts) == P
+        assert len({type(part) for part in parts}) >= 2
+        if case.model.mean is not None:
+            assert isinstance(case.model.mean, gd.means.PerOutput) and len(case.model.mean.means) == P
+        seen |= _site_draws(case)
+    wanted = {("form", "dense"), ("form", "fitc"), ("form", "dtc"), ("layout", "isotopic"),
+              ("layout", "heterotopic"), ("mean", "PerOutput"), ("mean", "NoneType"), ("schedule", "sequential"),
+              ("schedule", "parallel"), ("kernel", "ICM"), ("kernel", "LMC"), ("part", "Gaussian"),
+              ("part", "StudentT"), ("part", "Bernoulli(probit, bias drawn)"), ("part", "Bernoulli(logit, bias drawn)"),
+              ("part", "Poisson(log)"), ("part", "Poisson(square)"), ("part", "NegativeBinomial")}
+    if variant == "mo_qp":
+        wanted |= {("hyperparameters", "qp"), ("hyperparameters", "ep")}
+    assert wanted <= seen, sorted(wanted - seen)
+
+
+def test_student_t_parts_undefined_moments_are_allowed_at_their_rows_only():
+    """A Student-t part's y_mean is NaN for df <= 1 (documented): NaN at its rows passes where its
+    fitted df is <= 1 and fails where it is above 1, and NaN at another part's rows fails."""
+    case, post = _fitted("mo_ep", seeds=_seeds_with("mo_ep", lambda m: "StudentT" in _parts(m)))
+    assert fuzz_cases._check_predictions_everywhere(case, post, []) is None
+    p = next(p for p, part in enumerate(post.model.likelihood.likelihoods)
+             if isinstance(part, gd.likelihoods.StudentT))
+
+    def nan_mean_at(outputs, df):
+        def predict(X, offset=None):
+            pred = post.predict(X, offset=offset)
+            rows = gd.multioutput.query(X, post.input_dims, post.output_count).X
+            at = np.isin(rows[:, -1], outputs).reshape(pred["y_mean"].shape)
+            pred["y_mean"] = pred["y_mean"].where(~at)
+            return pred
+        return _Altered(post, predict=predict, values={**post.values, f"likelihood.{p}.df": df})
+
+    assert fuzz_cases._check_predictions_everywhere(case, nan_mean_at([p], 0.8), []) is None
+    outcome = fuzz_cases._check_predictions_everywhere(case, nan_mean_at([p], 1.5), [])
+    assert outcome.kind == "failure: non-finite y_mean (held-out)"
+    every = list(range(post.output_count))
+    outcome = fuzz_cases._check_predictions_everywhere(case, nan_mean_at(every, 0.8), [])
+    assert outcome.kind == "failure: non-finite y_mean (held-out)"
