@@ -278,8 +278,7 @@ def main(argv=None):
     label = runs[-1][0]
     cold = results[label][0]
     print(f"\nspecialisations per dispatcher after the cold run of '{label}', with cache hits/misses (more than "
-          f"one: several argument types; EP and QP fits share the sweep kernels where the likelihood's QP code is "
-          f"late-bound, the probit's: projections.late_bound)")
+          f"one: several argument types; by design the EP/QP sweep kernels have one per projection, EP's and QP's)")
     for name, (count, hits, misses_) in sorted(cold["dispatchers"].items()):
         print(f"    {name:42s} {count:3d}   {hits}/{misses_}")
     print(f"    {'total':42s} {sum(c for c, _, _ in cold['dispatchers'].values()):3d}")

@@ -1,15 +1,13 @@
 """Cold start (issues 13, 46): what ``import gpdsl`` loads, the one-line notice before compiling,
-which of the FITC-EP sweep's helpers a fit compiles on their own, that probit EP and QP fits share
-their kernels (QP's sigma* late-bound), that the logistic-softmax kernels copy arrays element
-by element (no slice assignments, whose broadcasting code compiles slowly), and that a later
-process loads a latent offset's site code from the cache.
+which of the FITC-EP sweep's helpers a fit compiles on their own, that the logistic-softmax
+kernels copy arrays element by element (no slice assignments, whose broadcasting code compiles
+slowly), and that a later process loads a latent offset's site code from the cache.
 
 The subprocess tests run a fresh interpreter, with a fresh ``NUMBA_CACHE_DIR`` where the Numba
 cache matters, so that neither this process's compiled kernels nor the package's cache decide
 the outcome.
 """
 import json
-import math
 import os
 import subprocess
 import sys
@@ -20,32 +18,23 @@ import pytest
 from numba import njit, types
 
 from gpdsl._jit import announce_compilation
-from gpdsl._jit.projections import late_bound
 
 REPO = Path(__file__).resolve().parents[1]
 
 FITS = r"""
-import json
 import warnings
 warnings.simplefilter("ignore")
 import gpdsl as gd
-from numba.core.registry import CPUDispatcher
-from gpdsl._jit import ep_sweeps
-from gpdsl._jit.likelihoods import bernoulli
-
-
-def counts():
-    return {name: len(obj.signatures) for module in (ep_sweeps, bernoulli) for name, obj in vars(module).items()
-            if isinstance(obj, CPUDispatcher)}
-
-
 X, y = gd.datasets.banana(n=60, seed=0)
 SE = gd.kernels.SquaredExponential
 for likelihood, inference in ((gd.likelihoods.Bernoulli("probit"), gd.inference.EP()),
-                              (gd.likelihoods.Bernoulli("logit"), gd.inference.PolyaGamma()),
-                              (gd.likelihoods.Bernoulli("probit"), gd.inference.QP())):
+                              (gd.likelihoods.Bernoulli("logit"), gd.inference.PolyaGamma())):
     gd.Model(SE(1.0, 1.0), likelihood, gd.inducing.KMeans(5, seed=0), inference).fit(X, y, max_iter=20)
-    print(json.dumps(counts()))
+import json
+from numba.core.registry import CPUDispatcher
+from gpdsl._jit import ep_sweeps
+print(json.dumps({name: len(obj.signatures) for name, obj in vars(ep_sweeps).items()
+                  if isinstance(obj, CPUDispatcher)}))
 """
 
 
@@ -90,54 +79,10 @@ def test_fitc_ep_sweep_compiles_its_single_call_helpers_inline(cold_then_warm_fi
     a cold first EP fit compiled about 1 s longer), so after a FITC-EP fit they hold no
     specialisation of their own; the sweep holds one (EP's projection) and its dgemm call, made
     from four places, one."""
-    counts = json.loads(cold_then_warm_fits[0].stdout.strip().splitlines()[0])
+    counts = json.loads(cold_then_warm_fits[0].stdout.strip().splitlines()[-1])
     assert counts["fitc_sequential_sweep"] == 1 and counts["_gemm"] == 1
     inlined = ("_site_update", "_fitc_site", "_block_sites", "_apply_block", "_blas_workspace")
     assert {name: counts[name] for name in inlined} == dict.fromkeys(inlined, 0)
-
-
-def test_probit_ep_and_qp_fits_share_their_kernels_and_ep_compiles_no_quadrature(cold_then_warm_fits):
-    """Issue 46: the probit's QP sigma* is late-bound (``projections.late_bound``), so a probit EP
-    fit compiles none of the quadrature (sigma*, its rule and density) and passes quantile=False,
-    and a QP fit after it in the process compiles no second sweep, cavity pass or projection (they
-    compiled twice: about 2 s of the twelve methods' cold run in one process)."""
-    after_ep, _, after_qp = (json.loads(line) for line in cold_then_warm_fits[0].stdout.strip().splitlines())
-    quadrature = ("_probit_qp_sd", "_probit_wasserstein_sd", "_probit_log_density")
-    assert {name: after_ep[name] for name in quadrature} == dict.fromkeys(quadrature, 0)
-    shared = ("fitc_sequential_sweep", "tilted_projections", "probit_site")
-    assert {name: after_qp[name] for name in shared} == {name: after_ep[name] for name in shared} == dict.fromkeys(
-        shared, 1)
-    assert after_qp["_probit_wasserstein_sd"] == 1          # compiled by the QP fit alone
-
-
-def _hypot(a, b):
-    return math.hypot(a, b)
-
-
-def test_late_bound_calls_through_its_slot_and_outlives_a_second_registration():
-    """``late_bound``'s call compiles the function on its first use and returns its value; a second
-    registration under the same name (a module reloaded) leaves code linked to the first valid."""
-    first = late_bound("test_hypot", _hypot, 2)
-    use_first = njit(lambda a, b: first((a, b)))
-    assert use_first(3.0, 4.0) == 5.0 and use_first(5.0, 12.0) == 13.0
-    second = late_bound("test_hypot", _hypot, 2)
-    use_second = njit(lambda a, b: second((a, b)))
-    assert use_second(6.0, 8.0) == 10.0 and use_first(8.0, 15.0) == 17.0
-
-
-def test_late_bound_sigma_star_equals_the_direct_call_bit_for_bit():
-    """The probit projection's QP variance through the late-bound pointer is the jitted sigma*'s
-    own arithmetic: equal to ``_probit_qp_sd`` called directly, to the bit, over cavities from
-    narrow to wide and labels/biases of both signs; its EP moments are untouched."""
-    from gpdsl._jit.likelihoods import bernoulli as b
-    rng = np.random.default_rng(3)
-    for y, mu, var, bias in zip(rng.choice([-1.0, 1.0], 60), 4.0 * rng.standard_normal(60),
-                                np.exp(3.0 * rng.standard_normal(60)), rng.standard_normal(60)):
-        log_z, mean, var_t = b.probit_tilted_moments(y, mu, var, bias)
-        sd = b._probit_qp_sd(y, mu, np.sqrt(var), bias, log_z, mean, var_t)
-        assert b.probit_site(y, mu, var, (bias,), True, None, None) == (log_z, mean, sd * sd)
-        assert b.probit_site(y, mu, var, (bias,), False, None, None) == (log_z, mean, var_t)
-        assert 0.0 < sd * sd <= var_t * (1.0 + 1e-9)      # not above EP's (Zhang et al., Theorem 2)
 
 
 def _sliced_calls(kernel, *args):

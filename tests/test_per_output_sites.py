@@ -297,11 +297,3 @@ def test_a_sweeps_index_with_entries_of_other_processes_closures_is_saved(tmp_pa
         _python(COLD_FIT, parts, "dense", **cache)
     assert _python(COLD_FIT, "gb", "dense", NUMBA_FUNCTION_CACHE_SIZE="2", **cache)["sweeps"] > 0
 
-
-def test_parts_that_all_share_qp_kernels_keep_sharing_them():
-    """A mixed site model shares EP's and QP's kernels (shared_qp) only where every part does:
-    two probit parts of their own biases do, a probit beside a Poisson does not."""
-    probits = L.PerOutput((L.Bernoulli("probit", bias=0.3), L.Bernoulli("probit", bias=-0.4)))
-    rows = X[OUT < 2]
-    assert probits.for_rows(rows).site_model().functions.shared_qp
-    assert not MIXED.for_rows(X).site_model().functions.shared_qp

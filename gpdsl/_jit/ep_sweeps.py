@@ -196,8 +196,9 @@ def _gemm(trans_a, trans_b, p, q, k, alpha, A, B, beta, C, ch, iw, fw):
 def _address(typingctx, array, index):
     """The address of the element ``index`` places after the first of an array whose elements
     are contiguous from there on (a pointer for dgemm, as ``array[index:].ctypes``; no bounds
-    check: the callers pass 0, or an index below the size of a 1-D workspace)."""
-    if not (isinstance(array, types.Array) and isinstance(index, types.Integer)):
+    check: the callers pass 0, or an index below the size of a 1-D workspace).  Only C-contiguous
+    arrays type (another layout's strides would be read wrong), so misuse fails to compile."""
+    if not (isinstance(array, types.Array) and array.layout == "C" and isinstance(index, types.Integer)):
         return None
 
     def codegen(context, builder, signature, args):

@@ -95,16 +95,13 @@ def mixed_sites(parts, counts):
         Its ``lookup_table`` is the parts' one table where exactly one table function is among
         them (the probit's; the other parts ignore ``table``), else None (QP then computes
         sigma* directly).
-        ``shared_qp`` is True where every part's is (their EP code holds no QP code).
     """
     key = tuple((f.project, f.log_z_gradient, c) for f, c in zip(parts, counts))
     if key not in _MIXED_SITES:
         name = ",".join(f"{identifier(f.project)}/{c}" for f, c in zip(parts, counts))
         project, gradient = _chain(parts, counts, 0, 0, name)
         tables = {f.lookup_table for f in parts if f.lookup_table is not None}
-        # EP may pass quantile=False (and share QP's kernels) only where every part's False code holds no QP code.
-        _MIXED_SITES[key] = SiteFunctions(project, gradient, tables.pop() if len(tables) == 1 else None,
-                                          all(f.shared_qp for f in parts))
+        _MIXED_SITES[key] = SiteFunctions(project, gradient, tables.pop() if len(tables) == 1 else None)
     return _MIXED_SITES[key]
 
 

@@ -22,20 +22,13 @@ compiles a sweep once per function passed (a dispatcher's type is part of the si
 fit compiles its own likelihood's code alone, and a new likelihood needs a new module and its
 class's ``site_model``, nothing here or in the sweeps.  ``quantile`` None (EP fits) is a
 compile-time fact: ``if quantile is None`` drops QP's quadrature from an EP fit's kernels, while
-QP fits pass a bool, so that their EP and QP sweeps share one kernel.  Where a likelihood's QP
-code is reached through :func:`late_bound` alone (``SiteFunctions.shared_qp``: the probit), its
-code for False holds no quadrature, and EP fits pass False too: a process that fits EP and QP
-compiles the sweeps once.
+QP fits pass a bool, so that their EP and QP sweeps share one kernel.
 """
-import ctypes
 import hashlib
 import math
 from typing import Callable, NamedTuple, Optional
 
-import llvmlite.binding as _llvm
-from llvmlite import ir
-from numba import cfunc, config, njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 try:
     from numba.core.caching import FunctionCache
@@ -55,16 +48,11 @@ class SiteFunctions(NamedTuple):
     lookup_table : callable or None
         ``lookup_table()`` -> (table, grid), the QP lookup table that ``project`` reads with
         ``QP(lookup=True)`` (built once per process), or None where the likelihood has none.
-    shared_qp : bool, default False
-        Whether ``project`` reaches its QP code through :func:`late_bound` only, so that its
-        ``quantile=False`` code compiles no QP code: EP fits then pass False rather than None and
-        share QP fits' sweep kernels (one specialisation for both in a process).
     """
 
     project: Callable
     log_z_gradient: Callable
     lookup_table: Optional[Callable] = None
-    shared_qp: bool = False
 
 
 def site_function(dispatcher):
@@ -139,79 +127,9 @@ def with_offset(functions):
 
     for wrapper, inner in ((project_offset, project), (log_z_gradient_offset, gradient)):
         _cached_by_name(wrapper, f"offset:{identifier(inner)}")
-    made = SiteFunctions(project_offset, log_z_gradient_offset, functions.lookup_table, functions.shared_qp)
+    made = SiteFunctions(project_offset, log_z_gradient_offset, functions.lookup_table)
     _OFFSET_SITES[key] = made
     return made
-
-
-def late_bound(name, function, n_args):
-    """A jitted call ``call((x_1, ..., x_n))`` of ``function(x_1, ..., x_n)`` -> float (n_args
-    floats) through a pointer filled on the first call, so that the code of a caller holds no
-    copy of ``function``'s: it compiles only in a process that calls it.
-
-    Numba links a callee's code into each caller (and LLVM optimises and emits it again there);
-    QP's sigma* quadrature, linked into the projection that EP's sweeps also call with
-    ``quantile=False``, would compile in every EP fit.  Here the caller loads the address from
-    the external symbol ``gpdsl_late_bound_<name>`` (a pointer-sized slot in this process, so
-    that the cached machine code refers to it by name, as :mod:`gpdsl._jit.ep_sweeps` calls dgemm) and
-    calls it.  The slot starts at a ctypes trampoline: its first call compiles ``function`` as
-    a C callback (``numba.cfunc``, cached on disk like the kernels; ``function`` a module-level
-    Python function that calls the jitted code), points the slot at it and returns its value.
-    The arithmetic is the jitted function's own, so results equal a direct call's bit for bit.
-    ``function`` must not raise (a C callback cannot pass an exception on): it returns nan for
-    what it cannot compute, as the projections do.
-
-    Parameters
-    ----------
-    name : str
-        The slot's name (unique in the process).
-    function : callable
-        A plain Python function of ``n_args`` floats returning a float, jit-compilable.
-    n_args : int
-
-    Returns
-    -------
-    numba intrinsic
-        ``call(args)``, args a UniTuple of ``n_args`` float64; under NUMBA_DISABLE_JIT=1 a
-        Python function that calls ``function``.
-    """
-    if config.DISABLE_JIT:
-        return lambda args: function(*args)
-    symbol = f"gpdsl_late_bound_{name}"
-    signature = types.float64(*([types.float64] * n_args))
-    slot = ctypes.c_void_p()
-    compiled = []
-
-    def first_call(*args):
-        if not compiled:
-            compiled.append(cfunc(signature, cache=True)(function))
-            slot.value = compiled[0].address
-        return compiled[0].ctypes(*args)
-
-    trampoline = ctypes.CFUNCTYPE(ctypes.c_double, *([ctypes.c_double] * n_args))(first_call)
-    slot.value = ctypes.cast(trampoline, ctypes.c_void_p).value
-    _llvm.add_symbol(symbol, ctypes.addressof(slot))
-    # Kept alive for the process (a second registration, a module reloaded, leaves the code linked
-    # to the first slot valid).
-    _LATE_BOUND.append((slot, trampoline, compiled))
-
-    @intrinsic
-    def call(typingctx, args):
-        if not (isinstance(args, types.UniTuple) and args.count == n_args and args.dtype == types.float64):
-            return None
-
-        def codegen(context, builder, sig, llargs):
-            fnty = ir.FunctionType(ir.DoubleType(), [ir.DoubleType()] * n_args)
-            pointer = builder.module.globals.get(symbol)
-            if pointer is None:
-                pointer = ir.GlobalVariable(builder.module, fnty.as_pointer(), symbol)
-            values = [builder.extract_value(llargs[0], i) for i in range(n_args)]
-            return builder.call(builder.load(pointer), values)
-        return types.float64(args), codegen
-    return call
-
-
-_LATE_BOUND = []
 
 
 def _named(dispatcher, name):

@@ -56,10 +56,8 @@ _COMPILE_SECONDS = {"EP": 4, "QP": 5}
 
 
 def _announce(kernel, args, quantile):
-    """The one-line notice before ``kernel(*args)`` compiles (see :mod:`gpdsl._jit`): EP's kernels
-    unless ``quantile`` is True (a QP fit's EP sweeps, which come first, compile the kernels its
-    QP sweeps use)."""
-    family = "QP" if quantile else "EP"
+    """The one-line notice before ``kernel(*args)`` compiles (see :mod:`gpdsl._jit`)."""
+    family = "EP" if quantile is None else "QP"
     announce_compilation(family, _COMPILE_SECONDS[family], kernel, args)
 
 
@@ -472,14 +470,12 @@ def run_sites(prior, y, site, spec, warm, quantile, start=None):
     """
     # The kernels' projection arguments (gpdsl._jit.ep_sweeps): quantile=None for EP compiles EP's
     # code alone; QP's fits choose EP or QP at run time, so that the EP sweeps of their evidence
-    # share the QP sweeps' kernel, and so do EP's fits where the likelihood's QP code is late-bound
-    # (``shared_qp``: none of it compiles for False).  A likelihood with a QP lookup table reads it
-    # with lookup=True.
+    # share the QP sweeps' kernel.  A likelihood with a QP lookup table reads it with lookup=True.
     project, param, table, grid = site.functions.project, site.params, None, None
     if (quantile or spec.quantile) and spec.lookup and site.functions.lookup_table is not None:
         table, grid = site.functions.lookup_table()
     elif not (quantile or spec.quantile):
-        quantile = False if site.functions.shared_qp else None
+        quantile = None
     n = len(y)
     if warm is not None and len(warm.tau) == n:
         tau, nu = warm.tau.copy(), warm.nu.copy()
@@ -543,8 +539,8 @@ def cavity_terms(prior, state, y, site, quantile=None):
     the likelihood's parameters theta (``site.params``, at fixed cavities) at the final (EP)
     marginals.
 
-    EP's moments whatever ``quantile``: False (QP's fits, and EP's where the site functions are
-    ``shared_qp``) instead of None only reuses the projection compiled for the sweeps.
+    EP's moments whatever ``quantile``: False (QP's fits) instead of None only reuses the
+    projection compiled for the sweeps of a QP fit (the likelihood's ``project``).
 
     Parameters
     ----------
@@ -684,7 +680,7 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, spec, warm=None, need_grad=Tru
     # EP's evidence): the gradient identity needs the moment-matching fixed point.
     state = run_sites(prior, y, site, spec, warm, quantile=False, start=start)
     log_z, param_grads, tau_cav, nu_cav, mean, state.clamped, d_cavity = cavity_terms(
-        prior, state, y, site, False if spec.quantile or site.functions.shared_qp else None)
+        prior, state, y, site, False if spec.quantile else None)
     F = log_evidence(prior, state, log_z, tau_cav, nu_cav, mean)
     if need_state and state.clamped:
         # The gradient identity below needs every site moment-matched.  With clamped sites the

@@ -3,8 +3,7 @@ table) and the logit link, each with a bias added to f (paper appendix C.1 for t
 
 * probit, p(y | f) = Phi(y (f + bias)), y in {-1, +1}: log Z and the moments are closed forms;
   sigma* uses the composite rule of :func:`gpdsl._jit.quadrature.wasserstein_sd` on a window set
-  from the closed-form moments (~150-300 density evaluations), which the projection calls
-  late-bound (:func:`gpdsl._jit.projections.late_bound`: EP fits compile none of it).  The closed-form CDF (Owen's T) is
+  from the closed-form moments (~150-300 density evaluations).  The closed-form CDF (Owen's T) is
   exported for reference and tests: it loses relative accuracy when Z underflows (z << 0),
   which the quadrature does not, since it works with log-densities throughout.
 * logit, p(y | f) = sigma(y (f + bias)), y in {-1, +1}: log Z, the mean, the variance and sigma*
@@ -39,7 +38,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from ..projections import SiteFunctions, bilinear, late_bound, site_function
+from ..projections import SiteFunctions, bilinear, site_function
 from ..quadrature import HALF_LOG_2PI as _HALF_LOG_2PI
 from ..quadrature import WINDOW as _WINDOW
 from ..quadrature import edge_rules, wasserstein_rule
@@ -156,9 +155,7 @@ def probit_tilted_cdf(t, y, mu, sd, bias):
     return min(max(value, 0.0), 1.0)
 
 
-# inline="always": its one kernel is the C entry point below (the lookup table's kernels and
-# probit_qp_sd, for tests and oracles, take a copy each), not a dispatcher compiled beside it.
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _probit_qp_sd(y, mu, sd, bias, log_z, mean, var_t):
     """sigma* of the probit tilted distribution given its closed-form log Z, mean and variance."""
     loc = y * (mu + bias)                     # cavity mean in g = y (f + bias)
@@ -176,17 +173,6 @@ def _probit_qp_sd(y, mu, sd, bias, log_z, mean, var_t):
                                   _PROBIT_PANEL_INNER * s_in, _PROBIT_PANEL_OUTER * sd)
 
 
-def _probit_qp_sd_entry(y, mu, sd, bias, log_z, mean, var_t):
-    """:func:`_probit_qp_sd`, the C entry point that :data:`_probit_qp_sd_late` compiles."""
-    return _probit_qp_sd(y, mu, sd, bias, log_z, mean, var_t)
-
-
-# The projection's QP branch calls sigma* through this pointer: probit_site's code for
-# quantile=False then holds no quadrature, so EP fits pass False and share QP fits' sweep kernels
-# (PROBIT_SITE.shared_qp; issue 46), and the quadrature compiles in QP fits alone.
-_probit_qp_sd_late = late_bound("probit_qp_sd", _probit_qp_sd_entry, 7)
-
-
 @njit(cache=True)
 def probit_qp_sd(y, mu, sd, bias):
     """QP standard deviation sigma* (eq. 7) of Phi(y (f + bias)) N(f | mu, sd^2) / Z."""
@@ -195,14 +181,14 @@ def probit_qp_sd(y, mu, sd, bias):
 
 
 # inline="always" (Numba inlines the body into its callers): a thin wrapper, which compiled on its
-# own would be one more kernel to compile (its QP branch calls sigma* through a pointer).
+# own would have LLVM optimise and emit the QP quadrature beneath it once more.
 @njit(cache=True, inline="always")
 def probit_project(y, mu, var, bias, qp):
     """(log Z, mean, variance) of the probit tilted distribution with cavity N(mu, var): EP's
     moments, or with ``qp`` the QP variance sigma*^2 in place of EP's."""
     log_z, mean, var_t = probit_tilted_moments(y, mu, var, bias)
     if qp:
-        sd = _probit_qp_sd_late((y, mu, math.sqrt(var), bias, log_z, mean, var_t))
+        sd = _probit_qp_sd(y, mu, math.sqrt(var), bias, log_z, mean, var_t)
         var_t = sd * sd
     return log_z, mean, var_t
 
@@ -430,5 +416,5 @@ def logit_site_gradient(y, mu, var, params):
     return (logit_log_z_bias_gradient(y, mu, var, params[0]),)
 
 
-PROBIT_SITE = SiteFunctions(probit_site, probit_site_gradient, probit_lookup_table, shared_qp=True)
+PROBIT_SITE = SiteFunctions(probit_site, probit_site_gradient, probit_lookup_table)
 LOGIT_SITE = SiteFunctions(logit_site, logit_site_gradient)
