@@ -24,8 +24,9 @@ ICM and LMC kernels, isotopic data with missing entries and heterotopic long row
 and PerOutput of Gaussian, Bernoulli and Poisson parts), 3-7 seeds each, about 12 CPU s more
 (:data:`SLOW_CASES` leaves a case of seconds to the long run); EP and QP with a PerOutput of mixed
 families (mo_ep, mo_qp: Student-t and negative binomial parts too, dense, FITC or DTC, per-output
-means) followed, 3 seeds each at ~0.25 s a case, about 2.5 CPU s more with Numba's cache warm
-(~23 s on an empty cache, where each case's combination of parts compiles its site code).
+means) followed, 3 seeds each at ~0.25 s a case and one known failure, about 2.8 CPU s more with
+Numba's cache warm (~23 s on an empty cache, where each case's combination of parts compiles its
+site code).
 
 Cases that the long run found failing are kept in :data:`FIXED_FAILURES` beside the seeded
 range, so that each stays checked; :data:`KNOWN_FAILURES` holds those still open.  A new failure found by the long run goes there too, as a
@@ -233,7 +234,13 @@ FIXED_FAILURES = {
 
 
 # (variant, seed) -> the failure still open: strict xfails, each checked to fail as it does.
-KNOWN_FAILURES = {}
+KNOWN_FAILURES = {
+    # Issue 48's mo_qp long run (seeds 0..66: 20, 40, 50): QP(hyperparameters="qp") with inducing inputs
+    # on a multi-output model; Algorithm 1's loop (gpdsl/methods/quantile_propagation.py) hands the
+    # shared Z (M, D) to the sweeps and to eq. 4 without expanding it to the long rows
+    # (gpdsl.multioutput.method_inducing), and the ICM refuses it.
+    ("mo_qp", 40): "fit raised ValueError",
+}
 
 
 # (variant, seed) -> why the suite leaves the case to the long run (benchmarks/bench_fuzz.py, which
