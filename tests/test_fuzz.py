@@ -230,17 +230,15 @@ FIXED_FAILURES = {
     # fit_tol 1e-4), 2.56 at EP's own tolerance; a within-fit stop is now confirmed by the model's
     # own evaluation and the run goes on with those where it is not small (tests/test_diagnostics.py).
     ("poisson_ep_dense", 70110): "converged=True with a large final gradient",
+    # Issue 48's mo_qp long run (seeds 0..66: 20, 40, 50): QP(hyperparameters="qp") with inducing inputs
+    # on a multi-output model; Algorithm 1's loop handed the shared Z (M, D) to the sweeps and to eq. 4
+    # without expanding it to the long rows, and the ICM refused it (now gpdsl.multioutput.method_inducing).
+    ("mo_qp", 40): "fit raised ValueError",
 }
 
 
 # (variant, seed) -> the failure still open: strict xfails, each checked to fail as it does.
-KNOWN_FAILURES = {
-    # Issue 48's mo_qp long run (seeds 0..66: 20, 40, 50): QP(hyperparameters="qp") with inducing inputs
-    # on a multi-output model; Algorithm 1's loop (gpdsl/methods/quantile_propagation.py) hands the
-    # shared Z (M, D) to the sweeps and to eq. 4 without expanding it to the long rows
-    # (gpdsl.multioutput.method_inducing), and the ICM refuses it.
-    ("mo_qp", 40): "fit raised ValueError",
-}
+KNOWN_FAILURES = {}
 
 
 # (variant, seed) -> why the suite leaves the case to the long run (benchmarks/bench_fuzz.py, which

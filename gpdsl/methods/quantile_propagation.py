@@ -13,6 +13,7 @@ from functools import partial
 
 import numpy as np
 
+from ..multioutput import inducing_gradient, method_inducing
 from ..parameters import ParameterTable
 from .common import ConvergenceWarning, Evaluation, shifted
 from .expectation_propagation import _is_dtc, _prior, _with_offset, run_sites, site_regression, site_start
@@ -85,7 +86,9 @@ def qp_outer_loop(objective, u, max_iter, *, spec):
         Z = values.pop("inducing.Z", objective.Z0)
         kernel, likelihood = model.bind(values)
         offset = model.latent_offset(values, objective.X, objective.offset)
-        sites = qp_sites(kernel, likelihood, objective.X, objective.y, Z, spec=spec, warm=objective.warm,
+        # Z (M, D) shared by a multi-output model's outputs: the methods see its copies (as Model.evaluate's).
+        Z_method = method_inducing(Z, objective.X, model.output_count)
+        sites = qp_sites(kernel, likelihood, objective.X, objective.y, Z_method, spec=spec, warm=objective.warm,
                          offset=offset)
         objective.warm, objective.total_sweeps = sites, objective.total_sweeps + sites.sweeps
         held = ParameterTable([replace(e, value=np.asarray(values[e.name], dtype=float), fixed=True)
@@ -155,9 +158,12 @@ def evaluate_at_sites(model, values, X, y, Z=None, *, spec, sites, site_offset=N
     nu, mean = sites.nu, model.mean is not None
     if mean:
         nu = nu + sites.tau * (site_offset - model.latent_offset(values, X, offset))
-    ev = site_regression(kernel, X, Z, sites.tau, nu, jitter=spec.jitter, chunk_size=spec.chunk_size,
-                         need_grad=need_grad, need_state=need_state, offset_grad=mean, dtc=_is_dtc(spec))
+    P = model.output_count
+    ev = site_regression(kernel, X, method_inducing(Z, X, P), sites.tau, nu, jitter=spec.jitter,
+                         chunk_size=spec.chunk_size, need_grad=need_grad, need_state=need_state, offset_grad=mean,
+                         dtc=_is_dtc(spec))
     grads = dict(ev.grads)
     if mean and need_grad:
         grads.update(model.mean_gradients(values, X, grads.pop("offset")))
-    return Evaluation(log_evidence=ev.log_evidence, grads=grads, dZ=ev.dZ, jitter=ev.jitter, state=ev.state)
+    return Evaluation(log_evidence=ev.log_evidence, grads=grads, dZ=inducing_gradient(ev.dZ, Z, P), jitter=ev.jitter,
+                      state=ev.state)
