@@ -240,8 +240,8 @@ def test_capabilities_of_every_variant():
         "OutputGaussian(3)": ("noise",),
         # A likelihood per output: what every part provides; EP/QP's site code only where the parts
         # share it and have no site parameters (gpdsl.likelihoods.per_output).
-        "PerOutput(Gaussian, Bernoulli(probit))": ("log_density_derivatives", "variational_expectations"),
-        "PerOutput(Gaussian, Gaussian)": ("log_density_derivatives", "variational_expectations", "noise"),
+        "PerOutput(Gaussian, Bernoulli(probit))": ("log_density_derivatives", "variational_expectations", "site_model"),
+        "PerOutput(Gaussian, Gaussian)": ("log_density_derivatives", "variational_expectations", "site_model", "noise"),
         "PerOutput(Poisson(log), Poisson(log))": ("log_density_derivatives", "variational_expectations", "site_model"),
     }
     with pytest.raises(ValueError, match="unknown capability"):
