@@ -238,8 +238,8 @@ def test_capabilities_of_every_variant():
         "Categorical(3, robustmax)": ("variational_expectations",),
         "Categorical(3, logistic_softmax)": ("variational_expectations", "polya_gamma"),
         "OutputGaussian(3)": ("noise",),
-        # A likelihood per output: what every part provides; EP/QP's site code only where the parts
-        # share it and have no site parameters (gpdsl.likelihoods.per_output).
+        # A likelihood per output: what every part provides, EP/QP's site code where every part has one
+        # (gpdsl.likelihoods.per_output, gpdsl._jit.mixed_sites).
         "PerOutput(Gaussian, Bernoulli(probit))": ("log_density_derivatives", "variational_expectations", "site_model"),
         "PerOutput(Gaussian, Gaussian)": ("log_density_derivatives", "variational_expectations", "site_model", "noise"),
         "PerOutput(Poisson(log), Poisson(log))": ("log_density_derivatives", "variational_expectations", "site_model"),
