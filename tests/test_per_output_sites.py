@@ -297,3 +297,25 @@ def test_a_sweeps_index_with_entries_of_other_processes_closures_is_saved(tmp_pa
         _python(COLD_FIT, parts, "dense", **cache)
     assert _python(COLD_FIT, "gb", "dense", NUMBA_FUNCTION_CACHE_SIZE="2", **cache)["sweeps"] > 0
 
+
+
+def test_qp_algorithm_1_takes_shared_inducing_inputs_of_a_multi_output_model():
+    """QP(hyperparameters="qp")'s eq. 4 at fixed sites with Z (M, D) shared by the outputs: its
+    value is the one at Z's long copies (gpdsl.multioutput.expand_inducing), and its dZ (M, D) is
+    the sum over the copies, equal to central differences of the value in Z (rtol 1e-6)."""
+    from gpdsl.methods.quantile_propagation import evaluate_at_sites, qp_sites
+    from gpdsl.multioutput import expand_inducing
+
+    spec = gd.inference.QP(hyperparameters="qp")
+    model = _model(spec, inducing=gd.inducing.Fixed(np.array([[-1.5], [-0.3], [0.6], [1.7]])))
+    values = _values(model)
+    Z = np.array([[-1.5], [-0.3], [0.6], [1.7]])
+    kernel, likelihood = model.bind(values)
+    sites = qp_sites(kernel, likelihood.for_rows(X), X, Y, expand_inducing(Z, P), spec=spec)
+    ev = evaluate_at_sites(model, values, X, Y, Z, spec=spec, sites=sites)
+    long = evaluate_at_sites(model, values, X, Y, expand_inducing(Z, P), spec=spec, sites=sites, need_grad=False)
+    assert ev.log_evidence == long.log_evidence
+    assert ev.dZ.shape == Z.shape
+    fd = central_difference(lambda z: evaluate_at_sites(model, values, X, Y, z, spec=spec, sites=sites,
+                                                        need_grad=False).log_evidence, Z)
+    np.testing.assert_allclose(ev.dZ, fd, rtol=1e-6, atol=1e-8)
