@@ -76,6 +76,38 @@ def slope_adjoint(r2, K, G, variance, kind, alpha):
 
 
 @njit(cache=True)
+def profile_and_slope(r2, variance, kind, K, T):
+    """``K = variance * p(r2)`` and ``T = variance * dp/dr2`` for the Matern 3/2 and 5/2 profiles,
+    in one sweep (``T`` may be ``r2`` itself: each entry is read before it is written).
+
+    With s = sqrt(3 r2), p = (1 + s) e^-s and dp/dr2 = -3/2 e^-s (Matern 3/2); with s = sqrt(5 r2),
+    p = (1 + s + s^2 / 3) e^-s and dp/dr2 = -5/6 (1 + s) e^-s (Matern 5/2).
+
+    Parameters
+    ----------
+    r2 : ndarray, shape (n1, n2)
+    variance : float
+    kind : int
+        MATERN32 or MATERN52.
+    K, T : ndarray, shape (n1, n2)
+        Written.
+    """
+    n1, n2 = r2.shape
+    for i in range(n1):
+        for j in range(n2):
+            if kind == MATERN32:
+                s = _SQRT3 * np.sqrt(r2[i, j])
+                e = variance * np.exp(-s)
+                K[i, j] = (1.0 + s) * e
+                T[i, j] = -1.5 * e
+            else:
+                s = _SQRT5 * np.sqrt(r2[i, j])
+                e = variance * np.exp(-s)
+                K[i, j] = (1.0 + s + s * s / 3.0) * e
+                T[i, j] = -5.0 / 6.0 * (1.0 + s) * e
+
+
+@njit(cache=True)
 def scaled_sqdist(X1, X2, inv_ls):
     """``r2_ij = sum_d ((X1_id - X2_jd) inv_ls_d)^2`` pair by pair (exactly 0 at a coincident pair).
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._jit import coregion as _jit
 from ..checks import check_positive_int, output_indices
 from ..chunks import add_partial
 from ..components import Component, Parameter, bind_parts, part_parameters
@@ -183,6 +184,92 @@ def input_gram(kernel, X1, X2):
     return K
 
 
+def _long_rows(owner, X, P):
+    """(distinct inputs (u, D), each row's position among them (n,), each row's output (n,)) of
+    long rows X (n, D + 1) (:func:`_distinct_inputs`, the positions 0..n-1 where all are distinct)."""
+    outputs = output_index(owner, X, P)
+    inputs, position = _distinct_inputs(X)
+    return inputs, (np.arange(X.shape[0]) if position is None else position), outputs
+
+
+def coregion_gram(owner, kernels, B, X1, X2):
+    """sum_q B_q[p1, p2] k_q(X1[:, :-1], X2[:, :-1]) with each base kernel evaluated once per
+    distinct input (:func:`input_gram`) and the parts assembled in one sweep
+    (:func:`gpdsl._jit.coregion.coregion_gram`; the same sums, in the same order, as adding each
+    part's gathered values times its gathered B_q).
+
+    Parameters
+    ----------
+    owner : str
+        The kernel, for messages.
+    kernels : sequence of Kernel
+        The Q base kernels.
+    B : ndarray, shape (Q, P, P)
+    X1 : ndarray, shape (n1, D + 1)
+    X2 : ndarray, shape (n2, D + 1)
+
+    Returns
+    -------
+    ndarray, shape (n1, n2)
+    """
+    P = B.shape[1]
+    inputs1, position1, p1 = _long_rows(owner, X1, P)
+    inputs2, position2, p2 = (inputs1, position1, p1) if X2 is X1 else _long_rows(owner, X2, P)
+    K = np.stack([k.gram(inputs1, inputs2) for k in kernels])
+    return _jit.coregion_gram(K, B, position1, p1, position2, p2)
+
+
+def coregion_vjp(owner, kernels, W, B, X1, X2, G):
+    """The VJP of :func:`coregion_gram` through the base kernels' slope fields, or None where a
+    base kernel has none (:meth:`gpdsl.kernels.stationary.Stationary.slope_fields` returns None,
+    or the kernel has no such method).
+
+    Each base kernel's values and slope dk_q/dr^2 are formed once per distinct input pair; one
+    sweep (:func:`gpdsl._jit.coregion.coregion_vjp_sweep`) contracts G, weighted by B_q[p1, p2],
+    with them into what the distance adjoint needs per long row, so that d/d X1 stays per row
+    (the copies of an input at different outputs have different adjoints) while no exp or
+    (n1, n2) temporary is formed per copy.
+
+    Parameters
+    ----------
+    owner : str
+    kernels : sequence of Kernel
+        The Q base kernels.
+    W : ndarray, shape (Q, P, rank)
+    B : ndarray, shape (Q, P, P)
+        B_q = W_q W_q^T + diag(kappa_q).
+    X1 : ndarray, shape (n1, D + 1)
+    X2 : ndarray, shape (n2, D + 1)
+    G : ndarray, shape (n1, n2)
+
+    Returns
+    -------
+    (list of dict, ndarray) or None
+        Part q's gradients under its ICM's names (``W``, ``kappa``, ``kernel.lengthscale``,
+        ``kernel.variance``) and d/d X1 (n1, D + 1), its output column 0.
+    """
+    P = B.shape[1]
+    inputs1, position1, p1 = _long_rows(owner, X1, P)
+    inputs2, position2, p2 = (inputs1, position1, p1) if X2 is X1 else _long_rows(owner, X2, P)
+    K, T = np.empty((2, len(kernels), inputs1.shape[0], inputs2.shape[0]))
+    for q, k in enumerate(kernels):
+        centre = getattr(k, "slope_fields", lambda *_: None)(inputs1, inputs2, K[q], T[q])   # inputs1's mean
+        if centre is None:
+            return None
+    A1, A2 = X1[:, :-1] - centre, X2[:, :-1] - centre
+    row, col, SA2, GB = _jit.coregion_vjp_sweep(np.ascontiguousarray(G, dtype=float), K, T, B, position1, p1,
+                                                position2, p2, np.ascontiguousarray(A2))
+    parts, d_X1 = [], np.zeros(X1.shape)
+    for q, k in enumerate(kernels):
+        d_inputs, d_ls = k.distance_vjp(A1, A2, row[q], col[q], SA2[q])
+        d_X1[:, :-1] += d_inputs
+        # d/d variance: sum G B_q K_q / variance_q, K_q's block sums being GB_q.
+        parts.append({**_B_grads(W[q], GB[q]),
+                      "kernel.lengthscale": np.array(d_ls.sum()) if np.ndim(k.lengthscale) == 0 else d_ls,
+                      "kernel.variance": np.array(np.sum(B[q] * GB[q]) / float(k.variance))})
+    return parts, d_X1
+
+
 @dataclass(frozen=True, eq=False)
 class ICM(Kernel):
     """Intrinsic coregionalisation model k((x, p), (x', p')) = B[p, p'] k(x, x'), B = W W^T +
@@ -313,10 +400,7 @@ class ICM(Kernel):
         -------
         ndarray, shape (n1, n2)
         """
-        p1, p2 = output_index("ICM", X1, self.output_count), output_index("ICM", X2, self.output_count)
-        K = input_gram(self.kernel, X1, X2)
-        K *= self.coregion()[np.ix_(p1, p2)]
-        return K
+        return coregion_gram("ICM", (self.kernel,), self.coregion()[None], X1, X2)
 
     def diag(self, X):
         """B[p, p] * k(x, x) at each row.
@@ -335,7 +419,8 @@ class ICM(Kernel):
     def vjp(self, X1, X2, G, K=None):
         """sum_ij G_ij dK_ij / d(.): the base kernel's VJP with G * B[p1, p2]; W and kappa from
         G_B[p, p'] = sum over the rows of outputs p, p' of G * K_x (d/dW = (G_B + G_B^T) W,
-        d/d kappa = diag G_B); d/d X1 of the output column 0.
+        d/d kappa = diag G_B); d/d X1 of the output column 0.  Through the base kernel's slope
+        fields on the distinct inputs (:func:`coregion_vjp`) where it has them.
 
         Parameters
         ----------
@@ -350,6 +435,9 @@ class ICM(Kernel):
         grads : dict of str to ndarray
         d_X1 : ndarray, shape (n1, D + 1)
         """
+        fused = coregion_vjp("ICM", (self.kernel,), self.W[None], self.coregion()[None], X1, X2, G)
+        if fused is not None:
+            return fused[0][0], fused[1]
         P = self.output_count
         p1, p2 = output_index("ICM", X1, P), output_index("ICM", X2, P)
         K_x = input_gram(self.kernel, X1, X2)
@@ -614,6 +702,10 @@ class LMC(_Composite):
         W, kappa = self._starts(q)
         return ICM(self.kernels[q], self.output_count, self.rank, W=W, kappa=kappa)
 
+    def _coregions(self):
+        """The parts' B_q (bound), stacked (Q, P, P)."""
+        return np.stack([self._icm(q).coregion() for q in range(len(self.kernels))])
+
     def _local(self, q, grads):
         """Part q's ICM gradients under the LMC's names: ``<q>.W``, ``<q>.kappa``, ``<q>.<name>``."""
         label = self.labels()[q]
@@ -639,7 +731,7 @@ class LMC(_Composite):
         -------
         ndarray, shape (n1, n2)
         """
-        return sum(self._icm(q).gram(X1, X2) for q in range(len(self.kernels)))
+        return coregion_gram("LMC", self.kernels, self._coregions(), X1, X2)
 
     def diag(self, X):
         """sum_q B_q[p, p] * k_q(x, x) at each row.
@@ -655,7 +747,8 @@ class LMC(_Composite):
         return sum(self._icm(q).diag(X) for q in range(len(self.kernels)))
 
     def vjp(self, X1, X2, G, K=None):
-        """The parts' ICM VJPs (:meth:`ICM.vjp`), summed.
+        """The parts' ICM VJPs (:meth:`ICM.vjp`), summed: in one sweep over G
+        (:func:`coregion_vjp`) where every base kernel has slope fields.
 
         Parameters
         ----------
@@ -670,6 +763,12 @@ class LMC(_Composite):
         grads : dict of str to ndarray
         d_X1 : ndarray, shape (n1, D + 1)
         """
+        fused = coregion_vjp("LMC", self.kernels, np.asarray(self.W, dtype=float), self._coregions(), X1, X2, G)
+        if fused is not None:
+            grads = {}
+            for q, part in enumerate(fused[0]):
+                grads.update(self._local(q, part))
+            return grads, fused[1]
         grads, d_X1 = {}, np.zeros(X1.shape)
         for q in range(len(self.kernels)):
             g, dx = self._icm(q).vjp(X1, X2, G)

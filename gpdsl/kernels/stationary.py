@@ -102,7 +102,7 @@ class Stationary(ConstantDiagonal, abstract=True):
         """1 / lengthscale as a (dim,) array (an isotropic length-scale repeated)."""
         return np.array(1.0 / np.broadcast_to(np.asarray(self.lengthscale, dtype=float), (dim,)))
 
-    def _scaled_sqdist(self, X1, X2, scale=1.0):
+    def _scaled_sqdist(self, X1, X2, scale=1.0, out=None):
         """r2 (n1, n2) = |a|^2 - 2 a.b + |b|^2 on inputs centred at the mean of X1 (centring
         keeps the cancellation error at eps * spread, not eps * |x|^2), as one BLAS product of
         the rows [-2 a, |a|^2, 1] and [b, 1, |b|^2]: the n1 x n2 result is written once, where
@@ -112,7 +112,8 @@ class Stationary(ConstantDiagonal, abstract=True):
         of two (the squared exponential's -1/2) the result is the same to the last bit as r2 then
         scaled, with no pass of its own.  Where a scaled input's squared norm exceeds
         :data:`EXPANSION_MAX_SCALED_NORM2` the expansion's rounding would matter, and r2 is formed
-        pair by pair instead (:func:`gpdsl._jit.covariance.scaled_sqdist`)."""
+        pair by pair instead (:func:`gpdsl._jit.covariance.scaled_sqdist`).  ``out`` (n1, n2), where
+        given, receives the expansion's result (the caller has checked that it applies)."""
         centre = X1.mean(axis=0)
         D = X1.shape[1]
         left, right = np.empty((X1.shape[0], D + 2)), np.empty((X2.shape[0], D + 2))
@@ -127,7 +128,7 @@ class Stationary(ConstantDiagonal, abstract=True):
                                     self._inv_ls(D))
             return np.multiply(r2, scale, out=r2) if scale != 1.0 else r2
         left[:, :D] *= -2.0 * scale
-        r2 = left @ right.T
+        r2 = np.matmul(left, right.T, out=out)
         return (np.maximum if scale > 0.0 else np.minimum)(r2, 0.0, out=r2)
 
     def _profile(self, r2, out=None):
@@ -230,10 +231,74 @@ class Stationary(ConstantDiagonal, abstract=True):
                 EXPANSION_MAX_SCALED_NORM2:
             return _cov.distance_adjoint(np.ascontiguousarray(X1, dtype=float), np.ascontiguousarray(X2, dtype=float),
                                          inv_ls, np.ascontiguousarray(S, dtype=float))
-        SA2 = S @ A2
+        return self.distance_vjp(A1, A2, row, col, S @ A2)
+
+    def distance_vjp(self, A1, A2, row, col, SA2):
+        """``(d_X1 (n1, D), d_ls (D,))`` from an adjoint S (n1, n2) of r2 given by its row sums,
+        column sums and ``SA2 = S @ A2`` (through the expanded distances: the caller has checked
+        :data:`EXPANSION_MAX_SCALED_NORM2`).
+
+        Parameters
+        ----------
+        A1 : ndarray, shape (n1, D)
+            X1 less a centre c (any c: r2 does not depend on it).
+        A2 : ndarray, shape (n2, D)
+            X2 less the same c.
+        row : ndarray, shape (n1,)
+        col : ndarray, shape (n2,)
+        SA2 : ndarray, shape (n1, D)
+
+        Returns
+        -------
+        d_X1 : ndarray, shape (n1, D)
+        d_ls : ndarray, shape (D,)
+            Per input dimension (summed by the caller for an isotropic length-scale).
+        """
+        inv_ls = self._inv_ls(A1.shape[1])
+        inv_ls2 = inv_ls * inv_ls
         d_X1 = 2.0 * (A1 * row[:, None] - SA2) * inv_ls2
         d_ls = -2.0 * inv_ls2 * inv_ls * (row @ (A1 * A1) - 2.0 * np.einsum("ij,ij->j", A1, SA2) + col @ (A2 * A2))
         return d_X1, d_ls
+
+    def slope_fields(self, X1, X2, K, T):
+        """K = k(X1, X2) and its slope T = dK/dr2 written into ``K`` and ``T``, for a VJP that
+        contracts its adjoint with them elsewhere (an LMC's, :func:`gpdsl.kernels.coregion.coregion_vjp`);
+        returns the centre for :meth:`distance_vjp`, or None (K and T unwritten) where this
+        kernel's VJP does not go through the expanded distances with these fields alone: the
+        exponential and rational quadratic profiles (a slope unbounded at r = 0; alpha's own
+        field), a kernel reading only some columns (``active_dims``), or a scaled input beyond
+        :data:`EXPANSION_MAX_SCALED_NORM2`.
+
+        Parameters
+        ----------
+        X1 : ndarray, shape (n1, D)
+        X2 : ndarray, shape (n2, D)
+        K, T : ndarray, shape (n1, n2)
+            C-ordered, overwritten.
+
+        Returns
+        -------
+        ndarray of shape (D,), or None
+            X1's mean.
+        """
+        if self.active_dims is not None or self.profile not in (_cov.SQUARED_EXPONENTIAL, _cov.MATERN32,
+                                                                _cov.MATERN52):
+            return None
+        centre = X1.mean(axis=0)
+        inv_ls2 = self._inv_ls(X1.shape[1]) ** 2
+        if max(np.max(((X1 - centre) ** 2) @ inv_ls2, initial=0.0),
+               np.max(((X2 - centre) ** 2) @ inv_ls2, initial=0.0)) > EXPANSION_MAX_SCALED_NORM2:
+            return None
+        if self.profile == _cov.SQUARED_EXPONENTIAL:
+            # As gram; dp/dr2 = -p/2.
+            np.exp(self._scaled_sqdist(X1, X2, -0.5, out=K), out=K)
+            K *= float(self.variance)
+            np.multiply(K, -0.5, out=T)
+        else:
+            # One jitted sweep from r2 (in T): the Matern profiles' NumPy form and then their slope
+            # took five passes with temporaries, 1.4 of an evaluation's 9.4 s (benchmarks/HISTORY.md).
+            _cov.profile_and_slope(self._scaled_sqdist(X1, X2, out=T), float(self.variance), self.profile, K, T)
+        return centre
 
     def describe(self):
         """E.g. ``"SquaredExponential(ARD)"`` or ``"Matern32(isotropic)"``.
