@@ -1,4 +1,4 @@
-"""The coregionalisation kernels' fused sweeps (gpdsl/_jit/coregion.py) and the stationary
+"""The coregionalisation kernels' sweeps (gpdsl/_jit/coregion.py) and the stationary
 kernels' slope fields they read (``Stationary.slope_fields``, ``covariance.profile_and_slope``):
 each against the plain NumPy formula it replaces, the fields against central differences of
 the Gram matrix, and the fused ICM/LMC VJP against the per-part path it bypasses (taken where a
@@ -23,11 +23,12 @@ B = rng.standard_normal((Q, P, P))
 FIELD_K, FIELD_T = rng.uniform(0.1, 2.0, (Q, U1, U2)), rng.standard_normal((Q, U1, U2))
 
 
-def test_coregion_gram_is_the_sum_of_the_gathered_parts_to_the_last_bit():
-    want = 0
+def test_coregion_add_makes_the_sum_of_the_gathered_parts_to_the_last_bit():
+    want, got = 0, np.full((len(POS1), len(POS2)), np.nan)       # the first part writes over anything
     for q in range(Q):
         want = want + FIELD_K[q][np.ix_(POS1, POS2)] * B[q][np.ix_(P1, P2)]
-    np.testing.assert_array_equal(sweeps.coregion_gram(FIELD_K, B, POS1, P1, POS2, P2), want)
+        sweeps.coregion_add(got, FIELD_K[q], B[q], POS1, P1, POS2, P2, q == 0)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_coregion_vjp_sweep_is_the_dense_contraction():
@@ -48,7 +49,7 @@ def test_the_sweeps_allocate_without_np_zeros():
     """As the other kernels on every fit's path (tests/test_cold_start.py): np.zeros would compile
     three more of Numba's overloads in every fresh process."""
     G = np.ones((len(POS1), len(POS2)))
-    used = [_numpy_functions(sweeps.coregion_gram, FIELD_K, B, POS1, P1, POS2, P2),
+    used = [_numpy_functions(sweeps.coregion_add, G.copy(), FIELD_K[0], B[0], POS1, P1, POS2, P2, True),
             _numpy_functions(sweeps.coregion_vjp_sweep, G, FIELD_K, FIELD_T, B, POS1, P1, POS2, P2,
                              np.ones((len(POS2), 2))),
             _numpy_functions(cov.profile_and_slope, FIELD_K[0], 1.0, cov.MATERN32, FIELD_K[0].copy(),

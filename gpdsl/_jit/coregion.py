@@ -7,44 +7,44 @@ M inputs.  The base kernels' values (and, for the gradient, their slopes in r^2)
 distinct inputs; these sweeps assemble the long Gram matrix from them and contract an adjoint G
 of it with them, without the (n1, n2) temporaries per part that the NumPy expression (a gathered
 copy of each part's values, a gathered B_q, their product, a sum) and the base kernel's own VJP
-on the long rows (its exp and slope on every copy) needed: at 10^5 heterotopic rows, Q = 3 and
-768 long inducing rows those were 9 of the 14 s of one collapsed bound and gradient
-(benchmarks/HISTORY.md, issue 48).
+on the long rows (its exp and slope on every copy) needed: with them, one collapsed bound and
+gradient at 10^5 heterotopic rows, Q = 3 and 768 long inducing rows took 15.4 CPU s, with these
+sweeps 8.0 (benchmarks/HISTORY.md, issue 48).
 """
 import numpy as np
 from numba import njit
 
 
 @njit(cache=True)
-def coregion_gram(K, B, pos1, p1, pos2, p2):
-    """``out[i, j] = sum_q B[q, p1_i, p2_j] K[q, pos1_i, pos2_j]``, the parts added in order q = 0, 1, ...
+def coregion_add(out, K, B, pos1, p1, pos2, p2, first):
+    """``out[i, j] += B[p1_i, p2_j] K[pos1_i, pos2_j]`` (one part of an LMC's Gram matrix), or ``=``
+    where ``first``; the parts added one call each, in order, make the same sums as adding each
+    part's gathered values times its gathered B.
 
     Parameters
     ----------
-    K : ndarray, shape (Q, u1, u2)
-        The base kernels' values on the distinct inputs.
-    B : ndarray, shape (Q, P, P)
-        The coregionalisation matrices.
+    out : ndarray, shape (n1, n2)
+        Updated in place.
+    K : ndarray, shape (u1, u2)
+        The part's base kernel on the distinct inputs.
+    B : ndarray, shape (P, P)
+        Its coregionalisation matrix.
     pos1, p1 : ndarray of intp, shape (n1,)
         Each long row's distinct input and output.
     pos2, p2 : ndarray of intp, shape (n2,)
         The same for the columns.
-
-    Returns
-    -------
-    ndarray, shape (n1, n2)
+    first : bool
+        Write rather than add (``out`` may hold anything).
     """
-    Q = K.shape[0]
-    n1, n2 = pos1.shape[0], pos2.shape[0]
-    out = np.empty((n1, n2))
+    n1, n2 = out.shape
     for i in range(n1):
         m, a = pos1[i], p1[i]
-        for j in range(n2):
-            acc = 0.0
-            for q in range(Q):
-                acc += B[q, a, p2[j]] * K[q, m, pos2[j]]
-            out[i, j] = acc
-    return out
+        if first:
+            for j in range(n2):
+                out[i, j] = B[a, p2[j]] * K[m, pos2[j]]
+        else:
+            for j in range(n2):
+                out[i, j] += B[a, p2[j]] * K[m, pos2[j]]
 
 
 @njit(cache=True)
@@ -82,7 +82,17 @@ def coregion_vjp_sweep(G, K, T, B, pos1, p1, pos2, p2, A2):
     D = A2.shape[1]
     # np.empty and element loops, not np.zeros (gpdsl._jit.covariance.slope_adjoint's comment).
     row, col, SA2, GB = np.empty((Q, n1)), np.empty((Q, n2)), np.empty((Q, n1, D)), np.empty((Q, P, P))
-    gb, sa = np.empty(P), np.empty(D)
+    sa = np.empty(D)
+    # The columns in runs of one output (a long layout's rows come output by output), so that
+    # within a run B_q's entry is one number and G K's block sum one accumulator: indexed by the
+    # column's output instead, the sum went through memory (3.6 ns an entry against 3.0 at 768 x 1,365, Q = 3).
+    run_start = np.empty(n2 + 1, dtype=np.intp)
+    runs = 0
+    for j in range(n2):
+        if j == 0 or p2[j] != p2[j - 1]:
+            run_start[runs] = j
+            runs += 1
+    run_start[runs] = n2
     for q in range(Q):
         for j in range(n2):
             col[q, j] = 0.0
@@ -93,22 +103,24 @@ def coregion_vjp_sweep(G, K, T, B, pos1, p1, pos2, p2, A2):
         m, a = pos1[i], p1[i]
         for q in range(Q):
             r = 0.0
-            for p in range(P):
-                gb[p] = 0.0
             for d in range(D):
                 sa[d] = 0.0
-            for j in range(n2):
-                g = G[i, j]
-                p, c = p2[j], pos2[j]
-                gb[p] += g * K[q, m, c]
-                s = g * B[q, a, p] * T[q, m, c]
-                r += s
-                col[q, j] += s
-                for d in range(D):
-                    sa[d] += s * A2[j, d]
+            for k in range(runs):
+                start, stop = run_start[k], run_start[k + 1]
+                p = p2[start]
+                b = B[q, a, p]
+                gk = 0.0
+                for j in range(start, stop):
+                    g = G[i, j]
+                    c = pos2[j]
+                    gk += g * K[q, m, c]
+                    s = g * b * T[q, m, c]
+                    r += s
+                    col[q, j] += s
+                    for d in range(D):
+                        sa[d] += s * A2[j, d]
+                GB[q, a, p] += gk
             row[q, i] = r
             for d in range(D):
                 SA2[q, i, d] = sa[d]
-            for p in range(P):
-                GB[q, a, p] += gb[p]
     return row, col, SA2, GB

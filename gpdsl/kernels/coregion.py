@@ -194,8 +194,8 @@ def _long_rows(owner, X, P):
 
 def coregion_gram(owner, kernels, B, X1, X2):
     """sum_q B_q[p1, p2] k_q(X1[:, :-1], X2[:, :-1]) with each base kernel evaluated once per
-    distinct input (:func:`input_gram`) and the parts assembled in one sweep
-    (:func:`gpdsl._jit.coregion.coregion_gram`; the same sums, in the same order, as adding each
+    distinct input (:func:`input_gram`) and each part added in one sweep
+    (:func:`gpdsl._jit.coregion.coregion_add`; the same sums, in the same order, as adding each
     part's gathered values times its gathered B_q).
 
     Parameters
@@ -215,8 +215,10 @@ def coregion_gram(owner, kernels, B, X1, X2):
     P = B.shape[1]
     inputs1, position1, p1 = _long_rows(owner, X1, P)
     inputs2, position2, p2 = (inputs1, position1, p1) if X2 is X1 else _long_rows(owner, X2, P)
-    K = np.stack([k.gram(inputs1, inputs2) for k in kernels])
-    return _jit.coregion_gram(K, B, position1, p1, position2, p2)
+    out = np.empty((X1.shape[0], X2.shape[0]))
+    for q, k in enumerate(kernels):
+        _jit.coregion_add(out, k.gram(inputs1, inputs2), B[q], position1, p1, position2, p2, q == 0)
+    return out
 
 
 def coregion_vjp(owner, kernels, W, B, X1, X2, G):
