@@ -34,7 +34,8 @@ def test_coregion_add_makes_the_sum_of_the_gathered_parts_to_the_last_bit():
 def test_coregion_vjp_sweep_is_the_dense_contraction():
     G = rng.standard_normal((len(POS1), len(POS2)))
     A2 = rng.standard_normal((len(POS2), 2))
-    row, col, SA2, GB = sweeps.coregion_vjp_sweep(G, FIELD_K, FIELD_T, B, POS1, P1, POS2, P2, A2)
+    K, T = FIELD_K[:, :, POS2], FIELD_T[:, :, POS2]             # the fields along the columns
+    row, col, SA2, GB = sweeps.coregion_vjp_sweep(G, K, T, B, POS1, P1, P2, np.ascontiguousarray(A2.T))
     one_hot1, one_hot2 = np.eye(P)[P1], np.eye(P)[P2]
     for q in range(Q):
         S = G * B[q][np.ix_(P1, P2)] * FIELD_T[q][np.ix_(POS1, POS2)]
@@ -50,8 +51,8 @@ def test_the_sweeps_allocate_without_np_zeros():
     three more of Numba's overloads in every fresh process."""
     G = np.ones((len(POS1), len(POS2)))
     used = [_numpy_functions(sweeps.coregion_add, G.copy(), FIELD_K[0], B[0], POS1, P1, POS2, P2, True),
-            _numpy_functions(sweeps.coregion_vjp_sweep, G, FIELD_K, FIELD_T, B, POS1, P1, POS2, P2,
-                             np.ones((len(POS2), 2))),
+            _numpy_functions(sweeps.coregion_vjp_sweep, G, FIELD_K[:, :, POS2], FIELD_T[:, :, POS2], B, POS1, P1,
+                             P2, np.ones((2, len(POS2)))),
             _numpy_functions(cov.profile_and_slope, FIELD_K[0], 1.0, cov.MATERN32, FIELD_K[0].copy(),
                              FIELD_T[0].copy())]
     assert [np.zeros in found for found in used] == [False] * 3

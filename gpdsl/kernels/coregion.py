@@ -258,9 +258,12 @@ def coregion_vjp(owner, kernels, W, B, X1, X2, G):
         centre = getattr(k, "slope_fields", lambda *_: None)(inputs1, inputs2, K[q], T[q])   # inputs1's mean
         if centre is None:
             return None
+    if position2.shape[0] != inputs2.shape[0]:
+        # The sweep reads each row's fields along the columns contiguously.
+        K, T = K[:, :, position2], T[:, :, position2]
     A1, A2 = X1[:, :-1] - centre, X2[:, :-1] - centre
-    row, col, SA2, GB = _jit.coregion_vjp_sweep(np.ascontiguousarray(G, dtype=float), K, T, B, position1, p1,
-                                                position2, p2, np.ascontiguousarray(A2))
+    row, col, SA2, GB = _jit.coregion_vjp_sweep(np.ascontiguousarray(G, dtype=float), K, T, B, position1, p1, p2,
+                                                np.ascontiguousarray(A2.T))
     parts, d_X1 = [], np.zeros(X1.shape)
     for q, k in enumerate(kernels):
         d_inputs, d_ls = k.distance_vjp(A1, A2, row[q], col[q], SA2[q])
