@@ -6,8 +6,10 @@ Parts (``--parts``, default all three):
            y = log price standardised per index, x = day / (N - 1), as
            benchmarks/peers/peer_multioutput_fit.py): one exact log ML + gradient
            (``Model.evaluate``) of an ICM rank 1 (SquaredExponential base) + OutputGaussian at the
-           model's declared start, Exact's Kronecker path (``Exact()``) against the general
-           N P x N P Cholesky path (``Exact(jitter=0.0)``, which never takes the Kronecker path);
+           model's declared start, Exact's Kronecker path (``Exact()``: the days are an evenly
+           spaced grid, so its O(P N^2) Toeplitz solves run), the same path with the Toeplitz
+           solves off (``eigen``: K_x's O(N^3) eigendecomposition, what uneven inputs get), and the
+           general N P x N P Cholesky path (``Exact(jitter=0.0)``, which never takes the Kronecker path);
            process CPU s (``time.process_time``, every thread) and wall s, median of ``--repeats``
            after one warm-up call.  Target: <= 0.2 s.
 ``fit``    The whole fit (``Model.fit`` defaults: Exact, L-BFGS-B to gpdsl's stopping rule) of ICM
@@ -105,24 +107,38 @@ def part_kron(repeats):
         taken.append(out is not None)
         return out
 
-    exact._kronecker = spy
+    toeplitz_blocks, solves = exact._toeplitz_blocks, []
+
+    def spy_toeplitz(*args):
+        out = toeplitz_blocks(*args)
+        solves.append(out is not None)
+        return out
+
+    exact._kronecker, exact._toeplitz_blocks = spy, spy_toeplitz
     try:
         results = {}
-        for name, model in (("Kronecker", fast), ("general", general)):
+        for name, model, use_toeplitz in (("Kronecker", fast, True), ("eigen", fast, False),
+                                          ("general", general, False)):
             taken.clear()
+            solves.clear()
+            exact._toeplitz_blocks = spy_toeplitz if use_toeplitz else (lambda *a: None)
             before = load()
             cpu, wall, ev = timed(lambda: model.evaluate(values, X_long, y_long, None), repeats)
-            path = "Kronecker" if taken and all(taken) else "general"
+            path = "general"
+            if taken and all(taken):
+                path = "Kronecker, Toeplitz solves" if solves and all(solves) else "Kronecker, eigendecomposition"
             results[name] = ev
-            print(f"[kron] {name:9s} path ({path} taken): CPU {cpu:.4f} s, wall {wall:.4f} s; "
+            print(f"[kron] {name:9s} ({path} taken): CPU {cpu:.4f} s, wall {wall:.4f} s; "
                   f"log ML {ev.log_evidence:.6f}; {before} -> {load()}")
     finally:
-        exact._kronecker = original
-    a, b = results["Kronecker"], results["general"]
-    worst = max(np.max(np.abs(np.asarray(a.grads[k]) - b.grads[k])) / max(1.0, np.max(np.abs(b.grads[k])))
-                for k in b.grads)
-    print(f"[kron] Kronecker - general: log ML {a.log_evidence - b.log_evidence:.2e}, "
-          f"largest gradient difference / max(1, |g|) {worst:.2e}")
+        exact._kronecker, exact._toeplitz_blocks = original, toeplitz_blocks
+    b = results["general"]
+    for name in ("Kronecker", "eigen"):
+        a = results[name]
+        worst = max(np.max(np.abs(np.asarray(a.grads[k]) - b.grads[k])) / max(1.0, np.max(np.abs(b.grads[k])))
+                    for k in b.grads)
+        print(f"[kron] {name} - general: log ML {a.log_evidence - b.log_evidence:.2e}, "
+              f"largest gradient difference / max(1, |g|) {worst:.2e}")
 
 
 def _fit_child():
@@ -133,8 +149,13 @@ def _fit_child():
     model = gd.Model(gd.kernels.ICM(gd.kernels.SquaredExponential(), P, rank=1),
                      gd.likelihoods.OutputGaussian(P), mean=gd.means.PerOutput(tuple(gd.means.Constant()
                                                                                      for _ in range(P))))
-    calls = {"Kronecker": 0, "general": 0, "Kronecker CPU": 0.0, "general CPU": 0.0}
-    kronecker, general = exact._kronecker, exact._evaluate
+    calls = {"Kronecker": 0, "Toeplitz": 0, "general": 0, "Kronecker CPU": 0.0, "general CPU": 0.0}
+    kronecker, general, toeplitz_blocks = exact._kronecker, exact._evaluate, exact._toeplitz_blocks
+
+    def count_toeplitz(*args):
+        out = toeplitz_blocks(*args)
+        calls["Toeplitz"] += out is not None
+        return out
 
     def count_kronecker(*args):
         c = time.process_time()
@@ -150,7 +171,7 @@ def _fit_child():
         calls["general CPU"] += time.process_time() - c
         return out
 
-    exact._kronecker, exact._evaluate = count_kronecker, count_general
+    exact._kronecker, exact._evaluate, exact._toeplitz_blocks = count_kronecker, count_general, count_toeplitz
     before = load()
     c0, w0 = time.process_time(), time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -161,8 +182,9 @@ def _fit_child():
           f"({type(post.model.inference).__name__}): fit CPU {cpu:.2f} s, wall {wall:.2f} s; "
           f"{before} -> {load()}")
     print(f"[fit] final log ML {post.log_evidence:.6f}; {_fit_summary(post)}")
-    print(f"[fit] evaluations: {calls['Kronecker']} Kronecker ({calls['Kronecker CPU']:.2f} CPU s in all), "
-          f"{calls['general']} general, the predictive state's N P x N P Cholesky ({calls['general CPU']:.2f} CPU s)")
+    print(f"[fit] evaluations: {calls['Kronecker']} Kronecker ({calls['Kronecker CPU']:.2f} CPU s in all; "
+          f"{calls['Toeplitz']} of them with Toeplitz solves, the others and the predictive state through "
+          f"K_x's eigendecomposition), {calls['general']} general ({calls['general CPU']:.2f} CPU s)")
     for w in caught:
         print(f"[fit] warning: {w.category.__name__}: {str(w.message)[:200]}")
     values = post.values

@@ -1,0 +1,202 @@
+"""The whitened blocks A = lam K + I of Exact's Kronecker path where K is Toeplitz, in O(n^2).
+
+A stationary kernel on an evenly spaced one-dimensional grid gives a Toeplitz K (entry (i, j) a
+function of |i - j| only), and then every block A = lam K + I_n of :func:`gpdsl.methods.exact._kronecker`
+is a symmetric positive definite Toeplitz matrix, fixed by its first row r.  Durbin's algorithm
+solves the Yule-Walker equations of r in O(n^2) and gives log|A| on the way, as the sum of the
+logs of its prediction-error variances; Trench's recurrence then gives A^-1 row by row in O(n^2)
+(Golub & Van Loan, *Matrix Computations*, 4th ed., Algorithms 4.7.1 and 4.7.3), against the
+O(n^3) of a Cholesky factor or an eigendecomposition.
+
+The rows of A^-1 are used as they are made and not stored: what the log evidence and its gradient
+need of a block (a solve, tr(A^-1 K), the diagonal of A^-1, and lam A^-1 added into a sum) is
+taken in the same sweep, so that a block costs a few passes over K rather than a dozen over an
+n x n inverse (memory, not flops, is the cost at n = 1,860: 28 MB a matrix).  Both algorithms
+are weakly stable (their errors grow with the condition number faster than a Cholesky factor's):
+the caller bounds the condition number, and the solve is refined once against lam K + I itself.
+"""
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def toeplitz_block(row, K, lam, b, inverse_sum):
+    """Solve, log-determinant, trace and diagonal of A^-1 for A = lam K + I_n, K symmetric Toeplitz.
+
+    Parameters
+    ----------
+    row : ndarray, shape (n,)
+        The first row of the Toeplitz matrix taken for K in the recurrence (:func:`toeplitz_row`).
+    K : ndarray, shape (n, n)
+        Symmetric, Toeplitz up to rounding: the refinement and the trace read K itself.
+    lam : float
+        The block's weight; A must be positive definite.
+    b : ndarray, shape (n,)
+        Right-hand side.
+    inverse_sum : ndarray, shape (n, n)
+        lam A^-1 is added into its upper triangle (i <= j); the strict lower triangle is not touched.
+
+    Returns
+    -------
+    solved : ndarray, shape (n,)
+        A^-1 b, with one step of iterative refinement against lam K + I.
+    log_det : float
+        log|A| = n log r0 + sum_k log beta_k over Durbin's prediction-error variances beta_k of the
+        normalised A / r0 (r0 = lam row[0] + 1); NaN where some beta_k <= 0 (A not numerically
+        positive definite), and then nothing else is computed nor added.
+    trace : float
+        tr(A^-1 K).
+    diagonal : ndarray, shape (n,)
+        The diagonal of A^-1.
+    """
+    n = K.shape[0]
+    r0 = lam * row[0] + 1.0
+    solved, diagonal = np.empty(n), np.empty(n)
+    m = n - 1
+    log_det = n * np.log(r0)
+    if m == 0:
+        inverse = 1.0 / r0
+        solved[0] = inverse * b[0]
+        diagonal[0] = inverse
+        inverse_sum[0, 0] += lam * inverse
+        return solved, log_det, inverse * K[0, 0], diagonal
+    rho = np.empty(m)
+    for j in range(m):
+        rho[j] = lam * row[j + 1] / r0
+    # Durbin (Algorithm 4.7.1): y solves T_m y = -rho with T_m the leading m x m block of A / r0;
+    # alpha is the k-th reflection coefficient, beta the k-th prediction-error variance.
+    y, previous = np.empty(m), np.empty(m)
+    y[0] = -rho[0]
+    alpha = -rho[0]
+    beta = 1.0
+    for k in range(1, m + 1):
+        beta *= 1.0 - alpha * alpha
+        if not beta > 0.0:
+            return solved, np.nan, np.nan, diagonal
+        log_det += np.log(beta)
+        if k == m:
+            break
+        acc = rho[k]
+        for j in range(k):
+            acc += rho[k - 1 - j] * y[j]
+        alpha = -acc / beta
+        for j in range(k):
+            previous[j] = y[j]
+        for j in range(k):
+            y[j] = previous[j] + alpha * previous[k - 1 - j]
+        y[k] = alpha
+    # Trench (Algorithm 4.7.3): gamma and v = gamma * reversed(y) give A^-1's first row, and each
+    # later entry (i, j), i <= j, is its upper-left neighbour plus (v[m-j] v[m-i] - v[i-1] v[j-1])
+    # / gamma (0-based); everything is divided by r0 on the way (A^-1 = (A / r0)^-1 / r0).
+    acc = 1.0
+    for j in range(m):
+        acc += rho[j] * y[j]
+    gamma = 1.0 / acc
+    # v (entry 0 unused, so that v[i] is the 0-based v[i - 1]) and its reverse u[j] = v[m - j]: both
+    # read forwards in the recurrence's inner loop.
+    v, u = np.empty(n), np.empty(n)
+    v[0] = 0.0
+    for j in range(m):
+        v[j + 1] = gamma * y[m - 1 - j] / r0
+    for j in range(1, n):
+        u[j] = v[m - j + 1]
+    u[0] = 0.0
+    step = r0 / gamma                     # v is divided by r0: (v v - v v) / gamma / r0 = that * r0 / gamma
+    first = np.empty(n)
+    first[0] = gamma / r0
+    for j in range(1, n):
+        first[j] = u[j]
+    trace = _sweep(first, v, u, step, b, solved, K, lam, inverse_sum, diagonal, True)
+    # One step of refinement: the residual against lam K + I, solved with the same rows again.
+    residual = np.empty(n)
+    for i in range(n):
+        acc = 0.0
+        for j in range(n):
+            acc += K[i, j] * solved[j]
+        residual[i] = b[i] - lam * acc - solved[i]
+    correction = np.empty(n)
+    _sweep(first, v, u, step, residual, correction, K, lam, inverse_sum, diagonal, False)
+    for i in range(n):
+        solved[i] += correction[i]
+    return solved, log_det, trace, diagonal
+
+
+@njit(cache=True)
+def _sweep(first, v, u, step, b, out, K, lam, inverse_sum, diagonal, accumulate):
+    """Make A^-1's upper triangle row by row (Trench's recurrence, with v and u as
+    :func:`toeplitz_block` shifts and reverses them) and set out = A^-1 b; with ``accumulate``, also
+    add lam A^-1 into ``inverse_sum``'s upper triangle, write A^-1's diagonal and return
+    tr(A^-1 K) (else 0)."""
+    n = first.shape[0]
+    row, previous = first.copy(), np.empty(n)
+    for i in range(n):
+        out[i] = 0.0
+    trace = 0.0
+    for i in range(n):
+        if i > 0:
+            row, previous = previous, row
+            for j in range(i, n):
+                row[j] = previous[j - 1] + (u[j] * u[i] - v[i] * v[j]) * step
+        acc = row[i] * b[i]
+        for j in range(i + 1, n):
+            acc += row[j] * b[j]
+            out[j] += row[j] * b[i]
+        out[i] += acc
+        if accumulate:
+            diagonal[i] = row[i]
+            inverse_sum[i, i] += lam * row[i]
+            t = 0.0
+            for j in range(i + 1, n):
+                inverse_sum[i, j] += lam * row[j]
+                t += row[j] * K[i, j]
+            trace += row[i] * K[i, i] + 2.0 * t
+    return trace
+
+
+@njit(cache=True)
+def toeplitz_row(K, tolerance):
+    """The means of K's diagonals, where every K[i, j] is within ``tolerance`` of K[0, |i - j|].
+
+    Parameters
+    ----------
+    K : ndarray, shape (n, n)
+    tolerance : float
+
+    Returns
+    -------
+    row : ndarray, shape (n,)
+        row[t] = the mean of K[i, j] over |i - j| = t: where K is Toeplitz up to rounding (a
+        stationary kernel's distances formed through a cross term carry an error of about
+        eps |x|^2 / lengthscale^2), the Toeplitz matrix of the means is the nearest one to K in the
+        Frobenius norm, and K's rounding errors average out in it rather than pass through a row.
+    ok : bool
+        False at the first entry further than ``tolerance`` (``row`` is then not filled in), so
+        that a matrix far from Toeplitz costs a few comparisons.
+    """
+    n = K.shape[0]
+    row = np.empty(n)
+    for t in range(n):
+        row[t] = 0.0
+    for i in range(n):
+        for j in range(n):
+            t = abs(i - j)
+            if not abs(K[i, j] - K[0, t]) <= tolerance:
+                return row, False
+            row[t] += K[i, j]
+    row[0] /= n
+    for t in range(1, n):
+        row[t] /= 2 * (n - t)
+    return row, True
+
+
+@njit(cache=True)
+def fill_lower(S):
+    """Copy S's upper triangle into its strict lower one in place (S (n, n)), in 64 x 64 tiles so
+    that the transposed reads stay in cache."""
+    n = S.shape[0]
+    tile = 64
+    for i0 in range(0, n, tile):
+        for j0 in range(0, i0 + 1, tile):
+            for i in range(i0, min(i0 + tile, n)):
+                for j in range(j0, min(j0 + tile, i)):
+                    S[i, j] = S[j, i]
