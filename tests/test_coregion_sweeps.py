@@ -27,7 +27,7 @@ def test_coregion_add_makes_the_sum_of_the_gathered_parts_to_the_last_bit():
     want, got = 0, np.full((len(POS1), len(POS2)), np.nan)       # the first part writes over anything
     for q in range(Q):
         want = want + FIELD_K[q][np.ix_(POS1, POS2)] * B[q][np.ix_(P1, P2)]
-        sweeps.coregion_add(got, FIELD_K[q], B[q], POS1, P1, POS2, P2, q == 0)
+        sweeps.coregion_add(got, FIELD_K[q][:, POS2], B[q], POS1, P1, P2, q == 0)
     np.testing.assert_array_equal(got, want)
 
 
@@ -50,7 +50,7 @@ def test_the_sweeps_allocate_without_np_zeros():
     """As the other kernels on every fit's path (tests/test_cold_start.py): np.zeros would compile
     three more of Numba's overloads in every fresh process."""
     G = np.ones((len(POS1), len(POS2)))
-    used = [_numpy_functions(sweeps.coregion_add, G.copy(), FIELD_K[0], B[0], POS1, P1, POS2, P2, True),
+    used = [_numpy_functions(sweeps.coregion_add, G.copy(), FIELD_K[0][:, POS2], B[0], POS1, P1, P2, True),
             _numpy_functions(sweeps.coregion_vjp_sweep, G, FIELD_K[:, :, POS2], FIELD_T[:, :, POS2], B, POS1, P1,
                              P2, np.ones((2, len(POS2)))),
             _numpy_functions(cov.profile_and_slope, FIELD_K[0], 1.0, cov.MATERN32, FIELD_K[0].copy(),

@@ -16,8 +16,8 @@ from numba import njit
 
 
 @njit(cache=True)
-def coregion_add(out, K, B, pos1, p1, pos2, p2, first):
-    """``out[i, j] += B[p1_i, p2_j] K[pos1_i, pos2_j]`` (one part of an LMC's Gram matrix), or ``=``
+def coregion_add(out, K, B, pos1, p1, p2, first):
+    """``out[i, j] += B[p1_i, p2_j] K[pos1_i, j]`` (one part of an LMC's Gram matrix), or ``=``
     where ``first``; the parts added one call each, in order, make the same sums as adding each
     part's gathered values times its gathered B.
 
@@ -25,26 +25,38 @@ def coregion_add(out, K, B, pos1, p1, pos2, p2, first):
     ----------
     out : ndarray, shape (n1, n2)
         Updated in place.
-    K : ndarray, shape (u1, u2)
-        The part's base kernel on the distinct inputs.
+    K : ndarray, shape (u1, n2)
+        The part's base kernel at the distinct row inputs and every column.
     B : ndarray, shape (P, P)
         Its coregionalisation matrix.
     pos1, p1 : ndarray of intp, shape (n1,)
         Each long row's distinct input and output.
-    pos2, p2 : ndarray of intp, shape (n2,)
-        The same for the columns.
+    p2 : ndarray of intp, shape (n2,)
+        Each column's output.
     first : bool
         Write rather than add (``out`` may hold anything).
     """
     n1, n2 = out.shape
+    # Runs of columns of one output (coregion_vjp_sweep's): B's entry one number, the loop a
+    # contiguous vector update.
+    run_start = np.empty(n2 + 1, dtype=np.intp)
+    runs = 0
+    for j in range(n2):
+        if j == 0 or p2[j] != p2[j - 1]:
+            run_start[runs] = j
+            runs += 1
+    run_start[runs] = n2
     for i in range(n1):
-        m, a = pos1[i], p1[i]
-        if first:
-            for j in range(n2):
-                out[i, j] = B[a, p2[j]] * K[m, pos2[j]]
-        else:
-            for j in range(n2):
-                out[i, j] += B[a, p2[j]] * K[m, pos2[j]]
+        K_m, a, out_i = K[pos1[i]], p1[i], out[i]
+        for k in range(runs):
+            start, stop = run_start[k], run_start[k + 1]
+            b = B[a, p2[start]]
+            if first:
+                for j in range(start, stop):
+                    out_i[j] = b * K_m[j]
+            else:
+                for j in range(start, stop):
+                    out_i[j] += b * K_m[j]
 
 
 @njit(cache=True, fastmath={"reassoc", "nsz", "contract"})

@@ -216,8 +216,11 @@ def coregion_gram(owner, kernels, B, X1, X2):
     inputs1, position1, p1 = _long_rows(owner, X1, P)
     inputs2, position2, p2 = (inputs1, position1, p1) if X2 is X1 else _long_rows(owner, X2, P)
     out = np.empty((X1.shape[0], X2.shape[0]))
+    repeats = position2.shape[0] != inputs2.shape[0]
     for q, k in enumerate(kernels):
-        _jit.coregion_add(out, k.gram(inputs1, inputs2), B[q], position1, p1, position2, p2, q == 0)
+        K = k.gram(inputs1, inputs2)
+        # The sweep reads each row's values along the columns contiguously.
+        _jit.coregion_add(out, K[:, position2] if repeats else K, B[q], position1, p1, p2, q == 0)
     return out
 
 
