@@ -295,8 +295,9 @@ class Stationary(ConstantDiagonal, abstract=True):
             K *= float(self.variance)
             np.multiply(K, -0.5, out=T)
         else:
-            # One jitted sweep from r2 (in T): the Matern profiles' NumPy form and then their slope
-            # took five passes with temporaries, 1.4 of an evaluation's 9.4 s (benchmarks/HISTORY.md).
+            # One jitted sweep from r2 (in T): the profile's NumPy form and the slope from it took
+            # several passes with temporaries (all parts' fields 1.37 of a 9.4 s LMC evaluation at
+            # 10^5 rows; with the sweep 0.7, benchmarks/HISTORY.md, issue 48).
             _cov.profile_and_slope(self._scaled_sqdist(X1, X2, out=T), float(self.variance), self.profile, K, T)
         return centre
 
