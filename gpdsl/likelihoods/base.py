@@ -99,7 +99,7 @@ DERIVED_FROM_DENSITY = ("log_density_param_derivatives", "expectation_rule", "va
                         "conditional_moments", "predictive", "log_predictive", "predictive_approximation", "sample",
                         "surrogate", "log_density_bound", "constant_model_log_likelihood", "sign_symmetric",
                         "standardizes_targets", "observation_noise", "noise", "noise_vjp", "describe", "provides",
-                        "variants", "log_concave")
+                        "variants", "log_concave", "shift_invariant")
 
 # The default predictive of counts: the Gauss-Hermite rule in f of a row is the smallest of these
 # (nodes, largest latent sd) that holds its sd, else ``quadrature_points``: each integrates
@@ -225,9 +225,8 @@ class Likelihood(Component, family="likelihood"):
     supports_dask_chunks = True
     # Whether it holds values per training row (fit(subsample=) cannot subsample them).
     per_row_parameters = False
-    # Whether it reads the columns of X as input features (a noise model of x): in a multi-output
-    # model X's last column is the output index (gpdsl.multioutput), which it would read as one,
-    # so the model refuses it there.
+    # Whether it reads the columns of X as input features (a noise model of x): in a multi-output model
+    # X's last column is the output index (gpdsl.multioutput), which it would read as one, so it is refused there.
     reads_input_columns = False
     # The usual cause of an evidence ridge (a kernel variance that grows without bound while the
     # objective barely changes) with this likelihood, for the fit's warning.
@@ -236,10 +235,11 @@ class Likelihood(Component, family="likelihood"):
     # Whether p(y | f) = p(y | -f): q(f) centred at 0 is then a stationary point (a saddle) of a
     # variational bound, and the variational methods start q from the surrogate regression.
     sign_symmetric = False
-    # Whether log p(y | f) is concave in f (True), is not (False), or is not stated (None): the
-    # minibatch SVGP steps q by Adam rather than by natural steps where it is False
-    # (gpdsl.methods.stochastic.q_steps).
+    # Whether log p(y | f) is concave in f (True), is not (False), or is not stated (None): the minibatch
+    # SVGP steps q by Adam rather than by natural steps where it is False (gpdsl.methods.stochastic.q_steps).
     log_concave = None
+    # Whether a K-latent p(y | f) ignores one value added to every f_k (svgp.optimise_q then centres q's means).
+    shift_invariant = False
     # What log_predictive approximates the exact log E[p(y | f)] by, or None where it is exact.
     predictive_approximation = None
     # The kind of targets ("real", "binary", "count", "categorical"): the CLI's held-out scores and plots

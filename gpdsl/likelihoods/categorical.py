@@ -112,7 +112,10 @@ def _robustmax_expectations(codes, mean, var, epsilon, rule):
     high, low = np.log1p(-epsilon), np.log(epsilon / (K - 1))
     P, dP_mean, dP_var = _robustmax_largest(codes, mean, var, rule, need_grad=True)
     d_epsilon = np.sum(1.0 - P) / epsilon - np.sum(P) / (1.0 - epsilon)
-    return low + P * (high - low), (high - low) * dP_mean, (high - low) * dP_var, np.array([d_epsilon])
+    # The derivatives scaled in place (the kernel's fresh arrays): two (n, K) arrays fewer a pass.
+    spread = high - low
+    return (low + P * spread, np.multiply(dP_mean, spread, out=dP_mean), np.multiply(dP_var, spread, out=dP_var),
+            d_epsilon)
 
 
 def _logistic_softmax_expectations(codes, mean, var, rule):
@@ -299,6 +302,12 @@ class Categorical(Likelihood):
         latent stops being the largest, smoothed by q into sites of negative precision);
         logistic-softmax's is not stated (None)."""
         return {"softmax": True, "robustmax": False}.get(self.link)
+
+    @property
+    def shift_invariant(self):
+        """Softmax's p(y | f) (and its Jensen bound, :meth:`variational_expectations`) and
+        robust-max's depend on the differences of the f_k alone; logistic-softmax's sigma(f_k) do not."""
+        return self.link in ("softmax", "robustmax")
 
     @classmethod
     def variants(cls):
@@ -556,7 +565,7 @@ class Categorical(Likelihood):
         if self.link == "robustmax":
             # All rows in one call: the jitted pass keeps no (rows, K, nodes) temporaries to bound.
             ve, d_mean, d_var, d_epsilon = _robustmax_expectations(codes, mean, var, self.epsilon_value, rule)
-            return ve, d_mean, d_var, {"epsilon": np.array(np.sum(d_epsilon))}
+            return ve, d_mean, d_var, {"epsilon": np.array(d_epsilon)}
         return (*_logistic_softmax_expectations(codes, mean, var, rule), {})
 
     def predictive(self, mean, var):

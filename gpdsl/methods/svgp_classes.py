@@ -68,6 +68,43 @@ class Scratch:
         return kept
 
 
+def kept(scratch, name, shape):
+    """``scratch``'s array ``name`` of ``shape`` (:meth:`Scratch.array`), or None (a new array) without
+    a scratch.
+
+    Parameters
+    ----------
+    scratch : Scratch or None
+    name : str
+    shape : tuple of int
+
+    Returns
+    -------
+    ndarray or None
+    """
+    return None if scratch is None else scratch.array(name, shape)
+
+
+def on_top(row, A, scale):
+    """The (M + 1, n) array [row; A diag(scale)], written in one pass: the right operand of the K_uf
+    adjoint's one product a class (:func:`gpdsl.methods.svgp._data_pass`).
+
+    Parameters
+    ----------
+    row : ndarray, shape (n,)
+    A : ndarray, shape (M, n)
+    scale : ndarray, shape (n,)
+
+    Returns
+    -------
+    ndarray, shape (M + 1, n)
+    """
+    out = np.empty((A.shape[0] + 1, A.shape[1]))
+    out[0] = row
+    np.multiply(A, scale, out=out[1:])
+    return out
+
+
 def class_products(R, A, block, out=None):
     """U_k = R_k^T A_{g_k} for every class k, stacked: (K, M, n).
 
@@ -151,7 +188,14 @@ def weighted_grams(A, V, block, out=None):
     scaled = np.empty((M, n))
     for k in range(K):
         if not ranked[k]:
-            out[k] = weighted_gram(A[block[k]], V[k])
+            if low[k] == high[k]:
+                out[k] = weighted_gram(A[block[k]], V[k])
+            else:
+                # weighted_gram's general product, whose sign tests are the ones above: weights
+                # of both signs (robust-max's sites, in every natural step of its fits), or NaN.
+                general = np.multiply(A[block[k]], V[k], out=scaled) @ A[block[k]].T
+                np.add(general, general.T, out=out[k])
+                out[k] *= 0.5
             continue
         sign, root = (1.0, np.sqrt(V[k])) if low[k] >= 0.0 else (-1.0, np.sqrt(-V[k]))
         P = out[k]
