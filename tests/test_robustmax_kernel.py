@@ -1,7 +1,13 @@
 """The jitted robust-max kernel (gpdsl._jit.robustmax, issue 46) against the NumPy form it replaced
 (tests/naive.py's ``robustmax_largest``: P, dP/dmean and dP/dvar to 1e-12) and its derivatives
 against central differences of P; the wrapper's checks and its one Numba specialisation.  Under
-``NUMBA_DISABLE_JIT=1`` the same tests run the kernel as Python."""
+``NUMBA_DISABLE_JIT=1`` the same tests run the kernel as Python (the last, in a fresh process, with Numba)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,6 +17,7 @@ from gpdsl.likelihoods.categorical import SQUASH, _robustmax_largest
 
 import naive
 
+REPO = Path(__file__).resolve().parents[1]
 RULE = gauss_hermite(20)
 
 
@@ -159,3 +166,22 @@ def test_one_specialisation():
         for a, b in zip(got, expected):
             np.testing.assert_array_equal(a, b)
     assert len(robustmax_pass.signatures) == 1, robustmax_pass.signatures
+
+
+def test_cody_rationals_compile_inside_their_caller(tmp_path):
+    """Cody's rationals (``special._erf_small``, ``_erfcx_tail``) are typed inside the robust-max CDF
+    (``inline="always"``), not compiled as dispatchers of their own and optimised again in it: on a
+    fresh cache, a robust-max pass with derivatives leaves them no specialisation, the kernel one."""
+    code = ("import json, numpy as np\n"
+            "from gpdsl._jit import robustmax, special\n"
+            "from gpdsl.likelihoods.base import gauss_hermite\n"
+            "nodes, weights = gauss_hermite(20)\n"
+            "robustmax.robustmax_largest(np.arange(4) % 3, np.eye(4, 3), np.ones((4, 3)), nodes, weights, 1e-6, True)\n"
+            "print(json.dumps([len(f.signatures) for f in (special._erf_small, special._erfcx_tail, "
+            "robustmax._cdf_pdf, robustmax.robustmax_pass)]))\n")
+    environ = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+    environ.pop("NUMBA_DISABLE_JIT", None)
+    proc = subprocess.run([sys.executable, "-c", code], env=environ, cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [0, 0, 1, 1]

@@ -145,7 +145,10 @@ _INV_SQRTPI = 1.0 / math.sqrt(math.pi)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
-@njit(cache=True)
+# inline="always" on Cody's two rationals, each called once by robust-max's CDF (_jit.robustmax) and once by
+# norm_logcdf_ratio: typed in their callers rather than compiled (and then optimised again there) as
+# dispatchers of their own, a cold robust-max kernel compiled 0.07-0.19 s (of ~1) less (issue 46).
+@njit(cache=True, inline="always")
 def _erf_small(x):
     """erf(x) for |x| <= 0.46875 (Cody's first interval)."""
     s = x * x
@@ -154,7 +157,7 @@ def _erf_small(x):
     return x * num / den
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _erfcx_tail(y):
     """The scaled complementary error function exp(y^2) erfc(y) for y > 0.46875 (nan for nan),
     without an exponential (Cody 1969; relative error within 3 eps)."""
