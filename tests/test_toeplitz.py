@@ -170,7 +170,7 @@ def test_eigendecomposition_beyond_the_condition_bound(monkeypatch):
     """A noise so small that Gershgorin's bound on a block's condition number passes
     TOEPLITZ_MAX_CONDITION: the eigendecomposition runs (the whitened K is within
     KRONECKER_MAX_CONDITION, so the Kronecker path still does)."""
-    k, lik = _bound(_kernel(), "kernel"), _bound(gd.likelihoods.Gaussian(1e-7), "likelihood")
+    k, lik = _bound(_kernel(), "kernel"), _bound(gd.likelihoods.Gaussian(1e-9), "likelihood")
     taken = _spy_toeplitz(monkeypatch)
     ev = exact.evaluate(k, lik, X, Y)
     assert taken == [None] and ev.state is None
