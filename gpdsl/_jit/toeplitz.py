@@ -108,7 +108,7 @@ def toeplitz_block(row, K, lam, b, inverse_sum):
     first[0] = gamma / r0
     for j in range(1, n):
         first[j] = u[j]
-    trace = _sweep(first, v, u, step, b, solved, K, lam, inverse_sum, diagonal, True)
+    trace = _sweep(first, v, u, step, b, solved, K, lam, inverse_sum, diagonal)
     # One step of refinement: the residual against lam K + I, solved with the same rows again.
     residual = np.empty(n)
     for i in range(n):
@@ -117,19 +117,22 @@ def toeplitz_block(row, K, lam, b, inverse_sum):
             acc += K[i, j] * solved[j]
         residual[i] = b[i] - lam * acc - solved[i]
     correction = np.empty(n)
-    _sweep(first, v, u, step, residual, correction, K, lam, inverse_sum, diagonal, False)
+    _sweep(first, v, u, step, residual, correction, K, lam, inverse_sum, diagonal[:0])
     for i in range(n):
         solved[i] += correction[i]
     return solved, log_det, trace, diagonal
 
 
 @njit(cache=True)
-def _sweep(first, v, u, step, b, out, K, lam, inverse_sum, diagonal, accumulate):
+def _sweep(first, v, u, step, b, out, K, lam, inverse_sum, diagonal):
     """Make A^-1's upper triangle row by row (Trench's recurrence, with v and u as
-    :func:`toeplitz_block` shifts and reverses them) and set out = A^-1 b; with ``accumulate``, also
-    add lam A^-1 into ``inverse_sum``'s upper triangle, write A^-1's diagonal and return
-    tr(A^-1 K) (else 0)."""
+    :func:`toeplitz_block` shifts and reverses them) and set out = A^-1 b; where ``diagonal`` has
+    n entries, also write A^-1's diagonal into it, add lam A^-1 into ``inverse_sum``'s upper
+    triangle and return tr(A^-1 K) (an empty ``diagonal``: only the solve, and 0).  The choice is
+    by the array's length, not a bool argument: the constants True and False at the two calls
+    would be typed as two literals and compile this twice (0.5 s)."""
     n = first.shape[0]
+    accumulate = diagonal.shape[0] == n
     row, previous = first.copy(), np.empty(n)
     for i in range(n):
         out[i] = 0.0
