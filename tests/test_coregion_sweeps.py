@@ -23,6 +23,11 @@ B = rng.standard_normal((Q, P, P))
 FIELD_K, FIELD_T = rng.uniform(0.1, 2.0, (Q, U1, U2)), rng.standard_normal((Q, U1, U2))
 
 
+def test_output_runs_split_the_columns_where_the_output_changes():
+    np.testing.assert_array_equal(sweeps.output_runs(P2), [0, 1, 2, 4, 5, 7])
+    np.testing.assert_array_equal(sweeps.output_runs(np.zeros(0, dtype=np.intp)), [0])
+
+
 def test_coregion_add_makes_the_sum_of_the_gathered_parts_to_the_last_bit():
     want, got = 0, np.full((len(POS1), len(POS2)), np.nan)       # the first part writes over anything
     for q in range(Q):
@@ -55,7 +60,8 @@ def test_the_sweeps_allocate_without_np_zeros():
                              P2, np.ones((2, len(POS2)))),
             _numpy_functions(cov.profile_and_slope, FIELD_K[0], 1.0, cov.MATERN32, FIELD_K[0].copy(),
                              FIELD_T[0].copy())]
-    assert [np.zeros in found for found in used] == [False] * 3
+    used.append(_numpy_functions(sweeps.output_runs, P2))
+    assert [np.zeros in found for found in used] == [False] * 4
 
 
 KINDS = [gd.kernels.SquaredExponential, gd.kernels.Matern32, gd.kernels.Matern52]

@@ -16,6 +16,22 @@ from numba import njit
 
 
 @njit(cache=True)
+def output_runs(p2):
+    """The starts of the runs of equal entries of ``p2`` (n2,), and n2 last: run k is
+    ``range(starts[k], starts[k + 1])`` (a long layout's rows come output by output, so that its
+    columns fall into few runs of one output)."""
+    n2 = p2.shape[0]
+    starts = np.empty(n2 + 1, dtype=np.intp)
+    runs = 0
+    for j in range(n2):
+        if j == 0 or p2[j] != p2[j - 1]:
+            starts[runs] = j
+            runs += 1
+    starts[runs] = n2
+    return starts[:runs + 1]
+
+
+@njit(cache=True)
 def coregion_add(out, K, B, pos1, p1, p2, first):
     """``out[i, j] += B[p1_i, p2_j] K[pos1_i, j]`` (one part of an LMC's Gram matrix), or ``=``
     where ``first``; the parts added one call each, in order, make the same sums as adding each
@@ -39,16 +55,10 @@ def coregion_add(out, K, B, pos1, p1, p2, first):
     n1, n2 = out.shape
     # Runs of columns of one output (coregion_vjp_sweep's): B's entry one number, the loop a
     # contiguous vector update.
-    run_start = np.empty(n2 + 1, dtype=np.intp)
-    runs = 0
-    for j in range(n2):
-        if j == 0 or p2[j] != p2[j - 1]:
-            run_start[runs] = j
-            runs += 1
-    run_start[runs] = n2
+    run_start = output_runs(p2)
     for i in range(n1):
         K_m, a, out_i = K[pos1[i]], p1[i], out[i]
-        for k in range(runs):
+        for k in range(run_start.shape[0] - 1):
             start, stop = run_start[k], run_start[k + 1]
             b = B[a, p2[start]]
             if first:
@@ -101,13 +111,7 @@ def coregion_vjp_sweep(G, K, T, B, pos1, p1, p2, A2t):
     # within a run B_q's entry is one number and G K's block sum one accumulator, and each loop
     # over a run or a row is a contiguous vector reduction: 1.5 ns an entry at 768 x 1,365, Q = 3,
     # against 3.6 with B and the block sum indexed by each column's output.
-    run_start = np.empty(n2 + 1, dtype=np.intp)
-    runs = 0
-    for j in range(n2):
-        if j == 0 or p2[j] != p2[j - 1]:
-            run_start[runs] = j
-            runs += 1
-    run_start[runs] = n2
+    run_start = output_runs(p2)
     for q in range(Q):
         for j in range(n2):
             col[q, j] = 0.0
@@ -120,7 +124,7 @@ def coregion_vjp_sweep(G, K, T, B, pos1, p1, p2, A2t):
         for q in range(Q):
             K_m, T_m, col_q = K[q, m], T[q, m], col[q]
             r = 0.0
-            for k in range(runs):
+            for k in range(run_start.shape[0] - 1):
                 start, stop = run_start[k], run_start[k + 1]
                 p = p2[start]
                 b = B[q, a, p]
