@@ -65,25 +65,59 @@ def test_block_of_a_matrix_not_positive_definite_gives_nan():
     _, log_det, _, _ = toeplitz.toeplitz_block(K[0].copy(), K, 10.0, np.ones(3), inverse_sum)
     assert np.isnan(log_det)
     np.testing.assert_array_equal(inverse_sum, 0.0)
+    # r0 = lam K[0, 0] + 1 <= 0, n = 1 and n = 3: NaN before any division, nothing added.
+    for n in (1, 3):
+        K = np.eye(n)
+        inverse_sum = np.zeros((n, n))
+        for lam in (-1.0, -2.0):
+            _, log_det, _, _ = toeplitz.toeplitz_block(K[0].copy(), K, lam, np.ones(n), inverse_sum)
+            assert np.isnan(log_det)
+        np.testing.assert_array_equal(inverse_sum, 0.0)
+
+
+@pytest.mark.parametrize("n", [1, 5, 200])
+def test_block_of_a_perturbed_toeplitz_matrix(n):
+    """K = T + E with E symmetric noise of 1e-9 relative (|lam E|_F ~ 1e-5 at lam = 40), A = lam K + I
+    with a condition number ~ 1e3: the refined solve equals A's dense solve (1e-10 relative: one
+    pass against T alone is off by ~1e-6), log|A| with its first-order term equals slogdet(A)
+    (1e-10 absolute: log|A_T| alone is off by ~1e-7), and an empty inverse_sum gives the same
+    solve and log-determinant."""
+    T = _stationary_gram(n, 0.6)
+    E = 1e-9 * RNG.uniform(-1, 1, size=(n, n))
+    K = T + E + E.T
+    lam = 40.0
+    A = lam * K + np.eye(n)
+    b = RNG.normal(size=n)
+    solved, log_det, trace, diagonal = toeplitz.toeplitz_block(T[0].copy(), K, lam, b, np.zeros((n, n)))
+    np.testing.assert_allclose(solved, np.linalg.solve(A, b), rtol=0, atol=1e-10 * np.abs(solved).max())
+    np.testing.assert_allclose(log_det, np.linalg.slogdet(A)[1], rtol=0, atol=1e-10)
+    if n > 1:
+        assert abs(np.linalg.slogdet(lam * T + np.eye(n))[1] - np.linalg.slogdet(A)[1]) > 1e-9
+    alone, alone_log_det, _, _ = toeplitz.toeplitz_block(T[0].copy(), K, lam, b, np.zeros((0, 0)))
+    np.testing.assert_array_equal(alone, solved)
+    assert alone_log_det == log_det
 
 
 def test_toeplitz_row_and_fill_lower():
     """toeplitz_row gives the diagonals' means of a matrix within its tolerance of Toeplitz (against
-    a loop over np.diagonal) and refuses one entry off by more; fill_lower makes the symmetric
+    a loop over np.diagonal) and the matrix's Frobenius distance from their Toeplitz matrix, and
+    refuses one entry off by more; fill_lower makes the symmetric
     matrix of the upper triangle (n = 130: tiles of 64 and a remainder)."""
     K = _stationary_gram(50, 1.3)
-    row, ok = toeplitz.toeplitz_row(K, 0.0)
-    assert ok
+    row, deviation, ok = toeplitz.toeplitz_row(K, 0.0)
+    assert ok and deviation < 1e-13
     np.testing.assert_allclose(row, K[0], rtol=1e-14)
     near = K + 1e-13 * RNG.uniform(-1, 1, size=K.shape)
-    assert not toeplitz.toeplitz_row(near, 0.0)[1]
-    row, ok = toeplitz.toeplitz_row(near, 2e-13)
-    means = [np.mean(np.r_[np.diagonal(near, t), np.diagonal(near, -t)]) for t in range(50)]
+    assert not toeplitz.toeplitz_row(near, 0.0)[2]
+    row, deviation, ok = toeplitz.toeplitz_row(near, 2e-13)
+    means = np.array([np.mean(np.r_[np.diagonal(near, t), np.diagonal(near, -t)]) for t in range(50)])
     assert ok
     np.testing.assert_allclose(row, means, rtol=1e-14)
+    # Both sides subtract means from entries ~1: agreement to their rounding, 1e-16 an entry.
+    np.testing.assert_allclose(deviation, np.linalg.norm(near - linalg.toeplitz(means)), rtol=0, atol=50 * 1e-16)
     off = K.copy()
     off[30, 12] += 1e-9
-    assert not toeplitz.toeplitz_row(off, 1e-12)[1]
+    assert not toeplitz.toeplitz_row(off, 1e-12)[2]
     S = RNG.normal(size=(130, 130))
     expected = np.triu(S) + np.triu(S, 1).T
     toeplitz.fill_lower(S)
@@ -199,3 +233,45 @@ def test_fit_on_a_grid_ends_where_the_fit_without_toeplitz_solves_ends(monkeypat
     new = np.linspace(-0.5, 3.5, 9)[:, None]
     for a, b in zip(fast.predict_f(new), slow.predict_f(new)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
+
+
+def test_uneven_inputs_under_a_near_constant_kernel_take_the_eigendecomposition(monkeypatch):
+    """The review's case: uneven inputs and a length-scale far above their span make K_x
+    near-constant, within TOEPLITZ_TOLERANCE of Toeplitz, but lambda |K_x - T|_F ~ 1e-2 (noise 1e-4):
+    the Toeplitz solves are refused (their log evidence was 2.6 nats off), and the result is the
+    eigendecomposition's to the last bit."""
+    uneven = np.sort(np.random.default_rng(5).uniform(0.0, 3.0, 300))[:, None]
+    rng = np.random.default_rng(1)
+    X_ = naive.isotopic_grid(uneven, P)
+    y = np.concatenate([np.sin(2.0 * uneven[:, 0] + p) for p in range(P)]) + 0.1 * rng.normal(size=300 * P)
+    k = _bound(gd.kernels.ICM(gd.kernels.SquaredExponential(2e4, 1.0), P, rank=2, W=rng.normal(size=(P, 2)),
+                              kappa=np.full(P, 0.1)), "kernel")
+    lik = _bound(gd.likelihoods.OutputGaussian(P, variance=np.full(P, 1e-4)), "likelihood")
+    _, K_x = k.kronecker_factors(X_)
+    assert toeplitz.toeplitz_row(K_x, exact.TOEPLITZ_TOLERANCE * K_x[0, 0])[2]
+    eigen = exact._kronecker(k, lik, X_, y, True, True, False)
+    taken = _spy_toeplitz(monkeypatch)
+    ev = exact.evaluate(k, lik, X_, y)
+    assert taken == [None]
+    assert ev.log_evidence == eigen.log_evidence
+
+
+@pytest.mark.parametrize("factor,taken", [(0.5, True), (2.0, False)])
+def test_condition_bound_on_either_side_of_its_limit(factor, taken, monkeypatch):
+    """A shared noise that puts Gershgorin's bound at half or twice TOEPLITZ_MAX_CONDITION: the
+    Toeplitz solves are taken below it, with the eigendecomposition's log evidence (1e-10
+    relative) and gradients (1e-6 of the largest entry), and refused above it.  (The general
+    path's Cholesky factor is the less accurate one there: 1e-9 relative from both.)"""
+    kernel = _bound(gd.kernels.ICM(gd.kernels.SquaredExponential(0.7, 1.0), P, rank=1, W=np.ones((P, 1)),
+                                   kappa=np.full(P, 0.1)), "kernel")
+    B, K_x = kernel.kronecker_factors(X)
+    row_bound = 2.0 * np.sum(np.abs(K_x[0])) - K_x[0, 0]
+    noise = np.linalg.eigvalsh(B).max() * row_bound / (factor * exact.TOEPLITZ_MAX_CONDITION)
+    likelihood = _bound(gd.likelihoods.Gaussian(noise), "likelihood")
+    spied = _spy_toeplitz(monkeypatch)
+    fast = exact.evaluate(kernel, likelihood, X, Y)
+    assert (spied[0] is not None) == taken
+    eigen = exact._kronecker(kernel, likelihood, X, Y, True, True, False)
+    np.testing.assert_allclose(fast.log_evidence, eigen.log_evidence, rtol=1e-10)
+    for name, g in eigen.grads.items():
+        np.testing.assert_allclose(fast.grads[name], g, rtol=0, atol=1e-6 * np.abs(g).max(), err_msg=name)

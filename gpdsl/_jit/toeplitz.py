@@ -22,28 +22,36 @@ from numba import njit
 
 @njit(cache=True)
 def toeplitz_block(row, K, lam, b, inverse_sum):
-    """Solve, log-determinant, trace and diagonal of A^-1 for A = lam K + I_n, K symmetric Toeplitz.
+    """Solve, log-determinant, trace and diagonal of A^-1 for A = lam K + I_n, K symmetric and
+    Toeplitz up to a small perturbation.
+
+    The recurrences invert A_T = lam T + I for the Toeplitz matrix T of ``row``; K = T + E.  The
+    solve is refined once against A itself (its error is then of order (lam |E|)^2), and log|A| is
+    log|A_T| + lam tr(A_T^-1 E), first order in E (the caller bounds lam |E|_F,
+    :func:`toeplitz_row`); the trace, the diagonal and the sum are A_T^-1's (first order in E).
 
     Parameters
     ----------
     row : ndarray, shape (n,)
-        The first row of the Toeplitz matrix taken for K in the recurrence (:func:`toeplitz_row`).
+        The first row of T (:func:`toeplitz_row`: K's diagonals' means).
     K : ndarray, shape (n, n)
-        Symmetric, Toeplitz up to rounding: the refinement and the trace read K itself.
+        Symmetric.
     lam : float
         The block's weight; A must be positive definite.
     b : ndarray, shape (n,)
         Right-hand side.
-    inverse_sum : ndarray, shape (n, n)
+    inverse_sum : ndarray, shape (n, n) or (0, 0)
         lam A^-1 is added into its upper triangle (i <= j); the strict lower triangle is not touched.
+        Empty: nothing is added (an evaluation without gradients).
 
     Returns
     -------
     solved : ndarray, shape (n,)
-        A^-1 b, with one step of iterative refinement against lam K + I.
+        A^-1 b.
     log_det : float
-        log|A| = sum_k log p_k over Schur's pivots p_k (p_0 = r0 = lam row[0] + 1); NaN where some
-        p_k <= 0 (A not numerically positive definite), and then nothing else is computed nor added.
+        log|A_T| = sum_k log p_k over Schur's pivots p_k (p_0 = r0 = lam row[0] + 1), plus the
+        first-order term; NaN where r0 or some p_k <= 0 (A not numerically positive definite), and
+        then nothing else is computed nor added.
     trace : float
         tr(A^-1 K).
     diagonal : ndarray, shape (n,)
@@ -52,14 +60,17 @@ def toeplitz_block(row, K, lam, b, inverse_sum):
     n = K.shape[0]
     r0 = lam * row[0] + 1.0
     solved, diagonal = np.empty(n), np.empty(n)
+    if not r0 > 0.0:
+        return solved, np.nan, np.nan, diagonal
     m = n - 1
     log_det = n * np.log(r0)
     if m == 0:
         inverse = 1.0 / r0
         solved[0] = inverse * b[0]
         diagonal[0] = inverse
-        inverse_sum[0, 0] += lam * inverse
-        return solved, log_det, inverse * K[0, 0], diagonal
+        if inverse_sum.shape[0] == n:
+            inverse_sum[0, 0] += lam * inverse
+        return solved, log_det + lam * inverse * (K[0, 0] - row[0]), inverse * K[0, 0], diagonal
     # Schur's algorithm: the generator pair (p, q) of A, p shifted and q's leading entry eliminated
     # at each step, gives the reflection coefficients g_k and the pivots p_k (log|A| = sum log p_k)
     # from generator entries alone.  Durbin's algorithm gets the same coefficients from inner
@@ -108,7 +119,8 @@ def toeplitz_block(row, K, lam, b, inverse_sum):
     first[0] = gamma / r0
     for j in range(1, n):
         first[j] = u[j]
-    trace = _sweep(first, v, u, step, b, solved, K, lam, inverse_sum, diagonal)
+    trace, perturbation = _sweep(first, v, u, step, b, solved, K, row, lam, inverse_sum, diagonal)
+    log_det += lam * perturbation
     # One step of refinement: the residual against lam K + I, solved with the same rows again.
     residual = np.empty(n)
     for i in range(n):
@@ -117,26 +129,29 @@ def toeplitz_block(row, K, lam, b, inverse_sum):
             acc += K[i, j] * solved[j]
         residual[i] = b[i] - lam * acc - solved[i]
     correction = np.empty(n)
-    _sweep(first, v, u, step, residual, correction, K, lam, inverse_sum, diagonal[:0])
+    _sweep(first, v, u, step, residual, correction, K, row, lam, inverse_sum, diagonal[:0])
     for i in range(n):
         solved[i] += correction[i]
     return solved, log_det, trace, diagonal
 
 
 @njit(cache=True)
-def _sweep(first, v, u, step, b, out, K, lam, inverse_sum, diagonal):
-    """Make A^-1's upper triangle row by row (Trench's recurrence, with v and u as
-    :func:`toeplitz_block` shifts and reverses them) and set out = A^-1 b; where ``diagonal`` has
-    n entries, also write A^-1's diagonal into it, add lam A^-1 into ``inverse_sum``'s upper
-    triangle and return tr(A^-1 K) (an empty ``diagonal``: only the solve, and 0).  The choice is
-    by the array's length, not a bool argument: the constants True and False at the two calls
-    would be typed as two literals and compile this twice (0.5 s)."""
+def _sweep(first, v, u, step, b, out, K, T, lam, inverse_sum, diagonal):
+    """Make A_T^-1's upper triangle row by row (Trench's recurrence, with v and u as
+    :func:`toeplitz_block` shifts and reverses them) and set out = A_T^-1 b; where ``diagonal`` has
+    n entries, also write A_T^-1's diagonal into it, add lam A_T^-1 into ``inverse_sum``'s upper
+    triangle (where it is n x n) and return (tr(A_T^-1 K), tr(A_T^-1 (K - T))) for the Toeplitz T
+    of first row ``T`` (an empty ``diagonal``: only the solve, and (0, 0)).  The choice is by the
+    array's length, not a bool argument: the constants True and False at the two calls would be
+    typed as two literals and compile this twice (0.3 s)."""
     n = first.shape[0]
     accumulate = diagonal.shape[0] == n
+    into_sum = accumulate and inverse_sum.shape[0] == n
     row, previous = first.copy(), np.empty(n)
     for i in range(n):
         out[i] = 0.0
     trace = 0.0
+    perturbation = 0.0
     for i in range(n):
         if i > 0:
             row, previous = previous, row
@@ -149,18 +164,23 @@ def _sweep(first, v, u, step, b, out, K, lam, inverse_sum, diagonal):
         out[i] += acc
         if accumulate:
             diagonal[i] = row[i]
-            inverse_sum[i, i] += lam * row[i]
             t = 0.0
+            e = 0.0
             for j in range(i + 1, n):
-                inverse_sum[i, j] += lam * row[j]
                 t += row[j] * K[i, j]
+                e += row[j] * (K[i, j] - T[j - i])
             trace += row[i] * K[i, i] + 2.0 * t
-    return trace
+            perturbation += row[i] * (K[i, i] - T[0]) + 2.0 * e
+            if into_sum:
+                for j in range(i, n):
+                    inverse_sum[i, j] += lam * row[j]
+    return trace, perturbation
 
 
 @njit(cache=True)
 def toeplitz_row(K, tolerance):
-    """The means of K's diagonals, where every K[i, j] is within ``tolerance`` of K[0, |i - j|].
+    """The means of K's diagonals, where every K[i, j] is within ``tolerance`` of K[0, |i - j|],
+    and K's distance from their Toeplitz matrix.
 
     Parameters
     ----------
@@ -170,13 +190,16 @@ def toeplitz_row(K, tolerance):
     Returns
     -------
     row : ndarray, shape (n,)
-        row[t] = the mean of K[i, j] over |i - j| = t: where K is Toeplitz up to rounding (a
+        row[t] = the mean of K[i, j] over |i - j| = t: the Toeplitz matrix T of the means is the
+        nearest one to K in the Frobenius norm, and where K is Toeplitz up to rounding (a
         stationary kernel's distances formed through a cross term carry an error of about
-        eps |x|^2 / lengthscale^2), the Toeplitz matrix of the means is the nearest one to K in the
-        Frobenius norm, and K's rounding errors average out in it rather than pass through a row.
+        eps |x|^2 / lengthscale^2) K's rounding errors average out in it.
+    deviation : float
+        |K - T|_F.
     ok : bool
-        False at the first entry further than ``tolerance`` (``row`` is then not filled in), so
-        that a matrix far from Toeplitz costs a few comparisons.
+        False at the first entry further than ``tolerance`` from K[0, |i - j|] (``row`` and
+        ``deviation`` are then not filled in), so that a matrix far from Toeplitz costs a few
+        comparisons.
     """
     n = K.shape[0]
     row = np.empty(n)
@@ -186,12 +209,17 @@ def toeplitz_row(K, tolerance):
         for j in range(n):
             t = abs(i - j)
             if not abs(K[i, j] - K[0, t]) <= tolerance:
-                return row, False
+                return row, np.nan, False
             row[t] += K[i, j]
     row[0] /= n
     for t in range(1, n):
         row[t] /= 2 * (n - t)
-    return row, True
+    squares = 0.0
+    for i in range(n):
+        for j in range(n):
+            d = K[i, j] - row[abs(i - j)]
+            squares += d * d
+    return row, np.sqrt(squares), True
 
 
 @njit(cache=True)
