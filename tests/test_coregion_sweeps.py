@@ -4,6 +4,8 @@ each against the plain NumPy formula it replaces, the fields against central dif
 the Gram matrix, and the fused ICM/LMC VJP against the per-part path it bypasses (taken where a
 base kernel reads only some columns).  The gradients through them are also the conformance
 suite's and tests/test_multioutput_kernels.py's (central differences of the dense references)."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -99,6 +101,36 @@ def test_slope_fields_decline_what_their_contraction_cannot_carry(kernel):
     assert kernel.slope_fields(X, X, K, T) is None
     np.testing.assert_array_equal(K, 7.0)
     np.testing.assert_array_equal(T, 7.0)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Doubled(gd.kernels.SquaredExponential):
+    """A user's subclass with its own covariance (twice its parent's) and gradient."""
+
+    def gram(self, X1, X2):
+        return 2.0 * super().gram(X1, X2)
+
+    def vjp(self, X1, X2, G, K=None):
+        return super().vjp(X1, X2, 2.0 * G)
+
+
+def test_a_subclass_with_its_own_covariance_keeps_its_gradient_in_an_icm():
+    """The review's case: slope_fields declines a subclass that defines gram or vjp (the fields are
+    Stationary's covariance), so the ICM's VJP goes through the subclass's own and matches central
+    differences of its gram (the fused fields gave half the length-scale's gradient)."""
+    X = np.column_stack([rng.uniform(-1, 1, (6, 1)), [0, 1, 0, 1, 0, 1]])
+    W, kappa = np.array([[0.5], [0.2]]), np.array([0.3, 0.4])
+    G = rng.standard_normal((6, 6))
+    K, T = np.full((2, 6, 6), 7.0)
+    assert _Doubled(0.7, 1.3).slope_fields(X[:, :1], X[:, :1], K, T) is None
+    grads, _ = gd.kernels.ICM(_Doubled(0.7, 1.3), 2, W=W, kappa=kappa).vjp(X, X, G)
+    for name, index in (("kernel.lengthscale", 0), ("kernel.variance", 1)):
+        def objective(v):
+            args = [0.7, 1.3]
+            args[index] = v
+            return np.sum(G * gd.kernels.ICM(_Doubled(*args), 2, W=W, kappa=kappa).gram(X, X))
+        fd = central_difference(objective, [0.7, 1.3][index])
+        assert float(grads[name]) == pytest.approx(fd, rel=1e-7), name
 
 
 def _lmc(select=None):

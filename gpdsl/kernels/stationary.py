@@ -266,7 +266,9 @@ class Stationary(ConstantDiagonal, abstract=True):
         returns the centre for :meth:`distance_vjp`, or None (K and T unwritten) where this
         kernel's VJP does not go through the expanded distances with these fields alone: the
         exponential and rational quadratic profiles (a slope unbounded at r = 0; alpha's own
-        field), a kernel reading only some columns (``active_dims``), or a scaled input beyond
+        field), a kernel reading only some columns (``active_dims``), a subclass with its own
+        ``gram``, ``vjp`` or hyperparameters (these fields are Stationary's covariance, whose
+        gradient the subclass may no longer have), or a scaled input beyond
         :data:`EXPANSION_MAX_SCALED_NORM2`.
 
         Parameters
@@ -281,8 +283,11 @@ class Stationary(ConstantDiagonal, abstract=True):
         ndarray of shape (D,), or None
             X1's mean.
         """
-        if self.active_dims is not None or self.profile not in (_cov.SQUARED_EXPONENTIAL, _cov.MATERN32,
-                                                                _cov.MATERN52):
+        cls = type(self)
+        if (self.active_dims is not None or self.profile not in (_cov.SQUARED_EXPONENTIAL, _cov.MATERN32,
+                                                                 _cov.MATERN52)
+                or cls.gram is not Stationary.gram or cls.vjp is not Stationary.vjp
+                or cls.hyperparameters != Stationary.hyperparameters):
             return None
         centre = X1.mean(axis=0)
         inv_ls2 = self._inv_ls(X1.shape[1]) ** 2
