@@ -256,17 +256,29 @@ def coregion_vjp(owner, kernels, W, B, X1, X2, G):
     P = B.shape[1]
     inputs1, position1, p1 = _long_rows(owner, X1, P)
     inputs2, position2, p2 = (inputs1, position1, p1) if X2 is X1 else _long_rows(owner, X2, P)
-    K, T = np.empty((2, len(kernels), inputs1.shape[0], inputs2.shape[0]))
-    for q, k in enumerate(kernels):
-        centre = getattr(k, "slope_fields", lambda *_: None)(inputs1, inputs2, K[q], T[q])   # inputs1's mean
-        if centre is None:
-            return None
-    if position2.shape[0] != inputs2.shape[0]:
-        # The sweep reads each row's fields along the columns contiguously.
-        K, T = K[:, :, position2], T[:, :, position2]
-    A1, A2 = X1[:, :-1] - centre, X2[:, :-1] - centre
-    row, col, SA2, GB = _jit.coregion_vjp_sweep(np.ascontiguousarray(G, dtype=float), K, T, B, position1, p1, p2,
-                                                np.ascontiguousarray(A2.T))
+    G = np.ascontiguousarray(G, dtype=float)
+    u1, columns = inputs1.shape[0], position2.shape[0]
+    # Parts per sweep: as many as keep their fields (values and slopes at every column) within
+    # twice G's size, so that a VJP on X, X (Exact's, with u1 ~ n1) holds 2 n^2 numbers of fields
+    # rather than 2 Q n^2 (the review's 8 n^2 at Q = 4), while a sparse block's few distinct
+    # inducing inputs (u1 = M of M P rows) still take every part in one sweep over G.
+    size = max(1, min(len(kernels), G.size // max(1, u1 * columns)))
+    pieces = []
+    for start in range(0, len(kernels), size):
+        group = kernels[start:start + size]
+        K, T = np.empty((2, len(group), u1, inputs2.shape[0]))
+        for q, k in enumerate(group):
+            centre = getattr(k, "slope_fields", lambda *_: None)(inputs1, inputs2, K[q], T[q])   # inputs1's mean
+            if centre is None:
+                return None
+        if columns != inputs2.shape[0]:
+            # The sweep reads each row's fields along the columns contiguously.
+            K, T = K[:, :, position2], T[:, :, position2]
+        A2 = X2[:, :-1] - centre
+        pieces.append(_jit.coregion_vjp_sweep(G, K, T, B[start:start + size], position1, p1, p2,
+                                              np.ascontiguousarray(A2.T)))
+    row, col, SA2, GB = (np.concatenate(part) for part in zip(*pieces))
+    A1 = X1[:, :-1] - centre
     parts, d_X1 = [], np.zeros(X1.shape)
     for q, k in enumerate(kernels):
         d_inputs, d_ls = k.distance_vjp(A1, A2, row[q], col[q], SA2[q])
