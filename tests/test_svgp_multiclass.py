@@ -9,7 +9,7 @@ import pytest
 
 import gpdsl as gd
 from gpdsl.likelihoods.categorical import LINKS, Categorical
-from gpdsl.methods import common, svgp
+from gpdsl.methods import common, stochastic, svgp, svgp_classes
 
 from conftest import shared_path
 from naive import bound_pair, central_difference
@@ -296,12 +296,75 @@ def test_centred_natural_steps_reach_the_uncentred_fixed_point(link, fewest, mon
     assert steps * fewest <= steps_plain
 
 
+@pytest.mark.parametrize("link", LINKS)
+def test_centring_keeps_the_data_term_and_lowers_the_kl_by_its_formula(link):
+    """The bound at q and at q with its class mean taken out (svgp_classes.centred), written out:
+    for softmax and robust-max under a shared kernel (``centres``) the expected log-likelihood is
+    the same to 1e-12 relative, on all rows and on a batch's estimate (10 of 30 rows, scale 3),
+    and the KL is lower by K |mbar|^2 / 2, mbar = mean_k m_k (sum_k |m_k - mbar|^2 = sum_k |m_k|^2
+    - K |mbar|^2), to 1e-10; the centred q's natural parameters are those of (centred m, R).
+    Logistic-softmax's data term sees the shift (``centres`` False)."""
+    kernel, likelihood, values, X, y, Z = _problem(link)
+    bk, bl = bound_pair(kernel, likelihood, values)
+    q = svgp.CarriedQ.of(values, Z.shape[0], 3)
+    natural = svgp_classes.natural(q.m, q.R)
+    m_c, natural_c = svgp_classes.centred(q.m, natural)
+    mbar = q.m.mean(axis=1)
+    np.testing.assert_allclose(m_c, q.m - mbar[:, None], rtol=0, atol=1e-15)
+    for got, want in zip(natural_c, svgp_classes.natural(m_c, q.R)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    centred_values = {**values, **svgp.CarriedQ(m_c, q.R).as_dict()}
+    before, after = (svgp.elbo_terms(bk, bl, v, X, y, Z, jitter=1e-6) for v in (values, centred_values))
+    assert svgp_classes.centres(bk, bl, 3) == (link != "logistic_softmax")
+    rows = np.arange(0, 30, 3)
+    estimates = [stochastic.batch_gradient(bk, bl, X[rows], y[rows], Z, state, scale=3.0, jitter=1e-6)[0]
+                 for state in (q, svgp.CarriedQ(m_c, q.R))]
+    if link == "logistic_softmax":
+        assert abs(after.expected_log_lik - before.expected_log_lik) > 1e-2
+        return
+    assert after.expected_log_lik == pytest.approx(before.expected_log_lik, rel=1e-12)
+    assert before.kl - after.kl == pytest.approx(3 * mbar @ mbar / 2.0, rel=1e-10)
+    assert estimates[1] - estimates[0] == pytest.approx(3 * mbar @ mbar / 2.0, rel=1e-10)
+
+
+@pytest.mark.parametrize("one_pass", [False, True])
+@pytest.mark.parametrize("link", ["softmax", "robustmax"])
+def test_the_minibatch_step_centres_the_q_it_reaches(link, one_pass, monkeypatch):
+    """From a centred q, minibatch_update's step is the uncentred step's (``shift_invariant`` off)
+    with the class mean mbar of the q it reached taken out by hand: m_k - mbar, S_k^-1 m_k -
+    S_k^-1 mbar, R the same (1e-12); the estimate at the new q (``one_pass`` False) higher by
+    K |mbar|^2 / 2, at the starting one (``one_pass``) the same; the hyperparameters' and Z's
+    gradients the same (the data term ignores the shift, the KL has no hyperparameters)."""
+    kernel, likelihood, values, X, y, Z = _problem(link)
+    bk, bl = bound_pair(kernel, likelihood, values)
+    q = svgp.CarriedQ.of(values, Z.shape[0], 3)
+    start = q._replace(m=svgp_classes.centred(q.m)[0])
+    runs = []
+    for invariant in (False, True):
+        monkeypatch.setattr(Categorical, "shift_invariant", invariant)
+        runs.append(svgp.minibatch_update(bk, bl, X[:12], y[:12], Z, start, scale=2.5, rho=0.3, jitter=1e-6,
+                                          one_pass=one_pass))
+    (plain, elbo_plain, grads_plain, dZ_plain, _), (moved, elbo, grads, dZ, _) = runs
+    mbar = plain.m.mean(axis=1)
+    assert np.max(np.abs(mbar)) > 1e-3                    # the step moved the class mean
+    np.testing.assert_allclose(moved.m, plain.m - mbar[:, None], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(moved.R, plain.R, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(moved.natural[0], plain.natural[0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(moved.natural[1], plain.natural[1] - plain.natural[0] @ mbar, rtol=1e-12, atol=1e-12)
+    assert elbo - elbo_plain == pytest.approx(0.0 if one_pass else 3 * mbar @ mbar / 2.0, rel=1e-9, abs=1e-9)
+    for name in grads:
+        np.testing.assert_allclose(grads[name], grads_plain[name], rtol=1e-9, atol=1e-9, err_msg=name)
+    np.testing.assert_allclose(dZ, dZ_plain, rtol=1e-9, atol=1e-9)
+
+
 class _ClippedCurvature:
     """A likelihood whose dE/dvar is capped at 0: its conjugate sites are the minibatch step's
     clipped ones, w = max(-2 dE/dvar, 0)."""
 
     def __init__(self, likelihood):
+        # Capping dE/dvar keeps a shift-invariant likelihood's terms invariant: centred as the step is.
         self.likelihood, self.n_latent = likelihood, likelihood.n_latent
+        self.shift_invariant = likelihood.shift_invariant
 
     def for_rows(self, X):
         # The same density at every row (the likelihood interface's hook, which SVGP's pass calls).
@@ -316,9 +379,10 @@ class _ClippedCurvature:
 @pytest.mark.parametrize("link", ["softmax", "logistic_softmax"])
 def test_minibatch_step_on_the_whole_batch(one_pass, link):
     """With the whole batch, scale 1: the step is optimise_q's first step of size rho on the sites
-    with their precisions clipped at 0 (softmax: log-concave, nothing to clip; logistic softmax:
-    some dE/dvar > 0 here), and its estimate and gradients are evaluate's (at the new q, or with
-    ``one_pass`` at the old one)."""
+    with their precisions clipped at 0 (softmax: log-concave, nothing to clip, q's class mean
+    centred before and after as both centre it; logistic softmax: some dE/dvar > 0 here), and its
+    estimate and gradients are evaluate's (at the new q, or with ``one_pass`` at the old one,
+    centred)."""
     kernel, likelihood, values, X, y, Z = _problem(link)
     bk, bl = bound_pair(kernel, likelihood, values)
     q0 = {k: values[k] for k in ("variational.q_mu", "variational.q_sqrt")}
@@ -332,8 +396,10 @@ def test_minibatch_step_on_the_whole_batch(one_pass, link):
     if steps == 1:                            # the full step raised the bound, so optimise_q took it
         for name in q:
             np.testing.assert_allclose(q[name], ref_q[name], rtol=1e-10, atol=1e-12, err_msg=name)
-    at = {**values, **(q0 if one_pass else q)}
-    ev = svgp.evaluate(bk, bl, at, X, y, Z, jitter=1e-6)
+    # The step starts from q0 with its class mean taken out where it centres (softmax).
+    start = svgp.CarriedQ.of(q0, Z.shape[0], 3)
+    start = start._replace(m=svgp_classes.centred(start.m)[0]) if link == "softmax" else start
+    ev = svgp.evaluate(bk, bl, {**values, **(start.as_dict() if one_pass else q)}, X, y, Z, jitter=1e-6)
     assert jit == ev.jitter and elbo == pytest.approx(ev.log_evidence, rel=1e-12)
     assert set(grads) == {"kernel.lengthscale", "kernel.variance"}
     for name in grads:

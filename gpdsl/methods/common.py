@@ -676,11 +676,16 @@ def extrapolates(likelihood):
     """Whether :func:`damped_natural_steps` extrapolates the natural steps on q for ``likelihood``:
     unless it says it is not log-concave (``log_concave`` False: robust-max).  There the steps'
     path is erratic (sites of negative precision, step sizes falling to ~0.2) and extrapolating it
-    gained nothing consistent: full-batch 3-class robust-max SVGP fits on banana (200 and 500 rows,
-    seeds 0 and 1, M = 20) ended higher on two of four and lower on two (-51.12 against -52.25,
-    -52.08 / -51.96, -74.59 / -74.97, -78.05 / -77.89), in 0.7 to 2.8 times the CPU; so robust-max
-    keeps the plain steps, bit for bit as before (a 40-row problem's polished q converged in 230
-    extrapolated steps against 2,783, the one clear gain seen).
+    gains nothing consistent.  Full-batch 3-class robust-max SVGP fits on banana (200 and 500 rows,
+    seeds 0 and 1, M = 20, ``benchmarks/HISTORY.md``), with q's class mean centred
+    (:func:`gpdsl.methods.svgp.optimise_q`): extrapolated and plain reached the same bound on all
+    four (-51.0872, -51.5967, -70.0666, -75.9064; every evaluation's steps converged but one of
+    the third's, in both) in 594 / 596, 455 / 429, 641 / 648 and 1,013 / 1,127 steps, 0.95 to 1.14
+    times the CPU (the three timed warm); uncentred, both ran most evaluations to their step cap and ended apart, higher
+    on two and lower on two (-51.12 against -52.25, -52.08 / -51.96, -74.59 / -74.97, -78.05 /
+    -77.89).  So robust-max keeps the plain steps.  A 40-row problem's polished q (tol 1e-12,
+    tests/test_svgp_multiclass.py) took 71 extrapolated steps against 78 (209 against 2,724
+    uncentred).
 
     Parameters
     ----------
@@ -719,10 +724,14 @@ def damped_natural_steps(natural, target, elbo, at, tol, max_iter, polish=False,
     :data:`NATGRAD_ANDERSON_MEMORY`), taken under the same test as a plain step: a proposal
     that lowers the bound, or whose precision does not factorise, is dropped and a plain step
     follows, so every step still raises the bound.  A change of rho starts a new history (its
-    differences belong to another map).  Measured there (``benchmarks/HISTORY.md``): 606 steps,
-    all evaluations converged, against 6,300 at the cap.  The history holds 2 memory vectors of
-    the natural parameters' length; where that exceeds :data:`NATGRAD_ANDERSON_BYTES` the memory
-    shrinks, to no acceleration below two.
+    differences belong to another map).  Measured there (``benchmarks/HISTORY.md``): 1,229
+    steps, 4 of 64 evaluations capped, against 6,300.  Where the classes share one kernel, SVGP
+    now also centres q's class mean, the exact optimum along that null direction
+    (:func:`gpdsl.methods.svgp.optimise_q`): 130 steps there against 194 plain, every
+    evaluation converged, the same bound (-62.5872); the extrapolation still serves the
+    directions the centring does not reach (a kernel per class, logistic-softmax, one latent
+    function).  The history holds 2 memory vectors of the natural parameters' length; where
+    that exceeds :data:`NATGRAD_ANDERSON_BYTES` the memory shrinks, to no acceleration below two.
 
     Parameters
     ----------

@@ -12,7 +12,9 @@ Eleftheriadis & Hensman 2018, "Natural gradients in practice"):
    (:func:`gpdsl.methods.svgp.minibatch_step`); or, where the likelihood is not log-concave
    (robust-max; :func:`q_steps`), an Adam step of size ``q_learning_rate`` on q's parameters
    (``q_mu`` and the packed ``q_sqrt``, as GPflow's SVGP) along the batch's gradient, from the
-   pass that gives the hyperparameters' (:func:`batch_gradient`);
+   pass that gives the hyperparameters' (:func:`batch_gradient`).  Either way, for softmax and
+   robust-max under one kernel shared by the classes, q's class mean is then centred
+   (:func:`gpdsl.methods.svgp_classes.centres`): no batch's rows see it, and the KL is least there;
 2. an Adam step (Kingma & Ba 2015, their defaults beta1 = 0.9, beta2 = 0.999, eps = 1e-8) of size
    ``learning_rate`` on the free log-space vector of hyperparameters (and optimised Z) along the
    batch's gradient, log priors included: with ``one_pass`` (stochastic Pólya-Gamma, and SVGP's
@@ -154,7 +156,7 @@ from ..multioutput import inducing_gradient, method_inducing, output_count
 from . import svgp, svgp_finish
 from .common import VariationalState, shifted
 from .svgp import CarriedQ, initial_values, minibatch_update
-from .svgp_classes import Scratch
+from .svgp_classes import Scratch, centred, centres
 
 _ADAM_BETA1, _ADAM_BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
 # Where q moves by Adam (q_steps), the hyperparameters' Adam steps take this share of learning_rate:
@@ -491,6 +493,11 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
     q = CarriedQ.of(q, Z.shape[0], model.likelihood.n_latent)._replace(scratch=Scratch())
     trail = []               # per-step batch estimates of the negative objective, per data point
     first_order = q_steps(spec, model.likelihood) == "adam"
+    # Adam's q centred as the natural steps' (minibatch_update): from a centred start every gradient's class
+    # mean in q_mu is 0 (sum_k dE/dmean_k = 0, the KL's -m_k centred), so Adam's moments need no change.
+    centre = first_order and centres(model.kernel, model.likelihood, model.likelihood.n_latent)
+    if centre:
+        q = q._replace(m=centred(q.m)[0])
     q_adam = Adam(getattr(spec, "q_learning_rate", spec.learning_rate)) if first_order else None
     hyper_steps = Adam(spec.learning_rate * (ADAM_Q_HYPER_SHARE if first_order else 1.0))
     fired, message, step = False, "", 0
@@ -507,6 +514,9 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
             elbo, grads, dZ, q_grads, jit = batch_gradient(kernel, likelihood, X_batch, y[rows], Z, q,
                                                            offset=latent, scale=n / batch, jitter=spec.jitter)
             q = _moved_q(q, q_grads, q_adam)
+            if centre:
+                # Adam's per-entry scaling moves the class mean though its gradient is 0: projected out.
+                q = q._replace(m=centred(q.m)[0])
         else:
             q, elbo, grads, dZ, jit = minibatch_update(kernel, likelihood, X_batch, y[rows], Z, q, offset=latent,
                                                        scale=n / batch, rho=spec.natural_step, jitter=spec.jitter,

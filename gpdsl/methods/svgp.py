@@ -47,8 +47,8 @@ from ..chunks import add_partial, cache_bytes, default_chunk_size, is_chunked, m
 from ..linalg import JITTER_LADDER, inverse_lower, jitter_adjoint, lower_product, stacked, weighted_gram
 from .collapsed import factor_blocks, whitened_blocks
 from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps, extrapolates, shifted
-from .svgp_classes import (Scratch, class_products, from_natural, kept, natural, on_top, prior_plus,
-                           subtract_class_products, weighted_grams)
+from .svgp_classes import (Scratch, centred, centres, class_products, from_natural, kept, natural, on_top,
+                           prior_plus, subtract_class_products, weighted_grams)
 
 
 class ElboTerms(NamedTuple):
@@ -672,11 +672,9 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
             raise FloatingPointError("SVGP: non-finite bound")
         return elbo, prior_plus(AWA), Ar
 
-    # q's class mean, which the data term of a shift-invariant likelihood does not see, at the KL's optimum
-    # 0 (see above).
-    centre = K > 1 and getattr(likelihood, "shift_invariant", False) and getattr(kernel, "n_outputs", 1) == 1
-    if centre:
-        m = m - m.mean(axis=1, keepdims=True)
+    # q's class mean, which a shift-invariant likelihood's data term does not see, at the KL's optimum 0 (see above).
+    centre = centres(kernel, likelihood, K)
+    m = centred(m)[0] if centre else m
     rungs = JITTER_LADDER if jitter is None else (float(jitter),)
     for attempt, rung in enumerate(rungs):
         try:
@@ -691,7 +689,7 @@ def optimise_q(kernel, likelihood, values, X, y, Z, q=None, *, jitter=None, chun
     def at(natural):
         m_c, R_c = from_natural(*natural)
         if centre:
-            m_c = m_c - m_c.mean(axis=1, keepdims=True)
+            m_c = centred(m_c)[0]
         elbo_c, Lam_hat_c, eta_hat_c = natural_pass(factors, m_c, R_c)
         return elbo_c, (Lam_hat_c, eta_hat_c), (m_c, R_c)
 
@@ -709,7 +707,8 @@ def minibatch_step(kernel, likelihood, X, y, Z, q, *, scale, rho, jitter=None, o
     al. 2015 section 3; Salimbeni, Eleftheriadis & Hensman 2018): the natural-gradient step of
     size ``rho`` on q from the batch's sites (see :func:`optimise_q`), their part of the natural
     parameters times ``scale`` (an unbiased estimate of the full batch's), halved while the new
-    S^-1 fails to factorise; and the batch's
+    S^-1 fails to factorise, q's class mean centred before and after it where
+    :func:`~gpdsl.methods.svgp_classes.centres` says (as :func:`optimise_q`'s); and the batch's
     estimate of the bound, scale E_batch - KL, with its gradient in the kernel and likelihood
     hyperparameters and Z, which is ``scale`` times the batch's (KL[q(v) || p(v)] does not
     depend on them in the whitened basis).
@@ -841,8 +840,12 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
     dZ : ndarray, shape (M, D)
     jitter : float
     """
-    m, R = state.m, state.R
+    m, R, carried = state.m, state.R, state.natural
     scratch = state.scratch if state.scratch is not None else Scratch()
+    # Before the step: a no-op but on a run's first q.  Exact for a batch's estimate too (each row's term ignores it).
+    centre = centres(kernel, likelihood, m.shape[1])
+    if centre:
+        m, carried = centred(m, carried)
     if one_pass:
         factors, ((ell, AWA, Ar, Ag, Phi, grads, dZ), (_, g, _)) = _batch_pass(
             kernel, likelihood, X, y, Z, m, R, jitter, ("natural", "grad"), offset, clip=True, scratch=scratch)
@@ -854,7 +857,7 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
         factors, ((_, AWA, Ar), _, kept) = _batch_pass(kernel, likelihood, X, y, Z, m, R, jitter, ("natural",),
                                                        offset, keep=True, clip=True, scratch=scratch)
     Lam_hat = prior_plus(AWA, scale, out=AWA)              # this step's own array (the scratch's)
-    Lam, eta = state.natural if state.natural is not None else natural(m, R)
+    Lam, eta = carried if carried is not None else natural(m, R)
     while True:
         try:
             moved_Lam = np.multiply(Lam, 1.0 - rho)             # carried on: a new array
@@ -866,6 +869,8 @@ def minibatch_update(kernel, likelihood, X, y, Z, state, *, scale, rho, jitter=N
             rho *= 0.5
             if rho < NATGRAD_MIN_STEP:
                 raise FloatingPointError("SVGP: no natural-gradient step keeps S positive definite") from None
+    if centre:
+        m, moved = centred(m, moved)
     if not one_pass:
         (ell, Ag, Phi, grads, dZ), (_, g, _) = _data_pass(kernel, likelihood, X, y, Z, factors, m, R, X.shape[0],
                                                           ("grad",), offset, carried=kept, scratch=scratch)

@@ -1,5 +1,5 @@
-"""The per-class products of a K-class SVGP pass, written into one (K, ...) stack, and q's natural
-parameters (:mod:`gpdsl.methods.svgp`).
+"""The per-class products of a K-class SVGP pass, written into one (K, ...) stack, q's natural
+parameters and the centring of its class mean (:mod:`gpdsl.methods.svgp`).
 
 A pass over n rows with M inducing points and K latent functions forms, for each class k, the
 triangular products U_k = R_k^T A (M, n) and R_k (U_k D_k), the weighted grams A D_k A^T (M, M),
@@ -292,3 +292,51 @@ def prior_plus(AWA, scale=1.0, out=None):
     M = AWA.shape[-1]
     Lam_hat.reshape(-1, M * M)[:, ::M + 1] += 1.0       # each diagonal (a view: Lam_hat is C-ordered)
     return Lam_hat
+
+
+def centres(kernel, likelihood, K):
+    """Whether q's class mean is centred (:func:`centred`) for ``likelihood`` under ``kernel``: K > 1
+    latent functions, a likelihood that sees only the differences of the f_k (``shift_invariant``:
+    softmax, robust-max) and one kernel shared by the classes, so that f_nk = a_n^T m_k with one a_n
+    for every k and m_k -> m_k + delta (every k) adds a_n^T delta to every f_nk of a row alike: the
+    data term does not see it, whatever the batch.  With one kernel a class (``kernel.n_outputs``
+    K) the a_n differ and the shift is seen.
+
+    Parameters
+    ----------
+    kernel : gpdsl.kernels.Kernel
+    likelihood : gpdsl.likelihoods.Likelihood
+    K : int
+        Latent functions.
+
+    Returns
+    -------
+    bool
+    """
+    return K > 1 and getattr(likelihood, "shift_invariant", False) and getattr(kernel, "n_outputs", 1) == 1
+
+
+def centred(m, natural=None):
+    """q's whitened means with their class mean taken out, m_k - mean_j m_j, and its natural
+    parameters moved alike: where :func:`centres` holds, the data term is unchanged and the KL's
+    sum_k |m_k|^2 / 2 is least there, so this is the exact maximum of the bound (or of any batch's
+    estimate of it) along that direction, at fixed S_k.
+
+    Parameters
+    ----------
+    m : ndarray, shape (M, K)
+    natural : tuple of ndarray, optional
+        (S_k^-1 (K, M, M), S_k^-1 m_k (K, M)) of (m, R): S_k^-1 is kept, S_k^-1 m_k loses
+        S_k^-1 mean_j m_j.
+
+    Returns
+    -------
+    m : ndarray, shape (M, K)
+    natural : tuple of ndarray, or None
+    """
+    shift = m.mean(axis=1)
+    m = m - shift[:, None]
+    if natural is None:
+        return m, None
+    Lam, eta = natural
+    return m, (Lam, eta - Lam @ shift)
