@@ -267,6 +267,28 @@ def test_shift_invariance_is_what_the_expectations_do(link):
 
     assert Tempered(3, link).shift_invariant is False
 
+    class Biased(Categorical):
+        """The review's case: its own bound, which a common shift of the classes changes."""
+
+        def variational_expectations(self, y, mean, var):
+            ve, *rest = super().variational_expectations(y, mean, var)
+            return (ve + 0.5 * np.asarray(mean)[:, 0], *rest)
+
+    assert Biased(3, link).shift_invariant is False
+
+
+def test_one_kernel_a_class_is_not_centred():
+    """centres: a kernel a class (Separate, n_outputs = K) sees a common shift of the classes'
+    whitened means (each class its own projection), so q is not centred there; one shared kernel is."""
+    centres = svgp_classes.centres
+    shared = gd.kernels.SquaredExponential()
+    separate = gd.kernels.Separate(tuple(gd.kernels.SquaredExponential() for _ in range(3)))
+    assert separate.n_outputs == 3
+    assert centres(shared, Categorical(3, "softmax"), 3)
+    assert not centres(separate, Categorical(3, "softmax"), 3)
+    assert not centres(shared, Categorical(3, "logistic_softmax"), 3)
+    assert not centres(shared, Categorical(3, "softmax"), 1)
+
 
 @pytest.mark.parametrize("link, fewest", [("softmax", 1.5), ("robustmax", 10.0)])
 def test_centred_natural_steps_reach_the_uncentred_fixed_point(link, fewest, monkeypatch):

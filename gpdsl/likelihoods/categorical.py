@@ -306,8 +306,11 @@ class Categorical(Likelihood):
     @property
     def shift_invariant(self):
         """Softmax's p(y | f) (and its Jensen bound, :meth:`variational_expectations`) and
-        robust-max's depend on the differences of the f_k alone; logistic-softmax's sigma(f_k) do not."""
-        return self.link in ("softmax", "robustmax")
+        robust-max's depend on the differences of the f_k alone; logistic-softmax's sigma(f_k) do not.
+        False for a subclass with its own ``variational_expectations`` (a bound this class cannot
+        vouch for; one with its own density is reset by :class:`~gpdsl.likelihoods.base.Likelihood`)."""
+        return (self.link in ("softmax", "robustmax")
+                and type(self).variational_expectations is Categorical.variational_expectations)
 
     @classmethod
     def variants(cls):
