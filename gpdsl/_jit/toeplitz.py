@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath={"reassoc", "nsz", "contract"})
 def toeplitz_block(row, K, lam, b, inverse_sum):
     """Solve, log-determinant, trace and diagonal of A^-1 for A = lam K + I_n, K symmetric and
     Toeplitz up to a small perturbation.
@@ -135,7 +135,7 @@ def toeplitz_block(row, K, lam, b, inverse_sum):
     return solved, log_det, trace, diagonal
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath={"reassoc", "nsz", "contract"})
 def _sweep(first, v, u, step, b, out, K, T, lam, inverse_sum, diagonal):
     """Make A_T^-1's upper triangle row by row (Trench's recurrence, with v and u as
     :func:`toeplitz_block` shifts and reverses them) and set out = A_T^-1 b; where ``diagonal`` has
@@ -197,29 +197,40 @@ def toeplitz_row(K, tolerance):
     deviation : float
         |K - T|_F.
     ok : bool
-        False at the first entry further than ``tolerance`` from K[0, |i - j|] (``row`` and
-        ``deviation`` are then not filled in), so that a matrix far from Toeplitz costs a few
-        comparisons.
+        False where an entry is further than ``tolerance`` from K[0, |i - j|] (``row`` and
+        ``deviation`` are then not filled in), found at the end of the first row that has one,
+        so that a matrix far from Toeplitz costs a row or two.
     """
     n = K.shape[0]
-    row = np.empty(n)
+    # One pass: each diagonal's sum and sum of squares of the deviations d = K[i, j] - K[0, t] give
+    # its mean K[0, t] + sum d / count and sum (K - mean)^2 = sum d^2 - (sum d)^2 / count (formed
+    # from the small deviations, not from K's entries, so that nothing cancels); a row at a time,
+    # its entries with j >= i (t = j - i) and j < i (t = i - j) in two contiguous loops.
+    sums, squares = np.empty(n), np.empty(n)
     for t in range(n):
-        row[t] = 0.0
+        sums[t] = 0.0
+        squares[t] = 0.0
     for i in range(n):
-        for j in range(n):
-            t = abs(i - j)
-            if not abs(K[i, j] - K[0, t]) <= tolerance:
-                return row, np.nan, False
-            row[t] += K[i, j]
-    row[0] /= n
-    for t in range(1, n):
-        row[t] /= 2 * (n - t)
-    squares = 0.0
-    for i in range(n):
-        for j in range(n):
-            d = K[i, j] - row[abs(i - j)]
-            squares += d * d
-    return row, np.sqrt(squares), True
+        largest = 0.0
+        for j in range(i, n):
+            d = K[i, j] - K[0, j - i]
+            largest = max(largest, abs(d))
+            sums[j - i] += d
+            squares[j - i] += d * d
+        for j in range(i):
+            d = K[i, j] - K[0, i - j]
+            largest = max(largest, abs(d))
+            sums[i - j] += d
+            squares[i - j] += d * d
+        if not largest <= tolerance:
+            return sums, np.nan, False
+    row = np.empty(n)
+    total = 0.0
+    for t in range(n):
+        count = n if t == 0 else 2 * (n - t)
+        row[t] = K[0, t] + sums[t] / count
+        total += max(squares[t] - sums[t] * sums[t] / count, 0.0)
+    return row, np.sqrt(total), True
 
 
 @njit(cache=True)

@@ -91,11 +91,14 @@ def evaluate(kernel, likelihood, X, y, Z=None, *, jitter=None, chunk_size=None,
     gpdsl.methods.common.Evaluation
         log p(y) of R&W eq. 2.30, its gradients (eq. 5.9), the pseudo-data (1/noise, y/noise).
     """
+    if jitter is None:
+        # The Kronecker path raises BLAS's threads for its O(N^3) eigendecomposition alone: its
+        # Toeplitz solves' products are O(P N^2), where a second OpenBLAS thread only spins (one
+        # log evidence and gradient on EuStockMarkets: 0.22 CPU s for 0.11 s of wall at idle).
+        fast = _kronecker(kernel, likelihood, X, y, need_grad, need_state, offset_grad)
+        if fast is not None:
+            return fast
     with threads.bulk(float(X.shape[0]) ** 3):
-        if jitter is None:
-            fast = _kronecker(kernel, likelihood, X, y, need_grad, need_state, offset_grad)
-            if fast is not None:
-                return fast
         return _evaluate(kernel, likelihood, X, y, jitter, need_grad, need_state, offset_grad)
 
 
@@ -160,7 +163,8 @@ def _kronecker(kernel, likelihood, X, y, need_grad, need_state, offset_grad):
     # keeps K_x's eigenvectors, so it is built from the eigendecomposition.
     blocks = None if need_state else _toeplitz_blocks(K_x, lam, rotated, need_grad)
     if blocks is None:
-        blocks = _eigen_blocks(K_x, lam, rotated, need_grad)
+        with threads.bulk(float(N) ** 3):
+            blocks = _eigen_blocks(K_x, lam, rotated, need_grad)
         if blocks is None:
             return None
     A = U_t @ blocks.solved
