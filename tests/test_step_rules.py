@@ -145,7 +145,7 @@ def test_the_rates_of_a_run_follow_its_q_steps(link, hyper_share, q_rate, monkey
 
 
 @pytest.mark.parametrize("invariant", [True, False])
-def test_adams_q_is_centred_every_step_and_its_moments_stay_centred(invariant, monkeypatch):
+def test_adams_q_is_centred_every_step_and_its_gradients_stay_centred(invariant, monkeypatch):
     """A robust-max run's Adam steps on q (its default) centre q's class mean, as the natural steps
     do (``shift_invariant``, one kernel): every q a batch's gradient is taken at has class mean 0
     to 1e-12, so the gradient's q_mu entries (up to 16 here) have class mean 0 to 1e-12 too (the
