@@ -252,7 +252,7 @@ def stacked(blocks):
     return blocks[0][None] if len(blocks) == 1 else np.stack(blocks)
 
 
-def weighted_gram(A, v):
+def weighted_gram(A, v, lower=False):
     """A diag(v) A^T (M, M), symmetric, for A (M, n) and v (n,): where v keeps one sign, the
     symmetric rank-n update of A sqrt(|v|) (DSYRK, M^2 n flops, on the transposed view so that
     nothing is copied to Fortran order; of A itself, scaled by v, where v is one number repeated),
@@ -262,6 +262,10 @@ def weighted_gram(A, v):
     ----------
     A : ndarray, shape (M, n)
     v : ndarray, shape (n,)
+    lower : bool, default False
+        Return only the lower triangle (the strict upper one zero): for a sum over row blocks,
+        mirrored once at the end (:func:`symmetric_from_lower`) rather than per block (3.8 of a
+        17.4 ms block at M = 768, n = 1,365).
 
     Returns
     -------
@@ -271,23 +275,25 @@ def weighted_gram(A, v):
     # np.all passes (each about 3 us of NumPy's Python wrapper, three times per class in every
     # natural pass of a K-class SVGP fit); a NaN fails each comparison, as it failed each np.all.
     low, high = (v.min(), v.max()) if v.size else (0.0, 0.0)
+    finish = (lambda triangle: triangle) if lower else symmetric_from_lower
     if v.size and low == high:
         # One weight (a homoscedastic noise's 1 / sigma^2): v A A^T, with no scaled copy of A.
-        return _symmetric_from_lower(blas.dsyrk(float(v[0]), np.asarray(A, dtype=float).T, trans=1, lower=1))
+        return finish(blas.dsyrk(float(v[0]), np.asarray(A, dtype=float).T, trans=1, lower=1))
     if low >= 0.0:
         sign, root = 1.0, np.sqrt(v)
     elif high <= 0.0:
         sign, root = -1.0, np.sqrt(-v)
     else:
         P = (A * v) @ A.T
-        return 0.5 * (P + P.T)       # symmetric to the last bit, as the rank-n update's
-    return _symmetric_from_lower(blas.dsyrk(sign, (A * root).T, trans=1, lower=1))
+        P = 0.5 * (P + P.T)          # symmetric to the last bit, as the rank-n update's
+        return np.tril(P) if lower else P
+    return finish(blas.dsyrk(sign, (A * root).T, trans=1, lower=1))
 
 
-def _symmetric_from_lower(lower):
-    """The symmetric matrix whose lower triangle DSYRK wrote into ``lower`` (its upper triangle
-    zero): lower + lower^T with the doubled diagonal put back, exactly symmetric, and without the
-    mask that ``np.tril`` builds."""
+def symmetric_from_lower(lower):
+    """The symmetric matrix whose lower triangle is ``lower``'s (its strict upper triangle zero, as
+    DSYRK leaves it): lower + lower^T with the doubled diagonal put back, exactly symmetric, and
+    without the mask that ``np.tril`` builds."""
     out = lower + lower.T
     out.flat[::out.shape[0] + 1] = lower.diagonal()      # np.fill_diagonal's assignment, without its wrapper
     return out

@@ -6,7 +6,7 @@ import pytest
 from scipy.linalg import lapack
 
 import gpdsl as gd
-from gpdsl.linalg import inverse_lower, lower_product, weighted_gram
+from gpdsl.linalg import inverse_lower, lower_product, symmetric_from_lower, weighted_gram
 from gpdsl.methods import svgp, svgp_classes
 from gpdsl.sklearn import GPClassifier
 from naive import bound_pair
@@ -70,6 +70,19 @@ def test_weighted_grams_are_each_class_A_diag_v_A_transpose():
     for k in range(3):
         np.testing.assert_allclose(shared[k], (A[0] * V[k]) @ A[0].T, rtol=1e-12, atol=1e-12)
     assert np.array_equal(svgp_classes.weighted_grams(A[:1, :, :0], V[:2, :0], [0, 0]), np.zeros((2, M, M)))
+
+
+def test_weighted_gram_lower_is_the_full_ones_lower_triangle():
+    """weighted_gram(..., lower=True), as the collapsed statistics' row blocks sum it: in every
+    branch (weights <= 0, >= 0, one number repeated, mixed signs) the full form's lower triangle to
+    the last bit with the strict upper one zero, and symmetric_from_lower of it the full form."""
+    rng = np.random.default_rng(7)
+    M, n = 6, 11
+    A = rng.standard_normal((M, n))
+    for v in (-rng.uniform(0.1, 2.0, n), rng.uniform(0.1, 2.0, n), np.full(n, 0.7), rng.standard_normal(n)):
+        full, lower = weighted_gram(A, v), weighted_gram(A, v, lower=True)
+        np.testing.assert_array_equal(lower, np.tril(full))
+        np.testing.assert_array_equal(symmetric_from_lower(lower), full)
 
 
 def test_from_natural_is_the_inverse_of_the_precision_and_keeps_the_bits():

@@ -40,7 +40,7 @@ import numpy as np
 from .._jit.collapsed import contract_then_complete
 from ..chunks import add_partial, cache_bytes, default_chunk_size, map_rows
 from ..linalg import (JITTER_LADDER, cholesky, inverse_lower, jitter_adjoint, solve_lower, solve_upper_t,
-                      stacked, weighted_gram, whiten)
+                      stacked, symmetric_from_lower, weighted_gram, whiten)
 from .common import Evaluation, PredictiveState
 
 _LOG_2PI = np.log(2.0 * np.pi)
@@ -264,14 +264,14 @@ def _evaluate_at(kernel, likelihood, X, y, Z, fitc, dtc, jitter, chunk_size, nee
         if np.any(lam <= 0):
             raise FloatingPointError("FITC diagonal K_nn - Q_nn + noise is not positive")
         w = 1.0 / lam
-        return (weighted_gram(A, w), A @ (w * yb), np.sum(np.log(lam)), np.sum(w * yb * yb), np.sum(w * kff),
+        return (weighted_gram(A, w, lower=True), A @ (w * yb), np.sum(np.log(lam)), np.sum(w * yb * yb), np.sum(w * kff),
                 np.sum(w * residual)), (), kept
 
     data = (X, y, noise)
     (P, r, sum_log_lam, sum_wyy, sum_wkff, sum_wres), _, kept = map_rows(statistics_pass, data, chunk, width=m,
                                                                          keep=True)
 
-    B_minus_I = 0.5 * (P + P.T)           # A Lambda^-1 A^T = L^-1 K_uf Lambda^-1 K_fu L^-T
+    B_minus_I = symmetric_from_lower(P)   # A Lambda^-1 A^T = L^-1 K_uf Lambda^-1 K_fu L^-T
     if perturb is not None:
         B_minus_I = B_minus_I * (1.0 + _rounding_sized(perturb, m))
         r = r * (1.0 + np.finfo(float).eps * perturb.standard_normal(m))
