@@ -291,9 +291,18 @@ def weighted_gram(A, v, lower=False):
 
 
 def symmetric_from_lower(lower):
-    """The symmetric matrix whose lower triangle is ``lower``'s (its strict upper triangle zero, as
-    DSYRK leaves it): lower + lower^T with the doubled diagonal put back, exactly symmetric, and
-    without the mask that ``np.tril`` builds."""
+    """The symmetric matrix whose lower triangle is ``lower``'s: lower + lower^T with the doubled
+    diagonal put back, exactly symmetric, and without the mask that ``np.tril`` builds.
+
+    Parameters
+    ----------
+    lower : ndarray, shape (M, M)
+        Its strict upper triangle zero, as DSYRK leaves it.
+
+    Returns
+    -------
+    ndarray, shape (M, M)
+    """
     out = lower + lower.T
     out.flat[::out.shape[0] + 1] = lower.diagonal()      # np.fill_diagonal's assignment, without its wrapper
     return out
