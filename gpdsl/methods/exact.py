@@ -13,7 +13,7 @@ O((N P)^3), with the N P x N P matrix never formed (Saatci (2012), ch. 5; Bonill
 well conditioned; otherwise the general path runs.  Where K_x is also Toeplitz (a stationary
 kernel on an evenly spaced 1-D grid: a daily time series), a fit's evaluations solve its P
 blocks lambda_a K_x + I by Durbin's and Trench's algorithms in O(P N^2) instead
-(:mod:`gpdsl._jit.toeplitz`): 0.11 against 0.90 CPU s for one log evidence and gradient at
+(:mod:`gpdsl._jit.toeplitz`): 0.10 against 0.90-1.2 CPU s for one log evidence and gradient at
 P = 4, N = 1,860 (``benchmarks/bench_multioutput.py --parts kron``).  Its predictive state keeps the factors
 (:class:`gpdsl.methods.kronecker_state.KroneckerState`: eigenvectors and eigenvalues of the
 P x P and N x N factors, the whitened weights and q_mean), so that no N P x N P array is formed
@@ -129,7 +129,7 @@ def _kronecker(kernel, likelihood, X, y, need_grad, need_state, offset_grad):
 
     The blocks come from K_x's eigendecomposition K_x = V diag(s) V^T, A_a^-1 = V diag(w_a) V^T with
     w_ak = 1 / (lambda_a s_k + 1) (:func:`_eigen_blocks`, O(N^3)), or, in a fit's evaluations where
-    K_x is Toeplitz, from Durbin's and Trench's algorithms (:func:`_toeplitz_blocks`, O(P N^2)).
+    K_x is Toeplitz, from Schur's, Durbin's and Trench's algorithms (:func:`_toeplitz_blocks`, O(P N^2)).
     G_B and G_x go to ``kernel.kronecker_vjp``, g to ``likelihood.noise_vjp`` (a noise of one
     value an output block, checked on ``likelihood.noise(X)``).  The predictive state is a
     :class:`~gpdsl.methods.kronecker_state.KroneckerState` of the factors, with q_mean = K_ff alpha =
