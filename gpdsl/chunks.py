@@ -8,7 +8,10 @@ runs on NumPy slices in this process or, when a row input is a Dask array, as on
 row block with a tree reduction of the partial sums, on whatever scheduler is active (threads by
 default, a ``distributed.Client`` when one exists).
 """
+import collections
+import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -173,7 +176,8 @@ def map_rows(fn, rows, chunk_size, width=0, carried=None, keep=False):
     fn : callable
         Called with one block of each array of ``rows`` (in order), then, with ``carried``, that
         block's carried item.  Returns ``(summed, per_row)``: a tuple of partial sums and a tuple
-        of (block rows,) arrays; with ``keep``, ``(summed, per_row, kept)``.
+        of (block rows,) arrays; with ``keep``, ``(summed, per_row, kept)``.  Pure: blocks may
+        run at once on threads (or Dask workers), so it changes nothing it did not create.
     rows : sequence of arrays
         Row-aligned arrays, first axis N each: NumPy arrays, or Dask arrays in row chunks (one
         chunk across any further axis).  With any Dask array, the blocks are the first Dask
@@ -182,10 +186,13 @@ def map_rows(fn, rows, chunk_size, width=0, carried=None, keep=False):
     chunk_size : int
         Rows per block of in-memory input.
     width : int
-        M of a pass whose blocks do O(rows M^2) BLAS work: with ``N width^2`` flops at least
-        :data:`gpdsl.threads.BULK_FLOPS` an in-memory pass runs with the thread count
-        ``gd.set_num_threads`` asked for (:func:`gpdsl.threads.bulk`; one thread without it, as
-        measured faster there); 0 keeps one thread.  A Dask pass is parallel over its tasks.
+        M of a pass whose blocks do O(rows M^2) BLAS work: an in-memory pass of more than one
+        block and ``N width^2`` flops at least :data:`gpdsl.threads.BULK_FLOPS`, inside a fit or
+        prediction, runs its blocks on :func:`gpdsl.threads.block_workers` threads, each with
+        one BLAS thread (the results are the one-thread pass's to the bit); a pass of one block
+        runs with the BLAS thread count ``gd.set_num_threads`` asked for
+        (:func:`gpdsl.threads.bulk`; one thread without it, as measured faster there); 0 keeps
+        one thread.  A Dask pass is parallel over its tasks.
     carried : list or None
         One item per block from an earlier pass's ``kept`` (what a block may reuse, such as
         L^-1 K_uf), or None.
@@ -203,16 +210,45 @@ def map_rows(fn, rows, chunk_size, width=0, carried=None, keep=False):
         total, stacked, kept = _map_rows_dask(fn, rows, carried, keep)
     else:
         n = rows[0].shape[0]
+        slices = row_slices(n, chunk_size)
+
+        def block(i):
+            return fn(*(tuple(a[slices[i]] for a in rows) + ((carried[i],) if carried is not None else ())))
+
         tree, parts, kept = _TreeSum(), [], []
-        with threads.bulk(float(n) * width * width, automatic=False):
-            for i, slc in enumerate(row_slices(n, chunk_size)):
-                args = tuple(a[slc] for a in rows) + ((carried[i],) if carried is not None else ())
-                out = fn(*args)
+        flops = float(n) * width * width
+        workers = threads.block_workers(flops) if len(slices) > 1 else 1
+        with contextlib.ExitStack() as region:
+            if workers == 1:
+                region.enter_context(threads.bulk(flops, automatic=False))
+            for out in _in_order(block, len(slices), workers):
                 tree.push(out[0])
                 parts.append(out[1])
                 kept.append(out[2] if keep else None)
         total, stacked = tree.total(), _stack(parts)
     return (total, stacked, kept) if keep else (total, stacked)
+
+
+def _in_order(block, count, workers):
+    """``block(i)`` for i in range(count), yielded in order: called here with one worker, else run
+    on ``workers`` threads with at most 2 ``workers`` blocks ahead of the one yielded (so that the
+    blocks' partial sums held at once stay few).  The results, and so every sum of them, are the
+    same as in order on one thread; the first block that raises stops the rest and re-raises."""
+    if workers == 1:
+        for i in range(count):
+            yield block(i)
+        return
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="gpdsl-rows")
+    try:
+        pending = collections.deque()
+        for i in range(count):
+            pending.append(pool.submit(block, i))
+            if len(pending) > 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def row_blocks(rows):

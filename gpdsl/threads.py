@@ -25,10 +25,17 @@ full predictive covariances, which are a few large BLAS calls.  The row-chunked 
 them slower, not faster, even on an idle machine (issue 29, 2 cores, load 0.2-0.9, one thread
 against two: VFE on sine 90,000 x 1 at M = 128 9.8 s CPU / 9.8 s wall against 24.7 / 12.5;
 FITC-EP on twonorm 5.4 / 5.4 against 11.0 / 6.3; full-batch probit SVGP 10.2 / 10.2 against
-30.6 / 15.5).  They use more than one thread only when ``gd.set_num_threads`` asked for it.
+30.6 / 15.5).  So a pass of several blocks runs its *blocks* on the bulk count of threads
+instead (:func:`block_workers`), each block with one BLAS thread: each thread is busy through a
+whole block, with nothing to wait for.  That needs the GIL released through a block: every
+Numba kernel is compiled with ``nogil=True`` and the two level-3 products of the passes go
+through :mod:`gpdsl.released_blas`.  One bound and gradient of a collapsed LMC at 10^5 rows
+(M P = 768, 74 blocks, idle 2 cores): 6.1 s wall on one thread, 3.5 s on two (CPU 6.1 -> 6.6 s),
+the same bits.  A pass of one block keeps one thread unless ``gd.set_num_threads`` asked for
+more.
 
-gpdsl's Numba kernels are serial (none uses ``parallel=True``); :func:`set_num_threads` also
-caps Numba's thread pool so that a parallel kernel added later obeys the same setting.
+:func:`set_num_threads` also caps Numba's thread pool, so that a parallel Numba kernel, if one
+is added, obeys the same setting (none uses ``parallel=True``).
 """
 from __future__ import annotations
 
@@ -153,6 +160,30 @@ def managed(func):
         finally:
             _state.bulk = None
     return wrapper
+
+
+def block_workers(flops):
+    """The threads an in-memory row-chunked pass of ``flops`` runs its blocks on
+    (:func:`gpdsl.chunks.map_rows`), each block with one BLAS thread.
+
+    Inside a :func:`managed` region, a pass of at least :data:`BULK_FLOPS` flops gets the
+    region's bulk count (automatic, or ``set_num_threads``'s); otherwise, and outside a region
+    (where the user's BLAS setting is in force), one.  Unlike OpenBLAS's threads inside each
+    product, block threads have no small calls to wake up for: a block is one slice of rows
+    through every product and elementwise pass of the method, whose Numba kernels and BLAS
+    calls release the GIL (:mod:`gpdsl.released_blas`).
+
+    Parameters
+    ----------
+    flops : float
+        The pass's work, about N M^2.
+
+    Returns
+    -------
+    int
+    """
+    count = getattr(_state, "bulk", None)
+    return 1 if count is None or flops < BULK_FLOPS else count
 
 
 @contextmanager

@@ -1,6 +1,8 @@
 """BLAS threads under gpdsl's control (gpdsl.threads): one thread inside fits and sweeps, the
-automatic bulk count for dense factorisations, set_num_threads's count for large map_rows passes,
-the user's setting respected and restored."""
+bulk count for dense factorisations and as the block threads of large map_rows passes (one BLAS
+thread each, the one-thread pass's results to the bit), the user's setting respected and restored."""
+import threading
+
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -43,39 +45,57 @@ def test_sweeps_run_on_one_thread_and_the_setting_is_restored(monkeypatch, two_t
     assert _blas_threads() == [2]                      # the user's setting is back after the fit
 
 
-def _vfe_pass_threads(monkeypatch, n):
-    """BLAS threads seen inside the row chunks of one VFE evaluation with N = n, M = 64."""
+def _vfe_pass_threads(monkeypatch, n, chunk_size=None):
+    """(BLAS threads, the Python thread's name) seen inside the row chunks of one VFE evaluation
+    with N = n, M = 64."""
     seen = []
     rows = collapsed.whitened_rows
 
     def spy(*args):
-        seen.append(_blas_threads())
+        seen.append((_blas_threads(), threading.current_thread().name))
         return rows(*args)
 
     monkeypatch.setattr(collapsed, "whitened_rows", spy)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, 1))
-    model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.Fixed(X[:64]), gd.inference.VFE())
+    model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.Fixed(X[:64]),
+                     gd.inference.VFE(chunk_size=chunk_size))
     model.evaluate({"kernel.lengthscale": np.array(1.0), "kernel.variance": np.array(1.0),
                     "likelihood.variance": np.array(0.1)}, X, np.sin(X[:, 0]), X[:64], need_grad=False)
     return seen
 
 
-def test_large_passes_use_the_bulk_count_small_ones_one_thread(monkeypatch, two_threads):
+def _on_block_threads(seen):
+    """Every block with one BLAS thread, on gpdsl's row threads (not the caller's)."""
+    return seen and all(blas == [1] and name.startswith("gpdsl-rows") for blas, name in seen)
+
+
+def _on_caller(seen, blas_threads):
+    return seen and all(blas == [blas_threads] and name == threading.current_thread().name for blas, name in seen)
+
+
+def test_large_passes_run_blocks_on_threads_small_ones_on_one_thread(monkeypatch, two_threads):
     gd.set_num_threads(2)
     assert gd.get_num_threads() == 2
     big = int(threads.BULK_FLOPS / 64 ** 2) + 1              # n M^2 just above the threshold
-    assert all(s == [2] for s in _vfe_pass_threads(monkeypatch, big))
-    assert all(s == [1] for s in _vfe_pass_threads(monkeypatch, 2000))
+    assert big > gd.chunks.default_chunk_size(big, 64)       # more than one block
+    assert _on_block_threads(_vfe_pass_threads(monkeypatch, big))
+    # One block of the same size: its products get the bulk count instead.
+    assert _on_caller(_vfe_pass_threads(monkeypatch, big, chunk_size=big), 2)
+    assert _on_caller(_vfe_pass_threads(monkeypatch, 2000, chunk_size=500), 1)
+    gd.set_num_threads(1)
+    assert _on_caller(_vfe_pass_threads(monkeypatch, big), 1)
 
 
-def test_row_passes_ignore_the_automatic_count_dense_factorisations_use_it(monkeypatch, two_threads):
+def test_row_passes_and_dense_factorisations_use_the_automatic_count(monkeypatch, two_threads):
     monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     gd.set_num_threads(None)
     assert gd.get_num_threads() == 2
     big = int(threads.BULK_FLOPS / 64 ** 2) + 1
-    assert all(s == [1] for s in _vfe_pass_threads(monkeypatch, big))
+    assert _on_block_threads(_vfe_pass_threads(monkeypatch, big))
+    # A single block's products stay on one thread unless set_num_threads asked for more.
+    assert _on_caller(_vfe_pass_threads(monkeypatch, big, chunk_size=big), 1)
     seen = []
     factor = gd.methods.exact.cholesky
 
@@ -91,12 +111,86 @@ def test_row_passes_ignore_the_automatic_count_dense_factorisations_use_it(monke
     assert seen and all(s == [2] for s in seen)
 
 
+def test_block_threads_give_the_one_thread_evaluation_to_the_bit(two_threads):
+    """VFE's bound and every gradient (two passes, the second over the first's kept blocks) on
+    two block threads against one: the same partial sums added in the same tree."""
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-3, 3, (6000, 2))
+    y = np.sin(X[:, 0]) * np.cos(X[:, 1]) + 0.1 * rng.standard_normal(6000)
+    Z = X[:150]
+    model = gd.Model(gd.kernels.Matern52(np.array([1.0, 1.5]), 1.0), gd.likelihoods.Gaussian(0.1),
+                     gd.inducing.Fixed(Z), gd.inference.VFE(chunk_size=700))
+    values = model.parameter_table(X, Z).values()
+    out = {}
+    for count in (1, 2):
+        gd.set_num_threads(count)
+        out[count] = model.evaluate(values, X, y, Z)
+    assert out[2].log_evidence == out[1].log_evidence
+    assert out[2].grads.keys() == out[1].grads.keys()
+    for name in out[1].grads:
+        assert np.array_equal(out[2].grads[name], out[1].grads[name]), name
+    assert np.array_equal(out[2].dZ, out[1].dZ)
+
+
+def test_a_failing_block_stops_the_pass_and_raises(two_threads):
+    """The first block that raises (in block order) re-raises in the caller, and the blocks not
+    yet started are not run."""
+    started = []
+
+    def fn(x):
+        started.append(int(x[0]))
+        if x[0] == 4:
+            raise FloatingPointError("block 4")
+        return (x.sum(),), (x,)
+
+    rows = (np.arange(400.0),)
+
+    @threads.managed
+    def run():
+        return gd.chunks.map_rows(fn, rows, 1, width=10 ** 4)
+
+    gd.set_num_threads(2)
+    with pytest.raises(FloatingPointError, match="block 4"):
+        run()
+    assert 4 in started and len(started) < 400
+    gd.set_num_threads(1)
+    started.clear()
+    with pytest.raises(FloatingPointError, match="block 4"):
+        run()
+    assert started == [0, 1, 2, 3, 4]
+
+
+def test_block_threads_keep_the_block_order(two_threads):
+    """Per-row results concatenated in row order and partial sums added in the one-thread tree,
+    whatever order the threads finish in."""
+    delays = np.random.default_rng(0).uniform(0, 2e-3, 64)
+
+    def fn(x):
+        import time
+        time.sleep(delays[int(x[0]) // 7])
+        return (np.array([x[0] * 1e16, x.sum()]),), (x * 2.0,)
+
+    rows = (np.arange(448.0),)
+
+    @threads.managed
+    def run():
+        return gd.chunks.map_rows(fn, rows, 7, width=10 ** 4)
+
+    gd.set_num_threads(1)
+    (one,), (per_row_one,) = run()
+    gd.set_num_threads(3)
+    (three,), (per_row_three,) = run()
+    assert np.array_equal(per_row_three, np.arange(448.0) * 2.0)
+    assert np.array_equal(per_row_one, per_row_three)
+    assert np.array_equal(one, three)
+
+
 def test_an_enclosing_limit_caps_the_bulk_count(monkeypatch):
     gd.set_num_threads(None)
     with threadpool_limits(1, user_api="blas"):
         assert gd.get_num_threads() == 1
         big = int(threads.BULK_FLOPS / 64 ** 2) + 1
-        assert all(s == [1] for s in _vfe_pass_threads(monkeypatch, big))
+        assert _on_caller(_vfe_pass_threads(monkeypatch, big), 1)
 
 
 def test_automatic_count_leaves_busy_cores_alone(monkeypatch, two_threads):

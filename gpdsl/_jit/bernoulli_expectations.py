@@ -17,7 +17,7 @@ from numba import njit
 from .special import norm_logcdf_ratio
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _log_density_slopes(z, probit):
     """(log p, d log p / dz, d log p / dz less a constant, d^2 log p / dz^2) at z = y (f + bias).
 
@@ -40,7 +40,7 @@ def _log_density_slopes(z, probit):
     return z - math.log1p(e), big, -small, -big * small
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bernoulli_expectations(y, mean, var, bias, probit, nodes, weights, starts, sd_max, spread_max):
     """The rule's E_q[log p(y_n | f_n)] and its derivatives, row by row, each row by the first
     rule of a ladder that covers it.

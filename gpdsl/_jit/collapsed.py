@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def contract_then_complete(G, K, beta, e, w):
     """Per column n, ``k_n^T g_n``, then ``G[:, n] = w_n (G[:, n] + beta e_n)`` in place.
 

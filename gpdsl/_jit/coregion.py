@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def output_runs(p2):
     """The starts of the runs of equal entries of ``p2`` (n2,), and n2 last: run k is
     ``range(starts[k], starts[k + 1])`` (a long layout's rows come output by output, so that its
@@ -31,7 +31,7 @@ def output_runs(p2):
     return starts[:runs + 1]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def coregion_add(out, K, B, pos1, p1, p2, first):
     """``out[i, j] += B[p1_i, p2_j] K[pos1_i, j]`` (one part of an LMC's Gram matrix), or ``=``
     where ``first``; the parts added one call each, in order, make the same sums as adding each
@@ -69,7 +69,7 @@ def coregion_add(out, K, B, pos1, p1, p2, first):
                     out_i[j] += b * K_m[j]
 
 
-@njit(cache=True, fastmath={"reassoc", "nsz", "contract"})
+@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz", "contract"})
 def coregion_vjp_sweep(G, K, T, B, pos1, p1, p2, A2t):
     """Contract the adjoint G of an LMC Gram block with each part's values and slopes.
 

@@ -25,7 +25,7 @@ _SQRT3 = np.sqrt(3.0)
 _SQRT5 = np.sqrt(5.0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def slope_adjoint(r2, K, G, variance, kind, alpha):
     """Contract an adjoint G with K = variance * p(r2); all arrays (n1, n2).
 
@@ -75,7 +75,7 @@ def slope_adjoint(r2, K, G, variance, kind, alpha):
     return S, row, col, d_variance / variance, d_alpha
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def profile_and_slope(r2, variance, kind, K, T):
     """``K = variance * p(r2)`` and ``T = variance * dp/dr2`` for the Matern 3/2 and 5/2 profiles,
     in one sweep (``T`` may be ``r2`` itself: each entry is read before it is written).
@@ -107,7 +107,7 @@ def profile_and_slope(r2, variance, kind, K, T):
                 T[i, j] = -5.0 / 6.0 * (1.0 + s) * e
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def scaled_sqdist(X1, X2, inv_ls):
     """``r2_ij = sum_d ((X1_id - X2_jd) inv_ls_d)^2`` pair by pair (exactly 0 at a coincident pair).
 
@@ -126,7 +126,7 @@ def scaled_sqdist(X1, X2, inv_ls):
     return r2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def distance_adjoint(X1, X2, inv_ls, S):
     """Contract S (n1, n2), the adjoint of :func:`scaled_sqdist`'s r2, with its derivatives.
 

@@ -58,7 +58,7 @@ def _site_update(i, marginal_var, marginal_mean, tau, nu, y, param, project, qua
     return tau_new, nu_new, True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def dense_sequential_sweep(Sigma, mu, tau, nu, y, param, project, quantile, damping, table, grid):
     """One sequential sweep over a dense posterior (Rasmussen & Williams Algorithm 3.5).
 
@@ -98,7 +98,7 @@ def dense_sequential_sweep(Sigma, mu, tau, nu, y, param, project, quantile, damp
     return max_change, skipped
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def parallel_site_updates(marginal_var, marginal_mean, tau, nu, y, param, project, quantile, damping, table, grid):
     """Update every site from the same marginals (the caller refreshes the posterior after)."""
     n = y.shape[0]
@@ -123,7 +123,7 @@ def parallel_site_updates(marginal_var, marginal_mean, tau, nu, y, param, projec
 # uses), registered under a gpdsl symbol and declared as an external function, so that the cached
 # machine code refers to it by name.  All arguments are pointers (the Fortran convention).
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def tilted_projections(y, mu_cav, var_cav, param, project, quantile):
     """log Z_i and the tilted mean and variance of every site at its cavity N(mu_cav_i, var_cav_i),
     (N,) each: ``project`` as in the sweeps (no lookup table: the moments are EP's or QP's own)."""
@@ -134,7 +134,7 @@ def tilted_projections(y, mu_cav, var_cav, param, project, quantile):
     return log_z, mean, var
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def summed_log_z_gradient(y, mu_cav, var_cav, param, log_z_gradient):
     """sum_i d log Z_i / d theta at fixed cavities, (len(param),): ``log_z_gradient(y_i, mu, var,
     param)`` the likelihood's tuple of derivatives (:mod:`gpdsl._jit.projections`)."""
@@ -172,7 +172,7 @@ def _blas_workspace():
     return ch, np.empty(6, np.int32), np.empty(2)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _gemm(trans_a, trans_b, p, q, k, alpha, A, B, beta, C, ch, iw, fw):
     """C[:p, :q] = alpha op(A) op(B) + beta C[:p, :q] for C-ordered 2-D arrays, op(A) (p, k) and
     op(B) (k, q) their leading blocks (or those of their transposes); row strides from the shapes.
@@ -251,7 +251,7 @@ def _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, project, quantile, da
 # fastmath=False explicitly: Numba compiles a function that sets no fastmath option with the
 # fastmath of the caller that compiles it first, and then serves that version (from the disk cache
 # too) to every caller.
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _fitc_site_exact(i, s, h_i, d, P, nu_vec, tau, nu, y, param, project, quantile, damping, table, grid):
     """:func:`_fitc_site` without fastmath, for :func:`fitc_sequential_sweep_rank1` (fastmath)."""
     return _fitc_site(i, s, h_i, d, P, nu_vec, tau, nu, y, param, project, quantile, damping, table, grid)
@@ -326,7 +326,7 @@ def _apply_block(ME, WE, T, alpha, beta, C, UE, UaE, r, no, tr, ch, iw, fw):
     _gemm(tr, no, m, m + 1, r, -1.0, UE, UaE, 1.0, ME, ch, iw, fw)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fitc_sequential_sweep(d, P, Minv, nu_vec, gamma, tau, nu, y, param, project, quantile, damping, table, grid,
                           start, block):
     """One sequential FITC-EP sweep from site ``start`` (Naish-Guzman & Holden, section 3), with
@@ -383,7 +383,7 @@ def fitc_sequential_sweep(d, P, Minv, nu_vec, gamma, tau, nu, y, param, project,
     return max_change, skipped, stop
 
 
-@njit(cache=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def fitc_sequential_sweep_rank1(d, P, Minv, nu_vec, gamma, tau, nu, y, param, project, quantile, damping, table, grid,
                                 start):
     """One sequential FITC-EP sweep from site ``start``, one site at a time (Naish-Guzman & Holden,

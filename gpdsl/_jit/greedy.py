@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def weighted_argmax(d, w, floor):
     """``(j, w_j d_j, sum_n w_n d_n)`` with j the first n maximising w_n d_n among the points
     with d_n > floor_n and w_n d_n > 0 (j = -1 when there is none).  d, w, floor (N,)."""
@@ -27,7 +27,7 @@ def weighted_argmax(d, w, floor):
     return best, best_value, trace
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pivoted_cholesky_step(C, m, j, k, d, w, floor, eps):
     """Add pivot j: write row m of C (cap, N) and update d (N,) in place.  k (N,) is K(X, x_j).
 
@@ -38,7 +38,7 @@ def pivoted_cholesky_step(C, m, j, k, d, w, floor, eps):
     return weighted_argmax(d, w, floor)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def block_step(C, m, c_j, d_j, k, j, d, eps):
     """Add a pivot to the columns of one row block: write row m of C (cap, n) and update the
     block's residual d (n,) in place.  c_j (m,) is the pivot's column C[:m, j] of the whole
@@ -59,7 +59,7 @@ def block_step(C, m, c_j, d_j, k, j, d, eps):
         d[i] = v if v > 0.0 else 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bound_scores(C, m, candidates, K_cand, d, w, r, LB, c, eps):
     """Increase of the collapsed bound when each candidate joins S (Titsias 2009 section 3.2).
 

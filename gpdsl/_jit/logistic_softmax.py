@@ -25,7 +25,7 @@ _LOG2 = math.log(2.0)
 _TRIGAMMA_SERIES = (1.0 / 6.0, -1.0 / 30.0, 1.0 / 42.0, -1.0 / 30.0, 5.0 / 66.0, -691.0 / 2730.0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def trigamma(x):
     """psi'(x) for x > 0: the recurrence psi'(x) = psi'(x + 1) + 1/x^2 up to x >= 10, then the
     asymptotic series; absolute error ~1e-16."""
@@ -40,7 +40,7 @@ def trigamma(x):
     return shift + 1.0 / x + 0.5 * inv2 + series * inv2 / x
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _theta1(c):
     """E[omega] under PG(1, c) = tanh(c/2) / (2c), Taylor series 1/4 - c^2/48 + c^4/480 below 1e-3."""
     if c < 1e-3:
@@ -49,7 +49,7 @@ def _theta1(c):
     return math.tanh(0.5 * c) / (2.0 * c)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _solve_alpha(H, K):
     """The root alpha >= 1 of alpha = 1 + exp(psi(alpha)) H / K (the joint optimum of q(lambda_i)
     and the gamma_ik; H = sum_k h_ik < K so the right side is a contraction) by Newton's method,
@@ -82,7 +82,7 @@ def _solve_alpha(H, K):
     return a
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _row_optimum(mean, var, i, c, gamma, tilt):
     """Row i's local optimum (:func:`ls_local_update`) written into c[i], gamma[i] and
     tilt[i] = exp(-c[i]) (what theta's tanh(c/2) = (1 - tilt) / (1 + tilt) reuses); returns
@@ -105,7 +105,7 @@ def _row_optimum(mean, var, i, c, gamma, tilt):
     return a
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def ls_local_update(codes, mean, var):
     """The local optimum at the marginals q(f_ik) = N(mean_ik, var_ik): c_ik = sqrt(mean^2 + var),
     and jointly (gamma_ik, alpha_i, beta_i = K) with gamma_ik = exp(psi(alpha_i) - log K) h_ik,
@@ -121,7 +121,7 @@ def ls_local_update(codes, mean, var):
     return c, gamma, alpha
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def ls_local_terms(codes, c, gamma, alpha, beta, residual):
     """theta_ik = (y_ik + gamma_ik) tanh(c_ik/2) / (2 c_ik), kappa_ik = (y_ik - gamma_ik) / 2 and the
     row sums of the bound's terms in the local variables alone (module docstring, eq. (B)):
@@ -158,7 +158,7 @@ def ls_local_terms(codes, c, gamma, alpha, beta, residual):
     return theta, kappa, total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def ls_expectations(codes, mean, var):
     """The per-row bound at the local optimum (:func:`ls_local_update`) of given marginals, and its
     derivatives (envelope theorem: the partials at the optimal locals):
@@ -191,7 +191,7 @@ def ls_expectations(codes, mean, var):
     return bound, d_mean, d_var
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def ls_variances(V, residual):
     """var_ik = residual_ik + |V[k, :, i]|^2 for a stack V (K, M, n) of whitened products
     (L_Bk^-1 L_k^-1 K^k_uf, or R_k^T L^-1 K_uf) and residual (n, K), or (n, 1) shared by the

@@ -113,13 +113,13 @@ def _chain(parts, counts, p, start, name):
         return project_p, gradient_p
     project_rest, gradient_rest = _chain(parts, counts, p + 1, start + counts[p], name)
 
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
     def project(y, mu, var, params, quantile, table, grid):
         if y[0] == p:
             return project_p(y, mu, var, params, quantile, table, grid)
         return project_rest(y, mu, var, params, quantile, table, grid)
 
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
     def log_z_gradient(y, mu, var, params):
         if y[0] == p:
             return gradient_p(y, mu, var, params)
@@ -136,12 +136,12 @@ def _part(functions, start, stop, total, name):
     part_project, part_gradient = functions.project, functions.log_z_gradient
     before, after = (0.0,) * start, (0.0,) * (total - stop)
 
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
     def project(y, mu, var, params, quantile, table, grid):
         log_z, mean, variance = part_project(y[1], mu + y[2], var, params[start:stop], quantile, table, grid)
         return log_z, mean - y[2], variance
 
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
     def log_z_gradient(y, mu, var, params):
         return before + part_gradient(y[1], mu + y[2], var, params[start:stop]) + after
 

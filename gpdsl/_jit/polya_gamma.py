@@ -11,7 +11,7 @@ from numba import njit
 _LOG2 = np.log(2.0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _theta(cn, tanh_half):
     """theta for one c_n >= 0 given tanh(c_n / 2).  For c < 1e-3 the Taylor series
     1/4 - c^2/48 + c^4/480 is used: the quotient loses digits there and is 0/0 at c = 0."""
@@ -21,7 +21,7 @@ def _theta(cn, tanh_half):
     return tanh_half / (2.0 * cn)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pg_theta(c):
     """theta_n = E[omega_n] = tanh(c_n / 2) / (2 c_n) under q(omega_n) = PG(1, c_n) (eq. 2.19).
     c (N,) >= 0 -> theta (N,)."""
@@ -32,7 +32,7 @@ def pg_theta(c):
     return theta
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pg_theta_kl(c):
     """theta_n (as :func:`pg_theta`) and -sum_n KL[PG(1, c_n) || PG(1, 0)] =
     sum_n [c_n/4 tanh(c_n/2) - log cosh(c_n/2)] (eq. C.1) in one pass: both need tanh(c_n/2),
@@ -50,7 +50,7 @@ def pg_theta_kl(c):
     return theta, total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pg_marginals_update(V, g, residual, shift):
     """Marginals of q*(f) at the training inputs and the closed-form local update (eq. 4.11 with
     the bias and the row's latent offset in the likelihood's argument), for one chunk of rows.

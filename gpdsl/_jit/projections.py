@@ -57,7 +57,7 @@ class SiteFunctions(NamedTuple):
 
 def site_function(dispatcher):
     """Mark a jitted function that is passed as an argument to other cached kernels, or given to
-    the rule factories of :mod:`gpdsl._jit.quadrature` (decorator, above ``@njit(cache=True)``);
+    the rule factories of :mod:`gpdsl._jit.quadrature` (decorator, above ``@njit(cache=True, nogil=True)``);
     returns it.
 
     A cached kernel that takes a function is cached under its argument types, the function's
@@ -116,12 +116,12 @@ def with_offset(functions):
         return _OFFSET_SITES[key]
     project, gradient = functions.project, functions.log_z_gradient
 
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
     def project_offset(y, mu, var, params, quantile, table, grid):
         log_z, mean, variance = project(y[0], mu + y[1], var, params, quantile, table, grid)
         return log_z, mean - y[1], variance
 
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
     def log_z_gradient_offset(y, mu, var, params):
         return gradient(y[0], mu + y[1], var, params)
 
@@ -177,7 +177,7 @@ if FunctionCache is not None:
             return sig, codegen.magic_tuple(), (code, self._cells)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bilinear(table, u, w):
     """``table`` (n_u, n_w) at the fractional indices (u, w) by bilinear interpolation, or nan
     outside [0, n_u - 1] x [0, n_w - 1] (the caller then computes the value directly)."""

@@ -151,7 +151,7 @@ _GL_CUMULATIVE = np.array([
 
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def panel_count(length, width):
     """Number of equal panels of width <= width covering a length >= 0, capped at MAX_PANELS."""
     if not length > 0.0:
@@ -180,7 +180,7 @@ def _panel_cumulative(q, half, start, out, offset):
 def wasserstein_rule(log_density):
     """:func:`wasserstein_sd` for the density ``log_density``: a jitted
     ``wasserstein_sd(loc, scale2, power, log_norm, lo, mid, hi, width_lo, width_hi)``."""
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
     def wasserstein_sd(loc, scale2, power, log_norm, lo, mid, hi, width_lo, width_hi):
         """sigma* = int phi(Phi^-1(F(x))) dx of eq. (7) on [lo, hi] by composite 20-point GL, the
         density exp(log_density(x, loc, scale2, power, log_norm)) normalised (the probit's and
@@ -230,7 +230,7 @@ def edge_rules(log_density, extra_terms):
     and the extra integrands ``extra_terms``: jitted
     ``moments_on_edges(loc, scale2, power, edges, count, extra)`` and
     ``wasserstein_sd_edges(loc, scale2, power, log_norm, edges, count)``."""
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
     def moments_on_edges(loc, scale2, power, edges, count, extra):
         """(log mass, mean, variance, e1, e2) of h(x) = exp(log_density(x, loc, scale2, power, 0))
         by composite 20-point GL on the panels [edges[p], edges[p + 1]], p < count - 1.
@@ -303,7 +303,7 @@ def edge_rules(log_density, extra_terms):
 
 
 
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
     def wasserstein_sd_edges(loc, scale2, power, log_norm, edges, count):
         """sigma* = int phi(Phi^-1(F(x))) dx of eq. (7) by composite 20-point GL on the panels
         [edges[p], edges[p + 1]], p < count - 1, which cover the support (up to a negligible mass),
@@ -385,7 +385,7 @@ def log_concave_rules(log_likelihood):
     under- or overflows and the variance cancels no more than within O(s).  With ``qp`` the
     variance is QP's sigma*^2 (Zhang et al. eq. 7, the running F as in :func:`wasserstein_rule`).
     """
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
     def tilted(y, mu, var, params, qp):
         inv_var = 1.0 / var
         lo, hi = -math.inf, math.inf

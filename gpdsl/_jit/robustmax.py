@@ -34,7 +34,7 @@ VAR_FLOOR = 1e-10
 _SATURATED = 8.5
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _cdf_pdf(z):
     """Phi(z) and phi(z) from one exponential and one of Cody's rationals.
 
@@ -51,7 +51,7 @@ def _cdf_pdf(z):
     return (upper if z < 0.0 else 1.0 - upper), _INV_SQRT2PI * gauss
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def robustmax_pass(codes, mean, var, nodes, weights, squash, need_grad, P, d_mean, d_var, work):
     """P_n = sum_q w_q prod_{j != y_n} C(z_njq) into ``P`` and, with ``need_grad``, dP/dmean and
     dP/dvar into ``d_mean`` and ``d_var``.

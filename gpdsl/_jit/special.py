@@ -73,19 +73,19 @@ _CF_DEPTH = 40
 _CF_DEEP_DEPTH = 120
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def norm_pdf(x):
     """Standard normal density phi(x)."""
     return _INV_SQRT2PI * math.exp(-0.5 * x * x)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def norm_cdf(x):
     """Standard normal CDF Phi(x) = erfc(-x / sqrt 2) / 2 (relative error ~x^2 eps / 2 for x << 0)."""
     return 0.5 * math.erfc(-x / _SQRT2)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def mills_cf(t):
     """Denominators (D1, D2, D3, D4) of Laplace's continued fraction for t >= 2.
 
@@ -104,7 +104,7 @@ def mills_cf(t):
     return d1, d2, d3, d4
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def norm_logcdf(x):
     """log Phi(x) with full relative accuracy for all x (no underflow for x << 0)."""
     if x > 0.0:
@@ -175,7 +175,7 @@ def _erfcx_tail(y):
     return (_INV_SQRTPI - s * num / den) / y
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def norm_logcdf_ratio(z):
     """log Phi(z) and the ratio phi(z) / Phi(z) together, from one rational erfcx.
 
@@ -212,7 +212,7 @@ def norm_logcdf_ratio(z):
     return math.log1p(-upper), _INV_SQRT2PI * gauss / (1.0 - upper)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def norm_ppf(p):
     """Standard normal quantile Phi^{-1}(p); -inf at p = 0, +inf at p = 1, nan outside [0, 1].
 
@@ -253,7 +253,7 @@ def norm_ppf(p):
     return x - u / (1.0 + 0.5 * x * u)                      # Halley: f'' = -x f'
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _owens_t_quad(h, a):
     """T(h, a) for h >= 0 and 0 < a <= 1 by 20-point Gauss-Legendre.
 
@@ -273,7 +273,7 @@ def _owens_t_quad(h, a):
     return total * half * _INV_2PI
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def owens_t(h, a):
     """Owen's T function T(h, a) = 1/(2 pi) int_0^a exp(-h^2 (1 + x^2) / 2) / (1 + x^2) dx.
 
@@ -302,7 +302,7 @@ def owens_t(h, a):
     return sign * (first - _owens_t_quad(ah, 1.0 / a))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bvn_cdf(h, k, rho):
     """Bivariate standard normal CDF P(X1 <= h, X2 <= k) with correlation |rho| < 1 (Owen 1956).
 
@@ -340,7 +340,7 @@ LOGIT_GH_MAX_SD = 1.0
 _WINDOW = 10.0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def log_sigmoid(x):
     """log sigma(x) = -log(1 + exp(-x)) without overflow or loss for either sign of x."""
     if x >= 0.0:
@@ -348,12 +348,12 @@ def log_sigmoid(x):
     return x - math.log1p(math.exp(x))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _log_h(z, mu, s):
     return log_sigmoid(mu + s * z) - 0.5 * z * z - _HALF_LOG_2PI
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _mode(mu, s):
     """The root of d/dz log h = s sigma(-(mu + s z)) - z, decreasing in z, bracketed by [0, s]."""
     lo, hi = 0.0, s
@@ -374,7 +374,7 @@ def _mode(mu, s):
     return z
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _panel_sum(a, b, mu, s, ref):
     """sum over the GL_NODES of [a, b] of exp(log h - ref), times the panel's half width."""
     half, mid = 0.5 * (b - a), 0.5 * (a + b)
@@ -384,14 +384,14 @@ def _panel_sum(a, b, mu, s, ref):
     return half * total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def logit_normal_mode(mu, s):
     """(z*, log h(z*)): the mode of h(z) = sigma(mu + s z) phi(z) and its log, s > 0 finite."""
     z_star = _mode(mu, s)
     return z_star, _log_h(z_star, mu, s)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def logit_normal_edges(mu, s, lo, hi):
     """(edges, count): the panel edges in z of the composite rule for h(z) = sigma(mu + s z) phi(z)
     on [lo, hi] (the window [z* - 10, z* + 10] about its mode z*, or wider), 0 < s < inf; panels
@@ -446,7 +446,7 @@ def logit_normal_edges(mu, s, lo, hi):
     return edges, count
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def logit_normal_logp(mu, s, gh_nodes, gh_log_weights):
     """log E[sigma(f)], f ~ N(mu, s^2), s >= 0; <= 0 and finite for finite mu.
 
@@ -479,7 +479,7 @@ def logit_normal_logp(mu, s, gh_nodes, gh_log_weights):
     return min(ref + math.log(total), 0.0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def logit_normal_logp_many(mu, s, gh_nodes, gh_log_weights):
     """``logit_normal_logp`` elementwise over arrays mu (n,), s (n,)."""
     out = np.empty(mu.shape[0])
@@ -495,7 +495,7 @@ def logit_normal_logp_many(mu, s, gh_nodes, gh_log_weights):
 _DIGAMMA_SERIES = (1.0 / 12.0, -1.0 / 120.0, 1.0 / 252.0, -1.0 / 240.0, 1.0 / 132.0, -691.0 / 32760.0, 1.0 / 12.0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def digamma(x):
     """The digamma function psi(x) = d log Gamma(x) / dx for x > 0 (nan otherwise); absolute
     error ~1e-15 (relative near its root x = 1.4616 is lost to cancellation, as in any
@@ -515,7 +515,7 @@ def digamma(x):
     return shift + math.log(x) - 0.5 / x - series * inv2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def digamma_half_excess(nu):
     """psi((nu + 1) / 2) - psi(nu / 2) - 1 / nu for nu > 0 (nan otherwise), the d/d nu of twice
     :func:`student_t_log_norm_excess`.  It tends to 0 like 1 / (2 nu^2): the difference of the
@@ -535,7 +535,7 @@ def digamma_half_excess(nu):
     return t2 * (0.5 + t2 * (-0.25 + t2 * (0.5 + t2 * (-17.0 / 8.0 + t2 * (31.0 / 2.0 - t2 * 691.0 / 4.0)))))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def digamma_half_difference(nu):
     """psi((nu + 1) / 2) - psi(nu / 2) for nu > 0 without the cancellation of the difference at
     large nu: 1 / nu + :func:`digamma_half_excess` (relative error < 2e-16 beyond nu = 30,
@@ -543,7 +543,7 @@ def digamma_half_difference(nu):
     return 1.0 / nu + digamma_half_excess(nu) if nu > 0.0 else math.nan
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def student_t_log_norm_excess(nu):
     """lgamma((nu + 1) / 2) - lgamma(nu / 2) - log(nu / 2) / 2 for nu > 0 (nan otherwise), so that
     the Student-t log density at 0 is this - log(2 pi) / 2 - log(scale).
@@ -570,7 +570,7 @@ def student_t_log_norm_excess(nu):
 _LOG1P_EXCESS_SERIES_MAX = 0.1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def log1p_excess_ratio(x):
     """(log(1 + x) - x / (1 + x)) / x^2 for x > -1 (1/2 at x = 0, nan below -1): the excess of
     :func:`log1p_excess` divided by its leading x^2 so that it neither underflows nor divides 0 by 0
@@ -588,7 +588,7 @@ def log1p_excess_ratio(x):
     return (math.log1p(x) - x / (1.0 + x)) / (x * x)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def log1p_excess(x):
     """log(1 + x) - x / (1 + x) >= 0 for x >= 0 (nan below -1): the Student-t df gradient's
     difference of two terms ~x, whose value ~x^2 / 2 would be lost to cancellation for small x
@@ -600,7 +600,7 @@ def log1p_excess(x):
     return math.log1p(x) - x / (1.0 + x)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def log1p_excess_array(x):
     """:func:`log1p_excess` elementwise over a 1-D float array, for the NumPy code of
     :class:`gpdsl.likelihoods.StudentT`."""
@@ -624,7 +624,7 @@ _RISING_SMALL_X = 0.1
 _RISING_TERMS = 20
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _rising_h1(x):
     """((1 + x) log1p(x) - x) / x = sum_n>=2 (-1)^n x^(n-1) / (n (n - 1)) for x >= 0."""
     if x < _RISING_SMALL_X:
@@ -635,7 +635,7 @@ def _rising_h1(x):
     return ((1.0 + x) * math.log1p(x) - x) / x
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _rising_k1(x):
     """(x - log1p(x)) / x = sum_n>=2 (-1)^n x^(n-1) / n for x >= 0."""
     if x < _RISING_SMALL_X:
@@ -646,7 +646,7 @@ def _rising_k1(x):
     return (x - math.log1p(x)) / x
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def scaled_log_rising(y, a):
     """G(y, a) = lgamma(y + 1/a) - lgamma(1/a) + y log a = sum_{j<y} log1p(a j) and dG / da =
     sum_{j<y} j / (1 + a j), for counts y >= 0 and a >= 0 (G = 0, dG/da = y (y - 1) / 2 at a = 0):

@@ -16,7 +16,7 @@ _TWO_PI = 2.0 * np.pi
 _TWO_PI2 = 2.0 * np.pi * np.pi
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _phases(X, centre, means):
     """(cos, sin) of 2 pi m_qd (x_id - centre_d), each (Q, n, D)."""
     n, dim = X.shape
@@ -32,7 +32,7 @@ def _phases(X, centre, means):
     return cos_, sin_
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sm_gram(X1, X2, weights, means, scales):
     """The (n1, n2) spectral-mixture Gram matrix of X1 (n1, D) and X2 (n2, D) for weights (Q,),
     means (Q, D) and scales (Q, D)."""
@@ -61,7 +61,7 @@ def sm_gram(X1, X2, weights, means, scales):
     return K
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sm_vjp(X1, X2, G, weights, means, scales):
     """Contract the adjoint G (n1, n2) with the derivatives of ``sm_gram``.
 

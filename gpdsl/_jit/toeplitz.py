@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, fastmath={"reassoc", "nsz", "contract"})
+@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz", "contract"})
 def toeplitz_block(row, K, lam, b, inverse_sum):
     """Solve, log-determinant, trace and diagonal of A^-1 for A = lam K + I_n, K symmetric and
     Toeplitz up to a small perturbation.
@@ -135,7 +135,7 @@ def toeplitz_block(row, K, lam, b, inverse_sum):
     return solved, log_det, trace, diagonal
 
 
-@njit(cache=True, fastmath={"reassoc", "nsz", "contract"})
+@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz", "contract"})
 def _sweep(first, v, u, step, b, out, K, T, lam, inverse_sum, diagonal):
     """Make A_T^-1's upper triangle row by row (Trench's recurrence, with v and u as
     :func:`toeplitz_block` shifts and reverses them) and set out = A_T^-1 b; where ``diagonal`` has
@@ -177,7 +177,7 @@ def _sweep(first, v, u, step, b, out, K, T, lam, inverse_sum, diagonal):
     return trace, perturbation
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def toeplitz_row(K, tolerance):
     """The means of K's diagonals, where every K[i, j] is within ``tolerance`` of K[0, |i - j|],
     and K's distance from their Toeplitz matrix.
@@ -233,7 +233,7 @@ def toeplitz_row(K, tolerance):
     return row, np.sqrt(total), True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fill_lower(S):
     """Copy S's upper triangle into its strict lower one in place (S (n, n)), in 64 x 64 tiles so
     that the transposed reads stay in cache."""

@@ -57,7 +57,7 @@ _LOGIT_EXTRA_REACH = 64.0   # the logit gradient's window reaches at most this f
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _probit_log_density(x, loc, scale2, power, log_norm):
     """log Phi(x) + log N(x | loc, scale2) - log_norm: the normalised tilted density of the
     probit's sigma* rule in g = y (f + bias) (``power`` unused)."""
@@ -84,7 +84,7 @@ def _probit_ratio(z):
     return d1, (2.0 / d3 - 1.0 / d2) / d2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def probit_log_cdf_slopes(z):
     """(d1, d2, d3): the first three derivatives of log Phi(z) in z.
 
@@ -113,7 +113,7 @@ def probit_log_cdf_slopes(z):
     return d1, -d1 / d2, 2.0 * d1 * (3.0 / d4 - 2.0 / d3) / (d2 * d2 * d3)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def probit_log_cdf_slopes_many(z):
     """:func:`probit_log_cdf_slopes` at each element of z (float64, shape (n,)): an array (3, n)."""
     out = np.empty((3, z.size))
@@ -122,7 +122,7 @@ def probit_log_cdf_slopes_many(z):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def probit_tilted_moments(y, mu, var, bias):
     """(log Z, mean, variance) of Phi(y (f + bias)) N(f | mu, var) / Z, y = +-1.
 
@@ -136,7 +136,7 @@ def probit_tilted_moments(y, mu, var, bias):
     return norm_logcdf(z), mu + y * var * r / c, var * (1.0 + var * delta) / (1.0 + var)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def probit_tilted_cdf(t, y, mu, sd, bias):
     """CDF at t of the probit tilted distribution (paper appendix C.1, eqs. 45-49).
 
@@ -155,7 +155,7 @@ def probit_tilted_cdf(t, y, mu, sd, bias):
     return min(max(value, 0.0), 1.0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _probit_qp_sd(y, mu, sd, bias, log_z, mean, var_t):
     """sigma* of the probit tilted distribution given its closed-form log Z, mean and variance."""
     loc = y * (mu + bias)                     # cavity mean in g = y (f + bias)
@@ -173,7 +173,7 @@ def _probit_qp_sd(y, mu, sd, bias, log_z, mean, var_t):
                                   _PROBIT_PANEL_INNER * s_in, _PROBIT_PANEL_OUTER * sd)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def probit_qp_sd(y, mu, sd, bias):
     """QP standard deviation sigma* (eq. 7) of Phi(y (f + bias)) N(f | mu, sd^2) / Z."""
     log_z, mean, var_t = probit_tilted_moments(y, mu, sd * sd, bias)
@@ -204,7 +204,7 @@ def probit_log_z_bias_gradient(y, mu, var, bias):
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def probit_site(y, mu, var, params, quantile, table, grid):
     """The probit site's projection (:mod:`gpdsl._jit.projections`), params (bias,); with a
     non-empty lookup ``table`` QP's sigma* is read from it (:func:`probit_qp_sd_lookup`)."""
@@ -220,7 +220,7 @@ def probit_site(y, mu, var, params, quantile, table, grid):
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def probit_site_gradient(y, mu, var, params):
     """(d log Z / d bias,) of the probit site."""
     return (probit_log_z_bias_gradient(y, mu, var, params[0]),)
@@ -230,7 +230,7 @@ def probit_site_gradient(y, mu, var, params):
 # the probit's QP lookup table (paper appendix J)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def probit_qp_ratio_table(mu_grid, log10_sd_grid):
     """Table (n_mu, n_sd) of sigma*/sigma_EP for y = +1, bias 0 on the given grids.
 
@@ -248,7 +248,7 @@ def probit_qp_ratio_table(mu_grid, log10_sd_grid):
     return table
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def probit_qp_sd_lookup(table, mu_first, mu_step, log10_sd_first, log10_sd_step, y, mu, sd, bias):
     """sigma* by bilinear interpolation of ``probit_qp_ratio_table`` on uniform grids.
 
@@ -277,7 +277,7 @@ def probit_lookup_table():
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _logit_log_density(x, loc, scale2, power, log_norm):
     """log sigma(loc + power x) - x^2 / 2 - log_norm in the cavity's standard units
     x = (g - loc) / power (loc = y (mu + bias), power = the cavity sd; scale2 unused), where the
@@ -286,7 +286,7 @@ def _logit_log_density(x, loc, scale2, power, log_norm):
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _logit_extra_terms(x, loc, power):
     """The integrand of E_tilted[sigma(-g)] (the bias gradient's) and 0."""
     return math.exp(log_sigmoid(-(loc + power * x))), 0.0
@@ -295,7 +295,7 @@ def _logit_extra_terms(x, loc, power):
 _logit_moments_on_edges, _logit_wasserstein_sd_edges = edge_rules(_logit_log_density, _logit_extra_terms)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _logit_slope_mode(m, s):
     """The mode in z of sigma'(m + s z) phi(z): the root of s (1 - 2 sigma(m + s z)) = z,
     decreasing in z and bracketed by [-s, s]; by bisection."""
@@ -311,7 +311,7 @@ def _logit_slope_mode(m, s):
     return 0.5 * (lo + hi)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _logit_rule(y, mu, var, bias, extra):
     """(log Z, mean, variance, E[sigma(-g)], edges, count, m, s, log mass) of
     sigma(y (f + bias)) N(f | mu, var) / Z, y = +-1, in g = y (f + bias) = m + s z with
@@ -336,7 +336,7 @@ def _logit_rule(y, mu, var, bias, extra):
     return log_mass - _HALF_LOG_2PI, mu + y * s * mean_z, var * var_z, e1, edges, count, m, s, log_mass
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _logit_degenerate(y, mu, var, bias):
     """The logit site's (log Z, mean, variance, E[sigma(-g)]) where the rule does not apply: a
     cavity of variance 0 (a point mass), else nan (not finite, or negative)."""
@@ -346,12 +346,12 @@ def _logit_degenerate(y, mu, var, bias):
     return math.nan, math.nan, math.nan, math.nan
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _logit_ok(y, mu, var, bias):
     return var > 0.0 and math.isfinite(var) and math.isfinite(y * (mu + bias))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def logit_tilted_moments(y, mu, var, bias):
     """(log Z, mean, variance) of sigma(y (f + bias)) N(f | mu, var) / Z, y = +-1, by quadrature
     (:func:`_logit_rule`); nan for a cavity that is not finite."""
@@ -362,7 +362,7 @@ def logit_tilted_moments(y, mu, var, bias):
     return log_z, mean, var_t
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _logit_qp(y, mu, var, bias):
     """(log Z, mean, sigma*^2) of the logit tilted distribution (QP): sigma* on the panels of the
     moments (:func:`gpdsl._jit.quadrature.wasserstein_sd_edges`, in z, times s)."""
@@ -374,7 +374,7 @@ def _logit_qp(y, mu, var, bias):
     return log_z, mean, sd * sd
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def logit_qp_sd(y, mu, sd, bias):
     """QP standard deviation sigma* (eq. 7) of sigma(y (f + bias)) N(f | mu, sd^2) / Z."""
     return math.sqrt(_logit_qp(y, mu, sd * sd, bias)[2])
@@ -389,7 +389,7 @@ def logit_project(y, mu, var, bias, qp):
     return logit_tilted_moments(y, mu, var, bias)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def logit_log_z_bias_gradient(y, mu, var, bias):
     """d log Z / d bias of the logit site: E_tilted[y sigma(-y (f + bias))] (= d log Z / d mu),
     integrated directly (all terms positive, so it keeps its relative accuracy where
@@ -401,7 +401,7 @@ def logit_log_z_bias_gradient(y, mu, var, bias):
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def logit_site(y, mu, var, params, quantile, table, grid):
     """The logit site's projection (:mod:`gpdsl._jit.projections`), params (bias,)."""
     if quantile is None:
@@ -410,7 +410,7 @@ def logit_site(y, mu, var, params, quantile, table, grid):
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def logit_site_gradient(y, mu, var, params):
     """(d log Z / d bias,) of the logit site."""
     return (logit_log_z_bias_gradient(y, mu, var, params[0]),)

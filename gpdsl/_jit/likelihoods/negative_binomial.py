@@ -19,7 +19,7 @@ from ..quadrature import log_concave_rules
 from ..special import log1p_excess_ratio, scaled_log_rising
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def terms(y, f, a):
     """log p(y | f) of NB(y | e^f, dispersion a >= 0) and its derivatives.
 
@@ -78,7 +78,7 @@ def terms(y, f, a):
             m * t * (2.0 * (1.0 + a * y) * m - y))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def terms_many(y, f, a):
     """:func:`terms` elementwise over 1-D arrays y, f (same length): an array (7, n)."""
     out = np.empty((7, y.shape[0]))
@@ -90,7 +90,7 @@ def terms_many(y, f, a):
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _log_likelihood(y, f, params):
     """(log p, d/df, d^2/df^2, d log p / d dispersion) of NB(y | e^f, dispersion) (:func:`terms`)."""
     logp, d1, d2, _, d_a, _, _ = terms(y, f, params[0])
@@ -101,7 +101,7 @@ _tilted = log_concave_rules(_log_likelihood)
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def site(y, mu, var, params, quantile, table, grid):
     """The negative-binomial site's projection, params (dispersion,)."""
     log_z, mean, variance, _ = _tilted(y, mu, var, params, quantile is not None and quantile)
@@ -109,7 +109,7 @@ def site(y, mu, var, params, quantile, table, grid):
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def site_gradient(y, mu, var, params):
     """(d log Z / d dispersion,): the tilted expectation of d log p / d dispersion."""
     return (_tilted(y, mu, var, params, False)[3],)

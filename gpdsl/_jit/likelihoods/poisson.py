@@ -32,7 +32,7 @@ _WINDOWED_PANEL = 2.0       # its panel width, in the same units
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _log_density(x, loc, scale2, power, log_norm):
     """Log of the normalised tilted density of the sigma* rule: the density of f^power N(f | b, scale2)
     (power = 2y, e^{-f^2} absorbed in the Gaussian) at f = loc + x, where loc is a mode of it:
@@ -49,7 +49,7 @@ def _log_density(x, loc, scale2, power, log_norm):
 _wasserstein_sd = wasserstein_rule(_log_density)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _gauss_raw_moments(n, b, v):
     """(log M_n, M_{n-1}/M_n) for M_k = E[f^k], f ~ N(b, v), b >= 0, n >= 0.
 
@@ -80,7 +80,7 @@ def _gauss_raw_moments(n, b, v):
     return math.log(m0) + log_scale, m1 / m0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _power_gaussian_moments(n, b, v):
     """(log M_n, mean, variance, log mass) of the density f^n N(f | b, v) / M_n, M_n = E[f^n]
     under N(b, v), for b >= 0 and even n >= 0 (n = 2y for a count y); the log mass is
@@ -132,14 +132,14 @@ def _power_gaussian_moments(n, b, v):
             math.log(s0))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _poisson_square_gaussian(mu, var):
     """(b, v) with exp(-f^2) N(f | mu, var) proportional to N(f | b, v)."""
     c = 1.0 + 2.0 * var
     return mu / c, var / c
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def poisson_square_tilted_moments(y, mu, var):
     """(log Z, mean, variance) of f^{2y} e^{-f^2} / y! N(f | mu, var) / Z, y = 0, 1, 2, ...
 
@@ -156,7 +156,7 @@ def poisson_square_tilted_moments(y, mu, var):
     return log_z, math.copysign(mean_abs, b), var_t
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _poisson_square_cdf_nonneg(t, n, b, v):
     """CDF at t of f^n N(f | b, v) / M_n for b >= 0 and even n >= 2 (exact finite sums).
 
@@ -206,7 +206,7 @@ def _poisson_square_cdf_nonneg(t, n, b, v):
     return min(max(tail, 0.0), 1.0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def poisson_square_tilted_cdf(t, y, mu, sd):
     """CDF at t of the Poisson square-link tilted distribution (paper appendix C.2).
 
@@ -223,7 +223,7 @@ def poisson_square_tilted_cdf(t, y, mu, sd):
     return _poisson_square_cdf_nonneg(t, 2 * ny, b, v)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _mode_log_weight(f, n, b, v):
     """Laplace estimate of the log mass of f^n N(f | b, v) around a mode f (unnormalised)."""
     if f == 0.0:                              # f^n vanishes there (and n / f^2 would divide by 0)
@@ -231,7 +231,7 @@ def _mode_log_weight(f, n, b, v):
     return n * math.log(abs(f)) - 0.5 * (f - b) ** 2 / v - 0.5 * math.log(n / (f * f) + 1.0 / v)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _poisson_square_qp_sd(ny, mu, sd, var_t):
     """sigma* of the Poisson square-link tilted distribution (y >= 1 needs the rule)."""
     if ny == 0:
@@ -253,7 +253,7 @@ def _poisson_square_qp_sd(ny, mu, sd, var_t):
                            _POISSON_PANEL * sv, 1.0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def poisson_square_qp_sd(y, mu, sd):
     """QP standard deviation sigma* (eq. 7) of the Poisson square-link tilted distribution."""
     ny = int(y + 0.5)
@@ -275,7 +275,7 @@ def poisson_square_project(y, mu, var, qp):
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def site(y, mu, var, params, quantile, table, grid):
     """The Poisson site's projection (:mod:`gpdsl._jit.projections`), params ()."""
     if quantile is None:
@@ -284,7 +284,7 @@ def site(y, mu, var, params, quantile, table, grid):
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def site_gradient(y, mu, var, params):
     """(): the likelihood has no parameters."""
     return ()
@@ -295,7 +295,7 @@ SITE = SiteFunctions(site, site_gradient)
 
 # -- the log link: p(y | f) = exp(y f - e^f) / y!, log-concave in f ------------------------------
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _log_link_log_likelihood(y, f, params):
     """(log p, d/df, d^2/df^2, 0) of Poisson(y | exp(f)); no parameter."""
     rate = math.exp(f)
@@ -306,7 +306,7 @@ _log_link_tilted = log_concave_rules(_log_link_log_likelihood)
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def log_link_site(y, mu, var, params, quantile, table, grid):
     """The log-link Poisson site's projection (:func:`gpdsl._jit.quadrature.log_concave_rules`),
     params ()."""

@@ -54,7 +54,7 @@ _T_S2_MAX = 1e250
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _log_density(x, loc, scale2, power, log_norm):
     """-power log(1 + x^2) - (x - loc)^2 / (2 scale2) - log_norm in x = (f - y) / a,
     a = scale sqrt(df) (power = (df + 1)/2, loc = (mu - y)/a, scale2 = cavity variance / a^2)."""
@@ -63,7 +63,7 @@ def _log_density(x, loc, scale2, power, log_norm):
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _extra_terms(x, loc, power):
     """The integrands of E[log(1 + x^2) - x^2 / (1 + x^2)] (formed without cancellation at small x,
     as the df gradient at large df needs) and E[x^2 / (1 + x^2)]."""
@@ -74,7 +74,7 @@ def _extra_terms(x, loc, power):
 _moments_on_edges, _wasserstein_sd_edges = edge_rules(_log_density, _extra_terms)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _student_t_walk(lo, hi, step, cap, edges, count):
     """Panels from lo to hi after the edges[:count] already there (edges[count - 1] == lo), each
     [x, x + w] with w = min(cap, step sqrt(1 + x^2)); written to ``edges`` unless it is empty;
@@ -94,7 +94,7 @@ def _student_t_walk(lo, hi, step, cap, edges, count):
     return count
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _student_t_edges(lo, gap_lo, gap_hi, hi, step, cap, edges):
     """The panels of [lo, gap_lo] and [gap_hi, hi] (:func:`_student_t_walk`) with the gap between
     as one panel; their edges written to ``edges`` unless it is empty; returns their number."""
@@ -108,19 +108,19 @@ def _student_t_edges(lo, gap_lo, gap_hi, hi, step, cap, edges):
     return _student_t_walk(gap_hi, hi, step, cap, edges, count)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _student_t_log_q(x, loc, s2, power):
     u = x - loc
     return -power * math.log1p(x * x) - 0.5 * u * u / s2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _student_t_cubic(x, loc, k):
     """(x - loc)(1 + x^2) + k x, k = 2 power s2: its roots are the stationary points of log q."""
     return (x - loc) * (1.0 + x * x) + k * x
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _student_t_root(lo, hi, loc, k):
     """The root of _student_t_cubic in [lo, hi] (a sign change) by bisection."""
     f_lo = _student_t_cubic(lo, loc, k)
@@ -136,7 +136,7 @@ def _student_t_root(lo, hi, loc, k):
     return 0.5 * (lo + hi)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _student_t_modes(loc, s2, power):
     """(x1, x2, antimode): the maxima of log q(x) = -power log(1 + x^2) - (x - loc)^2 / (2 s2),
     the likelihood's side first (x2 = x1 and antimode = nan when there is one).  The stationary
@@ -165,7 +165,7 @@ def _student_t_modes(loc, s2, power):
     return sign * x, sign * x, math.nan
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _student_t_reach(x0, direction, stop, loc, s2, power, level, sx):
     """The first x = x0 + direction sd 2^j (j = 0, 1, ...; sd = the narrowest scale) where the
     mass that it leaves out is below e^level.  Towards an antimode ``stop`` (finite): that bound
@@ -193,7 +193,7 @@ def _student_t_reach(x0, direction, stop, loc, s2, power, level, sx):
     return x
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _student_t_rule(y, mu, var, df, scale):
     """(edges, count, loc, scale2, power, a) of the Student-t tilted rule in x = (f - y) / a,
     a = scale sqrt(df), where the density is q(x) = (1 + x^2)^-power N(x | loc, scale2) up to a
@@ -239,7 +239,7 @@ def _student_t_rule(y, mu, var, df, scale):
     return edges, count, loc, s2, power, a
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _student_t_log_norm(df, scale):
     """log of Gamma((df+1)/2) / (Gamma(df/2) sqrt(df pi) scale), the Student-t density at 0, without
     the lgammas' cancellation at large df (:func:`gpdsl._jit.special.student_t_log_norm_excess`)."""
@@ -253,7 +253,7 @@ def _t_curvature_scale2(df, scale):
     return scale * scale * (df / (df + 1.0))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _student_t_ok(y, mu, var, df, scale):
     """Whether the rule applies: finite positive parameters, the cavity's variance at least
     _T_S2_POINT times the likelihood's curvature scale^2 and var / (scale^2 df) at most _T_S2_MAX."""
@@ -264,7 +264,7 @@ def _student_t_ok(y, mu, var, df, scale):
     return a2 > 0.0 and var >= _T_S2_POINT * _t_curvature_scale2(df, scale) and var / a2 <= _T_S2_MAX
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _student_t_degenerate(y, mu, var, df, scale):
     """The Student-t site's (log Z, mean, variance, E[log(1 + u) - u / (1 + u)], E[u / (1 + u)]) where
     the rule does not apply: a cavity of variance 0, or one so narrow on the likelihood's scale
@@ -288,7 +288,7 @@ def _student_t_degenerate(y, mu, var, df, scale):
     return math.nan, math.nan, math.nan, math.nan, math.nan
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _student_t_moments(y, mu, var, df, scale, extra):
     """(log Z, mean, variance, E[log(1 + u) - u / (1 + u)], E[u / (1 + u)], edges, count, loc, scale2, power, a,
     log mass) of Student-t(y | f, df, scale) N(f | mu, var) / Z, u = (y - f)^2 / (df scale^2), on
@@ -304,7 +304,7 @@ def _student_t_moments(y, mu, var, df, scale, extra):
     return log_z, y + a * mean_x, a * a * var_x, e1, e2, edges, count, loc, s2, power, a, log_mass
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def student_t_tilted_moments(y, mu, var, df, scale):
     """(log Z, mean, variance) of Student-t(y | f, df, scale) N(f | mu, var) / Z by quadrature
     (:func:`_student_t_rule`); nan for parameters that are not finite and positive."""
@@ -315,7 +315,7 @@ def student_t_tilted_moments(y, mu, var, df, scale):
     return r[0], r[1], r[2]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _student_t_qp(y, mu, var, df, scale):
     """(log Z, mean, sigma*^2) of the Student-t tilted distribution (QP), sigma* on the panels of
     the moments (in x, times a)."""
@@ -328,7 +328,7 @@ def _student_t_qp(y, mu, var, df, scale):
     return log_z, mean, sd * sd
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def student_t_qp_sd(y, mu, sd, df, scale):
     """QP standard deviation sigma* (eq. 7) of Student-t(y | f, df, scale) N(f | mu, sd^2) / Z."""
     return math.sqrt(_student_t_qp(y, mu, sd * sd, df, scale)[2])
@@ -343,7 +343,7 @@ def student_t_project(y, mu, var, df, scale, qp):
     return student_t_tilted_moments(y, mu, var, df, scale)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def student_t_log_z_gradient(y, mu, var, df, scale):
     """(d log Z / d df, d log Z / d scale) of the Student-t site: the tilted expectations of
     d log p / d theta, with u = (y - f)^2 / (df scale^2),
@@ -364,7 +364,7 @@ def student_t_log_z_gradient(y, mu, var, df, scale):
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def site(y, mu, var, params, quantile, table, grid):
     """The Student-t site's projection (:mod:`gpdsl._jit.projections`), params (df, scale)."""
     if quantile is None:
@@ -373,7 +373,7 @@ def site(y, mu, var, params, quantile, table, grid):
 
 
 @site_function
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def site_gradient(y, mu, var, params):
     """(d log Z / d df, d log Z / d scale) of the Student-t site."""
     return student_t_log_z_gradient(y, mu, var, params[0], params[1])
