@@ -205,3 +205,38 @@ def test_automatic_count_leaves_busy_cores_alone(monkeypatch, two_threads):
 def test_set_num_threads_validates(n):
     with pytest.raises(ValueError, match="set_num_threads: n must be a positive integer or None"):
         gd.set_num_threads(n)
+
+
+def test_the_automatic_count_discounts_this_process_own_load(monkeypatch, two_threads):
+    """The 1-minute load average counts this process's own recent work; what the count reads is
+    the rest.  A fake clock: 60 s at two busy threads gives this process's average
+    2 (1 - e^-1) = 1.264, which the load average (the same average) shows as well."""
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    clock = {"wall": 1000.0, "cpu": 50.0}
+    monkeypatch.setattr(threads.time, "monotonic", lambda: clock["wall"])
+    monkeypatch.setattr(threads.time, "process_time", lambda: clock["cpu"])
+    own = threads._OwnLoad()
+    monkeypatch.setattr(threads, "_own_load", own)
+    clock.update(wall=1060.0, cpu=170.0)
+    expected = 2.0 * (1.0 - np.exp(-1.0))
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (expected + 0.05, 0.0, 0.0))
+    assert gd.get_num_threads() == 2                       # only this process was busy
+    np.testing.assert_allclose(own.average, expected, rtol=1e-12)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (expected + 1.0, 0.0, 0.0))
+    assert gd.get_num_threads() == 1                       # and another process on one core
+    # Idle since: the average decays as the load average does (e^-1 a minute later).
+    clock.update(wall=1120.0)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (expected * np.exp(-1.0) + 0.9, 0.0, 0.0))
+    assert gd.get_num_threads() == 2 - 1                   # 0.9 of another process rounds to one core
+    np.testing.assert_allclose(own.average, expected * np.exp(-1.0), rtol=1e-12)
+
+
+def test_a_managed_region_samples_its_own_load_on_leaving(monkeypatch):
+    calls = []
+    monkeypatch.setattr(threads._own_load, "sample", lambda: calls.append(1) or 0.0)
+
+    @threads.managed
+    def work():
+        return len(calls)
+
+    assert work() == 1 and len(calls) == 2
