@@ -53,6 +53,9 @@ from .checks import is_integer
 # the wake-up of the BLAS threads costs more than they win.
 BULK_FLOPS = 1e8
 
+# Other processes' load (from the 1-minute load average) under which a core still counts as free.
+IDLE_LOAD = 0.75
+
 _requested = None                 # gd.set_num_threads(n); None = automatic
 _state = threading.local()        # .bulk: bulk thread count of the active managed() region
 _controller = None
@@ -142,9 +145,10 @@ def _bulk_count(ambient):
         return _requested
     cores = os.cpu_count() or 1
     try:
-        # Cores the other processes leave free, rounded to the nearest.
+        # Cores the other processes leave free: a core counts as free under up to IDLE_LOAD of
+        # other work (an idle VM's load average sits at 0.2-0.6).
         others = max(0.0, os.getloadavg()[0] - own)
-        free = math.floor(cores - others + 0.5)
+        free = math.floor(cores - others + IDLE_LOAD)
     except (AttributeError, OSError):       # no load average on this platform (Windows)
         free = cores
     return max(1, min(ambient, cores, free))

@@ -226,9 +226,11 @@ def test_the_automatic_count_discounts_this_process_own_load(monkeypatch, two_th
     assert gd.get_num_threads() == 1                       # and another process on one core
     # Idle since: the average decays as the load average does (e^-1 a minute later).
     clock.update(wall=1120.0)
-    monkeypatch.setattr(threads.os, "getloadavg", lambda: (expected * np.exp(-1.0) + 0.9, 0.0, 0.0))
-    assert gd.get_num_threads() == 2 - 1                   # 0.9 of another process rounds to one core
-    np.testing.assert_allclose(own.average, expected * np.exp(-1.0), rtol=1e-12)
+    decayed = expected * np.exp(-1.0)
+    for others, count in ((0.9, 1), (threads.IDLE_LOAD - 0.05, 2)):
+        monkeypatch.setattr(threads.os, "getloadavg", lambda: (decayed + others, 0.0, 0.0))
+        assert gd.get_num_threads() == count
+    np.testing.assert_allclose(own.average, decayed, rtol=1e-12)
 
 
 def test_a_managed_region_samples_its_own_load_on_leaving(monkeypatch):
