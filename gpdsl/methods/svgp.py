@@ -505,10 +505,10 @@ def _data_pass(kernel, likelihood, X, y, Z, factors, m, R, chunk, outputs, offse
     rows = (X, y) if offset is None else (X, y, offset)
     if is_chunked(rows) or chunk < X.shape[0]:
         scratch = None          # blocks whose sums outlive them, or Dask's, which may run at once
-    # One BLAS thread unless gd.set_num_threads asked for more (gpdsl.threads): the chunks'
-    # elementwise work (K_uf's exp, the likelihood's quadrature) is as large as their BLAS-3
-    # products, and OpenBLAS's second thread spinning beside it made the pass slower: twonorm
-    # full-batch probit fit 30.6 s CPU / 15.5 s wall with two threads, 10.2 / 10.2 with one.
+    # Each block on one BLAS thread (several blocks on threads of their own: gpdsl.threads): the
+    # chunks' elementwise work (K_uf's exp, the likelihood's quadrature) is as large as their
+    # BLAS-3 products, and OpenBLAS's second thread spinning beside it made the pass slower:
+    # twonorm full-batch probit fit 30.6 s CPU / 15.5 s wall with two threads, 10.2 / 10.2 with one.
     return map_rows(chunk_pass, rows, chunk, width=Z.shape[0], carried=carried, keep=keep)
 
 
