@@ -242,3 +242,52 @@ def test_a_managed_region_samples_its_own_load_on_leaving(monkeypatch):
         return len(calls)
 
     assert work() == 1 and len(calls) == 2
+
+
+def _fit_and_predict(model, X, y, X_new):
+    post = model.fit(X, y, optimize=False)
+    return post.log_evidence, post.predict(X_new)
+
+
+@pytest.mark.parametrize("case", ["VFE", "FITC", "SVGP-probit", "Laplace-FITC", "SVGP-softmax-K"])
+def test_every_threaded_pass_gives_the_one_thread_bits(case, two_threads, monkeypatch):
+    """Each method whose row passes qualify for block threads (N M^2 >= BULK_FLOPS, several
+    blocks): the posterior's evidence and predictions (mean and variance, a threaded pass of
+    their own) on two threads against one, to the bit."""
+    rng = np.random.default_rng(5)
+    n, m = 2600, 200
+    X = rng.uniform(-3, 3, (n, 2))
+    f = np.sin(X[:, 0]) + np.cos(1.3 * X[:, 1])
+    assert n * m * m >= threads.BULK_FLOPS
+    kernel = gd.kernels.Matern52(np.array([1.0, 1.2]), 1.0)
+    inducing = gd.inducing.Fixed(X[:m])
+    if case in ("VFE", "FITC"):
+        likelihood, y = gd.likelihoods.Gaussian(0.1), f + 0.3 * rng.standard_normal(n)
+        inference = getattr(gd.inference, case)(chunk_size=450)
+    elif case == "SVGP-softmax-K":
+        likelihood, y = gd.likelihoods.Categorical(3), np.digitize(f, [-0.5, 0.7]).astype(float)
+        inference = gd.inference.SVGP(chunk_size=450)
+    else:
+        likelihood, y = gd.likelihoods.Bernoulli("probit"), (f > 0).astype(float)
+        inference = (gd.inference.SVGP(chunk_size=450) if case == "SVGP-probit"
+                     else gd.inference.Laplace(chunk_size=450))
+    model = gd.Model(kernel, likelihood, inducing, inference)
+    X_new = rng.uniform(-3, 3, (12000, 2))        # several prediction blocks too (one would get 2 BLAS threads)
+    assert X_new.shape[0] > gd.chunks.default_chunk_size(X_new.shape[0], m)
+    in_order, workers = gd.chunks._in_order, []
+
+    def spy(block, count, n_workers):
+        workers.append(n_workers)
+        return in_order(block, count, n_workers)
+
+    monkeypatch.setattr(gd.chunks, "_in_order", spy)
+    out = {}
+    for count in (1, 2):
+        gd.set_num_threads(count)
+        workers.clear()
+        out[count] = _fit_and_predict(model, X, y, X_new)
+        # The fit's first pass and the predictions' last one both ran on `count` threads.
+        assert workers[0] == count and workers[-1] == count
+    assert out[2][0] == out[1][0]
+    for name in out[1][1]:
+        assert np.array_equal(np.asarray(out[2][1][name]), np.asarray(out[1][1][name])), name
