@@ -10,6 +10,7 @@ default, a ``distributed.Client`` when one exists).
 """
 import collections
 import contextlib
+import contextvars
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,6 +27,11 @@ _TARGET_BLOCK = 2 ** 20
 
 # The bounds of a method's budget for per-block arrays kept between passes (:func:`cache_bytes`).
 CACHE_BYTES_MIN, CACHE_BYTES_MAX = 2 ** 28, 2 ** 31
+
+# Working arrays of one block in flight on a thread, in K_uf blocks (chunk rows x M doubles): a
+# K-class SVGP block holds U = R_k^T A for its K classes besides K_uf and A.  With 2**20-double
+# blocks, 128 MB a block: 2 threads within the least cache budget, 16 within the largest.
+BLOCK_WORKING_ARRAYS = 16
 
 
 def cache_bytes():
@@ -217,7 +223,7 @@ def map_rows(fn, rows, chunk_size, width=0, carried=None, keep=False):
 
         tree, parts, kept = _TreeSum(), [], []
         flops = float(n) * width * width
-        workers = threads.block_workers(flops) if len(slices) > 1 else 1
+        workers = _block_threads(flops, len(slices), chunk_size, width)
         with contextlib.ExitStack() as region:
             if workers == 1:
                 region.enter_context(threads.bulk(flops, automatic=False))
@@ -229,20 +235,36 @@ def map_rows(fn, rows, chunk_size, width=0, carried=None, keep=False):
     return (total, stacked, kept) if keep else (total, stacked)
 
 
+def _block_threads(flops, blocks, chunk_size, width):
+    """Threads for an in-memory pass of ``blocks`` blocks of ``chunk_size`` rows:
+    :func:`gpdsl.threads.block_workers`, and no more than the blocks, nor than keep the blocks in
+    flight (:data:`BLOCK_WORKING_ARRAYS` K_uf-sized arrays each) within :func:`cache_bytes`."""
+    workers = threads.block_workers(flops) if blocks > 1 else 1
+    if workers == 1:
+        return 1
+    per_block = BLOCK_WORKING_ARRAYS * 8.0 * chunk_size * max(width, 1)
+    return int(max(1, min(workers, blocks, cache_bytes() // per_block)))
+
+
 def _in_order(block, count, workers):
     """``block(i)`` for i in range(count), yielded in order: called here with one worker, else run
-    on ``workers`` threads with at most 2 ``workers`` blocks ahead of the one yielded (so that the
-    blocks' partial sums held at once stay few).  The results, and so every sum of them, are the
-    same as in order on one thread; the first block that raises stops the rest and re-raises."""
+    on ``workers`` threads with at most 2 ``workers`` blocks submitted ahead of the one yielded
+    (``workers`` of them running, the rest finished or not yet started: so that the blocks held
+    at once stay few).  Each block runs in a copy of the
+    caller's context (its ``np.errstate``, for one).  The results, and so every sum of them, are
+    the same as in order on one thread; the first block that raises stops the rest and
+    re-raises."""
     if workers == 1:
         for i in range(count):
             yield block(i)
         return
+    context = contextvars.copy_context()
     pool = ThreadPoolExecutor(workers, thread_name_prefix="gpdsl-rows")
     try:
         pending = collections.deque()
         for i in range(count):
-            pending.append(pool.submit(block, i))
+            # A context is entered by one thread at a time: each block gets its own copy.
+            pending.append(pool.submit(context.copy().run, block, i))
             if len(pending) > 2 * workers:
                 yield pending.popleft().result()
         while pending:

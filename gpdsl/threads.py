@@ -16,8 +16,9 @@ and restores them afterwards.  Only large passes (at least :data:`BULK_FLOPS`) r
   ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` or an enclosing
   ``threadpoolctl.threadpool_limits`` set; by default the number of cores), reduced to the
   cores that other processes leave free (the 1-minute load average less this process's own
-  share of it, read once per entry): with one of two cores busy, two-thread products ran
-  1.3-2.4x slower than one-thread ones.
+  share of it, read once per entry; a core counts as free under :data:`IDLE_LOAD` of other
+  load): with one of two cores busy, two-thread products ran 1.3-2.4x slower than one-thread
+  ones.
 
 The automatic count applies to the dense O(N^3) factorisations (exact, Laplace, VGP) and to
 full predictive covariances, which are a few large BLAS calls.  The row-chunked O(N M^2) passes
@@ -53,7 +54,9 @@ from .checks import is_integer
 # the wake-up of the BLAS threads costs more than they win.
 BULK_FLOPS = 1e8
 
-# Other processes' load (from the 1-minute load average) under which a core still counts as free.
+# Other processes' load (the 1-minute load average less this process's share) under which a
+# core still counts as free: an idle VM's load average sits at 0.2-0.6 (on this project's 2-core
+# machine, 0.4-1.0 with a core's softirq work); a process busy on a core adds 1.
 IDLE_LOAD = 0.75
 
 _requested = None                 # gd.set_num_threads(n); None = automatic
@@ -62,15 +65,17 @@ _controller = None
 
 
 def set_num_threads(n=None):
-    """Set the number of BLAS threads gpdsl's large O(N M^2) products may use.
+    """Set the number of threads gpdsl's large passes may use: the BLAS threads of its dense
+    factorisations and of a row-chunked pass of one block, and the block threads (one BLAS
+    thread each) of a row-chunked pass of several blocks (:func:`block_workers`).
 
     Parameters
     ----------
     n : int or None
         A positive integer, or None (the default) for automatic: the BLAS setting in force
         when gpdsl is called (environment variables, an enclosing
-        ``threadpoolctl.threadpool_limits``), reduced to the cores other processes leave free.
-        gpdsl's loops of small products use one thread either way.
+        ``threadpoolctl.threadpool_limits``), reduced to the cores other processes leave free
+        (:data:`IDLE_LOAD`).  gpdsl's loops of small products use one thread either way.
 
     Raises
     ------
@@ -116,27 +121,41 @@ def _ambient_threads():
 class _OwnLoad:
     """This process's share of the 1-minute load average: the same exponential average (Linux
     updates it every 5 s with weight exp(-5/60) on the old value) of this process's CPU rate
-    (``time.process_time``, every thread), sampled when a :func:`managed` region is entered and
+    (``process_time``, every thread), sampled when a :func:`managed` region is entered and
     left.  Without it a fit that had just run on both cores read its own load as the other
     processes' and took one thread: a 10^5-row LMC fit after one timed evaluation ran 254 s of
-    wall on one core (load 1.1 at its start, all of it this process's)."""
+    wall on one core (load 1.1 at its start, all of it this process's).
 
-    def __init__(self):
+    The CPU used between two samples counts as spent at an even rate over the interval, so work
+    outside gpdsl followed by a pause (10 minutes busy, then 50 s idle) reads as more recent than
+    it was, and another process's load then as less than it is, until the next sample.  A forked
+    child starts afresh (its ``process_time`` restarts near 0; the parent's samples would make
+    its rate negative).
+    """
+
+    def __init__(self, clock=time.monotonic, cpu_clock=time.process_time):
+        self.clock, self.cpu_clock = clock, cpu_clock
+        self.reset()
+
+    def reset(self):
+        # A new lock too: in a forked child, another thread of the parent may have held the old one.
         self.lock = threading.Lock()
-        self.wall, self.cpu, self.average = time.monotonic(), time.process_time(), 0.0
+        self.wall, self.cpu, self.average = self.clock(), self.cpu_clock(), 0.0
 
     def sample(self):
         with self.lock:
-            wall, cpu = time.monotonic(), time.process_time()
+            wall, cpu = self.clock(), self.cpu_clock()
             elapsed = wall - self.wall
             if elapsed > 0.0:
                 keep = math.exp(-elapsed / 60.0)
-                self.average = keep * self.average + (1.0 - keep) * (cpu - self.cpu) / elapsed
+                self.average = keep * self.average + (1.0 - keep) * max(cpu - self.cpu, 0.0) / elapsed
                 self.wall, self.cpu = wall, cpu
             return self.average
 
 
 _own_load = _OwnLoad()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _own_load.reset())
 
 
 def _bulk_count(ambient):
@@ -234,9 +253,10 @@ def bulk(flops, automatic=True):
     flops : float
         The pass's work, about N M^2.
     automatic : bool
-        Whether the automatic count applies (dense factorisations); False for the row-chunked
-        passes, which run on one thread unless ``set_num_threads`` asked for more (see the
-        module's docstring for the measurements).
+        Whether the automatic count applies (dense factorisations); False for a row-chunked
+        pass of one block, whose products run on one thread unless ``set_num_threads`` asked for
+        more (see the module's docstring for the measurements; a pass of several blocks runs
+        its blocks on threads instead, :func:`block_workers`).
     """
     count = getattr(_state, "bulk", None)
     if count is None or count == 1 or flops < BULK_FLOPS or not (automatic or _requested is not None):

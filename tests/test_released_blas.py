@@ -121,3 +121,10 @@ def test_every_numba_kernel_is_cached_and_releases_the_gil():
         assert options.get("cache") or kernel._cache.__class__.__name__ != "NullCache", name
         if options.get("inline", "never") != "always":
             assert options.get("nogil") is True, name
+
+
+def test_a_dimension_beyond_the_32_bit_interface_is_refused():
+    from gpdsl import released_blas
+    with pytest.raises(ValueError, match="exceeds the 32-bit BLAS interface"):
+        released_blas._int(2 ** 31)
+    assert released_blas._int(2 ** 31 - 1) is not None

@@ -111,7 +111,7 @@ def test_row_passes_and_dense_factorisations_use_the_automatic_count(monkeypatch
     assert seen and all(s == [2] for s in seen)
 
 
-def test_block_threads_give_the_one_thread_evaluation_to_the_bit(two_threads):
+def test_block_threads_give_the_one_thread_evaluation_to_the_bit(two_threads, monkeypatch):
     """VFE's bound and every gradient (two passes, the second over the first's kept blocks) on
     two block threads against one: the same partial sums added in the same tree."""
     rng = np.random.default_rng(3)
@@ -121,10 +121,14 @@ def test_block_threads_give_the_one_thread_evaluation_to_the_bit(two_threads):
     model = gd.Model(gd.kernels.Matern52(np.array([1.0, 1.5]), 1.0), gd.likelihoods.Gaussian(0.1),
                      gd.inducing.Fixed(Z), gd.inference.VFE(chunk_size=700))
     values = model.parameter_table(X, Z).values()
+    in_order, workers = gd.chunks._in_order, []
+    monkeypatch.setattr(gd.chunks, "_in_order", lambda block, count, n: workers.append(n) or in_order(block, count, n))
     out = {}
     for count in (1, 2):
         gd.set_num_threads(count)
+        workers.clear()
         out[count] = model.evaluate(values, X, y, Z)
+        assert workers == [count, count]             # the statistics and the gradient passes
     assert out[2].log_evidence == out[1].log_evidence
     assert out[2].grads.keys() == out[1].grads.keys()
     for name in out[1].grads:
@@ -164,11 +168,16 @@ def test_block_threads_keep_the_block_order(two_threads):
     """Per-row results concatenated in row order and partial sums added in the one-thread tree,
     whatever order the threads finish in."""
     delays = np.random.default_rng(0).uniform(0, 2e-3, 64)
+    rng = np.random.default_rng(0)
+    partials = rng.uniform(0.1, 1.0, 64) / 3.0 * 10.0 ** rng.integers(0, 8, 64)
 
     def fn(x):
         import time
         time.sleep(delays[int(x[0]) // 7])
-        return (np.array([x[0] * 1e16, x.sum()]),), (x * 2.0,)
+        # Partials of magnitudes 0.03 to 3e6 that round when added (seed 0: the tree's total
+        # and the left-to-right and right-to-left sums differ in the last bits).
+        i = int(x[0]) // 7
+        return (np.array([partials[i], (x / 3.0).sum()]),), (x * 2.0,)
 
     rows = (np.arange(448.0),)
 
@@ -213,9 +222,7 @@ def test_the_automatic_count_discounts_this_process_own_load(monkeypatch, two_th
     2 (1 - e^-1) = 1.264, which the load average (the same average) shows as well."""
     monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
     clock = {"wall": 1000.0, "cpu": 50.0}
-    monkeypatch.setattr(threads.time, "monotonic", lambda: clock["wall"])
-    monkeypatch.setattr(threads.time, "process_time", lambda: clock["cpu"])
-    own = threads._OwnLoad()
+    own = threads._OwnLoad(clock=lambda: clock["wall"], cpu_clock=lambda: clock["cpu"])
     monkeypatch.setattr(threads, "_own_load", own)
     clock.update(wall=1060.0, cpu=170.0)
     expected = 2.0 * (1.0 - np.exp(-1.0))
@@ -231,6 +238,32 @@ def test_the_automatic_count_discounts_this_process_own_load(monkeypatch, two_th
         monkeypatch.setattr(threads.os, "getloadavg", lambda: (decayed + others, 0.0, 0.0))
         assert gd.get_num_threads() == count
     np.testing.assert_allclose(own.average, decayed, rtol=1e-12)
+    # A CPU clock that went back (a forked child's, before its reset) never counts as negative load.
+    clock.update(wall=1130.0, cpu=1.0)
+    np.testing.assert_allclose(own.sample(), decayed * np.exp(-10.0 / 60.0), rtol=1e-12)
+
+
+@pytest.mark.skipif(not hasattr(threads.os, "fork"), reason="needs os.fork")
+def test_a_forked_child_starts_its_own_load_afresh():
+    """The parent's samples are not the child's: its process_time restarts near 0."""
+    import os
+    import time
+    threads._own_load.sample()
+    end = time.process_time() + 0.3
+    while time.process_time() < end:                 # parent CPU that a child must not inherit
+        pass
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                     # the child
+        os.close(read)
+        ok = threads._own_load.cpu <= time.process_time() and threads._own_load.average == 0.0
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert answer == b"1"
 
 
 def test_a_managed_region_samples_its_own_load_on_leaving(monkeypatch):
@@ -291,3 +324,31 @@ def test_every_threaded_pass_gives_the_one_thread_bits(case, two_threads, monkey
     assert out[2][0] == out[1][0]
     for name in out[1][1]:
         assert np.array_equal(np.asarray(out[2][1][name]), np.asarray(out[1][1][name])), name
+
+
+def test_blocks_run_in_the_callers_context(two_threads):
+    """NumPy 2 keeps np.errstate in a context variable, which a new thread does not inherit: the
+    blocks run in copies of the caller's context, so its errstate holds in them."""
+    def fn(x):
+        return (np.array([1.0]),), (np.array([np.geterr()["divide"] == "raise"] * x.shape[0]),)
+
+    @threads.managed
+    def run():
+        with np.errstate(divide="raise"):
+            return gd.chunks.map_rows(fn, (np.arange(40.0),), 4, width=10 ** 4)
+
+    gd.set_num_threads(2)
+    _, (raised,) = run()
+    assert raised.all()
+
+
+def test_block_threads_stay_within_the_memory_budget(monkeypatch):
+    """No more threads than blocks, nor than BLOCK_WORKING_ARRAYS K_uf-sized arrays each fit in
+    cache_bytes()."""
+    monkeypatch.setattr(threads, "block_workers", lambda flops: 64)
+    monkeypatch.setattr(gd.chunks, "cache_bytes", lambda: 2 ** 28)
+    per_block = gd.chunks.BLOCK_WORKING_ARRAYS * 8 * 1024 * 1024
+    assert gd.chunks._block_threads(1e12, 100, 1024, 1024) == 2 ** 28 // per_block == 2
+    assert gd.chunks._block_threads(1e12, 100, 1024, 16) == 64
+    assert gd.chunks._block_threads(1e12, 5, 1024, 16) == 5
+    assert gd.chunks._block_threads(1e12, 1, 1024, 16) == 1
