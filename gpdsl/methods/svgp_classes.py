@@ -31,6 +31,7 @@ import numpy as np
 from scipy.linalg import blas, lapack
 
 from ..linalg import inverse_from_cholesky, weighted_gram
+from ..released_blas import lower_gram
 
 
 class Scratch:
@@ -201,7 +202,7 @@ def weighted_grams(A, V, block, out=None):
         P = out[k]
         # The Fortran-ordered result's lower triangle is the upper one of its transpose (the other 0);
         # each entry then the sum of its pair, as weighted_gram's lower + lower^T, the diagonal kept.
-        P[...] = blas.dsyrk(sign, np.multiply(A[block[k]], root, out=scaled).T, trans=1, lower=1).T
+        P[...] = lower_gram(np.multiply(A[block[k]], root, out=scaled), sign).T
         diagonal = P.diagonal().copy()
         P += P.T
         P.flat[::M + 1] = diagonal
