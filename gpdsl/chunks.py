@@ -250,10 +250,9 @@ def _in_order(block, count, workers):
     """``block(i)`` for i in range(count), yielded in order: called here with one worker, else run
     on ``workers`` threads with at most 2 ``workers`` blocks submitted ahead of the one yielded
     (``workers`` of them running, the rest finished or not yet started: so that the blocks held
-    at once stay few).  Each block runs in a copy of the
-    caller's context (its ``np.errstate``, for one).  The results, and so every sum of them, are
-    the same as in order on one thread; the first block that raises stops the rest and
-    re-raises."""
+    at once stay few).  Each block runs in a copy of the caller's context (its ``np.errstate``,
+    for one).  The results, and so every sum of them, are the same as in order on one thread;
+    the first block that raises stops the rest and re-raises."""
     if workers == 1:
         for i in range(count):
             yield block(i)
