@@ -12,7 +12,7 @@ O((N P)^3), with the N P x N P matrix never formed (Saatci (2012), ch. 5; Bonill
 :func:`_kronecker`.  It is taken when the jitter is left to the ladder and the whitened K is
 well conditioned; otherwise the general path runs.  Where K_x is also Toeplitz (a stationary
 kernel on an evenly spaced 1-D grid: a daily time series), a fit's evaluations solve its P
-blocks lambda_a K_x + I by Durbin's and Trench's algorithms in O(P N^2) instead
+blocks lambda_a K_x + I by Schur's, Durbin's and Trench's algorithms in O(P N^2) instead
 (:mod:`gpdsl._jit.toeplitz`): 0.10 against 0.90-1.2 CPU s for one log evidence and gradient at
 P = 4, N = 1,860 (``benchmarks/bench_multioutput.py --parts kron``).  Its predictive state keeps the factors
 (:class:`gpdsl.methods.kronecker_state.KroneckerState`: eigenvectors and eigenvalues of the
