@@ -54,10 +54,13 @@ from .checks import is_integer
 # the wake-up of the BLAS threads costs more than they win.
 BULK_FLOPS = 1e8
 
-# Other processes' load (the 1-minute load average less this process's share) under which a
-# core still counts as free: an idle VM's load average sits at 0.2-0.6 (on this project's 2-core
-# machine, 0.4-1.0 with a core's softirq work); a process busy on a core adds 1.
-IDLE_LOAD = 0.75
+# Other processes' load (the 1-minute load average less this process's share) up to which a core
+# still counts as free: an idle VM's load average sits at 0.2-0.6, and this project's 2-core
+# machine showed 0.8-1.0 with half a core in softirq work, where two block threads still halved a
+# VFE fit's wall time (90,000 rows, M = 128: 3.7 s against 7.2, CPU 6.4 against 7.2); a process
+# busy on a core adds 1 on top of that.  With no share of its own, the count is the old rule's
+# (the load average read whole, plus one for this process).
+IDLE_LOAD = 1.0
 
 _requested = None                 # gd.set_num_threads(n); None = automatic
 _state = threading.local()        # .bulk: bulk thread count of the active managed() region
@@ -165,7 +168,7 @@ def _bulk_count(ambient):
     cores = os.cpu_count() or 1
     try:
         # Cores the other processes leave free: a core counts as free under up to IDLE_LOAD of
-        # other work (an idle VM's load average sits at 0.2-0.6).
+        # other work.
         others = max(0.0, os.getloadavg()[0] - own)
         free = math.floor(cores - others + IDLE_LOAD)
     except (AttributeError, OSError):       # no load average on this platform (Windows)

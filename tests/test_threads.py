@@ -229,12 +229,12 @@ def test_the_automatic_count_discounts_this_process_own_load(monkeypatch, two_th
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (expected + 0.05, 0.0, 0.0))
     assert gd.get_num_threads() == 2                       # only this process was busy
     np.testing.assert_allclose(own.average, expected, rtol=1e-12)
-    monkeypatch.setattr(threads.os, "getloadavg", lambda: (expected + 1.0, 0.0, 0.0))
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (expected + 1.3, 0.0, 0.0))
     assert gd.get_num_threads() == 1                       # and another process on one core
     # Idle since: the average decays as the load average does (e^-1 a minute later).
     clock.update(wall=1120.0)
     decayed = expected * np.exp(-1.0)
-    for others, count in ((0.9, 1), (threads.IDLE_LOAD - 0.05, 2)):
+    for others, count in ((threads.IDLE_LOAD + 0.3, 1), (threads.IDLE_LOAD - 0.05, 2)):
         monkeypatch.setattr(threads.os, "getloadavg", lambda: (decayed + others, 0.0, 0.0))
         assert gd.get_num_threads() == count
     np.testing.assert_allclose(own.average, decayed, rtol=1e-12)
