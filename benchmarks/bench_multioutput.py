@@ -34,7 +34,9 @@ Parts (``--parts``, default all three):
            seed 0), then on all rows from its values (``fit(start=...)``), each to gpdsl's stopping
            rule; the total adds the KMeans CPU, which the one-stage fit spends inside ``fit``.
            ``--subsample n`` runs ``fit(subsample=n)`` instead: the hyperparameters (and the KMeans Z)
-           of n rows stratified by output, then the posterior and bound of all rows at them.
+           of n rows stratified by output, then the posterior and bound of all rows at them, with
+           the full data's gradient there deciding ``converged``; with ``--refine`` also, it continues
+           on all rows from there until that gradient is within gpdsl's tolerance (``refine=True``).
 
 Every line carries the 1-minute load average (``os.getloadavg``) at its measurement: the machine
 this was written for has 2 cores shared with other jobs.
@@ -223,7 +225,7 @@ def part_fit():
           f"{usage.children_user + usage.children_system:.2f} s; {load()}")
 
 
-def part_sparse(rows, P, D, M, max_iter, export=None, warm_start=None, subsample=None):
+def part_sparse(rows, P, D, M, max_iter, export=None, warm_start=None, subsample=None, refine=False):
     X, y = lmc_data(rows, P, D)
     kernels = (gd.kernels.SquaredExponential(), gd.kernels.Matern52(), gd.kernels.Matern32())
     model = gd.Model(gd.kernels.LMC(kernels, P, rank=1), gd.likelihoods.OutputGaussian(P),
@@ -260,8 +262,8 @@ def part_sparse(rows, P, D, M, max_iter, export=None, warm_start=None, subsample
     options = {} if max_iter is None else {"max_iter": max_iter}
     stages = [("fit", model, X, y, {})]
     if subsample:
-        options["subsample"] = subsample
-        stages = [(f"fit(subsample={subsample})", model, X, y, {})]
+        options.update(subsample=subsample, refine=refine)
+        stages = [(f"fit(subsample={subsample}, refine={refine})", model, X, y, {})]
     if warm_start:
         model = dataclasses.replace(model, inducing=gd.inducing.Fixed(Z))
         rows_1 = gd.multioutput.subsample_rows(X, warm_start, np.random.default_rng(0), P)
@@ -304,6 +306,8 @@ def main():
                     help="sparse part: fit on this many rows first, then on all rows from there")
     ap.add_argument("--subsample", type=int, default=None,
                     help="sparse part: fit(subsample=n): the hyperparameters of n rows, the posterior of all")
+    ap.add_argument("--refine", action="store_true",
+                    help="sparse part, with --subsample: fit(subsample=n, refine=True)")
     args = ap.parse_args()
     parts = args.parts.split(",")
     if parts == ["_fit_child"]:
@@ -317,7 +321,7 @@ def main():
         part_fit()
     if "sparse" in parts:
         part_sparse(args.rows, args.outputs, args.dims, args.inducing, args.max_iter, args.export, args.warm_start,
-                    args.subsample)
+                    args.subsample, args.refine)
 
 
 if __name__ == "__main__":

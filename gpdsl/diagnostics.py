@@ -34,11 +34,12 @@ STOP_REASONS = {
     "line_search": "L-BFGS-B's line search could not find a better point",
     "outer_loop": "QP's Algorithm 1 outer loop (its own convergence test)",
     "not_optimised": "nothing to optimise: fit(optimize=False) or no free hyperparameter",
+    "tolerance": "the largest gradient entry met gpdsl's tolerance (fit(subsample=n, refine=True) on all rows)",
     "unrecorded": "read from a file written before gpdsl recorded it",
 }
 # The stops that are convergence tests; every other one is a failure or a cap.
 CONVERGED_STOPS = frozenset({"gradient", "objective_change", "plateau", "stochastic_rule", "outer_loop",
-                             "not_optimised"})
+                             "not_optimised", "tolerance"})
 # Stops whose convergence does not rest on the final gradient: QP's Algorithm 1 zeroes the gradient
 # of eq. 4 at fixed sites (not of the evidence it reports), and an unoptimised fit claims no
 # optimum.  A stochastic run's stop is confirmed by the full objective's gradient from one pass

@@ -27,7 +27,7 @@ def local_cap_reached(model, local):
     return cap is None or local.sweeps >= cap
 
 
-def warn_unconverged(model, diagnostics, fit, local, n):
+def warn_unconverged(model, diagnostics, fit, local, n, subsample=None):
     """One ConvergenceWarning for each way the fit fell short that its record holds: a ridge (not
     for a fit already flagged as the constant model, which its own warning explains), the
     optimiser's stop, the final gradient, the local iteration.  A cap of the reinit loop or the
@@ -44,6 +44,9 @@ def warn_unconverged(model, diagnostics, fit, local, n):
         The method's local state at the optimum (``sweeps``, ``converged``).
     n : int
         The fit's rows (a minibatch fit's remedies depend on it: :func:`gpdsl.methods.stochastic.remedy`).
+    subsample : int, optional
+        The rows of a ``fit(subsample=n)`` that was not refined on all rows: its gradient is the
+        full objective's at the subsample's optimum, and the remedy is to refine.
     """
     name = type(model.inference).__name__
     if diagnostics.ridge is not None and not diagnostics.constant_model:
@@ -57,6 +60,10 @@ def warn_unconverged(model, diagnostics, fit, local, n):
         # A minibatch fit's remedies are its own: the polish, the full-batch method, more steps.
         remedy = (stochastic.remedy(model.inference, n, int(getattr(model.likelihood, "n_latent", 1))) if fit.minibatch
                   else "raise max_iter, or continue with fit(..., start=post.values)")
+        if subsample is not None:
+            remedy = (f"the gradient is all rows' at the optimum of fit(subsample={subsample})'s {subsample} rows: "
+                      f"fit(..., subsample={subsample}, refine=True) continues on all rows from there, or take a "
+                      f"larger subsample; on the subsample: {remedy}")
         warnings.warn(f"{name}: the optimiser stopped ({stop}: {diagnostics.message}) after "
                       f"{diagnostics.optimizer_restarts} restart(s) with the gradient still large: "
                       f"|d objective / d {diagnostics.grad_name}| = {diagnostics.grad_norm:.3g} > "

@@ -21,6 +21,7 @@ from . import backends, multioutput
 from .checks import check_bool, check_positive_int
 from .components import bind
 from .diagnostics import GRADIENT_FREE_STOPS, FitDiagnostics, gradient_tolerance, largest_gradient, warn_noisy_evidence
+from .evidence_checks import check_evidence_bound, final_evaluation, out_of_range
 from .fit_warnings import local_cap_reached, warn_unconverged
 from .inducing import NoCandidateError, SelectionContext
 from .inputs import check_fit_arguments, validate_inputs, validate_offset
@@ -64,10 +65,6 @@ CONSTANT_MODEL_TOL = 1e-3
 # was 170 to 880 nats from the full-data bound, 0.02 to 0.13 % of the constant's 693,147, against
 # a clearance of 90 % of it.
 CONSTANT_SCREEN_SHARE = 0.01
-# Nats per row by which a log evidence may exceed the likelihood's bound on any marginal likelihood
-# (Likelihood.log_density_bound) before it counts as a numerical failure: EP's and Laplace's
-# approximations come within a small fraction of a nat per row of the true evidence, far below it.
-EVIDENCE_BOUND_SLACK_PER_POINT = 0.1
 # Gap (nats per training row) by which a moderate fixed M must beat an automatic M that ended
 # smaller for the fit to call the automatic one a different optimum (_probe_small_m).  The
 # trace rule's default tol (1e-3 per row) costs the bound about half that, so a gap of 1e-2 per
@@ -130,7 +127,7 @@ class FitResult:
 
 
 def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DEFAULT_MAX_ITER, progress=False, callback=None,
-        standardize=False, subsample=None, offset=None, start=None):
+        standardize=False, subsample=None, offset=None, start=None, refine=False):
     """Fit ``model`` to X, y: what :meth:`gpdsl.Model.fit` runs (its docstring describes the fit).
 
     Parameters
@@ -141,7 +138,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
         Training inputs.
     y : array_like, shape (N,)
         Training targets.
-    optimize, fixed, restarts, seed, max_iter, progress, callback, standardize, subsample, offset, start : object
+    optimize, fixed, restarts, seed, max_iter, progress, callback, standardize, subsample, offset, start, refine : object
         As :meth:`gpdsl.Model.fit` takes them.
 
     Returns
@@ -166,6 +163,10 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
     check_bool("fit", "standardize", standardize, error=TypeError)
     if subsample is not None:
         check_positive_int("fit", "subsample", subsample)
+    check_bool("fit", "refine", refine, error=TypeError)
+    if refine and subsample is None:
+        raise ValueError("fit: refine=True continues a subsample's fit on all rows; pass subsample=n with it "
+                         "(a fit on all rows is refined already)")
     scaling = None
     if standardize:
         # A multi-output model's output column is an index, not a feature: left unscaled; its
@@ -215,15 +216,19 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
     selection, result = _best_round(rounds)
     subsample_record = None
     if rows is not None:
-        selection, result, subsample_record = _finish_on_all_rows(model, X, y, rows, selection, result,
-                                                                  fixed=fixed, max_iter=max_iter, offset=offset)
+        selection, result, subsample_record = _finish_on_all_rows(
+            model, X, y, rows, selection, result, fixed=fixed, max_iter=max_iter, offset=offset,
+            refine=refine and optimize, progress=progress, callback=callback)
     evaluation = result.evaluation
     # The constant model is f = 0 without an offset or a mean function; with one there is no such reference.
     constant_model = offset is None and model.mean is None and _no_better_than_constant(model, X, y, result)
     diagnostics = _diagnostics(model, result, rounds, reinit_stop, selection, subsample_record, constant_model,
                                small_m_replaced)
-    # The rows the hyperparameters were fitted on (a subsample's) decide the minibatch remedies.
-    warn_unconverged(model, warn_noisy_evidence(model, diagnostics), result, evaluation.warm, X_fit.shape[0])
+    # The rows the hyperparameters were fitted on last (a subsample's, unless refined on all)
+    # decide the minibatch remedies.
+    last_rows = X.shape[0] if refine else X_fit.shape[0]
+    warn_unconverged(model, warn_noisy_evidence(model, diagnostics), result, evaluation.warm, last_rows,
+                     subsample=None if rows is None or refine else int(rows.size))
     history = None
     if model.sparse and model.inducing.reinit:
         history = [{"M": int(r.Z.shape[0]), "objective": float(r.objective)} for _, r in rounds]
@@ -326,23 +331,37 @@ def _check_subsample(model):
                          "q_updates='natural'")
 
 
-def _finish_on_all_rows(model, X, y, rows, selection, fit, *, fixed, max_iter, offset):
-    """fit(subsample=n)'s last step: the posterior on all rows of X at the hyperparameters and
-    Z of ``fit`` (the subsample's best round), with no optimisation.  Returns the selection
-    (its indices mapped to rows of X), the full data's fit record (the subsample fit's
-    optimiser record and ridge kept) and the Posterior's ``subsample`` record."""
+def _finish_on_all_rows(model, X, y, rows, selection, fit, *, fixed, max_iter, offset, refine, progress, callback):
+    """fit(subsample=n)'s last step, on all rows of X from the hyperparameters and Z of ``fit``
+    (the subsample's best round).  Returns the selection (its indices mapped to rows of X), the
+    full data's fit result and the Posterior's ``subsample`` record.
+
+    Without ``refine``, the posterior at those values, not optimised further: the record is the
+    subsample fit's (its optimiser's stop and ridge, and whether it was a minibatch run), except
+    that its gradient is the full objective's there, so that ``converged`` says whether the
+    subsample's optimum is one of all rows.  With ``refine``, L-BFGS-B (or the method's own
+    optimiser) continues on all rows from there until the full gradient is within its tolerance,
+    and the record is that run's."""
     if selection is not None:
         selection = dataclasses.replace(selection, Z=fit.Z,
                             indices=None if selection.indices is None else rows[selection.indices])
+    record = {"rows": int(rows.size), "objective": float(fit.objective)}
     # The subsample's local state (per-row sites, c) does not carry over; q(u) would, but a
-    # fresh start is what optimize=False gives every method.
-    finish = fit_at(model, X, y, selection, fixed=fixed, optimize=False, restarts=0, seed=0, max_iter=max_iter,
-                    progress=False, callback=None, start=fit.values, warm=None, offset=offset)
-    # The record is the subsample fit's: its optimiser's stop, gradient and ridge, and whether it
-    # was a minibatch run (whose unconverged warning names the minibatch remedies).
-    finish = dataclasses.replace(finish, optimiser=fit.optimiser, ridge=fit.ridge, ridge_move=fit.ridge_move,
+    # fresh start is what each method's fit from given hyperparameters gives.
+    options = {"fixed": fixed, "restarts": 0, "seed": 0, "max_iter": max_iter, "start": fit.values, "warm": None,
+               "offset": offset}
+    if refine:
+        return selection, fit_at(model, X, y, selection, optimize=True, progress=progress, callback=callback,
+                                 until_tolerance=True, **options), record
+    gradient_free = fit.optimiser["stop_reason"] in GRADIENT_FREE_STOPS
+    finish = fit_at(model, X, y, selection, optimize=False, progress=False, callback=None,
+                    confirm_gradient=not gradient_free, **options)
+    optimiser = dict(fit.optimiser)
+    if not gradient_free:
+        optimiser.update({key: finish.optimiser[key] for key in ("grad_norm", "grad_name", "grad_tol")})
+    finish = dataclasses.replace(finish, optimiser=optimiser, ridge=fit.ridge, ridge_move=fit.ridge_move,
                                  minibatch=fit.minibatch)
-    return selection, finish, {"rows": int(rows.size), "objective": float(fit.objective)}
+    return selection, finish, record
 
 
 def _reinit_loop(model, X, y, rounds, *, fixed, optimize, restarts, seed, max_iter, progress, callback, offset):
@@ -465,7 +484,7 @@ def _checked_start(start, table):
 
 
 def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter, progress, callback, start, warm,
-           offset=None):
+           offset=None, until_tolerance=False, confirm_gradient=False):
     """One L-BFGS-B fit (with restarts) at the selected inducing inputs, from the declared
     hyperparameters or ``start``.
 
@@ -488,6 +507,13 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
         The method's local state to start from.
     offset : ndarray, shape (N,), optional
         The per-row offset of the latent input.
+    until_tolerance : bool, default False
+        Stop L-BFGS-B at the first point whose largest gradient entry is within
+        :func:`gpdsl.diagnostics.gradient_tolerance` (``fit(subsample=n, refine=True)``'s finish).
+    confirm_gradient : bool, default False
+        Compute the gradient at the final point even where nothing was optimised, and record its
+        largest entry against the tolerance (``fit(subsample=n)``'s finish checks the
+        subsample's optimum on all rows).
 
     Returns
     -------
@@ -496,7 +522,7 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
     Z0 = selection.Z if selection is not None else None
     table = model.parameter_table(X, Z0, fixed)
     run = _Objective(model, table, X, y, Z0, offset=offset)
-    run.warm = warm
+    run.warm, run.until_tolerance = warm, until_tolerance
     values0 = table.values()
     if start is not None:      # a re-selection round continues from the previous optimum
         # (a method's variational parameters only where M has not changed)
@@ -516,13 +542,13 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
                 # L-BFGS-B steps back from such points (the objective returns inf); a minibatch
                 # optimiser has no line search to do so (fuzz: minibatch SVGP, Poisson counts
                 # to 4e5 with Z 1e-3 apart).
-                raise _out_of_range(f"the optimiser stepped to a numerically impossible point ({err})",
+                raise out_of_range(f"the optimiser stepped to a numerically impossible point ({err})",
                                     X, y) from err
             if result is None or res.fun < result.fun:
                 result, best_warm = res, run.warm
         run.warm = best_warm
         if not np.all(np.isfinite(result.x)):
-            raise _out_of_range("L-BFGS-B stepped to non-finite hyperparameters (the objective and its "
+            raise out_of_range("L-BFGS-B stepped to non-finite hyperparameters (the objective and its "
                                 "gradient at the start are too large for its float64 arithmetic)", X, y)
         u_best, runaway = result.x, result.runaway
         # A minibatch run has no L-BFGS-B gradient (jac None): its stop is confirmed by the full
@@ -555,88 +581,25 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
     # The final gradient is the posterior's own: where the method has a local state (EP/QP
     # sites), the optimiser's last gradient may belong to another of its fixed points (fuzz:
     # Poisson FITC-EP, 1.4e-6 at the optimiser's sites, 3e6 at the posterior's).
-    need_grad = not minibatch and optimiser["stop_reason"] not in GRADIENT_FREE_STOPS
-    evaluation = _final_evaluation(model, values, X, y, Z, run.warm, optimize, need_grad, offset)
+    need_grad = (not minibatch and optimiser["stop_reason"] not in GRADIENT_FREE_STOPS) or confirm_gradient
+    evaluation = final_evaluation(model, values, X, y, Z, run.warm, optimize, need_grad, offset)
     if evaluation.warm is not None:
         run.total_sweeps += evaluation.warm.sweeps
     if need_grad:
         _, gradient = run.negated({**values, **({"inducing.Z": Z} if "inducing.Z" in table.names() else {})},
                                   evaluation)
         optimiser["grad_norm"], optimiser["grad_name"] = largest_gradient(table, gradient, X)
+        optimiser.setdefault("grad_tol", gradient_tolerance(X.shape[0]))
     log_prior, _ = table.log_prior({**values, "inducing.Z": Z})
     return FitResult(values=values, Z=Z, evaluation=evaluation, table=table, optimiser=optimiser,
                      log_prior=log_prior, total_sweeps=run.total_sweeps, ridge=ridge, ridge_move=ridge_move,
                      minibatch=minibatch, objective_estimate=-float(result.fun) if minibatch else None)
 
 
-def _final_evaluation(model, values, X, y, Z, warm, optimize, need_grad=False, offset=None):
-    """The evaluation (with its predictive state) a posterior is built from.
-
-    It warm-starts from the local state (EP/QP sites, Pólya-Gamma c) of the optimiser's last
-    evaluation, which may belong to a rejected line-search point; where that start fails
-    numerically (FloatingPointError: the optimiser's signal to step back), it starts afresh.
-    A failure from a fresh start too is the data's scale or the hyperparameters, raised as
-    the ValueError of :func:`_out_of_range`, as is a log evidence that is not finite (a posterior
-    must never carry one).  A minibatch fit's evaluation (q as its steps left it, the state
-    formed from q alone) runs its pass over the data, and these checks, when its log evidence is
-    first read; a failure there has no fresh start to fall back on (that would move q), and
-    raises the same ValueError then."""
-    where = "fitted" if optimize else "declared"
-
-    def cannot(err):
-        return _out_of_range(f"the posterior at the {where} hyperparameters cannot be computed ({err})", X, y)
-
-    def finite(evaluation):
-        if not np.isfinite(evaluation.log_evidence):
-            raise _out_of_range(f"the log evidence at the {where} hyperparameters is {evaluation.log_evidence}",
-                                X, y)
-        return evaluation
-
-    def checked(complete):
-        try:
-            evaluation = complete()
-            _check_evidence_bound(model.likelihood, values, X, y, evaluation.log_evidence)
-        except FloatingPointError as err:
-            raise cannot(err) from err
-        return finite(evaluation)
-
-    for start in ((warm, None) if warm is not None else (None,)):
-        try:
-            evaluation = model.evaluate(values, X, y, Z, need_grad=need_grad, need_state=True, warm=start,
-                                        offset=offset)
-            if evaluation.pending:
-                return evaluation.then(checked)
-            _check_evidence_bound(model.likelihood, values, X, y, evaluation.log_evidence)
-            return finite(evaluation)
-        except FloatingPointError as err:
-            failure = err
-    raise cannot(failure) from failure
-
-
-def _check_evidence_bound(likelihood, values, X, y, log_evidence):
-    """FloatingPointError when ``log_evidence`` exceeds the likelihood's upper bound on any marginal
-    likelihood (``Likelihood.log_density_bound``) by more than EVIDENCE_BOUND_SLACK_PER_POINT per
-    row plus one nat: no approximation comes near that, only arithmetic that lost its precision
-    (EP with Student-t sites at a prior variance of 5e-42: 3e8 on 31 points, bound 14)."""
-    bound = bind(likelihood, values, "likelihood").for_rows(X).log_density_bound(y)
-    if bound is not None and log_evidence > bound + EVIDENCE_BOUND_SLACK_PER_POINT * y.size + 1.0:
-        raise FloatingPointError(f"the log evidence {log_evidence:.6g} is above sum_n max_f log p(y_n | f) = "
-                                 f"{bound:.6g}, which no marginal likelihood can exceed: the method lost its precision")
-
-
 def _largest(values, suffix):
     """The largest value of the hyperparameters whose names end in ``suffix``, as text."""
     found = [float(np.max(v)) for k, v in values.items() if k.endswith(suffix)]
     return f"{max(found):.3g}" if found else "?"
-
-
-def _out_of_range(what, X, y):
-    """The ValueError of a fit that left float64's finite range: ``what`` happened, and the data's
-    scale (the usual cause once the inputs' checks have passed) is named with the remedy."""
-    return ValueError(f"fit: {what}; X spans up to {float(np.max(np.abs(X))):.3g} and y up to "
-                      f"{float(np.max(np.abs(y))):.3g} in magnitude, far from the scale the declared hyperparameters "
-                      "describe: standardise X and y (subtract the mean, divide by the standard deviation), or "
-                      "declare the hyperparameters on the data's scale")
 
 
 def _on_plateau(trail, plateau):
@@ -696,6 +659,10 @@ class _Objective:
         self.last = None
         self.warm = None          # EP/QP sites persist between evaluations (as in GPML and GPy)
         self.total_sweeps = 0
+        # fit(subsample=n, refine=True)'s finish: stop at the first point (the start included)
+        # whose largest gradient entry is within gpdsl's tolerance, the converged rule's own test
+        # (and not by the plateau rule: see minimise).
+        self.until_tolerance = False
 
     def restricted(self, table, evaluate):
         """An objective on the same data with another parameter table and evaluation (QP's
@@ -740,11 +707,11 @@ class _Objective:
 
     def _checked_evaluation(self, values, Z, warm):
         """model.evaluate at ``values`` from ``warm``, with an evidence above the likelihood's bound
-        (:func:`_check_evidence_bound`) raised as FloatingPointError."""
+        (:func:`gpdsl.evidence_checks.check_evidence_bound`) raised as FloatingPointError."""
         # An offset is passed only where there is one: a fixed-site or test objective need not take it.
         extra = {} if self.offset is None else {"offset": self.offset}
         ev = self.evaluate(values, self.X, self.y, Z, warm=warm, **extra)
-        _check_evidence_bound(self.model.likelihood, values, self.X, self.y, ev.log_evidence)
+        check_evidence_bound(self.model.likelihood, values, self.X, self.y, ev.log_evidence)
         return ev
 
     def _evaluate_from_warm_or_cold(self, values, Z):
@@ -774,10 +741,16 @@ class _Objective:
         the plateau rule stopped the run), ``grad_norm`` and ``grad_name`` (the largest final
         gradient entry, :func:`gpdsl.diagnostics.largest_gradient`), ``optimizer_restarts``,
         ``runaway`` (the hyperparameter that ran away from ``u0`` in a run stopped by the plateau
-        rule or the iteration cap, else None; see :meth:`_runaway`) and ``start`` (``u0``)."""
+        rule or the iteration cap, else None; see :meth:`_runaway`) and ``start`` (``u0``).
+
+        With ``until_tolerance`` set, a start or an accepted iterate whose largest gradient entry
+        is within the tolerance ends the run there ("tolerance"), and the plateau rule is off: it
+        stops ridge walks, which the subsample's fit before it would have met, and near an
+        optimum it can stop a warm start's first few steps short of the tolerance."""
         trail = []                # objectives of the accepted iterates
         plateau = PLATEAU_WINDOW * PLATEAU_PER_POINT * self.X.shape[0]
         tolerance = gradient_tolerance(self.X.shape[0])
+        met = []                  # set when an accepted iterate met the tolerance (until_tolerance)
 
         def report(intermediate_result):
             u_last, _, g = self.last
@@ -791,7 +764,11 @@ class _Objective:
             if callback is not None:
                 callback(step)
             trail.append(step["objective"])
-            if _on_plateau(trail, plateau):
+            if (self.until_tolerance and np.array_equal(u_last, intermediate_result.x)
+                    and largest_gradient(self.table, g, self.X)[0] <= tolerance):
+                met.append(True)
+                raise StopIteration
+            if not self.until_tolerance and _on_plateau(trail, plateau):
                 raise StopIteration
 
         # Imported here, not at the top: `import gpdsl` (e.g. to load a posterior and predict) then
@@ -799,16 +776,25 @@ class _Objective:
         from scipy import optimize as sp_optimize
 
         u, iterations, restarts, confirmations = u0, 0, 0, 0
+        fun, at_start = self, None
+        if self.until_tolerance:
+            fun, at_start = self._checked_start(u0, tolerance)
         while True:
-            result = sp_optimize.minimize(self, u, jac=True, method="L-BFGS-B", callback=report,
-                                          options={"maxiter": max_iter - iterations})
+            met.clear()
+            if at_start is not None:          # the start met the tolerance: no step taken
+                result, at_start = at_start, None
+                met.append(True)
+            else:
+                result = sp_optimize.minimize(fun, u, jac=True, method="L-BFGS-B", callback=report,
+                                              options={"maxiter": max_iter - iterations})
+            fun = self
             iterations += int(result.nit)
             if not (np.isfinite(result.fun) and np.any(result.jac)):
                 # SciPy's last gradient is a failed evaluation's zeros (or the point failed): the
                 # gradient at the point it returns, evaluated afresh, or none (inf) if that fails.
                 fun, jac = self(result.x)
                 result.jac = jac if np.isfinite(fun) else np.full_like(jac, np.inf)
-            result.stop_reason = _stop_reason(result)
+            result.stop_reason = "tolerance" if met else _stop_reason(result)
             result.grad_norm, result.grad_name = (largest_gradient(self.table, result.jac, self.X)
                                                   if result.jac is not None else (np.nan, ""))
             stuck = result.stop_reason in ("objective_change", "line_search") and not result.grad_norm <= tolerance
@@ -822,7 +808,8 @@ class _Objective:
                 u, restarts = result.x, restarts + 1
                 continue
             if (self.warm is not None and confirmations < MEMORY_RESTARTS
-                    and result.stop_reason in ("gradient", "objective_change") and result.grad_norm <= tolerance):
+                    and result.stop_reason in ("gradient", "objective_change", "tolerance")
+                    and result.grad_norm <= tolerance):
                 # A method with a local iteration (EP/QP's sites, Pólya-Gamma's c, q) gives a gradient
                 # only as good as that iteration's tolerance, which bounds it on the evidence's own
                 # scale, and within a fit the declaration's fit_tol is looser still: Poisson's square
@@ -850,6 +837,10 @@ class _Objective:
             result.success = True
             result.message = (f"the objective gained less than {plateau:.3g} in the last {PLATEAU_WINDOW} "
                               "iterations (plateau rule)")
+        elif result.stop_reason == "tolerance":
+            result.success = True
+            result.message = (f"the largest gradient entry, |d objective / d {result.grad_name}| = "
+                              f"{result.grad_norm:.3g}, is within the tolerance {tolerance:.3g}")
         elif result.stop_reason == "line_search" and result.message.rstrip().endswith(":"):
             # SciPy's ABNORMAL termination carries no reason of its own.
             result.message = (f"{result.message.rstrip()} the line search found no lower objective along "
@@ -859,6 +850,27 @@ class _Objective:
         result.runaway = self._runaway(u0, result.x) if result.plateau or not result.success else None
         result.start = u0
         return result
+
+    def _checked_start(self, u0, tolerance):
+        """``(fun, result)`` for a run that stops within the gradient tolerance: where the
+        gradient at ``u0`` is already within it, ``result`` is that zero-step run's; otherwise
+        None, and ``fun`` is this objective with its first call at ``u0`` answered by the
+        evaluation made here (SciPy's L-BFGS-B starts by evaluating ``u0``)."""
+        from scipy.optimize import OptimizeResult
+
+        f0, g0 = self(u0)
+        if np.isfinite(f0) and largest_gradient(self.table, g0, self.X)[0] <= tolerance:
+            return self, OptimizeResult(x=u0.copy(), fun=f0, jac=g0, nit=0, nfev=1, status=0, success=True,
+                                        message="the start is within the gradient tolerance")
+        first = [(u0.copy(), f0, g0)]
+
+        def answered(u):
+            if first and np.array_equal(u, first[0][0]):
+                return first.pop()[1:]
+            first.clear()
+            return self(u)
+
+        return answered, None
 
     def _runaway(self, u0, u):
         """``(name, start, end, entry)`` of the free hyperparameter that moved furthest from its

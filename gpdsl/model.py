@@ -478,7 +478,8 @@ class Model:
 
     @threads.managed
     def fit(self, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=None,
-            progress=False, callback=None, standardize=False, subsample=None, offset=None, start=None):
+            progress=False, callback=None, standardize=False, subsample=None, offset=None, start=None,
+            refine=False):
         """Fit hyperparameters (and Z for ``gd.inducing.Optimized``) by maximising the evidence.
 
         The objective is the method's log evidence or bound (e.g. Titsias (2009) eq. 16 for VFE)
@@ -532,6 +533,9 @@ class Model:
             earlier fit, e.g. to continue one that stopped short; in the fit's units, so with the
             same ``standardize``); names it leaves out keep their declared start.  ``restarts``
             perturb it.
+        refine : bool, default False
+            With ``subsample``: continue the fit on all rows from the subsample's optimum until
+            the full objective's gradient is within its tolerance (see below).
 
         Returns
         -------
@@ -594,7 +598,14 @@ class Model:
         hyperparameters, Z and any greedy selection (with its reinitialisation loop) are those of
         the fit on the n rows, and the posterior is then computed on all N rows at them, with no
         further optimisation (for VFE and FITC one pass; for PolyaGamma its c iteration, for EP
-        its sweeps, over all N).  A multi-output model draws n of its long rows (input, output
+        its sweeps, over all N).  Its gradient there is computed on all N rows too (one gradient
+        pass), and ``converged`` is True only where it is within the tolerance of N rows
+        (:func:`gpdsl.diagnostics.gradient_tolerance`): the subsample's optimum is then one of all
+        rows; otherwise a ``ConvergenceWarning`` names the gradient.  ``refine=True`` instead
+        continues L-BFGS-B on all rows from the subsample's hyperparameters and Z, and stops at
+        the first point whose gradient is within that tolerance (``stop_reason="tolerance"``;
+        the start itself when it is): a converged fit of all rows that takes a few full-data
+        evaluations where the direct fit takes tens.  A multi-output model draws n of its long rows (input, output
         pairs), stratified by output: each output's share of n in proportion to its rows, and at
         least one (:func:`gpdsl.multioutput.subsample_rows`).  ``Posterior.subsample`` records n and the subsample fit's
         objective; ``log_evidence`` is the full data's.  None (default) fits on all rows; n >= N
@@ -623,7 +634,7 @@ class Model:
             model = self.resolved(X, seed, subsample)
         return name_outputs(fitting.fit(model, X, y, optimize=optimize, fixed=fixed, restarts=restarts, seed=seed,
                                         max_iter=max_iter, progress=progress, callback=callback, standardize=standardize,
-                                        subsample=subsample, offset=offset, start=start), names)
+                                        subsample=subsample, offset=offset, start=start, refine=refine), names)
 
     @threads.managed
     def sample(self, X, y, *, draws=1000, tune=1000, chains=4, seed=0, target_accept=0.8, fixed=(), cores=None,

@@ -1,10 +1,15 @@
 """fit(subsample=n): hyperparameters and Z from a fit on n random rows, the posterior on all N
 (issue 16's "fit on a subsample, finish on all N"), against independent computations: the same
-model fitted on those rows by hand, and the method's own evaluation on all rows."""
+model fitted on those rows by hand, the method's own evaluation on all rows, and central
+differences of the full data's bound for the gradient that decides ``converged`` (a subsample's
+optimum is not all rows' unless that gradient is within the tolerance of N rows), with and
+without ``refine=True`` (continue on all rows until it is)."""
 import numpy as np
 import pytest
 
 import gpdsl as gd
+from gpdsl import fitting
+from gpdsl.diagnostics import gradient_tolerance
 
 SE = gd.kernels.SquaredExponential
 
@@ -20,10 +25,25 @@ def _rows(n, subsample, seed):
     return np.sort(np.random.default_rng(seed).choice(n, size=subsample, replace=False))
 
 
+def _vfe(m=12):
+    return gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.KMeans(m, seed=0), gd.inference.VFE())
+
+
+def _log_space_gradient(model, values, X, y, Z, h=1e-5):
+    """Central differences of the full data's bound in the log of each (positive, scalar)
+    hyperparameter: d bound / d log theta, the units of the converged rule's tolerance."""
+    def bound(name, step):
+        moved = {**values, name: values[name] * np.exp(step)}
+        return model.evaluate(moved, X, y, Z, need_grad=False).log_evidence
+    return {name: (bound(name, h) - bound(name, -h)) / (2 * h) for name in values}
+
+
 def test_vfe_subsample_fit_is_the_subsample_optimum_evaluated_on_all_rows(regression, tmp_path):
     X, y = regression
     model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.KMeans(12, seed=0), gd.inference.VFE())
-    post = model.fit(X, y, subsample=150, seed=5)
+    with pytest.warns(gd.ConvergenceWarning, match=r"at the optimum of fit\(subsample=150\)'s 150 rows: "
+                      r"fit\(\.\.\., subsample=150, refine=True\) continues on all rows"):
+        post = model.fit(X, y, subsample=150, seed=5)
     by_hand = model.fit(X[_rows(400, 150, 5)], y[_rows(400, 150, 5)])
     for name, value in by_hand.values.items():
         np.testing.assert_array_equal(post.values[name], value, err_msg=name)
@@ -32,7 +52,15 @@ def test_vfe_subsample_fit_is_the_subsample_optimum_evaluated_on_all_rows(regres
     full = model.evaluate(post.values, X, y, post.state.Z, need_grad=False, need_state=True)
     assert post.log_evidence == pytest.approx(full.log_evidence, rel=1e-12)
     assert post.subsample == {"rows": 150, "objective": pytest.approx(by_hand.log_evidence, rel=1e-12)}
-    assert post.n_iterations == by_hand.n_iterations and post.converged
+    assert post.n_iterations == by_hand.n_iterations and by_hand.converged
+    # Converged on its 150 rows, not on all 400: the record's gradient is the full bound's there
+    # (central differences), and converged says no (it said yes before: the subsample's record).
+    fd = _log_space_gradient(model, post.values, X, y, post.state.Z)
+    name = post.diagnostics.grad_name
+    assert post.diagnostics.grad_tol == gradient_tolerance(400)
+    assert post.diagnostics.grad_norm == pytest.approx(abs(fd[name]), rel=1e-6)
+    assert max(abs(g) for g in fd.values()) <= post.diagnostics.grad_norm * (1 + 1e-6)
+    assert post.diagnostics.grad_norm > post.diagnostics.grad_tol and not post.converged
     at_values = gd.Model(SE(post.values["kernel.lengthscale"], post.values["kernel.variance"]),
                          gd.likelihoods.Gaussian(post.values["likelihood.variance"]), gd.inducing.Fixed(post.state.Z),
                          gd.inference.VFE()).fit(X, y, optimize=False)
@@ -103,3 +131,70 @@ def test_subsample_counts_the_finishing_sweeps():
     post = model.fit(X, y, subsample=100, max_iter=5)
     sub = model.fit(X[_rows(300, 100, 0)], y[_rows(300, 100, 0)], max_iter=5)
     assert post.total_sweeps == sub.total_sweeps + post.sites.sweeps and post.sites.sweeps > 0
+
+
+def test_refine_continues_on_all_rows_until_the_full_gradient_is_within_tolerance(regression, tmp_path):
+    """refine=True: L-BFGS-B on all 400 rows from the subsample's values and Z, stopped by the
+    tolerance test; its point's full gradient (central differences) is within the tolerance, and
+    its bound is above the unrefined finish's."""
+    X, y = regression
+    model = _vfe()
+    with pytest.warns(gd.ConvergenceWarning):
+        plain = model.fit(X, y, subsample=150, seed=5)
+    refined = model.fit(X, y, subsample=150, seed=5, refine=True)
+    d = refined.diagnostics
+    assert refined.converged and d.stop_reason == "tolerance" and d.n_iterations >= 1
+    assert d.grad_tol == gradient_tolerance(400) and d.grad_norm <= d.grad_tol
+    np.testing.assert_array_equal(refined.state.Z, plain.state.Z)      # Z is the subsample's
+    fd = _log_space_gradient(model, refined.values, X, y, refined.state.Z)
+    assert max(abs(g) for g in fd.values()) <= d.grad_tol
+    assert max(abs(g) for g in fd.values()) == pytest.approx(d.grad_norm, rel=1e-5, abs=1e-6)
+    assert refined.log_evidence > plain.log_evidence
+    assert refined.subsample == plain.subsample
+    full = model.evaluate(refined.values, X, y, refined.state.Z, need_grad=False)
+    assert refined.log_evidence == pytest.approx(full.log_evidence, rel=1e-12)
+    refined.save(tmp_path / "refined.nc")
+    loaded = gd.load(tmp_path / "refined.nc")
+    assert loaded.converged and loaded.diagnostics.stop_reason == "tolerance"
+
+
+def test_the_tolerance_stop_takes_no_step_from_a_point_within_it_and_evaluates_the_start_once(regression,
+                                                                                              monkeypatch):
+    """From a converged fit's own optimum the tolerance run stops at its start (no step, one
+    evaluation there); from elsewhere, SciPy's first call at the start is answered by the
+    evaluation the check made (the start is evaluated once, not twice)."""
+    X, y = regression
+    model = _vfe()
+    direct = model.fit(X, y)
+    assert direct.converged
+    calls = []
+    evaluate = gd.Model.evaluate
+
+    def counted(self, values, *args, **kwargs):
+        calls.append({k: np.array(v, copy=True) for k, v in values.items()})
+        return evaluate(self, values, *args, **kwargs)
+
+    monkeypatch.setattr(gd.Model, "evaluate", counted)
+    options = dict(fixed=(), optimize=True, restarts=0, seed=0, max_iter=100, progress=False, callback=None,
+                   warm=None, until_tolerance=True)
+    at_optimum = fitting.fit_at(model, X, y, direct.selection, start=direct.values, **options)
+    assert at_optimum.optimiser["stop_reason"] == "tolerance" and at_optimum.optimiser["n_iterations"] == 0
+    assert at_optimum.optimiser["grad_norm"] <= gradient_tolerance(400)
+    assert len(calls) == 2                  # the start's check, then the posterior's evaluation
+    for name, value in direct.values.items():
+        np.testing.assert_array_equal(at_optimum.values[name], value)
+    calls.clear()
+    start = {**direct.values, "kernel.lengthscale": direct.values["kernel.lengthscale"] * 3}
+    moved = fitting.fit_at(model, X, y, direct.selection, start=start, **options)
+    assert moved.optimiser["stop_reason"] == "tolerance" and moved.optimiser["n_iterations"] >= 1
+    at_start = [c for c in calls if np.array_equal(c["kernel.lengthscale"], start["kernel.lengthscale"])]
+    assert len(at_start) == 1
+
+
+def test_refine_is_validated(regression):
+    X, y = regression
+    model = _vfe(5)
+    with pytest.raises(ValueError, match=r"fit: refine=True continues a subsample's fit on all rows; pass subsample=n"):
+        model.fit(X, y, refine=True)
+    with pytest.raises(TypeError, match="fit: refine"):
+        model.fit(X, y, subsample=100, refine="yes")
