@@ -248,14 +248,16 @@ def part_sparse(rows, P, D, M, max_iter, export=None, warm_start=None, subsample
     print(f"[sparse] one bound + gradient at the start: CPU {cpu:.2f} s, wall {wall:.2f} s (median of 2 after "
           f"a warm-up); bound {ev.log_evidence:.3f}; {before} -> {load()}")
     # Count the fit's evaluations and their CPU (the rest: choosing Z, the optimiser, the posterior).
-    count = {"n": 0, "cpu": 0.0}
+    count = {"n": 0, "cpu": 0.0, "by_rows": {}}
     evaluate = gd.Model.evaluate
 
-    def counted(self, *args, **kwargs):
-        c = time.process_time()
-        out = evaluate(self, *args, **kwargs)
+    def counted(self, values, X, *args, **kwargs):
+        c, w = time.process_time(), time.perf_counter()
+        out = evaluate(self, values, X, *args, **kwargs)
         count["n"] += 1
         count["cpu"] += time.process_time() - c
+        n, cpu_s, wall_s = count["by_rows"].get(X.shape[0], (0, 0.0, 0.0))
+        count["by_rows"][X.shape[0]] = (n + 1, cpu_s + time.process_time() - c, wall_s + time.perf_counter() - w)
         return out
 
     gd.Model.evaluate = counted
@@ -272,7 +274,7 @@ def part_sparse(rows, P, D, M, max_iter, export=None, warm_start=None, subsample
     total = kmeans_cpu if warm_start else 0.0
     try:
         for label, fitted, X_s, y_s, start in stages:
-            count.update(n=0, cpu=0.0)
+            count.update(n=0, cpu=0.0, by_rows={})
             before = load()
             c0, w0 = time.process_time(), time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:
@@ -283,7 +285,9 @@ def part_sparse(rows, P, D, M, max_iter, export=None, warm_start=None, subsample
             print(f"[sparse] {label} (max_iter {max_iter or 'default'}): CPU {cpu:.1f} s, wall {wall:.1f} s; bound "
                   f"{post.log_evidence:.3f}; {_fit_summary(post)}; {before} -> {load()}")
             print(f"[sparse] its evaluations: {count['n']}, {count['cpu']:.1f} CPU s in all "
-                  f"({count['cpu'] / max(count['n'], 1):.2f} s each); the rest {cpu - count['cpu']:.1f} s")
+                  f"({count['cpu'] / max(count['n'], 1):.2f} s each); the rest {cpu - count['cpu']:.1f} s; by rows: "
+                  + ", ".join(f"{n} rows {k} evaluations, CPU {c:.1f} s, wall {w:.1f} s"
+                              for n, (k, c, w) in sorted(count["by_rows"].items())))
             for w in caught:
                 print(f"[sparse] warning: {w.category.__name__}: {str(w.message)[:200]}")
     finally:

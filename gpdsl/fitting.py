@@ -22,7 +22,7 @@ from .checks import check_bool, check_positive_int
 from .components import bind
 from .diagnostics import GRADIENT_FREE_STOPS, FitDiagnostics, gradient_tolerance, largest_gradient, warn_noisy_evidence
 from .evidence_checks import check_evidence_bound, final_evaluation, out_of_range
-from .fit_warnings import local_cap_reached, warn_unconverged
+from .fit_warnings import local_cap_reached, no_better_than_constant, warn_unconverged
 from .inducing import NoCandidateError, SelectionContext
 from .inputs import check_fit_arguments, validate_inputs, validate_offset
 from .methods.common import ConvergenceWarning, shifted
@@ -55,16 +55,6 @@ _SCIPY_CALLBACK_STOP = 99                   # OptimizeResult.status when the cal
 MEMORY_RESTARTS = 2
 
 
-# Objective margin (nats) over the constant model below which a fit is flagged (_no_better_than_constant).
-CONSTANT_MODEL_TOL = 1e-3
-# A minibatch fit's smoothed batch estimate of its objective (the mean over its stopping rule's last
-# window) that clears the constant model's by more than this share of the constant's size (plus
-# CONSTANT_MODEL_TOL) settles that check without the full-data bound, whose pass then waits until
-# the posterior's log_evidence is read.  The estimate lags q and carries batch noise, both well below
-# this share: on twonorm at N = 10^6 (seeds 0 and 1, minibatch SVGP and stochastic Pólya-Gamma) it
-# was 170 to 880 nats from the full-data bound, 0.02 to 0.13 % of the constant's 693,147, against
-# a clearance of 90 % of it.
-CONSTANT_SCREEN_SHARE = 0.01
 # Gap (nats per training row) by which a moderate fixed M must beat an automatic M that ended
 # smaller for the fit to call the automatic one a different optimum (_probe_small_m).  The
 # trace rule's default tol (1e-3 per row) costs the bound about half that, so a gap of 1e-2 per
@@ -202,7 +192,9 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
         context = SelectionContext(model.kernel, declared, **_selection_data(surrogate, model.kernel.n_outputs),
                                    first_round=True)
         selection = model.inducing.select(_selection_inputs(model, X_fit), y_fit, context)
-    result = fit_at(model, X_fit, y_fit, selection, **every, start=_checked_start(start, declared_table), warm=None)
+    # A subsample fit to be refined needs only come near: it stops at the tolerance of its n rows.
+    result = fit_at(model, X_fit, y_fit, selection, **every, start=_checked_start(start, declared_table), warm=None,
+                    until_tolerance=refine and rows is not None)
     rounds, reinit_stop = [(selection, result)], None
     if model.sparse and model.inducing.reinit:
         rounds, reinit_stop = _reinit_loop(model, X_fit, y_fit, rounds, **every)
@@ -221,7 +213,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
             refine=refine and optimize, progress=progress, callback=callback)
     evaluation = result.evaluation
     # The constant model is f = 0 without an offset or a mean function; with one there is no such reference.
-    constant_model = offset is None and model.mean is None and _no_better_than_constant(model, X, y, result)
+    constant_model = offset is None and model.mean is None and no_better_than_constant(model, X, y, result)
     diagnostics = _diagnostics(model, result, rounds, reinit_stop, selection, subsample_record, constant_model,
                                small_m_replaced)
     # The rows the hyperparameters were fitted on last (a subsample's, unless refined on all)
@@ -352,7 +344,7 @@ def _finish_on_all_rows(model, X, y, rows, selection, fit, *, fixed, max_iter, o
                "offset": offset}
     if refine:
         return selection, fit_at(model, X, y, selection, optimize=True, progress=progress, callback=callback,
-                                 until_tolerance=True, **options), record
+                                 until_tolerance=True, plateau_rule=False, **options), record
     gradient_free = fit.optimiser["stop_reason"] in GRADIENT_FREE_STOPS
     finish = fit_at(model, X, y, selection, optimize=False, progress=False, callback=None,
                     confirm_gradient=not gradient_free, **options)
@@ -420,40 +412,6 @@ def _best_round(rounds):
     return rounds[0] if len(rounds) == 1 else max(rounds, key=lambda r: r[1].objective)
 
 
-def _no_better_than_constant(model, X, y, fit):
-    """Warn (ConvergenceWarning) and return True when the objective of ``fit`` (a FitResult) is
-    within CONSTANT_MODEL_TOL nats of the constant model's (``constant_model_log_likelihood`` of the
-    rows' likelihood ``for_rows(X)``: per output for OutputGaussian, PerOutput), which every method
-    here reaches exactly as the kernel variance goes to 0.  That is a true optimum (the Pólya-Gamma
-    bound falls into it on crabs with K-means Z, 5 of 50 splits; raw Boston housing, targets ~22 and
-    inputs up to ~700, fits noise 584 and predicts 0) and the right answer for targets that
-    do not depend on X, but usually a poor one: it predicts the same everywhere.
-
-    A minibatch fit whose smoothed batch estimate clears the constant model by more than
-    CONSTANT_SCREEN_SHARE of its size is not flagged without its full-data bound (on twonorm at
-    N = 10^6, minibatch SVGP: estimate -65,822 against the bound's -65,434, constant -693,147)."""
-    values, evaluation = fit.values, fit.evaluation
-    constant = bind(model.likelihood, values, "likelihood").for_rows(X).constant_model_log_likelihood(y)
-    if constant is None:
-        return False
-    if evaluation.pending and fit.objective_estimate is not None:
-        clearance = fit.objective_estimate - fit.log_prior - constant
-        if clearance >= CONSTANT_MODEL_TOL + CONSTANT_SCREEN_SHARE * abs(constant):
-            return False
-    log_evidence = evaluation.log_evidence
-    if log_evidence - constant >= CONSTANT_MODEL_TOL:
-        return False
-    variance = float(np.max(values.get("kernel.variance", np.nan)))
-    cause = ("the kernel variance has collapsed" if variance < 1e-4 else
-             f"the fit failed at kernel variance {variance:.3g}" if variance > 1e8 else
-             "the posterior ignores X")
-    warnings.warn(f"{type(model.inference).__name__}: the fitted objective {log_evidence:.6g} is no better "
-                  f"than the constant model's {constant:.6g} ({cause}); if the targets depend on X, "
-                  "standardise the data (fit(standardize=True)) or refit with restarts= or other "
-                  "starting values (flagged constant_model=True)", ConvergenceWarning, stacklevel=5)
-    return True
-
-
 def _checked_start(start, table):
     """``fit(start=...)``: None, or a mapping of names the model has (``post.values``), each of
     its entry's shape ("inducing.Z" and a method's variational parameters are taken where their
@@ -484,7 +442,7 @@ def _checked_start(start, table):
 
 
 def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter, progress, callback, start, warm,
-           offset=None, until_tolerance=False, confirm_gradient=False):
+           offset=None, until_tolerance=False, plateau_rule=True, confirm_gradient=False):
     """One L-BFGS-B fit (with restarts) at the selected inducing inputs, from the declared
     hyperparameters or ``start``.
 
@@ -509,7 +467,11 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
         The per-row offset of the latent input.
     until_tolerance : bool, default False
         Stop L-BFGS-B at the first point whose largest gradient entry is within
-        :func:`gpdsl.diagnostics.gradient_tolerance` (``fit(subsample=n, refine=True)``'s finish).
+        :func:`gpdsl.diagnostics.gradient_tolerance` (``fit(subsample=n, refine=True)``: the
+        subsample's fit and the finish on all rows).
+    plateau_rule : bool, default True
+        Apply the plateau rule (:data:`PLATEAU_WINDOW`); the refining finish does not (see
+        :meth:`_Objective.minimise`).
     confirm_gradient : bool, default False
         Compute the gradient at the final point even where nothing was optimised, and record its
         largest entry against the tolerance (``fit(subsample=n)``'s finish checks the
@@ -522,7 +484,7 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
     Z0 = selection.Z if selection is not None else None
     table = model.parameter_table(X, Z0, fixed)
     run = _Objective(model, table, X, y, Z0, offset=offset)
-    run.warm, run.until_tolerance = warm, until_tolerance
+    run.warm, run.until_tolerance, run.plateau_rule = warm, until_tolerance, plateau_rule
     values0 = table.values()
     if start is not None:      # a re-selection round continues from the previous optimum
         # (a method's variational parameters only where M has not changed)
@@ -659,10 +621,10 @@ class _Objective:
         self.last = None
         self.warm = None          # EP/QP sites persist between evaluations (as in GPML and GPy)
         self.total_sweeps = 0
-        # fit(subsample=n, refine=True)'s finish: stop at the first point (the start included)
-        # whose largest gradient entry is within gpdsl's tolerance, the converged rule's own test
-        # (and not by the plateau rule: see minimise).
-        self.until_tolerance = False
+        # fit(subsample=n, refine=True): stop at the first point (the start included) whose
+        # largest gradient entry is within gpdsl's tolerance, the converged rule's own test; its
+        # finish on all rows without the plateau rule (see minimise).
+        self.until_tolerance, self.plateau_rule = False, True
 
     def restricted(self, table, evaluate):
         """An objective on the same data with another parameter table and evaluation (QP's
@@ -744,9 +706,10 @@ class _Objective:
         rule or the iteration cap, else None; see :meth:`_runaway`) and ``start`` (``u0``).
 
         With ``until_tolerance`` set, a start or an accepted iterate whose largest gradient entry
-        is within the tolerance ends the run there ("tolerance"), and the plateau rule is off: it
-        stops ridge walks, which the subsample's fit before it would have met, and near an
-        optimum it can stop a warm start's first few steps short of the tolerance."""
+        is within the tolerance ends the run there ("tolerance").  Without ``plateau_rule`` the
+        plateau rule is off: the refining finish on all rows runs without it, since it stops
+        ridge walks, which the subsample's fit before it would have met, and near an optimum it
+        can stop a warm start's first few steps short of the tolerance."""
         trail = []                # objectives of the accepted iterates
         plateau = PLATEAU_WINDOW * PLATEAU_PER_POINT * self.X.shape[0]
         tolerance = gradient_tolerance(self.X.shape[0])
@@ -768,7 +731,7 @@ class _Objective:
                     and largest_gradient(self.table, g, self.X)[0] <= tolerance):
                 met.append(True)
                 raise StopIteration
-            if not self.until_tolerance and _on_plateau(trail, plateau):
+            if self.plateau_rule and _on_plateau(trail, plateau):
                 raise StopIteration
 
         # Imported here, not at the top: `import gpdsl` (e.g. to load a posterior and predict) then
@@ -884,7 +847,7 @@ class _Objective:
         from 1) changed: a bias from 0 to -31.6 counts as a variance growing 1e3-fold.  Moves
         towards a simpler model are not counted: a length-scale that grows switches its feature
         off (automatic relevance determination, the intended answer), and a kernel variance that
-        collapses is the constant model, which ``_no_better_than_constant`` reports."""
+        collapses is the constant model, which ``gpdsl.fit_warnings.no_better_than_constant`` reports."""
         start, end = self.table.unpack(u0), self.table.unpack(u)
         moves = {}
         for e in self.table.free:

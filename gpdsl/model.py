@@ -614,7 +614,7 @@ class Model:
         all N rows.  Refused (ValueError) for a likelihood with per-row parameters
         (``HeteroscedasticGaussian(variance=...)``) and for ``q_updates="joint"``.
 
-        A fit whose objective is within ``gpdsl.fitting.CONSTANT_MODEL_TOL`` nats of the constant model f = 0
+        A fit whose objective is within ``gpdsl.fit_warnings.CONSTANT_MODEL_TOL`` nats of the constant model f = 0
         (a classifier's at its bias, white noise at its best variance for Gaussian regression)
         or below it warns ``ConvergenceWarning`` and is flagged ``constant_model=True``.
         """

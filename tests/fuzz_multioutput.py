@@ -13,7 +13,7 @@ stops) and by two more of a multi-output posterior's own (:data:`PROPERTIES`):
 * the posterior saved (``save``) and read back (``gd.load``) predicts exactly as before
   (``predict`` and ``predict_f_full_cov`` at the held-out inputs, bit for bit);
 * ``constant_model`` is set, with its ConvergenceWarning, exactly where a Gaussian fit's
-  objective is within ``gpdsl.fitting.CONSTANT_MODEL_TOL`` of the constant model's, each output at
+  objective is within ``gpdsl.fit_warnings.CONSTANT_MODEL_TOL`` of the constant model's, each output at
   its best noise (f = 0, s_p^2 = mean(y_p^2)), computed here by the dense density.
 
 A case is drawn from ``numpy.random.default_rng([seed, variant index])`` (``fuzz_cases.make_case``):
@@ -55,7 +55,7 @@ import gpdsl as gd
 from fuzz_cases import (Case, Outcome, _counts, _greedy, _heavy_tailed_targets, _inputs, _kernel, _kmeans, _labels,
                         _log_uniform, _nonfinite, _regression_targets, _site_inference, _student_t, _variational,
                         long_rows, OPTIMIZE_FRACTION)
-from gpdsl.fitting import CONSTANT_MODEL_TOL
+from gpdsl.fit_warnings import CONSTANT_MODEL_TOL
 
 # What each variant fits, as fuzz_cases.VARIANT_FORMS: (likelihood class, inference class, form).
 # Registered after every single-output variant; appending keeps every earlier variant's seeds.
@@ -334,7 +334,7 @@ def _gaussian_constant(case):
 
 def _check_constant_model_flag(case, post, caught):
     """A multi-output Gaussian fit is flagged ``constant_model`` exactly where its objective is within
-    ``gpdsl.fitting.CONSTANT_MODEL_TOL`` of the constant model's (:func:`_gaussian_constant`; a
+    ``gpdsl.fit_warnings.CONSTANT_MODEL_TOL`` of the constant model's (:func:`_gaussian_constant`; a
     gap within 1e-9 of its size of the tolerance is left undecided: rounding), and a flagged fit of
     any likelihood warned so."""
     flagged_warning = any(issubclass(w.category, gd.ConvergenceWarning) and "constant model" in str(w.message)

@@ -71,6 +71,17 @@ def test_subsample_below_the_training_rows_runs(tmp_path, capsys):
     assert gd.load(tmp_path / "o" / "sine_posterior.nc").subsample["rows"] == 30
 
 
+def test_refine_in_a_model_file_refines_the_subsample_fit_on_all_rows(tmp_path, capsys):
+    """``[fit] refine = true`` reaches Model.fit (its keyword): the posterior written is the
+    refined fit's, stopped by the full gradient's tolerance test and converged."""
+    path = _model(tmp_path, _with_fit_option("subsample = 30\nrefine = true"))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "o")]) == 0
+    post = gd.load(tmp_path / "o" / "sine_posterior.nc")
+    assert post.subsample["rows"] == 30 and post.converged
+    assert post.diagnostics.stop_reason == "tolerance" and post.diagnostics.grad_tol == 0.1
+    assert post.diagnostics.grad_norm <= 0.1
+
+
 # -- output names (item 8b) ---------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ['"x.nc"', '"x.toml"', '"x.csv"', '"x"', '"x.png.txt"', '"x.pgf"'])
 def test_plot_name_needs_an_image_extension(tmp_path, capsys, no_fit, name):

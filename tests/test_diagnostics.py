@@ -219,7 +219,7 @@ def test_a_constant_model_fit_gets_no_ridge_warning_on_top(monkeypatch):
     assert ridge.ridge == "kernel.variance" and any("evidence ridge" in str(w.message) for w in caught)
     import gpdsl.fitting as fitting
 
-    monkeypatch.setattr(fitting, "_no_better_than_constant", lambda model, X, y, fit: True)
+    monkeypatch.setattr(fitting, "no_better_than_constant", lambda model, X, y, fit: True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         flagged = model.fit(X, y)

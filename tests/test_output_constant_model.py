@@ -16,7 +16,7 @@ from scipy import stats
 
 import gpdsl as gd
 from gpdsl.components import bind
-from gpdsl.fitting import CONSTANT_MODEL_TOL
+from gpdsl.fit_warnings import CONSTANT_MODEL_TOL
 
 L = gd.likelihoods
 P = 3

@@ -134,8 +134,8 @@ def test_subsample_counts_the_finishing_sweeps():
 
 
 def test_refine_continues_on_all_rows_until_the_full_gradient_is_within_tolerance(regression, tmp_path):
-    """refine=True: L-BFGS-B on all 400 rows from the subsample's values and Z, stopped by the
-    tolerance test; its point's full gradient (central differences) is within the tolerance, and
+    """refine=True: the subsample's fit stopped at its rows' tolerance, then L-BFGS-B on all 400
+    rows from its values and Z, stopped by the tolerance test; its point's full gradient (central differences) is within the tolerance, and
     its bound is above the unrefined finish's."""
     X, y = regression
     model = _vfe()
@@ -150,7 +150,9 @@ def test_refine_continues_on_all_rows_until_the_full_gradient_is_within_toleranc
     assert max(abs(g) for g in fd.values()) <= d.grad_tol
     assert max(abs(g) for g in fd.values()) == pytest.approx(d.grad_norm, rel=1e-5, abs=1e-6)
     assert refined.log_evidence > plain.log_evidence
-    assert refined.subsample == plain.subsample
+    # The subsample's fit stopped at the tolerance of its 150 rows (0.15), short of SciPy's tests.
+    assert refined.subsample["rows"] == 150
+    assert plain.subsample["objective"] - 1e-2 < refined.subsample["objective"] <= plain.subsample["objective"]
     full = model.evaluate(refined.values, X, y, refined.state.Z, need_grad=False)
     assert refined.log_evidence == pytest.approx(full.log_evidence, rel=1e-12)
     refined.save(tmp_path / "refined.nc")
