@@ -505,13 +505,13 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
                 # optimiser has no line search to do so (fuzz: minibatch SVGP, Poisson counts
                 # to 4e5 with Z 1e-3 apart).
                 raise out_of_range(f"the optimiser stepped to a numerically impossible point ({err})",
-                                    X, y) from err
+                                   X, y) from err
             if result is None or res.fun < result.fun:
                 result, best_warm = res, run.warm
         run.warm = best_warm
         if not np.all(np.isfinite(result.x)):
             raise out_of_range("L-BFGS-B stepped to non-finite hyperparameters (the objective and its "
-                                "gradient at the start are too large for its float64 arithmetic)", X, y)
+                               "gradient at the start are too large for its float64 arithmetic)", X, y)
         u_best, runaway = result.x, result.runaway
         # A minibatch run has no L-BFGS-B gradient (jac None): its stop is confirmed by the full
         # pass of gpdsl.methods.stochastic.full_pass_check (grad_norm, grad_tol); its steps move q
