@@ -108,7 +108,7 @@ def gradient_tolerance(n_points):
     return GRAD_TOL_PER_POINT * max(int(n_points), GRAD_TOL_MIN_POINTS)
 
 
-def largest_gradient(table, grad, X):
+def largest_gradient(table, grad, X, scale=None):
     """The largest entry of the objective's gradient in scale-free units, and its parameter.
 
     Parameters
@@ -122,6 +122,9 @@ def largest_gradient(table, grad, X):
         deviation (so that it is per standard deviation moved, as the others are per e-fold).  A
         multi-output model's X has the output index as an extra last column, which inducing
         inputs shared by the outputs (M, D) do not have: their columns are X's first D.
+    scale : ndarray, shape (D,) or (D + 1,), optional
+        X's column standard deviations where the caller has them (an optimiser's objective
+        computes them once: of a Dask X each is a pass over the data).
 
     Returns
     -------
@@ -134,7 +137,8 @@ def largest_gradient(table, grad, X):
         g = np.abs(np.asarray(grad[offset:offset + e.size], dtype=float)).reshape(e.value.shape)
         offset += e.size
         if e.name == "inducing.Z":
-            g = g * np.asarray(np.std(X[:, :g.shape[1]], axis=0), dtype=float)[None, :]
+            column_scale = scale if scale is not None else np.asarray(np.std(X, axis=0), dtype=float)
+            g = g * column_scale[None, :g.shape[1]]
         top = float(np.max(g, initial=0.0))
         if not np.isfinite(top) or top > largest:
             largest, name = top, e.name

@@ -42,7 +42,7 @@ def local_cap_reached(model, local):
     return cap is None or local.sweeps >= cap
 
 
-def warn_unconverged(model, diagnostics, fit, local, n, subsample=None):
+def warn_unconverged(model, diagnostics, fit, local, n, subsample=None, subsample_settled=True):
     """One ConvergenceWarning for each way the fit fell short that its record holds: a ridge (not
     for a fit already flagged as the constant model, which its own warning explains), the
     optimiser's stop, the final gradient, the local iteration.  A cap of the reinit loop or the
@@ -62,6 +62,8 @@ def warn_unconverged(model, diagnostics, fit, local, n, subsample=None):
     subsample : int, optional
         The rows of a ``fit(subsample=n)`` that was not refined on all rows: its gradient is the
         full objective's at the subsample's optimum, and the remedy is to refine.
+    subsample_settled : bool, default True
+        Whether that subsample's fit met its own rows' tolerance; if not, its remedies are named too.
     """
     name = type(model.inference).__name__
     if diagnostics.ridge is not None and not diagnostics.constant_model:
@@ -78,7 +80,7 @@ def warn_unconverged(model, diagnostics, fit, local, n, subsample=None):
         if subsample is not None:
             remedy = (f"the gradient is all rows' at the optimum of fit(subsample={subsample})'s {subsample} rows: "
                       f"fit(..., subsample={subsample}, refine=True) continues on all rows from there, or take a "
-                      f"larger subsample; on the subsample: {remedy}")
+                      "larger subsample" + ("" if subsample_settled else f"; on the subsample: {remedy}"))
         warnings.warn(f"{name}: the optimiser stopped ({stop}: {diagnostics.message}) after "
                       f"{diagnostics.optimizer_restarts} restart(s) with the gradient still large: "
                       f"|d objective / d {diagnostics.grad_name}| = {diagnostics.grad_norm:.3g} > "

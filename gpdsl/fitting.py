@@ -157,6 +157,12 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
     if refine and subsample is None:
         raise ValueError("fit: refine=True continues a subsample's fit on all rows; pass subsample=n with it "
                          "(a fit on all rows is refined already)")
+    if refine and not optimize:
+        raise ValueError("fit: refine=True continues the optimisation on all rows; it needs optimize=True")
+    if refine and model.inference.fits_by_minibatch:
+        raise ValueError(f"fit: refine=True continues with L-BFGS-B on all rows, but "
+                         f"{type(model.inference).__name__} here fits by minibatch steps, whose runs already "
+                         "visit all rows; fit on all rows without subsample, or use refine=False")
     scaling = None
     if standardize:
         # A multi-output model's output column is an index, not a feature: left unscaled; its
@@ -207,10 +213,12 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
     # The thesis author's reinitialisation loop returns the best round, not the last.
     selection, result = _best_round(rounds)
     subsample_record = None
+    # Whether the subsample's fit met its own rows' tolerance (its remedies are named only if not).
+    subsample_settled = bool(result.optimiser.get("grad_norm", np.nan) <= result.optimiser.get("grad_tol", np.nan))
     if rows is not None:
         selection, result, subsample_record = _finish_on_all_rows(
             model, X, y, rows, selection, result, fixed=fixed, max_iter=max_iter, offset=offset,
-            refine=refine and optimize, progress=progress, callback=callback)
+            refine=refine, progress=progress, callback=callback)
     evaluation = result.evaluation
     # The constant model is f = 0 without an offset or a mean function; with one there is no such reference.
     constant_model = offset is None and model.mean is None and no_better_than_constant(model, X, y, result)
@@ -220,7 +228,7 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
     # decide the minibatch remedies.
     last_rows = X.shape[0] if refine else X_fit.shape[0]
     warn_unconverged(model, warn_noisy_evidence(model, diagnostics), result, evaluation.warm, last_rows,
-                     subsample=None if rows is None or refine else int(rows.size))
+                     subsample=None if rows is None or refine else int(rows.size), subsample_settled=subsample_settled)
     history = None
     if model.sparse and model.inducing.reinit:
         history = [{"M": int(r.Z.shape[0]), "objective": float(r.objective)} for _, r in rounds]
@@ -550,7 +558,7 @@ def fit_at(model, X, y, selection, *, fixed, optimize, restarts, seed, max_iter,
     if need_grad:
         _, gradient = run.negated({**values, **({"inducing.Z": Z} if "inducing.Z" in table.names() else {})},
                                   evaluation)
-        optimiser["grad_norm"], optimiser["grad_name"] = largest_gradient(table, gradient, X)
+        optimiser["grad_norm"], optimiser["grad_name"] = run._largest_gradient(gradient)
         optimiser.setdefault("grad_tol", gradient_tolerance(X.shape[0]))
     log_prior, _ = table.log_prior({**values, "inducing.Z": Z})
     return FitResult(values=values, Z=Z, evaluation=evaluation, table=table, optimiser=optimiser,
@@ -625,6 +633,7 @@ class _Objective:
         # largest gradient entry is within gpdsl's tolerance, the converged rule's own test; its
         # finish on all rows without the plateau rule (see minimise).
         self.until_tolerance, self.plateau_rule = False, True
+        self._input_scale = None  # X's column standard deviations, once (see _largest_gradient)
 
     def restricted(self, table, evaluate):
         """An objective on the same data with another parameter table and evaluation (QP's
@@ -728,7 +737,7 @@ class _Objective:
                 callback(step)
             trail.append(step["objective"])
             if (self.until_tolerance and np.array_equal(u_last, intermediate_result.x)
-                    and largest_gradient(self.table, g, self.X)[0] <= tolerance):
+                    and self._largest_gradient(g)[0] <= tolerance):
                 met.append(True)
                 raise StopIteration
             if self.plateau_rule and _on_plateau(trail, plateau):
@@ -739,18 +748,19 @@ class _Objective:
         from scipy import optimize as sp_optimize
 
         u, iterations, restarts, confirmations = u0, 0, 0, 0
-        fun, at_start = self, None
+        # (``first_call``: SciPy's function, whose first call at u0 _checked_start may answer)
+        first_call, at_start = self, None
         if self.until_tolerance:
-            fun, at_start = self._checked_start(u0, tolerance)
+            first_call, at_start = self._checked_start(u0, tolerance)
         while True:
             met.clear()
             if at_start is not None:          # the start met the tolerance: no step taken
                 result, at_start = at_start, None
                 met.append(True)
             else:
-                result = sp_optimize.minimize(fun, u, jac=True, method="L-BFGS-B", callback=report,
+                result = sp_optimize.minimize(first_call, u, jac=True, method="L-BFGS-B", callback=report,
                                               options={"maxiter": max_iter - iterations})
-            fun = self
+            first_call = self
             iterations += int(result.nit)
             if not (np.isfinite(result.fun) and np.any(result.jac)):
                 # SciPy's last gradient is a failed evaluation's zeros (or the point failed): the
@@ -758,7 +768,7 @@ class _Objective:
                 fun, jac = self(result.x)
                 result.jac = jac if np.isfinite(fun) else np.full_like(jac, np.inf)
             result.stop_reason = "tolerance" if met else _stop_reason(result)
-            result.grad_norm, result.grad_name = (largest_gradient(self.table, result.jac, self.X)
+            result.grad_norm, result.grad_name = (self._largest_gradient(result.jac)
                                                   if result.jac is not None else (np.nan, ""))
             stuck = result.stop_reason in ("objective_change", "line_search") and not result.grad_norm <= tolerance
             gained = restarts == 0 or result.nit > 0
@@ -787,10 +797,14 @@ class _Objective:
                     result.fun, result.jac = fun, jac
                 else:
                     result.jac = np.full_like(jac, np.inf)
-                result.grad_norm, result.grad_name = largest_gradient(self.table, result.jac, self.X)
+                result.grad_norm, result.grad_name = self._largest_gradient(result.jac)
                 if not result.grad_norm <= tolerance and iterations < max_iter:
                     u, restarts = result.x, restarts + 1
                     continue
+                if not result.grad_norm <= tolerance and result.stop_reason == "tolerance":
+                    # The within-fit gradient met the tolerance, the model's own does not, and no
+                    # iteration is left to go on: the cap, not the tolerance, ended the run.
+                    result.stop_reason = "max_iter"
             if not (stuck and gained and restarts < MEMORY_RESTARTS and iterations < max_iter):
                 break
             u, restarts = result.x, restarts + 1
@@ -814,6 +828,14 @@ class _Objective:
         result.start = u0
         return result
 
+    def _largest_gradient(self, g):
+        """:func:`gpdsl.diagnostics.largest_gradient` of ``g``, X's column scales (for an optimised
+        Z) computed once: of a Dask X each is a pass over the data, and the tolerance stop reads
+        the gradient at every iteration."""
+        if self._input_scale is None and any(e.name == "inducing.Z" for e in self.table.free):
+            self._input_scale = np.asarray(np.std(self.X, axis=0), dtype=float)
+        return largest_gradient(self.table, g, self.X, self._input_scale)
+
     def _checked_start(self, u0, tolerance):
         """``(fun, result)`` for a run that stops within the gradient tolerance: where the
         gradient at ``u0`` is already within it, ``result`` is that zero-step run's; otherwise
@@ -822,7 +844,7 @@ class _Objective:
         from scipy.optimize import OptimizeResult
 
         f0, g0 = self(u0)
-        if np.isfinite(f0) and largest_gradient(self.table, g0, self.X)[0] <= tolerance:
+        if np.isfinite(f0) and self._largest_gradient(g0)[0] <= tolerance:
             return self, OptimizeResult(x=u0.copy(), fun=f0, jac=g0, nit=0, nfev=1, status=0, success=True,
                                         message="the start is within the gradient tolerance")
         first = [(u0.copy(), f0, g0)]

@@ -28,6 +28,8 @@ module in :mod:`gpdsl.methods`) and ``Model`` holds no method-specific branch:
   PolyaGamma, which optimise a q with them);
 * ``evidence_is_bound``: whether ``log_evidence`` is a lower bound (VFE, PolyaGamma, the ELBOs), so
   that :meth:`gpdsl.Model.sample` draws a pseudo-posterior.
+* ``fits_by_minibatch``: whether :meth:`Inference.minimise` is the method's own minibatch optimiser
+  (SVGP with ``batch_size``, PolyaGamma with ``minibatch``), not L-BFGS-B.
 
 :data:`INFERENCE` is the one registry, by class name (model files and the CLI use it); a class
 registers itself when defined.

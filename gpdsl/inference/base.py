@@ -69,6 +69,9 @@ class Inference(Component, family="inference"):
     # Whether the method handles a likelihood of K > 1 latent functions (``n_latent``, a K-class
     # likelihood): K GPs a priori independent under one kernel, sharing Z.
     multi_latent = False
+    # Whether minimise runs the method's own minibatch optimiser (gpdsl.methods.stochastic), not
+    # L-BFGS-B: fit(subsample=n, refine=True), an L-BFGS-B run on all rows, is refused for it.
+    fits_by_minibatch = False
 
     def accepts(self, likelihood):
         """Whether ``likelihood`` provides the capability this method ``requires`` (and, for a

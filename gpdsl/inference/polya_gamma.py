@@ -201,6 +201,10 @@ class PolyaGamma(Inference):
         return self.minibatch is None
 
     @property
+    def fits_by_minibatch(self):
+        return self.minibatch is not None
+
+    @property
     def log_evidence_kind(self):
         return ("collapsed Polya-Gamma bound" if self.minibatch is None
                 else "uncollapsed Polya-Gamma bound at the q reached")

@@ -76,7 +76,7 @@ class _Variational(Inference):
         check_jitter(name, self.jitter)
 
     # Whether q moves by minibatch steps (SVGP(batch_size=...)) rather than to its optimum.
-    _stochastic = False
+    fits_by_minibatch = False
 
     @property
     def local_state(self):
@@ -157,7 +157,7 @@ class _Variational(Inference):
                                   offset=offset)
         start = self._initial_q(X.shape[0], Z, likelihood.n_latent)
         warm_fits = warm is not None and all(np.shape(warm.q[k]) == np.shape(v) for k, v in start.items())
-        if warm_fits and self._stochastic:
+        if warm_fits and self.fits_by_minibatch:
             # The minibatch steps have moved q; the posterior is the bound at that q, without
             # full-batch passes over N rows (one O(N M^2) pass evaluates it).  With the state
             # asked for, that pass waits until the bound is read: the state is q's alone.
@@ -342,7 +342,7 @@ class SVGP(_Variational):
                              f"steps, natural or Adam: q_steps), got q_updates={self.q_updates!r}")
 
     @property
-    def _stochastic(self):
+    def fits_by_minibatch(self):
         return self.batch_size is not None
 
     def minimise(self, objective, u0, max_iter, progress, callback):
