@@ -199,8 +199,8 @@ def evaluate(kernel, likelihood, X, y, Z, *, fitc, dtc=False, jitter=None, chunk
         ``y`` is y - o for a latent offset o: with ``need_grad``, also ``grads["offset"]`` (N,),
         d F / d o = (Q_ff + Lambda)^-1 (y - o) (module docstring).
     estimate_rounding : bool, default True
-        With ``need_state``, also :func:`evidence_rounding` into ``Evaluation.rounding``
-        (``ROUNDING_DRAWS`` more passes over the rows for FITC; none for VFE and DTC).  Callers whose objective is not this F (EP's and
+        With ``need_state``, also :func:`evidence_rounding` (``ROUNDING_DRAWS`` more passes over
+        the rows) into ``Evaluation.rounding``.  Callers whose objective is not this F (EP's and
         QP's site regressions, Pólya-Gamma's pseudo-regression) pass False and pay nothing.
 
     Returns
@@ -223,26 +223,25 @@ def evaluate(kernel, likelihood, X, y, Z, *, fitc, dtc=False, jitter=None, chunk
     for attempt, rung in enumerate(rungs):
         try:
             evaluation = _evaluate_at(kernel, likelihood, X, y, Z, fitc, dtc, rung, chunk_size, need_grad,
-                                      need_state, offset_grad,
-                                      estimate_rounding=need_state and estimate_rounding and not fitc)
+                                      need_state, offset_grad)
         except (np.linalg.LinAlgError, FloatingPointError):
             if attempt == len(rungs) - 1:
                 raise
             continue
-        if need_state and estimate_rounding and fitc:
-            # The evaluation a posterior is built from carries its rounding estimate (VFE's and
-            # DTC's was formed from the pass's statistics in _evaluate_at).
+        if need_state and estimate_rounding:
+            # The evaluation a posterior is built from carries its rounding estimate.
             evaluation.rounding = evidence_rounding(kernel, likelihood, X, y, Z, fitc, dtc, evaluation.jitter,
                                                     chunk_size, evaluation.log_evidence)
         return evaluation
 
 
 def _evaluate_at(kernel, likelihood, X, y, Z, fitc, dtc, jitter, chunk_size, need_grad, need_state, offset_grad,
-                 perturb=None, estimate_rounding=False):
+                 perturb=None):
     n, m = X.shape[0], Z.shape[0]
     chunk = chunk_size or default_chunk_size(n, m)
-    Kuu_exact = kernel.gram(Z, Z)
-    Kuu = Kuu_exact if perturb is None else Kuu_exact * (1.0 + _rounding_sized(perturb, m))
+    Kuu = kernel.gram(Z, Z)
+    if perturb is not None:
+        Kuu = Kuu * (1.0 + _rounding_sized(perturb, m))
     L, jit = cholesky(Kuu, jitter, what="K_uu")
     # L^-1 once for every block's whitening (whiten forms it per call otherwise: at M = 768 and
     # 74 blocks of 10^5 rows, 0.8 s of an evaluation).
@@ -273,8 +272,22 @@ def _evaluate_at(kernel, likelihood, X, y, Z, fitc, dtc, jitter, chunk_size, nee
                                                                          keep=True)
 
     B_minus_I = symmetric_from_lower(P)   # A Lambda^-1 A^T = L^-1 K_uf Lambda^-1 K_fu L^-T
-    scalars = (n, sum_log_lam, sum_wyy, sum_wkff)
-    F, B_minus_I, LB, c = _objective_from_statistics(B_minus_I, r, sum_wres, scalars, fitc, dtc, perturb)
+    if perturb is not None:
+        B_minus_I = B_minus_I * (1.0 + _rounding_sized(perturb, m))
+        r = r * (1.0 + np.finfo(float).eps * perturb.standard_normal(m))
+    B = np.eye(m) + B_minus_I
+    LB, _ = cholesky(B, 0.0, what="B = I + A Lambda^-1 A^T")
+    c = solve_lower(LB, r)
+    log_det_B = 2.0 * np.sum(np.log(np.diag(LB)))
+    F = -0.5 * n * _LOG_2PI - 0.5 * log_det_B - 0.5 * sum_log_lam - 0.5 * sum_wyy + 0.5 * c @ c
+    if not fitc:
+        # tr(Lambda^-1 (K_ff - Q_ff)) cannot be negative: when it is, K_uu factorised but is too
+        # ill-conditioned for L^-1 K_uf to mean anything -- treat it as a failed factorisation so
+        # that the jitter ladder moves to its next rung.  DTC has no trace term but the same A.
+        if sum_wres < -1e-8 * sum_wkff:
+            raise FloatingPointError("K_uu too ill-conditioned: tr(Q_ff) > tr(K_ff)")
+        if not dtc:
+            F += -0.5 * sum_wres
 
     # Whitened forms: alpha = B^-1 L^-1 K_uf Lambda^-1 y = L^T Sigma^-1 K_uf Lambda^-1 y and
     # I - B^-1 = L^T (K_uu^-1 - Sigma^-1) L, with Sigma = K_uu + K_uf Lambda^-1 K_fu.
@@ -291,94 +304,8 @@ def _evaluate_at(kernel, likelihood, X, y, Z, fitc, dtc, jitter, chunk_size, nee
         L_LBi = L @ LBi.T
         state = PredictiveState(Z=Z, weights=alpha, correction=np.eye(m) - B_inv, chol=L,
                                 q_mean=L @ alpha, q_cov=L_LBi @ L_LBi.T)
-    evaluation = Evaluation(log_evidence=float(F), grads=grads, dZ=dZ, jitter=jit, state=state,
-                            pseudo_data=(1.0 / noise, y / noise))
-    if estimate_rounding:
-        evaluation.rounding = _rounding_from_statistics(Kuu_exact, L, jit, B_minus_I, r, sum_wkff, scalars, dtc,
-                                                        float(F))
-    return evaluation
-
-
-def _objective_from_statistics(B_minus_I, r, sum_wres, scalars, fitc, dtc, perturb=None):
-    """F from the pass's statistics (module docstring): ``(F, B - I, L_B, c)``, with B - I and r
-    perturbed by one rounding each where ``perturb`` (a Generator) is given (evidence_rounding).
-
-    Raises FloatingPointError where the trace term of VFE or DTC is negative: K_uu factorised but
-    is too ill-conditioned for L^-1 K_uf to mean anything, a failed factorisation for the jitter
-    ladder (DTC has no trace term but the same A)."""
-    n, sum_log_lam, sum_wyy, sum_wkff = scalars
-    m = r.shape[0]
-    if perturb is not None:
-        B_minus_I = B_minus_I * (1.0 + _rounding_sized(perturb, m))
-        r = r * (1.0 + np.finfo(float).eps * perturb.standard_normal(m))
-    LB, _ = cholesky(np.eye(m) + B_minus_I, 0.0, what="B = I + A Lambda^-1 A^T")
-    c = solve_lower(LB, r)
-    log_det_B = 2.0 * np.sum(np.log(np.diag(LB)))
-    F = -0.5 * n * _LOG_2PI - 0.5 * log_det_B - 0.5 * sum_log_lam - 0.5 * sum_wyy + 0.5 * c @ c
-    if not fitc:
-        if sum_wres < -1e-8 * sum_wkff:
-            raise FloatingPointError("K_uu too ill-conditioned: tr(Q_ff) > tr(K_ff)")
-        if not dtc:
-            F += -0.5 * sum_wres
-    return F, B_minus_I, LB, c
-
-
-def _rounding_from_statistics(Kuu, L, jitter, P, r, sum_wkff, scalars, dtc, log_evidence):
-    """:func:`evidence_rounding` for VFE and DTC, from the pass's statistics instead of
-    ROUNDING_DRAWS more passes over the rows.  Their lambda is the noise, independent of K_uu, so
-    a perturbed K_uu' = L' L'^T changes only A' = L'^-1 K_uf = T A with T = L'^-1 L: the
-    statistics become T P T^T (P = A Lambda^-1 A^T), T r and the trace term's
-    sum_n w_n (K_nn - |a'_n|^2) = sum w K_nn - tr(T P T^T) -- the same F as the pass with L' gives,
-    at O(M^3) a draw (at N = 10^7 on Dask three passes, ~25 s of wall; e838ebd's ladder had made
-    every draw a pass).  The same draws as :func:`evidence_rounding` (seed, ladder, B - I and r
-    perturbed after), but the per-row checks of Q_nn <= K_nn are the trace's check only.
-
-    Parameters
-    ----------
-    Kuu : ndarray, shape (M, M)
-        K_uu without jitter.
-    L : ndarray, shape (M, M)
-        The evaluation's factor of K_uu plus its jitter.
-    jitter : float
-        The jitter rung F was computed with.
-    P : ndarray, shape (M, M)
-        A Lambda^-1 A^T, symmetric.
-    r : ndarray, shape (M,)
-        A Lambda^-1 y.
-    sum_wkff : float
-        sum_n K_nn / lambda_n.
-    scalars : tuple
-        ``(N, sum log lambda, y^T Lambda^-1 y, sum_wkff)``.
-    dtc : bool
-        DTC (no trace term) rather than VFE.
-    log_evidence : float
-        F as computed.
-
-    Returns
-    -------
-    float
-        R in nats (inf where a draw fails on every rung from ``jitter`` up).
-    """
-    rng = np.random.default_rng(0)
-    worst, m = 0.0, Kuu.shape[0]
-    rungs = (jitter,) + tuple(higher for higher in JITTER_LADDER if higher > jitter)
-    for _ in range(ROUNDING_DRAWS):
-        moved, draw = None, rng.bit_generator.state
-        for rung in rungs:
-            rng.bit_generator.state = draw        # the same perturbation on every rung
-            try:
-                moved_L, _ = cholesky(Kuu * (1.0 + _rounding_sized(rng, m)), rung, what="K_uu")
-                T = solve_lower(moved_L, L)
-                moved_P = T @ P @ T.T
-                moved = _objective_from_statistics(moved_P, T @ r, sum_wkff - np.trace(moved_P), scalars, False, dtc,
-                                                   rng)[0]
-                break
-            except (np.linalg.LinAlgError, FloatingPointError):
-                continue
-        if moved is None:
-            return np.inf
-        worst = max(worst, abs(moved - log_evidence))
-    return float(worst)
+    return Evaluation(log_evidence=float(F), grads=grads, dZ=dZ, jitter=jit, state=state,
+                      pseudo_data=(1.0 / noise, y / noise))
 
 
 # Perturbed evaluations behind evidence_rounding's estimate.
@@ -427,10 +354,8 @@ def evidence_rounding(kernel, likelihood, X, y, Z, fitc, dtc, jitter, chunk_size
     relative), on VFE with N = 1e3 and 5e3, M = 10 ... 40, length-scales 10 and 208 and kernel
     variances 1e2 ... 1e10 (45 cases, no jitter), R was 1.2 to 15 times that scatter in every
     case: an upper estimate of the noise that neither misses it nor inflates it by orders of
-    magnitude.  For FITC it costs ROUNDING_DRAWS (more where a draw moves up the ladder) passes
-    over the data for each evaluation with a posterior state: the fit's final evaluation, and
-    again for each restart and for a subsample fit's finishing evaluation.  VFE and DTC form the
-    same draws from the pass's statistics, with no pass (:func:`_rounding_from_statistics`).
+    magnitude.  It costs ROUNDING_DRAWS (more where a draw moves up the ladder) passes over the data for each evaluation with a posterior state: the fit's final evaluation,
+    and again for each restart and for a subsample fit's finishing evaluation.
 
     Parameters
     ----------
