@@ -151,3 +151,26 @@ def test_records_without_the_estimate_load_as_not_estimated():
     post = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), inference=gd.inference.Exact()).fit(
         X[:50], y[:50])
     assert np.isnan(post.diagnostics.evidence_rounding)
+
+
+def test_a_dtc_evidence_several_nats_of_noise_is_estimated_so():
+    """Review of 5b1f6cf (reverted): forming the draws from the pass's statistics (T = L'^-1 L
+    applied to the A that F was computed with) carried only K_uu's perturbation, not the rounding
+    of the whitening that a pass with the perturbed factor redraws, and reported 0.86 nats where
+    the evidence scatters by std 9.4 (range 30.5) under few-ulp moves (the review's 120-case
+    sweep, its case 27: DTC, 1,000 x 1 rows, Z the first 23, variance 9.5e8).  The estimate must
+    bound that scatter, and warn."""
+    rng = np.random.default_rng(7)
+    for case in range(28):          # the sweep's draws, in its order, up to its case 27
+        n, d, m = 1000, int(rng.integers(1, 4)), int(rng.integers(8, 40))
+        X = rng.uniform(-3, 3, (n, d))
+        y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(n)
+        values = {"kernel.lengthscale": np.array(10 ** rng.uniform(0, 2.5)),
+                  "kernel.variance": np.array(10 ** rng.uniform(4, 10)),
+                  "likelihood.variance": np.array(10 ** rng.uniform(-4, -1))}
+        dtc = bool(rng.random() < 0.7)
+        rng.integers(0, 3)
+    assert dtc and m == 23
+    model = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), gd.inducing.Fixed(X[:m].copy()), gd.inference.DTC())
+    scatter, estimate = _scatter_and_estimate(model, values, X, y, X[:m].copy())
+    assert 1.0 < scatter <= estimate and estimate > EVIDENCE_ROUNDING_TOL
