@@ -161,8 +161,9 @@ def fit(model, X, y, *, optimize=True, fixed=(), restarts=0, seed=0, max_iter=DE
         raise ValueError("fit: refine=True continues the optimisation on all rows; it needs optimize=True")
     if refine and model.inference.fits_by_minibatch:
         raise ValueError(f"fit: refine=True continues with L-BFGS-B on all rows, but "
-                         f"{type(model.inference).__name__} here fits by minibatch steps, whose runs already "
-                         "visit all rows; fit on all rows without subsample, or use refine=False")
+                         f"{type(model.inference).__name__} here fits by minibatch steps, each of which costs "
+                         "the same on all rows as on a subsample; fit on all rows without subsample, or use "
+                         "refine=False")
     scaling = None
     if standardize:
         # A multi-output model's output column is an index, not a feature: left unscaled; its
@@ -339,9 +340,8 @@ def _finish_on_all_rows(model, X, y, rows, selection, fit, *, fixed, max_iter, o
     Without ``refine``, the posterior at those values, not optimised further: the record is the
     subsample fit's (its optimiser's stop and ridge, and whether it was a minibatch run), except
     that its gradient is the full objective's there, so that ``converged`` says whether the
-    subsample's optimum is one of all rows.  With ``refine``, L-BFGS-B (or the method's own
-    optimiser) continues on all rows from there until the full gradient is within its tolerance,
-    and the record is that run's."""
+    subsample's optimum is one of all rows.  With ``refine``, L-BFGS-B continues on all rows from
+    there until the full gradient is within its tolerance, and the record is that run's."""
     if selection is not None:
         selection = dataclasses.replace(selection, Z=fit.Z,
                             indices=None if selection.indices is None else rows[selection.indices])
@@ -805,6 +805,9 @@ class _Objective:
                     # The within-fit gradient met the tolerance, the model's own does not, and no
                     # iteration is left to go on: the cap, not the tolerance, ended the run.
                     result.stop_reason = "max_iter"
+                    result.message = (f"all {max_iter} iterations used; the model's own evaluation refused "
+                                      f"the stop at the gradient tolerance (|d objective / d {result.grad_name}| "
+                                      f"= {result.grad_norm:.3g} > {tolerance:.3g})")
             if not (stuck and gained and restarts < MEMORY_RESTARTS and iterations < max_iter):
                 break
             u, restarts = result.x, restarts + 1
