@@ -2,6 +2,7 @@
 bulk count for dense factorisations and as the block threads of large map_rows passes (one BLAS
 thread each, the one-thread pass's results to the bit), the user's setting respected and restored."""
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -202,7 +203,13 @@ def test_an_enclosing_limit_caps_the_bulk_count(monkeypatch):
         assert _on_caller(_vfe_pass_threads(monkeypatch, big), 1)
 
 
+def _no_recent_reading(monkeypatch):
+    """The load average alone decides (as where /proc/stat cannot be read)."""
+    monkeypatch.setattr(threads, "_recent_load", types.SimpleNamespace(others=lambda cores: None))
+
+
 def test_automatic_count_leaves_busy_cores_alone(monkeypatch, two_threads):
+    _no_recent_reading(monkeypatch)
     monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert gd.get_num_threads() == 2
@@ -220,6 +227,7 @@ def test_the_automatic_count_discounts_this_process_own_load(monkeypatch, two_th
     """The 1-minute load average counts this process's own recent work; what the count reads is
     the rest.  A fake clock: 60 s at two busy threads gives this process's average
     2 (1 - e^-1) = 1.264, which the load average (the same average) shows as well."""
+    _no_recent_reading(monkeypatch)
     monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
     clock = {"wall": 1000.0, "cpu": 50.0}
     own = threads._OwnLoad(clock=lambda: clock["wall"], cpu_clock=lambda: clock["cpu"])
@@ -241,6 +249,72 @@ def test_the_automatic_count_discounts_this_process_own_load(monkeypatch, two_th
     # A CPU clock that went back (a forked child's, before its reset) never counts as negative load.
     clock.update(wall=1130.0, cpu=1.0)
     np.testing.assert_allclose(own.sample(), decayed * np.exp(-10.0 / 60.0), rtol=1e-12)
+
+
+class _FakeStat:
+    """/proc/stat's (busy, total) ticks, advancing by ``busy`` of ``total`` ticks a read; a clock,
+    a CPU clock and a sleep that advance the clock."""
+
+    def __init__(self, busy_share, cores=2, own_cpu=0.0):
+        self.busy, self.total, self.share, self.cores = 0, 0, busy_share, cores
+        self.wall, self.cpu, self.own_cpu, self.reads = 100.0, 10.0, own_cpu, 0
+
+    def times(self):
+        self.reads += 1
+        return self.busy, self.total
+
+    def sleep(self, seconds):
+        ticks = int(100 * seconds * self.cores)           # 100 ticks a second a core
+        self.busy, self.total = self.busy + int(round(self.share * ticks)), self.total + ticks
+        self.cpu += self.own_cpu * seconds
+        self.wall += seconds
+
+    def recent(self):
+        return threads._RecentLoad(times=self.times, clock=lambda: self.wall, cpu_clock=lambda: self.cpu,
+                                   sleep=self.sleep)
+
+
+def test_an_ended_process_in_the_load_average_does_not_cost_a_thread(monkeypatch, two_threads):
+    """The load average still holds a process that ended a minute ago (a 10^5-row LMC fit started
+    80 s after another two-thread process read 1.69 and took one thread: 73.4 s against 45.6-49.8
+    on two).  Where it would cost a thread, the CPUs' busy time over RECENT_LOAD_WINDOW is read:
+    idle now gives both threads; both cores busy now keeps one."""
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (2.5, 2.0, 1.0))
+    for share, count in ((0.0, 2), (0.3, 2), (0.9, 1)):
+        monkeypatch.setattr(threads, "_recent_load", _FakeStat(share).recent())
+        assert gd.get_num_threads() == count
+    # An idle load average is not second-guessed (no reading, no wait).
+    fake = _FakeStat(1.0)
+    monkeypatch.setattr(threads, "_recent_load", fake.recent())
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.2, 0.2, 0.2))
+    assert gd.get_num_threads() == 2 and fake.reads == 0
+
+
+def test_the_recent_load_is_the_busy_share_less_this_process_and_is_reused():
+    """others = cores x busy ticks / all ticks over the window, less this process's CPU rate over
+    it; reused for RECENT_LOAD_REUSE seconds, then read again."""
+    fake = _FakeStat(0.75, cores=2, own_cpu=0.5)
+    recent = fake.recent()
+    assert recent.others(2) == pytest.approx(2 * 0.75 - 0.5, abs=1e-9) and fake.reads == 2
+    fake.share = 0.0
+    fake.wall += threads.RECENT_LOAD_REUSE / 2
+    assert recent.others(2) == pytest.approx(1.0, abs=1e-9) and fake.reads == 2     # reused
+    fake.wall += threads.RECENT_LOAD_REUSE
+    assert recent.others(2) == 0.0 and fake.reads == 4                              # read again, clamped at 0
+
+
+def test_cpu_times_reads_proc_stat_and_refuses_what_it_cannot_read(tmp_path):
+    good = tmp_path / "stat"
+    good.write_text("cpu  100 5 50 1000 20 3 7 2 0 0\ncpu0 50 2 25 500 10 1 3 1 0 0\n")
+    assert threads._cpu_times(str(good)) == (100 + 5 + 50 + 3 + 7 + 2, 100 + 5 + 50 + 1000 + 20 + 3 + 7 + 2)
+    bad = tmp_path / "bad"
+    bad.write_text("intr 1 2 3\n")
+    assert threads._cpu_times(str(bad)) is None
+    assert threads._cpu_times(str(tmp_path / "missing")) is None
+    short = tmp_path / "short"
+    short.write_text("cpu 1 2 x\n")
+    assert threads._cpu_times(str(short)) is None
 
 
 @pytest.mark.skipif(not hasattr(threads.os, "fork"), reason="needs os.fork")
