@@ -175,7 +175,7 @@ def _cpu_times(path="/proc/stat"):
         ticks = [int(v) for v in fields[1:9]]    # user nice system idle iowait irq softirq steal
     except (OSError, ValueError):
         return None
-    if fields[0] != "cpu" or len(ticks) < 8:
+    if len(ticks) < 8 or fields[0] != "cpu":
         return None
     total = sum(ticks)
     return total - ticks[3] - ticks[4], total

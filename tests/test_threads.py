@@ -315,6 +315,9 @@ def test_cpu_times_reads_proc_stat_and_refuses_what_it_cannot_read(tmp_path):
     short = tmp_path / "short"
     short.write_text("cpu 1 2 x\n")
     assert threads._cpu_times(str(short)) is None
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    assert threads._cpu_times(str(empty)) is None
 
 
 @pytest.mark.skipif(not hasattr(threads.os, "fork"), reason="needs os.fork")
