@@ -738,8 +738,9 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
 
     def _build_model(self, n, likelihood):
         """The Model for n training rows, the parts left at None filled with the defaults (for K > 2
-        classes left open: ``Model.fit`` fills them by :func:`gpdsl.defaults.declaration`)."""
-        kernel = self.kernel if self.kernel is not None else self._default_kernel()
+        classes left open: ``Model.fit`` fills them by :func:`gpdsl.defaults.declaration`; the kernel
+        :func:`gpdsl.defaults.classifier_kernel`'s)."""
+        kernel = self.kernel if self.kernel is not None else defaults.classifier_kernel(likelihood)
         inference = self.inference
         if inference is None and defaults.chooses_inference(likelihood):
             # Left open: Model.fit chooses the method (gpdsl.defaults.declaration) and its step cap.

@@ -162,7 +162,9 @@ def test_classifier_model_is_the_table():
     X, y = three_classes(30)
     clf = quietly(GPClassifier(max_iter=5, random_state=3).fit, X, y)
     likelihood = defaults.classifier_likelihood(3, "robustmax", clf.link_choice_.pilot_error)
-    assert clf.model_ == gd.Model(SE(), likelihood, **defaults.declaration(30, 2, 3, likelihood, seed=3))
+    assert clf.model_ == gd.Model(SE(variance=gd.Fixed(1.0)), likelihood,
+                                  **defaults.declaration(30, 2, 3, likelihood, seed=3))
+    assert float(clf.hyperparameters_["kernel.variance"]) == 1.0       # held: robust-max cannot see it
     assert clf.model_.inference == gd.inference.SVGP(batch_size=30, seed=3)
     assert clf.model_.inducing == gd.inducing.Optimized(gd.inducing.KMeans(30, seed=3))
     assert clf.posterior_.model.inference == clf.model_.inference
@@ -178,9 +180,20 @@ def test_classifier_explicit_settings_override():
     assert laplace.model_.inference == gd.inference.Laplace() and laplace.model_.inducing is None
     softmax = quietly(GPClassifier(likelihood=gd.likelihoods.Categorical(3), max_iter=3).fit, X, y)
     assert softmax.model_.likelihood.link == "softmax" and softmax.model_.inference.batch_size == 30
+    assert softmax.model_.kernel == SE()                           # softmax sees the variance: learnt
+    given = quietly(GPClassifier(kernel=SE(2.0), likelihood=gd.likelihoods.Categorical(3, "robustmax"),
+                                 max_iter=2).fit, X, y)
+    assert given.model_.kernel == SE(2.0)                          # a kernel given is kept
     full = quietly(GPClassifier(inference=gd.inference.SVGP(), max_iter=2).fit, X, y)
     assert full.model_.inference == gd.inference.SVGP()          # full batch, as given
     assert full.model_.inducing == gd.inducing.KMeans(30, seed=0)
+
+
+def test_classifier_kernel_holds_the_variance_a_scale_invariant_likelihood_cannot_see():
+    assert defaults.classifier_kernel(gd.likelihoods.Categorical(4, "robustmax")) == SE(variance=gd.Fixed(1.0))
+    for likelihood in (gd.likelihoods.Categorical(4, "softmax"), gd.likelihoods.Categorical(4, "logistic_softmax"),
+                       gd.likelihoods.Bernoulli("logit")):
+        assert defaults.classifier_kernel(likelihood) == SE()
 
 
 def test_classifier_binary_defaults_unchanged():

@@ -277,6 +277,46 @@ def test_shift_invariance_is_what_the_expectations_do(link):
     assert Biased(3, link).shift_invariant is False
 
 
+@pytest.mark.parametrize("link", LINKS)
+def test_only_robustmax_bound_and_predictive_ignore_the_kernel_variance(link):
+    """``scale_invariant`` says what the bound does: at fixed whitened q the robust-max ELBO (its data
+    term and KL) and its predictive class probabilities are the same at the kernel variances 1.4 and
+    1.4 x 37 to 1e-10 relative (each latent mean scales by sqrt(37), each variance by 37, and only the
+    largest f_k counts); softmax's and logistic-softmax's move by more than 1e-3.  A subclass with its
+    own bound does not inherit the property."""
+    kernel, likelihood, values, X, y, Z = _problem(link)
+    assert likelihood.scale_invariant == (link == "robustmax")
+    runs = []
+    for scale in (1.0, 37.0):
+        scaled = {**values, "kernel.variance": np.array(1.4 * scale)}
+        bk, bl = bound_pair(SE(np.array([0.8, 1.3]), 1.4 * scale), likelihood, scaled)
+        terms = svgp.elbo_terms(bk, bl, scaled, X, y, Z, jitter=1e-6)
+        state = svgp.state_at(bk, bl, scaled, Z, jitter=1e-6)[0]
+        mean, var = state.moments(state.basis(bk.gram(Z, X)), bk.diag(X))
+        runs.append((terms.elbo, bl.predictive(mean, var)["p"]))
+    (bound, p), (bound_scaled, p_scaled) = runs
+    if likelihood.scale_invariant:
+        assert bound_scaled == pytest.approx(bound, rel=1e-10)
+        np.testing.assert_allclose(p_scaled, p, rtol=1e-10, atol=1e-13)
+    else:
+        assert abs(bound_scaled - bound) > 1e-3
+
+    class Biased(Categorical):
+        def variational_expectations(self, y, mean, var):
+            ve, *rest = super().variational_expectations(y, mean, var)
+            return (ve + 0.5 * np.asarray(mean)[:, 0], *rest)
+
+    assert Biased(3, link).scale_invariant is False
+
+
+def test_robustmax_ridge_warning_names_the_unidentified_variance():
+    """The fit's ridge warning under robust-max names the kernel variance the bound cannot see and
+    how to hold it; softmax keeps the separable-classes cause."""
+    assert "not identified" in Categorical(3, "robustmax").ridge_cause
+    assert "gd.Fixed(1.0)" in Categorical(3, "robustmax").ridge_cause
+    assert "separable" in Categorical(3, "softmax").ridge_cause
+
+
 def test_one_kernel_a_class_is_not_centred():
     """centres: a kernel a class (Separate, n_outputs = K) sees a common shift of the classes'
     whitened means (each class its own projection), so q is not centred there; one shared kernel is."""

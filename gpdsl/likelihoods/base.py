@@ -99,7 +99,7 @@ DERIVED_FROM_DENSITY = ("log_density_param_derivatives", "expectation_rule", "va
                         "conditional_moments", "predictive", "log_predictive", "predictive_approximation", "sample",
                         "surrogate", "log_density_bound", "constant_model_log_likelihood", "sign_symmetric",
                         "standardizes_targets", "observation_noise", "noise", "noise_vjp", "describe", "provides",
-                        "variants", "log_concave", "shift_invariant")
+                        "variants", "log_concave", "shift_invariant", "scale_invariant")
 
 # The default predictive of counts: the Gauss-Hermite rule in f of a row is the smallest of these
 # (nodes, largest latent sd) that holds its sd, else ``quadrature_points``: each integrates
@@ -228,8 +228,7 @@ class Likelihood(Component, family="likelihood"):
     # Whether it reads the columns of X as input features (a noise model of x): in a multi-output model
     # X's last column is the output index (gpdsl.multioutput), which it would read as one, so it is refused there.
     reads_input_columns = False
-    # The usual cause of an evidence ridge (a kernel variance that grows without bound while the
-    # objective barely changes) with this likelihood, for the fit's warning.
+    # The usual cause of an evidence ridge (a kernel variance that grows, the objective flat), for the fit's warning.
     ridge_cause = ("the kernel explains the targets ever better by growing (a trend or a scale it can only follow "
                    "that way: try standardize=True or a kernel with that structure)")
     # Whether p(y | f) = p(y | -f): q(f) centred at 0 is then a stationary point (a saddle) of a
@@ -240,10 +239,11 @@ class Likelihood(Component, family="likelihood"):
     log_concave = None
     # Whether a K-latent p(y | f) ignores one value added to every f_k (svgp.optimise_q then centres q's means).
     shift_invariant = False
+    # Whether a K-latent p(y | f) ignores one positive factor on every f_k (robust-max; gpdsl.defaults).
+    scale_invariant = False
     # What log_predictive approximates the exact log E[p(y | f)] by, or None where it is exact.
     predictive_approximation = None
-    # The kind of targets ("real", "binary", "count", "categorical"): the CLI's held-out scores and plots
-    # (None: gpdsl.inputs.target_kind derives it).
+    # The kind of targets ("real", "binary", "count", "categorical") for the CLI (None: inputs.target_kind's).
     target_kind = None
     # Nodes of the Gauss-Hermite rule of the default variational expectations: 100 points
     # integrate log Phi and log sigma under latent sds up to ~3 to ~1e-12 (tests/test_likelihoods.py).

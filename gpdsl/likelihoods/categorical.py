@@ -241,7 +241,6 @@ class Categorical(Likelihood):
     # The density is written through these (Likelihood.__init_subclass__).
     density_functions = ("log_density", "log_density_derivatives", "class_probabilities", "_log_probabilities",
                          "_robustmax_probability")
-    ridge_cause = "the latent scale grows without bound when the classes are nearly separable"
     # Model files spell the class count K, as the guide and the docstrings do; n_classes is read too.
     file_keys = {"n_classes": "K"}
 
@@ -311,6 +310,25 @@ class Categorical(Likelihood):
         vouch for; one with its own density is reset by :class:`~gpdsl.likelihoods.base.Likelihood`)."""
         return (self.link in ("softmax", "robustmax")
                 and type(self).variational_expectations is Categorical.variational_expectations)
+
+    @property
+    def scale_invariant(self):
+        """Robust-max's p(y | f) depends only on which f_k is the largest, so its bound and its
+        predictive are unchanged when every f_k is multiplied by one c > 0: under one kernel shared
+        by the classes (and a zero mean), q's whitened values fixed, the kernel variance scales every
+        latent mean by sqrt(c) and every latent variance by c, and the bound is the same at every
+        variance (a direction the fit cannot identify; ``GPClassifier`` holds it at 1).  Softmax's and
+        logistic-softmax's are not.  False for a subclass with its own ``variational_expectations``."""
+        return self.link == "robustmax" and type(self).variational_expectations is Categorical.variational_expectations
+
+    @property
+    def ridge_cause(self):
+        """The usual cause of a growing kernel variance, for the fit's warning."""
+        if self.scale_invariant:
+            return ("robust-max sees only which latent function is the largest, so a kernel variance shared by the "
+                    "classes is not identified: the bound is the same at every value; hold it, e.g. "
+                    "SquaredExponential(variance=gd.Fixed(1.0))")
+        return "the latent scale grows without bound when the classes are nearly separable"
 
     @classmethod
     def variants(cls):
