@@ -84,6 +84,54 @@ def test_adam_is_kingma_and_bas_update():
         np.testing.assert_allclose(adam.step(g), expected, rtol=1e-14)
 
 
+def _moved_q_by_numpy(q, q_grads, adam):
+    """Adam's step on q as stochastic._moved_q took it before its fused kernel: q packed to the flat
+    vector of q_mu and q_sqrt, Adam.step on it, unpacked."""
+    keys = ("variational.q_mu", "variational.q_sqrt")
+    current = q.as_dict()
+    flat = np.concatenate([np.ravel(current[k]) for k in keys])
+    moved = flat - adam.step(-np.concatenate([np.ravel(q_grads[k]) for k in keys]))
+    size = np.size(current[keys[0]])
+    M, K = q.m.shape
+    return svgp.CarriedQ.of({keys[0]: moved[:size].reshape(np.shape(current[keys[0]])),
+                             keys[1]: moved[size:].reshape(np.shape(current[keys[1]]))}, M, K)
+
+
+@pytest.mark.parametrize("M, K", [(5, 3), (4, 1)])
+def test_the_fused_adam_step_on_q_is_numpys_to_the_bit(M, K):
+    """stochastic._moved_q (gpdsl._jit.adam.adam_q_step) against Adam.step on the packed flat vector,
+    five steps of fresh gradients: q and Adam's moments equal to the last bit; a step that makes a
+    diagonal entry of R zero or an entry non-finite raises FloatingPointError, as the unpacking did."""
+    rng = np.random.default_rng(3)
+    q = q_ref = _random_q(rng, M, K)
+    fused, reference = stochastic.Adam(0.02), stochastic.Adam(0.02)
+    for _ in range(5):
+        grads = {"variational.q_mu": rng.standard_normal((M, K)),
+                 "variational.q_sqrt": rng.standard_normal((K, M * (M + 1) // 2))}
+        if K == 1:
+            grads = {"variational.q_mu": grads["variational.q_mu"][:, 0], "variational.q_sqrt": grads["variational.q_sqrt"][0]}
+        q, q_ref = stochastic._moved_q(q, grads, fused), _moved_q_by_numpy(q_ref, grads, reference)
+        np.testing.assert_array_equal(q.m, q_ref.m)
+        np.testing.assert_array_equal(q.R, q_ref.R)
+        np.testing.assert_array_equal(fused.first, reference.first)
+        np.testing.assert_array_equal(fused.second, reference.second)
+        assert fused.count == reference.count
+    for bad in (np.nan, None):
+        grads = {"variational.q_mu": np.zeros((M, K)), "variational.q_sqrt": np.zeros((K, M * (M + 1) // 2))}
+        if bad is None:
+            # A step that lands R_11 of the first latent function on 0: Adam's first step moves an
+            # entry of gradient -1 by exactly rate / (1 + eps) (both bias-corrected moments are 1).
+            start = svgp.CarriedQ(q.m, q.R.copy())
+            start.R[0, 0, 0] = 0.02 * 1.0 / (1.0 + 1e-8)
+            grads["variational.q_sqrt"][0, 0] = -1.0
+        else:
+            start = q
+            grads["variational.q_mu"][0, 0] = bad
+        with pytest.raises(FloatingPointError, match="S singular"):
+            stochastic._moved_q(start, grads if K > 1 else {k: v.reshape(-1) for k, v in grads.items()},
+                                stochastic.Adam(0.02))
+
+
 @pytest.mark.parametrize("link, steps", [("robustmax", "adam"), ("softmax", "natural"),
                                          ("logistic_softmax", "natural")])
 def test_q_steps_follow_the_likelihood(link, steps):

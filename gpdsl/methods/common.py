@@ -522,6 +522,8 @@ def variational_state_format(dims):
 
 # Below this step size the damped natural-gradient steps give up (unconverged).
 NATGRAD_MIN_STEP = 2.0 ** -30
+#: The error of a variational q that makes the bound infinite (no jitter would help).
+SINGULAR_Q = "SVGP: non-finite q(v) or a zero on the diagonal of q_sqrt (S singular)"
 # Polished natural-gradient steps are converged when a step gains less than the bound's tolerance
 # tol and the fixed-point residual, relative to the largest natural parameter, is below this
 # times tol (1e-9 at the methods' default tol = 1e-10).

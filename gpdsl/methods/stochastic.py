@@ -151,10 +151,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._jit.adam import adam_q_step
 from ..diagnostics import gradient_tolerance, largest_gradient
 from ..multioutput import inducing_gradient, method_inducing, output_count
 from . import svgp, svgp_finish
-from .common import VariationalState, shifted
+from .common import SINGULAR_Q, VariationalState, shifted
 from .svgp import CarriedQ, initial_values, minibatch_update
 from .svgp_classes import Scratch, centred, centres
 
@@ -213,6 +214,28 @@ class Adam:
     def mean_gradient(self):
         """The bias-corrected first moment m_hat (0 before the first step)."""
         return self.first / (1.0 - _ADAM_BETA1 ** self.count) if self.count else np.zeros(1)
+
+    def advance(self, size):
+        """The next step for a caller that applies it itself (:func:`gpdsl._jit.adam.adam_q_step`):
+        the step count advanced and the moments as arrays of ``size`` entries (zeros before the first
+        step), to be updated in place as :meth:`step` would.
+
+        Parameters
+        ----------
+        size : int
+            The entries of the vector stepped.
+
+        Returns
+        -------
+        first, second : ndarray, shape (size,)
+            The moments, updated in place by the caller.
+        correction1, correction2 : float
+            The bias corrections 1 - beta1^t and 1 - beta2^t of this step t.
+        """
+        self.count += 1
+        if np.ndim(self.first) == 0:
+            self.first, self.second = np.zeros(size), np.zeros(size)
+        return self.first, self.second, 1.0 - _ADAM_BETA1 ** self.count, 1.0 - _ADAM_BETA2 ** self.count
 
 
 def batch_gradient(kernel, likelihood, X, y, Z, state, *, scale, jitter=None, offset=None):
@@ -287,15 +310,18 @@ class _MeanCarry:
 
 def _moved_q(q, q_grads, adam):
     """q after an Adam step up the bound's gradient in its parameters (``variational.q_mu`` and the
-    packed ``variational.q_sqrt``, as GPflow's SVGP takes them)."""
-    keys = ("variational.q_mu", "variational.q_sqrt")
-    current = q.as_dict()
-    flat = np.concatenate([np.ravel(current[k]) for k in keys])
-    moved = flat - adam.step(-np.concatenate([np.ravel(q_grads[k]) for k in keys]))
-    size = np.size(current[keys[0]])
+    packed ``variational.q_sqrt``, as GPflow's SVGP takes them): :meth:`Adam.step` on their flat
+    vector, fused with q's unpacking (:func:`gpdsl._jit.adam.adam_q_step`, the same bits)."""
     M, K = q.m.shape
-    return CarriedQ.of({keys[0]: moved[:size].reshape(np.shape(current[keys[0]])),
-                        keys[1]: moved[size:].reshape(np.shape(current[keys[1]]))}, M, K)._replace(scratch=q.scratch)
+    first, second, correction1, correction2 = adam.advance(M * K + K * M * (M + 1) // 2)
+    m, R, valid = adam_q_step(
+        np.ascontiguousarray(q.m, dtype=float), np.ascontiguousarray(q.R, dtype=float),
+        np.ascontiguousarray(q_grads["variational.q_mu"], dtype=float).reshape(M, K),
+        np.ascontiguousarray(q_grads["variational.q_sqrt"], dtype=float).reshape(K, -1),
+        first, second, float(adam.rate), _ADAM_BETA1, _ADAM_BETA2, _ADAM_EPS, correction1, correction2)
+    if not valid:
+        raise FloatingPointError(SINGULAR_Q)
+    return CarriedQ(m, R, scratch=q.scratch)
 
 
 def q_steps(spec, likelihood):

@@ -46,7 +46,8 @@ import numpy as np
 from ..chunks import add_partial, cache_bytes, default_chunk_size, is_chunked, map_rows
 from ..linalg import JITTER_LADDER, inverse_lower, jitter_adjoint, lower_product, stacked, weighted_gram
 from .collapsed import factor_blocks, whitened_blocks
-from .common import NATGRAD_MIN_STEP, Evaluation, PredictiveState, damped_natural_steps, extrapolates, shifted
+from .common import (NATGRAD_MIN_STEP, SINGULAR_Q, Evaluation, PredictiveState, damped_natural_steps, extrapolates,
+                     shifted)
 from .svgp_classes import (Scratch, centred, centres, class_products, from_natural, kept, natural, on_top,
                            prior_plus, subtract_class_products, weighted_grams)
 
@@ -270,7 +271,7 @@ def _checked_q(q, M, K=1):
         R = np.zeros((K, M, M))
         R[(slice(None),) + np.tril_indices(M)] = packed
     if not (np.all(np.isfinite(m)) and np.all(np.isfinite(R)) and np.all(np.diagonal(R, axis1=-2, axis2=-1) != 0.0)):
-        raise FloatingPointError("SVGP: non-finite q(v) or a zero on the diagonal of q_sqrt (S singular)")
+        raise FloatingPointError(SINGULAR_Q)
     return m.reshape(M, K), R
 
 
