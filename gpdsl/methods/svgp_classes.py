@@ -106,6 +106,37 @@ def on_top(row, A, scale):
     return out
 
 
+def project(A, c):
+    """a_gn^T c_k for every row n and latent function k: (n, K) from A (G, M, n), c (M, K).
+
+    Parameters
+    ----------
+    A : ndarray, shape (G, M, n)
+        A = L^-1 K_uf per kernel block (G = 1 shared by the K latent functions, or K).
+    c : ndarray, shape (M, K)
+
+    Returns
+    -------
+    ndarray, shape (n, K)
+    """
+    return A[0].T @ c if A.shape[0] == 1 else np.einsum("kmn,mk->nk", A, c)
+
+
+def gather(A, r):
+    """sum_n a_gn r_nk: (M, K) from A (G, M, n), r (n, K) (the transpose of :func:`project`).
+
+    Parameters
+    ----------
+    A : ndarray, shape (G, M, n)
+    r : ndarray, shape (n, K)
+
+    Returns
+    -------
+    ndarray, shape (M, K)
+    """
+    return A[0] @ r if A.shape[0] == 1 else np.einsum("kmn,nk->mk", A, r)
+
+
 def class_products(R, A, block, out=None):
     """U_k = R_k^T A_{g_k} for every class k, stacked: (K, M, n).
 
