@@ -629,10 +629,13 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
     Parameters
     ----------
     kernel : gpdsl.kernels.Kernel or None, default None
-        None is ``gd.kernels.SquaredExponential()`` (isotropic; length-scale and variance fitted).
-        On (nearly) separable classes the evidence keeps rising with the kernel variance and gpdsl
-        warns of a ridge: a prior (``SquaredExponential(variance=gd.priors.LogNormal(0.0, 2.0))``)
-        pins it.
+        None is :func:`gpdsl.defaults.classifier_kernel`'s: ``gd.kernels.SquaredExponential()``
+        (isotropic; length-scale and variance fitted), its variance held at 1 under robust-max, whose
+        bound does not depend on it.  On (nearly) separable classes the evidence keeps rising with
+        the kernel variance and gpdsl warns of a ridge: a prior
+        (``SquaredExponential(variance=gd.priors.LogNormal(0.0, 2.0))``) pins it.  ``set_params(
+        kernel__lengthscale=...)`` on a kernel left at None starts from this default for the
+        likelihood given (the free-variance one where the link is left to the data's pilot).
     likelihood : gpdsl.likelihoods.Likelihood or None, default None
         None: ``gd.likelihoods.Bernoulli("logit")`` for two classes (its bias fitted: a class
         prior), ``gd.likelihoods.Categorical(K, link)`` for K > 2 with the link chosen by the data
@@ -706,6 +709,11 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         self.max_iter = max_iter
         self.standardize = standardize
         self.random_state = random_state
+
+    def _default_kernel(self):
+        """The kernel of ``kernel=None`` before the data are seen: :func:`gpdsl.defaults.classifier_kernel`
+        of the likelihood given (a Categorical robust-max's holds its variance), else the free one."""
+        return defaults.classifier_kernel(self.likelihood)
 
     def _likelihood_for(self, n_classes, link=defaults.LINK, pilot_error=None):
         """The likelihood of ``n_classes`` classes: the one given (checked), else the default (for

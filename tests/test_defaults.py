@@ -184,6 +184,9 @@ def test_classifier_explicit_settings_override():
     given = quietly(GPClassifier(kernel=SE(2.0), likelihood=gd.likelihoods.Categorical(3, "robustmax"),
                                  max_iter=2).fit, X, y)
     assert given.model_.kernel == SE(2.0)                          # a kernel given is kept
+    robust = GPClassifier(likelihood=gd.likelihoods.Categorical(3, "robustmax")).set_params(kernel__lengthscale=0.5)
+    assert robust.kernel == SE(0.5, gd.Fixed(1.0))                 # set_params starts from the held variance
+    assert GPClassifier().set_params(kernel__lengthscale=0.5).kernel == SE(0.5)
     full = quietly(GPClassifier(inference=gd.inference.SVGP(), max_iter=2).fit, X, y)
     assert full.model_.inference == gd.inference.SVGP()          # full batch, as given
     assert full.model_.inducing == gd.inducing.KMeans(30, seed=0)

@@ -116,6 +116,8 @@ def test_the_fused_adam_step_on_q_is_numpys_to_the_bit(M, K):
         np.testing.assert_array_equal(fused.first, reference.first)
         np.testing.assert_array_equal(fused.second, reference.second)
         assert fused.count == reference.count
+    with pytest.raises(ValueError, match="size"):
+        fused.advance(fused.first.size + 1)      # a vector of another length: refused, not written past
     for bad in (np.nan, None):
         grads = {"variational.q_mu": np.zeros((M, K)), "variational.q_sqrt": np.zeros((K, M * (M + 1) // 2))}
         if bad is None:

@@ -7,7 +7,7 @@ Adam (Kingma & Ba 2015, Algorithm 1) on the flat vector of q's parameters, ``var
 R, concatenated, ran Adam's eight elementwise operations over the 51,500 entries of K = 10, M = 100
 and unpacked again (0.8 ms of an 8 ms digits step); here it is one sweep over the entries, each
 computed by the same operations in the same order as :meth:`gpdsl.methods.stochastic.Adam.step`,
-so the result is the same to the last bit (tests/test_stochastic.py).
+so the result is the same to the last bit (tests/test_step_rules.py).
 """
 import numpy as np
 from numba import njit

@@ -311,6 +311,8 @@ class Categorical(Likelihood):
         return (self.link in ("softmax", "robustmax")
                 and type(self).variational_expectations is Categorical.variational_expectations)
 
+    # scale_invariant and ridge_cause depend on the link: properties, read on instances (on the class
+    # they are property objects, as shift_invariant and log_concave are).
     @property
     def scale_invariant(self):
         """Robust-max's p(y | f) depends only on which f_k is the largest, so its bound and its

@@ -232,9 +232,12 @@ class Adam:
         correction1, correction2 : float
             The bias corrections 1 - beta1^t and 1 - beta2^t of this step t.
         """
-        self.count += 1
         if np.ndim(self.first) == 0:
             self.first, self.second = np.zeros(size), np.zeros(size)
+        elif self.first.shape != (size,):
+            # The jitted caller writes size entries unchecked: a vector of another length is refused here.
+            raise ValueError(f"Adam.advance: size {size} is not that of the moments ({self.first.size})")
+        self.count += 1
         return self.first, self.second, 1.0 - _ADAM_BETA1 ** self.count, 1.0 - _ADAM_BETA2 ** self.count
 
 
