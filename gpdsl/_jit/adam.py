@@ -50,11 +50,16 @@ def adam_q_step(m, R, grad_mu, grad_sqrt, first, second, rate, beta1, beta2, eps
     m_new = np.empty((M, K))
     R_new = np.zeros((K, M, M))
     flat_m, flat_grad, flat_new = m.ravel(), grad_mu.ravel(), m_new.ravel()
+    # 0 while every new entry is finite, NaN after any is not (inf * 0 and NaN * 0 are NaN): no branch
+    # in the sweeps, and no array expressions, whose machinery doubled this kernel's compile time.
+    finite = 0.0
     for e in range(M * K):
         g = -flat_grad[e]
         first[e] = beta1 * first[e] + (1.0 - beta1) * g
         second[e] = beta2 * second[e] + (1.0 - beta2) * g * g
         flat_new[e] = flat_m[e] - rate * (first[e] / correction1) / (np.sqrt(second[e] / correction2) + eps)
+        finite += flat_new[e] * 0.0
+    valid = True
     for k in range(K):
         for i in range(M):
             # Row i of R_k: packed entries i (i + 1) / 2 .. + i, flat ones after the M K of q_mu.
@@ -66,9 +71,7 @@ def adam_q_step(m, R, grad_mu, grad_sqrt, first, second, rate, beta1, beta2, eps
                 first[e] = beta1 * first[e] + (1.0 - beta1) * g
                 second[e] = beta2 * second[e] + (1.0 - beta2) * g * g
                 R_new[k, i, j] = R[k, i, j] - rate * (first[e] / correction1) / (np.sqrt(second[e] / correction2) + eps)
-    # Checked after the sweeps, which then have no branch to keep them from vectorising.
-    valid = np.all(np.isfinite(m_new)) and np.all(np.isfinite(R_new))
-    for k in range(K):
-        for i in range(M):
+                finite += R_new[k, i, j] * 0.0
             valid = valid and R_new[k, i, i] != 0.0
+    valid = valid and finite == 0.0
     return m_new, R_new, valid
