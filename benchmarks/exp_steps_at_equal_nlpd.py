@@ -31,6 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
+from profile_multiclass_step import gemm_rate  # noqa: E402
+
 # bench_peers.py's fastest peer at equal NLPD (RESULTS.md, 2026-11-29/30 table): (name, CPU s, NLPD).
 PEERS = {"digits": ("GPflow robust-max SVGP (Adam)", 30.2, 0.0950),
          "penbased": ("GPflow robust-max SVGP (Adam)", 29.2, 0.0104),
@@ -38,8 +40,9 @@ PEERS = {"digits": ("GPflow robust-max SVGP (Adam)", 30.2, 0.0950),
 EQUAL = 0.003          # bench_peers.py's margin for "equal NLPD"
 
 
-def one_fit(name, cap):
-    """Run in a child: the fit at one step cap; prints one JSON line."""
+def classifier_row(name, **params):
+    """``GPClassifier(**params)`` fitted on the set's training rows (warnings silenced): its steps,
+    process CPU, link pilot's CPU and link, test NLPD (``log_loss``) and error, and ``converged``."""
     import warnings
 
     from sklearn.metrics import log_loss
@@ -50,25 +53,23 @@ def one_fit(name, cap):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         c0 = time.process_time()
-        clf = GPClassifier(max_iter=cap).fit(d["X"], d["y"])
+        clf = GPClassifier(**params).fit(d["X"], d["y"])
         cpu = time.process_time() - c0
     proba = clf.predict_proba(d["Xte"])
-    print(json.dumps({"cap": cap, "steps": int(clf.posterior_.n_iterations), "cpu": cpu,
-                      "pilot": clf.link_choice_.pilot_cpu, "link": clf.link_choice_.link,
-                      "nlpd": float(log_loss(d["yte"], proba, labels=clf.classes_)),
-                      "err": float(np.mean(clf.classes_[np.argmax(proba, 1)] != d["yte"])),
-                      "converged": bool(clf.posterior_.converged)}))
+    return {"steps": int(clf.posterior_.n_iterations), "cpu": cpu, "pilot": clf.link_choice_.pilot_cpu,
+            "link": clf.link_choice_.link, "nlpd": float(log_loss(d["yte"], proba, labels=clf.classes_)),
+            "err": float(np.mean(clf.classes_[np.argmax(proba, 1)] != d["yte"])),
+            "converged": bool(clf.posterior_.converged)}
 
 
-def flop_bound(K, M=100, B=256, repeats=20):
+def one_fit(name, cap):
+    """Run in a child: the fit at one step cap; prints one JSON line."""
+    print(json.dumps({"cap": cap, **classifier_row(name, max_iter=cap)}))
+
+
+def flop_bound(K, M=100, B=256):
     """(flops, DGEMM flop/s, bound s) of one robust-max Adam step (module docstring)."""
-    rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((K * M, M)), rng.standard_normal((M, B))
-    a @ b
-    t = time.process_time()
-    for _ in range(repeats):
-        a @ b
-    rate = 2.0 * K * M * M * B * repeats / (time.process_time() - t)
+    rate = gemm_rate(K, M, B)
     flops = (3 * K + 4) * M * M * B + (K + 2 / 3) * M ** 3
     return flops, rate, flops / rate
 

@@ -20,8 +20,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
@@ -29,13 +27,8 @@ sys.path.insert(0, HERE)
 
 def one_fit(name, window, seed):
     """In a child: GPClassifier(random_state=seed) with the defaults' window set to ``window``."""
-    import warnings
-
-    from sklearn.metrics import log_loss
-
-    from bench_multiclass_defaults import data
+    from exp_steps_at_equal_nlpd import classifier_row
     from gpdsl import defaults
-    from gpdsl.sklearn import GPClassifier
     declared = defaults.declaration
 
     def with_window(*args, **kwargs):
@@ -43,15 +36,7 @@ def one_fit(name, window, seed):
         return {**chosen, "inference": dataclasses.replace(chosen["inference"], stop_window=window)}
 
     defaults.declaration = with_window
-    d = data(name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        c0 = time.process_time()
-        clf = GPClassifier(random_state=seed).fit(d["X"], d["y"])
-        cpu = time.process_time() - c0
-    proba = clf.predict_proba(d["Xte"])
-    print(json.dumps({"steps": int(clf.posterior_.n_iterations), "cpu": cpu, "link": clf.link_choice_.link,
-                      "nlpd": float(log_loss(d["yte"], proba, labels=clf.classes_))}))
+    print(json.dumps(classifier_row(name, random_state=seed)))
 
 
 def main(argv=None):
