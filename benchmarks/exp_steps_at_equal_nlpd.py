@@ -33,10 +33,10 @@ sys.path.insert(0, HERE)
 
 from profile_multiclass_step import gemm_rate  # noqa: E402
 
-# bench_peers.py's fastest peer at equal NLPD (RESULTS.md, 2026-11-29/30 table): (name, CPU s, NLPD).
-PEERS = {"digits": ("GPflow robust-max SVGP (Adam)", 30.2, 0.0950),
-         "penbased": ("GPflow robust-max SVGP (Adam)", 29.2, 0.0104),
-         "letter": ("GPyTorch softmax SVGP (Adam)", 157.3, 0.4178)}
+# bench_peers.py's fastest peer at equal NLPD (RESULTS.md; peers/mc46-s12, 2026-11-30): (name, CPU s, NLPD).
+PEERS = {"digits": ("GPflow robust-max SVGP (Adam)", 30.3, 0.0950),
+         "penbased": ("GPflow robust-max SVGP (Adam)", 29.8, 0.0104),
+         "letter": ("GPyTorch softmax SVGP (Adam)", 162.8, 0.4178)}
 EQUAL = 0.003          # bench_peers.py's margin for "equal NLPD"
 
 
