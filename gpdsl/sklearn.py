@@ -710,10 +710,10 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         self.standardize = standardize
         self.random_state = random_state
 
-    def _default_kernel(self):
-        """The kernel of ``kernel=None`` before the data are seen: :func:`gpdsl.defaults.classifier_kernel`
-        of the likelihood given (a Categorical robust-max's holds its variance), else the free one."""
-        return defaults.classifier_kernel(self.likelihood)
+    def _default_kernel(self, likelihood=None):
+        """The kernel of ``kernel=None``: :func:`gpdsl.defaults.classifier_kernel` of ``likelihood``
+        (the fit's), else of the likelihood given (before the data are seen: set_params, the pilot)."""
+        return defaults.classifier_kernel(self.likelihood if likelihood is None else likelihood)
 
     def _likelihood_for(self, n_classes, link=defaults.LINK, pilot_error=None):
         """The likelihood of ``n_classes`` classes: the one given (checked), else the default (for
@@ -748,7 +748,7 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         """The Model for n training rows, the parts left at None filled with the defaults (for K > 2
         classes left open: ``Model.fit`` fills them by :func:`gpdsl.defaults.declaration`; the kernel
         :func:`gpdsl.defaults.classifier_kernel`'s)."""
-        kernel = self.kernel if self.kernel is not None else defaults.classifier_kernel(likelihood)
+        kernel = self.kernel if self.kernel is not None else self._default_kernel(likelihood)
         inference = self.inference
         if inference is None and defaults.chooses_inference(likelihood):
             # Left open: Model.fit chooses the method (gpdsl.defaults.declaration) and its step cap.

@@ -354,8 +354,9 @@ def evidence_rounding(kernel, likelihood, X, y, Z, fitc, dtc, jitter, chunk_size
     relative), on VFE with N = 1e3 and 5e3, M = 10 ... 40, length-scales 10 and 208 and kernel
     variances 1e2 ... 1e10 (45 cases, no jitter), R was 1.2 to 15 times that scatter in every
     case: an upper estimate of the noise that neither misses it nor inflates it by orders of
-    magnitude.  It costs ROUNDING_DRAWS (more where a draw moves up the ladder) passes over the data for each evaluation with a posterior state: the fit's final evaluation,
-    and again for each restart and for a subsample fit's finishing evaluation.
+    magnitude.  It costs ROUNDING_DRAWS (more where a draw moves up the ladder) passes over the
+    data for each evaluation with a posterior state: the fit's final evaluation, and again for each
+    restart and for a subsample fit's finishing evaluation.
 
     Parameters
     ----------

@@ -206,19 +206,19 @@ class Adam:
         -------
         ndarray
         """
-        self.count += 1
-        self.first = _ADAM_BETA1 * self.first + (1.0 - _ADAM_BETA1) * gradient
-        self.second = _ADAM_BETA2 * self.second + (1.0 - _ADAM_BETA2) * gradient * gradient
-        return self.rate * self.mean_gradient() / (np.sqrt(self.second / (1.0 - _ADAM_BETA2 ** self.count)) + _ADAM_EPS)
+        first, second, correction1, correction2 = self.advance(np.size(gradient))
+        self.first = _ADAM_BETA1 * first + (1.0 - _ADAM_BETA1) * gradient
+        self.second = _ADAM_BETA2 * second + (1.0 - _ADAM_BETA2) * gradient * gradient
+        return self.rate * (self.first / correction1) / (np.sqrt(self.second / correction2) + _ADAM_EPS)
 
     def mean_gradient(self):
         """The bias-corrected first moment m_hat (0 before the first step)."""
         return self.first / (1.0 - _ADAM_BETA1 ** self.count) if self.count else np.zeros(1)
 
     def advance(self, size):
-        """The next step for a caller that applies it itself (:func:`gpdsl._jit.adam.adam_q_step`):
-        the step count advanced and the moments as arrays of ``size`` entries (zeros before the first
-        step), to be updated in place as :meth:`step` would.
+        """The next step's bookkeeping, for :meth:`step` and for a caller that applies the step itself
+        (:func:`gpdsl._jit.adam.adam_q_step`): the step count advanced and the moments as arrays of
+        ``size`` entries (zeros before the first step), to be updated as :meth:`step` updates them.
 
         Parameters
         ----------
