@@ -9,13 +9,15 @@ against its tolerance, the bound, the test NLPD (``log_loss``) and the fitted ke
 
 The declaration: ``Categorical(K, --link)`` (``robustmax``: epsilon held at 1e-3, as the defaults
 hold it where the classes barely overlap; ``robustmax_learnt``: epsilon learnt; ``softmax``), a
-squared-exponential kernel with its variance learnt or held (``--variance 1.0``), and ``KMeans(100)``
-inducing inputs held (``--z fixed``) or optimised (``--z optimised``, the defaults'); ``--finish
-none`` runs the steps alone (the defaults' fit), ``--finish joint`` adds the finish, ``--finish
-full-batch`` fits by full-batch SVGP (q's natural steps to convergence at every L-BFGS-B evaluation).
+squared-exponential kernel with its variance learnt or held (``--variance 1.0``), and ``KMeans(m)``
+(``--m``, default the defaults' 100) inducing inputs held (``--z fixed``) or optimised (``--z
+optimised``, the defaults'); ``--finish none`` runs the steps alone (the defaults' fit), ``--finish
+joint`` adds the finish, ``--finish full-batch`` fits by full-batch SVGP (q's natural steps to
+convergence at every L-BFGS-B evaluation).
 
     OPENBLAS_NUM_THREADS=1 python3 benchmarks/exp_bound_optimum.py digits --variance 1.0 --z optimised
     OPENBLAS_NUM_THREADS=1 python3 benchmarks/exp_bound_optimum.py synth --link robustmax_learnt
+    OPENBLAS_NUM_THREADS=1 python3 benchmarks/exp_bound_optimum.py digits --variance 1.0 --m 200
 """
 import argparse
 import os
@@ -40,6 +42,7 @@ def main(argv=None):
     p.add_argument("--z", default="fixed", choices=["fixed", "optimised"])
     p.add_argument("--finish", default="joint", choices=["none", "joint", "full-batch"])
     p.add_argument("--max-iter", type=int, default=2000)
+    p.add_argument("--m", type=int, default=100, help="k-means inducing size (the defaults' 100)")
     args = p.parse_args(argv)
 
     from sklearn.metrics import log_loss
@@ -54,7 +57,7 @@ def main(argv=None):
                                                                     else {"epsilon": gd.Fixed(1e-3)}))
     kernel = (gd.kernels.SquaredExponential() if args.variance == "free"
               else gd.kernels.SquaredExponential(variance=gd.Fixed(float(args.variance))))
-    inducing = gd.inducing.KMeans(100, seed=0)
+    inducing = gd.inducing.KMeans(args.m, seed=0)
     if args.z == "optimised":
         inducing = gd.inducing.Optimized(inducing)
     inference = (gd.inference.SVGP() if args.finish == "full-batch"
