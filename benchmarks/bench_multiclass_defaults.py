@@ -37,10 +37,11 @@ SETS = ("digits", "letter", "penbased", "synth")
 # The best test NLPD of a gpdsl configuration known for each set, and where it comes from.
 BEST_KNOWN = {
     "digits": (0.0870, "GPClassifier() at 73904eb: robust-max minibatch SVGP, M = 100 optimised (HISTORY.md, issue 46)"),
-    "letter": (0.4244, "softmax minibatch SVGP, M = 100 optimised (RESULTS.md, bench_peers.py 2026-11-27)"),
+    "letter": (0.3900, "GPClassifier()'s softmax SVGP at batch_size=1024, M = 100 optimised, 80 CPU s "
+                       "(exp_batch_size.py, HISTORY.md, issue 46, the batch of natural steps)"),
     "penbased": (0.0103, "robust-max minibatch SVGP, Adam on q, M = 100 optimised (HISTORY.md, issue 46 step rules)"),
-    "synth": (0.2636, "GPClassifier() at d04c8c6: robust-max, epsilon learnt, minibatch SVGP, M = 100 optimised "
-                      "(HISTORY.md, issue 46, robust-max's epsilon)"),
+    "synth": (0.2544, "GPClassifier()'s robust-max SVGP (epsilon learnt) at batch_size=384, M = 100 optimised, "
+                      "2,000 steps (exp_batch_size.py, HISTORY.md, issue 46, the batch of natural steps)"),
 }
 CPU_BUDGET = 30.0
 NLPD_MARGIN = 0.02

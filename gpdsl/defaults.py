@@ -21,11 +21,10 @@ likelihood (GPClassifier only)  ``Categorical(K, link)``, the link chosen by :fu
                                 epsilon held at 1e-3 where the pilot errs on at most 10 %
                                 (:data:`SEPARATED_ERROR`), learnt above; a Model keeps the
                                 likelihood it declares
-inference                       ``SVGP(batch_size=min(B, N), seed=seed)``: minibatch steps,
+inference                       ``SVGP(batch_size=min(256, N), seed=seed)``: minibatch steps,
                                 Adam on the hyperparameters and, by ``q_steps="auto"``, Adam on
-                                q for robust-max (not log-concave; B = 256) and natural-gradient
-                                steps on q for softmax (B = 512: :func:`batch_size`); SVGP's
-                                own step sizes (``learning_rate``,
+                                q for robust-max (not log-concave) and natural-gradient steps
+                                on q for softmax; SVGP's own step sizes (``learning_rate``,
                                 ``q_learning_rate``, ``natural_step``) and stopping rule
                                 (``stop_tol``, ``stop_window``, a stop confirmed by one full
                                 pass: issue 45)
@@ -41,7 +40,7 @@ kernel (GPClassifier only)      ``SquaredExponential()``, one length-scale (not 
 
 Given parts override: an ``inducing`` spec given with no ``inference`` is kept (its M, not
 100); an ``inference`` given is used as it is (the table is then not consulted).  Neither D nor
-K changes the choice at the sizes measured; N sets the batch and M only below B and 100 rows.
+K changes the choice at the sizes measured; N sets the batch and M only below 256 and 100 rows.
 
 What was measured (process CPU s of the fit, test NLPD; the issue-28 splits of
 ``benchmarks/multiclass_data.py``, M = 100 k-means points and B = 256 unless said; a loaded
@@ -77,14 +76,15 @@ What was measured (process CPU s of the fit, test NLPD; the issue-28 splits of
 * the step cap.  The stopping rule fired at 1,020-1,800 steps on the four sets; at the old cap of
   1,000 letter's softmax fit stopped at 0.4827 (against 0.4307 at its rule's stop);
 * the batch (2026-11-30, ``benchmarks/exp_batch_size.py``, one thread, load ~1; HISTORY.md
-  "the batch of natural steps"): softmax's natural steps on q estimate each class's sites from
-  the batch and refactorise K M x M precisions a step, so more rows a step buy both less noise
-  and less overhead a row.  Softmax at B = 512 against 256: letter 0.4004 (29.8 s) and 0.4070
-  (30.9 s) against 0.4266 (20.4 s) and 0.4135 (25.3 s), seeds 0 and 1 (B = 1,024: 0.390 and
-  0.392 in 80-93 s); softmax forced on digits 0.2175 against 0.2263, penbased 0.0468 against
-  0.0535, synthetic 0.2915 against 0.2991, at 1.6-1.8x the CPU.  Robust-max (Adam on q) lost at
-  B = 384: digits 0.1018 against 0.0952, penbased 0.0115 against 0.0099, at more CPU; so 512
-  where q takes natural steps, 256 where Adam moves it;
+  "the batch of natural steps"): softmax's natural steps gain from more rows a step (each class's
+  sites estimated from the batch, K M x M precisions refactorised a step).  At B = 512 against
+  256: letter 0.4004 and 0.4070 against 0.4266 and 0.4135 (seeds 0 and 1) at 29.8-37.3 CPU s
+  against 20.4-25.3; softmax forced on digits, penbased and the synthetic set 0.007-0.009 better
+  at 1.6-1.8x the CPU.  Robust-max lost at 384 (digits 0.1018 against 0.0952, penbased 0.0115
+  against 0.0099).  The start moves letter as much: the same B = 256 softmax fit from the peer
+  benchmark's k-means start reached 0.3994 in 22.4 s.  So the batch stays 256: 512 buys softmax
+  0.007-0.026 for 1.5-1.8x the CPU and takes letter past 30 s (declare ``SVGP(batch_size=512)``
+  where that trade is wanted);
 * inducing points: digits, robust-max: M = 50 gave 0.136 (17.5 s), M = 100 0.099 (12.4 s at
   1,000 steps); M = 200 costs 4x a step (O(B M^2 K));
 * ARD: digits, robust-max, 64 length-scales: NLPD 0.110 in 68.2 s (1,560 steps) against the
@@ -96,14 +96,12 @@ Defaults for one latent function (binary classification, regression) are not cho
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import NamedTuple
 
 from . import inducing as _inducing
 from . import inference as _inference
 from . import kernels as _kernels
 from . import likelihoods as _likelihoods
-from .methods import stochastic as _stochastic
 from .parameters import Fixed
 
 #: The link of GPClassifier's K-class likelihood where no pilot chose one (:func:`classifier_likelihood`).
@@ -112,10 +110,8 @@ LINK = "robustmax"
 INDUCING_POINTS = 100
 #: k-means runs on this many rows drawn at random above it (each Lloyd iteration is O(N M D)).
 KMEANS_SAMPLE = 20_000
-#: Rows per minibatch step of the SVGP default where Adam moves q (robust-max; at most N).
+#: Rows per minibatch step of the SVGP default (at most N).
 BATCH_SIZE = 256
-#: Rows per minibatch step where q takes natural steps (softmax; at most N): :func:`batch_size`.
-NATURAL_STEP_BATCH_SIZE = 512
 #: The step cap of a chosen fit when the user gives none (the stopping rule fired at 1,020 to 1,800
 #: steps on the four sets measured).
 MAX_STEPS = 2000
@@ -239,32 +235,7 @@ def declaration(n_rows, n_features, n_classes, likelihood, inducing=None, seed=0
     if inducing is None:
         inducing = _inducing.Optimized(_inducing.KMeans(min(INDUCING_POINTS, n_rows), seed=seed,
                                                         sample=KMEANS_SAMPLE if n_rows > KMEANS_SAMPLE else None))
-    spec = _inference.SVGP(seed=seed)
-    return {"inference": dataclasses.replace(spec, batch_size=min(batch_size(spec, likelihood), n_rows)),
-            "inducing": inducing}
-
-
-def batch_size(spec, likelihood):
-    """The default's rows a minibatch step (before the cap at N): :data:`NATURAL_STEP_BATCH_SIZE`
-    where ``spec`` moves q by natural steps for ``likelihood`` (:func:`gpdsl.methods.stochastic.q_steps`:
-    softmax, logistic-softmax), :data:`BATCH_SIZE` where Adam moves it (robust-max).
-
-    A natural step estimates each class's sites (A W_k A^T, A r_k) from the batch and then
-    refactorises K precisions of M x M, a fixed cost a step; Adam's step on q has neither.
-    Measured in the module docstring ("the batch") for softmax; logistic-softmax, which also
-    takes natural steps, follows it unmeasured.
-
-    Parameters
-    ----------
-    spec : gpdsl.inference.SVGP
-        The declaration (its ``q_steps``).
-    likelihood : gpdsl.likelihoods.Likelihood
-
-    Returns
-    -------
-    int
-    """
-    return NATURAL_STEP_BATCH_SIZE if _stochastic.q_steps(spec, likelihood) == "natural" else BATCH_SIZE
+    return {"inference": _inference.SVGP(batch_size=min(BATCH_SIZE, n_rows), seed=seed), "inducing": inducing}
 
 
 def max_steps(max_iter):
@@ -360,9 +331,8 @@ def link_choice(pilot_error, pilot_cpu=0.0):
     return LinkChoice("softmax" if error > OVERLAP_ERROR else "robustmax", error, OVERLAP_ERROR, float(pilot_cpu))
 
 
-__all__ = ["declaration", "batch_size", "chooses_inference", "classifier_likelihood", "link_pilot", "link_choice",
-           "LinkChoice", "max_steps",
-           "LINK", "INDUCING_POINTS", "KMEANS_SAMPLE", "BATCH_SIZE", "NATURAL_STEP_BATCH_SIZE", "MAX_STEPS",
-           "OVERLAP_ERROR", "SEPARATED_ERROR",
+__all__ = ["declaration", "chooses_inference", "classifier_likelihood", "link_pilot", "link_choice", "LinkChoice",
+           "max_steps",
+           "LINK", "INDUCING_POINTS", "KMEANS_SAMPLE", "BATCH_SIZE", "MAX_STEPS", "OVERLAP_ERROR", "SEPARATED_ERROR",
            "PILOT_STEPS",
            "PILOT_INDUCING_POINTS", "PILOT_ERROR_ROWS"]

@@ -35,27 +35,14 @@ def test_table_minibatch_svgp_at_every_size(link):
     assert small["inference"] == gd.inference.SVGP(batch_size=20, seed=5)
     assert small["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(20, seed=5))
     mid = defaults.declaration(1437, 64, 4, likelihood)
-    batch = {"softmax": 512, "robustmax": 256, "logistic_softmax": 512}[link]
-    assert mid["inference"] == gd.inference.SVGP(batch_size=batch, seed=0)
+    assert mid["inference"] == gd.inference.SVGP(batch_size=defaults.BATCH_SIZE, seed=0)
     assert mid["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(defaults.INDUCING_POINTS, seed=0))
-    assert (defaults.BATCH_SIZE, defaults.NATURAL_STEP_BATCH_SIZE, defaults.INDUCING_POINTS) == (256, 512, 100)
-    # Between the two batch sizes, a natural-step fit takes every row a step.
-    assert defaults.declaration(400, 2, 4, likelihood)["inference"].batch_size == min(batch, 400)
+    assert (defaults.BATCH_SIZE, defaults.INDUCING_POINTS) == (256, 100)
     # k-means on all rows up to its sample size, on a sample above it.
     assert defaults.declaration(defaults.KMEANS_SAMPLE, 3, 4, likelihood)["inducing"].init.sample is None
     big = defaults.declaration(defaults.KMEANS_SAMPLE + 1, 3, 4, likelihood)
     assert big["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(defaults.INDUCING_POINTS, seed=0,
                                                                        sample=defaults.KMEANS_SAMPLE))
-
-
-def test_batch_size_follows_how_q_moves():
-    """512 rows a step where q takes natural steps, 256 where Adam moves it: asked of the declaration's
-    q_steps rule, not of the link's name."""
-    softmax, robust = gd.likelihoods.Categorical(3, "softmax"), gd.likelihoods.Categorical(3, "robustmax")
-    assert defaults.batch_size(gd.inference.SVGP(), softmax) == defaults.NATURAL_STEP_BATCH_SIZE
-    assert defaults.batch_size(gd.inference.SVGP(), robust) == defaults.BATCH_SIZE
-    assert defaults.batch_size(gd.inference.SVGP(q_steps="adam"), softmax) == defaults.BATCH_SIZE
-    assert defaults.batch_size(gd.inference.SVGP(q_steps="natural"), robust) == defaults.NATURAL_STEP_BATCH_SIZE
 
 
 def test_table_keeps_a_given_inducing_spec():
@@ -242,8 +229,7 @@ def test_model_file_without_inference_fits_the_chosen_method(tmp_path):
     assert model.inference is None and options["max_iter"] == 5
     post = quietly(model.fit, X_train, y_train, **options)
     n = X_train.shape[0]
-    batch = defaults.batch_size(gd.inference.SVGP(), model.likelihood)
-    assert post.model.inference == gd.inference.SVGP(batch_size=min(batch, n), seed=0)
+    assert post.model.inference == gd.inference.SVGP(batch_size=min(defaults.BATCH_SIZE, n), seed=0)
     assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(min(defaults.INDUCING_POINTS, n), seed=0))
 
 
