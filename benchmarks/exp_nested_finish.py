@@ -8,6 +8,8 @@ in u-space), until q's largest gradient entry is within ``--inner-fraction`` of 
 ``--inner-max`` passes); F*'s gradient in u is then F's at fixed coordinates (the envelope
 theorem, q stationary).  It stops, as the joint finish does, at the first pass whose largest entry
 over everything is within the tolerance.  Each pass is one ``check`` (a full pass over the data).
+An inner solve stopped short of q's tolerance (its cap, or L-BFGS-B's own end) hands the outer its
+best point, where F*'s gradient is then only approximate; the run counts such solves.
 
 ``--finish joint`` runs ``exp_finish.py`` unchanged; ``--finish nested`` replaces
 ``svgp_finish.finish`` with the nested one for this process.  Printed: ``exp_finish.py``'s lines, and
@@ -44,7 +46,7 @@ def nested_finish(inner_fraction, inner_max, trace):
     def finish(check, u0, q0, max_evaluations, callback=None, transport=None):
         coordinates = svgp_finish.Coordinates(u0, q0, transport)
         P = coordinates.P
-        state = {"xq": coordinates.start()[P:], "passes": 0, "best": None}
+        state = {"xq": coordinates.start()[P:], "passes": 0, "best": None, "solves": 0, "capped": 0}
         q_bounds = coordinates.bounds()[P:]
 
         def evaluate(u, xq):
@@ -69,27 +71,33 @@ def nested_finish(inner_fraction, inner_max, trace):
             return point, gradient, q_largest
 
         def profiled(u):
-            last = {}
+            # The inner solve's best point (a capped solve's last evaluation may be a rejected
+            # line-search trial): F*(u), its gradient and the next solve's warm start.
+            best = {}
 
             def negative(xq):
                 point, gradient, q_largest = evaluate(u, xq)
                 if point is None:
                     return np.inf, np.zeros_like(xq)
-                last.update(point=point, gradient=gradient, xq=xq.copy())
-                if q_largest <= inner_fraction * point.tolerance:
+                solved = q_largest <= inner_fraction * point.tolerance
+                if not best or solved or point.objective > best["point"].objective:
+                    best.update(point=point, gradient=gradient, xq=xq.copy())
+                if solved:
                     raise StopIteration
                 return -point.objective, gradient[P:]
 
+            state["solves"] += 1
             try:
                 optimize.minimize(negative, state["xq"], jac=True, method="L-BFGS-B", bounds=q_bounds,
                                   options={"maxfun": inner_max, "maxiter": inner_max,
                                            "maxcor": svgp_finish.MEMORY})
+                state["capped"] += 1
             except StopIteration:
                 pass
-            if not last:
+            if not best:
                 return np.inf, np.zeros(P)
-            state["xq"] = last["xq"]
-            return -last["point"].objective, last["gradient"][:P]
+            state["xq"] = best["xq"]
+            return -best["point"].objective, best["gradient"][:P]
 
         t = time.process_time()
         try:
@@ -100,7 +108,8 @@ def nested_finish(inner_fraction, inner_max, trace):
         except _Stop:
             how = "within the tolerance" if state["best"][2].largest <= state["best"][2].tolerance else "at the cap"
         u, q, point = state["best"]
-        print(f"nested finish: {state['passes']} passes, {time.process_time() - t:.1f} CPU s, objective "
+        print(f"nested finish: {state['passes']} passes in {state['solves']} inner solves ({state['capped']} stopped "
+              f"by --inner-max or L-BFGS-B, not at q's tolerance), {time.process_time() - t:.1f} CPU s, objective "
               f"{point.objective:.2f}, largest {point.largest:.4g} / {point.tolerance:.4g} ({point.name}); {how}",
               flush=True)
         return svgp_finish.FinishResult(u, q, point, state["passes"], point.largest <= point.tolerance, how)

@@ -83,8 +83,9 @@ What was measured (process CPU s of the fit, test NLPD; the issue-28 splits of
   at 1.6-1.8x the CPU.  Robust-max lost at 384 (digits 0.1018 against 0.0952, penbased 0.0115
   against 0.0099).  The start moves letter as much: the same B = 256 softmax fit from the peer
   benchmark's k-means start reached 0.3994 in 22.4 s.  So the batch stays 256: 512 buys softmax
-  0.007-0.026 for 1.5-1.8x the CPU and takes letter past 30 s (declare ``SVGP(batch_size=512)``
-  where that trade is wanted);
+  0.007-0.026 for 1.2-1.8x the CPU and takes letter past 30 s on most runs (declare
+  ``SVGP(batch_size=512)`` with ``fit(max_iter=2000)`` where that trade is wanted: a declared
+  method gets fit's 1,000 steps);
 * inducing points: digits, robust-max: M = 50 gave 0.136 (17.5 s), M = 100 0.099 (12.4 s at
   1,000 steps); M = 200 costs 4x a step (O(B M^2 K));
 * ARD: digits, robust-max, 64 length-scales: NLPD 0.110 in 68.2 s (1,560 steps) against the
