@@ -113,6 +113,10 @@ INDUCING_POINTS = 100
 KMEANS_SAMPLE = 20_000
 #: Rows per minibatch step of the SVGP default (at most N).
 BATCH_SIZE = 256
+#: Where q moves by natural steps (a log-concave likelihood: softmax), the stopping rule's window and the
+#: plateaus on which it shrinks the steps before it stops (SVGP's ``stop_window``, ``step_decays``).
+NATURAL_STOP_WINDOW = 100
+NATURAL_STEP_DECAYS = 2
 #: The step cap of a chosen fit when the user gives none (the stopping rule fired at 1,020 to 1,800
 #: steps on the four sets measured).
 MAX_STEPS = 2000
@@ -236,7 +240,11 @@ def declaration(n_rows, n_features, n_classes, likelihood, inducing=None, seed=0
     if inducing is None:
         inducing = _inducing.Optimized(_inducing.KMeans(min(INDUCING_POINTS, n_rows), seed=seed,
                                                         sample=KMEANS_SAMPLE if n_rows > KMEANS_SAMPLE else None))
-    return {"inference": _inference.SVGP(batch_size=min(BATCH_SIZE, n_rows), seed=seed), "inducing": inducing}
+    steps = {}
+    if getattr(likelihood, "log_concave", None) is not False:
+        # q moves by natural steps (SVGP's q_steps "auto"): a shorter window, then smaller steps.
+        steps = {"stop_window": NATURAL_STOP_WINDOW, "step_decays": NATURAL_STEP_DECAYS}
+    return {"inference": _inference.SVGP(batch_size=min(BATCH_SIZE, n_rows), seed=seed, **steps), "inducing": inducing}
 
 
 def max_steps(max_iter):
@@ -334,6 +342,6 @@ def link_choice(pilot_error, pilot_cpu=0.0):
 
 __all__ = ["declaration", "chooses_inference", "classifier_likelihood", "link_pilot", "link_choice", "LinkChoice",
            "max_steps",
-           "LINK", "INDUCING_POINTS", "KMEANS_SAMPLE", "BATCH_SIZE", "MAX_STEPS", "OVERLAP_ERROR", "SEPARATED_ERROR",
+           "LINK", "INDUCING_POINTS", "KMEANS_SAMPLE", "BATCH_SIZE", "NATURAL_STOP_WINDOW", "NATURAL_STEP_DECAYS", "MAX_STEPS", "OVERLAP_ERROR", "SEPARATED_ERROR",
            "PILOT_STEPS",
            "PILOT_INDUCING_POINTS", "PILOT_ERROR_ROWS"]

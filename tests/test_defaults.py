@@ -27,15 +27,23 @@ def quietly(fit, *args, **kwargs):
         return fit(*args, **kwargs)
 
 
+# The stopping options the table gives a likelihood whose q moves by natural steps (softmax).
+NATURAL = {"stop_window": defaults.NATURAL_STOP_WINDOW, "step_decays": defaults.NATURAL_STEP_DECAYS}
+
+
 # -- the table --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("link", ["softmax", "robustmax", "logistic_softmax"])
 def test_table_minibatch_svgp_at_every_size(link):
     likelihood = gd.likelihoods.Categorical(4, link)
+    # Where q moves by natural steps (a log-concave likelihood), a window of 100 and two plateaus that
+    # shrink the steps; robust-max's Adam steps on q keep the window of 200 and stop at the first.
+    steps = {} if link == "robustmax" else NATURAL
+    assert (defaults.NATURAL_STOP_WINDOW, defaults.NATURAL_STEP_DECAYS) == (100, 2)
     small = defaults.declaration(20, 7, 4, likelihood, seed=5)
-    assert small["inference"] == gd.inference.SVGP(batch_size=20, seed=5)
+    assert small["inference"] == gd.inference.SVGP(batch_size=20, seed=5, **steps)
     assert small["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(20, seed=5))
     mid = defaults.declaration(1437, 64, 4, likelihood)
-    assert mid["inference"] == gd.inference.SVGP(batch_size=defaults.BATCH_SIZE, seed=0)
+    assert mid["inference"] == gd.inference.SVGP(batch_size=defaults.BATCH_SIZE, seed=0, **steps)
     assert mid["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(defaults.INDUCING_POINTS, seed=0))
     assert (defaults.BATCH_SIZE, defaults.INDUCING_POINTS) == (256, 100)
     # k-means on all rows up to its sample size, on a sample above it.
@@ -48,7 +56,8 @@ def test_table_minibatch_svgp_at_every_size(link):
 def test_table_keeps_a_given_inducing_spec():
     given = gd.inducing.KMeans(7, seed=2)
     chosen = defaults.declaration(50, 2, 3, gd.likelihoods.Categorical(3), inducing=given)
-    assert chosen == {"inference": gd.inference.SVGP(batch_size=50, seed=0), "inducing": given}
+    assert chosen == {"inference": gd.inference.SVGP(batch_size=50, seed=0, **NATURAL),
+                      "inducing": given}
 
 
 def test_classifier_likelihood_is_robustmax():
@@ -95,7 +104,7 @@ def test_model_fit_resolves_and_the_posterior_carries_it(tmp_path):
     X, y = three_classes(40)
     model = gd.Model(SE(), gd.likelihoods.Categorical(3))
     post = quietly(model.fit, X, y, max_iter=5, seed=4)
-    assert post.model.inference == gd.inference.SVGP(batch_size=40, seed=4)     # the fit's seed
+    assert post.model.inference == gd.inference.SVGP(batch_size=40, seed=4, **NATURAL)     # the fit's seed
     assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(40, seed=4))
     written = post.model.to_dict()["inference"]
     assert (written["type"], written["batch_size"], written["seed"]) == ("SVGP", 40, 4)
@@ -213,7 +222,7 @@ def test_model_resolves_by_the_rows_a_subsample_fit_runs_on():
     model = gd.Model(SE(), gd.likelihoods.Categorical(3))
     assert model.resolved(X, n_rows=60).inducing == gd.inducing.Optimized(gd.inducing.KMeans(60, seed=0))
     post = quietly(model.fit, X, y, subsample=60, max_iter=3)
-    assert post.model.inference == gd.inference.SVGP(batch_size=60, seed=0)
+    assert post.model.inference == gd.inference.SVGP(batch_size=60, seed=0, **NATURAL)
     assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(60, seed=0))
 
 
@@ -229,7 +238,7 @@ def test_model_file_without_inference_fits_the_chosen_method(tmp_path):
     assert model.inference is None and options["max_iter"] == 5
     post = quietly(model.fit, X_train, y_train, **options)
     n = X_train.shape[0]
-    assert post.model.inference == gd.inference.SVGP(batch_size=min(defaults.BATCH_SIZE, n), seed=0)
+    assert post.model.inference == gd.inference.SVGP(batch_size=min(defaults.BATCH_SIZE, n), seed=0, **NATURAL)
     assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(min(defaults.INDUCING_POINTS, n), seed=0))
 
 

@@ -123,6 +123,8 @@ class PolyaGamma(Inference):
     # noise).  A window of 200 steps is 10 blocks of 20, longer than q's memory of 1 / natural_step.
     stop_tol: float = 1e-3
     stop_window: int = 200
+    step_decays: int = 0
+    decay_factor: float = 0.5
     polish: bool | str = "auto"
     class_tol: float | None = None
     class_fit_tol: float = 1e-3
@@ -228,7 +230,8 @@ class PolyaGamma(Inference):
         from .variational import SVGP
         return SVGP(jitter=self.jitter, chunk_size=self.chunk_size, batch_size=self.minibatch,
                     learning_rate=self.learning_rate, natural_step=self.natural_step, seed=self.seed,
-                    stop_tol=self.stop_tol, stop_window=self.stop_window, q_max_iter=self.max_iter)
+                    stop_tol=self.stop_tol, stop_window=self.stop_window, step_decays=self.step_decays,
+                    decay_factor=self.decay_factor, q_max_iter=self.max_iter)
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
         if self.minibatch is not None:

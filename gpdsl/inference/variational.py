@@ -314,6 +314,8 @@ class SVGP(_Variational):
     # The stopping rule's defaults, as PolyaGamma's (measured there).
     stop_tol: float = 1e-3
     stop_window: int = 200
+    step_decays: int = 0
+    decay_factor: float = 0.5
     one_pass: bool | None = None
     polish: bool | str = "auto"
     q_steps: str = "auto"
