@@ -35,10 +35,10 @@ NATURAL = {"stop_window": defaults.NATURAL_STOP_WINDOW, "step_decays": defaults.
 @pytest.mark.parametrize("link", ["softmax", "robustmax", "logistic_softmax"])
 def test_table_minibatch_svgp_at_every_size(link):
     likelihood = gd.likelihoods.Categorical(4, link)
-    # Where q moves by natural steps (a log-concave likelihood), a window of 100 and two plateaus that
-    # shrink the steps; robust-max's Adam steps on q keep the window of 200 and stop at the first.
+    # Where q moves by natural steps (a log-concave likelihood), a window of 100 and one plateau that
+    # shrinks the steps; robust-max's Adam steps on q keep the window of 200 and stop at the first.
     steps = {} if link == "robustmax" else NATURAL
-    assert (defaults.NATURAL_STOP_WINDOW, defaults.NATURAL_STEP_DECAYS) == (100, 2)
+    assert (defaults.NATURAL_STOP_WINDOW, defaults.NATURAL_STEP_DECAYS) == (100, 1)
     small = defaults.declaration(20, 7, 4, likelihood, seed=5)
     assert small["inference"] == gd.inference.SVGP(batch_size=20, seed=5, **steps)
     assert small["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(20, seed=5))

@@ -171,7 +171,7 @@ def test_the_rule_saves_steps_at_equal_test_nlpd(inference):
 def test_stop_options_are_validated_and_round_trip(cls, batch):
     """stop_tol and stop_window: defaults 1e-3 and 200, rejected when not positive (the window
     also when not a multiple of the rule's 10 blocks); step_decays (default 0) rejected when
-    negative and decay_factor (default 0.5) outside (0, 1); all kept through a model file's table."""
+    negative and decay_factor (default 0.3) outside (0, 1); all kept through a model file's table."""
     name = cls.__name__
     assert cls().stop_tol == 1e-3 and cls().stop_window == 200
     with pytest.raises(ValueError, match=f"{name}: stop_tol must be a positive finite number, got 0"):
@@ -180,7 +180,7 @@ def test_stop_options_are_validated_and_round_trip(cls, batch):
         cls(**{batch: 32}, stop_window=0)
     with pytest.raises(ValueError, match=f"{name}: stop_window must be a multiple of 10 .*, got 25"):
         cls(**{batch: 32}, stop_window=25)
-    assert (cls().step_decays, cls().decay_factor) == (0, 0.5)
+    assert (cls().step_decays, cls().decay_factor) == (0, 0.3)
     with pytest.raises(ValueError, match=f"{name}: step_decays must be a non-negative integer, got -1"):
         cls(**{batch: 32}, step_decays=-1)
     for bad in (0.0, 1.0, "half"):

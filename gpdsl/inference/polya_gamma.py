@@ -124,7 +124,7 @@ class PolyaGamma(Inference):
     stop_tol: float = 1e-3
     stop_window: int = 200
     step_decays: int = 0
-    decay_factor: float = 0.5
+    decay_factor: float = 0.3
     polish: bool | str = "auto"
     class_tol: float | None = None
     class_fit_tol: float = 1e-3

@@ -315,7 +315,7 @@ class SVGP(_Variational):
     stop_tol: float = 1e-3
     stop_window: int = 200
     step_decays: int = 0
-    decay_factor: float = 0.5
+    decay_factor: float = 0.3
     one_pass: bool | None = None
     polish: bool | str = "auto"
     q_steps: str = "auto"
