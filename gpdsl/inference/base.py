@@ -11,7 +11,7 @@ import numpy as np
 from ..checks import check_nonnegative_int, check_positive_int, check_positive_number, check_seed, is_integer, is_number
 from ..components import Component, type_name
 from ..likelihoods import Likelihood
-from ..methods import stochastic
+from ..methods import stochastic, stopping_rule
 
 
 def _less(y, offset):
@@ -275,7 +275,7 @@ def _check_minibatch_options(spec, batch_name, batch):
     ``spec``'s class: the batch (None or a positive integer, under ``batch_name``),
     ``learning_rate``, ``natural_step`` in (0, 1], ``seed``, and the stopping rule's
     ``stop_tol`` (positive), ``stop_window`` (a positive multiple of
-    :data:`gpdsl.methods.stochastic.STOP_BLOCKS`, the blocks its noise is estimated from),
+    :data:`gpdsl.methods.stopping_rule.STOP_BLOCKS`, the blocks its noise is estimated from),
     ``step_decays`` (a non-negative integer) and ``decay_factor`` (in (0, 1))."""
     owner = type(spec).__name__
     if batch is not None:
@@ -293,9 +293,9 @@ def _check_minibatch_options(spec, batch_name, batch):
         raise TypeError(f"{owner}: polish must be True, False or 'auto', got {spec.polish!r}")
     if isinstance(spec.polish, str) and spec.polish != "auto":
         raise ValueError(f"{owner}: polish must be True, False or 'auto', got {spec.polish!r}")
-    if spec.stop_window % stochastic.STOP_BLOCKS:
-        raise ValueError(f"{owner}: stop_window must be a multiple of {stochastic.STOP_BLOCKS} (the stopping rule "
-                         f"estimates its noise from {stochastic.STOP_BLOCKS} blocks of a window), "
+    if spec.stop_window % stopping_rule.STOP_BLOCKS:
+        raise ValueError(f"{owner}: stop_window must be a multiple of {stopping_rule.STOP_BLOCKS} (the stopping rule "
+                         f"estimates its noise from {stopping_rule.STOP_BLOCKS} blocks of a window), "
                          f"got {spec.stop_window!r}")
 
 

@@ -27,45 +27,10 @@ Every step is O(B M^2 + M^3); nothing of size N is formed.  The q reached is lef
 objective's warm start; the model's final evaluation reports the full-batch bound and the
 prediction at that q, one O(N M^2) pass.
 
-The stopping rule.  Each step's batch estimate of the negative objective, divided by N (the
-batch noise of the N-scaled bound grows with N; per data point it depends on B only), is
-e_t.  The smoothed objective is its mean over a window of W = ``stop_window`` steps.  Every
-W / 10 steps from step 2 W on, the means of the last two windows, ebar_prev and ebar_last, give
-the change d = ebar_prev - ebar_last, and the standard error of that change is taken from the
-last window alone, split into K = 10 blocks of W / K steps (batch means: the spread of block
-means, not of single steps, carries the correlation between successive steps that q's memory of
-about 1 / natural_step steps gives):
-
-    se(d) = sqrt(2) * sd(block means of the last window) / sqrt(K).
-
-The run stops (``success``, stop reason ``"stochastic_rule"``) at the first check with
-
-    |d| < max(stop_tol, 2 se(d)),
-
-i.e. once the objective per data point changes by less than ``stop_tol`` nats per window, or by
-less than the batch noise can tell from no change at about 95 %.  The noise is read from the
-last window only: the first window of a run holds the transient from the starting q, whose
-spread would mask a real change.  A run that reaches ``max_iter`` first reports so
-(``success`` False, stop reason ``"max_iter"``), with the change it was still making.
-
-Shrinking the steps on a plateau (``step_decays``, ``decay_factor``).  At fixed step sizes the
-iterates settle into a cloud around the optimum whose width grows with the steps: q's natural
-parameters are an exponential average of about 1 / natural_step batches' sites, so their batch
-noise scales as natural_step / B (Salimbeni et al. 2018, section 4), and Adam's steps keep the
-hyperparameters within about ``learning_rate`` of theirs.  With ``step_decays`` = n > 0 the first n
-times the rule holds it does not stop the run: it multiplies ``natural_step``, ``learning_rate`` and
-``q_learning_rate`` by ``decay_factor`` (PyTorch's ``ReduceLROnPlateau``) and the run goes on; the
-next check is a whole window later, so that it compares a window at the smaller steps with the
-plateau's.  Halving q's step halves its noise as doubling the batch would, at half the cost a step
-(the stationary variance of a linear recursion, rho / (2 - rho) that of a batch's sites:
-tests/test_stochastic_stopping.py).  Measured (issue 46, ``benchmarks/HISTORY.md``, "the steps shrunk
-on a plateau"): on letter's softmax fit (18,000 rows, 26 classes, M = 100, B = 256) one decay of 0.5
-after the default window of 200 took the test NLPD from 0.427 / 0.414 to 0.394 / 0.387 (seeds 0 /
-1; 340-360 steps more), and one of 0.3 after a window of 100 to 0.399 / 0.400 in fewer steps than
-no decay (1,130 / 1,010 against 1,200 / 1,420: ``gpdsl.defaults``' choice for natural steps);
-where q moves by Adam (robust-max) it did not help (penbased 0.0099 / 0.0113 to 0.0114 / 0.0143,
-digits 0.095 to 0.103, window 200, one decay of 0.5): there the bound's optimum predicts worse than
-the early stop (HISTORY.md, "where the digits conflict comes from").
+The stopping rule (:mod:`gpdsl.methods.stopping_rule`) ends the run where the smoothed batch
+objective stops changing beyond its noise, or first shrinks the steps there (``step_decays``); a
+run that reaches ``max_iter`` first reports so (``success`` False, stop reason ``"max_iter"``), with
+the change it was still making.
 
 The confirmation.  The rule says only that the smoothed batch objective stopped changing beyond
 its noise, not that the run is at the optimum: with Adam's steps of about ``learning_rate`` in
@@ -175,6 +140,7 @@ from ..diagnostics import gradient_tolerance, largest_gradient
 from ..multioutput import inducing_gradient, method_inducing, output_count
 from . import svgp, svgp_finish
 from .common import SINGULAR_Q, VariationalState, shifted
+from .stopping_rule import StoppingRule
 from .svgp import CarriedQ, initial_values, minibatch_update
 from .svgp_classes import Scratch, centred, centres
 
@@ -186,13 +152,6 @@ _ADAM_BETA1, _ADAM_BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
 # at 0.005 (this share of 0.01), 0.663 at the whole 0.01; the length-scale, which the bound pulls
 # up while the test NLPD worsens, 5.3 against 6.2 at the stop.
 ADAM_Q_HYPER_SHARE = 0.5
-# Blocks per window of the stopping rule (batch means): 10 blocks of 20 steps at the default window
-# of 200 are longer than q's memory (about 1 / natural_step = 5 to 10 steps) and leave 9 degrees
-# of freedom to the noise estimate.
-STOP_BLOCKS = 10
-# Standard errors within which a change of the smoothed objective is taken for batch noise (a
-# two-sided test at about 95 %).
-STOP_Z = 2.0
 # polish="auto" polishes a fit of at most this many rows times latent functions (the module
 # docstring's measurements: at 2,000 rows every single-output SVGP polish cost less than the steps
 # and Pólya-Gamma's 3 to 56 times them, at most 34 s, for 29 to 43 nats and convergence; from 5,000
@@ -367,70 +326,6 @@ def q_steps(spec, likelihood):
     return "adam" if getattr(likelihood, "log_concave", None) is False else "natural"
 
 
-def window_change(trail, window):
-    """The change of the smoothed objective between the last two windows of a run.
-
-    Parameters
-    ----------
-    trail : sequence of float
-        The per-step, per-data-point batch estimates of the negative objective, at least
-        ``2 * window`` of them.
-    window : int
-        Steps per window, a multiple of :data:`STOP_BLOCKS`.
-
-    Returns
-    -------
-    change : float
-        Mean of the second-to-last window minus mean of the last (positive while the objective,
-        which is minimised, still falls).
-    se : float
-        Its standard error, sqrt(2) times the standard error of the last window's mean by batch
-        means over :data:`STOP_BLOCKS` blocks.
-    """
-    last = np.asarray(trail[-window:], dtype=float)
-    previous = np.asarray(trail[-2 * window:-window], dtype=float)
-    blocks = last.reshape(STOP_BLOCKS, -1).mean(axis=1)
-    se = np.sqrt(2.0) * np.std(blocks, ddof=1) / np.sqrt(STOP_BLOCKS)
-    return float(previous.mean() - last.mean()), float(se)
-
-
-def _decays_said(decayed_at, factor):
-    """The message's account of the plateaus that shrank the steps (``step_decays``): "" for none.
-
-    Parameters
-    ----------
-    decayed_at : list of int
-        The steps at which the rule held and the steps were multiplied by ``factor``.
-    factor : float
-
-    Returns
-    -------
-    str
-    """
-    if not decayed_at:
-        return ""
-    return f"; the steps were shrunk by {factor:g} at step{'s' if len(decayed_at) > 1 else ''} " + \
-        ", ".join(str(s) for s in decayed_at)
-
-
-def _cap_message(trail, max_iter, window):
-    """The message of a run whose ``max_iter`` steps ran out before the stopping rule fired: the
-    change per 100 steps it was still making (over the last two windows, or over the two halves
-    of a run too short for them)."""
-    head = f"max_iter={max_iter} steps ran out before the stochastic stopping rule fired"
-    if len(trail) >= 2 * window:
-        change, se = window_change(trail, window)
-        return (f"{head} (smoothed objective per data point still changing by {100.0 * change / window:.3g} nats "
-                f"per 100 steps: {change:.3g} between the last two {window}-step windows, not below "
-                f"max(stop_tol, {STOP_Z:g} SE = {STOP_Z * se:.3g}))")
-    half = len(trail) // 2
-    if half == 0:
-        return f"{head} (it needs 2 x stop_window = {2 * window} steps)"
-    change = float(np.mean(trail[-2 * half:-half]) - np.mean(trail[-half:]))
-    return (f"{head} (it needs 2 x stop_window = {2 * window} steps; smoothed objective per data point still "
-            f"changing by {100.0 * change / half:.3g} nats per 100 steps, between the two halves of the run)")
-
-
 def polishes(spec, n, n_latent=1):
     """Whether a minibatch fit of ``n`` rows continues with the full-batch polish where its
     confirming pass finds the gradient large: ``spec.polish`` where it is True or False; for
@@ -491,12 +386,12 @@ def remedy(spec, n, n_latent=1):
 
 def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, expectations=None, one_pass=False):
     """Minibatch steps from ``u0`` on ``objective`` (gpdsl.model's objective: its parameter table,
-    data, Z and warm start) until the stopping rule of the module docstring fires or ``max_iter``
-    steps have been taken; returns an OptimizeResult as L-BFGS-B's run does.
+    data, Z and warm start) until the stopping rule of :mod:`gpdsl.methods.stopping_rule` stops
+    it or ``max_iter`` steps have been taken; returns an OptimizeResult as L-BFGS-B's run does.
 
     ``spec``: the inference declaration, read for ``batch_size``, ``seed``, ``natural_step``,
     ``learning_rate``, ``q_steps`` and ``q_learning_rate`` (SVGP's; :func:`q_steps`), ``jitter``,
-    ``stop_tol``, ``stop_window`` and ``polish`` (its class names
+    ``stop_tol``, ``stop_window``, ``step_decays``, ``decay_factor`` and ``polish`` (its class names
     it in errors); a stop of the rule is confirmed, and polished where :func:`polishes` says, as
     the module docstring says.  ``likelihood``: what the batch's expected log-likelihood is integrated by (its
     ``variational_expectations``); None: the model's likelihood.  ``one_pass``: each step's
@@ -544,7 +439,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
     model, table, X, y, offset = objective.model, objective.table, objective.X, objective.y, objective.offset
     n, n_latent = X.shape[0], int(getattr(model.likelihood, "n_latent", 1))
     batch = min(spec.batch_size, n)
-    window, check_every = spec.stop_window, spec.stop_window // STOP_BLOCKS
+    window = spec.stop_window
     rng = np.random.default_rng(spec.seed)
     u = np.array(u0, dtype=float)
     values = table.unpack(u)
@@ -568,7 +463,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
     q_adam = Adam(getattr(spec, "q_learning_rate", spec.learning_rate)) if first_order else None
     hyper_steps = Adam(spec.learning_rate * (ADAM_Q_HYPER_SHARE if first_order else 1.0))
     fired, message, step = False, "", 0
-    rho, decayed_at = spec.natural_step, []
+    rho, rule = spec.natural_step, StoppingRule(spec)
     for step in range(1, max_iter + 1):
         rows = rng.choice(n, size=batch, replace=False)
         values = table.unpack(u)
@@ -617,26 +512,17 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
                   flush=True)
         if callback is not None:
             callback(report)
-        # After a decay the next check waits a whole window: it compares the smaller steps' window with the plateau's.
-        if step >= 2 * window and step - (decayed_at[-1] if decayed_at else 0) >= window and step % check_every == 0:
-            change, se = window_change(trail, window)
-            threshold = max(spec.stop_tol, STOP_Z * se)
-            # A NaN change (an overflowed estimate) compares False: the run goes on to its cap.
-            if abs(change) < threshold and len(decayed_at) < spec.step_decays:
-                decayed_at.append(step)
-                rho *= spec.decay_factor
-                hyper_steps.rate *= spec.decay_factor
-                if q_adam is not None:
-                    q_adam.rate *= spec.decay_factor
-                if progress:
-                    print(f"step {step:6d}  plateau: steps shrunk by {spec.decay_factor:g}", flush=True)
-            elif abs(change) < threshold:
-                fired = True
-                message = (f"stochastic stopping rule after {step} steps: the smoothed objective per data point "
-                           f"changed by {change:.3g} nats between the last two {window}-step windows "
-                           f"(|change| < {threshold:.3g} = max(stop_tol {spec.stop_tol:g}, {STOP_Z:g} SE "
-                           f"{STOP_Z * se:.3g}))" + _decays_said(decayed_at, spec.decay_factor))
-                break
+        verdict = rule.verdict(trail)
+        if verdict == "decay":
+            rho *= spec.decay_factor
+            hyper_steps.rate *= spec.decay_factor
+            if q_adam is not None:
+                q_adam.rate *= spec.decay_factor
+            if progress:
+                print(f"step {step:6d}  plateau: steps shrunk by {spec.decay_factor:g}", flush=True)
+        elif verdict == "stop":
+            fired, message = True, rule.message
+            break
     if progress and fired:
         print(message, flush=True)
     q = q.as_dict()
@@ -648,7 +534,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
                             grad_tol=np.nan, grad_name="", plateau=False, runaway=None, start=u0, message=message,
                             polish_iterations=0)
     if not fired:
-        result.message = _cap_message(trail, max_iter, window)
+        result.message = rule.cap_message(trail, max_iter)
     else:
         check = full_pass_check(objective, result.x, q, full_batch, expectations)
         result.message += f"; {check.describe()} at the steps' end"
