@@ -95,6 +95,18 @@ def _rule_by_hand(trail, window, tol):
     return abs(previous.mean() - last.mean()) < max(tol, 2.0 * se)
 
 
+def _fixed_z_run(X, y, inference, max_iter):
+    """``inference.minimise`` on banana's logit model with 16 fixed rows as Z (no selection step
+    between the test and the optimiser), from the declared start: (model, objective, u0, result,
+    the callback's reports)."""
+    model = gd.Model(SE(1.0, 1.0), LOGIT, gd.inducing.Fixed(X[::25]), inference)
+    objective = _objective(model, X, y)
+    u0 = objective.table.pack(objective.table.values())
+    reports = []
+    res = inference.minimise(objective, u0, max_iter, False, reports.append)
+    return model, objective, u0, res, reports
+
+
 def test_result_fields_and_the_rule_against_its_formula(banana):
     """minimise's OptimizeResult for the fit loop: a run the rule ends has success True,
     stop_reason "stochastic_rule", the message with its numbers, the rule's inequality true at
@@ -105,12 +117,7 @@ def test_result_fields_and_the_rule_against_its_formula(banana):
     X, y = banana
     # polish=False: the rule's own stop, without the full-batch polish after it (issue 45).
     inference = gd.inference.SVGP(batch_size=32, stop_window=100, polish=False)
-    # 16 fixed rows as Z: no selection step between the test and the optimiser.
-    model = gd.Model(SE(1.0, 1.0), LOGIT, gd.inducing.Fixed(X[::25]), inference)
-    objective = _objective(model, X, y)
-    u0 = objective.table.pack(objective.table.values())
-    reports = []
-    res = inference.minimise(objective, u0, 2000, False, reports.append)
+    model, objective, u0, res, reports = _fixed_z_run(X, y, inference, 2000)
     trail = [r["objective"] / X.shape[0] for r in reports]
     assert res.success and res.stop_reason == "stochastic_rule" and res.nit == len(trail) < 2000
     assert res.message.startswith(f"stochastic stopping rule after {res.nit} steps")
@@ -215,11 +222,7 @@ def test_step_decays_shrink_the_steps_at_the_rules_plateaus(banana, monkeypatch)
     monkeypatch.setattr(stochastic, "minibatch_update", recorded_update)
     monkeypatch.setattr(stochastic.Adam, "step", recorded_step)
     inference = gd.inference.SVGP(batch_size=32, stop_window=100, polish=False, step_decays=2, decay_factor=0.5)
-    model = gd.Model(SE(1.0, 1.0), LOGIT, gd.inducing.Fixed(X[::25]), inference)
-    objective = _objective(model, X, y)
-    u0 = objective.table.pack(objective.table.values())
-    reports = []
-    res = inference.minimise(objective, u0, 5000, False, reports.append)
+    _, objective, u0, res, reports = _fixed_z_run(X, y, inference, 5000)
     trail = [r["objective"] / X.shape[0] for r in reports]
 
     def plateau(after):
