@@ -28,7 +28,9 @@ def quietly(fit, *args, **kwargs):
 
 
 # The stopping options the table gives a likelihood whose q moves by natural steps (softmax).
-NATURAL = {"stop_window": defaults.NATURAL_STOP_WINDOW, "step_decays": defaults.NATURAL_STEP_DECAYS}
+# Every link's fit returns its averaged iterates.
+AVERAGED = {"iterate_average": defaults.ITERATE_AVERAGE}
+NATURAL = {"stop_window": defaults.NATURAL_STOP_WINDOW, "step_decays": defaults.NATURAL_STEP_DECAYS, **AVERAGED}
 
 
 # -- the table --------------------------------------------------------------------------------------
@@ -36,9 +38,10 @@ NATURAL = {"stop_window": defaults.NATURAL_STOP_WINDOW, "step_decays": defaults.
 def test_table_minibatch_svgp_at_every_size(link):
     likelihood = gd.likelihoods.Categorical(4, link)
     # Where q moves by natural steps (a log-concave likelihood), a window of 100 and one plateau that
-    # shrinks the steps; robust-max's Adam steps on q keep the window of 200 and stop at the first.
-    steps = {} if link == "robustmax" else NATURAL
-    assert (defaults.NATURAL_STOP_WINDOW, defaults.NATURAL_STEP_DECAYS) == (100, 1)
+    # shrinks the steps; robust-max's Adam steps on q keep the window of 200 and stop at the first;
+    # every link returns its iterates averaged over about the last 50 steps.
+    steps = AVERAGED if link == "robustmax" else NATURAL
+    assert (defaults.NATURAL_STOP_WINDOW, defaults.NATURAL_STEP_DECAYS, defaults.ITERATE_AVERAGE) == (100, 1, 50)
     small = defaults.declaration(20, 7, 4, likelihood, seed=5)
     assert small["inference"] == gd.inference.SVGP(batch_size=20, seed=5, **steps)
     assert small["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(20, seed=5))
@@ -174,7 +177,7 @@ def test_classifier_model_is_the_table():
     assert clf.model_ == gd.Model(SE(variance=gd.Fixed(1.0)), likelihood,
                                   **defaults.declaration(30, 2, 3, likelihood, seed=3))
     assert float(clf.hyperparameters_["kernel.variance"]) == 1.0       # held: robust-max cannot see it
-    assert clf.model_.inference == gd.inference.SVGP(batch_size=30, seed=3)
+    assert clf.model_.inference == gd.inference.SVGP(batch_size=30, seed=3, **AVERAGED)
     assert clf.model_.inducing == gd.inducing.Optimized(gd.inducing.KMeans(30, seed=3))
     assert clf.posterior_.model.inference == clf.model_.inference
     assert clf.predict_proba(X[:4]).shape == (4, 3)

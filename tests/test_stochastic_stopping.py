@@ -177,8 +177,9 @@ def test_the_rule_saves_steps_at_equal_test_nlpd(inference):
 @pytest.mark.parametrize("cls, batch", [(gd.inference.SVGP, "batch_size"), (gd.inference.PolyaGamma, "minibatch")])
 def test_stop_options_are_validated_and_round_trip(cls, batch):
     """stop_tol and stop_window: defaults 1e-3 and 200, rejected when not positive (the window
-    also when not a multiple of the rule's 10 blocks); step_decays (default 0) rejected when
-    negative and decay_factor (default 0.3) outside (0, 1); all kept through a model file's table."""
+    also when not a multiple of the rule's 10 blocks); step_decays and iterate_average (default 0)
+    rejected when negative and decay_factor (default 0.3) outside (0, 1); all kept through a model
+    file's table."""
     name = cls.__name__
     assert cls().stop_tol == 1e-3 and cls().stop_window == 200
     with pytest.raises(ValueError, match=f"{name}: stop_tol must be a positive finite number, got 0"):
@@ -187,16 +188,17 @@ def test_stop_options_are_validated_and_round_trip(cls, batch):
         cls(**{batch: 32}, stop_window=0)
     with pytest.raises(ValueError, match=f"{name}: stop_window must be a multiple of 10 .*, got 25"):
         cls(**{batch: 32}, stop_window=25)
-    assert (cls().step_decays, cls().decay_factor) == (0, 0.3)
-    with pytest.raises(ValueError, match=f"{name}: step_decays must be a non-negative integer, got -1"):
-        cls(**{batch: 32}, step_decays=-1)
+    assert (cls().step_decays, cls().decay_factor, cls().iterate_average) == (0, 0.3, 0)
+    for option in ("step_decays", "iterate_average"):
+        with pytest.raises(ValueError, match=f"{name}: {option} must be a non-negative integer, got -1"):
+            cls(**{batch: 32}, **{option: -1})
     for bad in (0.0, 1.0, "half"):
         with pytest.raises(ValueError, match=f"{name}: decay_factor must be in \\(0, 1\\), got {bad!r}"):
             cls(**{batch: 32}, decay_factor=bad)
-    declared = cls(**{batch: 64}, stop_tol=1e-4, stop_window=300, step_decays=2, decay_factor=0.25)
+    declared = cls(**{batch: 64}, stop_tol=1e-4, stop_window=300, step_decays=2, decay_factor=0.25, iterate_average=40)
     as_dict = spec.component_to_dict(declared)
     assert as_dict["stop_tol"] == 1e-4 and as_dict["stop_window"] == 300
-    assert as_dict["step_decays"] == 2 and as_dict["decay_factor"] == 0.25
+    assert as_dict["step_decays"] == 2 and as_dict["decay_factor"] == 0.25 and as_dict["iterate_average"] == 40
     assert spec.component_from_dict("inference", as_dict) == declared
 
 
@@ -279,3 +281,61 @@ def test_q_noise_at_a_natural_step_is_its_derivations(rho):
     ratio = np.var(etas, axis=0) / predicted
     assert np.all(np.abs(ratio - 1.0) < 0.2), ratio
     assert abs(np.mean(ratio) - 1.0) < 0.08, ratio
+
+
+def _moving_average(sequence, steps):
+    """a_t = (1 - w)^(t-1) x_1 + sum_{s=2..t} w (1 - w)^(t-s) x_s, w = 1 / steps: the closed form of the
+    exponential moving average's recursion, summed term by term."""
+    w, t = 1.0 / steps, len(sequence)
+    total = (1.0 - w) ** (t - 1) * np.asarray(sequence[0], dtype=float)
+    for s, x in enumerate(sequence[1:], start=2):
+        total = total + w * (1.0 - w) ** (t - s) * np.asarray(x, dtype=float)
+    return total
+
+
+def test_iterate_average_is_its_closed_form():
+    """IterateAverage's recursion against its closed form over 40 random steps of two arrays (rtol
+    1e-12); T = 1 is the last iterate (to rounding); the first step's arrays are copied, not moved."""
+    from gpdsl.methods.stochastic import IterateAverage
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(5) for _ in range(40)]
+    Rs = [np.tril(rng.standard_normal((3, 3))) for _ in range(40)]
+    for steps in (1, 7, 50):
+        average = IterateAverage(steps)
+        for x, R in zip(xs, Rs):
+            average.update(x, R)
+        np.testing.assert_allclose(average.values[0], _moving_average(xs, steps), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(average.values[1], _moving_average(Rs, steps), rtol=1e-12, atol=1e-14)
+    first = xs[0].copy()
+    last = IterateAverage(1)
+    for x in xs:
+        last.update(x)
+    np.testing.assert_allclose(last.values[0], xs[-1], rtol=1e-15, atol=1e-15)
+    assert np.array_equal(xs[0], first)         # the average's own copy moved, not the first step's array
+
+
+def test_a_run_returns_its_averaged_iterates(banana, monkeypatch):
+    """iterate_average=T: the run takes the same steps as without it (its last iterate is the plain
+    run's end, bit for bit) and returns the moving average of its iterates, the log-hyperparameters
+    and q's m (recorded at each step, against the closed form, rtol 1e-12)."""
+    from gpdsl.methods import stochastic
+    X, y = banana
+    recorded = []
+    update = stochastic.IterateAverage.update
+
+    def recorded_update(self, *arrays):
+        recorded.append([np.array(a) for a in arrays])
+        return update(self, *arrays)
+
+    monkeypatch.setattr(stochastic.IterateAverage, "update", recorded_update)
+    inference = gd.inference.SVGP(batch_size=32, polish=False, iterate_average=7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gd.ConvergenceWarning)
+        _, objective, _, averaged, _ = _fixed_z_run(X, y, inference, 60)
+        q_mu = objective.warm.q["variational.q_mu"]
+        _, _, _, plain, _ = _fixed_z_run(X, y, dataclasses.replace(inference, iterate_average=0), 60)
+    assert len(recorded) == 60
+    assert np.array_equal(recorded[-1][0], plain.x)
+    np.testing.assert_allclose(averaged.x, _moving_average([r[0] for r in recorded], 7), rtol=1e-12)
+    assert not np.allclose(averaged.x, plain.x, rtol=1e-6)
+    np.testing.assert_allclose(q_mu, _moving_average([r[1][:, 0] for r in recorded], 7), rtol=1e-12, atol=1e-14)

@@ -125,6 +125,7 @@ class PolyaGamma(Inference):
     stop_window: int = 200
     step_decays: int = 0
     decay_factor: float = 0.3
+    iterate_average: int = 0
     polish: bool | str = "auto"
     class_tol: float | None = None
     class_fit_tol: float = 1e-3
@@ -231,7 +232,7 @@ class PolyaGamma(Inference):
         return SVGP(jitter=self.jitter, chunk_size=self.chunk_size, batch_size=self.minibatch,
                     learning_rate=self.learning_rate, natural_step=self.natural_step, seed=self.seed,
                     stop_tol=self.stop_tol, stop_window=self.stop_window, step_decays=self.step_decays,
-                    decay_factor=self.decay_factor, q_max_iter=self.max_iter)
+                    decay_factor=self.decay_factor, iterate_average=self.iterate_average, q_max_iter=self.max_iter)
 
     def evaluate(self, kernel, likelihood, values, X, y, Z, *, need_grad, need_state, warm, offset=None):
         if self.minibatch is not None:

@@ -219,6 +219,39 @@ class Adam:
         return self.first, self.second, 1.0 - _ADAM_BETA1 ** self.count, 1.0 - _ADAM_BETA2 ** self.count
 
 
+class IterateAverage:
+    """An exponential moving average of a run's iterates (``iterate_average`` = T steps): a_1 = x_1,
+    a_t = a_{t-1} + (x_t - a_{t-1}) / T, for each of the arrays handed to :meth:`update`.
+
+    Why: at fixed steps the minibatch iterates scatter around the optimum by the batches' noise
+    (:mod:`gpdsl.methods.stopping_rule`); an average over the last ~T steps scatters less
+    (Polyak & Juditsky 1992; PyTorch's ``swa_utils.AveragedModel`` with an EMA).  The steps
+    themselves are unchanged: the average is what the run returns.
+
+    Parameters
+    ----------
+    steps : int
+        T >= 1 (1: the last iterate).
+    """
+
+    def __init__(self, steps):
+        self.weight, self.values = 1.0 / steps, None
+
+    def update(self, *arrays):
+        """Fold this step's iterates into the averages (copies at the first step).
+
+        Parameters
+        ----------
+        *arrays : ndarray
+            The same arrays, in the same order and shapes, at every step.
+        """
+        if self.values is None:
+            self.values = [np.array(a, dtype=float) for a in arrays]
+            return
+        for average, a in zip(self.values, arrays):
+            average += self.weight * (a - average)
+
+
 def batch_gradient(kernel, likelihood, X, y, Z, state, *, scale, jitter=None, offset=None):
     """The batch's estimate of the bound, scale E_batch - KL, and its gradient in the
     hyperparameters, Z and q, from one pass at ``state``'s q: what an Adam step on q
@@ -391,7 +424,8 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
 
     ``spec``: the inference declaration, read for ``batch_size``, ``seed``, ``natural_step``,
     ``learning_rate``, ``q_steps`` and ``q_learning_rate`` (SVGP's; :func:`q_steps`), ``jitter``,
-    ``stop_tol``, ``stop_window``, ``step_decays``, ``decay_factor`` and ``polish`` (its class names
+    ``stop_tol``, ``stop_window``, ``step_decays``, ``decay_factor``, ``iterate_average`` and
+    ``polish`` (its class names
     it in errors); a stop of the rule is confirmed, and polished where :func:`polishes` says, as
     the module docstring says.  ``likelihood``: what the batch's expected log-likelihood is integrated by (its
     ``variational_expectations``); None: the model's likelihood.  ``one_pass``: each step's
@@ -464,6 +498,7 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
     hyper_steps = Adam(spec.learning_rate * (ADAM_Q_HYPER_SHARE if first_order else 1.0))
     fired, message, step = False, "", 0
     rho, rule = spec.natural_step, StoppingRule(spec)
+    average = IterateAverage(spec.iterate_average) if spec.iterate_average else None
     for step in range(1, max_iter + 1):
         rows = rng.choice(n, size=batch, replace=False)
         values = table.unpack(u)
@@ -512,6 +547,8 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
                   flush=True)
         if callback is not None:
             callback(report)
+        if average is not None:
+            average.update(u, q.m, q.R)
         verdict = rule.verdict(trail)
         if verdict == "decay":
             rho *= spec.decay_factor
@@ -525,6 +562,10 @@ def minimise(objective, u0, max_iter, progress, callback, *, spec, full_batch, e
             break
     if progress and fired:
         print(message, flush=True)
+    if average is not None:
+        # The averages of q's m and R (not of its natural parameters): the form each step leaves q in.
+        u, m, R = average.values
+        q = CarriedQ(m, R)
     q = q.as_dict()
     smoothed = n * float(np.mean(trail[-window:])) if trail else np.nan
     from scipy.optimize import OptimizeResult       # here, not at import (issue 46: import gpdsl within 0.7 s)
