@@ -349,7 +349,7 @@ def test_multiclass_wiring_with_a_stand_in_posterior(monkeypatch):
     # The method is left to Model.fit (inference None, max_iter None: its step cap), which chose
     # minibatch SVGP with k-means points (tests/test_defaults.py tests gpdsl.defaults' whole table).
     assert seen["model"].inference is None and seen["options"]["max_iter"] is None
-    assert clf.model_.inference == gd.inference.SVGP(batch_size=12, seed=0)
+    assert clf.model_.inference == gd.inference.SVGP(batch_size=12, seed=0, iterate_average=gd.defaults.ITERATE_AVERAGE)
     assert clf.model_.inducing == gd.inducing.Optimized(gd.inducing.KMeans(12, seed=0))
     np.testing.assert_array_equal(seen["y"], [2.0, 0.0, 1.0] * 4)       # codes in classes_ order
     assert list(clf.classes_) == ["a", "b", "c"] and clf.n_classes_ == 3
