@@ -177,7 +177,7 @@ def test_the_rule_saves_steps_at_equal_test_nlpd(inference):
 @pytest.mark.parametrize("cls, batch", [(gd.inference.SVGP, "batch_size"), (gd.inference.PolyaGamma, "minibatch")])
 def test_stop_options_are_validated_and_round_trip(cls, batch):
     """stop_tol and stop_window: defaults 1e-3 and 200, rejected when not positive (the window
-    also when not a multiple of the rule's 10 blocks); step_decays and iterate_average (default 0)
+    also when not a multiple of the rule's 10 blocks); step_decays (default 0) and iterate_average (default 50)
     rejected when negative and decay_factor (default 0.3) outside (0, 1); all kept through a model
     file's table."""
     name = cls.__name__
@@ -188,7 +188,7 @@ def test_stop_options_are_validated_and_round_trip(cls, batch):
         cls(**{batch: 32}, stop_window=0)
     with pytest.raises(ValueError, match=f"{name}: stop_window must be a multiple of 10 .*, got 25"):
         cls(**{batch: 32}, stop_window=25)
-    assert (cls().step_decays, cls().decay_factor, cls().iterate_average) == (0, 0.3, 0)
+    assert (cls().step_decays, cls().decay_factor, cls().iterate_average) == (0, 0.3, 50)
     for option in ("step_decays", "iterate_average"):
         with pytest.raises(ValueError, match=f"{name}: {option} must be a non-negative integer, got -1"):
             cls(**{batch: 32}, **{option: -1})

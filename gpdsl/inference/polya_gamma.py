@@ -125,7 +125,7 @@ class PolyaGamma(Inference):
     stop_window: int = 200
     step_decays: int = 0
     decay_factor: float = 0.3
-    iterate_average: int = 0
+    iterate_average: int = 50
     polish: bool | str = "auto"
     class_tol: float | None = None
     class_fit_tol: float = 1e-3
