@@ -30,7 +30,7 @@ inference                       ``SVGP(batch_size=min(256, N), seed=seed)``: min
                                 pass: issue 45); where q takes natural steps (softmax),
                                 ``stop_window=100, step_decays=1``: at the first plateau the
                                 steps shrink by ``decay_factor`` 0.3 and the run goes on, the
-                                second stops it; every link: ``iterate_average=50``, the fit
+                                second stops it; every link: SVGP's own ``iterate_average=50``, the fit
                                 returns the average of its iterates over about the last 50 steps
 inducing                        ``Optimized(KMeans(min(100, N), seed=seed))``: Z starts at the
                                 k-means centres and is optimised with the hyperparameters;

@@ -109,12 +109,13 @@ def test_minibatch_svgp_with_the_whole_batch_is_adam_on_the_vfe_bound(sine):
     hyperparameters, where the bound is Titsias' and its gradient (taken at that new q) VFE's,
     so the run is Adam on the VFE bound: the fitted SVGP's log evidence is the VFE bound at the
     hyperparameters it reached (1e-8), and 300 steps of learning rate 0.05 bring it within 0.05
-    nats of VFE's L-BFGS-B optimum."""
+    nats of VFE's L-BFGS-B optimum.  The last iterate (``iterate_average=0``): an average of the
+    iterates is q's optimum at no one point's hyperparameters."""
     X, y = sine
     inducing = gd.inducing.KMeans(12, seed=0)
     stochastic = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), inducing,
                           gd.inference.SVGP(batch_size=X.shape[0], natural_step=1.0, learning_rate=0.05,
-                                            one_pass=False))
+                                            one_pass=False, iterate_average=0))
     post = stochastic.fit(X, y, max_iter=300)
     vfe = gd.Model(SE(1.0, 1.0), gd.likelihoods.Gaussian(0.1), inducing, gd.inference.VFE())
     table = vfe.parameter_table(X, post.state.Z)
