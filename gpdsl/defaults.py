@@ -341,7 +341,9 @@ def link_pilot(n_rows, n_classes, seed=0):
     return {"likelihood": _likelihoods.Categorical(n_classes, "softmax"),
             "inducing": _inducing.KMeans(min(PILOT_INDUCING_POINTS, n_rows), seed=seed,
                                          sample=KMEANS_SAMPLE if n_rows > KMEANS_SAMPLE else None),
-            "inference": _inference.SVGP(batch_size=min(BATCH_SIZE, n_rows), seed=seed)}
+            # The last iterate: the thresholds were measured on it (an average over the last 50 of
+            # 200 steps lags a run still moving: digits' error 0.076 -> 0.081, penbased's 0.074 -> 0.084).
+            "inference": _inference.SVGP(batch_size=min(BATCH_SIZE, n_rows), seed=seed, iterate_average=0)}
 
 
 def link_choice(pilot_error, pilot_cpu=0.0):
