@@ -263,10 +263,10 @@ def declaration(n_rows, n_features, n_classes, likelihood, inducing=None, seed=0
     if inducing is None:
         inducing = _inducing.Optimized(_inducing.KMeans(min(INDUCING_POINTS, n_rows), seed=seed,
                                                         sample=KMEANS_SAMPLE if n_rows > KMEANS_SAMPLE else None))
-    steps = {}
-    if getattr(likelihood, "log_concave", None) is not False:
-        # q moves by natural steps (SVGP's q_steps "auto"): a shorter window, then smaller steps.
-        steps.update(stop_window=NATURAL_STOP_WINDOW, step_decays=NATURAL_STEP_DECAYS)
+    # Where q moves by natural steps (SVGP's q_steps "auto": a log-concave likelihood), a shorter window,
+    # then smaller steps; robust-max keeps SVGP's own.
+    steps = {"stop_window": NATURAL_STOP_WINDOW, "step_decays": NATURAL_STEP_DECAYS} \
+        if getattr(likelihood, "log_concave", None) is not False else {}
     return {"inference": _inference.SVGP(batch_size=min(BATCH_SIZE, n_rows), seed=seed, **steps), "inducing": inducing}
 
 
