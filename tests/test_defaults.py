@@ -27,21 +27,16 @@ def quietly(fit, *args, **kwargs):
         return fit(*args, **kwargs)
 
 
-# The stopping options the table gives a likelihood whose q moves by natural steps (softmax).
-# Every link's fit returns its averaged iterates.
-AVERAGED = {"iterate_average": defaults.ITERATE_AVERAGE}
-NATURAL = {"stop_window": defaults.NATURAL_STOP_WINDOW, "step_decays": defaults.NATURAL_STEP_DECAYS, **AVERAGED}
 
 
 # -- the table --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("link", ["softmax", "robustmax", "logistic_softmax"])
 def test_table_minibatch_svgp_at_every_size(link):
     likelihood = gd.likelihoods.Categorical(4, link)
-    # Where q moves by natural steps (a log-concave likelihood), a window of 100 and one plateau that
-    # shrinks the steps; robust-max's Adam steps on q keep the window of 200 and stop at the first;
-    # every link returns its iterates averaged over about the last 50 steps.
-    steps = AVERAGED if link == "robustmax" else NATURAL
-    assert (defaults.NATURAL_STOP_WINDOW, defaults.NATURAL_STEP_DECAYS, defaults.ITERATE_AVERAGE) == (100, 1, 50)
+    # Every link takes SVGP's own stopping rule (a window of 200, no step decay) and its average of
+    # the iterates over about the last 50 steps.
+    assert defaults.ITERATE_AVERAGE == 50
+    steps = {"stop_window": 200, "step_decays": 0, "iterate_average": defaults.ITERATE_AVERAGE}
     small = defaults.declaration(20, 7, 4, likelihood, seed=5)
     assert small["inference"] == gd.inference.SVGP(batch_size=20, seed=5, **steps)
     assert small["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(20, seed=5))
@@ -59,7 +54,7 @@ def test_table_minibatch_svgp_at_every_size(link):
 def test_table_keeps_a_given_inducing_spec():
     given = gd.inducing.KMeans(7, seed=2)
     chosen = defaults.declaration(50, 2, 3, gd.likelihoods.Categorical(3), inducing=given)
-    assert chosen == {"inference": gd.inference.SVGP(batch_size=50, seed=0, **NATURAL),
+    assert chosen == {"inference": gd.inference.SVGP(batch_size=50, seed=0, ),
                       "inducing": given}
 
 
@@ -107,7 +102,7 @@ def test_model_fit_resolves_and_the_posterior_carries_it(tmp_path):
     X, y = three_classes(40)
     model = gd.Model(SE(), gd.likelihoods.Categorical(3))
     post = quietly(model.fit, X, y, max_iter=5, seed=4)
-    assert post.model.inference == gd.inference.SVGP(batch_size=40, seed=4, **NATURAL)     # the fit's seed
+    assert post.model.inference == gd.inference.SVGP(batch_size=40, seed=4, )     # the fit's seed
     assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(40, seed=4))
     written = post.model.to_dict()["inference"]
     assert (written["type"], written["batch_size"], written["seed"]) == ("SVGP", 40, 4)
@@ -177,7 +172,7 @@ def test_classifier_model_is_the_table():
     assert clf.model_ == gd.Model(SE(variance=gd.Fixed(1.0)), likelihood,
                                   **defaults.declaration(30, 2, 3, likelihood, seed=3))
     assert float(clf.hyperparameters_["kernel.variance"]) == 1.0       # held: robust-max cannot see it
-    assert clf.model_.inference == gd.inference.SVGP(batch_size=30, seed=3, **AVERAGED)
+    assert clf.model_.inference == gd.inference.SVGP(batch_size=30, seed=3)
     assert clf.model_.inducing == gd.inducing.Optimized(gd.inducing.KMeans(30, seed=3))
     assert clf.posterior_.model.inference == clf.model_.inference
     assert clf.predict_proba(X[:4]).shape == (4, 3)
@@ -225,7 +220,7 @@ def test_model_resolves_by_the_rows_a_subsample_fit_runs_on():
     model = gd.Model(SE(), gd.likelihoods.Categorical(3))
     assert model.resolved(X, n_rows=60).inducing == gd.inducing.Optimized(gd.inducing.KMeans(60, seed=0))
     post = quietly(model.fit, X, y, subsample=60, max_iter=3)
-    assert post.model.inference == gd.inference.SVGP(batch_size=60, seed=0, **NATURAL)
+    assert post.model.inference == gd.inference.SVGP(batch_size=60, seed=0, )
     assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(60, seed=0))
 
 
@@ -241,7 +236,7 @@ def test_model_file_without_inference_fits_the_chosen_method(tmp_path):
     assert model.inference is None and options["max_iter"] == 5
     post = quietly(model.fit, X_train, y_train, **options)
     n = X_train.shape[0]
-    assert post.model.inference == gd.inference.SVGP(batch_size=min(defaults.BATCH_SIZE, n), seed=0, **NATURAL)
+    assert post.model.inference == gd.inference.SVGP(batch_size=min(defaults.BATCH_SIZE, n), seed=0, )
     assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(min(defaults.INDUCING_POINTS, n), seed=0))
 
 
