@@ -27,8 +27,6 @@ def quietly(fit, *args, **kwargs):
         return fit(*args, **kwargs)
 
 
-
-
 # -- the table --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("link", ["softmax", "robustmax", "logistic_softmax"])
 def test_table_minibatch_svgp_at_every_size(link):
@@ -54,7 +52,7 @@ def test_table_minibatch_svgp_at_every_size(link):
 def test_table_keeps_a_given_inducing_spec():
     given = gd.inducing.KMeans(7, seed=2)
     chosen = defaults.declaration(50, 2, 3, gd.likelihoods.Categorical(3), inducing=given)
-    assert chosen == {"inference": gd.inference.SVGP(batch_size=50, seed=0, ),
+    assert chosen == {"inference": gd.inference.SVGP(batch_size=50, seed=0),
                       "inducing": given}
 
 
@@ -102,7 +100,7 @@ def test_model_fit_resolves_and_the_posterior_carries_it(tmp_path):
     X, y = three_classes(40)
     model = gd.Model(SE(), gd.likelihoods.Categorical(3))
     post = quietly(model.fit, X, y, max_iter=5, seed=4)
-    assert post.model.inference == gd.inference.SVGP(batch_size=40, seed=4, )     # the fit's seed
+    assert post.model.inference == gd.inference.SVGP(batch_size=40, seed=4)     # the fit's seed
     assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(40, seed=4))
     written = post.model.to_dict()["inference"]
     assert (written["type"], written["batch_size"], written["seed"]) == ("SVGP", 40, 4)
@@ -220,7 +218,7 @@ def test_model_resolves_by_the_rows_a_subsample_fit_runs_on():
     model = gd.Model(SE(), gd.likelihoods.Categorical(3))
     assert model.resolved(X, n_rows=60).inducing == gd.inducing.Optimized(gd.inducing.KMeans(60, seed=0))
     post = quietly(model.fit, X, y, subsample=60, max_iter=3)
-    assert post.model.inference == gd.inference.SVGP(batch_size=60, seed=0, )
+    assert post.model.inference == gd.inference.SVGP(batch_size=60, seed=0)
     assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(60, seed=0))
 
 
@@ -236,7 +234,7 @@ def test_model_file_without_inference_fits_the_chosen_method(tmp_path):
     assert model.inference is None and options["max_iter"] == 5
     post = quietly(model.fit, X_train, y_train, **options)
     n = X_train.shape[0]
-    assert post.model.inference == gd.inference.SVGP(batch_size=min(defaults.BATCH_SIZE, n), seed=0, )
+    assert post.model.inference == gd.inference.SVGP(batch_size=min(defaults.BATCH_SIZE, n), seed=0)
     assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(min(defaults.INDUCING_POINTS, n), seed=0))
 
 

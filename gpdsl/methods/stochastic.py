@@ -235,10 +235,14 @@ class IterateAverage:
     """
 
     def __init__(self, steps):
-        self.weight, self.values = 1.0 / steps, None
+        self.weight, self.values, self._scratch = 1.0 / steps, None, None
 
     def update(self, *arrays):
         """Fold this step's iterates into the averages (copies at the first step).
+
+        Every minibatch fit runs this a step (SVGP's and PolyaGamma's default), so the difference
+        is formed in a buffer kept across steps rather than two new arrays a step: the same
+        operations in the same order, so the same bits.
 
         Parameters
         ----------
@@ -247,9 +251,12 @@ class IterateAverage:
         """
         if self.values is None:
             self.values = [np.array(a, dtype=float) for a in arrays]
+            self._scratch = [np.empty_like(v) for v in self.values]
             return
-        for average, a in zip(self.values, arrays):
-            average += self.weight * (a - average)
+        for average, a, change in zip(self.values, arrays, self._scratch):
+            np.subtract(a, average, out=change)
+            change *= self.weight
+            average += change
 
 
 def batch_gradient(kernel, likelihood, X, y, Z, state, *, scale, jitter=None, offset=None):
