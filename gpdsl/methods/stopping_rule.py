@@ -36,7 +36,8 @@ tests/test_stochastic_stopping.py).  Measured (issue 46, ``benchmarks/HISTORY.md
 on a plateau"): on letter's softmax fit (18,000 rows, 26 classes, M = 100, B = 256) one decay of 0.5
 after the default window of 200 took the test NLPD from 0.427 / 0.414 to 0.394 / 0.387 (seeds 0 /
 1; 340-360 steps more), and one of 0.3 after a window of 100 to 0.399 / 0.400 in fewer steps than
-no decay (1,130 / 1,010 against 1,200 / 1,420: ``gpdsl.defaults``' choice for natural steps);
+no decay (1,130 / 1,010 against 1,200 / 1,420), both without the iterate average; with it (the
+default since), the window of 200 without a decay did better (0.389 / 0.380), so no default decays;
 where q moves by Adam (robust-max) it did not help (penbased 0.0099 / 0.0113 to 0.0114 / 0.0143,
 digits 0.095 to 0.103, window 200, one decay of 0.5): there the bound's optimum predicts worse than
 the early stop (HISTORY.md, "where the digits conflict comes from").
