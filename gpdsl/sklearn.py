@@ -658,7 +658,8 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         FITC prior with inducing points; ``EP()`` for a likelihood without log-density
         derivatives); for K > 2 the method of :func:`gpdsl.defaults.declaration` for the data's N,
         D and K (the table in :mod:`gpdsl.defaults` and the guide: minibatch
-        ``gd.inference.SVGP(batch_size=min(256, N))``), shown by ``model_``.  An inference given
+        ``gd.inference.SVGP(batch_size=min(256, N))``, or the full batch ``SVGP()`` for softmax on
+        at most 256 rows), shown by ``model_``.  An inference given
         is used as it is.
     mean : gpdsl.means.Mean or None, default None
         The prior mean function (binary only).

