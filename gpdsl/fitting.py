@@ -31,7 +31,8 @@ from .posterior import FitRecord, Posterior
 from .scaling import Standardization
 
 #: L-BFGS-B's iteration cap per run where ``Model.fit(max_iter=None)`` (a method chosen at fit
-#: takes :data:`gpdsl.defaults.MAX_STEPS` minibatch steps instead).
+#: takes :data:`gpdsl.defaults.MAX_STEPS` instead: minibatch steps, or L-BFGS-B iterations where
+#: the full batch is chosen).
 DEFAULT_MAX_ITER = 1000
 
 # Stopping rule of the hyperparameter optimiser.  L-BFGS-B runs with SciPy's tests (projected

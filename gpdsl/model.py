@@ -514,7 +514,8 @@ class Model:
         max_iter : int or None, default None
             L-BFGS-B iteration cap per run, or the step cap of a minibatch method.  None: 1,000,
             but for a model whose inference is chosen at fit (:meth:`resolved`)
-            :data:`gpdsl.defaults.MAX_STEPS` (2,000) minibatch steps.
+            :data:`gpdsl.defaults.MAX_STEPS` (2,000): minibatch steps, or L-BFGS-B iterations
+            where the full batch is chosen (softmax on at most 256 rows).
         progress : bool, default False
             Print iteration, objective and gradient norm.
         callback : callable, optional

@@ -667,8 +667,9 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         As :class:`GPRegressor` (``standardize`` scales the inputs only).  For the K > 2 default
         ``random_state`` seeds its k-means start, its batches and the link's pilot.
     max_iter : int or None, default None
-        L-BFGS-B iterations per run, or a minibatch method's steps.  None: 1,000, but 2,000 steps
-        (:data:`gpdsl.defaults.MAX_STEPS`) for the K > 2 default, room for its stopping rule.
+        L-BFGS-B iterations per run, or a minibatch method's steps.  None: 1,000, but 2,000
+        (:data:`gpdsl.defaults.MAX_STEPS`) for the K > 2 default, room for its stopping rule
+        (steps, or L-BFGS-B iterations where the default is the full batch).
 
     Attributes
     ----------
