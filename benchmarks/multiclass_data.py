@@ -89,10 +89,15 @@ def load(name, seed=SPLIT_SEED, n_train=None):
 
     ``n_train``: keep only that many training rows (a stratified seeded subset of the training
     split, for smoke runs; the test rows stay whole)."""
+    return split(*raw(name), TEST_FRACTION[name], seed=seed, n_train=n_train)
+
+
+def split(X, labels, test_fraction, seed=SPLIT_SEED, n_train=None):
+    """A stratified train/test split of (X, labels), standardised by the training rows: the dict
+    :func:`load` returns (also the split of ``exp_link_unseen.py``'s sets)."""
     from sklearn.model_selection import train_test_split
-    X, labels = raw(name)
     classes, y = np.unique(labels, return_inverse=True)
-    X, Xte, y, yte = train_test_split(X, y, test_size=TEST_FRACTION[name], stratify=y, random_state=seed)
+    X, Xte, y, yte = train_test_split(X, y, test_size=test_fraction, stratify=y, random_state=seed)
     if n_train is not None and n_train < X.shape[0]:
         X, _, y, _ = train_test_split(X, y, train_size=n_train, stratify=y, random_state=seed)
     mean, sd = X.mean(0), X.std(0)
